@@ -1,0 +1,44 @@
+// The kernel library: list the compiled GEMM variants and launch one on a caller's stream.
+//
+//   wavetune::GemmProblem p{m, n, k, a, k, w, k, d, n, wavetune::DType::bf16, wavetune::BLayout::col};
+//   wavetune::gemm(p, wavetune::default_variant(p), {}, stream);   // D = A @ W.T
+//
+// Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "wavetune/types.h"
+
+namespace wavetune {
+
+// Variants compiled into this build, ordered by id. Empty when the library was built without nvcc.
+const std::vector<VariantInfo>& variants();
+// The variant with this id, or nullptr when it is not compiled in.
+const VariantInfo* find_variant(int32_t id);
+
+struct BuildInfo {
+  bool kernels_compiled;
+  const char* kernel_set;         // "full", "ci", ... or "none" without nvcc
+  const char* config_space_hash;  // identifies cutlass_configs/ as compiled; tables are checked against it
+  int cuda_version;               // CUDART_VERSION at build time, 0 without nvcc
+  int cutlass_version;            // e.g. 420 for 4.2.0, 0 without nvcc
+};
+BuildInfo build_info();
+
+// Empty when the problem itself is valid (sizes, leading dimensions, 16-byte alignment), else the
+// reason and what would work. Needs no GPU.
+std::string problem_error(const GemmProblem& problem);
+
+// Empty when `variant_id` can run `problem` with `micro` on the current device, else the reason.
+std::string why_not(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro);
+
+// D = A @ B with the given variant and micro parameters, launched on `stream` on the current device.
+// Split-K and stream-K workspace comes from a per-(device, stream) buffer that only grows.
+void gemm(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro, Stream stream);
+
+// The fixed fallback choice for a problem's dtype and layout, until tuned tables decide.
+int32_t default_variant(const GemmProblem& problem);
+
+}  // namespace wavetune

@@ -1,0 +1,66 @@
+// Plain value types shared by the kernel library, the bindings and (later) the lookup engine.
+// No CUDA or Python types here, so any C++ program can include it.
+#pragma once
+
+#include <cstdint>
+
+struct CUstream_st;
+
+namespace wavetune {
+
+// The same type as cudaStream_t, spelled without including the CUDA headers.
+using Stream = CUstream_st*;
+
+// Enumerator names match the vocabulary of cutlass_configs/*.toml (see python/wavetune/config_space.py):
+// generated code refers to them by those names.
+enum class DType : int32_t { bf16 = 0, fp16 = 1 };
+// col: B[K,N] column-major, i.e. an nn.Linear weight W[N,K] row-major (x @ W.T). row: B[K,N] row-major.
+enum class BLayout : int32_t { col = 0, row = 1 };
+enum class Schedule : int32_t { cooperative = 0, pingpong = 1 };
+enum class TileScheduler : int32_t { persistent = 0, stream_k = 1 };
+
+// Run-time ("micro") parameters: they change how a variant walks its tiles, not the variant.
+enum class Decomposition : int32_t { heuristic = 0, data_parallel = 1, split_k = 2, stream_k = 3 };
+enum class Raster : int32_t { heuristic = 0, along_m = 1, along_n = 2 };
+
+const char* to_string(DType v);
+const char* to_string(BLayout v);
+const char* to_string(Schedule v);
+const char* to_string(TileScheduler v);
+const char* to_string(Decomposition v);
+const char* to_string(Raster v);
+
+// A compiled kernel. `id` is the variant's position in the config space, stable across kernel sets.
+struct VariantInfo {
+  int32_t id;
+  const char* name;
+  DType dtype;
+  BLayout b_layout;
+  Schedule schedule;
+  int32_t tile_m, tile_n, tile_k;
+  int32_t cluster_m, cluster_n;
+  TileScheduler scheduler;
+};
+
+struct MicroParams {
+  Decomposition decomposition = Decomposition::heuristic;
+  int32_t splits = 1;       // split-K factor; only with Decomposition::split_k
+  Raster raster = Raster::heuristic;
+  int32_t max_swizzle = 1;  // 1, 2, 4 or 8 tiles
+};
+
+// D[m,n] = A[m,k] @ B[k,n]. A and D are row-major with leading dimensions lda, ldd (in elements);
+// B is column-major (ldb >= k) or row-major (ldb >= n) as b_layout says. All in `dtype`.
+struct GemmProblem {
+  int32_t m, n, k;
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  void* d;
+  int64_t ldd;
+  DType dtype;
+  BLayout b_layout;
+};
+
+}  // namespace wavetune

@@ -1,0 +1,24 @@
+// Stands in for launch.cu when the build found no CUDA compiler: the package still imports and lists
+// (no) variants, and every launch says why it cannot run.
+#include "variant_ops.h"
+#include "wavetune/errors.h"
+#include "wavetune/kernels.h"
+
+namespace wavetune {
+
+namespace {
+constexpr const char* kNoKernels =
+    "this wavetune build has no GPU kernels: no CUDA compiler (nvcc) was found when it was built. Install a "
+    "CUDA 12.x/13.x toolkit, make nvcc visible (PATH or CUDACXX) and reinstall with pip install .";
+}
+
+BuildInfo build_info() { return {false, detail::kernel_set_name(), detail::config_space_hash(), 0, 0}; }
+
+std::string why_not(const GemmProblem& p, int32_t, const MicroParams&) {
+  std::string error = problem_error(p);
+  return error.empty() ? kNoKernels : error;
+}
+
+void gemm(const GemmProblem&, int32_t, const MicroParams&, Stream) { WAVETUNE_FAIL(kNoKernels); }
+
+}  // namespace wavetune

@@ -1,0 +1,132 @@
+// The compiled variants, as listed by the generated registry.inc (see python/wavetune/config_space.py),
+// and the problem checks that need no GPU.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "registry.inc"
+#include "variant_ops.h"
+#include "wavetune/errors.h"
+#include "wavetune/kernels.h"
+
+namespace wavetune {
+namespace detail {
+
+#define WAVETUNE_DECLARE_OPS(ID, NAME, ...) extern const VariantOps variant_##NAME;
+WAVETUNE_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
+#undef WAVETUNE_DECLARE_OPS
+
+namespace {
+struct Entry {
+  VariantInfo info;
+  const VariantOps* ops;
+};
+
+#define WAVETUNE_ENTRY(ID, NAME, DT, BL, SCHED, TM, TN, TK, CM, CN, TS)                                        \
+  Entry{{ID, #NAME, DType::DT, BLayout::BL, Schedule::SCHED, TM, TN, TK, CM, CN, TileScheduler::TS}, \
+        &variant_##NAME},
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> list{WAVETUNE_VARIANT_LIST(WAVETUNE_ENTRY)};
+  return list;
+}
+#undef WAVETUNE_ENTRY
+
+const Entry* find_entry(int32_t id) {
+  const auto& list = entries();  // sorted by id: the generator emits the space in order
+  auto it = std::lower_bound(list.begin(), list.end(), id, [](const Entry& e, int32_t v) { return e.info.id < v; });
+  return it != list.end() && it->info.id == id ? &*it : nullptr;
+}
+}  // namespace
+
+const VariantOps* variant_ops(int32_t id) {
+  const Entry* e = find_entry(id);
+  return e ? e->ops : nullptr;
+}
+
+const char* config_space_hash() { return WAVETUNE_CONFIG_SPACE_HASH; }
+const char* kernel_set_name() { return WAVETUNE_KERNEL_SET_NAME; }
+
+}  // namespace detail
+
+const std::vector<VariantInfo>& variants() {
+  static const std::vector<VariantInfo> list = [] {
+    std::vector<VariantInfo> out;
+    for (const auto& e : detail::entries()) out.push_back(e.info);
+    return out;
+  }();
+  return list;
+}
+
+const VariantInfo* find_variant(int32_t id) {
+  const detail::Entry* e = detail::find_entry(id);
+  return e ? &e->info : nullptr;
+}
+
+std::string problem_error(const GemmProblem& p) {
+  std::string layout = p.b_layout == BLayout::col ? "column-major" : "row-major";
+  int64_t b_min_ld = p.b_layout == BLayout::col ? p.k : p.n;
+  std::ostringstream os;
+  if (p.m < 1 || p.n < 1 || p.k < 1) {
+    os << "M, N, K must be positive, got M=" << p.m << " N=" << p.n << " K=" << p.k;
+  } else if (p.k % 8 != 0 || p.n % 8 != 0) {
+    os << "K=" << p.k << " and N=" << p.n << " must be multiples of 8: the kernels move 16-byte rows with TMA "
+       << "(pad K and N to a multiple of 8, or use torch.matmul for this shape)";
+  } else if (p.lda < p.k || p.ldb < b_min_ld || p.ldd < p.n) {
+    os << "leading dimensions too small: lda=" << p.lda << " (needs >= K=" << p.k << "), ldb=" << p.ldb
+       << " (needs >= " << b_min_ld << " for " << layout << " B), ldd=" << p.ldd << " (needs >= N=" << p.n << ")";
+  } else if (p.lda % 8 != 0 || p.ldb % 8 != 0 || p.ldd % 8 != 0) {
+    os << "leading dimensions lda=" << p.lda << ", ldb=" << p.ldb << ", ldd=" << p.ldd
+       << " must be multiples of 8 elements (16 bytes) for TMA; make the tensors contiguous";
+  } else if (!p.a || !p.b || !p.d) {
+    os << "null data pointer";
+  } else if (reinterpret_cast<uintptr_t>(p.a) % 16 || reinterpret_cast<uintptr_t>(p.b) % 16 ||
+             reinterpret_cast<uintptr_t>(p.d) % 16) {
+    os << "data pointers must be 16-byte aligned for TMA (A " << (reinterpret_cast<uintptr_t>(p.a) % 16 ? "is not" : "is")
+       << ", B " << (reinterpret_cast<uintptr_t>(p.b) % 16 ? "is not" : "is") << ", D "
+       << (reinterpret_cast<uintptr_t>(p.d) % 16 ? "is not" : "is") << "); a sliced view may be misaligned: "
+       << "use .contiguous() or .clone()";
+  }
+  return os.str();
+}
+
+std::string detail::variant_error(const VariantInfo& v, const GemmProblem& p, const MicroParams& micro) {
+  std::ostringstream os;
+  if (v.dtype != p.dtype || v.b_layout != p.b_layout) {
+    os << "variant " << v.name << " takes " << to_string(v.dtype) << " with " << to_string(v.b_layout)
+       << "-major B, the problem is " << to_string(p.dtype) << " with " << to_string(p.b_layout) << "-major B";
+  } else if (v.scheduler == TileScheduler::persistent && micro.decomposition != Decomposition::heuristic &&
+             micro.decomposition != Decomposition::data_parallel) {
+    os << "variant " << v.name << " uses the persistent (data-parallel) tile scheduler; decomposition "
+       << to_string(micro.decomposition) << " needs a stream_k variant";
+  } else if (micro.splits < 1 || (micro.splits > 1 && micro.decomposition != Decomposition::split_k)) {
+    os << "splits=" << micro.splits << " needs decomposition split_k (and splits >= 1)";
+  } else if (micro.splits > (p.k + v.tile_k - 1) / v.tile_k) {
+    os << "splits=" << micro.splits << " exceeds the " << (p.k + v.tile_k - 1) / v.tile_k << " K tiles of K=" << p.k
+       << " with tile K " << v.tile_k;
+  } else if (micro.max_swizzle != 1 && micro.max_swizzle != 2 && micro.max_swizzle != 4 && micro.max_swizzle != 8) {
+    os << "max_swizzle=" << micro.max_swizzle << " must be 1, 2, 4 or 8";
+  }
+  return os.str();
+}
+
+int32_t default_variant(const GemmProblem& p) {
+  // NOTES: a fixed, shape-blind choice: the 128x128x64 cooperative persistent kernel is the usual
+  // CUTLASS default and never a disaster; any compiled variant of the right dtype and layout otherwise.
+  const VariantInfo* fallback = nullptr;
+  for (const auto& v : variants()) {
+    if (v.dtype != p.dtype || v.b_layout != p.b_layout) continue;
+    if (v.schedule == Schedule::cooperative && v.tile_m == 128 && v.tile_n == 128 && v.tile_k == 64 &&
+        v.cluster_m == 1 && v.cluster_n == 1 && v.scheduler == TileScheduler::persistent) {
+      return v.id;
+    }
+    if (!fallback) fallback = &v;
+  }
+  if (!fallback) {
+    WAVETUNE_INVALID("no compiled variant takes ", to_string(p.dtype), " with ", to_string(p.b_layout),
+                     "-major B (kernel set '", detail::kernel_set_name(),
+                     "'); rebuild with -Ccmake.define.WAVETUNE_KERNEL_SET=full");
+  }
+  return fallback->id;
+}
+
+}  // namespace wavetune

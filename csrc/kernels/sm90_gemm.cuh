@@ -1,0 +1,147 @@
+// The one CUTLASS template behind every variant: a Hopper TMA warp-specialized GEMM
+// D = A @ B (fp32 accumulation, D in the input type, no C operand), parameterized by the macro axes of
+// cutlass_configs/. Generated sources instantiate it once per translation unit with
+// WAVETUNE_INSTANTIATE_VARIANT, because each instantiation takes tens of seconds to compile.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "variant_ops.h"
+#include "wavetune/errors.h"
+
+namespace wavetune::detail {
+
+template <DType kDType, BLayout kBLayout, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
+          int kClusterN, TileScheduler kScheduler>
+struct Sm90Gemm {
+  static constexpr bool kCooperative = kSchedule == Schedule::cooperative;
+  static constexpr bool kStreamK = kScheduler == TileScheduler::stream_k;
+
+  using Element = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB =
+      std::conditional_t<kBLayout == BLayout::col, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutD = cutlass::layout::RowMajor;
+  // NOTES: TMA moves 16-byte rows, so every operand's contiguous extent is a multiple of 8 elements;
+  // launch.cu checks this up front to give a precise message instead of CUTLASS's bare status.
+  static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;
+
+  using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
+  using MainloopSchedule = std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                              cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+  using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                              cutlass::epilogue::TmaWarpSpecialized>;
+  using SchedulerTag = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler, cutlass::gemm::PersistentScheduler>;
+
+  // ElementC = void: D = A @ B with no source operand, so the epilogue neither loads C nor reserves
+  // shared memory for it, which leaves more stages to the mainloop.
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignment, Element, LayoutD,
+      kAlignment, EpilogueSchedule>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB, kAlignment,
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
+  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Arguments = typename Adapter::Arguments;
+  using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
+
+  static Arguments arguments(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideD = typename Kernel::StrideD;
+    // Packed strides, then the caller's leading dimensions (rows of a larger tensor are allowed).
+    StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, {p.m, p.k, 1});
+    StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, {p.n, p.k, 1});
+    StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, {p.m, p.n, 1});
+    cute::get<0>(stride_a) = p.lda;
+    if constexpr (kBLayout == BLayout::col) {
+      cute::get<0>(stride_b) = p.ldb;
+    } else {
+      cute::get<1>(stride_b) = p.ldb;
+    }
+    cute::get<0>(stride_d) = p.ldd;
+
+    cutlass::KernelHardwareInfo hw_info;
+    hw_info.device_id = dev.device;
+    hw_info.sm_count = dev.sm_count;
+
+    Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                   {p.m, p.n, p.k, 1},
+                   {static_cast<const Element*>(p.a), stride_a, static_cast<const Element*>(p.b), stride_b},
+                   {{}, nullptr, stride_d, static_cast<Element*>(p.d), stride_d},
+                   hw_info};
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.scheduler.raster_order = micro.raster == Raster::along_m   ? RasterOrder::AlongM
+                                  : micro.raster == Raster::along_n ? RasterOrder::AlongN
+                                                                    : RasterOrder::Heuristic;
+    args.scheduler.max_swizzle_size = micro.max_swizzle;
+    if constexpr (kStreamK) {
+      using Mode = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams::DecompositionMode;
+      args.scheduler.splits = micro.splits;
+      args.scheduler.decomposition_mode = micro.decomposition == Decomposition::data_parallel ? Mode::DataParallel
+                                          : micro.decomposition == Decomposition::split_k     ? Mode::SplitK
+                                          : micro.decomposition == Decomposition::stream_k    ? Mode::StreamK
+                                                                                              : Mode::Heuristic;
+      // Deterministic (turnstile) reduction: results do not depend on which CTA finishes first.
+      args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
+    }
+    return args;
+  }
+
+  static std::string why_not(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
+    cutlass::Status status = Adapter::can_implement(arguments(p, micro, dev));
+    if (status == cutlass::Status::kSuccess) return {};
+    return std::string("CUTLASS cannot implement it: ") + cutlassGetStatusString(status);
+  }
+
+  static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, Stream stream) {
+    Arguments args = arguments(p, micro, dev);
+    Adapter op;
+    cutlass::Status status = op.can_implement(args);
+    if (status != cutlass::Status::kSuccess) {
+      WAVETUNE_INVALID("CUTLASS cannot implement M=", p.m, " N=", p.n, " K=", p.k, ": ",
+                       cutlassGetStatusString(status));
+    }
+    size_t workspace_bytes = Adapter::get_workspace_size(args);
+    void* ws = workspace_bytes ? workspace(dev, stream, workspace_bytes) : nullptr;
+    status = op.initialize(args, ws, stream);
+    if (status != cutlass::Status::kSuccess) {
+      WAVETUNE_FAIL("CUTLASS initialize failed: ", cutlassGetStatusString(status), " (M=", p.m, " N=", p.n,
+                    " K=", p.k, ", workspace ", workspace_bytes, " bytes)");
+    }
+    status = op.run(stream);
+    cudaError_t launch = cudaGetLastError();
+    if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
+      WAVETUNE_FAIL("kernel launch failed: ", cutlassGetStatusString(status), ", ", cudaGetErrorString(launch),
+                    " (M=", p.m, " N=", p.n, " K=", p.k, ")");
+    }
+  }
+
+  static constexpr VariantOps ops() { return {&why_not, &run}; }
+};
+
+}  // namespace wavetune::detail
+
+// Defines wavetune::detail::variant_<NAME>, which the registry (registry.cpp) lists.
+#define WAVETUNE_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER)           \
+  namespace wavetune::detail {                                                                                  \
+  extern const VariantOps variant_##NAME;                                                                       \
+  const VariantOps variant_##NAME = Sm90Gemm<DType::DTYPE, BLayout::B_LAYOUT, Schedule::SCHEDULE, TM, TN, TK, CM, \
+                                             CN, TileScheduler::SCHEDULER>::ops();                              \
+  }

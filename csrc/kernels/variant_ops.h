@@ -1,0 +1,35 @@
+// Internal interface between the runtime (launch.cu, registry.cpp) and the generated variant sources.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "wavetune/kernels.h"
+
+namespace wavetune::detail {
+
+struct DeviceInfo {
+  int device;
+  int sm_count;
+};
+
+// Split-K / stream-K scratch memory for a launch on `stream`: a per-(device, stream) buffer that only
+// grows, so steady-state launches never allocate. Stream order makes reuse across launches safe.
+void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes);
+
+// What each generated variant exports; the registry holds one per compiled variant.
+struct VariantOps {
+  // Empty when the variant can run the (already validated) problem with these micro parameters.
+  std::string (*why_not)(const GemmProblem&, const MicroParams&, const DeviceInfo&);
+  void (*run)(const GemmProblem&, const MicroParams&, const DeviceInfo&, Stream);
+};
+
+// Registry (registry.cpp): the ops of a compiled variant, nullptr when not compiled in.
+const VariantOps* variant_ops(int32_t id);
+const char* config_space_hash();
+const char* kernel_set_name();
+
+// Empty when the variant's dtype, layout and tile scheduler accept the problem and micro parameters.
+std::string variant_error(const VariantInfo& variant, const GemmProblem& problem, const MicroParams& micro);
+
+}  // namespace wavetune::detail

@@ -1,0 +1,187 @@
+"""The Python front end: ``gemm`` as a drop-in for ``torch.matmul(a, b)``, and the variant listing.
+
+torch is optional: this module never imports it. ``gemm`` takes torch tensors, so torch is already
+loaded whenever a call can succeed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+
+try:
+    from . import _C
+except ImportError as exc:  # a source checkout, or a broken install
+    raise ImportError(
+        "wavetune's native module (wavetune._C) could not be loaded: install the package with "
+        f"`pip install .` and import it from outside the source tree ({exc})"
+    ) from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """A compiled GEMM variant: its compile-time ("macro") parameters."""
+
+    id: int
+    name: str
+    dtype: str  # "bf16" | "fp16"
+    b_layout: str  # "col" (B[K,N] column-major, an nn.Linear weight's .T) | "row"
+    schedule: str  # "cooperative" | "pingpong"
+    tile: tuple[int, int, int]  # CTA tile M, N, K
+    cluster: tuple[int, int]  # thread-block cluster M, N
+    scheduler: str  # "persistent" | "stream_k"
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """A variant (id or name) plus the run-time ("micro") parameters of its launch.
+
+    decomposition: "heuristic" | "data_parallel" | "split_k" | "stream_k" (the last two need a
+    ``stream_k`` variant); splits: the split-K factor (with "split_k"); raster: "heuristic" |
+    "along_m" | "along_n"; max_swizzle: 1, 2, 4 or 8.
+    """
+
+    variant: int | str
+    decomposition: str = "heuristic"
+    splits: int = 1
+    raster: str = "heuristic"
+    max_swizzle: int = 1
+
+
+def configs() -> list[KernelConfig]:
+    """The variants compiled into this build, by id. Empty when it was built without nvcc."""
+    return list(_configs_by_id().values())
+
+
+def build_info() -> dict:
+    """How this build was made: kernels compiled or not, kernel set, config-space hash, versions."""
+    return _C.build_info()
+
+
+@functools.cache
+def _configs_by_id() -> dict[int, KernelConfig]:
+    return {v["id"]: KernelConfig(**v) for v in _C.variants()}
+
+
+@functools.cache
+def _configs_by_name() -> dict[str, KernelConfig]:
+    return {c.name: c for c in _configs_by_id().values()}
+
+
+def _code(names: list[str], value: str, what: str) -> int:
+    if value not in names:
+        raise ValueError(f"{what}={value!r} is not one of {names}")
+    return names.index(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolve(config) -> tuple[int, int, int, int, int]:
+    """(variant id, decomposition, splits, raster, max_swizzle) codes for a ``config`` argument."""
+    if config is None:
+        return (-1, 0, 1, 0, 1)
+    if not isinstance(config, LaunchConfig):
+        if not isinstance(config, (int, str)) or isinstance(config, bool):
+            raise TypeError(f"config must be a variant id, a variant name or a LaunchConfig, got {config!r}")
+        config = LaunchConfig(config)
+    variant = config.variant
+    if isinstance(variant, str):
+        if variant not in _configs_by_name():
+            raise ValueError(f"no compiled variant named {variant!r}; wavetune.configs() lists them")
+        variant = _configs_by_name()[variant].id
+    elif variant not in _configs_by_id():
+        raise ValueError(f"no compiled variant with id {variant!r}; wavetune.configs() lists them")
+    return (
+        variant,
+        _code(_C.DECOMPOSITIONS, config.decomposition, "decomposition"),
+        int(config.splits),
+        _code(_C.RASTERS, config.raster, "raster"),
+        int(config.max_swizzle),
+    )
+
+
+@functools.cache
+def _dtype_codes(torch) -> dict:
+    return {torch.bfloat16: _C.DTYPES.index("bf16"), torch.float16: _C.DTYPES.index("fp16")}
+
+
+def _rows(t, rows: int, cols: int, name: str):
+    """``t`` viewed as a row-major [rows, cols] matrix with unit column stride, and its row stride."""
+    try:
+        m = t.view(rows, cols)
+    except RuntimeError:
+        raise ValueError(
+            f"{name} of shape {tuple(t.shape)} and strides {t.stride()} cannot be viewed as [{rows}, {cols}] "
+            f"rows without a copy; pass {name}.contiguous()"
+        ) from None
+    if cols > 1 and m.stride(1) != 1:
+        raise ValueError(
+            f"{name}'s last dimension must be contiguous (stride 1), got strides {t.stride()}; pass {name}.contiguous()"
+        )
+    return m, (m.stride(0) if rows > 1 else cols)
+
+
+def _b_layout(b, k: int, n: int) -> tuple[int, int]:
+    """(layout code, leading dimension) of a 2-D B[K, N]."""
+    s0, s1 = b.stride()
+    if s0 == 1 and (n == 1 or s1 >= k):
+        return _C.B_LAYOUTS.index("col"), (s1 if n > 1 else k)
+    if s1 == 1 and (k == 1 or s0 >= n):
+        return _C.B_LAYOUTS.index("row"), (s0 if k > 1 else n)
+    raise ValueError(
+        f"b [K={k}, N={n}] with strides {b.stride()} is neither column-major (an nn.Linear weight's .T, "
+        f"strides (1, >=K)) nor row-major (strides (>=N, 1)); pass b.contiguous()"
+    )
+
+
+def gemm(a, b, *, out=None, config=None):
+    """``a @ b`` with a CUTLASS Hopper kernel: a drop-in for ``torch.matmul(a, b)``.
+
+    a: [..., K] CUDA tensor, bf16 or fp16, last dimension contiguous.
+    b: [K, N] CUDA tensor of the same dtype, column-major (``W.T`` for an nn.Linear weight ``W[N, K]``)
+       or row-major.
+    out: optional [..., N] tensor to write (same dtype and device, rows contiguous).
+    config: force a variant (id, name or LaunchConfig with micro parameters); default: a fixed choice.
+
+    Runs on the current torch stream of ``a``'s device. K and N must be multiples of 8 and the data
+    16-byte aligned (the kernels load with TMA); the error says so otherwise.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise TypeError(f"wavetune.gemm takes torch tensors, got {type(a).__name__} and {type(b).__name__}")
+    if a.dim() < 1 or b.dim() != 2:
+        raise ValueError(f"expected a of shape [..., K] and b of shape [K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
+    k, n = b.shape
+    if a.shape[-1] != k:
+        raise ValueError(f"shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied ({a.shape[-1]} != {k})")
+    dtype_code = _dtype_codes(torch).get(a.dtype)
+    if dtype_code is None or b.dtype != a.dtype:
+        raise TypeError(f"a and b must both be bfloat16 or both float16, got {a.dtype} and {b.dtype}")
+    out_shape = (*a.shape[:-1], n)
+    if out is not None:
+        if not isinstance(out, torch.Tensor) or out.dtype != a.dtype or tuple(out.shape) != out_shape:
+            got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"out must be a {a.dtype} tensor of shape {out_shape}, got {got}")
+    variant, decomposition, splits, raster, swizzle = _resolve(config)
+    if not a.is_cuda or b.device != a.device or (out is not None and out.device != a.device):
+        devices = [str(t.device) for t in (a, b, out) if t is not None]
+        raise ValueError(f"a, b and out must be on one CUDA device, got {', '.join(devices)}")
+
+    m = a.numel() // k if k else int(torch.Size(a.shape[:-1]).numel())
+    if out is None:
+        out = torch.empty(out_shape, dtype=a.dtype, device=a.device)
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()
+    a2, lda = _rows(a, m, k, "a")
+    d2, ldd = _rows(out, m, n, "out")
+    b_layout, ldb = _b_layout(b, k, n)
+
+    device = a.device.index
+    if device != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return gemm(a, b, out=out, config=config)
+    _C.gemm(m, n, k, a2.data_ptr(), lda, b.data_ptr(), ldb, d2.data_ptr(), ldd, dtype_code, b_layout,
+            variant, decomposition, splits, raster, swizzle, torch.cuda.current_stream(device).cuda_stream)
+    return out

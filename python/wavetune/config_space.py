@@ -1,0 +1,269 @@
+"""The kernel config space: parse ``cutlass_configs/*.toml``, expand it into variants, pick a kernel
+set, and generate the CUDA sources that instantiate them.
+
+This module runs in two places: inside the build (CMake calls it as a script, with only the standard
+library available) and from the installed package (tests, tools). Keep it standard-library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import hashlib
+import itertools
+import sys
+import tomllib
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+# The vocabulary of each macro axis. These names are also the C++ enumerator names in
+# csrc/include/wavetune/types.h, which is how the generated code refers to them.
+DTYPES = ("bf16", "fp16")
+B_LAYOUTS = ("col", "row")
+SCHEDULES = ("cooperative", "pingpong")
+TILE_SCHEDULERS = ("persistent", "stream_k")
+
+GROUP_KEYS = {"dtypes", "b_layouts", "schedule", "tiles", "clusters", "schedulers"}
+# NOTES: Hopper wgmma tiles: M is a multiple of 64 per consumer warpgroup, N a multiple of 8 up to 256,
+# K one or more 64-byte swizzle atoms (32 bf16 elements). We keep to the shapes CUTLASS's builder takes.
+TILE_M = (64, 128, 256)
+TILE_N = (64, 128, 256)
+TILE_K = (64, 128)
+CLUSTER_DIMS = (1, 2)
+
+
+class ConfigError(ValueError):
+    """A config-space file that cannot be used; the message names the file and the offending entry."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One compiled GEMM kernel: every compile-time parameter. ``id`` is its position in the space."""
+
+    id: int
+    dtype: str
+    b_layout: str
+    schedule: str
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    cluster_m: int
+    cluster_n: int
+    scheduler: str
+
+    @property
+    def name(self) -> str:
+        return (
+            f"{self.dtype}_b{self.b_layout}_{self.schedule}_{self.tile_m}x{self.tile_n}x{self.tile_k}"
+            f"_{self.cluster_m}x{self.cluster_n}_{self.scheduler}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigSpace:
+    path: Path
+    arch: str
+    variants: tuple[Variant, ...]
+    kernel_sets: dict[str, tuple[str, ...]]
+
+    @property
+    def hash(self) -> str:
+        """Identifies the space: tables tuned against one space are refused by a build of another."""
+        text = "\n".join(f"{v.id} {v.name}" for v in self.variants)
+        return hashlib.sha256(f"{self.arch}\n{text}".encode()).hexdigest()[:16]
+
+    def select(self, kernel_set: str = "full", name_filter: str = "") -> list[Variant]:
+        """The variants of a named set, optionally narrowed by comma-separated glob patterns."""
+        if kernel_set == "full":
+            chosen = list(self.variants)
+        elif kernel_set in self.kernel_sets:
+            patterns = self.kernel_sets[kernel_set]
+            chosen = [v for v in self.variants if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
+        else:
+            known = ", ".join(["full", *self.kernel_sets])
+            raise ConfigError(f"{self.path}: unknown kernel set {kernel_set!r} (known: {known})")
+        if name_filter:
+            patterns = [p.strip() for p in name_filter.split(",") if p.strip()]
+            chosen = [v for v in chosen if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
+        if not chosen:
+            raise ConfigError(
+                f"{self.path}: kernel set {kernel_set!r} with filter {name_filter!r} selects no variant"
+            )
+        return chosen
+
+
+def _parse_dims(text: object, count: int, where: str) -> tuple[int, ...]:
+    parts = str(text).split("x")
+    if not isinstance(text, str) or len(parts) != count or not all(p.isdigit() for p in parts):
+        raise ConfigError(f"{where}: {text!r} is not of the form {'x'.join(['N'] * count)}")
+    return tuple(int(p) for p in parts)
+
+
+def _string_list(group: dict, key: str, allowed: tuple[str, ...] | None, where: str) -> list[str]:
+    value = group[key]
+    if not isinstance(value, list) or not value or not all(isinstance(x, str) for x in value):
+        raise ConfigError(f"{where}: {key} must be a non-empty list of strings, got {value!r}")
+    if allowed is not None:
+        for x in value:
+            if x not in allowed:
+                raise ConfigError(f"{where}: {key} has {x!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
+def _check_variant(v: Variant, where: str) -> None:
+    if v.tile_m not in TILE_M or v.tile_n not in TILE_N or v.tile_k not in TILE_K:
+        raise ConfigError(
+            f"{where}: tile {v.tile_m}x{v.tile_n}x{v.tile_k} is not supported "
+            f"(M in {TILE_M}, N in {TILE_N}, K in {TILE_K})"
+        )
+    if v.cluster_m not in CLUSTER_DIMS or v.cluster_n not in CLUSTER_DIMS:
+        raise ConfigError(f"{where}: cluster {v.cluster_m}x{v.cluster_n} is not supported (each of {CLUSTER_DIMS})")
+    if v.schedule == "cooperative" and v.tile_m < 128:
+        raise ConfigError(f"{where}: cooperative tiles split M over two warpgroups and need tile M >= 128")
+    if v.schedule == "pingpong" and v.tile_m > 128:
+        raise ConfigError(f"{where}: a ping-pong warpgroup owns a whole tile; tile M must be 64 or 128")
+    if v.schedule == "pingpong" and v.scheduler == "stream_k":
+        raise ConfigError(f"{where}: CUTLASS's ping-pong kernel does not support the stream_k scheduler")
+    if v.tile_m * v.tile_n > 256 * 128:
+        raise ConfigError(f"{where}: tile {v.tile_m}x{v.tile_n} has more accumulators than registers hold")
+
+
+def load(path: str | Path) -> ConfigSpace:
+    """Parse and validate a config-space file; every problem is a ConfigError naming the entry."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config space: {exc}") from exc
+    if data.get("schema") != SCHEMA_VERSION:
+        raise ConfigError(f"{path}: schema must be {SCHEMA_VERSION}, got {data.get('schema')!r}")
+    if data.get("arch") != "sm90a":
+        raise ConfigError(f"{path}: arch must be 'sm90a' (the only target wavetune builds), got {data.get('arch')!r}")
+    groups = data.get("group")
+    if not isinstance(groups, list) or not groups:
+        raise ConfigError(f"{path}: no [[group]] tables")
+
+    variants: list[Variant] = []
+    seen: dict[str, str] = {}
+    for index, group in enumerate(groups):
+        where = f"{path}: group {index + 1}"
+        if set(group) != GROUP_KEYS:
+            missing, extra = GROUP_KEYS - set(group), set(group) - GROUP_KEYS
+            raise ConfigError(f"{where}: missing keys {sorted(missing)}, unknown keys {sorted(extra)}")
+        if group["schedule"] not in SCHEDULES:
+            raise ConfigError(f"{where}: schedule {group['schedule']!r}; allowed: {', '.join(SCHEDULES)}")
+        axes = (
+            _string_list(group, "dtypes", DTYPES, where),
+            _string_list(group, "b_layouts", B_LAYOUTS, where),
+            [_parse_dims(t, 3, where) for t in _string_list(group, "tiles", None, where)],
+            [_parse_dims(c, 2, where) for c in _string_list(group, "clusters", None, where)],
+            _string_list(group, "schedulers", TILE_SCHEDULERS, where),
+        )
+        for dtype, b_layout, tile, cluster, scheduler in itertools.product(*axes):
+            v = Variant(len(variants), dtype, b_layout, group["schedule"], *tile, *cluster, scheduler)
+            _check_variant(v, f"{where}: {v.name}")
+            if v.name in seen:
+                raise ConfigError(f"{where}: {v.name} is already defined by {seen[v.name]}")
+            seen[v.name] = where
+            variants.append(v)
+
+    sets = data.get("kernel_sets", {})
+    if not isinstance(sets, dict):
+        raise ConfigError(f"{path}: [kernel_sets] must be a table of name = [patterns]")
+    kernel_sets = {}
+    for name, patterns in sets.items():
+        if name == "full":
+            raise ConfigError(f"{path}: kernel set 'full' is built in (every variant) and cannot be redefined")
+        kernel_sets[name] = tuple(_string_list(sets, name, None, f"{path}: kernel set {name!r}"))
+    space = ConfigSpace(path, data["arch"], tuple(variants), kernel_sets)
+    for name in kernel_sets:
+        space.select(name)  # a set that matches nothing is a typo: fail at parse time
+    return space
+
+
+# ----------------------------------------------------------------------------------------------
+# Code generation: one translation unit per variant (a CUTLASS sm90 instantiation is the slow part
+# of the build, so they compile in parallel), and one X-macro list that the runtime registry reads.
+
+VARIANT_TEMPLATE = """\
+// Generated by python/wavetune/config_space.py from {source}. Do not edit.
+#include "sm90_gemm.cuh"
+
+WAVETUNE_INSTANTIATE_VARIANT({name}, {dtype}, {b_layout}, {schedule}, {tile_m}, {tile_n}, {tile_k}, {cluster_m}, {cluster_n}, {scheduler})
+"""
+
+REGISTRY_TEMPLATE = """\
+// Generated by python/wavetune/config_space.py from {source}. Do not edit.
+// WAVETUNE_VARIANT(id, name, dtype, b_layout, schedule, tile_m, tile_n, tile_k, cluster_m, cluster_n, scheduler)
+#define WAVETUNE_CONFIG_SPACE_HASH "{hash}"
+#define WAVETUNE_KERNEL_SET_NAME "{kernel_set}"
+#define WAVETUNE_VARIANT_LIST(WAVETUNE_VARIANT) \\
+{rows}
+"""
+
+
+def _fields(v: Variant) -> dict[str, object]:
+    return {**dataclasses.asdict(v), "name": v.name}
+
+
+def render_variant(v: Variant, source: str) -> str:
+    return VARIANT_TEMPLATE.format(source=source, **_fields(v))
+
+
+def render_registry(space: ConfigSpace, chosen: list[Variant], kernel_set: str) -> str:
+    row = (
+        "  WAVETUNE_VARIANT({id}, {name}, {dtype}, {b_layout}, {schedule}, {tile_m}, {tile_n}, {tile_k}, "
+        "{cluster_m}, {cluster_n}, {scheduler})"
+    )
+    rows = " \\\n".join(row.format(**_fields(v)) for v in chosen)
+    return REGISTRY_TEMPLATE.format(source=space.path.name, hash=space.hash, kernel_set=kernel_set, rows=rows)
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Rewrite only on change, so an unchanged variant is not recompiled after a reconfigure."""
+    if path.exists() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return True
+
+
+def generate(space: ConfigSpace, out_dir: Path, kernel_set: str, name_filter: str, with_kernels: bool) -> list[Path]:
+    """Write the registry list and (with kernels) one .cu per chosen variant; return the .cu paths."""
+    chosen = space.select(kernel_set, name_filter) if with_kernels else []
+    write_if_changed(out_dir / "registry.inc", render_registry(space, chosen, kernel_set if with_kernels else "none"))
+    sources = []
+    for v in chosen:
+        path = out_dir / "variants" / f"{v.name}.cu"
+        write_if_changed(path, render_variant(v, space.path.name))
+        sources.append(path)
+    wanted = set(sources)
+    for stale in (out_dir / "variants").glob("*.cu") if (out_dir / "variants").exists() else []:
+        if stale not in wanted:
+            stale.unlink()
+    return sources
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate wavetune's CUTLASS variant sources.")
+    parser.add_argument("config", type=Path, help="config-space TOML file")
+    parser.add_argument("out_dir", type=Path, help="directory for generated sources")
+    parser.add_argument("--kernel-set", default="full")
+    parser.add_argument("--filter", default="", help="comma-separated globs over variant names")
+    parser.add_argument("--no-kernels", action="store_true", help="registry only (no CUDA compiler)")
+    args = parser.parse_args(argv)
+    try:
+        space = load(args.config)
+        sources = generate(space, args.out_dir, args.kernel_set, args.filter, not args.no_kernels)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    # CMake reads this list of sources from stdout.
+    print(";".join(str(p) for p in sources))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Config-space parsing, validation, kernel sets and code generation (no GPU, no torch)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from conftest import CONFIG_SPACE
+from wavetune import config_space as cs
+
+GOOD_GROUP = """
+[[group]]
+dtypes = ["bf16"]
+b_layouts = ["col"]
+schedule = "cooperative"
+tiles = ["128x128x64", "256x128x64"]
+clusters = ["1x1", "2x1"]
+schedulers = ["persistent", "stream_k"]
+"""
+
+
+def write(tmp_path, body, header='schema = 1\narch = "sm90a"\n'):
+    path = tmp_path / "space.toml"
+    path.write_text(header + body)
+    return path
+
+
+def test_shipped_space_expands_to_unique_sequential_variants():
+    space = cs.load(CONFIG_SPACE)
+    assert [v.id for v in space.variants] == list(range(len(space.variants)))
+    names = [v.name for v in space.variants]
+    assert len(set(names)) == len(names)
+    # Both dtypes, both B layouts, both schedules and both tile schedulers are represented.
+    for field, values in [("dtype", cs.DTYPES), ("b_layout", cs.B_LAYOUTS), ("schedule", cs.SCHEDULES),
+                          ("scheduler", cs.TILE_SCHEDULERS)]:
+        assert {getattr(v, field) for v in space.variants} == set(values)
+    tiles = {(v.tile_m, v.tile_n, v.tile_k) for v in space.variants}
+    for tile in [(64, 64, 64), (64, 128, 64), (64, 256, 64), (128, 64, 64), (128, 128, 64), (128, 256, 64),
+                 (256, 128, 64), (128, 128, 128)]:
+        assert tile in tiles
+    assert {(v.cluster_m, v.cluster_n) for v in space.variants} == {(1, 1), (2, 1), (1, 2)}
+
+
+def test_group_is_a_cross_product_in_order(tmp_path):
+    space = cs.load(write(tmp_path, GOOD_GROUP))
+    assert len(space.variants) == 2 * 2 * 2
+    assert space.variants[0].name == "bf16_bcol_cooperative_128x128x64_1x1_persistent"
+    assert space.variants[1].name == "bf16_bcol_cooperative_128x128x64_1x1_stream_k"
+    assert space.variants[-1].name == "bf16_bcol_cooperative_256x128x64_2x1_stream_k"
+
+
+def test_hash_changes_with_the_space(tmp_path):
+    a = cs.load(write(tmp_path, GOOD_GROUP)).hash
+    assert a == cs.load(write(tmp_path, GOOD_GROUP)).hash
+    assert re.fullmatch(r"[0-9a-f]{16}", a)
+    assert a != cs.load(write(tmp_path, GOOD_GROUP.replace('"2x1"', '"1x2"'))).hash
+
+
+def test_kernel_sets_and_filter():
+    space = cs.load(CONFIG_SPACE)
+    assert space.select("full") == list(space.variants)
+    ci = space.select("ci")
+    assert 1 <= len(ci) <= 4, "the ci set must stay small: every variant costs ~40 s of CI compile time"
+    assert {v.dtype for v in ci} == set(cs.DTYPES) and {v.b_layout for v in ci} == set(cs.B_LAYOUTS)
+    bf16_col = space.select("full", "bf16_bcol_*")
+    assert bf16_col and all(v.dtype == "bf16" and v.b_layout == "col" for v in bf16_col)
+    both = space.select("full", "bf16_bcol_*_stream_k, fp16_brow_*")
+    assert {v.name for v in both} == {v.name for v in space.variants if
+                                      (v.name.startswith("bf16_bcol_") and v.scheduler == "stream_k")
+                                      or v.name.startswith("fp16_brow_")}
+    with pytest.raises(cs.ConfigError, match="unknown kernel set 'nope'"):
+        space.select("nope")
+    with pytest.raises(cs.ConfigError, match="selects no variant"):
+        space.select("full", "int8_*")
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (GOOD_GROUP.replace('"128x128x64", ', '"64x128x64", '), "need tile M >= 128"),
+        (GOOD_GROUP.replace('"cooperative"', '"pingpong"').replace('"256x128x64"', '"128x64x64"'),
+         "does not support the stream_k scheduler"),
+        (GOOD_GROUP.replace('"cooperative"', '"pingpong"').replace(', "stream_k"', ""), "must be 64 or 128"),
+        (GOOD_GROUP.replace('"128x128x64"', '"128x96x64"'), "is not supported"),
+        (GOOD_GROUP.replace('"128x128x64"', '"128x128"'), "is not of the form NxNxN"),
+        (GOOD_GROUP.replace('"2x1"', '"4x1"'), "cluster 4x1 is not supported"),
+        (GOOD_GROUP.replace('["bf16"]', '["int8"]'), "dtypes has 'int8'"),
+        (GOOD_GROUP.replace('["bf16"]', '[]'), "must be a non-empty list"),
+        (GOOD_GROUP.replace("dtypes", "dtype"), "missing keys \\['dtypes'\\], unknown keys \\['dtype'\\]"),
+        (GOOD_GROUP + GOOD_GROUP, "already defined by"),
+        (GOOD_GROUP.replace('"cooperative"', '"warp"'), "schedule 'warp'"),
+        (GOOD_GROUP + '[kernel_sets]\nsmall = ["nothing_*"]\n', "selects no variant"),
+        (GOOD_GROUP + '[kernel_sets]\nfull = ["*"]\n', "is built in"),
+        ("", "no \\[\\[group\\]\\] tables"),
+        ("[[group\n", "cannot read config space"),
+    ],
+)
+def test_bad_files_are_refused_with_the_reason(tmp_path, body, message):
+    with pytest.raises(cs.ConfigError, match=message):
+        cs.load(write(tmp_path, body))
+
+
+def test_bad_header_is_refused(tmp_path):
+    with pytest.raises(cs.ConfigError, match="schema must be 1"):
+        cs.load(write(tmp_path, GOOD_GROUP, header='schema = 2\narch = "sm90a"\n'))
+    with pytest.raises(cs.ConfigError, match="arch must be 'sm90a'"):
+        cs.load(write(tmp_path, GOOD_GROUP, header='schema = 1\narch = "sm80"\n'))
+    with pytest.raises(cs.ConfigError, match="cannot read"):
+        cs.load(tmp_path / "missing.toml")
+
+
+def test_generate_writes_one_source_per_variant_and_only_on_change(tmp_path):
+    space = cs.load(write(tmp_path, GOOD_GROUP))
+    out = tmp_path / "gen"
+    sources = cs.generate(space, out, "full", "*_persistent", with_kernels=True)
+    assert [p.name for p in sources] == [f"{v.name}.cu" for v in space.variants if v.scheduler == "persistent"]
+    text = sources[1].read_text()
+    assert '#include "sm90_gemm.cuh"' in text
+    assert ("WAVETUNE_INSTANTIATE_VARIANT(bf16_bcol_cooperative_128x128x64_2x1_persistent, bf16, col, "
+            "cooperative, 128, 128, 64, 2, 1, persistent)") in text
+    registry = (out / "registry.inc").read_text()
+    assert f'#define WAVETUNE_CONFIG_SPACE_HASH "{space.hash}"' in registry
+    assert registry.count("WAVETUNE_VARIANT(") == len(sources) + 1  # + the comment line
+    assert "WAVETUNE_VARIANT(2, bf16_bcol_cooperative_128x128x64_2x1_persistent," in registry
+
+    # Unchanged sources keep their timestamps (no recompilation); a narrowed set removes stale ones.
+    os.utime(sources[0], (1, 1))
+    again = cs.generate(space, out, "full", "*_persistent", with_kernels=True)
+    assert again == sources and sources[0].stat().st_mtime == 1
+    fewer = cs.generate(space, out, "full", "*128x128x64_1x1_persistent", with_kernels=True)
+    assert sorted((out / "variants").glob("*.cu")) == fewer and len(fewer) == 1
+
+
+def test_generate_without_kernels_writes_an_empty_registry(tmp_path):
+    space = cs.load(write(tmp_path, GOOD_GROUP))
+    assert cs.generate(space, tmp_path / "gen", "full", "", with_kernels=False) == []
+    registry = (tmp_path / "gen" / "registry.inc").read_text()
+    assert '#define WAVETUNE_KERNEL_SET_NAME "none"' in registry
+    assert "WAVETUNE_VARIANT(0" not in registry
+
+
+def test_command_line_reports_errors(tmp_path, capsys):
+    assert cs.main([str(write(tmp_path, GOOD_GROUP)), str(tmp_path / "gen"), "--kernel-set=nope"]) == 1
+    assert "unknown kernel set 'nope'" in capsys.readouterr().err
+    assert cs.main([str(write(tmp_path, GOOD_GROUP)), str(tmp_path / "gen"), "--filter=*2x1_stream_k"]) == 0
+    printed = capsys.readouterr().out.strip().split(";")
+    assert [p.rsplit("/", 1)[-1] for p in printed] == [
+        "bf16_bcol_cooperative_128x128x64_2x1_stream_k.cu", "bf16_bcol_cooperative_256x128x64_2x1_stream_k.cu"]

@@ -1,0 +1,132 @@
+"""GPU tier: every compiled variant and micro mode against a float32 reference on fresh random inputs.
+
+Outputs are poisoned with NaN before each call, so an unwritten element fails the check.
+Skipped, with the reason, unless a Hopper GPU, torch with CUDA and compiled kernels are present.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import wavetune
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# M from decode to prefill; N and K multiples of 8 but not of any tile size.
+SHAPES = [(1, 264, 200), (7, 4104, 520), (129, 392, 1032), (1000, 1288, 776)]
+TOLERANCE = 1e-2  # relative Frobenius error of 16-bit outputs with fp32 accumulation
+
+
+def operands(m, n, k, dtype, b_layout, batch=()):
+    """x [*batch, m, k] and B [k, n]: col = W.t() of an nn.Linear weight W[n, k], row = contiguous [k, n]."""
+    x = torch.randn(*batch, m, k, device="cuda", dtype=dtype)
+    w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+    b = w.t() if b_layout == "col" else w.t().contiguous()
+    return x, b
+
+
+def check(x, b, **kwargs):
+    ref = x.double() @ b.double()
+    out = torch.full(ref.shape, float("nan"), device="cuda", dtype=x.dtype)
+    result = wavetune.gemm(x, b, out=out, **kwargs)
+    torch.cuda.synchronize()
+    assert result is out
+    assert not out.isnan().any(), "some output elements were not written"
+    error = ((out.double() - ref).norm() / ref.norm()).item()
+    assert error < TOLERANCE, f"relative error {error:.3g}"
+
+
+def variant_ids():
+    return [pytest.param(c, id=c.name) for c in wavetune.configs()]
+
+
+@pytest.mark.parametrize("variant", variant_ids())
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_every_variant(variant, m, n, k):
+    x, b = operands(m, n, k, DTYPES[variant.dtype], variant.b_layout)
+    check(x, b, config=variant.id)
+
+
+def micro_modes(variant):
+    modes = [
+        wavetune.LaunchConfig(variant.name, raster="along_m", max_swizzle=2),
+        wavetune.LaunchConfig(variant.name, raster="along_n", max_swizzle=8),
+        wavetune.LaunchConfig(variant.name, decomposition="data_parallel", max_swizzle=4),
+    ]
+    if variant.scheduler == "stream_k":
+        modes += [
+            wavetune.LaunchConfig(variant.name, decomposition="split_k", splits=2),
+            wavetune.LaunchConfig(variant.name, decomposition="split_k", splits=5, raster="along_n"),
+            wavetune.LaunchConfig(variant.name, decomposition="stream_k"),
+            wavetune.LaunchConfig(variant.name, decomposition="stream_k", raster="along_m", max_swizzle=2),
+        ]
+    return modes
+
+
+@pytest.mark.parametrize("variant", variant_ids())
+@pytest.mark.parametrize("m, n, k", [(7, 4104, 2056), (1000, 1288, 776)])
+def test_micro_modes(variant, m, n, k):
+    x, b = operands(m, n, k, DTYPES[variant.dtype], variant.b_layout)
+    for mode in micro_modes(variant):
+        check(x, b, config=mode)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("b_layout", ["col", "row"])
+def test_default_choice_with_batch_dims(dtype, b_layout):
+    x, b = operands(5, 136, 96, DTYPES[dtype], b_layout, batch=(2, 3))
+    check(x, b)
+    out = wavetune.gemm(x, b)
+    assert out.shape == (2, 3, 5, 136) and out.dtype == DTYPES[dtype]
+
+
+def test_matches_torch_matmul_for_a_linear_layer():
+    x = torch.randn(33, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
+    ours, theirs = wavetune.gemm(x, w.t()), torch.nn.functional.linear(x, w)
+    assert ((ours.float() - theirs.float()).norm() / theirs.float().norm()).item() < TOLERANCE
+
+
+def test_vector_and_empty_inputs():
+    b = torch.randn(64, 16, device="cuda", dtype=torch.bfloat16)
+    check(torch.randn(64, device="cuda", dtype=torch.bfloat16), b)  # [K] @ [K, N] -> [N]
+    assert wavetune.gemm(torch.randn(0, 64, device="cuda", dtype=torch.bfloat16), b).shape == (0, 16)
+    zero_k = wavetune.gemm(torch.randn(3, 0, device="cuda", dtype=torch.bfloat16), b[:0])
+    assert zero_k.shape == (3, 16) and (zero_k == 0).all()
+
+
+def test_strided_rows_and_a_side_stream():
+    x = torch.randn(65, 520, device="cuda", dtype=torch.bfloat16)[:, :512]  # lda = 520
+    out_wide = torch.full((65, 272), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = out_wide[:, :264]  # ldd = 272: the padding columns must stay untouched
+    b = torch.randn(264, 512, device="cuda", dtype=torch.bfloat16).t()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        wavetune.gemm(x, b, out=out)
+    side.synchronize()
+    ref = x.double() @ b.double()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < TOLERANCE
+    assert out_wide[:, 264:].isnan().all()
+
+
+def test_errors_on_the_gpu():
+    x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 32, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="one CUDA device, got cuda:0, cpu"):
+        wavetune.gemm(x, b.cpu())
+    with pytest.raises(ValueError, match="K=60 and N=32 must be multiples of 8"):
+        wavetune.gemm(x[:, :60], b[:60])
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        wavetune.gemm(torch.randn(4 * 64 + 1, device="cuda", dtype=torch.bfloat16)[1:].view(4, 64), b)
+    mismatched = [c for c in wavetune.configs() if c.dtype == "fp16"]
+    if mismatched:
+        with pytest.raises(ValueError, match="takes fp16 .* the problem is bf16"):
+            wavetune.gemm(x, b, config=mismatched[0].id)
+    persistent = [c for c in wavetune.configs() if c.scheduler == "persistent" and c.dtype == "bf16"]
+    if persistent:
+        with pytest.raises(ValueError, match="needs a stream_k variant"):
+            wavetune.gemm(x, b, config=wavetune.LaunchConfig(persistent[0].id, decomposition="split_k", splits=2))
+    torch.cuda.synchronize()  # no launch error was left behind
