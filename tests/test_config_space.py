@@ -41,6 +41,9 @@ def test_shipped_space_expands_to_unique_sequential_variants():
                  (256, 128, 64), (128, 128, 128)]:
         assert tile in tiles
     assert {(v.cluster_m, v.cluster_n) for v in space.variants} == {(1, 1), (2, 1), (1, 2)}
+    swapped = [v for v in space.variants if v.swap_ab]
+    assert swapped and all(v.b_layout == "col" and "_swapab_" in v.name for v in swapped)
+    assert {v.tile_n for v in swapped} >= {16, 32}
 
 
 def test_group_is_a_cross_product_in_order(tmp_path):
@@ -93,6 +96,10 @@ def test_kernel_sets_and_filter():
         (GOOD_GROUP.replace('"cooperative"', '"warp"'), "schedule 'warp'"),
         (GOOD_GROUP + '[kernel_sets]\nsmall = ["nothing_*"]\n', "selects no variant"),
         (GOOD_GROUP + '[kernel_sets]\nfull = ["*"]\n', "is built in"),
+        (GOOD_GROUP.replace('["col"]', '["row"]').replace("[[group]]", "[[group]]\nswap_ab = true"),
+         "swap_ab is supported for column-major B"),
+        (GOOD_GROUP.replace("[[group]]", "[[group]]\nswap_ab = 1"), "swap_ab must be true or false"),
+        (GOOD_GROUP.replace('"128x128x64"', '"128x32x64"'), "tile N below 64 is for swap_ab groups"),
         ("", "no \\[\\[group\\]\\] tables"),
         ("[[group\n", "cannot read config space"),
     ],
@@ -111,6 +118,15 @@ def test_bad_header_is_refused(tmp_path):
         cs.load(tmp_path / "missing.toml")
 
 
+def test_swap_ab_group(tmp_path):
+    space = cs.load(write(tmp_path, GOOD_GROUP.replace("[[group]]", "[[group]]\nswap_ab = true")
+                          .replace('"128x128x64"', '"128x16x128"')))
+    v = space.variants[0]
+    assert v.swap_ab and v.name == "bf16_bcol_swapab_cooperative_128x16x128_1x1_persistent"
+    text = cs.render_variant(v, "x.toml")
+    assert "(bf16_bcol_swapab_cooperative_128x16x128_1x1_persistent, bf16, col, true, cooperative, 128, 16, 128," in text
+
+
 def test_generate_writes_one_source_per_variant_and_only_on_change(tmp_path):
     space = cs.load(write(tmp_path, GOOD_GROUP))
     out = tmp_path / "gen"
@@ -119,11 +135,11 @@ def test_generate_writes_one_source_per_variant_and_only_on_change(tmp_path):
     text = sources[1].read_text()
     assert '#include "sm90_gemm.cuh"' in text
     assert ("WAVETUNE_INSTANTIATE_VARIANT(bf16_bcol_cooperative_128x128x64_2x1_persistent, bf16, col, "
-            "cooperative, 128, 128, 64, 2, 1, persistent)") in text
+            "false, cooperative, 128, 128, 64, 2, 1, persistent)") in text
     registry = (out / "registry.inc").read_text()
     assert f'#define WAVETUNE_CONFIG_SPACE_HASH "{space.hash}"' in registry
     assert registry.count("WAVETUNE_VARIANT(") == len(sources) + 1  # + the comment line
-    assert "WAVETUNE_VARIANT(2, bf16_bcol_cooperative_128x128x64_2x1_persistent," in registry
+    assert "WAVETUNE_VARIANT(2, bf16_bcol_cooperative_128x128x64_2x1_persistent, bf16, col, false," in registry
 
     # Unchanged sources keep their timestamps (no recompilation); a narrowed set removes stale ones.
     os.utime(sources[0], (1, 1))

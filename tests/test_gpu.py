@@ -49,6 +49,23 @@ def test_every_variant(variant, m, n, k):
     check(x, b, config=variant.id)
 
 
+@pytest.mark.parametrize("variant", variant_ids())
+def test_every_variant_with_padded_rows(variant):
+    """Leading dimensions larger than the rows (slices of wider tensors), for A, B and D."""
+    m, n, k, dtype = 33, 264, 200, DTYPES[variant.dtype]
+    x = torch.randn(m, k + 8, device="cuda", dtype=dtype)[:, :k]
+    if variant.b_layout == "col":
+        b = (torch.randn(n, k + 16, device="cuda", dtype=dtype)[:, :k] / k**0.5).t()
+    else:
+        b = torch.randn(k, n + 16, device="cuda", dtype=dtype)[:, :n] / k**0.5
+    out_wide = torch.full((m, n + 24), float("nan"), device="cuda", dtype=dtype)
+    wavetune.gemm(x, b, out=out_wide[:, :n], config=variant.id)
+    torch.cuda.synchronize()
+    ref = x.double() @ b.double()
+    assert ((out_wide[:, :n].double() - ref).norm() / ref.norm()).item() < TOLERANCE
+    assert out_wide[:, n:].isnan().all(), "wrote outside the output view"
+
+
 def micro_modes(variant):
     modes = [
         wavetune.LaunchConfig(variant.name, raster="along_m", max_swizzle=2),

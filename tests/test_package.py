@@ -43,7 +43,8 @@ def test_build_matches_the_config_space():
     for c in listed:
         v = expected[c.id]
         assert c.name == v.name
-        assert (c.dtype, c.b_layout, c.schedule, c.scheduler) == (v.dtype, v.b_layout, v.schedule, v.scheduler)
+        assert (c.dtype, c.b_layout, c.swap_ab, c.schedule, c.scheduler) == (
+            v.dtype, v.b_layout, v.swap_ab, v.schedule, v.scheduler)
         assert c.tile == (v.tile_m, v.tile_n, v.tile_k) and c.cluster == (v.cluster_m, v.cluster_n)
     if info["kernel_set"] != "full":
         assert {c.name for c in listed} <= {v.name for v in space.select(info["kernel_set"])}

@@ -47,6 +47,7 @@ PYBIND11_MODULE(_C, m) {
       d["name"] = v.name;
       d["dtype"] = to_string(v.dtype);
       d["b_layout"] = to_string(v.b_layout);
+      d["swap_ab"] = v.swap_ab;
       d["schedule"] = to_string(v.schedule);
       d["tile"] = py::make_tuple(v.tile_m, v.tile_n, v.tile_k);
       d["cluster"] = py::make_tuple(v.cluster_m, v.cluster_n);

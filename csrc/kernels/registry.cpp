@@ -22,8 +22,8 @@ struct Entry {
   const VariantOps* ops;
 };
 
-#define WAVETUNE_ENTRY(ID, NAME, DT, BL, SCHED, TM, TN, TK, CM, CN, TS)                                        \
-  Entry{{ID, #NAME, DType::DT, BLayout::BL, Schedule::SCHED, TM, TN, TK, CM, CN, TileScheduler::TS}, \
+#define WAVETUNE_ENTRY(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS)                                       \
+  Entry{{ID, #NAME, DType::DT, BLayout::BL, SWAP, Schedule::SCHED, TM, TN, TK, CM, CN, TileScheduler::TS}, \
         &variant_##NAME},
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> list{WAVETUNE_VARIANT_LIST(WAVETUNE_ENTRY)};

@@ -21,9 +21,12 @@
 
 namespace wavetune::detail {
 
-template <DType kDType, BLayout kBLayout, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
-          int kClusterN, TileScheduler kScheduler>
+template <DType kDType, BLayout kBLayout, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK,
+          int kClusterM, int kClusterN, TileScheduler kScheduler>
 struct Sm90Gemm {
+  // NOTES: swap-AB runs D^T[N,M] = W[N,K] @ x^T[K,M]. For B column-major (W[N,K] row-major) that is the
+  // same operand layouts with W as the kernel's A and x as its B, and D written column-major.
+  static_assert(!kSwapAB || kBLayout == BLayout::col, "swap-AB is generated for column-major B only");
   static constexpr bool kCooperative = kSchedule == Schedule::cooperative;
   static constexpr bool kStreamK = kScheduler == TileScheduler::stream_k;
 
@@ -31,7 +34,7 @@ struct Sm90Gemm {
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB =
       std::conditional_t<kBLayout == BLayout::col, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  using LayoutD = cutlass::layout::RowMajor;
+  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   // NOTES: TMA moves 16-byte rows, so every operand's contiguous extent is a multiple of 8 elements;
   // launch.cu checks this up front to give a precise message instead of CUTLASS's bare status.
   static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;
@@ -64,25 +67,34 @@ struct Sm90Gemm {
     using StrideA = typename Kernel::StrideA;
     using StrideB = typename Kernel::StrideB;
     using StrideD = typename Kernel::StrideD;
+    // The kernel's own problem: (M, N) and the A/B operands trade places under swap-AB.
+    const int m = kSwapAB ? p.n : p.m, n = kSwapAB ? p.m : p.n;
+    const void* a = kSwapAB ? p.b : p.a;
+    const void* b = kSwapAB ? p.a : p.b;
+    const int64_t lda = kSwapAB ? p.ldb : p.lda, ldb = kSwapAB ? p.lda : p.ldb;
     // Packed strides, then the caller's leading dimensions (rows of a larger tensor are allowed).
-    StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, {p.m, p.k, 1});
-    StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, {p.n, p.k, 1});
-    StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, {p.m, p.n, 1});
-    cute::get<0>(stride_a) = p.lda;
+    StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, {m, p.k, 1});
+    StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, {n, p.k, 1});
+    StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, {m, n, 1});
+    cute::get<0>(stride_a) = lda;
     if constexpr (kBLayout == BLayout::col) {
-      cute::get<0>(stride_b) = p.ldb;
+      cute::get<0>(stride_b) = ldb;
     } else {
-      cute::get<1>(stride_b) = p.ldb;
+      cute::get<1>(stride_b) = ldb;
     }
-    cute::get<0>(stride_d) = p.ldd;
+    if constexpr (kSwapAB) {
+      cute::get<1>(stride_d) = p.ldd;
+    } else {
+      cute::get<0>(stride_d) = p.ldd;
+    }
 
     cutlass::KernelHardwareInfo hw_info;
     hw_info.device_id = dev.device;
     hw_info.sm_count = dev.sm_count;
 
     Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                   {p.m, p.n, p.k, 1},
-                   {static_cast<const Element*>(p.a), stride_a, static_cast<const Element*>(p.b), stride_b},
+                   {m, n, p.k, 1},
+                   {static_cast<const Element*>(a), stride_a, static_cast<const Element*>(b), stride_b},
                    {{}, nullptr, stride_d, static_cast<Element*>(p.d), stride_d},
                    hw_info};
     args.epilogue.thread.alpha = 1.0f;
@@ -139,9 +151,9 @@ struct Sm90Gemm {
 }  // namespace wavetune::detail
 
 // Defines wavetune::detail::variant_<NAME>, which the registry (registry.cpp) lists.
-#define WAVETUNE_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER)           \
-  namespace wavetune::detail {                                                                                  \
-  extern const VariantOps variant_##NAME;                                                                       \
-  const VariantOps variant_##NAME = Sm90Gemm<DType::DTYPE, BLayout::B_LAYOUT, Schedule::SCHEDULE, TM, TN, TK, CM, \
-                                             CN, TileScheduler::SCHEDULER>::ops();                              \
+#define WAVETUNE_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SWAP_AB, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER) \
+  namespace wavetune::detail {                                                                                \
+  extern const VariantOps variant_##NAME;                                                                     \
+  const VariantOps variant_##NAME = Sm90Gemm<DType::DTYPE, BLayout::B_LAYOUT, SWAP_AB, Schedule::SCHEDULE, TM, TN, \
+                                             TK, CM, CN, TileScheduler::SCHEDULER>::ops();                    \
   }

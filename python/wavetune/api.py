@@ -27,6 +27,7 @@ class KernelConfig:
     name: str
     dtype: str  # "bf16" | "fp16"
     b_layout: str  # "col" (B[K,N] column-major, an nn.Linear weight's .T) | "row"
+    swap_ab: bool  # computes D^T = B^T A^T: tile M runs over N, tile N over M (tokens)
     schedule: str  # "cooperative" | "pingpong"
     tile: tuple[int, int, int]  # CTA tile M, N, K
     cluster: tuple[int, int]  # thread-block cluster M, N

@@ -5,16 +5,18 @@
 #include <stdexcept>
 #include <string>
 
+#include "wavetune/types.h"
+
 namespace wavetune {
 
 // A request the library cannot serve (bad arguments, a variant that cannot run the problem).
-class InvalidArgument : public std::invalid_argument {
+class WAVETUNE_API InvalidArgument : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
 
 // A failure of the CUDA runtime or of CUTLASS while serving a valid request.
-class RuntimeError : public std::runtime_error {
+class WAVETUNE_API RuntimeError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };

@@ -14,9 +14,9 @@
 namespace wavetune {
 
 // Variants compiled into this build, ordered by id. Empty when the library was built without nvcc.
-const std::vector<VariantInfo>& variants();
+WAVETUNE_API const std::vector<VariantInfo>& variants();
 // The variant with this id, or nullptr when it is not compiled in.
-const VariantInfo* find_variant(int32_t id);
+WAVETUNE_API const VariantInfo* find_variant(int32_t id);
 
 struct BuildInfo {
   bool kernels_compiled;
@@ -25,20 +25,20 @@ struct BuildInfo {
   int cuda_version;               // CUDART_VERSION at build time, 0 without nvcc
   int cutlass_version;            // e.g. 420 for 4.2.0, 0 without nvcc
 };
-BuildInfo build_info();
+WAVETUNE_API BuildInfo build_info();
 
 // Empty when the problem itself is valid (sizes, leading dimensions, 16-byte alignment), else the
 // reason and what would work. Needs no GPU.
-std::string problem_error(const GemmProblem& problem);
+WAVETUNE_API std::string problem_error(const GemmProblem& problem);
 
 // Empty when `variant_id` can run `problem` with `micro` on the current device, else the reason.
-std::string why_not(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro);
+WAVETUNE_API std::string why_not(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro);
 
 // D = A @ B with the given variant and micro parameters, launched on `stream` on the current device.
 // Split-K and stream-K workspace comes from a per-(device, stream) buffer that only grows.
-void gemm(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro, Stream stream);
+WAVETUNE_API void gemm(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro, Stream stream);
 
 // The fixed fallback choice for a problem's dtype and layout, until tuned tables decide.
-int32_t default_variant(const GemmProblem& problem);
+WAVETUNE_API int32_t default_variant(const GemmProblem& problem);
 
 }  // namespace wavetune

@@ -4,6 +4,13 @@
 
 #include <cstdint>
 
+// The library is built with hidden symbols; only what carries WAVETUNE_API is exported.
+#if defined(_WIN32)
+#define WAVETUNE_API
+#else
+#define WAVETUNE_API __attribute__((visibility("default")))
+#endif
+
 struct CUstream_st;
 
 namespace wavetune {
@@ -23,19 +30,22 @@ enum class TileScheduler : int32_t { persistent = 0, stream_k = 1 };
 enum class Decomposition : int32_t { heuristic = 0, data_parallel = 1, split_k = 2, stream_k = 3 };
 enum class Raster : int32_t { heuristic = 0, along_m = 1, along_n = 2 };
 
-const char* to_string(DType v);
-const char* to_string(BLayout v);
-const char* to_string(Schedule v);
-const char* to_string(TileScheduler v);
-const char* to_string(Decomposition v);
-const char* to_string(Raster v);
+WAVETUNE_API const char* to_string(DType v);
+WAVETUNE_API const char* to_string(BLayout v);
+WAVETUNE_API const char* to_string(Schedule v);
+WAVETUNE_API const char* to_string(TileScheduler v);
+WAVETUNE_API const char* to_string(Decomposition v);
+WAVETUNE_API const char* to_string(Raster v);
 
 // A compiled kernel. `id` is the variant's position in the config space, stable across kernel sets.
+// With swap_ab the kernel computes D^T = B^T A^T: its tile M runs over the problem's N and its tile N
+// over the problem's M, so a few tokens (decode) sit on a narrow tile side instead of wasting a wide one.
 struct VariantInfo {
   int32_t id;
   const char* name;
   DType dtype;
   BLayout b_layout;
+  bool swap_ab;
   Schedule schedule;
   int32_t tile_m, tile_n, tile_k;
   int32_t cluster_m, cluster_n;
