@@ -131,7 +131,7 @@ def test_strided_rows_and_a_side_stream():
 
 def test_errors_on_the_gpu():
     x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(64, 32, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(32, 64, device="cuda", dtype=torch.bfloat16).t()  # column-major [K=64, N=32]
     with pytest.raises(ValueError, match="one CUDA device, got cuda:0, cpu"):
         wavetune.gemm(x, b.cpu())
     with pytest.raises(ValueError, match="K=60 and N=32 must be multiples of 8"):
@@ -142,7 +142,8 @@ def test_errors_on_the_gpu():
     if mismatched:
         with pytest.raises(ValueError, match="takes fp16 .* the problem is bf16"):
             wavetune.gemm(x, b, config=mismatched[0].id)
-    persistent = [c for c in wavetune.configs() if c.scheduler == "persistent" and c.dtype == "bf16"]
+    persistent = [c for c in wavetune.configs()
+                  if c.scheduler == "persistent" and c.dtype == "bf16" and c.b_layout == "col"]
     if persistent:
         with pytest.raises(ValueError, match="needs a stream_k variant"):
             wavetune.gemm(x, b, config=wavetune.LaunchConfig(persistent[0].id, decomposition="split_k", splits=2))
