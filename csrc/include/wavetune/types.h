@@ -30,12 +30,26 @@ enum class TileScheduler : int32_t { persistent = 0, stream_k = 1 };
 enum class Decomposition : int32_t { heuristic = 0, data_parallel = 1, split_k = 2, stream_k = 3 };
 enum class Raster : int32_t { heuristic = 0, along_m = 1, along_n = 2 };
 
-WAVETUNE_API const char* to_string(DType v);
-WAVETUNE_API const char* to_string(BLayout v);
-WAVETUNE_API const char* to_string(Schedule v);
-WAVETUNE_API const char* to_string(TileScheduler v);
-WAVETUNE_API const char* to_string(Decomposition v);
-WAVETUNE_API const char* to_string(Raster v);
+// Names, in the vocabulary of the config space and of table files.
+inline const char* to_string(DType v) { return v == DType::bf16 ? "bf16" : "fp16"; }
+inline const char* to_string(BLayout v) { return v == BLayout::col ? "col" : "row"; }
+inline const char* to_string(Schedule v) { return v == Schedule::cooperative ? "cooperative" : "pingpong"; }
+inline const char* to_string(TileScheduler v) { return v == TileScheduler::persistent ? "persistent" : "stream_k"; }
+inline const char* to_string(Decomposition v) {
+  switch (v) {
+    case Decomposition::data_parallel: return "data_parallel";
+    case Decomposition::split_k: return "split_k";
+    case Decomposition::stream_k: return "stream_k";
+    default: return "heuristic";
+  }
+}
+inline const char* to_string(Raster v) {
+  switch (v) {
+    case Raster::along_m: return "along_m";
+    case Raster::along_n: return "along_n";
+    default: return "heuristic";
+  }
+}
 
 // A compiled kernel. `id` is the variant's position in the config space, stable across kernel sets.
 // With swap_ab the kernel computes D^T = B^T A^T: its tile M runs over the problem's N and its tile N

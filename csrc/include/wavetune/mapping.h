@@ -1,0 +1,70 @@
+// The unified mapping: a problem (M, N, K) under a config -> the physical coordinates the latency model
+// works in. One definition, used by the lookup engine (C++), and by Python through the bindings.
+//
+//   G  grid size: CTAs' worth of work (output tiles times K splits)
+//   L  inner-loop iterations: K steps (tile_k each) per unit of work
+//   C  concurrent capacity: CTAs resident at once
+//   w  waves: ceil(G / C)
+//
+// Header-only, no CUDA: the lookup engine and C++ callers need no GPU to evaluate it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "wavetune/types.h"
+
+namespace wavetune {
+
+// The compile-time shape of a variant that the mapping needs.
+struct TileShape {
+  int32_t tile_m, tile_n, tile_k;
+  int32_t cluster_m, cluster_n;
+  bool swap_ab;
+};
+
+inline TileShape tile_shape(const VariantInfo& v) {
+  return {v.tile_m, v.tile_n, v.tile_k, v.cluster_m, v.cluster_n, v.swap_ab};
+}
+
+struct Coordinates {
+  int64_t grid;      // G
+  int64_t k_iters;   // L
+  int64_t capacity;  // C
+  int64_t waves;     // w
+};
+
+namespace detail {
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+}  // namespace detail
+
+// NOTES: every variant's mainloop stages are sized to fill shared memory (StageCountAutoCarveout), so one
+// CTA is resident per SM, and clusters are placed whole: C = floor(SMs / cluster size) * cluster size.
+// CUTLASS's persistent scheduler launches min(G, C) CTAs that loop over the work, so a wave is one pass.
+inline Coordinates map_problem(const TileShape& t, int64_t m, int64_t n, int64_t k, Decomposition decomposition,
+                               int32_t splits, int32_t sm_count) {
+  const int64_t rows = t.swap_ab ? n : m;  // the kernel's own M and N
+  const int64_t cols = t.swap_ab ? m : n;
+  const int64_t cluster = int64_t(t.cluster_m) * t.cluster_n;
+  // The tile grid is padded to whole clusters.
+  const int64_t tiles = detail::round_up(detail::ceil_div(rows, t.tile_m), t.cluster_m) *
+                        detail::round_up(detail::ceil_div(cols, t.tile_n), t.cluster_n);
+  const int64_t k_iters = std::max<int64_t>(1, detail::ceil_div(k, t.tile_k));
+  const int64_t capacity = std::max<int64_t>(cluster, sm_count / cluster * cluster);
+
+  int64_t grid = tiles, steps = k_iters;
+  if (decomposition == Decomposition::split_k) {
+    const int64_t s = std::clamp<int64_t>(splits, 1, k_iters);
+    grid = tiles * s;
+    steps = detail::ceil_div(k_iters, s);
+  } else if (decomposition == Decomposition::stream_k) {
+    // Stream-K spreads all tiles*k_iters K steps evenly over the resident CTAs: one wave by construction.
+    const int64_t units = tiles * k_iters;
+    grid = std::min(capacity, units);
+    steps = detail::ceil_div(units, grid);
+  }
+  return {grid, steps, capacity, detail::ceil_div(grid, capacity)};
+}
+
+}  // namespace wavetune
