@@ -3,9 +3,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <stdexcept>
+#include <tuple>
+
 #include <cstdint>
 
 #include "wavetune/kernels.h"
+#include "wavetune/mapping.h"
 
 namespace py = pybind11;
 using namespace wavetune;
@@ -89,6 +93,42 @@ PYBIND11_MODULE(_C, m) {
                        make_micro(decomposition, splits, raster, max_swizzle));
       },
       "Empty string when the variant can run the problem on the current device, else the reason.");
+
+  m.def("device_properties", [] {
+    DeviceProperties p = device_properties();
+    py::dict d;
+    d["name"] = p.name;
+    d["sm_count"] = p.sm_count;
+    d["l2_bytes"] = p.l2_bytes;
+    d["compute_capability"] = py::make_tuple(p.cc_major, p.cc_minor);
+    return d;
+  });
+
+  m.def(
+      "map_problem",
+      [](int32_t variant, int64_t m_, int64_t n, int64_t k, int32_t decomposition, int32_t splits, int32_t sm_count) {
+        const VariantInfo* v = find_variant(variant);
+        if (!v) throw std::invalid_argument("variant id " + std::to_string(variant) + " is not compiled in");
+        Coordinates c = map_problem(tile_shape(*v), m_, n, k, static_cast<Decomposition>(decomposition), splits, sm_count);
+        return py::make_tuple(c.grid, c.k_iters, c.capacity, c.waves);
+      },
+      "(G, L, C, waves) of a problem under a compiled variant and decomposition (csrc/include/wavetune/mapping.h).");
+
+  m.def(
+      "profile",
+      [](int32_t m_, int32_t n, int32_t k, int32_t dtype, int32_t b_layout,
+         const std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>>& configs, int32_t warmup,
+         int32_t replays, int32_t min_launches, int64_t cold_bytes, uint64_t seed) {
+        std::vector<Launch> launches;
+        for (const auto& [variant, decomposition, splits, raster, max_swizzle] : configs) {
+          launches.push_back({variant, make_micro(decomposition, splits, raster, max_swizzle)});
+        }
+        return profile(m_, n, k, static_cast<DType>(dtype), static_cast<BLayout>(b_layout), launches,
+                       {warmup, replays, min_launches, cold_bytes, seed});
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "Median us per launch of each (variant, decomposition, splits, raster, max_swizzle) on one problem, "
+      "timed with CUDA-graph replays over cold operand copies; NaN where a config cannot run.");
 
   m.def(
       "gemm",

@@ -9,16 +9,9 @@
 
 #include "cutlass/version.h"
 #include "variant_ops.h"
+#include "cuda_check.h"
 #include "wavetune/errors.h"
 #include "wavetune/kernels.h"
-
-#define WAVETUNE_CUDA_CHECK(expr)                                                                   \
-  do {                                                                                              \
-    cudaError_t wavetune_err_ = (expr);                                                             \
-    if (wavetune_err_ != cudaSuccess) {                                                             \
-      WAVETUNE_FAIL(#expr, " failed: ", cudaGetErrorName(wavetune_err_), " (", cudaGetErrorString(wavetune_err_), ")"); \
-    }                                                                                               \
-  } while (0)
 
 namespace wavetune {
 namespace detail {

@@ -21,4 +21,11 @@ std::string why_not(const GemmProblem& p, int32_t, const MicroParams&) {
 
 void gemm(const GemmProblem&, int32_t, const MicroParams&, Stream) { WAVETUNE_FAIL(kNoKernels); }
 
+DeviceProperties device_properties() { WAVETUNE_FAIL(kNoKernels); }
+
+std::vector<double> profile(int32_t, int32_t, int32_t, DType, BLayout, const std::vector<Launch>&,
+                            const ProfileOptions&) {
+  WAVETUNE_FAIL(kNoKernels);
+}
+
 }  // namespace wavetune

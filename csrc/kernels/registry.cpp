@@ -1,6 +1,8 @@
 // The compiled variants, as listed by the generated registry.inc (see python/wavetune/config_space.py),
 // and the problem checks that need no GPU.
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -109,24 +111,52 @@ std::string detail::variant_error(const VariantInfo& v, const GemmProblem& p, co
   return os.str();
 }
 
-int32_t default_variant(const GemmProblem& p) {
-  // NOTES: a fixed, shape-blind choice: the 128x128x64 cooperative persistent kernel is the usual
-  // CUTLASS default and never a disaster; any compiled variant of the right dtype and layout otherwise.
-  const VariantInfo* fallback = nullptr;
-  for (const auto& v : variants()) {
-    if (v.dtype != p.dtype || v.b_layout != p.b_layout) continue;
-    if (v.schedule == Schedule::cooperative && v.tile_m == 128 && v.tile_n == 128 && v.tile_k == 64 &&
-        v.cluster_m == 1 && v.cluster_n == 1 && v.scheduler == TileScheduler::persistent) {
-      return v.id;
+namespace {
+// One M bucket of the fallback heuristic: the variant (name without its dtype prefix) for M <= max_m.
+struct Bucket {
+  int64_t max_m;
+  const char* variant;
+};
+
+// NOTES: from the H200 cold-weight timings in docs/kernels.md: swap-AB ping-pong kernels win decode (the
+// tokens sit on a 16/32-wide tile side), 64x128 ping-pong the small batches, 128x128 ping-pong the middle
+// and 256x128 cooperative the large M. Used only when no tuned table covers the GPU.
+constexpr Bucket kColBuckets[] = {{16, "bcol_swapab_pingpong_64x16x128_1x1_persistent"},
+                                  {64, "bcol_swapab_pingpong_64x32x128_1x1_persistent"},
+                                  {256, "bcol_pingpong_64x128x64_1x1_persistent"},
+                                  {2048, "bcol_pingpong_128x128x64_1x1_persistent"},
+                                  {INT64_MAX, "bcol_cooperative_256x128x64_1x1_persistent"}};
+constexpr Bucket kRowBuckets[] = {{256, "brow_pingpong_64x128x64_1x1_persistent"},
+                                  {INT64_MAX, "brow_cooperative_128x256x64_1x1_persistent"}};
+
+// (max_m, variant id) per bucket whose variant is compiled, for one dtype and layout; resolved once.
+template <size_t kCount>
+std::vector<std::pair<int64_t, int32_t>> resolve_buckets(DType dtype, const Bucket (&buckets)[kCount]) {
+  std::vector<std::pair<int64_t, int32_t>> out;
+  for (const Bucket& b : buckets) {
+    const std::string name = std::string(to_string(dtype)) + "_" + b.variant;
+    for (const auto& v : variants()) {
+      if (name == v.name) out.emplace_back(b.max_m, v.id);
     }
-    if (!fallback) fallback = &v;
   }
-  if (!fallback) {
-    WAVETUNE_INVALID("no compiled variant takes ", to_string(p.dtype), " with ", to_string(p.b_layout),
-                     "-major B (kernel set '", detail::kernel_set_name(),
-                     "'); rebuild with -Ccmake.define.WAVETUNE_KERNEL_SET=full");
+  return out;
+}
+}  // namespace
+
+int32_t default_variant(const GemmProblem& p) {
+  static const std::vector<std::pair<int64_t, int32_t>> buckets[2][2] = {
+      {resolve_buckets(DType::bf16, kColBuckets), resolve_buckets(DType::bf16, kRowBuckets)},
+      {resolve_buckets(DType::fp16, kColBuckets), resolve_buckets(DType::fp16, kRowBuckets)}};
+  for (const auto& [max_m, id] : buckets[int(p.dtype)][int(p.b_layout)]) {
+    if (p.m <= max_m) return id;
   }
-  return fallback->id;
+  // A kernel set without the heuristic's variants: any compiled variant of the right dtype and layout.
+  for (const auto& v : variants()) {
+    if (v.dtype == p.dtype && v.b_layout == p.b_layout) return v.id;
+  }
+  WAVETUNE_INVALID("no compiled variant takes ", to_string(p.dtype), " with ", to_string(p.b_layout),
+                   "-major B (kernel set '", detail::kernel_set_name(),
+                   "'); rebuild with -Ccmake.define.WAVETUNE_KERNEL_SET=full");
 }
 
 }  // namespace wavetune

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
+import warnings
+from pathlib import Path
 
 try:
     from . import _C
@@ -48,6 +51,89 @@ class LaunchConfig:
     splits: int = 1
     raster: str = "heuristic"
     max_swizzle: int = 1
+
+
+# Tables shipped with the package, one per GPU model (docs/tables.md).
+TABLE_DIR = Path(__file__).parent / "tables"
+
+
+def table_file_name(gpu_name: str) -> str:
+    from .tablefile import table_slug
+
+    return f"{table_slug(gpu_name)}.wtt"
+
+
+def default_table_path(gpu_name: str) -> Path | None:
+    """$WAVETUNE_TABLE if set, else the shipped table for this GPU model, else None."""
+    if os.environ.get("WAVETUNE_TABLE"):
+        return Path(os.environ["WAVETUNE_TABLE"])
+    path = TABLE_DIR / table_file_name(gpu_name)
+    return path if path.exists() else None
+
+
+def open_table(path: str | Path):
+    """A table bound to this build's variants, without checking the GPU (for `explain` and tools)."""
+    return _C.Selector(str(path))
+
+
+def load_table(path: str | Path | None = None, *, device: int | None = None) -> dict:
+    """Use a table for ``wavetune.gemm``'s choices on a CUDA device (default: the current one).
+
+    Without ``path``, the default table for the device's GPU model (``default_table_path``). The table
+    is refused if it was made on another GPU model or for another build's variants.
+    """
+    if device is None:
+        device = _current_device()
+    props = _device_properties(device)
+    path = Path(path) if path is not None else default_table_path(props["name"])
+    if path is None:
+        raise FileNotFoundError(f"no wavetune table for {props['name']}: looked for {table_file_name(props['name'])} "
+                                f"in {TABLE_DIR}; make one with `python -m wavetune tune` or set WAVETUNE_TABLE")
+    selector = open_table(path)
+    selector.check_device(props["name"], props["sm_count"])
+    _C.use_table(device, selector)
+    _table_checked.add(device)
+    return {"path": str(path), "configs": selector.config_count(), "exact": selector.exact_count(),
+            "skipped_configs": selector.skipped_configs(), **selector.meta()}
+
+
+def device_properties(device: int | None = None) -> dict:
+    """Name, SM count, L2 size and compute capability of a CUDA device (default: the current one)."""
+    return _device_properties(_current_device() if device is None else device)
+
+
+# Devices whose table was looked for already: gemm looks once per device, on its first call there.
+_table_checked: set[int] = set()
+
+
+def _autoload_table(device: int) -> None:
+    _table_checked.add(device)
+    name = _device_properties(device)["name"]
+    if default_table_path(name) is None:
+        warnings.warn(f"wavetune: no tuned table for {name}; kernels are chosen by the built-in M-bucket "
+                      f"heuristic (run `python -m wavetune tune` to make one)", stacklevel=3)
+        return
+    load_table(device=device)
+
+
+def _current_device() -> int:
+    torch = sys.modules.get("torch")
+    return torch.cuda.current_device() if torch is not None else 0
+
+
+@functools.cache
+def _device_properties(device: int) -> dict:
+    torch = sys.modules.get("torch")
+    if torch is not None and device != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return _C.device_properties()
+    return _C.device_properties()
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
 
 
 def configs() -> list[KernelConfig]:
@@ -142,7 +228,8 @@ def gemm(a, b, *, out=None, config=None):
     b: [K, N] CUDA tensor of the same dtype, column-major (``W.T`` for an nn.Linear weight ``W[N, K]``)
        or row-major.
     out: optional [..., N] tensor to write (same dtype and device, rows contiguous).
-    config: force a variant (id, name or LaunchConfig with micro parameters); default: a fixed choice.
+    config: force a variant (id, name or LaunchConfig with micro parameters); default: the tuned
+            table's choice for this GPU (the built-in heuristic where there is none).
 
     Runs on the current torch stream of ``a``'s device. K and N must be multiples of 8 and the data
     16-byte aligned (the kernels load with TMA); the error says so otherwise.
@@ -183,6 +270,8 @@ def gemm(a, b, *, out=None, config=None):
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return gemm(a, b, out=out, config=config)
+    if variant < 0 and device not in _table_checked:
+        _autoload_table(device)
     _C.gemm(m, n, k, a2.data_ptr(), lda, b.data_ptr(), ldb, d2.data_ptr(), ldd, dtype_code, b_layout,
-            variant, decomposition, splits, raster, swizzle, torch.cuda.current_stream(device).cuda_stream)
+            variant, decomposition, splits, raster, swizzle, torch.cuda.current_stream(device).cuda_stream, device)
     return out

@@ -38,7 +38,36 @@ WAVETUNE_API std::string why_not(const GemmProblem& problem, int32_t variant_id,
 // Split-K and stream-K workspace comes from a per-(device, stream) buffer that only grows.
 WAVETUNE_API void gemm(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro, Stream stream);
 
-// The fixed fallback choice for a problem's dtype and layout, until tuned tables decide.
+// The fallback choice when no tuned table covers the GPU: a small M-bucket heuristic (registry.cpp).
 WAVETUNE_API int32_t default_variant(const GemmProblem& problem);
+
+struct DeviceProperties {
+  std::string name;
+  int32_t sm_count;
+  int64_t l2_bytes;
+  int32_t cc_major, cc_minor;
+};
+// The current CUDA device.
+WAVETUNE_API DeviceProperties device_properties();
+
+// One launch configuration to time: a variant and its micro parameters.
+struct Launch {
+  int32_t variant;
+  MicroParams micro;
+};
+
+struct ProfileOptions {
+  int32_t warmup = 3;        // eager launches per config before capture (they also size the workspace)
+  int32_t replays = 5;       // timed replays of the graph; the median is reported
+  int32_t min_launches = 8;  // launches per graph, rounded up to whole passes over the operand copies
+  int64_t cold_bytes = 0;    // the rotated operand copies total at least this many bytes; 0: twice the L2
+  uint64_t seed = 1;         // operands are fresh pseudo-random values in [-1, 1) drawn from this seed
+};
+
+// Median microseconds per launch of each config on D[m,n] = A[m,k] @ B[k,n], timed as inference runs
+// them: CUDA-graph replays (no host launch cost) over operand copies rotated so weights come from DRAM,
+// on a private stream of the current device. NaN for a config that cannot run the problem.
+WAVETUNE_API std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayout b_layout,
+                                         const std::vector<Launch>& launches, const ProfileOptions& options);
 
 }  // namespace wavetune

@@ -1,0 +1,151 @@
+// The profiler: times launch configs on one problem the way inference runs them (cold weights, no host
+// launch gaps), so that tables tuned from these numbers pick the kernels that are fast in production.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cutlass/numeric_types.h"
+#include "cuda_check.h"
+#include "wavetune/errors.h"
+#include "wavetune/kernels.h"
+
+namespace wavetune {
+namespace {
+
+__device__ inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform values in [-1, 1): never zeros, which would run faster than real data.
+template <class T>
+__global__ void fill_uniform(T* data, int64_t count, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    const float u = float(splitmix64(seed ^ (uint64_t(i) * 0xD1B54A32D192ED03ull)) >> 40) * (1.0f / 16777216.0f);
+    data[i] = T(2.0f * u - 1.0f);
+  }
+}
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { WAVETUNE_CUDA_CHECK(cudaMalloc(&ptr, bytes)); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+};
+
+struct StreamHandle {
+  cudaStream_t stream = nullptr;
+  StreamHandle() { WAVETUNE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)); }
+  ~StreamHandle() { cudaStreamDestroy(stream); }
+};
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Events() {
+    WAVETUNE_CUDA_CHECK(cudaEventCreate(&start));
+    WAVETUNE_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~Events() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+};
+
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~Graph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+
+constexpr int64_t kAlign = 256;
+int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+DeviceProperties device_properties() {
+  int device = 0;
+  WAVETUNE_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  WAVETUNE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return {prop.name, prop.multiProcessorCount, prop.l2CacheSize, prop.major, prop.minor};
+}
+
+std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayout b_layout,
+                            const std::vector<Launch>& launches, const ProfileOptions& options) {
+  if (options.warmup < 1 || options.replays < 1 || options.min_launches < 1) {
+    WAVETUNE_INVALID("profile options need warmup, replays and min_launches >= 1");
+  }
+  const int64_t a_bytes = aligned(int64_t(m) * k * 2), b_bytes = aligned(int64_t(k) * n * 2);
+  const int64_t d_bytes = aligned(int64_t(m) * n * 2), copy_bytes = a_bytes + b_bytes + d_bytes;
+  int64_t cold_bytes = options.cold_bytes;
+  if (cold_bytes <= 0) cold_bytes = 2 * device_properties().l2_bytes;
+  // NOTES: a weight read once per launch must come from DRAM, as in a forward pass: enough copies that
+  // the ones a graph cycles through exceed the L2 (a single copy larger than that needs no rotation).
+  const int64_t copies = std::clamp<int64_t>((cold_bytes + copy_bytes - 1) / copy_bytes, 1, 64);
+  const int64_t per_graph = copies * ((options.min_launches + copies - 1) / copies);
+
+  DeviceBuffer buffer(size_t(copies * copy_bytes));
+  StreamHandle stream;
+  Events events;
+  auto* base = static_cast<char*>(buffer.ptr);
+  const int64_t elements = copies * copy_bytes / 2;
+  if (dtype == DType::bf16) {
+    fill_uniform<<<1024, 256, 0, stream.stream>>>(reinterpret_cast<cutlass::bfloat16_t*>(base), elements, options.seed);
+  } else {
+    fill_uniform<<<1024, 256, 0, stream.stream>>>(reinterpret_cast<cutlass::half_t*>(base), elements, options.seed);
+  }
+  WAVETUNE_CUDA_CHECK(cudaGetLastError());
+
+  auto problem = [&](int64_t copy) {
+    char* p = base + copy * copy_bytes;
+    return GemmProblem{m, n, k, p, k, p + a_bytes, b_layout == BLayout::col ? k : n, p + a_bytes + b_bytes, n,
+                       dtype, b_layout};
+  };
+
+  std::vector<double> result;
+  result.reserve(launches.size());
+  for (const Launch& launch : launches) {
+    if (!why_not(problem(0), launch.variant, launch.micro).empty()) {
+      result.push_back(std::numeric_limits<double>::quiet_NaN());
+      continue;
+    }
+    for (int i = 0; i < options.warmup; ++i) gemm(problem(i % copies), launch.variant, launch.micro, stream.stream);
+    WAVETUNE_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+
+    Graph graph;
+    WAVETUNE_CUDA_CHECK(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
+    try {
+      for (int64_t i = 0; i < per_graph; ++i) gemm(problem(i % copies), launch.variant, launch.micro, stream.stream);
+    } catch (...) {
+      cudaStreamEndCapture(stream.stream, &graph.graph);
+      throw;
+    }
+    WAVETUNE_CUDA_CHECK(cudaStreamEndCapture(stream.stream, &graph.graph));
+    WAVETUNE_CUDA_CHECK(cudaGraphInstantiate(&graph.exec, graph.graph, 0));
+    WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream.stream));  // the first replay uploads the graph
+
+    std::vector<double> samples;
+    for (int r = 0; r < options.replays; ++r) {
+      WAVETUNE_CUDA_CHECK(cudaEventRecord(events.start, stream.stream));
+      WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream.stream));
+      WAVETUNE_CUDA_CHECK(cudaEventRecord(events.stop, stream.stream));
+      WAVETUNE_CUDA_CHECK(cudaEventSynchronize(events.stop));
+      float ms = 0;
+      WAVETUNE_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+      samples.push_back(1000.0 * ms / double(per_graph));
+    }
+    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+    result.push_back(samples[samples.size() / 2]);
+  }
+  WAVETUNE_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+  return result;
+}
+
+}  // namespace wavetune

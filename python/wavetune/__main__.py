@@ -1,0 +1,117 @@
+"""Command line: ``python -m wavetune {info,tune,explain}`` and ``python -m wavetune --cmake-dir``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import api
+
+
+def cmake_dir() -> Path:
+    """The directory to put on CMAKE_PREFIX_PATH for ``find_package(wavetune)``."""
+    return Path(api.__file__).parent / "share" / "cmake" / "wavetune"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    build = api.build_info()
+    print(f"wavetune {api._version()}  kernel set {build['kernel_set']!r}: {len(api.configs())} variants, "
+          f"config space {build['config_space_hash']}, CUDA {build['cuda_version']}, "
+          f"CUTLASS {build['cutlass_version']}")
+    if not build["kernels_compiled"]:
+        print("no GPU kernels in this build (built without nvcc)")
+        return 0
+    try:
+        device = api.device_properties()
+    except RuntimeError as exc:
+        print(f"GPU: none usable ({exc})")
+        return 0
+    print(f"GPU: {device['name']}, {device['sm_count']} SMs, L2 {device['l2_bytes'] >> 20} MiB, "
+          f"sm_{''.join(map(str, device['compute_capability']))}")
+    table = api.default_table_path(device["name"])
+    if table is None:
+        print(f"table: none for this GPU (looked for {api.table_file_name(device['name'])} in "
+              f"{api.TABLE_DIR} and $WAVETUNE_TABLE); gemm uses the built-in heuristic")
+    else:
+        info = api.load_table(table)
+        print(f"table: {table} ({info['configs']} configs, {info['exact']} exact shapes, "
+              f"{info['skipped_configs']} configs skipped as not compiled)")
+    return 0
+
+
+def _shapes(path: str, models: str | None) -> list[tuple[int, int, int]]:
+    """(M, N, K) of a shape-suite JSON: {"M": [...], "models": {name: {layer: [N, K]}}}."""
+    suite = json.loads(Path(path).read_text())
+    names = models.split(",") if models else list(suite["models"])
+    nks = sorted({tuple(nk) for name in names for nk in suite["models"][name].values()})
+    return [(m, n, k) for n, k in nks for m in suite["M"]]
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from . import tuning
+
+    exact = _shapes(args.exact, args.models) if args.exact else []
+    tuning.tune(Path(args.out), Path(args.log), args.dtype, args.b_layout, exact, micro=not args.no_micro)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    table = args.table or api.default_table_path(api.device_properties()["name"])
+    if table is None:
+        print("no table for this GPU: pass --table PATH", file=sys.stderr)
+        return 2
+    selector = api.open_table(table)
+    problem = (args.dtype, args.b_layout, args.M, args.N, args.K)
+    rows = sorted(selector.explain(*problem), key=lambda r: r["predicted_us"])
+    choice = selector.select(*problem)
+    print(f"{table}: {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
+    print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}")
+    for r in rows[: args.top]:
+        print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}")
+    how = ("exact table: this shape was profiled" if choice["source"] == "exact"
+           else "model: lowest predicted latency of the candidates above")
+    print(f"choice: {choice['name']} raster={choice['raster']} max_swizzle={choice['max_swizzle']} "
+          f"({choice['predicted_us']:.2f} us, {how})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m wavetune", description=__doc__)
+    parser.add_argument("--cmake-dir", action="store_true", help="print the CMake package directory and exit")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("info", help="GPU, compiled variants, table in use")
+
+    tune = sub.add_parser("tune", help="profile this GPU, fit the model, write a table")
+    tune.add_argument("--out", default="tables", help="directory for <gpu>.wtt (default: tables)")
+    tune.add_argument("--log", default="wavetune-measurements.jsonl",
+                      help="measurement log; an existing log of the same GPU and build is resumed")
+    tune.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    tune.add_argument("--b-layout", default="col", choices=["col", "row"])
+    tune.add_argument("--exact", help="shape-suite JSON whose shapes are profiled exhaustively into the exact table")
+    tune.add_argument("--models", help="comma-separated models of --exact (default: all)")
+    tune.add_argument("--no-micro", action="store_true", help="skip the raster/swizzle stage")
+
+    explain = sub.add_parser("explain", help="predicted latency of every config for one problem, and the choice")
+    explain.add_argument("M", type=int)
+    explain.add_argument("N", type=int)
+    explain.add_argument("K", type=int)
+    explain.add_argument("--table", help="table file (default: the installed one for this GPU); no GPU needed")
+    explain.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    explain.add_argument("--b-layout", default="col", choices=["col", "row"])
+    explain.add_argument("--top", type=int, default=15, help="configs to list")
+
+    args = parser.parse_args(argv)
+    if args.cmake_dir:
+        print(cmake_dir())
+        return 0
+    commands = {"info": cmd_info, "tune": cmd_tune, "explain": cmd_explain}
+    if args.command not in commands:
+        parser.print_help()
+        return 2
+    return commands[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

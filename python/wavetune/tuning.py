@@ -1,0 +1,247 @@
+"""Tuning: profile a sparse, wave-aware anchor plan per config, fit the latency model, write the tables.
+
+    python -m wavetune tune --out tables/            # on the GPU the table is for
+
+Every measurement goes through the C++ profiler (``_C.profile``: CUDA-graph replays over operand copies
+rotated so weights are read from DRAM) and is appended to a JSON-lines file stamped with the device, so
+an interrupted run resumes where it stopped. docs/model.md describes the method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable
+
+from . import _C, api, model, tablefile
+from .api import KernelConfig, configs
+
+# NOTES: split counts beyond 8 rarely pay on 132 SMs: the partial-sum traffic grows with the splits.
+SPLITS = (2, 4, 8)
+# Raster/swizzle options the second stage compares; ("heuristic", 1) is the default launch.
+MICRO_OPTIONS = (("heuristic", 1), ("along_m", 2), ("along_n", 2), ("along_m", 8), ("along_n", 8))
+MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A config the model scores: a compiled variant plus the decomposition that sets its G and L."""
+
+    variant: KernelConfig
+    decomposition: str = "data_parallel"
+    splits: int = 1
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant.name}/{self.decomposition}/{self.splits}"
+
+    def coordinates(self, m: int, n: int, k: int, sm_count: int) -> tuple[int, int, int, int]:
+        """(G, L, C, waves) from the C++ mapping, the one definition."""
+        return _C.map_problem(self.variant.id, m, n, k, _C.DECOMPOSITIONS.index(self.decomposition),
+                              self.splits, sm_count)
+
+    def launch(self, raster: str = "heuristic", max_swizzle: int = 1) -> tuple[int, int, int, int, int]:
+        return (self.variant.id, _C.DECOMPOSITIONS.index(self.decomposition), self.splits,
+                _C.RASTERS.index(raster), max_swizzle)
+
+
+def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
+    """Every config the tables score for one dtype and B layout.
+
+    Persistent variants run data-parallel; stream-K variants add split-K and stream-K (their
+    data-parallel mode duplicates the persistent twin every stream-K variant has in the space).
+    """
+    out = []
+    for v in configs():
+        if v.dtype != dtype or v.b_layout != b_layout:
+            continue
+        if v.scheduler == "persistent":
+            out.append(Candidate(v))
+        else:
+            out += [Candidate(v, "split_k", s) for s in SPLITS] + [Candidate(v, "stream_k")]
+    return out
+
+
+def profile_options(m: int, n: int, k: int) -> dict:
+    """Fewer launches for long kernels: their timings are stable, and the tuning budget is GPU time."""
+    long_kernel = 2.0 * m * n * k > 2e11  # above ~0.3 ms on an H100
+    return dict(warmup=1 if long_kernel else 3, replays=3 if long_kernel else 5,
+                min_launches=2 if long_kernel else 8)
+
+
+class MeasurementLog:
+    """Profiled latencies, persisted as JSON lines: a header with the device, then one record each.
+
+    Opening an existing log on another GPU or build is refused; records already there are not measured
+    again, which makes tuning resumable.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.device = _C.device_properties()
+        self.header = {
+            "gpu_name": self.device["name"], "sm_count": self.device["sm_count"],
+            "l2_bytes": self.device["l2_bytes"], "config_space_hash": _C.build_info()["config_space_hash"],
+        }
+        self.records: dict[tuple, float] = {}
+        self.gpu_seconds = 0.0
+        self.measured = 0
+        if self.path.exists():
+            lines = self.path.read_text().splitlines()
+            header = json.loads(lines[0]) if lines else {}
+            if {k: header.get(k) for k in self.header} != self.header:
+                raise ValueError(f"{self.path} was recorded on {header}, not {self.header}; use another file")
+            for line in lines[1:]:
+                r = json.loads(line)
+                self.records[self._key(r["problem"], r["config"], r["raster"], r["max_swizzle"])] = r["us"]
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps({**self.header, "timing": TIMING}) + "\n")
+
+    @staticmethod
+    def _key(problem, config: str, raster: str, max_swizzle: int) -> tuple:
+        return (*problem, config, raster, max_swizzle)
+
+    def get(self, problem, c: Candidate, raster="heuristic", max_swizzle=1) -> float | None:
+        return self.records.get(self._key(problem, c.key, raster, max_swizzle))
+
+    def measure(self, problem: tuple, runs: list[tuple[Candidate, str, int]]) -> None:
+        """Profile the (candidate, raster, max_swizzle) runs on one problem that are not logged yet."""
+        missing = [r for r in runs if self.get(problem, *r) is None]
+        if not missing:
+            return
+        dtype, b_layout, m, n, k = problem
+        start = time.perf_counter()
+        times = _C.profile(m, n, k, _C.DTYPES.index(dtype), _C.B_LAYOUTS.index(b_layout),
+                           [c.launch(raster, swizzle) for c, raster, swizzle in missing], cold_bytes=0,
+                           seed=len(self.records) + 1, **profile_options(m, n, k))
+        self.gpu_seconds += time.perf_counter() - start
+        self.measured += len(missing)
+        with self.path.open("a") as f:
+            for (c, raster, swizzle), us in zip(missing, times):
+                us = None if math.isnan(us) else us
+                self.records[self._key(problem, c.key, raster, swizzle)] = us
+                f.write(json.dumps({"problem": list(problem), "config": c.key, "raster": raster,
+                                    "max_swizzle": swizzle, "us": us}) + "\n")
+
+
+TIMING = ("median of CUDA-graph replays (C++ profiler), warm-up first, operand copies rotated to exceed "
+          "twice the L2 so weights are read cold; fresh uniform [-1, 1) operands")
+
+
+def _progress(items: list, desc: str) -> Iterable:
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=desc, unit="shape")
+
+
+def anchor_plan(cands: list[Candidate], sm_count: int) -> dict[tuple[int, int, int], list[Candidate]]:
+    """Shape -> the candidates anchored there: the sparse, wave-aware sampling plan (docs/model.md)."""
+    plan: dict[tuple[int, int, int], list[Candidate]] = defaultdict(list)
+    for c in cands:
+        for shape in model.plan_anchors(lambda m, n, k, c=c: c.coordinates(m, n, k, sm_count),
+                                        tile_k=c.variant.tile[2]):
+            plan[tuple(shape)].append(c)
+    return plan
+
+
+def fit_candidates(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype: str, b_layout: str,
+                   sm_count: int) -> dict[str, dict[int, list[float]]]:
+    """Per candidate and wave, the bilinear coefficients fitted to its anchors."""
+    points: dict[str, list[tuple[int, int, int, float]]] = defaultdict(list)
+    for (m, n, k), cs in plan.items():
+        for c in cs:
+            us = log.get((dtype, b_layout, m, n, k), c)
+            if us is not None:
+                g, l, _, w = c.coordinates(m, n, k, sm_count)
+                points[c.key].append((g, l, w, us))
+    fits = {}
+    for c in cands:
+        if len(points[c.key]) >= 2:
+            g, l, w, t = (list(col) for col in zip(*points[c.key]))
+            fits[c.key] = model.fit_config(g, l, w, t)
+    return fits
+
+
+def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
+         exact_shapes: list[tuple[int, int, int]] = (), micro: bool = True) -> Path:
+    """Profile the plan (and the exact shapes), fit, and write ``out/<gpu-slug>.wtt``."""
+    log = MeasurementLog(log_path)
+    sm_count = log.device["sm_count"]
+    cands = candidates(dtype, b_layout)
+    if not cands:
+        raise ValueError(f"no compiled {dtype} variant with {b_layout}-major B to tune")
+    plan = anchor_plan(cands, sm_count)
+    print(f"{log.device['name']}: {len(cands)} configs, {sum(map(len, plan.values()))} anchor measurements "
+          f"on {len(plan)} shapes")
+    for shape in _progress(sorted(plan), "anchors"):
+        log.measure((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in plan[shape]])
+    fits = fit_candidates(log, cands, plan, dtype, b_layout, sm_count)
+
+    micro_rules = {}
+    if micro:
+        micro_rules = second_stage(log, cands, plan, dtype, b_layout, sm_count)
+
+    exact = []
+    for shape in _progress(list(exact_shapes), "exact shapes"):
+        problem = (dtype, b_layout, *shape)
+        log.measure(problem, [(c, "heuristic", 1) for c in cands])
+        timed = [(log.get(problem, c), i) for i, c in enumerate(cands) if log.get(problem, c) is not None]
+        if timed:
+            us, best = min(timed)
+            exact.append((shape, best, us))
+
+    kept = [c for c in cands if c.key in fits]
+    index = {c.key: i for i, c in enumerate(kept)}
+    path = Path(out) / f"{tablefile.table_slug(log.device['name'])}.wtt"
+    tablefile.write_table(
+        path,
+        meta={
+            "gpu_name": log.device["name"], "sm_count": sm_count, "l2_bytes": log.device["l2_bytes"],
+            "config_space_hash": _C.build_info()["config_space_hash"],
+            "wavetune_version": api._version(), "cuda_version": _C.build_info()["cuda_version"],
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "timing": TIMING, "source": f"{dtype} {b_layout}: {len(plan)} anchor shapes",
+        },
+        configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in kept],
+        waves={index[c.key]: fits[c.key] for c in kept},
+        micro={index[key]: rules for key, rules in micro_rules.items() if key in index},
+        exact=[{"dtype": dtype, "b_layout": b_layout, "m": m, "n": n, "k": k, "config": index[cands[best].key],
+                "raster": "heuristic", "max_swizzle": 1, "us": us}
+               for (m, n, k), best, us in exact if cands[best].key in index],
+    )
+    print(f"wrote {path}: {len(kept)} configs, {len(exact)} exact shapes; this run measured "
+          f"{log.measured} configs in {log.gpu_seconds:.1f} GPU-seconds (log: {log.path})")
+    return path
+
+
+def second_stage(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype: str, b_layout: str,
+                 sm_count: int) -> dict[str, list]:
+    """Raster order and swizzle per candidate, measured at its two largest-wave anchors (docs/model.md)."""
+    multi_wave: dict[Candidate, list[tuple[int, tuple]]] = defaultdict(list)
+    for shape, cs in plan.items():
+        for c in cs:
+            w = c.coordinates(*shape, sm_count)[3]
+            if w >= MICRO_MIN_WAVE and c.decomposition != "stream_k":  # stream-K runs a single wave
+                multi_wave[c].append((w, shape))
+    runs_by_shape: dict[tuple, list] = defaultdict(list)
+    for c, anchors in multi_wave.items():
+        for _, shape in sorted(anchors)[-2:]:
+            runs_by_shape[shape] += [(c, raster, swizzle) for raster, swizzle in MICRO_OPTIONS]
+    for shape in _progress(sorted(runs_by_shape), "micro"):
+        log.measure((dtype, b_layout, *shape), runs_by_shape[shape])
+
+    samples: dict[str, list] = defaultdict(list)
+    for shape, runs in runs_by_shape.items():
+        for c, raster, swizzle in runs:
+            us = log.get((dtype, b_layout, *shape), c, raster, swizzle)
+            if us is not None:
+                samples[c.key].append((c.coordinates(*shape, sm_count)[3], raster, swizzle, us))
+    return {key: model.choose_micro(s) for key, s in samples.items()}
