@@ -26,6 +26,7 @@ SPLITS = (2, 4, 8)
 # Raster/swizzle options the second stage compares; ("heuristic", 1) is the default launch.
 MICRO_OPTIONS = (("heuristic", 1), ("along_m", 2), ("along_n", 2), ("along_m", 8), ("along_n", 8))
 MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
+STREAM_K_PLAN = dict(waves=(1,), fills=(1.0,), k_steps=(2, 4, 8, 16, 32, 64, 128, 256), interior=7)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,8 +147,9 @@ def anchor_plan(cands: list[Candidate], sm_count: int) -> dict[tuple[int, int, i
     """Shape -> the candidates anchored there: the sparse, wave-aware sampling plan (docs/model.md)."""
     plan: dict[tuple[int, int, int], list[Candidate]] = defaultdict(list)
     for c in cands:
-        for shape in model.plan_anchors(lambda m, n, k, c=c: c.coordinates(m, n, k, sm_count),
-                                        tile_k=c.variant.tile[2]):
+        # Stream-K always runs one wave (G = C): sample that wave densely in L instead.
+        options = STREAM_K_PLAN if c.decomposition == "stream_k" else {}
+        for shape in model.plan_anchors(lambda m, n, k, c=c: c.coordinates(m, n, k, sm_count), **options):
             plan[tuple(shape)].append(c)
     return plan
 
@@ -213,7 +215,7 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
         configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in kept],
         waves={index[c.key]: fits[c.key] for c in kept},
         micro={index[key]: rules for key, rules in micro_rules.items() if key in index},
-        exact=[{"dtype": dtype, "b_layout": b_layout, "m": m, "n": n, "k": k, "config": index[cands[best].key],
+        exact=[{"dtype": dtype, "b_layout": b_layout, "m": m, "n": n, "k": k, "config_id": index[cands[best].key],
                 "raster": "heuristic", "max_swizzle": 1, "us": us}
                for (m, n, k), best, us in exact if cands[best].key in index],
     )

@@ -1,0 +1,375 @@
+"""Writing wavetune table files (docs/tables.md, version 1).
+
+``write_table`` validates everything first, then writes the file atomically (a temporary file in the
+same directory, fsynced, then ``os.replace``), so a reader sees the old table or the new one, never a
+partial file. The C++ lookup engine is the reader.
+
+Standalone on purpose: standard library only (numpy scalars and arrays are accepted as values), and
+nothing from the wavetune package, so it loads without the native extension.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import re
+import tempfile
+from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "DECOMPOSITIONS",
+    "MAGIC",
+    "RASTERS",
+    "REQUIRED_META",
+    "SWIZZLES",
+    "fnv1a64",
+    "format_table",
+    "table_slug",
+    "write_table",
+]
+
+MAGIC = "wavetune-table 1"
+REQUIRED_META = ("gpu_name", "sm_count", "config_space_hash", "wavetune_version", "cuda_version", "created")
+DECOMPOSITIONS = ("data_parallel", "split_k", "stream_k")
+RASTERS = ("heuristic", "along_m", "along_n")
+SWIZZLES = (1, 2, 4, 8)
+DTYPES = ("bf16", "fp16")
+B_LAYOUTS = ("col", "row")
+
+CONFIG_KEYS = ("variant", "decomposition", "splits")  # plus an optional "id" (must equal the position)
+EXACT_KEYS = ("dtype", "b_layout", "m", "n", "k", "config_id", "raster", "max_swizzle", "us")
+
+MAX_EXTENT = 2**31 - 1  # m, n, k of an exact record
+
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+
+# A variant name starts with "<dtype>_b<layout>_" (config_space.Variant.name).
+_VARIANT_PREFIX = re.compile(r"^(bf16|fp16)_b(col|row)_")
+
+
+def fnv1a64(data: bytes) -> int:
+    """FNV-1a 64-bit hash (offset basis 0xcbf29ce484222325, prime 0x100000001b3)."""
+    h = _FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK64
+    return h
+
+
+def table_slug(gpu_name: str) -> str:
+    """The table file stem for a GPU name: lower-cased, every run of characters other than ASCII
+    letters and digits replaced by ``-`` (``"NVIDIA H200"`` -> ``"nvidia-h200"``; the file is
+    ``tables/<slug>.wtt``). Taken literally from docs/tables.md: leading or trailing runs also become
+    ``-`` (``"NVIDIA H100 (PCIe)"`` -> ``"nvidia-h100-pcie-"``), and only ASCII letters count as
+    letters (what C's ``isalnum`` does in the C locale), so the C++ side can match it byte for byte.
+    """
+    if not isinstance(gpu_name, str):
+        raise ValueError(f"gpu_name must be a string, got {type(gpu_name).__name__}")
+    lowered = "".join(chr(ord(ch) + 32) if "A" <= ch <= "Z" else ch for ch in gpu_name)
+    return re.sub(r"[^a-z0-9]+", "-", lowered)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Validation helpers
+# ----------------------------------------------------------------------------------------------------
+
+
+def _int(value, what: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    try:
+        out = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} must be an integer, got {value!r}") from None
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {out}")
+    return out
+
+
+def _float(value, what: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(out):
+        raise ValueError(f"{what} must be finite, got {out!r}")
+    return out
+
+
+def _token(value, what: str) -> str:
+    """A single field: a non-empty string without whitespace."""
+    if not isinstance(value, str) or not value or any(ch.isspace() for ch in value):
+        raise ValueError(f"{what} must be a non-empty string without spaces, got {value!r}")
+    return value
+
+
+def _choice(value, choices: Sequence, what: str):
+    if isinstance(value, bool) or value not in choices:
+        raise ValueError(f"{what} must be one of {', '.join(map(str, choices))}; got {value!r}")
+    return value
+
+
+def _meta_lines(meta: Mapping) -> list[str]:
+    if not isinstance(meta, Mapping):
+        raise ValueError("meta must be a dict")
+    missing = [key for key in REQUIRED_META if key not in meta]
+    if missing:
+        raise ValueError(f"meta is missing required key(s): {', '.join(missing)}")
+    values: dict[str, str] = {}
+    for key, value in meta.items():
+        if not isinstance(key, str) or not key or any(ch.isspace() for ch in key):
+            raise ValueError(f"meta key {key!r} must be a non-empty string without spaces")
+        if isinstance(value, bool):
+            value = int(value)
+        if isinstance(value, float):
+            value = repr(value)
+        text = str(value)
+        if not text or text != text.strip() or "\n" in text or "\r" in text:
+            raise ValueError(
+                f"meta {key}: the value must be non-empty, on one line and without leading or trailing "
+                f"spaces, got {text!r}"
+            )
+        values[key] = text
+    if not re.fullmatch(r"[0-9]+", values["sm_count"]) or int(values["sm_count"]) < 1:
+        raise ValueError(f"meta sm_count must be a positive integer, got {values['sm_count']!r}")
+    if not re.fullmatch(r"[0-9a-f]{16}", values["config_space_hash"]):
+        raise ValueError(
+            f"meta config_space_hash must be 16 lower-case hex digits, got {values['config_space_hash']!r}"
+        )
+    if not re.fullmatch(r"[0-9]+", values["cuda_version"]):
+        raise ValueError(f"meta cuda_version must be an integer such as 13000, got {values['cuda_version']!r}")
+    order = list(REQUIRED_META) + sorted(key for key in values if key not in REQUIRED_META)
+    return [f"meta {key} {values[key]}\n" for key in order]
+
+
+def _config_lines(configs: Sequence[Mapping]) -> tuple[list[str], list[str]]:
+    if not isinstance(configs, Sequence) or isinstance(configs, (str, bytes)):
+        raise ValueError("configs must be a list of dicts")
+    if not configs:
+        raise ValueError("a table needs at least one config")
+    lines, variants, seen = [], [], {}
+    for position, config in enumerate(configs):
+        where = f"config {position}"
+        if not isinstance(config, Mapping):
+            raise ValueError(f"{where} must be a dict with keys {', '.join(CONFIG_KEYS)}")
+        unknown = sorted(map(str, set(config) - set(CONFIG_KEYS) - {"id"}))
+        if unknown:
+            known = ", ".join(("id", *CONFIG_KEYS))
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {known})")
+        if "id" in config and _int(config["id"], f"{where} id") != position:
+            raise ValueError(
+                f"config ids must be contiguous 0..n-1 in list order: the config at position {position} "
+                f"has id {config['id']}"
+            )
+        for key in ("variant", "decomposition"):
+            if key not in config:
+                raise ValueError(f"{where} has no {key!r}")
+        variant = _token(config["variant"], f"{where} variant")
+        decomposition = _choice(config["decomposition"], DECOMPOSITIONS, f"{where} decomposition")
+        splits = _int(config.get("splits", 1), f"{where} splits", 1)
+        if decomposition != "split_k" and splits != 1:
+            raise ValueError(f"{where}: splits must be 1 unless the decomposition is split_k (got {splits})")
+        if variant.endswith("_persistent") and decomposition != "data_parallel":
+            raise ValueError(
+                f"{where}: {variant} has the persistent tile scheduler and takes data_parallel only, not "
+                f"{decomposition} (split_k and stream_k need a *_stream_k variant)"
+            )
+        key = (variant, decomposition, splits)
+        if key in seen:
+            raise ValueError(f"{where} duplicates config {seen[key]} ({variant} {decomposition} {splits})")
+        seen[key] = position
+        variants.append(variant)
+        lines.append(f"config {position} {variant} {decomposition} {splits}\n")
+    return lines, variants
+
+
+def _config_id(value, n_configs: int, what: str) -> int:
+    cid = _int(value, what)
+    if not 0 <= cid < n_configs:
+        raise ValueError(f"{what} {cid} is out of range (configs 0..{n_configs - 1})")
+    return cid
+
+
+def _wave_lines(waves: Mapping, n_configs: int) -> list[str]:
+    if not isinstance(waves, Mapping):
+        raise ValueError("waves must be a dict {config_id: {w: [a, b, c, d]}}")
+    per_config: dict[int, list[str]] = {}
+    for cid_raw, fits in waves.items():
+        cid = _config_id(cid_raw, n_configs, "waves: config id")
+        if cid in per_config:
+            raise ValueError(f"waves: config {cid} appears twice")
+        if not isinstance(fits, Mapping):
+            raise ValueError(f"waves[{cid}] must be a dict {{w: [a, b, c, d]}}")
+        rows: dict[int, str] = {}
+        for w_raw, coef in fits.items():
+            w = _int(w_raw, f"waves[{cid}]: wave", 1)
+            if w in rows:
+                raise ValueError(f"waves[{cid}]: wave {w} appears twice")
+            try:
+                values = list(coef)
+            except TypeError:
+                raise ValueError(f"waves[{cid}][{w}] must be 4 coefficients a, b, c, d, got {coef!r}") from None
+            if len(values) != 4:
+                raise ValueError(f"waves[{cid}][{w}] must be 4 coefficients a, b, c, d, got {len(values)}")
+            a, b, c, d = (_float(x, f"waves[{cid}][{w}] coefficient {n}") for x, n in zip(values, "abcd"))
+            rows[w] = f"wave {cid} {w} {a!r} {b!r} {c!r} {d!r}\n"
+        if not rows:
+            raise ValueError(f"config {cid} has no wave (every config needs at least one)")
+        per_config[cid] = [rows[w] for w in sorted(rows)]
+    without = [cid for cid in range(n_configs) if cid not in per_config]
+    if without:
+        raise ValueError(f"config(s) {', '.join(map(str, without))} have no wave (every config needs at least one)")
+    return [line for cid in range(n_configs) for line in per_config[cid]]
+
+
+def _micro_lines(micro: Mapping | None, n_configs: int) -> list[str]:
+    if micro is None:
+        return []
+    if not isinstance(micro, Mapping):
+        raise ValueError("micro must be a dict {config_id: [(min_wave, raster, max_swizzle), ...]}")
+    per_config: dict[int, list[str]] = {}
+    for cid_raw, rules in micro.items():
+        cid = _config_id(cid_raw, n_configs, "micro: config id")
+        if cid in per_config:
+            raise ValueError(f"micro: config {cid} appears twice")
+        rows: dict[int, str] = {}
+        for rule in rules:
+            try:
+                w_raw, raster, swizzle = rule
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"micro[{cid}]: a rule must be (min_wave, raster, max_swizzle), got {rule!r}"
+                ) from None
+            w = _int(w_raw, f"micro[{cid}]: min_wave", 1)
+            if w in rows:
+                raise ValueError(f"micro[{cid}]: two rules for min_wave {w}")
+            _choice(raster, RASTERS, f"micro[{cid}] raster")
+            swizzle = _choice(_int(swizzle, f"micro[{cid}] max_swizzle"), SWIZZLES, f"micro[{cid}] max_swizzle")
+            rows[w] = f"micro {cid} {w} {raster} {swizzle}\n"
+        per_config[cid] = [rows[w] for w in sorted(rows)]
+    return [line for cid in sorted(per_config) for line in per_config[cid]]
+
+
+def _exact_lines(exact: Sequence[Mapping] | None, variants: list[str]) -> list[str]:
+    if exact is None:
+        return []
+    rows: dict[tuple, str] = {}
+    for position, record in enumerate(exact):
+        where = f"exact record {position}"
+        if not isinstance(record, Mapping):
+            raise ValueError(f"{where} must be a dict with keys {', '.join(EXACT_KEYS)}")
+        missing = [key for key in EXACT_KEYS if key not in record]
+        unknown = sorted(map(str, set(record) - set(EXACT_KEYS)))
+        if missing:
+            raise ValueError(f"{where}: missing key(s) {', '.join(missing)} (keys: {', '.join(EXACT_KEYS)})")
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} (keys: {', '.join(EXACT_KEYS)})")
+        dtype = _choice(record["dtype"], DTYPES, f"{where} dtype")
+        layout = _choice(record["b_layout"], B_LAYOUTS, f"{where} b_layout")
+        m, n, k = (_int(record[key], f"{where} {key}", 1) for key in ("m", "n", "k"))
+        if max(m, n, k) > MAX_EXTENT:
+            raise ValueError(f"{where}: m, n and k must be at most 2^31-1, got {m} {n} {k}")
+        cid = _config_id(record["config_id"], len(variants), f"{where} config_id")
+        parsed = _VARIANT_PREFIX.match(variants[cid])
+        if parsed and parsed.groups() != (dtype, layout):
+            raise ValueError(
+                f"{where}: config {cid} ({variants[cid]}) does not take dtype {dtype} with B layout {layout}"
+            )
+        raster = _choice(record["raster"], RASTERS, f"{where} raster")
+        swizzle = _choice(_int(record["max_swizzle"], f"{where} max_swizzle"), SWIZZLES, f"{where} max_swizzle")
+        us = _float(record["us"], f"{where} us")
+        if us <= 0:
+            raise ValueError(f"{where} us must be > 0, got {us!r}")
+        key = (dtype, layout, m, n, k)
+        if key in rows:
+            raise ValueError(f"{where} repeats the shape {dtype} {layout} {m} {n} {k}")
+        rows[key] = f"exact {dtype} {layout} {m} {n} {k} {cid} {raster} {swizzle} {us!r}\n"
+    return [rows[key] for key in sorted(rows)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------------------------------
+
+
+def format_table(
+    meta: Mapping,
+    configs: Sequence[Mapping],
+    waves: Mapping,
+    micro: Mapping | None = None,
+    exact: Sequence[Mapping] | None = None,
+) -> bytes:
+    """The bytes of a table file (validated; see ``write_table``), checksum line included."""
+    meta_lines = _meta_lines(meta)
+    config_lines, variants = _config_lines(configs)
+    body = [MAGIC + "\n", *meta_lines, *config_lines, *_wave_lines(waves, len(variants)),
+            *_micro_lines(micro, len(variants)), *_exact_lines(exact, variants)]  # fmt: skip
+    data = "".join(body).encode("utf-8")
+    return data + f"checksum {fnv1a64(data):016x}\n".encode("ascii")
+
+
+def write_table(
+    path: str | os.PathLike,
+    meta: Mapping,
+    configs: Sequence[Mapping],
+    waves: Mapping,
+    micro: Mapping | None,
+    exact: Sequence[Mapping] | None,
+) -> None:
+    """Write a table file in the docs/tables.md format, atomically.
+
+    - ``meta``: ``{key: value}``; the required keys (gpu_name, sm_count, config_space_hash,
+      wavetune_version, cuda_version, created) must be present; values are written with ``str`` (floats
+      with ``repr``) and must fit on one line without leading or trailing spaces. sm_count and
+      cuda_version must be integers, config_space_hash 16 lower-case hex digits.
+    - ``configs``: ``[{"variant": name, "decomposition": "data_parallel"|"split_k"|"stream_k",
+      "splits": int}]``; the config id is the list position (an optional ``"id"`` key must equal
+      it); splits defaults to 1 and must be 1 unless split_k; a ``*_persistent`` variant takes
+      data_parallel only; no other keys; no duplicates.
+    - ``waves``: ``{config_id: {w: [a, b, c, d]}}``; every config needs at least one wave.
+    - ``micro``: ``{config_id: [(min_wave, raster, max_swizzle), ...]}`` (min_wave >= 1, one rule per
+      min_wave; raster heuristic, along_m or along_n; max_swizzle 1, 2, 4 or 8); configs without rules
+      may be absent. None: no rules.
+    - ``exact``: ``[{"dtype", "b_layout", "m", "n", "k", "config_id", "raster", "max_swizzle",
+      "us"}]``; m, n, k in 1..2^31-1, us > 0; a shape appears once; the config's variant must take
+      that dtype and B layout (checked when its name starts with ``<dtype>_b<layout>_``). None: no
+      records.
+
+    Layout (deterministic, so equal inputs give equal bytes): the magic line; meta with the required
+    keys in the order above, then the others sorted by key; config lines in id order; wave lines by
+    config id then w; micro lines by config id then min_wave; exact lines sorted by (dtype, b_layout, m,
+    n, k); then ``checksum <16 hex digits>``, the FNV-1a 64 of all preceding bytes. Floats are written
+    with ``repr`` (round-trips), integers in decimal. No comments are written.
+
+    Raises ValueError naming the offending entry before anything touches the file system. The file is
+    written to a temporary file in the same directory and moved into place with ``os.replace``; on any
+    error the temporary file is removed and an existing table is left as it was.
+    """
+    data = format_table(meta, configs, waves, micro, exact)
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        try:
+            mode = os.stat(path).st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o644
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            fd = -1
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if fd != -1:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

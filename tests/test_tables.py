@@ -1,0 +1,115 @@
+"""Tables end to end without a GPU: written by Python (tablefile), read and evaluated by the C++ engine
+(through the bindings), refused when they do not fit, and explained by the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import wavetune
+from wavetune import _C, api, model, tablefile, tuning
+
+pytestmark = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf16 column-major variant")
+
+GPU, SMS = "NVIDIA H200", 132
+
+
+def make_table(path, exact_shape=(64, 4096, 4096), hash_=None):
+    cands = tuning.candidates()
+    waves = {i: {1: [2.0 + i, 0.01, 0.05 * (i + 1), 1e-4], 3: [6.0 + i, 0.01, 0.1 * (i + 1), 1e-4]}
+             for i in range(len(cands))}
+    tablefile.write_table(
+        path,
+        meta={"gpu_name": GPU, "sm_count": SMS, "config_space_hash": hash_ or wavetune.build_info()["config_space_hash"],
+              "wavetune_version": wavetune.__version__, "cuda_version": 13000, "created": "2026-11-21T00:00:00+00:00"},
+        configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
+        waves=waves,
+        micro={0: [(2, "along_n", 4)]},
+        exact=[{"dtype": "bf16", "b_layout": "col", "m": exact_shape[0], "n": exact_shape[1], "k": exact_shape[2],
+                "config_id": len(cands) - 1, "raster": "along_m", "max_swizzle": 2, "us": 7.5}],
+    )
+    return cands, waves
+
+
+def test_python_written_table_is_evaluated_by_the_cpp_engine_like_the_reference(tmp_path):
+    path = tmp_path / "t.wtt"
+    cands, waves = make_table(path)
+    selector = api.open_table(path)
+    assert selector.config_count() == len(cands) and selector.exact_count() == 1 and selector.sm_count() == SMS
+    assert selector.meta()["gpu_name"] == GPU
+    for m, n, k in [(1, 4096, 4096), (16, 14336, 4096), (300, 6144, 4096), (4096, 28672, 8192), (16384, 8192, 29568)]:
+        rows = selector.explain("bf16", "col", m, n, k)
+        assert [r["name"] for r in rows] == [c.key for c in cands]
+        for r in rows:
+            expected = model.predict(waves[r["config"]], r["grid"], r["k_iters"], r["waves"], r["capacity"])
+            assert r["predicted_us"] == pytest.approx(expected, rel=1e-12)
+            assert (r["grid"], r["k_iters"], r["capacity"], r["waves"]) == tuple(
+                cands[r["config"]].coordinates(m, n, k, SMS))
+        choice = selector.select("bf16", "col", m, n, k)
+        best = min(rows, key=lambda r: (r["predicted_us"], r["config"]))
+        assert choice["source"] == "model" and choice["config"] == best["config"]
+        assert choice["predicted_us"] == pytest.approx(best["predicted_us"])
+
+
+def test_exact_entry_and_micro_rule(tmp_path):
+    path = tmp_path / "t.wtt"
+    cands, _ = make_table(path)
+    choice = api.open_table(path).select("bf16", "col", 64, 4096, 4096)
+    assert choice["source"] == "exact" and choice["config"] == len(cands) - 1
+    assert (choice["raster"], choice["max_swizzle"], choice["predicted_us"]) == ("along_m", 2, 7.5)
+    assert choice["name"] == cands[-1].variant.name
+
+
+def test_refusals(tmp_path):
+    path = tmp_path / "t.wtt"
+    make_table(path)
+    selector = api.open_table(path)
+    selector.check_device(GPU, SMS)
+    with pytest.raises(ValueError, match="NVIDIA H100"):
+        selector.check_device("NVIDIA H100 80GB HBM3", SMS)
+    with pytest.raises(ValueError, match="114"):
+        selector.check_device(GPU, 114)
+
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (tmp_path / "corrupt.wtt").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="checksum"):
+        api.open_table(tmp_path / "corrupt.wtt")
+    (tmp_path / "cut.wtt").write_bytes(path.read_bytes()[: len(data) // 3])
+    with pytest.raises(ValueError, match="checksum|truncated"):
+        api.open_table(tmp_path / "cut.wtt")
+    with pytest.raises(ValueError, match="cannot|No such|not found|open"):
+        api.open_table(tmp_path / "missing.wtt")
+
+    make_table(tmp_path / "other.wtt", hash_="0123456789abcdef")
+    with pytest.raises(ValueError, match="0123456789abcdef"):
+        api.open_table(tmp_path / "other.wtt")
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "wavetune", *args], capture_output=True, text=True, cwd="/")
+
+
+def test_cli_explain_needs_no_gpu(tmp_path):
+    path = tmp_path / "t.wtt"
+    make_table(path)
+    done = run_cli("explain", "16", "4096", "4096", "--table", str(path), "--top", "3")
+    assert done.returncode == 0, done.stderr
+    assert "choice:" in done.stdout and "model: lowest predicted latency" in done.stdout
+    assert len([line for line in done.stdout.splitlines() if "/data_parallel/" in line or "/split_k/" in line
+                or "/stream_k/" in line]) >= 1
+    exact = run_cli("explain", "64", "4096", "4096", "--table", str(path))
+    assert "exact table" in exact.stdout
+
+
+def test_cli_cmake_dir_and_info():
+    done = run_cli("--cmake-dir")
+    assert done.returncode == 0
+    from pathlib import Path
+
+    assert (Path(done.stdout.strip()) / "wavetuneConfig.cmake").exists()
+    info = run_cli("info")
+    assert info.returncode == 0, info.stderr
+    assert "kernel set" in info.stdout
