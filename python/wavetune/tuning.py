@@ -202,6 +202,7 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
 
     kept = [c for c in cands if c.key in fits]
     index = {c.key: i for i, c in enumerate(kept)}
+    Path(out).mkdir(parents=True, exist_ok=True)
     path = Path(out) / f"{tablefile.table_slug(log.device['name'])}.wtt"
     tablefile.write_table(
         path,
