@@ -6,9 +6,14 @@
 #include <stdexcept>
 #include <tuple>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 
 #include "wavetune/kernels.h"
+#include "wavetune/lookup.h"
 #include "wavetune/mapping.h"
 
 namespace py = pybind11;
@@ -24,6 +29,32 @@ GemmProblem make_problem(int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t l
 
 MicroParams make_micro(int32_t decomposition, int32_t splits, int32_t raster, int32_t max_swizzle) {
   return {static_cast<Decomposition>(decomposition), splits, static_cast<Raster>(raster), max_swizzle};
+}
+
+// The table gemm consults per device when no config is forced. Selectors stay alive for the process
+// (a replaced table is rare and small), so the launch path reads a plain atomic pointer, no lock.
+constexpr int kMaxDevices = 64;
+std::array<std::atomic<const Selector*>, kMaxDevices> g_active_tables{};
+std::mutex g_tables_mutex;
+std::vector<std::shared_ptr<Selector>> g_tables;
+
+void use_table(int device, std::shared_ptr<Selector> selector) {
+  if (device < 0 || device >= kMaxDevices) throw std::invalid_argument("device ordinal out of range");
+  std::lock_guard<std::mutex> lock(g_tables_mutex);
+  if (selector) g_tables.push_back(selector);
+  g_active_tables[device].store(selector.get(), std::memory_order_release);
+}
+
+template <class Enum>
+Enum parse_name(const std::string& name, int count, const char* what) {
+  for (int i = 0; i < count; ++i) {
+    if (name == to_string(static_cast<Enum>(i))) return static_cast<Enum>(i);
+  }
+  throw std::invalid_argument(std::string("unknown ") + what + " '" + name + "'");
+}
+
+Problem make_lookup_problem(const std::string& dtype, const std::string& b_layout, int64_t m, int64_t n, int64_t k) {
+  return {parse_name<DType>(dtype, 2, "dtype"), parse_name<BLayout>(b_layout, 2, "B layout"), m, n, k};
 }
 
 // Names in enumerator order, so Python maps a name to its code by position.
@@ -126,19 +157,86 @@ PYBIND11_MODULE(_C, m) {
         return profile(m_, n, k, static_cast<DType>(dtype), static_cast<BLayout>(b_layout), launches,
                        {warmup, replays, min_launches, cold_bytes, seed});
       },
-      py::call_guard<py::gil_scoped_release>(),
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"), py::arg("b_layout"), py::arg("configs"),
+      py::arg("warmup") = 3, py::arg("replays") = 5, py::arg("min_launches") = 8, py::arg("cold_bytes") = 0,
+      py::arg("seed") = 1, py::call_guard<py::gil_scoped_release>(),
       "Median us per launch of each (variant, decomposition, splits, raster, max_swizzle) on one problem, "
       "timed with CUDA-graph replays over cold operand copies; NaN where a config cannot run.");
+
+  py::class_<Selector, std::shared_ptr<Selector>>(m, "Selector",
+                                                  "A tuned table bound to this build's compiled variants.")
+      .def(py::init([](const std::string& path) {
+             return std::make_shared<Selector>(Table::load(path), variants(), build_info().config_space_hash);
+           }),
+           py::arg("path"))
+      .def("check_device", &Selector::check_device, py::arg("gpu_name"), py::arg("sm_count"))
+      .def("meta", [](const Selector& s) { return s.table().meta; })
+      .def("config_count", [](const Selector& s) { return s.table().configs.size(); })
+      .def("exact_count", [](const Selector& s) { return s.table().exact.size(); })
+      .def("skipped_configs", &Selector::skipped_configs)
+      .def("sm_count", &Selector::sm_count)
+      .def("select",
+           [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_, int64_t n,
+              int64_t k) {
+             Choice c = s.select(make_lookup_problem(dtype, b_layout, m_, n, k));
+             const TableConfig& config = s.table().configs[c.config];
+             py::dict d;
+             d["variant"] = c.variant;
+             d["name"] = config.variant_name;
+             d["config"] = c.config;
+             d["decomposition"] = to_string(c.micro.decomposition);
+             d["splits"] = c.micro.splits;
+             d["raster"] = to_string(c.micro.raster);
+             d["max_swizzle"] = c.micro.max_swizzle;
+             d["predicted_us"] = c.predicted_us;
+             d["source"] = to_string(c.source);
+             return d;
+           })
+      .def("explain", [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_,
+                         int64_t n, int64_t k) {
+        py::list out;
+        for (const Prediction& p : s.explain(make_lookup_problem(dtype, b_layout, m_, n, k))) {
+          const TableConfig& config = s.table().configs[p.config];
+          py::dict d;
+          d["config"] = p.config;
+          d["name"] = config.variant_name + "/" + to_string(config.decomposition) + "/" +
+                      std::to_string(config.splits);
+          d["variant"] = p.variant;
+          d["grid"] = p.coords.grid;
+          d["k_iters"] = p.coords.k_iters;
+          d["capacity"] = p.coords.capacity;
+          d["waves"] = p.coords.waves;
+          d["predicted_us"] = p.predicted_us;
+          out.append(d);
+        }
+        return out;
+      });
+
+  m.def("use_table", &use_table, py::arg("device"), py::arg("selector").none(true),
+        "Make gemm choose from this table on a device (None: back to the built-in heuristic).");
 
   m.def(
       "gemm",
       [](int32_t m_, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d,
          int64_t ldd, int32_t dtype, int32_t b_layout, int32_t variant, int32_t decomposition, int32_t splits,
-         int32_t raster, int32_t max_swizzle, uintptr_t stream) {
+         int32_t raster, int32_t max_swizzle, uintptr_t stream, int32_t device) {
         GemmProblem p = make_problem(m_, n, k, a, lda, b, ldb, d, ldd, dtype, b_layout);
-        if (variant < 0) variant = default_variant(p);
-        gemm(p, variant, make_micro(decomposition, splits, raster, max_swizzle), reinterpret_cast<Stream>(stream));
+        MicroParams micro = make_micro(decomposition, splits, raster, max_swizzle);
+        if (variant < 0) {
+          const Selector* table = device >= 0 && device < kMaxDevices
+                                      ? g_active_tables[device].load(std::memory_order_acquire)
+                                      : nullptr;
+          if (table && table->candidate_count(p.dtype, p.b_layout) > 0) {
+            Choice c = table->select({p.dtype, p.b_layout, p.m, p.n, p.k});
+            variant = c.variant;
+            micro = c.micro;
+          } else {
+            variant = default_variant(p);
+          }
+        }
+        gemm(p, variant, micro, reinterpret_cast<Stream>(stream));
       },
       py::call_guard<py::gil_scoped_release>(),
-      "D = A @ B on the current device and the given stream; variant -1 takes the default choice.");
+      "D = A @ B on the current device (ordinal `device`) and the given stream; variant -1: the device's "
+      "table's choice, or the built-in heuristic without one.");
 }

@@ -1,0 +1,147 @@
+// The lookup engine: reads a tuned table (docs/tables.md) and picks, for a problem, the variant and micro
+// parameters to launch, from the table's exact entries or its latency model. No CUDA, no Python.
+//
+//   wavetune::Table table = wavetune::Table::load("tables/nvidia-h200.wtt");
+//   wavetune::Selector selector(std::move(table), wavetune::variants(), wavetune::build_info().config_space_hash);
+//   selector.check_device(props.name, props.sm_count);                     // once, for the running GPU
+//   wavetune::Choice c = selector.select({wavetune::DType::bf16, wavetune::BLayout::col, m, n, k});
+//   wavetune::gemm(problem, c.variant, c.micro, stream);                   // kernels.h
+//
+// Table problems throw wavetune::TableError; a problem the table cannot serve throws InvalidArgument.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wavetune/errors.h"
+#include "wavetune/mapping.h"
+#include "wavetune/types.h"
+
+namespace wavetune {
+
+// A table that cannot be used: unreadable, malformed, corrupt, or made for another build or GPU.
+class WAVETUNE_API TableError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
+// `T_us = a + b*G + c*L + d*G*L` for problems of `wave` waves (a `wave` record).
+struct WaveModel {
+  int64_t wave;
+  double a, b, c, d;
+};
+
+// From `min_wave` waves up, launch with this raster order and max swizzle (a `micro` record).
+struct MicroRule {
+  int64_t min_wave;
+  Raster raster;
+  int32_t max_swizzle;
+};
+
+// A candidate (a `config` record) with its `wave` and `micro` records, in file order.
+struct TableConfig {
+  std::string variant_name;
+  Decomposition decomposition;  // data_parallel, split_k or stream_k
+  int32_t splits;               // 1 unless split_k
+  std::vector<WaveModel> waves;
+  std::vector<MicroRule> micro;
+};
+
+// A measured shape (an `exact` record).
+struct ExactEntry {
+  DType dtype;
+  BLayout b_layout;
+  int64_t m, n, k;
+  int32_t config;
+  Raster raster;
+  int32_t max_swizzle;
+  double us;
+};
+
+// A parsed table file, nothing resolved against a build yet. `load` and `parse` check the syntax, the
+// checksum, the required meta keys and the config references; the Selector checks the rest.
+struct WAVETUNE_API Table {
+  std::map<std::string, std::string> meta;
+  std::vector<TableConfig> configs;  // index = config id
+  std::vector<ExactEntry> exact;
+  std::string origin;  // the file path (or what `parse` was told), for messages
+
+  // The value of a meta key; TableError naming the key and the origin when it is absent.
+  const std::string& meta_value(const std::string& key) const;
+
+  static Table load(const std::string& path);
+  static Table parse(const std::string& text, const std::string& origin);
+};
+
+// The file-name stem of a GPU's table: "NVIDIA H200" -> "nvidia-h200" (tables/<slug>.wtt).
+WAVETUNE_API std::string table_slug(const std::string& gpu_name);
+
+// FNV-1a 64 of `size` bytes: the table checksum (docs/tables.md), for tools that write tables.
+WAVETUNE_API uint64_t table_checksum(const char* data, size_t size);
+
+struct Problem {
+  DType dtype;
+  BLayout b_layout;
+  int64_t m, n, k;  // each in [1, 2^31 - 1]
+};
+
+enum class ChoiceSource : int32_t { exact = 0, model = 1 };
+inline const char* to_string(ChoiceSource v) { return v == ChoiceSource::exact ? "exact" : "model"; }
+
+struct Choice {
+  int32_t variant;       // VariantInfo::id, for wavetune::gemm
+  MicroParams micro;     // the config's decomposition and splits, the micro rule's raster and swizzle
+  double predicted_us;   // the model's prediction, or the measured latency of an exact entry
+  ChoiceSource source;
+  int32_t config;        // the table's config id
+};
+
+// One candidate as the model sees it (Selector::explain).
+struct Prediction {
+  int32_t config;
+  int32_t variant;
+  Coordinates coords;
+  double predicted_us;
+};
+
+class WAVETUNE_API Selector {
+ public:
+  // Resolves the configs' variant names against `compiled` (configs of other variants are skipped and
+  // counted) and refuses (TableError) a table tuned against another config space than `build_hash`, or
+  // whose configs or exact entries contradict their variants.
+  Selector(Table table, const std::vector<VariantInfo>& compiled, const std::string& build_hash);
+  ~Selector();
+  // Movable (a moved-from Selector may only be destroyed or assigned to), not copyable: it owns its cache.
+  Selector(Selector&&) noexcept;
+  Selector& operator=(Selector&&) noexcept;
+  Selector(const Selector&) = delete;
+  Selector& operator=(const Selector&) = delete;
+
+  // Refuses (TableError) a table tuned on another GPU: gpu_name or sm_count differ from the running one's.
+  void check_device(const std::string& gpu_name, int32_t sm_count) const;
+
+  // The exact entry of the problem's shape if there is one, else the candidate the model predicts
+  // fastest (ties: the lower config id). Cached; thread-safe. InvalidArgument for sizes out of range or
+  // when no compiled config takes the problem's dtype and layout (fall back to default_variant then).
+  Choice select(const Problem& p) const;
+  // The same without the cache: no allocation, no locks.
+  Choice select_uncached(const Problem& p) const;
+  // Every candidate in config-id order with its coordinates and prediction (the exact table is not
+  // consulted); empty when there is none.
+  std::vector<Prediction> explain(const Problem& p) const;
+
+  const Table& table() const;
+  size_t skipped_configs() const;                               // configs whose variant is not compiled
+  size_t candidate_count(DType dtype, BLayout b_layout) const;  // compiled configs for that dtype and layout
+  int32_t sm_count() const;                                     // the table's meta sm_count
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wavetune

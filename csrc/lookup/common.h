@@ -1,0 +1,60 @@
+// Internal helpers shared by the table parser and the selector.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "wavetune/lookup.h"
+
+namespace wavetune::lookup_detail {
+
+// A TableError whose message starts with "wavetune: " like every other wavetune error.
+template <class... Parts>
+[[noreturn]] void table_error(const Parts&... parts) {
+  std::ostringstream os;
+  os << "wavetune: ";
+  (os << ... << parts);
+  throw TableError(os.str());
+}
+
+// Bytes from a file, shown in a message: quoted, non-printable bytes as \xNN, long values cut short.
+inline std::string quoted(std::string_view s, size_t max_chars = 60) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out = "'";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i == max_chars) {
+      out += "...";
+      break;
+    }
+    const unsigned char ch = static_cast<unsigned char>(s[i]);
+    if (ch >= 0x20 && ch < 0x7f && ch != '\\' && ch != '\'') {
+      out += static_cast<char>(ch);
+    } else {
+      out += "\\x";
+      out += kHex[ch >> 4];
+      out += kHex[ch & 15];
+    }
+  }
+  return out + "'";
+}
+
+// The table vocabulary: names -> enums (the reverse of to_string in types.h). False when unknown.
+bool parse_dtype(std::string_view s, DType* out);
+bool parse_layout(std::string_view s, BLayout* out);
+bool parse_raster(std::string_view s, Raster* out);
+bool parse_decomposition(std::string_view s, Decomposition* out);  // data_parallel, split_k, stream_k
+
+inline bool valid_swizzle(int64_t s) { return s == 1 || s == 2 || s == 4 || s == 8; }
+
+// Sizes a problem may have: the kernels take int32 extents, and M*N*K <= 2^60 keeps every product in the
+// mapping (tiles * K steps, at most 4*M*N*K) inside int64.
+constexpr int64_t kMaxExtent = INT32_MAX;
+constexpr double kMaxVolume = 1152921504606846976.0;  // 2^60
+inline bool valid_extents(int64_t m, int64_t n, int64_t k) {
+  return m >= 1 && n >= 1 && k >= 1 && m <= kMaxExtent && n <= kMaxExtent && k <= kMaxExtent &&
+         double(m * n) * double(k) <= kMaxVolume;
+}
+
+}  // namespace wavetune::lookup_detail

@@ -1,0 +1,525 @@
+// Selection: a table resolved against the running build once, then evaluated per problem as
+// docs/tables.md ("Evaluating the model") says, behind a bounded lock-free cache.
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+#include "wavetune/lookup.h"
+
+namespace wavetune {
+namespace {
+
+using lookup_detail::table_error;
+
+// Exact division of 0 <= x < 2^31 by a divisor fixed in advance: (x * magic) >> shift with shift =
+// 31 + ceil(log2 d) and magic = floor((2^shift - 1) / d) + 1 (Granlund and Montgomery's round-up method).
+// magic exceeds 2^shift / d by less than 1, so x * magic / 2^shift exceeds x / d by less than
+// x / 2^shift < 1/d: the floor is exact. magic < 2^33, so x * magic < 2^64. Larger x use the divider.
+class Divisor {
+ public:
+  explicit Divisor(int64_t d = 1) : d_(d) {
+    int32_t log = 0;
+    while (log < 33 && (int64_t(1) << log) < d) ++log;
+    shift_ = 31 + log;
+    magic_ = d >= 1 && log <= 32 ? ((uint64_t(1) << shift_) - 1) / uint64_t(d) + 1 : 0;
+  }
+  int64_t ceil_div(int64_t x) const {  // x >= 0
+    const int64_t a = x + d_ - 1;
+    if (magic_ != 0 && a < (int64_t(1) << 31)) return int64_t((uint64_t(a) * magic_) >> shift_);
+    return a / d_;
+  }
+
+ private:
+  int64_t d_;
+  uint64_t magic_;
+  int32_t shift_;
+};
+
+// NOTES: map_problem (mapping.h) is the definition of the coordinates. A call costs eight dependent 64-bit
+// divisions, the larger part of a cold decision when done per candidate. Every tile and cluster extent of
+// the config space is a power of two, so a config whose extents all are gets the same arithmetic with
+// those divisions as shifts, its capacity computed once and the two divisions left (waves, and K steps
+// per unit of work) by prepared Divisors: ~2.5x faster on Xeon and EPYC hosts. Any other config calls
+// map_problem. explain() always calls map_problem, debug builds assert that both agree on every
+// evaluation, and tests/test_cpp_lookup.py checks coordinates and choices against docs/tables.md.
+class PreparedMapping {
+ public:
+  PreparedMapping(const TileShape& t, Decomposition d, int32_t splits, int32_t sm_count)
+      : tile_(t), decomposition_(d), splits_(splits), sm_count_(sm_count) {
+    const int64_t cluster = int64_t(t.cluster_m) * t.cluster_n;
+    capacity_ = std::max<int64_t>(cluster, sm_count / cluster * cluster);
+    capacity_div_ = Divisor(capacity_);
+    splits_div_ = Divisor(std::max(1, splits));
+    shifted_ = log2_exact(t.tile_m, &tile_m_) && log2_exact(t.tile_n, &tile_n_) && log2_exact(t.tile_k, &tile_k_) &&
+               log2_exact(t.cluster_m, &cluster_m_) && log2_exact(t.cluster_n, &cluster_n_);
+  }
+
+  Coordinates operator()(int64_t m, int64_t n, int64_t k) const {
+    if (!shifted_) return map_problem(tile_, m, n, k, decomposition_, splits_, sm_count_);
+    const int64_t rows = tile_.swap_ab ? n : m, cols = tile_.swap_ab ? m : n;
+    const int64_t tiles =
+        round_up(ceil_shift(rows, tile_m_), cluster_m_) * round_up(ceil_shift(cols, tile_n_), cluster_n_);
+    const int64_t k_iters = std::max<int64_t>(1, ceil_shift(k, tile_k_));
+    int64_t grid = tiles, steps = k_iters;
+    if (decomposition_ == Decomposition::split_k) {
+      // s = clamp(splits, 1, k_iters) (splits >= 1 here); with s = k_iters each split is one K step.
+      const bool clamped = splits_ >= k_iters;
+      grid = tiles * (clamped ? k_iters : splits_);
+      steps = clamped ? 1 : splits_div_.ceil_div(k_iters);
+    } else if (decomposition_ == Decomposition::stream_k) {
+      const int64_t units = tiles * k_iters;
+      const bool full = units >= capacity_;  // grid = min(capacity, units); with grid = units, one step each
+      grid = full ? capacity_ : units;
+      steps = full ? capacity_div_.ceil_div(units) : 1;
+    }
+    return {grid, steps, capacity_, capacity_div_.ceil_div(grid)};
+  }
+
+  // map_problem itself, for explain().
+  Coordinates reference(int64_t m, int64_t n, int64_t k) const {
+    return map_problem(tile_, m, n, k, decomposition_, splits_, sm_count_);
+  }
+
+  const TileShape& tile() const { return tile_; }
+  Decomposition decomposition() const { return decomposition_; }
+  int32_t splits() const { return splits_; }
+
+ private:
+  static bool log2_exact(int32_t v, int32_t* shift) {
+    if (v < 1 || (v & (v - 1)) != 0) return false;
+    for (*shift = 0; (int32_t(1) << *shift) != v;) ++*shift;
+    return true;
+  }
+  static int64_t ceil_shift(int64_t a, int32_t s) { return (a + (int64_t(1) << s) - 1) >> s; }
+  static int64_t round_up(int64_t a, int32_t s) { return ceil_shift(a, s) << s; }
+
+  TileShape tile_;
+  Decomposition decomposition_;
+  int32_t splits_, sm_count_;
+  int64_t capacity_;
+  Divisor capacity_div_, splits_div_;
+  bool shifted_;
+  int32_t tile_m_ = 0, tile_n_ = 0, tile_k_ = 0, cluster_m_ = 0, cluster_n_ = 0;  // log2 of the extents
+};
+
+// A compiled config, flattened for evaluation: everything select_uncached reads, no strings.
+struct Candidate {
+  PreparedMapping mapping;  // tile shape, decomposition and splits
+  int32_t config;
+  int32_t variant;
+  uint32_t wave_begin, wave_count;    // into Impl::waves, sorted by wave
+  uint32_t micro_begin, micro_count;  // into Impl::micro, sorted by min_wave
+};
+
+// (dtype, layout, m, n, k) in two words; m >= 1 makes `lo` non-zero, so a zeroed slot never matches.
+struct Key {
+  uint64_t lo, hi;
+  bool operator==(const Key& o) const { return lo == o.lo && hi == o.hi; }
+};
+
+Key make_key(const Problem& p) {
+  return {uint64_t(p.m) << 32 | uint64_t(p.n), uint64_t(p.k) << 32 | uint64_t(p.dtype) << 1 | uint64_t(p.b_layout)};
+}
+
+uint64_t hash(const Key& k) {
+  uint64_t h = (k.lo ^ (k.hi << 23 | k.hi >> 41)) * 0x9e3779b97f4a7c15ull;
+  h ^= h >> 32;
+  return h * 0xd6e8feb86659fd93ull;  // callers take the top bits
+}
+
+// A Choice in four words, for the cache's atomic slots.
+void pack(const Choice& c, uint64_t* w) {
+  w[0] = uint64_t(uint32_t(c.variant)) | uint64_t(uint32_t(c.config)) << 32;
+  w[1] = uint64_t(uint32_t(c.micro.splits)) | uint64_t(uint32_t(c.micro.max_swizzle)) << 32;
+  w[2] = uint64_t(uint32_t(c.micro.decomposition)) | uint64_t(uint32_t(c.micro.raster)) << 8 |
+         uint64_t(uint32_t(c.source)) << 16;
+  std::memcpy(&w[3], &c.predicted_us, sizeof(double));
+}
+
+Choice unpack(const uint64_t* w) {
+  Choice c{};
+  c.variant = int32_t(uint32_t(w[0]));
+  c.config = int32_t(uint32_t(w[0] >> 32));
+  c.micro.splits = int32_t(uint32_t(w[1]));
+  c.micro.max_swizzle = int32_t(uint32_t(w[1] >> 32));
+  c.micro.decomposition = Decomposition(int32_t(w[2] & 0xff));
+  c.micro.raster = Raster(int32_t(w[2] >> 8 & 0xff));
+  c.source = ChoiceSource(int32_t(w[2] >> 16 & 0xff));
+  std::memcpy(&c.predicted_us, &w[3], sizeof(double));
+  return c;
+}
+
+// NOTES: the cache is a fixed array of 2-way sets of seqlock slots (4096 slots of 64 bytes: 256 KiB per
+// Selector, allocated once). A hit is two sequence loads and six data loads with no store, so concurrent
+// readers never contend on a shared cache line (a shared_mutex's reader count is one such line, written
+// by every lookup). A writer that finds the slot busy skips caching: the caller has its result anyway.
+// Two ways, refilling the less recently written one, keep two hot shapes that hash alike from evicting
+// each other on every call. All slot words are atomics (relaxed loads, fences as in Boehm's "Can seqlocks
+// get along with programming language memory models?"), so the protocol is race-free in the C++ model.
+class ChoiceCache {
+ public:
+  ChoiceCache() : slots_(new Slot[kSets * 2]) {}
+
+  bool find(const Key& key, uint64_t h, Choice* out) const {
+    const Slot* set = &slots_[(h >> (64 - kSetBits)) * 2];
+    for (int way = 0; way < 2; ++way) {
+      uint64_t w[kWords];
+      if (read(set[way], w) && w[0] == key.lo && w[1] == key.hi) {
+        *out = unpack(w + 2);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void insert(const Key& key, uint64_t h, const Choice& choice) {
+    Slot* set = &slots_[(h >> (64 - kSetBits)) * 2];
+    auto holds = [&](const Slot& s) {
+      const uint64_t lo = s.word[0].load(std::memory_order_relaxed);
+      return lo == 0 || (lo == key.lo && s.word[1].load(std::memory_order_relaxed) == key.hi);
+    };
+    Slot& slot = holds(set[0])   ? set[0]
+                 : holds(set[1]) ? set[1]
+                 : set[0].seq.load(std::memory_order_relaxed) <= set[1].seq.load(std::memory_order_relaxed) ? set[0]
+                                                                                                          : set[1];
+    uint64_t seq = slot.seq.load(std::memory_order_relaxed);
+    if ((seq & 1) || !slot.seq.compare_exchange_strong(seq, seq + 1, std::memory_order_relaxed)) return;
+    std::atomic_thread_fence(std::memory_order_release);
+    uint64_t w[kWords] = {key.lo, key.hi};
+    pack(choice, w + 2);
+    for (int i = 0; i < kWords; ++i) slot.word[i].store(w[i], std::memory_order_relaxed);
+    slot.seq.store(seq + 2, std::memory_order_release);
+  }
+
+ private:
+  static constexpr int kWords = 6;  // key (2) + Choice (4)
+  static constexpr int kSetBits = 11;
+  static constexpr size_t kSets = size_t(1) << kSetBits;
+
+  struct alignas(64) Slot {
+    Slot() {
+      seq.store(0, std::memory_order_relaxed);
+      for (auto& w : word) w.store(0, std::memory_order_relaxed);
+    }
+    std::atomic<uint64_t> seq;  // odd while a writer is inside
+    std::atomic<uint64_t> word[kWords];
+  };
+
+  // A consistent snapshot of the slot, or false when a writer was inside.
+  static bool read(const Slot& s, uint64_t* w) {
+    const uint64_t before = s.seq.load(std::memory_order_acquire);
+    if (before & 1) return false;
+    for (int i = 0; i < kWords; ++i) w[i] = s.word[i].load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return s.seq.load(std::memory_order_relaxed) == before;
+  }
+
+  std::unique_ptr<Slot[]> slots_;
+};
+
+inline double bilinear(const WaveModel& v, double g, double l) { return v.a + v.b * g + v.c * l + v.d * g * l; }
+
+// T for a problem at `x` from a config's profiled waves W (sorted, at least one), per docs/tables.md.
+double predict(const WaveModel* W, uint32_t n, const Coordinates& x) {
+  const double G = double(x.grid), L = double(x.k_iters), C = double(x.capacity);
+  const int64_t w = x.waves;
+  // The same position inside wave v: G_v = G - (w - v) * C, at least 1.
+  auto at = [&](const WaveModel& v) { return bilinear(v, std::max(1.0, G - double(w - v.wave) * C), L); };
+  double t;
+  if (w < W[0].wave) {
+    t = bilinear(W[0], std::max(1.0, G), L);
+  } else if (w >= W[n - 1].wave) {
+    const WaveModel& top = W[n - 1];
+    const double t_top = at(top);
+    if (n == 1) {
+      t = t_top * double(w) / double(top.wave);
+    } else {
+      const WaveModel& prev = W[n - 2];
+      t = t_top + double(w - top.wave) * (t_top - at(prev)) / double(top.wave - prev.wave);
+    }
+  } else {
+    uint32_t i = 0;
+    while (W[i + 1].wave <= w) ++i;  // W[i].wave <= w < W[i + 1].wave
+    if (W[i].wave == w) {
+      t = at(W[i]);
+    } else {
+      const double t1 = at(W[i]), t2 = at(W[i + 1]);
+      t = t1 + (t2 - t1) * double(w - W[i].wave) / double(W[i + 1].wave - W[i].wave);
+    }
+  }
+  // NOTES: NaN (inf - inf from absurd coefficients) must lose every comparison, not become 0.1 and win.
+  if (t != t) return std::numeric_limits<double>::infinity();
+  return std::max(t, 0.1);
+}
+
+// Splits as launched: the mapping models min(splits, K tiles), and a launch with more splits than K tiles
+// is refused (why_not), so the choice carries the clamped value.
+int32_t launch_splits(const TileShape& t, Decomposition d, int32_t splits, int64_t k) {
+  if (d != Decomposition::split_k) return 1;
+  const int64_t k_tiles = std::max<int64_t>(1, detail::ceil_div(k, t.tile_k));
+  return int32_t(std::clamp<int64_t>(splits, 1, k_tiles));
+}
+
+bool valid_raster(Raster r) { return r == Raster::heuristic || r == Raster::along_m || r == Raster::along_n; }
+
+[[maybe_unused]] bool same(const Coordinates& a, const Coordinates& b) {
+  return a.grid == b.grid && a.k_iters == b.k_iters && a.capacity == b.capacity && a.waves == b.waves;
+}
+
+bool valid_enums(DType dtype, BLayout b_layout) {
+  return (dtype == DType::bf16 || dtype == DType::fp16) && (b_layout == BLayout::col || b_layout == BLayout::row);
+}
+
+void check_problem(const Problem& p) {
+  if (!valid_enums(p.dtype, p.b_layout)) {
+    WAVETUNE_INVALID("problem dtype ", int32_t(p.dtype), " or B layout ", int32_t(p.b_layout), " is out of range");
+  }
+  if (!lookup_detail::valid_extents(p.m, p.n, p.k)) {
+    WAVETUNE_INVALID("problem sizes M=", p.m, " N=", p.n, " K=", p.k, " must each be in [1, ",
+                     lookup_detail::kMaxExtent, "] with M*N*K <= 2^60");
+  }
+}
+
+}  // namespace
+
+struct Selector::Impl {
+  Table table;
+  int32_t sm_count = 0;
+  size_t skipped = 0;
+  std::vector<Candidate> candidates[2][2];  // [dtype][b_layout], in config-id order
+  std::vector<WaveModel> waves;
+  std::vector<MicroRule> micro;
+  std::vector<const VariantInfo*> variant_of;  // per config id; nullptr when not compiled
+
+  // The exact entries of compiled configs: open addressing, linear probing, at most half full.
+  struct ExactSlot {
+    Key key;  // lo == 0: empty
+    Choice choice;
+  };
+  std::vector<ExactSlot> exact;
+  uint64_t exact_mask = 0;
+  bool has_exact = false;
+
+  ChoiceCache cache;
+
+  const Choice* find_exact(const Key& key, uint64_t h) const {
+    for (uint64_t i = h >> 32;; ++i) {
+      const ExactSlot& s = exact[i & exact_mask];
+      if (s.key == key) return &s.choice;
+      if (s.key.lo == 0) return nullptr;
+    }
+  }
+
+  [[noreturn]] void no_candidate(const Problem& p) const {
+    WAVETUNE_INVALID("no compiled config in table ", table.origin, " takes ", to_string(p.dtype), " with ",
+                     to_string(p.b_layout), "-major B (", skipped, " of its ", table.configs.size(),
+                     " configs are skipped: their variants are not in this build); fall back to "
+                     "wavetune::default_variant");
+  }
+};
+
+Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const std::string& build_hash)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.table = std::move(table);
+  const Table& t = s.table;
+  const std::string& origin = t.origin;
+
+  const std::string& table_hash = t.meta_value("config_space_hash");
+  if (table_hash != build_hash) {
+    table_error(origin, ": tuned against config space ", table_hash, " but this build was compiled from config space ",
+                build_hash, " (cutlass_configs/ changed): re-tune the table with this build (python -m wavetune tune) "
+                "or rebuild wavetune from the config space the table was tuned against");
+  }
+  const std::string& sm = t.meta_value("sm_count");
+  int64_t sm_count = 0;
+  const auto [ptr, ec] = std::from_chars(sm.data(), sm.data() + sm.size(), sm_count);
+  if (ec != std::errc() || ptr != sm.data() + sm.size() || sm_count < 1 || sm_count > INT32_MAX) {
+    table_error(origin, ": meta sm_count ", lookup_detail::quoted(sm), " is not a positive integer");
+  }
+  s.sm_count = int32_t(sm_count);
+
+  std::unordered_map<std::string, const VariantInfo*> by_name;
+  for (const VariantInfo& v : compiled) by_name.emplace(v.name, &v);
+
+  // NOTES: a Table can be built by hand, not only parsed, so the invariants evaluation relies on (at least
+  // one wave per config, valid enums) are checked here again, not assumed.
+  s.variant_of.assign(t.configs.size(), nullptr);
+  for (size_t i = 0; i < t.configs.size(); ++i) {
+    const TableConfig& c = t.configs[i];
+    const bool split = c.decomposition == Decomposition::split_k;
+    if ((c.decomposition != Decomposition::data_parallel && !split && c.decomposition != Decomposition::stream_k) ||
+        c.splits < 1 || (c.splits != 1 && !split)) {
+      table_error(origin, ": config ", i, ": decomposition ", to_string(c.decomposition), " with splits ", c.splits,
+                  " (data_parallel, split_k or stream_k; splits >= 1, and 1 unless split_k)");
+    }
+    if (c.waves.empty()) table_error(origin, ": config ", i, " has no wave model");
+    std::vector<WaveModel> waves = c.waves;
+    std::sort(waves.begin(), waves.end(), [](const WaveModel& a, const WaveModel& b) { return a.wave < b.wave; });
+    for (size_t j = 0; j < waves.size(); ++j) {
+      if (waves[j].wave < 1 || (j > 0 && waves[j].wave == waves[j - 1].wave)) {
+        table_error(origin, ": config ", i, ": wave ", waves[j].wave, " is repeated or below 1");
+      }
+    }
+    std::vector<MicroRule> rules = c.micro;
+    std::sort(rules.begin(), rules.end(),
+              [](const MicroRule& a, const MicroRule& b) { return a.min_wave < b.min_wave; });
+    for (const MicroRule& r : rules) {
+      if (r.min_wave < 1 || !lookup_detail::valid_swizzle(r.max_swizzle) || !valid_raster(r.raster)) {
+        table_error(origin, ": config ", i, ": micro rule (w-min ", r.min_wave, ", max swizzle ", r.max_swizzle,
+                    ") is invalid");
+      }
+    }
+
+    const auto found = by_name.find(c.variant_name);
+    if (found == by_name.end()) {
+      ++s.skipped;  // a variant of a larger kernel set: not refused (docs/tables.md)
+      continue;
+    }
+    const VariantInfo& v = *found->second;
+    if (std::min({v.tile_m, v.tile_n, v.tile_k, v.cluster_m, v.cluster_n}) < 1) {
+      WAVETUNE_INVALID("variant ", v.name, " has a tile or cluster extent below 1");
+    }
+    if (v.scheduler == TileScheduler::persistent && c.decomposition != Decomposition::data_parallel) {
+      table_error(origin, ": config ", i, " runs ", v.name, " with ", to_string(c.decomposition),
+                  ", which needs a stream_k variant: the table contradicts the config space");
+    }
+    s.variant_of[i] = &v;
+    const Candidate cand{PreparedMapping(tile_shape(v), c.decomposition, c.splits, s.sm_count),
+                         int32_t(i),
+                         v.id,
+                         uint32_t(s.waves.size()),
+                         uint32_t(waves.size()),
+                         uint32_t(s.micro.size()),
+                         uint32_t(rules.size())};
+    s.waves.insert(s.waves.end(), waves.begin(), waves.end());
+    s.micro.insert(s.micro.end(), rules.begin(), rules.end());
+    s.candidates[int(v.dtype) & 1][int(v.b_layout) & 1].push_back(cand);
+  }
+
+  size_t capacity = 16;
+  while (capacity < 2 * t.exact.size()) capacity *= 2;
+  s.exact.assign(capacity, Impl::ExactSlot{{0, 0}, {}});
+  s.exact_mask = capacity - 1;
+  for (const ExactEntry& e : t.exact) {
+    if (e.config < 0 || size_t(e.config) >= t.configs.size()) {
+      table_error(origin, ": exact entry ", e.m, "x", e.n, "x", e.k, " names config ", e.config, ", out of range");
+    }
+    const VariantInfo* v = s.variant_of[size_t(e.config)];
+    if (!v) continue;  // its config is skipped: the model decides that shape
+    const Problem p{e.dtype, e.b_layout, e.m, e.n, e.k};
+    if (v->dtype != e.dtype || v->b_layout != e.b_layout) {
+      table_error(origin, ": exact entry ", to_string(e.dtype), " ", to_string(e.b_layout), " ", e.m, "x", e.n, "x",
+                  e.k, " names config ", e.config, " (", v->name, "), which takes other data");
+    }
+    if (!lookup_detail::valid_swizzle(e.max_swizzle) || !valid_raster(e.raster)) {
+      table_error(origin, ": exact entry ", e.m, "x", e.n, "x", e.k, ": invalid raster or max swizzle");
+    }
+    if (!lookup_detail::valid_extents(e.m, e.n, e.k)) {
+      table_error(origin, ": exact entry ", e.m, "x", e.n, "x", e.k, ": sizes out of range");
+    }
+    const TableConfig& c = t.configs[size_t(e.config)];
+    const MicroParams micro{c.decomposition, launch_splits(tile_shape(*v), c.decomposition, c.splits, e.k), e.raster,
+                            e.max_swizzle};
+    const Key key = make_key(p);
+    for (uint64_t i = hash(key) >> 32;; ++i) {
+      Impl::ExactSlot& slot = s.exact[i & s.exact_mask];
+      if (slot.key == key) table_error(origin, ": two exact entries for ", e.m, "x", e.n, "x", e.k);
+      if (slot.key.lo == 0) {
+        slot = {key, Choice{v->id, micro, e.us, ChoiceSource::exact, e.config}};
+        s.has_exact = true;
+        break;
+      }
+    }
+  }
+}
+
+Selector::~Selector() = default;
+Selector::Selector(Selector&&) noexcept = default;
+Selector& Selector::operator=(Selector&&) noexcept = default;
+
+void Selector::check_device(const std::string& gpu_name, int32_t sm_count) const {
+  const std::string& name = impl_->table.meta_value("gpu_name");
+  if (name != gpu_name || impl_->sm_count != sm_count) {
+    table_error(impl_->table.origin, ": tuned on a ", name, " with ", impl_->sm_count, " SMs, but this GPU is a ",
+                gpu_name, " with ", sm_count, " SMs: use the table made for this GPU (tables/", table_slug(gpu_name),
+                ".wtt) or tune one on it (python -m wavetune tune)");
+  }
+}
+
+Choice Selector::select(const Problem& p) const {
+  check_problem(p);
+  const Key key = make_key(p);
+  const uint64_t h = hash(key);
+  Choice c;
+  if (impl_->cache.find(key, h, &c)) return c;
+  c = select_uncached(p);
+  impl_->cache.insert(key, h, c);
+  return c;
+}
+
+Choice Selector::select_uncached(const Problem& p) const {
+  check_problem(p);
+  const Impl& s = *impl_;
+  if (s.has_exact) {
+    const Key key = make_key(p);
+    if (const Choice* c = s.find_exact(key, hash(key))) return *c;
+  }
+  const std::vector<Candidate>& list = s.candidates[int(p.dtype)][int(p.b_layout)];
+  if (list.empty()) s.no_candidate(p);
+
+  const Candidate* best = nullptr;
+  double best_t = 0;
+  int64_t best_waves = 0;
+  for (const Candidate& c : list) {
+    const Coordinates x = c.mapping(p.m, p.n, p.k);
+    assert(same(x, c.mapping.reference(p.m, p.n, p.k)));
+    const double t = predict(&s.waves[c.wave_begin], c.wave_count, x);
+    if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
+  }
+
+  // The micro record with the largest w-min <= the chosen config's wave count; none: heuristic, 1.
+  const PreparedMapping& chosen = best->mapping;
+  MicroParams micro{chosen.decomposition(), launch_splits(chosen.tile(), chosen.decomposition(), chosen.splits(), p.k),
+                    Raster::heuristic, 1};
+  const MicroRule* rules = s.micro.data() + best->micro_begin;
+  for (uint32_t i = best->micro_count; i-- > 0;) {
+    if (rules[i].min_wave <= best_waves) {
+      micro.raster = rules[i].raster;
+      micro.max_swizzle = rules[i].max_swizzle;
+      break;
+    }
+  }
+  return Choice{best->variant, micro, best_t, ChoiceSource::model, best->config};
+}
+
+std::vector<Prediction> Selector::explain(const Problem& p) const {
+  check_problem(p);
+  const Impl& s = *impl_;
+  std::vector<Prediction> out;
+  for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
+    const Coordinates x = c.mapping.reference(p.m, p.n, p.k);
+    out.push_back({c.config, c.variant, x, predict(&s.waves[c.wave_begin], c.wave_count, x)});
+  }
+  return out;
+}
+
+const Table& Selector::table() const { return impl_->table; }
+size_t Selector::skipped_configs() const { return impl_->skipped; }
+int32_t Selector::sm_count() const { return impl_->sm_count; }
+
+size_t Selector::candidate_count(DType dtype, BLayout b_layout) const {
+  if (!valid_enums(dtype, b_layout)) return 0;
+  return impl_->candidates[int(dtype)][int(b_layout)].size();
+}
+
+}  // namespace wavetune

@@ -1,0 +1,358 @@
+"""The C++ lookup engine through the installed CMake package: build the C++ example and benchmark with
+find_package(wavetune), then run them on synthetic tables (docs/tables.md). CPU tier: no GPU needed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import wavetune
+from conftest import REPO
+
+SM_COUNT = 132
+GPU_NAME = "NVIDIA H200"
+
+
+def cmake_dir() -> Path:
+    """Where the wheel installs the CMake package (what `python -m wavetune --cmake-dir` prints)."""
+    return Path(wavetune.__file__).parent / "share" / "cmake" / "wavetune"
+
+
+def fnv1a64(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True) -> bytes:
+    """A table file. configs: [(variant, decomposition, splits)]; waves: [(config, w, a, b, c, d)];
+    micro: [(config, w_min, raster, swizzle)]; exact: [(dtype, layout, m, n, k, config, raster, swizzle, us)]."""
+    fields = {
+        "gpu_name": GPU_NAME,
+        "sm_count": str(SM_COUNT),
+        "config_space_hash": wavetune.build_info()["config_space_hash"],
+        "wavetune_version": wavetune.__version__,
+        "cuda_version": "13000",
+        "created": "2025-01-01T00:00:00Z",
+        "timing": "synthetic: written by tests/test_cpp_lookup.py",
+    }
+    fields.update(meta or {})
+    lines = ["wavetune-table 1"]
+    if comments:
+        lines.append("# a synthetic table")
+    lines += [f"meta {k} {v}" for k, v in fields.items()]
+    lines += [f"config {i} {name} {dec} {splits}" for i, (name, dec, splits) in enumerate(configs)]
+    lines += ["wave " + " ".join(repr(x) for x in wave) for wave in waves]
+    lines += ["micro " + " ".join(str(x) for x in rule) for rule in micro]
+    lines += ["exact " + " ".join(repr(x) if isinstance(x, float) else str(x) for x in e) for e in exact]
+    body = ("\n".join(lines) + "\n").encode()
+    return body + f"checksum {fnv1a64(body):016x}\n".encode()
+
+
+def with_checksum(body: bytes) -> bytes:
+    return body + f"checksum {fnv1a64(body):016x}\n".encode()
+
+
+# --- The model as docs/tables.md states it, to check the C++ engine against ----------------------------
+
+
+def map_problem(v, m, n, k, decomposition, splits, sm_count=SM_COUNT):
+    """csrc/include/wavetune/mapping.h in Python: (G, L, C, w)."""
+
+    def cdiv(a, b):
+        return -(-a // b)
+
+    rows, cols = (n, m) if v.swap_ab else (m, n)
+    (tm, tn, tk), (cm, cn) = v.tile, v.cluster
+    tiles = cdiv(cdiv(rows, tm), cm) * cm * cdiv(cdiv(cols, tn), cn) * cn
+    k_iters = max(1, cdiv(k, tk))
+    capacity = max(cm * cn, sm_count // (cm * cn) * (cm * cn))
+    grid, steps = tiles, k_iters
+    if decomposition == "split_k":
+        s = min(max(splits, 1), k_iters)
+        grid, steps = tiles * s, cdiv(k_iters, s)
+    elif decomposition == "stream_k":
+        units = tiles * k_iters
+        grid = min(capacity, units)
+        steps = cdiv(units, grid)
+    return grid, steps, capacity, cdiv(grid, capacity)
+
+
+def predict(models, coords):
+    """models: {w: (a, b, c, d)} of one config."""
+    G, L, C, w = coords
+    W = sorted(models)
+
+    def at(v, shifted=True):
+        a, b, c, d = models[v]
+        g = max(1.0, G - (w - v) * C) if shifted else max(1.0, G)
+        return a + b * g + c * L + d * g * L
+
+    if w < W[0]:
+        t = at(W[0], shifted=False)
+    elif w >= W[-1]:
+        t_top = at(W[-1])
+        if len(W) == 1:
+            t = t_top * w / W[-1]
+        else:
+            t = t_top + (w - W[-1]) * (t_top - at(W[-2])) / (W[-1] - W[-2])
+    else:
+        lo = max(v for v in W if v <= w)
+        hi = min(v for v in W if v > w)
+        t = at(lo) if lo == w else at(lo) + (at(hi) - at(lo)) * (w - lo) / (hi - lo)
+    return max(t, 0.1)
+
+
+# --- Building the C++ programs against the installed package --------------------------------------
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not on PATH: cannot build the C++ example against the installed package")
+    if _compiler() is None:
+        pytest.skip("no C++ compiler (c++, g++, clang++ or $CXX): cannot build the C++ example")
+    assert (cmake_dir() / "wavetuneConfig.cmake").is_file(), f"no CMake package installed in {cmake_dir()}"
+    root = tmp_path_factory.mktemp("cpp")
+    built = {}
+    projects = [(REPO / "examples" / "cpp", "select_kernel"), (REPO / "benchmarks" / "cpp", "decision_time")]
+    for source, target in projects:
+        build = root / target
+        # Exactly the package directory as the prefix, as docs/cpp.md tells C++ users.
+        configure = ["cmake", "-S", str(source), "-B", str(build), f"-DCMAKE_PREFIX_PATH={cmake_dir()}",
+                     "-DCMAKE_BUILD_TYPE=Release"]
+        for cmd in (configure, ["cmake", "--build", str(build), "--parallel", "2"]):
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
+        built[target] = build / target
+    return built
+
+
+def run(program, *args, timeout=30):
+    return subprocess.run([str(program), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def fields(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if ": " in line and not line.startswith("candidate")]
+    return dict(line.split(": ", 1) for line in lines)
+
+
+def variant_names(count: int) -> list[str]:
+    """Names for tests that need no selection to succeed: compiled bf16 column-major variants where the
+    build has them, else names no build has (their configs are skipped)."""
+    names = [c.name for c in wavetune.configs() if c.dtype == "bf16" and c.b_layout == "col"]
+    return (names + [f"bf16_bcol_not_compiled_{i}" for i in range(count)])[:count]
+
+
+def bf16_col_variants():
+    found = [c for c in wavetune.configs() if c.dtype == "bf16" and c.b_layout == "col"]
+    if len(found) < 2:
+        pytest.skip(f"the build has {len(found)} bf16 column-major variants; these tests need two "
+                    "(kernel set ci or full)")
+    return found
+
+
+def test_package_layout():
+    pkg = Path(wavetune.__file__).parent
+    for header in ("lookup.h", "kernels.h", "mapping.h", "types.h", "errors.h"):
+        assert (pkg / "include" / "wavetune" / header).is_file(), header
+    for lib in ("libwavetune_lookup.so", "libwavetune_kernels.so"):
+        assert (pkg / "lib" / lib).is_file(), lib
+    for name in ("wavetuneConfig.cmake", "wavetuneConfigVersion.cmake", "wavetuneTargets.cmake"):
+        assert (cmake_dir() / name).is_file(), name
+    targets = (cmake_dir() / "wavetuneTargets.cmake").read_text()
+    assert "wavetune::lookup" in targets and "wavetune::kernels" in targets
+    assert "cuda" not in targets.lower(), "consumers must not need CUDA to link wavetune::kernels"
+
+
+def test_model_choice_cheapest_config(programs, tmp_path):
+    v0, v1 = bf16_col_variants()[:2]
+    table = tmp_path / "table.wtt"
+    table.write_bytes(table_text(
+        configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1), (v0.name, "data_parallel", 1),
+                 ("bf16_bcol_not_in_this_build", "data_parallel", 1)],
+        waves=[(0, 1, 50.0, 0.0, 0.0, 0.0), (1, 1, 10.0, 0.0, 0.0, 0.0), (2, 1, 30.0, 0.0, 0.0, 0.0),
+               (3, 1, 1.0, 0.0, 0.0, 0.0)],
+        micro=[(1, 1, "along_m", 2), (1, 1000000, "along_n", 8)]))
+    done = run(programs["select_kernel"], table, 256, 4096, 4096)
+    assert done.returncode == 0, done.stderr
+    out = fields(done.stdout)
+    assert out["variant"] == f"{v1.name} (id {v1.id})"
+    assert out["config"] == "1" and out["source"] == "model" and float(out["predicted_us"]) == 10.0
+    assert out["decomposition"] == "data_parallel splits=1"
+    assert out["raster"] == "along_m max_swizzle=2"  # the rule with the largest w-min <= w
+    assert "1 skipped as not compiled" in out["table"]
+
+    # No compiled config for fp16 with row-major B in this table: refused, with the fallback named.
+    done = run(programs["select_kernel"], table, 256, 4096, 4096, "fp16", "row")
+    assert done.returncode == 1 and "default_variant" in done.stderr and "fp16 with row-major B" in done.stderr
+
+
+def test_exact_entry_wins_for_its_shape(programs, tmp_path):
+    v0, v1 = bf16_col_variants()[:2]
+    table = tmp_path / "table.wtt"
+    table.write_bytes(table_text(
+        configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1)],
+        waves=[(0, 1, 50.0, 0.0, 0.0, 0.0), (1, 1, 10.0, 0.0, 0.0, 0.0)],
+        exact=[("bf16", "col", 24, 4096, 4096, 0, "along_n", 4, 7.25)]))
+    out = fields(run(programs["select_kernel"], table, 24, 4096, 4096).stdout)
+    assert out["source"] == "exact" and out["config"] == "0" and out["variant"].startswith(v0.name + " ")
+    assert float(out["predicted_us"]) == 7.25 and out["raster"] == "along_n max_swizzle=4"
+    out = fields(run(programs["select_kernel"], table, 25, 4096, 4096).stdout)  # a neighbour: the model
+    assert out["source"] == "model" and out["config"] == "1"
+
+
+def test_model_matches_the_documented_formulas(programs, tmp_path):
+    """Every candidate's coordinates and prediction (--explain) against a Python transcription of
+    docs/tables.md and mapping.h, over problems that hit each wave regime; the choice is the argmin."""
+    variants = bf16_col_variants()
+    stream_k = [v for v in variants if v.scheduler == "stream_k"]
+    configs = [(v.name, "data_parallel", 1) for v in variants]
+    if stream_k:
+        configs += [(stream_k[0].name, "split_k", 3), (stream_k[0].name, "stream_k", 1)]
+    rng = random.Random(7)
+    wave_sets = [(2, 4), (1, 5, 6), (3,), (1, 2, 5), (1, 4)]
+    models = [{w: (rng.uniform(2, 20), rng.uniform(0, 0.05), rng.uniform(0, 0.5), rng.uniform(0, 0.002))
+               for w in wave_sets[i % len(wave_sets)]} for i in range(len(configs))]
+    table = tmp_path / "table.wtt"
+    table.write_bytes(table_text(configs, [(i, w, *m[w]) for i, m in enumerate(models) for w in m]))
+    by_name = {v.name: v for v in variants}
+    shapes = [(1, 4096, 4096), (128, 6144, 4096), (1000, 4096, 14336), (4096, 28672, 4096), (16384, 8192, 8192),
+              (3000, 57344, 8192), (7, 8, 8)] + [(m, 4096, 4096) for m in (1024, 1536, 2048, 2560, 3072)]
+    seen_regimes = set()
+    for m, n, k in shapes:
+        done = run(programs["select_kernel"], table, m, n, k, "--explain")
+        assert done.returncode == 0, done.stderr
+        rows = [dict(kv.split("=") for kv in line.split(": ", 1)[1].split()) for line in done.stdout.splitlines()
+                if line.startswith("candidate: ")]
+        assert [int(r["config"]) for r in rows] == list(range(len(configs)))
+        expected = []
+        for (name, dec, splits), r, model in zip(configs, rows, models):
+            coords = map_problem(by_name[name], m, n, k, dec, splits)
+            w, profiled = coords[3], sorted(model)
+            seen_regimes.add("below" if w < profiled[0] else "at" if w in model else "between" if w < profiled[-1]
+                             else "above" if len(profiled) > 1 else "above one")
+            assert (int(r["G"]), int(r["L"]), int(r["C"]), int(r["w"])) == coords, (m, n, k, name, dec)
+            expected.append(predict(model, coords))
+            assert math.isclose(float(r["predicted_us"]), expected[-1], rel_tol=1e-8), (m, n, k, name, dec)
+        out = fields(done.stdout)
+        chosen = int(out["config"])
+        assert chosen == min(range(len(expected)), key=lambda i: (expected[i], i))
+        # select's prepared mapping and explain's map_problem give the same prediction, digit for digit.
+        assert out["predicted_us"] == rows[chosen]["predicted_us"] and out["source"] == "model"
+        if configs[chosen][1] == "split_k":  # launched splits never exceed the K tiles
+            assert int(out["decomposition"].split("=")[1]) == min(3, -(-k // by_name[configs[chosen][0]].tile[2]))
+    assert seen_regimes == {"below", "at", "between", "above", "above one"}, seen_regimes
+
+
+def test_corrupt_and_truncated_tables_are_refused(programs, tmp_path):
+    v0, v1 = variant_names(2)
+    good = table_text(configs=[(v0, "data_parallel", 1), (v1, "data_parallel", 1)],
+                      waves=[(0, 1, 50.0, 0.0, 0.0, 0.0), (1, 1, 10.0, 0.0, 0.0, 0.0)])
+    table = tmp_path / "table.wtt"
+    table.write_bytes(good)
+    done = run(programs["select_kernel"], table, 16, 4096, 4096)
+    assert done.returncode == 0 or "no compiled config" in done.stderr, done.stderr  # the intact file loads
+
+    at = good.index(b"wave 1 1 10.0") + len("wave 1 1 ")  # one byte of a coefficient: 10.0 -> 90.0
+    table.write_bytes(good[:at] + b"9" + good[at + 1:])
+    done = run(programs["select_kernel"], table, 16, 4096, 4096)
+    assert done.returncode == 1 and "checksum mismatch" in done.stderr and str(table) in done.stderr
+
+    for cut in (len(good) // 2, len(good) - 5, good.rindex(b"checksum")):
+        table.write_bytes(good[:cut])
+        done = run(programs["select_kernel"], table, 16, 4096, 4096)
+        assert done.returncode == 1 and "checksum" in done.stderr, (cut, done.stderr)
+
+    done = run(programs["select_kernel"], tmp_path / "missing.wtt", 16, 4096, 4096)
+    assert done.returncode == 1 and "missing.wtt" in done.stderr and "cannot open" in done.stderr
+
+
+def test_table_of_another_config_space_is_refused(programs, tmp_path):
+    (v0,) = variant_names(1)
+    table = tmp_path / "table.wtt"
+    table.write_bytes(table_text(configs=[(v0, "data_parallel", 1)], waves=[(0, 1, 5.0, 0.0, 0.0, 0.0)],
+                                 meta={"config_space_hash": "0123456789abcdef"}))
+    done = run(programs["select_kernel"], table, 16, 4096, 4096)
+    build_hash = wavetune.build_info()["config_space_hash"]
+    assert done.returncode == 1
+    assert "0123456789abcdef" in done.stderr and build_hash in done.stderr and "re-tune" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda b: b.replace(b"wavetune-table 1", b"wavetune-table 2"), r"table.wtt:1: unsupported table version '2'"),
+        (lambda b: b.replace(b"meta sm_count 132\n", b""), r"missing required meta key 'sm_count'"),
+        (lambda b: b.replace(b"wave 0 1 5.0", b"wave 0 1 5.0x"),
+         r"table.wtt:\d+: coefficient a '5.0x' is not a finite decimal"),
+        (lambda b: b.replace(b"wave 0 1 5.0", b"wave 0 1  5.0"), r"table.wtt:\d+: empty field"),
+        (lambda b: b.replace(b"wave 0 1 5.0", b"wave 3 1 5.0"), r"table.wtt:\d+: config id 3 out of range"),
+        (lambda b: b.replace(b"config 0 ", b"config 1 "), r"table.wtt:\d+: config id 1 out of order"),
+        (lambda b: b.replace(b"wave 0 1 5.0 0.0 0.0 0.0", b"wave 0 1 5.0 0.0 0.0"), r"wave record: expected 7 fields"),
+        (lambda b: b + b"bogus record\n", r"table.wtt:\d+: unknown record type 'bogus'"),
+        (lambda b: b.replace(b"data_parallel 1", b"data_parallel 4"), r"splits is 1 unless split_k"),
+    ],
+)
+def test_malformed_tables_name_the_file_and_line(programs, tmp_path, edit, message):
+    (v0,) = variant_names(1)
+    good = table_text(configs=[(v0, "data_parallel", 1)], waves=[(0, 1, 5.0, 0.0, 0.0, 0.0)])
+    body = good[:good.rindex(b"checksum")]
+    table = tmp_path / "table.wtt"
+    table.write_bytes(with_checksum(edit(body)))
+    done = run(programs["select_kernel"], table, 16, 4096, 4096)
+    assert done.returncode == 1 and re.search(message, done.stderr), done.stderr
+
+
+def test_arbitrary_bytes_never_crash_or_hang(programs, tmp_path):
+    """Mutated tables with a valid checksum, so the parser itself sees the damage."""
+    variants = bf16_col_variants()
+    v1 = variants[0]
+    v0 = next((v for v in variants if v.scheduler == "stream_k"), variants[1])
+    first = (v0.name, "split_k", 2) if v0.scheduler == "stream_k" else (v0.name, "data_parallel", 1)
+    good = table_text(configs=[first, (v1.name, "data_parallel", 1)],
+                      waves=[(0, 1, 50.0, 0.0, 0.0, 0.0), (1, 2, 10.0, 0.5, 0.0, 0.0)],
+                      micro=[(0, 2, "along_n", 4)], exact=[("bf16", "col", 8, 64, 64, 1, "heuristic", 1, 3.0)])
+    body = good[:good.rindex(b"checksum")]
+    rng = random.Random(1)
+    table = tmp_path / "table.wtt"
+    for i in range(60):
+        data = bytearray(body)
+        for _ in range(rng.randint(1, 4)):
+            pos = rng.randrange(len(data))
+            if rng.random() < 0.5:
+                data[pos] = rng.randrange(256)
+            else:
+                data[pos:pos + rng.randint(1, 20)] = bytes(rng.randrange(256) for _ in range(rng.randint(0, 6)))
+        table.write_bytes(with_checksum(bytes(data)) if i % 3 else bytes(data))
+        done = subprocess.run([str(programs["select_kernel"]), str(table), "16", "64", "64"], capture_output=True,
+                              timeout=10)
+        assert done.returncode in (0, 1), (i, done.returncode, done.stderr)
+        if done.returncode == 1:
+            assert str(table).encode() in done.stderr or b"no compiled config in table" in done.stderr, done.stderr
+
+
+def test_decision_time_benchmark(programs, tmp_path):
+    variants = bf16_col_variants()
+    configs = [(v.name, "data_parallel", 1) for v in variants]
+    table = tmp_path / "table.wtt"
+    table.write_bytes(table_text(configs, [(i, w, 5.0 + i, 0.01, 0.1, 0.0001) for i in range(len(configs))
+                                           for w in (1, 2, 4)]))
+    done = run(programs["decision_time"], table, 3, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["candidates"] == len(configs) and result["problems"] > 100
+    assert 0 < result["warm_ns"] and 0 < result["cold_ns"] < 1e6
