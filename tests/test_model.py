@@ -470,27 +470,3 @@ def test_write_table_is_atomic(tmp_path, monkeypatch):
     assert data.startswith(b"wavetune-table 1\n") and b"\nmicro " not in data and b"\nexact " not in data
     assert os.listdir(tmp_path) == ["t.wtt"]
 
-
-def _grid_map(tile_m, tile_n, tile_k, sm_count=132):
-    """A data-parallel mapping (docs/model.md) for the grid-plan test."""
-    def map_fn(m, n, k):
-        g = -(-m // tile_m) * -(-n // tile_n)
-        return g, -(-k // tile_k), sm_count, -(-g // sm_count)
-    return map_fn
-
-
-def test_grid_plan_spans_waves_from_realistic_shapes():
-    model = load_module("model")
-    map_fn = _grid_map(128, 256, 64)
-    anchors = model.plan_grid_anchors(map_fn)
-    assert anchors == model.plan_grid_anchors(map_fn)  # deterministic
-    assert 30 <= len(anchors) <= 60 and len(set(anchors)) == len(anchors)
-    grid = set(model.grid_shapes())
-    assert all(a in grid and 2.0 * a[0] * a[1] * a[2] <= 2e13 for a in anchors)
-    waves = sorted({map_fn(*a)[3] for a in anchors})
-    assert waves[0] == 1 and waves[-1] >= 64, waves
-    # Each sampled regime gets its corners: at least 2 distinct G and 2 distinct L where the grid has them.
-    w1 = [map_fn(*a) for a in anchors if map_fn(*a)[3] == 1]
-    assert len({g for g, *_ in w1}) >= 2 and len({l for _, l, *_ in w1}) >= 2
-    dense = model.plan_grid_anchors(map_fn, waves=(1,), per_wave=10)
-    assert 8 <= len(dense) <= 10 and {map_fn(*a)[3] for a in dense} == {1}

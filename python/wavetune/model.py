@@ -30,7 +30,6 @@ __all__ = [
     "fit_wave",
     "plan_anchors",
     "plan_anchors_detailed",
-    "plan_grid_anchors",
     "predict",
     "wave_time",
 ]
@@ -235,55 +234,6 @@ DEFAULT_N_CHOICES: tuple[int, ...] = (
 )  # fmt: skip
 
 MapFn = Callable[[int, int, int], tuple[int, int, int, int]]
-
-
-# A generic grid of LLM linear-layer shapes for sampling: token counts from decode to long prefill, and
-# weight dimensions of typical hidden and FFN sizes. NOTES: deliberately none of the public benchmark
-# suite's N or K values, so that the suite judges the model on shapes it never saw.
-GRID_TOKENS = (1, 3, 8, 20, 48, 112, 240, 640, 1280, 2560, 5120, 12288, 20480)
-GRID_WEIGHT_DIMS = (1536, 2560, 5120, 7168, 11008, 13824, 20480, 32768, 49152)
-GRID_WAVES = (1, 2, 3, 4, 6, 8, 16, 32, 64, 128, 256, 512)
-
-
-def grid_shapes() -> list[tuple[int, int, int]]:
-    return [(m, n, k) for m in GRID_TOKENS for n in GRID_WEIGHT_DIMS for k in GRID_WEIGHT_DIMS]
-
-
-def plan_grid_anchors(
-    map_fn: MapFn,
-    shapes: Sequence[tuple[int, int, int]] | None = None,
-    waves: Sequence[int] = GRID_WAVES,
-    per_wave: int = 5,
-    max_flop: float = 2e13,
-) -> list[tuple[int, int, int]]:
-    """Anchors for ONE config drawn from realistic shapes (default: ``grid_shapes()``).
-
-    The grid is mapped through the config (``map_fn(m, n, k) -> (G, L, C, w)``) and grouped by wave
-    count. For each wave of the ladder ``waves`` (the nearest wave the grid reaches at or above it),
-    up to ``per_wave`` shapes are kept that span the regime: smallest and largest G, smallest and
-    largest L, and evenly spaced shapes in between by G*L, so each regime's bilinear fit sees its corners. Shapes above
-    ``max_flop`` (2 * m * n * k) are skipped to bound the tuning time. Unlike ``plan_anchors``, the
-    anchors have the aspect ratios of real layers (few tokens and wide weights for decode), which the
-    (G, L) coordinates alone do not capture. About 40-60 anchors per config; deterministic.
-    """
-    by_wave: dict[int, list[tuple[int, int, tuple[int, int, int]]]] = {}
-    for m, n, k in grid_shapes() if shapes is None else shapes:
-        if 2.0 * m * n * k > max_flop:
-            continue
-        g, l, _, w = map_fn(m, n, k)
-        by_wave.setdefault(int(w), []).append((int(g), int(l), (m, n, k)))
-    present = sorted(by_wave)
-    chosen_waves = sorted({next((w for w in present if w >= target), present[-1]) for target in waves})
-    anchors: list[tuple[int, int, int]] = []
-    for w in chosen_waves:
-        group = sorted(by_wave[w], key=lambda e: (e[0] * e[1], e[2]))
-        corners = [min(group, key=lambda e: (e[0], e[1])), max(group, key=lambda e: (e[0], e[1])),
-                   min(group, key=lambda e: (e[1], e[0])), max(group, key=lambda e: (e[1], e[0]))]
-        interior = [group[(i + 1) * len(group) // (per_wave - 3)] for i in range(max(per_wave - 4, 0))]
-        for e in (corners + interior)[:per_wave]:
-            if e[2] not in anchors:
-                anchors.append(e[2])
-    return anchors
 
 
 def plan_anchors(

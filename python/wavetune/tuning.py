@@ -26,7 +26,7 @@ SPLITS = (2, 4, 8)
 # Raster/swizzle options the second stage compares; ("heuristic", 1) is the default launch.
 MICRO_OPTIONS = (("heuristic", 1), ("along_m", 2), ("along_n", 2), ("along_m", 8), ("along_n", 8))
 MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
-STREAM_K_PLAN = dict(waves=(1,), per_wave=10)
+STREAM_K_PLAN = dict(waves=(1,), fills=(1.0,), k_steps=(2, 4, 8, 16, 32, 64, 128, 256), interior=7)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +149,7 @@ def anchor_plan(cands: list[Candidate], sm_count: int) -> dict[tuple[int, int, i
     for c in cands:
         # Stream-K always runs one wave (G = C): sample that wave densely in L instead.
         options = STREAM_K_PLAN if c.decomposition == "stream_k" else {}
-        for shape in model.plan_grid_anchors(lambda m, n, k, c=c: c.coordinates(m, n, k, sm_count), **options):
+        for shape in model.plan_anchors(lambda m, n, k, c=c: c.coordinates(m, n, k, sm_count), **options):
             plan[tuple(shape)].append(c)
     return plan
 
