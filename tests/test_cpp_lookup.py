@@ -16,21 +16,13 @@ import pytest
 
 import wavetune
 from conftest import REPO
+from test_mapping import reference as map_reference
+from wavetune import model as reference_model
+from wavetune.__main__ import cmake_dir
+from wavetune.tablefile import fnv1a64
 
 SM_COUNT = 132
 GPU_NAME = "NVIDIA H200"
-
-
-def cmake_dir() -> Path:
-    """Where the wheel installs the CMake package (what `python -m wavetune --cmake-dir` prints)."""
-    return Path(wavetune.__file__).parent / "share" / "cmake" / "wavetune"
-
-
-def fnv1a64(data: bytes) -> int:
-    h = 0xCBF29CE484222325
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
 
 
 def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True) -> bytes:
@@ -62,54 +54,16 @@ def with_checksum(body: bytes) -> bytes:
     return body + f"checksum {fnv1a64(body):016x}\n".encode()
 
 
-# --- The model as docs/tables.md states it, to check the C++ engine against ----------------------------
+# --- The model as docs/tables.md states it: the Python reference (model.predict) and mapping ------------
 
 
 def map_problem(v, m, n, k, decomposition, splits, sm_count=SM_COUNT):
-    """csrc/include/wavetune/mapping.h in Python: (G, L, C, w)."""
-
-    def cdiv(a, b):
-        return -(-a // b)
-
-    rows, cols = (n, m) if v.swap_ab else (m, n)
-    (tm, tn, tk), (cm, cn) = v.tile, v.cluster
-    tiles = cdiv(cdiv(rows, tm), cm) * cm * cdiv(cdiv(cols, tn), cn) * cn
-    k_iters = max(1, cdiv(k, tk))
-    capacity = max(cm * cn, sm_count // (cm * cn) * (cm * cn))
-    grid, steps = tiles, k_iters
-    if decomposition == "split_k":
-        s = min(max(splits, 1), k_iters)
-        grid, steps = tiles * s, cdiv(k_iters, s)
-    elif decomposition == "stream_k":
-        units = tiles * k_iters
-        grid = min(capacity, units)
-        steps = cdiv(units, grid)
-    return grid, steps, capacity, cdiv(grid, capacity)
+    return map_reference(v, m, n, k, decomposition, splits, sm_count)
 
 
 def predict(models, coords):
-    """models: {w: (a, b, c, d)} of one config."""
-    G, L, C, w = coords
-    W = sorted(models)
-
-    def at(v, shifted=True):
-        a, b, c, d = models[v]
-        g = max(1.0, G - (w - v) * C) if shifted else max(1.0, G)
-        return a + b * g + c * L + d * g * L
-
-    if w < W[0]:
-        t = at(W[0], shifted=False)
-    elif w >= W[-1]:
-        t_top = at(W[-1])
-        if len(W) == 1:
-            t = t_top * w / W[-1]
-        else:
-            t = t_top + (w - W[-1]) * (t_top - at(W[-2])) / (W[-1] - W[-2])
-    else:
-        lo = max(v for v in W if v <= w)
-        hi = min(v for v in W if v > w)
-        t = at(lo) if lo == w else at(lo) + (at(hi) - at(lo)) * (w - lo) / (hi - lo)
-    return max(t, 0.1)
+    grid, steps, capacity, waves = coords
+    return reference_model.predict(models, grid, steps, waves, capacity)
 
 
 # --- Building the C++ programs against the installed package --------------------------------------

@@ -236,19 +236,7 @@ DEFAULT_N_CHOICES: tuple[int, ...] = (
 MapFn = Callable[[int, int, int], tuple[int, int, int, int]]
 
 
-def plan_anchors(
-    map_fn: MapFn,
-    waves: Sequence[int] = (1, 2, 3, 4, 6, 8, 16, 32),
-    fills: Sequence[float] = (0.35, 0.7, 1.0),
-    k_steps: Sequence[int] = (4, 16, 64, 256),
-    n_choices: Sequence[int] = DEFAULT_N_CHOICES,
-    token_range: tuple[int, int] = (1, 16384),
-    k_range: tuple[int, int] = (1024, 65536),
-    k_multiple: int = 128,
-    fill_tol: float = 0.2,
-    l_tol: float = 0.25,
-    interior: int = 1,
-) -> list[tuple[int, int, int]]:
+def plan_anchors(map_fn: MapFn, **options) -> list[tuple[int, int, int]]:
     """Anchor problems ``(m, n, k)`` to profile for ONE config; see ``plan_anchors_detailed``.
 
     With the defaults (8 waves, 4 corners + 1 interior target per wave) a plan has at most 40 anchors;
@@ -259,12 +247,7 @@ def plan_anchors(
     smallest grid is 16 tiles x 8 splits = 128 CTAs, so wave 1 has no partly filled shape). A stream-K
     decomposition is one wave by construction and gets 2 (see ``plan_anchors_detailed``).
     """
-    return [
-        (a["m"], a["n"], a["k"])
-        for a in plan_anchors_detailed(
-            map_fn, waves, fills, k_steps, n_choices, token_range, k_range, k_multiple, fill_tol, l_tol, interior
-        )
-    ]
+    return [(a["m"], a["n"], a["k"]) for a in plan_anchors_detailed(map_fn, **options)]
 
 
 def plan_anchors_detailed(
