@@ -96,6 +96,7 @@ def test_kernel_sets_and_filter():
         (GOOD_GROUP.replace('"cooperative"', '"warp"'), "schedule 'warp'"),
         (GOOD_GROUP + '[kernel_sets]\nsmall = ["nothing_*"]\n', "selects no variant"),
         (GOOD_GROUP + '[kernel_sets]\nfull = ["*"]\n', "is built in"),
+        (GOOD_GROUP + '[kernel_sets]\ntables = ["*"]\n', "is built in"),
         (GOOD_GROUP.replace('["col"]', '["row"]').replace("[[group]]", "[[group]]\nswap_ab = true"),
          "swap_ab is supported for column-major B"),
         (GOOD_GROUP.replace("[[group]]", "[[group]]\nswap_ab = 1"), "swap_ab must be true or false"),
@@ -147,6 +148,57 @@ def test_generate_writes_one_source_per_variant_and_only_on_change(tmp_path):
     assert again == sources and sources[0].stat().st_mtime == 1
     fewer = cs.generate(space, out, "full", "*128x128x64_1x1_persistent", with_kernels=True)
     assert sorted((out / "variants").glob("*.cu")) == fewer and len(fewer) == 1
+
+
+FALLBACK = """
+[fallback]
+col = [[64, "bcol_cooperative_128x128x64_1x1_persistent"], [0, "bcol_cooperative_256x128x64_2x1_persistent"]]
+row = [[0, "brow_cooperative_128x128x64_1x1_persistent"]]
+"""
+
+
+def test_fallback_and_the_tables_kernel_set(tmp_path):
+    body = GOOD_GROUP + GOOD_GROUP.replace('["col"]', '["row"]').replace('["bf16"]', '["bf16", "fp16"]') + FALLBACK
+    body = body.replace('["bf16"]', '["bf16", "fp16"]')
+    space = cs.load(write(tmp_path, body))
+    assert [(d, layout, m, v.name) for d, layout, m, v in space.fallback][:2] == [
+        ("bf16", "col", 64, "bf16_bcol_cooperative_128x128x64_1x1_persistent"),
+        ("bf16", "col", 0, "bf16_bcol_cooperative_256x128x64_2x1_persistent")]
+    assert len(space.fallback) == 2 * 3  # both dtypes
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "gpu.wtt").write_text("wavetune-table 1\nconfig 0 bf16_bcol_cooperative_128x128x64_2x1_stream_k split_k 2\n")
+    chosen = {v.name for v in space.select("tables", tables_dir=tables)}
+    assert chosen == {v.name for *_, v in space.fallback} | {"bf16_bcol_cooperative_128x128x64_2x1_stream_k"}
+    registry = cs.render_registry(space, space.select("tables", tables_dir=tables), "tables")
+    fallback_rows = [line for line in registry.splitlines() if line.strip().startswith("WAVETUNE_FALLBACK(")]
+    assert fallback_rows[0].strip().startswith("WAVETUNE_FALLBACK(bf16, col, 64, ")
+    assert len(fallback_rows) == 6
+    # Only compiled fallback variants are listed: a narrower set drops the others.
+    narrow = cs.render_registry(space, space.select("full", "bf16_*"), "x")
+    assert len([line for line in narrow.splitlines() if line.strip().startswith("WAVETUNE_FALLBACK(")]) == 3
+
+
+@pytest.mark.parametrize(
+    "fallback, message",
+    [
+        ('[fallback]\ncol = [[0, "bcol_cooperative_128x128x64_1x1_persistent"]]\n', "needs a bucket list for each B layout"),
+        ('[fallback]\ncol = [[0, "bcol_nope"]]\nrow = [[0, "bcol_nope"]]\n', "is not a col-major variant"),
+        ('[fallback]\ncol = [[64, "bcol_cooperative_128x128x64_1x1_persistent"]]\n'
+         'row = [[0, "brow_cooperative_128x128x64_1x1_persistent"]]\n', "last bucket must be 0"),
+        ('[fallback]\ncol = [[64, "x"], [16, "x"], [0, "x"]]\nrow = [[0, "x"]]\n', "must ascend"),
+        ('[fallback]\ncol = [64]\nrow = [[0, "x"]]\n', "list of \\[max_m, variant\\] pairs"),
+    ],
+)
+def test_bad_fallback_is_refused(tmp_path, fallback, message):
+    body = GOOD_GROUP + GOOD_GROUP.replace('["col"]', '["row"]') + fallback
+    with pytest.raises(cs.ConfigError, match=message):
+        cs.load(write(tmp_path, body))
+
+
+def test_shipped_fallback_covers_every_dtype_and_layout():
+    space = cs.load(CONFIG_SPACE)
+    assert {(d, layout) for d, layout, *_ in space.fallback} == {(d, b) for d in cs.DTYPES for b in cs.B_LAYOUTS}
 
 
 def test_generate_without_kernels_writes_an_empty_registry(tmp_path):

@@ -111,20 +111,6 @@ PYBIND11_MODULE(_C, m) {
       },
       "Empty string when the problem's sizes, leading dimensions and alignment are valid, else the reason.");
 
-  m.def("default_variant", [](int32_t dtype, int32_t b_layout) {
-    return default_variant(make_problem(1, 8, 8, 0, 8, 0, 8, 0, 8, dtype, b_layout));
-  });
-
-  m.def(
-      "why_not",
-      [](int32_t m_, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d,
-         int64_t ldd, int32_t dtype, int32_t b_layout, int32_t variant, int32_t decomposition, int32_t splits,
-         int32_t raster, int32_t max_swizzle) {
-        return why_not(make_problem(m_, n, k, a, lda, b, ldb, d, ldd, dtype, b_layout), variant,
-                       make_micro(decomposition, splits, raster, max_swizzle));
-      },
-      "Empty string when the variant can run the problem on the current device, else the reason.");
-
   m.def("device_properties", [] {
     DeviceProperties p = device_properties();
     py::dict d;

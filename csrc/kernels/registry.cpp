@@ -2,7 +2,6 @@
 // and the problem checks that need no GPU.
 #include <algorithm>
 #include <cstdint>
-#include <utility>
 #include <string>
 #include <vector>
 
@@ -111,44 +110,19 @@ std::string detail::variant_error(const VariantInfo& v, const GemmProblem& p, co
   return os.str();
 }
 
-namespace {
-// One M bucket of the fallback heuristic: the variant (name without its dtype prefix) for M <= max_m.
-struct Bucket {
-  int64_t max_m;
-  const char* variant;
-};
-
-// NOTES: from the H200 cold-weight timings in docs/kernels.md: swap-AB ping-pong kernels win decode (the
-// tokens sit on a 16/32-wide tile side), 64x128 ping-pong the small batches, 128x128 ping-pong the middle
-// and 256x128 cooperative the large M. Used only when no tuned table covers the GPU.
-constexpr Bucket kColBuckets[] = {{16, "bcol_swapab_pingpong_64x16x128_1x1_persistent"},
-                                  {64, "bcol_swapab_pingpong_64x32x128_1x1_persistent"},
-                                  {256, "bcol_pingpong_64x128x64_1x1_persistent"},
-                                  {2048, "bcol_pingpong_128x128x64_1x1_persistent"},
-                                  {INT64_MAX, "bcol_cooperative_256x128x64_1x1_persistent"}};
-constexpr Bucket kRowBuckets[] = {{256, "brow_pingpong_64x128x64_1x1_persistent"},
-                                  {INT64_MAX, "brow_cooperative_128x256x64_1x1_persistent"}};
-
-// (max_m, variant id) per bucket whose variant is compiled, for one dtype and layout; resolved once.
-template <size_t kCount>
-std::vector<std::pair<int64_t, int32_t>> resolve_buckets(DType dtype, const Bucket (&buckets)[kCount]) {
-  std::vector<std::pair<int64_t, int32_t>> out;
-  for (const Bucket& b : buckets) {
-    const std::string name = std::string(to_string(dtype)) + "_" + b.variant;
-    for (const auto& v : variants()) {
-      if (name == v.name) out.emplace_back(b.max_m, v.id);
-    }
-  }
-  return out;
-}
-}  // namespace
-
 int32_t default_variant(const GemmProblem& p) {
-  static const std::vector<std::pair<int64_t, int32_t>> buckets[2][2] = {
-      {resolve_buckets(DType::bf16, kColBuckets), resolve_buckets(DType::bf16, kRowBuckets)},
-      {resolve_buckets(DType::fp16, kColBuckets), resolve_buckets(DType::fp16, kRowBuckets)}};
-  for (const auto& [max_m, id] : buckets[int(p.dtype)][int(p.b_layout)]) {
-    if (p.m <= max_m) return id;
+  // The built-in heuristic's M buckets, as data in cutlass_configs/ ([fallback]); only compiled ones.
+  struct Bucket {
+    DType dtype;
+    BLayout b_layout;
+    int64_t max_m;  // 0: every larger M
+    int32_t variant;
+  };
+#define WAVETUNE_FALLBACK_ROW(DT, BL, MAX_M, ID) Bucket{DType::DT, BLayout::BL, MAX_M, ID},
+  static const std::vector<Bucket> buckets{WAVETUNE_FALLBACK_LIST(WAVETUNE_FALLBACK_ROW)};
+#undef WAVETUNE_FALLBACK_ROW
+  for (const Bucket& b : buckets) {
+    if (b.dtype == p.dtype && b.b_layout == p.b_layout && (b.max_m == 0 || p.m <= b.max_m)) return b.variant;
   }
   // A kernel set without the heuristic's variants: any compiled variant of the right dtype and layout.
   for (const auto& v : variants()) {

@@ -70,6 +70,8 @@ class ConfigSpace:
     arch: str
     variants: tuple[Variant, ...]
     kernel_sets: dict[str, tuple[str, ...]]
+    # The built-in heuristic: (dtype, b_layout, max_m or 0 for no limit, variant) in bucket order.
+    fallback: tuple[tuple[str, str, int, Variant], ...] = ()
 
     @property
     def hash(self) -> str:
@@ -77,15 +79,21 @@ class ConfigSpace:
         text = "\n".join(f"{v.id} {v.name}" for v in self.variants)
         return hashlib.sha256(f"{self.arch}\n{text}".encode()).hexdigest()[:16]
 
-    def select(self, kernel_set: str = "full", name_filter: str = "") -> list[Variant]:
-        """The variants of a named set, optionally narrowed by comma-separated glob patterns."""
+    def select(self, kernel_set: str = "full", name_filter: str = "", tables_dir: Path | None = None) -> list[Variant]:
+        """The variants of a named set, optionally narrowed by comma-separated glob patterns.
+
+        ``tables``: the variants the tables in ``tables_dir`` can choose, plus the fallback's.
+        """
         if kernel_set == "full":
             chosen = list(self.variants)
+        elif kernel_set == "tables":
+            wanted = table_variant_names(tables_dir) | {v.name for *_, v in self.fallback}
+            chosen = [v for v in self.variants if v.name in wanted]
         elif kernel_set in self.kernel_sets:
             patterns = self.kernel_sets[kernel_set]
             chosen = [v for v in self.variants if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
         else:
-            known = ", ".join(["full", *self.kernel_sets])
+            known = ", ".join(["full", "tables", *self.kernel_sets])
             raise ConfigError(f"{self.path}: unknown kernel set {kernel_set!r} (known: {known})")
         if name_filter:
             patterns = [p.strip() for p in name_filter.split(",") if p.strip()]
@@ -184,13 +192,51 @@ def load(path: str | Path) -> ConfigSpace:
         raise ConfigError(f"{path}: [kernel_sets] must be a table of name = [patterns]")
     kernel_sets = {}
     for name, patterns in sets.items():
-        if name == "full":
-            raise ConfigError(f"{path}: kernel set 'full' is built in (every variant) and cannot be redefined")
+        if name in ("full", "tables"):
+            raise ConfigError(f"{path}: kernel set {name!r} is built in and cannot be redefined")
         kernel_sets[name] = tuple(_string_list(sets, name, None, f"{path}: kernel set {name!r}"))
-    space = ConfigSpace(path, data["arch"], tuple(variants), kernel_sets)
+    fallback = _parse_fallback(data.get("fallback"), {v.name: v for v in variants}, path)
+    space = ConfigSpace(path, data["arch"], tuple(variants), kernel_sets, fallback)
     for name in kernel_sets:
         space.select(name)  # a set that matches nothing is a typo: fail at parse time
     return space
+
+
+def _parse_fallback(table: object, by_name: dict[str, Variant], path: Path) -> tuple:
+    """[fallback] col/row = [[max_m, variant without dtype prefix], ...] -> rows for both dtypes.
+
+    Optional: without it, a GPU with no table gets any compiled variant of the right dtype and layout.
+    """
+    if table is None:
+        return ()
+    if not isinstance(table, dict) or set(table) != set(B_LAYOUTS):
+        raise ConfigError(f"{path}: [fallback] needs a bucket list for each B layout ({', '.join(B_LAYOUTS)})")
+    rows = []
+    for layout, buckets in table.items():
+        where = f"{path}: [fallback] {layout}"
+        if not isinstance(buckets, list) or not buckets or not all(
+                isinstance(b, list) and len(b) == 2 and isinstance(b[0], int) and isinstance(b[1], str) for b in buckets):
+            raise ConfigError(f"{where}: must be a non-empty list of [max_m, variant] pairs")
+        limits = [b[0] for b in buckets]
+        if limits[-1] != 0 or any(m <= 0 for m in limits[:-1]) or limits[:-1] != sorted(set(limits[:-1])):
+            raise ConfigError(f"{where}: max_m must ascend and the last bucket must be 0 (every larger M), got {limits}")
+        for dtype in DTYPES:
+            for max_m, suffix in buckets:
+                variant = by_name.get(f"{dtype}_{suffix}")
+                if variant is None or variant.b_layout != layout:
+                    raise ConfigError(f"{where}: {dtype}_{suffix} is not a {layout}-major variant of this space")
+                rows.append((dtype, layout, max_m, variant))
+    return tuple(rows)
+
+
+def table_variant_names(tables_dir: Path | None) -> set[str]:
+    """Variant names in the `config` records of the tables in a directory (docs/tables.md)."""
+    names = set()
+    for table in sorted(Path(tables_dir).glob("*.wtt")) if tables_dir else []:
+        for line in table.read_text().splitlines():
+            if line.startswith("config "):
+                names.add(line.split()[2])
+    return names
 
 
 # ----------------------------------------------------------------------------------------------
@@ -211,6 +257,10 @@ REGISTRY_TEMPLATE = """\
 #define WAVETUNE_KERNEL_SET_NAME "{kernel_set}"
 #define WAVETUNE_VARIANT_LIST(WAVETUNE_VARIANT) \\
 {rows}
+
+// WAVETUNE_FALLBACK(dtype, b_layout, max_m (0: no limit), variant id): the built-in heuristic's buckets.
+#define WAVETUNE_FALLBACK_LIST(WAVETUNE_FALLBACK) \\
+{fallback}
 """
 
 
@@ -229,7 +279,11 @@ def render_registry(space: ConfigSpace, chosen: list[Variant], kernel_set: str) 
         "{cluster_m}, {cluster_n}, {scheduler})"
     )
     rows = " \\\n".join(row.format(**_fields(v)) for v in chosen)
-    return REGISTRY_TEMPLATE.format(source=space.path.name, hash=space.hash, kernel_set=kernel_set, rows=rows)
+    compiled = {v.id for v in chosen}
+    fallback = " \\\n".join(f"  WAVETUNE_FALLBACK({dtype}, {layout}, {max_m}, {v.id})"
+                             for dtype, layout, max_m, v in space.fallback if v.id in compiled)
+    return REGISTRY_TEMPLATE.format(source=space.path.name, hash=space.hash, kernel_set=kernel_set, rows=rows,
+                                    fallback=fallback)
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -241,9 +295,10 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def generate(space: ConfigSpace, out_dir: Path, kernel_set: str, name_filter: str, with_kernels: bool) -> list[Path]:
+def generate(space: ConfigSpace, out_dir: Path, kernel_set: str, name_filter: str, with_kernels: bool,
+             tables_dir: Path | None = None) -> list[Path]:
     """Write the registry list and (with kernels) one .cu per chosen variant; return the .cu paths."""
-    chosen = space.select(kernel_set, name_filter) if with_kernels else []
+    chosen = space.select(kernel_set, name_filter, tables_dir) if with_kernels else []
     write_if_changed(out_dir / "registry.inc", render_registry(space, chosen, kernel_set if with_kernels else "none"))
     sources = []
     for v in chosen:
@@ -262,12 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("config", type=Path, help="config-space TOML file")
     parser.add_argument("out_dir", type=Path, help="directory for generated sources")
     parser.add_argument("--kernel-set", default="full")
+    parser.add_argument("--tables-dir", type=Path, help="shipped tables, for the `tables` kernel set")
     parser.add_argument("--filter", default="", help="comma-separated globs over variant names")
     parser.add_argument("--no-kernels", action="store_true", help="registry only (no CUDA compiler)")
     args = parser.parse_args(argv)
     try:
         space = load(args.config)
-        sources = generate(space, args.out_dir, args.kernel_set, args.filter, not args.no_kernels)
+        sources = generate(space, args.out_dir, args.kernel_set, args.filter, not args.no_kernels, args.tables_dir)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
