@@ -179,3 +179,29 @@ def test_gemm_follows_a_loaded_table(tmp_path):
             check(x, b)
     finally:
         _C.use_table(torch.cuda.current_device(), None)
+
+
+def test_graph_capture_needs_a_warm_stream():
+    """Capturing a split-K launch on a stream without workspace fails clearly; after one eager call it works."""
+    split = [c for c in wavetune.configs() if c.scheduler == "stream_k" and c.dtype == "bf16" and c.b_layout == "col"]
+    if not split:
+        pytest.skip("no bf16 column-major stream-K variant in this kernel set")
+    config = wavetune.LaunchConfig(split[0].name, decomposition="split_k", splits=2)
+    x, b = operands(64, 1032, 4096, torch.bfloat16, "col")
+    out = torch.full((64, 1032), float("nan"), device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="run the same GEMM once on that stream before capturing"):
+        with torch.cuda.graph(graph, stream=stream):
+            wavetune.gemm(x, b, out=out, config=config)
+    with torch.cuda.stream(stream):
+        wavetune.gemm(x, b, out=out, config=config)  # sizes this stream's workspace
+    stream.synchronize()
+    out.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        wavetune.gemm(x, b, out=out, config=config)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = x.double() @ b.double()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < TOLERANCE

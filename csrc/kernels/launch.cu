@@ -64,6 +64,13 @@ void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex);
   Workspace& ws = buffers[{dev.device, stream}];
   if (ws.bytes < bytes) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    WAVETUNE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      WAVETUNE_INVALID("this launch needs ", bytes, " bytes of split-K/stream-K workspace, which cannot be "
+                       "allocated while the stream is being captured into a CUDA graph: run the same GEMM "
+                       "once on that stream before capturing (the workspace is then reused)");
+    }
     // NOTES: cudaFree synchronizes the device, so the old buffer is not freed under a running kernel.
     if (ws.ptr) WAVETUNE_CUDA_CHECK(cudaFree(ws.ptr));
     ws.ptr = nullptr;
