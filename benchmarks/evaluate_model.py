@@ -29,13 +29,6 @@ SUITES = (REPO.parent / "shared" / "benchmarks" / "llm_shapes.json", REPO / "sha
 M_RANGES = (("1-16", 1, 16), ("17-256", 17, 256), ("257-2048", 257, 2048), (">2048", 2049, math.inf))
 
 
-def suite_shapes(path: Path, models: str | None) -> list[tuple[int, int, int]]:
-    suite = json.loads(path.read_text())
-    names = models.split(",") if models else list(suite["models"])
-    nks = sorted({tuple(nk) for name in names for nk in suite["models"][name].values()})
-    return [(m, n, k) for n, k in nks for m in suite["M"]]
-
-
 def geomean(xs: list[float]) -> float:
     return math.exp(statistics.fmean(map(math.log, xs)))
 
@@ -57,11 +50,11 @@ def main() -> int:
     cands = {c.key: c for c in tuning.candidates(args.dtype, args.b_layout)}
     # The table's candidates for this dtype and layout (explain lists them all, for any problem).
     scored = [cands[p["name"]] for p in selector.explain(args.dtype, args.b_layout, 1, 8, 8)]
-    shapes = suite_shapes(args.shapes, args.models)
+    shapes = tuning.suite_shapes(args.shapes, args.models)
     print(f"{log.device['name']}: {len(shapes)} suite shapes x {len(scored)} table configs (exhaustive)")
 
     rows, errors = [], []
-    for m, n, k in tuning._progress(shapes, "suite"):
+    for m, n, k in tuning.progress(shapes, "suite"):
         problem = (args.dtype, args.b_layout, m, n, k)
         choice = selector.select(args.dtype, args.b_layout, m, n, k)
         chosen = cands[f"{choice['name']}/{choice['decomposition']}/{choice['splits']}"]

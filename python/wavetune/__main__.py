@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -41,18 +40,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shapes(path: str, models: str | None) -> list[tuple[int, int, int]]:
-    """(M, N, K) of a shape-suite JSON: {"M": [...], "models": {name: {layer: [N, K]}}}."""
-    suite = json.loads(Path(path).read_text())
-    names = models.split(",") if models else list(suite["models"])
-    nks = sorted({tuple(nk) for name in names for nk in suite["models"][name].values()})
-    return [(m, n, k) for n, k in nks for m in suite["M"]]
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
     from . import tuning
 
-    exact = _shapes(args.exact, args.models) if args.exact else []
+    exact = tuning.suite_shapes(args.exact, args.models) if args.exact else []
     tuning.tune(Path(args.out), Path(args.log), args.dtype, args.b_layout, exact, micro=not args.no_micro)
     return 0
 

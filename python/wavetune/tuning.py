@@ -135,7 +135,16 @@ TIMING = ("median of CUDA-graph replays (C++ profiler), warm-up first, operand c
           "twice the L2 so weights are read cold; fresh uniform [-1, 1) operands")
 
 
-def _progress(items: list, desc: str) -> Iterable:
+def suite_shapes(path: str | Path, models: str | None = None) -> list[tuple[int, int, int]]:
+    """(M, N, K) of a shape-suite JSON ({"M": [...], "models": {name: {layer: [N, K]}}}), optionally
+    only the comma-separated ``models``."""
+    suite = json.loads(Path(path).read_text())
+    names = models.split(",") if models else list(suite["models"])
+    nks = sorted({tuple(nk) for name in names for nk in suite["models"][name].values()})
+    return [(m, n, k) for n, k in nks for m in suite["M"]]
+
+
+def progress(items: list, desc: str) -> Iterable:
     try:
         from tqdm import tqdm
     except ImportError:
@@ -183,7 +192,7 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     plan = anchor_plan(cands, sm_count)
     print(f"{log.device['name']}: {len(cands)} configs, {sum(map(len, plan.values()))} anchor measurements "
           f"on {len(plan)} shapes")
-    for shape in _progress(sorted(plan), "anchors"):
+    for shape in progress(sorted(plan), "anchors"):
         log.measure((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in plan[shape]])
     fits = fit_candidates(log, cands, plan, dtype, b_layout, sm_count)
 
@@ -192,7 +201,7 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
         micro_rules = second_stage(log, cands, plan, dtype, b_layout, sm_count)
 
     exact = []
-    for shape in _progress(list(exact_shapes), "exact shapes"):
+    for shape in progress(list(exact_shapes), "exact shapes"):
         problem = (dtype, b_layout, *shape)
         log.measure(problem, [(c, "heuristic", 1) for c in cands])
         timed = [(log.get(problem, c), i) for i, c in enumerate(cands) if log.get(problem, c) is not None]
@@ -238,7 +247,7 @@ def second_stage(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype:
     for c, anchors in multi_wave.items():
         for _, shape in sorted(anchors)[-2:]:
             runs_by_shape[shape] += [(c, raster, swizzle) for raster, swizzle in MICRO_OPTIONS]
-    for shape in _progress(sorted(runs_by_shape), "micro"):
+    for shape in progress(sorted(runs_by_shape), "micro"):
         log.measure((dtype, b_layout, *shape), runs_by_shape[shape])
 
     samples: dict[str, list] = defaultdict(list)
