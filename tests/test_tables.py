@@ -62,6 +62,20 @@ def test_exact_entry_and_micro_rule(tmp_path):
     assert choice["name"] == cands[-1].variant.name
 
 
+def test_model_only_choice_skips_the_exact_table(tmp_path):
+    """select(exact=False): the model's choice even where an exact entry exists (benchmarks/compare.py
+    reports it as wavetune's model alone)."""
+    path = tmp_path / "t.wtt"
+    make_table(path)
+    selector = api.open_table(path)
+    for m in (64, 1, 4096):  # 64x4096x4096 has an exact entry
+        choice = selector.select("bf16", "col", m, 4096, 4096, exact=False)
+        best = min(selector.explain("bf16", "col", m, 4096, 4096), key=lambda r: (r["predicted_us"], r["config"]))
+        assert choice["source"] == "model" and choice["config"] == best["config"]
+        assert choice["predicted_us"] == pytest.approx(best["predicted_us"])
+    assert selector.select("bf16", "col", 64, 4096, 4096, exact=True)["source"] == "exact"
+
+
 def test_refusals(tmp_path):
     path = tmp_path / "t.wtt"
     make_table(path)

@@ -122,6 +122,16 @@ PYBIND11_MODULE(_C, m) {
   });
 
   m.def(
+      "default_variant",
+      [](const std::string& dtype, const std::string& b_layout, int32_t m_, int32_t n, int32_t k) {
+        const Problem p = make_lookup_problem(dtype, b_layout, m_, n, k);
+        // The heuristic reads the dtype, the B layout and M only: no data pointers are needed.
+        return default_variant(make_problem(m_, n, k, 0, k, 0, k, 0, n, int32_t(p.dtype), int32_t(p.b_layout)));
+      },
+      py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"),
+      "The variant id the built-in M-bucket heuristic picks (what gemm launches where no table is loaded).");
+
+  m.def(
       "map_problem",
       [](int32_t variant, int64_t m_, int64_t n, int64_t k, int32_t decomposition, int32_t splits, int32_t sm_count) {
         const VariantInfo* v = find_variant(variant);
@@ -163,8 +173,9 @@ PYBIND11_MODULE(_C, m) {
       .def("sm_count", &Selector::sm_count)
       .def("select",
            [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_, int64_t n,
-              int64_t k) {
-             Choice c = s.select(make_lookup_problem(dtype, b_layout, m_, n, k));
+              int64_t k, bool exact) {
+             const Problem p = make_lookup_problem(dtype, b_layout, m_, n, k);
+             Choice c = exact ? s.select(p) : s.select_model(p);
              const TableConfig& config = s.table().configs[c.config];
              py::dict d;
              d["variant"] = c.variant;
@@ -177,7 +188,9 @@ PYBIND11_MODULE(_C, m) {
              d["predicted_us"] = c.predicted_us;
              d["source"] = to_string(c.source);
              return d;
-           })
+           },
+           py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("exact") = true,
+           "The table's choice for a problem; exact=False skips the exact entries (the model's choice alone).")
       .def("explain", [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_,
                          int64_t n, int64_t k) {
         py::list out;

@@ -474,6 +474,12 @@ Choice Selector::select_uncached(const Problem& p) const {
     const Key key = make_key(p);
     if (const Choice* c = s.find_exact(key, hash(key))) return *c;
   }
+  return select_model(p);
+}
+
+Choice Selector::select_model(const Problem& p) const {
+  check_problem(p);
+  const Impl& s = *impl_;
   const std::vector<Candidate>& list = s.candidates[int(p.dtype)][int(p.b_layout)];
   if (list.empty()) s.no_candidate(p);
 

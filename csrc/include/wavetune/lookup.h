@@ -130,6 +130,8 @@ class WAVETUNE_API Selector {
   Choice select(const Problem& p) const;
   // The same without the cache: no allocation, no locks.
   Choice select_uncached(const Problem& p) const;
+  // The model's choice alone, as if the table had no exact entries (uncached): for judging the model.
+  Choice select_model(const Problem& p) const;
   // Every candidate in config-id order with its coordinates and prediction (the exact table is not
   // consulted); empty when there is none.
   std::vector<Prediction> explain(const Problem& p) const;
