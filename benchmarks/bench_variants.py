@@ -36,6 +36,7 @@ from typing import Callable
 import torch
 
 import wavetune
+from compare import torch_time_us
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES_CANDIDATES = (REPO / ".." / "shared" / "benchmarks" / "llm_shapes.json",
@@ -133,28 +134,7 @@ def time_us(launch: Launch, copies: list[tuple[torch.Tensor, ...]], args: argpar
 
     A graph removes the host's launch cost, which at decode sizes is as long as the kernel itself.
     """
-    per_graph = len(copies) * math.ceil(args.iters / len(copies))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up on the capture stream allocates workspace outside the capture
-        for i in range(args.warmup):
-            launch(*copies[i % len(copies)])
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(per_graph):
-            launch(*copies[i % len(copies)])
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(args.reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / per_graph)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
+    return torch_time_us(torch, launch, copies, {"warmup": args.warmup, "replays": args.reps, "min_launches": args.iters})
 
 
 def bench_shape(m: int, n: int, k: int, configs: dict[str, wavetune.LaunchConfig],

@@ -1,0 +1,298 @@
+"""The peer comparison's parts that need no GPU (benchmarks/methods.py, benchmarks/compare.py report):
+shape files, the bucket heuristic as the harness uses it, learned-model features, summary statistics, the
+nvMatmulHeuristics mapping, markdown, and a whole report over a synthetic log. scikit-learn, matplotlib
+and nvidia-matmul-heuristics are optional: what needs them skips without them."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+import wavetune
+from wavetune import config_space, tablefile, tuning
+from wavetune.api import KernelConfig
+from wavetune.tuning import Candidate
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))  # compare.py imports its sibling methods.py
+import compare  # noqa: E402
+import methods  # noqa: E402
+
+CONFIG_SPACE = REPO / "cutlass_configs" / "sm90_gemm.toml"
+needs_bf16_col = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf16 column-major variant")
+
+
+def variant(tile, cluster=(1, 1), swap_ab=False, schedule="cooperative", scheduler="persistent", id_=0):
+    name = f"bf16_bcol{'_swapab' if swap_ab else ''}_{schedule}_{'x'.join(map(str, tile))}_" \
+           f"{'x'.join(map(str, cluster))}_{scheduler}"
+    return KernelConfig(id_, name, "bf16", "col", swap_ab, schedule, tile, cluster, scheduler)
+
+
+# ---- shape files -------------------------------------------------------------------------------------
+
+
+def test_suite_form_models_and_m_override(tmp_path):
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps({"M": [1, 64], "models": {"a": {"qkv": [6144, 4096], "o": [4096, 4096]},
+                                                         "b": {"o": [4096, 4096], "down": [4096, 14336]}}}))
+    assert methods.load_shapes(path) == [(1, 4096, 4096), (64, 4096, 4096), (1, 4096, 14336), (64, 4096, 14336),
+                                         (1, 6144, 4096), (64, 6144, 4096)]
+    assert methods.load_shapes(path, "b") == [(1, 4096, 4096), (64, 4096, 4096), (1, 4096, 14336), (64, 4096, 14336)]
+    assert methods.load_shapes(path, "a", [8]) == [(8, 4096, 4096), (8, 6144, 4096)]
+
+
+def test_model_layer_list_forms(tmp_path):
+    layers = tmp_path / "llama.json"
+    layers.write_text(json.dumps({"qkv": [6144, 4096], "o": [4096, 4096], "gate_up": [28672, 4096]}))
+    shapes = methods.load_shapes(layers)
+    assert len(shapes) == 3 * len(methods.DEFAULT_M) and shapes[0] == (1, 4096, 4096)
+    assert methods.load_shapes(layers, ms=[16]) == [(16, 4096, 4096), (16, 6144, 4096), (16, 28672, 4096)]
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps([[4096, 4096], [4096, 4096], [1024, 512]]))
+    assert methods.load_shapes(pairs, ms=[2]) == [(2, 1024, 512), (2, 4096, 4096)]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"qkv": [6144]}))
+    with pytest.raises(ValueError, match="layer list"):
+        methods.load_shapes(bad)
+
+
+def test_read_log_and_kernel_seconds(tmp_path):
+    path = tmp_path / "log.jsonl"
+    rows = [{"problem": ["bf16", "col", 16, 4096, 4096], "config": "v/data_parallel/1", "raster": "heuristic",
+             "max_swizzle": 1, "us": 10.0},
+            {"problem": ["bf16", "col", 16, 4096, 4096], "config": "w/split_k/2", "raster": "along_m",
+             "max_swizzle": 2, "us": None}]
+    path.write_text("\n".join(json.dumps(r) for r in [{"gpu_name": "G", "sm_count": 132, "l2_bytes": 50 << 20}, *rows]))
+    header, records = methods.read_log(path)
+    assert header["sm_count"] == 132
+    assert records == {("bf16", "col", 16, 4096, 4096, "v/data_parallel/1", "heuristic", 1): 10.0,
+                       ("bf16", "col", 16, 4096, 4096, "w/split_k/2", "along_m", 2): None}
+    # 16x4096x4096: 33.7 MB a copy, 4 copies exceed 2 x 50 MiB; 8 launches are 2 passes; 3 warm-up + 8 x 6 replays.
+    assert methods.rotation(16, 4096, 4096, 50 << 20, tuning.profile_options(16, 4096, 4096)) == (4, 8)
+    assert methods.kernel_seconds(16, 4096, 4096, 10.0, 50 << 20) == pytest.approx(10e-6 * (3 + 8 * 6))
+    # Tiny problems stop at 64 copies; huge ones need a single copy.
+    assert methods.rotation(1, 64, 64, 50 << 20, {"min_launches": 8})[0] == 64
+    assert methods.rotation(16384, 57344, 8192, 50 << 20, {"min_launches": 2}) == (1, 2)
+
+
+@needs_bf16_col
+def test_candidate_of_a_key():
+    for c in tuning.candidates():
+        assert methods.candidate_of(c.key) == c
+
+
+def test_oracle_needs_every_candidate_at_default_micro_parameters():
+    cands = [Candidate(variant((128, 128, 64), id_=1)), Candidate(variant((64, 128, 64), schedule="pingpong", id_=2))]
+    problem = ("bf16", "col", 16, 4096, 4096)
+    records = {(*problem, cands[0].key, "heuristic", 1): 10.0}
+    assert methods.oracle(records, problem, cands) is None
+    records[(*problem, cands[1].key, "heuristic", 1)] = None  # measured: it cannot run the problem
+    assert methods.oracle(records, problem, cands) == (10.0, cands[0].key)
+    records[(*problem, cands[1].key, "heuristic", 1)] = 8.0
+    records[(*problem, cands[0].key, "along_m", 2)] = 1.0  # another raster: not a candidate of the oracle
+    assert methods.oracle(records, problem, cands) == (8.0, cands[1].key)
+
+
+# ---- the simple baselines ----------------------------------------------------------------------------
+
+
+def test_bucket_heuristic_is_the_fallback_buckets_of_the_config_space():
+    space = config_space.load(CONFIG_SPACE)
+    compiled = {c.name for c in wavetune.configs()}
+    rows = [(max_m, v.name) for dtype, layout, max_m, v in space.fallback
+            if (dtype, layout) == ("bf16", "col") and v.name in compiled]
+    if not any(c.dtype == "bf16" and c.b_layout == "col" for c in wavetune.configs()):
+        pytest.skip("no compiled bf16 column-major variant")
+    for m in (1, 16, 17, 64, 65, 256, 300, 2048, 2049, 16384):
+        # The first compiled bucket that takes M; a build without one takes its first bf16 col variant.
+        expected = next((name for max_m, name in rows if max_m == 0 or m <= max_m),
+                        next(c.name for c in wavetune.configs() if (c.dtype, c.b_layout) == ("bf16", "col")))
+        assert methods.bucket_choice("bf16", "col", m, 4096, 4096) == f"{expected}/data_parallel/1"
+
+
+def test_default_choice_names_a_variant_of_the_config_space():
+    names = {v.name for v in config_space.load(CONFIG_SPACE).variants}
+    for dtype in ("bf16", "fp16"):
+        key = methods.default_choice(dtype, "col")
+        assert key.endswith("/data_parallel/1") and key.split("/")[0] in names
+
+
+# ---- learned models ----------------------------------------------------------------------------------
+
+
+def test_features_of_a_problem_and_config():
+    c = Candidate(variant((128, 256, 64), cluster=(1, 2)), "split_k", 4)
+    row = methods.features(300, 4096, 8192, c, (128, 32, 132, 1))
+    assert len(row) == len(methods.FEATURES)
+    f = dict(zip(methods.FEATURES, row))
+    assert (f["M"], f["N"], f["K"]) == (300, 4096, 8192)
+    assert f["log2 K"] == 13 and f["log2 M"] == pytest.approx(math.log2(300))
+    assert (f["tile M"], f["tile N"], f["tile K"], f["cluster M"], f["cluster N"]) == (128, 256, 64, 1, 2)
+    assert (f["swap AB"], f["cooperative"], f["split-K"], f["stream-K"], f["splits"]) == (0, 1, 1, 0, 4)
+    assert (f["G"], f["L"], f["C"], f["waves"]) == (128, 32, 132, 1)
+    assert f["last wave fill"] == pytest.approx(128 / 132)
+    assert f["log2 G*L"] == 12
+    assert f["log2 tile bytes loaded"] == pytest.approx(math.log2(128 * 32 * (128 + 256) * 64 * 2))
+    operand_bytes = 2 * (300 * 8192 + 4096 * 8192 + 300 * 4096)
+    assert f["flops per operand byte"] == pytest.approx(2 * 300 * 4096 * 8192 / operand_bytes)
+    assert f["log2 operand bytes"] == pytest.approx(math.log2(operand_bytes))
+    swapped = methods.features(8, 4096, 4096, Candidate(variant((128, 16, 128), swap_ab=True)), (32, 32, 132, 1))
+    assert dict(zip(methods.FEATURES, swapped))["swap AB"] == 1
+
+
+def test_learned_models_fit_and_rank():
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed")
+    import numpy as np
+
+    # Latency grows with G * L: a model that learned it ranks the smaller grid first (400 rows: gradient
+    # boosting's leaves take 20 samples at least).
+    rows = [[g, l, g * l] for g in range(1, 21) for l in range(1, 21)]
+    targets = [math.log(5 + g * l) for g, l, _ in rows]
+    for name in methods.LEARNED_MODELS:
+        estimator = methods.make_learned_model(name)
+        estimator.fit(np.array(rows), np.array(targets))
+        assert int(np.argmin(estimator.predict(np.array([[16, 8, 128], [1, 1, 1]])))) == 1
+
+
+# ---- nvMatmulHeuristics ------------------------------------------------------------------------------
+
+
+def test_nvmmh_gpu_names():
+    assert methods.nvmmh_gpu("NVIDIA H100 80GB HBM3") == "H100_SXM"
+    assert methods.nvmmh_gpu("NVIDIA H100 PCIe") == "H100_PCIE"
+    assert methods.nvmmh_gpu("NVIDIA H100 NVL") == "H100_NVL"
+    assert methods.nvmmh_gpu("NVIDIA H200") == "H200_SXM"
+    assert methods.nvmmh_gpu("NVIDIA A100-SXM4-80GB") is None
+
+
+def test_nearest_candidate_mapping():
+    cands = [
+        Candidate(variant((64, 128, 64), schedule="pingpong", id_=1)),
+        Candidate(variant((128, 128, 64), schedule="pingpong", id_=2)),
+        Candidate(variant((128, 128, 64), id_=3)),
+        Candidate(variant((128, 256, 64), cluster=(1, 2), id_=4)),
+        *[Candidate(variant((128, 128, 64), scheduler="stream_k", id_=5), "split_k", s) for s in (2, 4, 8)],
+        Candidate(variant((128, 128, 64), scheduler="stream_k", id_=5), "stream_k"),
+        Candidate(variant((128, 64, 128), swap_ab=True, id_=6)),  # problem-oriented: 64 x 128 x 128
+        Candidate(variant((64, 128, 128), schedule="pingpong", id_=7)),
+    ]
+    key = lambda *a: methods.nearest_candidate(*a, cands).key  # noqa: E731
+    assert methods.problem_shape(cands[-2]) == (64, 128, 128, 1, 1)
+    # Same tile and cluster: that config; equal ones go to the first in order (ping-pong before cooperative).
+    assert key((128, 256, 64), (1, 2), 1) == cands[3].key
+    assert key((128, 128, 64), (1, 1), 1) == cands[1].key
+    # Tile 64x128x128: a swap-AB kernel and a plain one both have it; the plain one is taken.
+    assert key((64, 128, 128), (1, 1), 1) == cands[-1].key
+    # Nearest in log2: from 64x32x64, the 64x128x64 kernel is 2 steps away (N), every other one 3 or more.
+    assert key((64, 32, 64), (1, 1), 1) == cands[0].key
+    # Split-K: the split-K config with the nearest split count; stream-K is never a match.
+    assert key((128, 128, 64), (1, 1), 4) == cands[5].key
+    assert key((128, 128, 64), (1, 1), 16) == cands[6].key
+    # A cluster shape we lack: the nearest (1x4 is one step from 1x2, with the same tile).
+    assert key((128, 256, 64), (1, 4), 1) == cands[3].key
+
+
+def test_nvmmh_bounded_top_choice_is_one_of_ours():
+    pytest.importorskip("nvMatmulHeuristics", reason="nvidia-matmul-heuristics is not installed")
+    cands = [Candidate(variant((128, 128, 64))), Candidate(variant((128, 256, 64), cluster=(1, 2)))]
+    heuristics = methods.NvMatmulHeuristics("H100_SXM", "bf16", "col", restrict_to=cands)
+    top = heuristics.top(4096, 4096, 4096)
+    assert top is not None and (*top["tile"], *top["cluster"]) in {methods.problem_shape(c) for c in cands}
+    assert top["us"] > 0
+    free = methods.NvMatmulHeuristics("H100_SXM", "bf16", "col").top(1, 4096, 4096)
+    assert free is not None and free["split_k"] >= 1
+
+
+# ---- statistics and tables ---------------------------------------------------------------------------
+
+
+def test_summarize_per_m_range():
+    values = [(1, 1.0), (16, 0.25), (17, 0.5), (4096, 0.8)]
+    s = methods.summarize(values)
+    assert list(s) == ["1-16", "17-256", ">2048", "all"]  # no value in 257-2048: left out
+    assert s["1-16"] == {"shapes": 2, "geomean": pytest.approx(0.5), "worst": 0.25}
+    assert s["all"]["shapes"] == 4 and s["all"]["worst"] == 0.25
+    assert s["all"]["geomean"] == pytest.approx((1.0 * 0.25 * 0.5 * 0.8) ** 0.25)
+
+
+def test_markdown_table_and_cells():
+    table = methods.markdown_table(["a", "b"], [["1", "x"], ["2", "y"]])
+    assert table == "| a | b |\n| --- | --- |\n| 1 | x |\n| 2 | y |"
+    assert methods.fmt(None, ".3f") == "-" and methods.fmt(0.12345, ".3f") == "0.123"
+
+
+# ---- a whole report, without a GPU -------------------------------------------------------------------
+
+
+@needs_bf16_col
+def test_report_over_a_synthetic_log(tmp_path):
+    """measure's files written by hand (latency from a made-up formula), then `compare.py report`: every
+    method gets a row, the oracle's ratio is 1, and the JSON carries per-shape picks."""
+    cands = tuning.candidates()
+    sm_count, l2 = 132, 50 << 20
+
+    def latency(c: Candidate, m, n, k):
+        g, l, cap, w = c.coordinates(m, n, k, sm_count)
+        return 3.0 + 0.05 * l * w + 0.001 * c.variant.id + (2.0 if c.decomposition == "stream_k" else 0.0)
+
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps({"M": [1, 300, 4096], "models": {"m": {"o": [4096, 4096], "down": [4096, 14336]}}}))
+    shapes = methods.load_shapes(suite)
+    plan = tuning.anchor_plan(cands, sm_count)
+    records = [((*shape,), c) for shape, cs in plan.items() for c in cs] + [(s, c) for s in shapes for c in cands]
+    log = tmp_path / "log.jsonl"
+    with log.open("w") as f:
+        f.write(json.dumps({"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": sm_count, "l2_bytes": l2,
+                            "config_space_hash": wavetune.build_info()["config_space_hash"],
+                            "timing": "synthetic"}) + "\n")
+        for (m, n, k), c in records:
+            f.write(json.dumps({"problem": ["bf16", "col", m, n, k], "config": c.key, "raster": "heuristic",
+                                "max_swizzle": 1, "us": latency(c, m, n, k)}) + "\n")
+    with compare.companion(log, "torch.jsonl").open("w") as f:
+        f.write(json.dumps({"gpu_name": "NVIDIA H100 80GB HBM3", "driver": "0", "cuda_runtime": "13.0",
+                            "torch": "x", "timing": "synthetic"}) + "\n")
+        for m, n, k in shapes:
+            oracle = min(cands, key=lambda c: latency(c, m, n, k))
+            for method, config, us in (("torch.matmul", None, 5.0), ("F.linear", None, 5.5),
+                                       ("wavetune.gemm", oracle.key, latency(oracle, m, n, k))):
+                f.write(json.dumps({"problem": ["bf16", "col", m, n, k], "method": method, "config": config,
+                                    "us": us, "error": 0.0}) + "\n")
+    table = tmp_path / "t.wtt"
+    tablefile.write_table(
+        table, meta={"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": sm_count,
+                     "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "0",
+                     "cuda_version": 0, "created": "2026-11-22T00:00:00+00:00"},
+        configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
+        waves={i: {1: [3.0 + 0.001 * c.variant.id, 0.0, 0.05, 0.0]} for i, c in enumerate(cands)},
+        micro={}, exact=[{"dtype": "bf16", "b_layout": "col", "m": 1, "n": 4096, "k": 4096, "config_id": 0,
+                          "raster": "heuristic", "max_swizzle": 1, "us": 3.0}])
+    decision = tmp_path / "decision_time.txt"
+    decision.write_text('table t: ...\n{"cold_ns": 600.0, "warm_ns": 18.0, "candidates": 57, "problems": 184}\n')
+
+    out = tmp_path / "out"
+    compare.main(["report", "--log", str(log), "--table", str(table), "--shapes", str(suite), "--out", str(out),
+                  "--decision-time", str(decision)])
+    results = json.loads((out / "compare.json").read_text())
+    rows = {m["name"]: m for m in results["methods"]}
+    assert results["shapes"] == len(shapes) and results["candidates"] == len(cands)
+    for name in ("oracle (exhaustive)", "wavetune (table)", "wavetune (model only)", "M-bucket heuristic",
+                 "single config", "cuBLAS (torch.matmul)", "cuBLAS (F.linear)"):
+        assert rows[name]["shapes_judged"] == len(shapes), name
+    oracle = rows["oracle (exhaustive)"]
+    assert oracle["ratio_to_oracle"]["all"]["geomean"] == pytest.approx(1.0)
+    assert oracle["tuning_measurements"] == len(shapes) * len(cands)
+    assert rows["wavetune (table)"]["decision_ns"] == 600.0
+    assert "1 of 6 shapes hit an exact entry" in rows["wavetune (table)"]["what"]
+    # The model alone is charged the anchor plan (and no exhaustive shape), cuBLAS nothing.
+    assert 0 < rows["wavetune (model only)"]["tuning_measurements"] < rows["wavetune (table)"]["tuning_measurements"]
+    assert rows["cuBLAS (torch.matmul)"]["speedup_over_cublas"]["all"]["geomean"] == pytest.approx(1.0)
+    assert results["model_accuracy"]["wavetune"]["all"]["n"] == len(shapes) * len(cands)
+    assert results["timing"]["profiler_over_torch_for_the_oracle_config"]["median"] == pytest.approx(1.0)
+    assert len(results["per_shape"]) == len(shapes)
+    text = (out / "compare.md").read_text()
+    assert "| oracle (exhaustive) | 6 | 1.000 | 1.000 |" in text and "## Ratio to oracle by M range" in text
+
