@@ -238,8 +238,9 @@ def time_in_torch(torch, torch_log: TorchLog, records: dict, cands: list[Candida
                 ("F.linear", None): lambda x, w, out: torch.nn.functional.linear(x, w)}
     if best is not None:
         c = methods.candidate_of(best[1])
-        config = wavetune.LaunchConfig(c.variant.name, c.decomposition, c.splits)
-        launches[("wavetune.gemm", best[1])] = lambda x, w, out: wavetune.gemm(x, w.t(), out=out, config=config)
+        oracle_config = wavetune.LaunchConfig(c.variant.name, c.decomposition, c.splits)
+        launches[("wavetune.gemm", best[1])] = lambda x, w, out: wavetune.gemm(x, w.t(), out=out,
+                                                                               config=oracle_config)
     todo = {key: launch for key, launch in launches.items() if torch_log.get(problem, *key) is None}
     if not todo:
         return
