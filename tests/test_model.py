@@ -207,22 +207,23 @@ def test_predict_interpolates_at_the_same_position_in_the_neighbouring_waves():
     assert model.predict({1: W1, 2: W2, 4: W4}, G=250, L=10, w=3, C=100) == pytest.approx(45 + (155 - 45) / 2)
 
 
-def test_predict_extrapolates_by_the_cost_of_a_wave():
-    # w = 6 over {1, 2, 4}: G_top = 550 - 200 = 350 -> 155; G_prev = 550 - 400 = 150 -> T_2 = 45.
-    assert model.predict({1: W1, 2: W2, 4: W4}, G=550, L=10, w=6, C=100) == pytest.approx(155 + 2 * 110 / 2)
-    # One profiled wave: proportional. G_top = 450 - 300 = 150 -> T_2 = 45; T = 45 * 5 / 2.
-    assert model.predict({2: W2}, G=450, L=10, w=5, C=100) == pytest.approx(112.5)
+def test_predict_extrapolates_by_the_average_wave_of_the_top_fit():
+    # w = 6 over {1, 2, 4}: G_top = 550 - 200 = 350 -> T_4 = 155; the full grid of wave 4 (G = 400) takes
+    # 170, so each of the 2 further waves costs 170 / 4.
+    assert model.predict({1: W1, 2: W2, 4: W4}, G=550, L=10, w=6, C=100) == pytest.approx(155 + 2 * 170 / 4)
+    # One profiled wave: G_top = 450 - 300 = 150 -> 45; full grid (G = 200) 50, so 3 waves of 25 more.
+    assert model.predict({2: W2}, G=450, L=10, w=5, C=100) == pytest.approx(45 + 3 * 25)
 
 
 def test_predict_clamps():
-    # G_i is clamped to >= 1: G_top = 50 - 200 -> 1, T_top = 10 + 1 = 11, T = 11 * 3 / 1.
-    assert model.predict({1: [10.0, 1.0, 0.0, 0.0]}, G=50, L=10, w=3, C=100) == pytest.approx(33.0)
+    # G_i is clamped to >= 1: G_top = 50 - 200 -> 1, T_top = 10 + 1 = 11, plus 2 waves of T_1(100) = 110.
+    assert model.predict({1: [10.0, 1.0, 0.0, 0.0]}, G=50, L=10, w=3, C=100) == pytest.approx(231.0)
     # The prediction is clamped to >= 0.1 us ...
     assert model.predict({1: [-5.0, 0.0, 0.0, 0.0]}, G=50, L=10, w=1, C=100) == 0.1
-    # ... but only the prediction, not the per-wave terms: 5 + (3 - 2) * (5 - (-10)) / (2 - 1) = 20.
-    assert model.predict({1: [-10.0, 0, 0, 0], 2: [5.0, 0, 0, 0]}, G=250, L=10, w=3, C=100) == 20.0
+    # ... but only the prediction, not the per-wave terms: -10 + (30 - (-10)) * (2 - 1) / (3 - 1) = 10.
+    assert model.predict({1: [-10.0, 0, 0, 0], 3: [30.0, 0, 0, 0]}, G=150, L=10, w=2, C=100) == 10.0
     # NaN (inf - inf from absurd coefficients) never wins a comparison (as the C++ engine does).
-    assert model.predict({1: [math.inf, 0, 0, 0], 2: [math.inf, 0, 0, 0]}, G=250, L=10, w=3, C=100) == math.inf
+    assert model.predict({1: [math.inf, 0, 0, 0], 3: [math.inf, 0, 0, 0]}, G=150, L=10, w=2, C=100) == math.inf
 
 
 def test_predict_agrees_with_the_fit_it_came_from():

@@ -58,6 +58,9 @@ struct Events {
 struct Graph {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
   ~Graph() {
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
@@ -109,40 +112,54 @@ std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayou
                        dtype, b_layout};
   };
 
-  std::vector<double> result;
-  result.reserve(launches.size());
-  for (const Launch& launch : launches) {
-    if (!why_not(problem(0), launch.variant, launch.micro).empty()) {
-      result.push_back(std::numeric_limits<double>::quiet_NaN());
-      continue;
-    }
-    for (int i = 0; i < options.warmup; ++i) gemm(problem(i % copies), launch.variant, launch.micro, stream.stream);
-    WAVETUNE_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+  std::vector<bool> runnable(launches.size());
+  for (size_t i = 0; i < launches.size(); ++i) {
+    runnable[i] = why_not(problem(0), launches[i].variant, launches[i].micro).empty();
+  }
+  // Warm every launch before capturing any: the split-K/stream-K workspace only grows here, so the
+  // graphs captured below all point at its final buffer.
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (!runnable[i]) continue;
+    for (int r = 0; r < options.warmup; ++r) gemm(problem(r % copies), launches[i].variant, launches[i].micro, stream.stream);
+  }
+  WAVETUNE_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
 
-    Graph graph;
+  std::vector<Graph> graphs(launches.size());
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (!runnable[i]) continue;
     WAVETUNE_CUDA_CHECK(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
     try {
-      for (int64_t i = 0; i < per_graph; ++i) gemm(problem(i % copies), launch.variant, launch.micro, stream.stream);
+      for (int64_t j = 0; j < per_graph; ++j) gemm(problem(j % copies), launches[i].variant, launches[i].micro, stream.stream);
     } catch (...) {
-      cudaStreamEndCapture(stream.stream, &graph.graph);
+      cudaStreamEndCapture(stream.stream, &graphs[i].graph);
       throw;
     }
-    WAVETUNE_CUDA_CHECK(cudaStreamEndCapture(stream.stream, &graph.graph));
-    WAVETUNE_CUDA_CHECK(cudaGraphInstantiate(&graph.exec, graph.graph, 0));
-    WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream.stream));  // the first replay uploads the graph
+    WAVETUNE_CUDA_CHECK(cudaStreamEndCapture(stream.stream, &graphs[i].graph));
+    WAVETUNE_CUDA_CHECK(cudaGraphInstantiate(&graphs[i].exec, graphs[i].graph, 0));
+    WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graphs[i].exec, stream.stream));  // the first replay uploads the graph
+  }
 
-    std::vector<double> samples;
-    for (int r = 0; r < options.replays; ++r) {
+  // NOTES: replays are interleaved, one of each launch per round, so that clock and power drift over the
+  // measurement (long GEMMs heat the GPU and lower its clocks) falls on all launches alike instead of
+  // favouring the ones measured first; launches of one problem are compared with each other.
+  std::vector<std::vector<double>> samples(launches.size());
+  for (int r = 0; r < options.replays; ++r) {
+    for (size_t i = 0; i < launches.size(); ++i) {
+      if (!runnable[i]) continue;
       WAVETUNE_CUDA_CHECK(cudaEventRecord(events.start, stream.stream));
-      WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graph.exec, stream.stream));
+      WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graphs[i].exec, stream.stream));
       WAVETUNE_CUDA_CHECK(cudaEventRecord(events.stop, stream.stream));
       WAVETUNE_CUDA_CHECK(cudaEventSynchronize(events.stop));
       float ms = 0;
       WAVETUNE_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-      samples.push_back(1000.0 * ms / double(per_graph));
+      samples[i].push_back(1000.0 * ms / double(per_graph));
     }
-    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-    result.push_back(samples[samples.size() / 2]);
+  }
+  std::vector<double> result(launches.size(), std::numeric_limits<double>::quiet_NaN());
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (!runnable[i]) continue;
+    std::nth_element(samples[i].begin(), samples[i].begin() + samples[i].size() / 2, samples[i].end());
+    result[i] = samples[i][samples[i].size() / 2];
   }
   WAVETUNE_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
   return result;

@@ -237,18 +237,14 @@ double predict(const WaveModel* W, uint32_t n, const Coordinates& x) {
   double t;
   if (w < W[0].wave) {
     t = bilinear(W[0], std::max(1.0, G), L);
-  } else if (w >= W[n - 1].wave) {
+  } else if (w > W[n - 1].wave) {
+    // NOTES: each wave beyond the top profiled one costs the top wave's average: its full grid's time
+    // over its wave count. A slope between the two top fits amplified their errors (docs/model.md).
     const WaveModel& top = W[n - 1];
-    const double t_top = at(top);
-    if (n == 1) {
-      t = t_top * double(w) / double(top.wave);
-    } else {
-      const WaveModel& prev = W[n - 2];
-      t = t_top + double(w - top.wave) * (t_top - at(prev)) / double(top.wave - prev.wave);
-    }
+    t = at(top) + double(w - top.wave) * bilinear(top, double(top.wave) * C, L) / double(top.wave);
   } else {
     uint32_t i = 0;
-    while (W[i + 1].wave <= w) ++i;  // W[i].wave <= w < W[i + 1].wave
+    while (i + 1 < n && W[i + 1].wave <= w) ++i;  // W[i].wave <= w < W[i + 1].wave, or w is the top
     if (W[i].wave == w) {
       t = at(W[i]);
     } else {

@@ -184,9 +184,9 @@ def predict(waves: dict[int, Sequence[float]], G: int, L: int, w: int, C: int) -
     - ``w < min(W)``: ``T_min(W)(G, L)`` (G as is, not shifted);
     - ``w1 < w < w2`` adjacent in W: ``G_i = max(1, G - (w - w_i)*C)`` and
       ``T = T1 + (T2 - T1) * (w - w1) / (w2 - w1)`` with ``T_i = T_wi(G_i, L)``;
-    - ``w > max(W)``: ``G_top = max(1, G - (w - w_top)*C)``, ``T_top = T_w_top(G_top, L)``; with a
-      second-largest wave ``w_prev``: ``T = T_top + (w - w_top) * (T_top - T_prev) / (w_top - w_prev)``
-      (``T_prev`` at ``G_prev = max(1, G - (w - w_prev)*C)``), else ``T = T_top * w / w_top``;
+    - ``w > max(W)``: ``G_top = max(1, G - (w - w_top)*C)`` and
+      ``T = T_w_top(G_top, L) + (w - w_top) * T_w_top(w_top*C, L) / w_top``: every further wave costs
+      the top wave's average (its full grid's time over its wave count);
     - the result (only the final value, not the per-wave terms) is clamped to at least 0.1 us; a NaN
       result (only possible from absurd coefficients) becomes +inf, so it never wins a comparison.
     """
@@ -205,13 +205,7 @@ def predict(waves: dict[int, Sequence[float]], G: int, L: int, w: int, C: int) -
         T = wave_time(coef[W[0]], max(1, G), L)
     elif w > W[-1]:
         w_top = W[-1]
-        T_top = at(w_top)
-        if len(W) >= 2:
-            w_prev = W[-2]
-            T_prev = at(w_prev)
-            T = T_top + (w - w_top) * (T_top - T_prev) / (w_top - w_prev)
-        else:
-            T = T_top * w / w_top
+        T = at(w_top) + (w - w_top) * wave_time(coef[w_top], w_top * C, L) / w_top
     else:
         i = bisect.bisect_left(W, w)
         w1, w2 = W[i - 1], W[i]
