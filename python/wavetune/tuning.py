@@ -134,8 +134,9 @@ class MeasurementLog:
                                     "max_swizzle": swizzle, "us": us}) + "\n")
 
 
-TIMING = ("median of CUDA-graph replays (C++ profiler), warm-up first, operand copies rotated to exceed "
-          "twice the L2 so weights are read cold; fresh uniform [-1, 1) operands")
+TIMING = ("median of CUDA-graph replays (C++ profiler), warm-up first, the configs of a problem interleaved "
+          "round by round, operand copies rotated to exceed twice the L2 so weights are read cold; fresh "
+          "uniform [-1, 1) operands")
 
 
 def suite_shapes(path: str | Path, models: str | None = None) -> list[tuple[int, int, int]]:
