@@ -22,7 +22,20 @@ from wavetune.__main__ import cmake_dir
 from wavetune.tablefile import fnv1a64
 
 SM_COUNT = 132
-GPU_NAME = "NVIDIA H200"
+
+
+def _gpu_name() -> str:
+    """The GPU the example checks tables against where it can see one (a build with kernels on a GPU), else
+    an H200's name: the synthetic tables must match the running GPU, or they are refused."""
+    if wavetune.build_info()["kernels_compiled"]:
+        try:
+            return wavetune._C.device_properties()["name"]
+        except RuntimeError:  # no GPU visible
+            pass
+    return "NVIDIA H200"
+
+
+GPU_NAME = _gpu_name()
 
 
 def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True) -> bytes:
