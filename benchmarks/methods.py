@@ -12,7 +12,7 @@ import math
 import statistics
 from pathlib import Path
 
-from wavetune import _C, api, tuning
+from wavetune import _C, api, model, tuning
 from wavetune.tuning import Candidate
 
 # The M (token count) ranges the report summarises: decode, small batches, prefill chunks, long prefill.
@@ -78,6 +78,42 @@ def oracle(records: dict, problem: tuple, cands: list[Candidate]) -> tuple[float
     if not all(k in records for k in keys):
         return None
     return min(((records[k], k[5]) for k in keys if records[k] is not None), default=None)
+
+
+# The micro part of the oracle: the fastest default-micro candidates of a shape (at most this many, within
+# this factor of the best), with more than one wave, are measured again with every swizzled raster option.
+# NOTES: all 4 options for all 33 candidates would quintuple the exhaustive measurement. A candidate left
+# out would need a swizzled launch more than 1.5x faster than its default one to become the best; the
+# largest such gain seen at the tuning anchors was 2x (a 1x2-cluster config), most were under 1.4x, so
+# this oracle can rarely miss the best launch (which would make the ratios to it slightly optimistic).
+MICRO_ORACLE_TOP = 6
+MICRO_ORACLE_WITHIN = 1.5
+
+
+def micro_oracle_runs(records: dict, problem: tuple, cands: list[Candidate], sm_count: int) -> list[tuple]:
+    """(candidate, raster, max_swizzle) runs that extend the default-micro oracle of a problem to micro
+    parameters; empty until every candidate is measured there at default parameters."""
+    best = oracle(records, problem, cands)
+    if best is None:
+        return []
+    timed = sorted((records[(*problem, c.key, "heuristic", 1)], c.key, c) for c in cands
+                   if records[(*problem, c.key, "heuristic", 1)] is not None)
+    return [(c, raster, swizzle)
+            for us, _, c in timed[:MICRO_ORACLE_TOP]
+            if us <= MICRO_ORACLE_WITHIN * best[0] and c.decomposition != "stream_k"
+            and c.coordinates(*problem[2:], sm_count)[3] >= tuning.MICRO_MIN_WAVE
+            for raster, swizzle in tuning.MICRO_OPTIONS if (raster, swizzle) != model.DEFAULT_MICRO]
+
+
+def best_launch(records: dict, problem: tuple, cands: list[Candidate]) -> tuple[float, str, str, int] | None:
+    """(us, candidate key, raster, max_swizzle) of the fastest launch of a candidate measured on a problem,
+    at any micro parameters (the oracle with its micro part, and the table's picks), or None unless every
+    candidate was measured there at default micro parameters."""
+    if oracle(records, problem, cands) is None:
+        return None
+    keys = {c.key for c in cands}
+    return min((us, key[5], key[6], key[7]) for key, us in records.items()
+               if key[:5] == problem and key[5] in keys and us is not None)
 
 
 def rotation(m: int, n: int, k: int, l2_bytes: int, options: dict) -> tuple[int, int]:

@@ -296,3 +296,21 @@ def test_report_over_a_synthetic_log(tmp_path):
     text = (out / "compare.md").read_text()
     assert "| oracle (exhaustive) | 6 | 1.000 | 1.000 |" in text and "## Ratio to oracle by M range" in text
 
+
+
+def test_micro_oracle_extends_the_fastest_multi_wave_candidates():
+    cands = [c for c in tuning.candidates() if c.decomposition == "data_parallel"][:8]
+    if len(cands) < 8:
+        pytest.skip("fewer than 8 compiled bf16 column-major data-parallel variants")
+    problem = ("bf16", "col", 8192, 8192, 8192)  # more than one wave for every candidate
+    records = {(*problem, c.key, "heuristic", 1): 100.0 + i for i, c in enumerate(cands[:-1])}
+    assert methods.micro_oracle_runs(records, problem, cands, 132) == []  # not every candidate measured
+    records[(*problem, cands[-1].key, "heuristic", 1)] = 1000.0  # far behind: no micro runs for it
+    runs = methods.micro_oracle_runs(records, problem, cands, 132)
+    swizzled = [o for o in tuning.MICRO_OPTIONS if o != ("heuristic", 1)]
+    assert runs == [(c, *o) for c in cands[:methods.MICRO_ORACLE_TOP] for o in swizzled]
+
+    assert methods.best_launch(records, problem, cands) == (100.0, cands[0].key, "heuristic", 1)
+    records[(*problem, cands[3].key, "along_m", 2)] = 90.0
+    records[(*problem, "not_a_candidate", "along_m", 2)] = 1.0
+    assert methods.best_launch(records, problem, cands) == (90.0, cands[3].key, "along_m", 2)
