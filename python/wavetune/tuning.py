@@ -167,23 +167,15 @@ def anchor_plan(cands: list[Candidate], sm_count: int) -> dict[tuple[int, int, i
     return plan
 
 
-def launch_micro(rules: list, w: int) -> tuple[str, int]:
-    """The (raster, max_swizzle) a table's micro rules give a launch of w waves: the rule with the largest
-    min_wave <= w, else the default (docs/tables.md)."""
-    applicable = [(raster, swizzle) for min_wave, raster, swizzle in rules if min_wave <= w]
-    return applicable[-1] if applicable else model.DEFAULT_MICRO
-
-
 def fit_candidates(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype: str, b_layout: str,
-                   sm_count: int, micro_rules: dict[str, list]) -> dict[str, dict[int, list[float]]]:
-    """Per candidate and wave, the bilinear coefficients fitted to its anchors, each timed with the micro
-    parameters the table will launch it with."""
+                   sm_count: int) -> dict[str, dict[int, list[float]]]:
+    """Per candidate and wave, the bilinear coefficients fitted to its anchors."""
     points: dict[str, list[tuple[int, int, int, float]]] = defaultdict(list)
     for (m, n, k), cs in plan.items():
         for c in cs:
-            g, l, _, w = c.coordinates(m, n, k, sm_count)
-            us = log.get((dtype, b_layout, m, n, k), c, *launch_micro(micro_rules.get(c.key, []), w))
+            us = log.get((dtype, b_layout, m, n, k), c)
             if us is not None:
+                g, l, _, w = c.coordinates(m, n, k, sm_count)
                 points[c.key].append((g, l, w, us))
     fits = {}
     for c in cands:
@@ -206,8 +198,11 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
           f"on {len(plan)} shapes")
     for shape in progress(sorted(plan), "anchors"):
         log.measure((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in plan[shape]])
-    micro_rules = second_stage(log, cands, plan, dtype, b_layout, sm_count) if micro else {}
-    fits = fit_candidates(log, cands, plan, dtype, b_layout, sm_count, micro_rules)
+    fits = fit_candidates(log, cands, plan, dtype, b_layout, sm_count)
+
+    micro_rules = {}
+    if micro:
+        micro_rules = second_stage(log, cands, plan, dtype, b_layout, sm_count)
 
     exact = []
     for shape in progress(list(exact_shapes), "exact shapes"):
@@ -245,25 +240,17 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
 
 def second_stage(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype: str, b_layout: str,
                  sm_count: int) -> dict[str, list]:
-    """Raster order and swizzle per candidate (docs/model.md, section 6), then every multi-wave anchor timed
-    again with the micro parameters chosen for its wave, so that the first stage models the launches the
-    table makes.
-
-    NOTES: the options are compared at each multi-wave regime's heaviest anchor (largest G*L), where tile
-    order matters most. The first stage is fitted at the chosen setting because the default order's cost
-    depends on the tile grid's aspect, which (G, L) does not see (a 64x64-tile grid ran 2-3x slower than
-    the anchors' narrow grids at the same G and L on an H100), while a swizzled order is far less
-    sensitive to it.
-    """
-    heaviest: dict[tuple[Candidate, int], tuple[int, tuple]] = {}
+    """Raster order and swizzle per candidate, measured at its two largest-wave anchors (docs/model.md)."""
+    multi_wave: dict[Candidate, list[tuple[int, tuple]]] = defaultdict(list)
     for shape, cs in plan.items():
         for c in cs:
-            g, l, _, w = c.coordinates(*shape, sm_count)
+            w = c.coordinates(*shape, sm_count)[3]
             if w >= MICRO_MIN_WAVE and c.decomposition != "stream_k":  # stream-K runs a single wave
-                heaviest[c, w] = max(heaviest.get((c, w), (0, shape)), (g * l, shape))
+                multi_wave[c].append((w, shape))
     runs_by_shape: dict[tuple, list] = defaultdict(list)
-    for (c, _), (_, shape) in heaviest.items():
-        runs_by_shape[shape] += [(c, raster, swizzle) for raster, swizzle in MICRO_OPTIONS]
+    for c, anchors in multi_wave.items():
+        for _, shape in sorted(anchors)[-2:]:
+            runs_by_shape[shape] += [(c, raster, swizzle) for raster, swizzle in MICRO_OPTIONS]
     for shape in progress(sorted(runs_by_shape), "micro"):
         log.measure((dtype, b_layout, *shape), runs_by_shape[shape])
 
@@ -273,14 +260,4 @@ def second_stage(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype:
             us = log.get((dtype, b_layout, *shape), c, raster, swizzle)
             if us is not None:
                 samples[c.key].append((c.coordinates(*shape, sm_count)[3], raster, swizzle, us))
-    rules = {key: model.choose_micro(s) for key, s in samples.items()}
-
-    relaunch: dict[tuple, list] = defaultdict(list)
-    for shape, cs in plan.items():
-        for c in cs:
-            micro = launch_micro(rules.get(c.key, []), c.coordinates(*shape, sm_count)[3])
-            if micro != model.DEFAULT_MICRO:
-                relaunch[shape].append((c, *micro))
-    for shape in progress(sorted(relaunch), "anchors at their micro"):
-        log.measure((dtype, b_layout, *shape), relaunch[shape])
-    return rules
+    return {key: model.choose_micro(s) for key, s in samples.items()}
