@@ -96,8 +96,8 @@ def micro_oracle_runs(records: dict, problem: tuple, cands: list[Candidate], sm_
     best = oracle(records, problem, cands)
     if best is None:
         return []
-    timed = sorted((records[(*problem, c.key, "heuristic", 1)], c.key, c) for c in cands
-                   if records[(*problem, c.key, "heuristic", 1)] is not None)
+    default_us = {c.key: (records[(*problem, c.key, *model.DEFAULT_MICRO)], c) for c in cands}
+    timed = sorted((us, key, c) for key, (us, c) in default_us.items() if us is not None)
     return [(c, raster, swizzle)
             for us, _, c in timed[:MICRO_ORACLE_TOP]
             if us <= MICRO_ORACLE_WITHIN * best[0] and c.decomposition != "stream_k"
@@ -107,13 +107,12 @@ def micro_oracle_runs(records: dict, problem: tuple, cands: list[Candidate], sm_
 
 def best_launch(records: dict, problem: tuple, cands: list[Candidate]) -> tuple[float, str, str, int] | None:
     """(us, candidate key, raster, max_swizzle) of the fastest launch of a candidate measured on a problem,
-    at any micro parameters (the oracle with its micro part, and the table's picks), or None unless every
-    candidate was measured there at default micro parameters."""
+    at any of the micro stage's options (the oracle with its micro part, and the table's picks), or None
+    unless every candidate was measured there at default micro parameters."""
     if oracle(records, problem, cands) is None:
         return None
-    keys = {c.key for c in cands}
-    return min((us, key[5], key[6], key[7]) for key, us in records.items()
-               if key[:5] == problem and key[5] in keys and us is not None)
+    launches = ((c.key, raster, swizzle) for c in cands for raster, swizzle in tuning.MICRO_OPTIONS)
+    return min((us, *launch) for launch in launches if (us := records.get((*problem, *launch))) is not None)
 
 
 def rotation(m: int, n: int, k: int, l2_bytes: int, options: dict) -> tuple[int, int]:
