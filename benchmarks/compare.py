@@ -269,11 +269,17 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
     except (ValueError, FileNotFoundError) as exc:
         table_note = f"no table ({exc}); the built-in heuristic decides"
     forced = wavetune.LaunchConfig(methods.default_choice("bf16", "col").split("/")[0])
+    # gemm's own arguments, prepared once: what the native call costs without the Python front end
+    native = (m, n, k, x.data_ptr(), k, w.data_ptr(), k, out.data_ptr(), n, _C.DTYPES.index("bf16"),
+              _C.B_LAYOUTS.index("col"), -1, 0, 1, 0, 1, torch.cuda.current_stream().cuda_stream,
+              torch.cuda.current_device())
     calls_by_name = {
         "torch.matmul": lambda: torch.matmul(x, w.t(), out=out),
         "F.linear": lambda: torch.nn.functional.linear(x, w),
         "wavetune.gemm (table choice)": lambda: wavetune.gemm(x, w.t(), out=out),
         "wavetune.gemm (config given)": lambda: wavetune.gemm(x, w.t(), out=out, config=forced),
+        "wavetune.gemm (table choice, new output)": lambda: wavetune.gemm(x, w.t()),
+        "_C.gemm (table choice, arguments prepared)": lambda: _C.gemm(*native),
     }
     result = {}
     for name, call in calls_by_name.items():

@@ -46,7 +46,7 @@ def test_bad_config_is_reported_before_any_device_work():
 
 
 def test_layout_helpers():
-    from wavetune.api import _b_layout, _rows
+    from wavetune.api import _b_layout, _row_stride
 
     w = bf16(32, 64)  # an nn.Linear weight W[N=32, K=64]
     assert _b_layout(w.t(), 64, 32) == (0, 64)  # column-major B
@@ -55,12 +55,13 @@ def test_layout_helpers():
     with pytest.raises(ValueError, match="neither column-major .* nor row-major"):
         _b_layout(bf16(64, 64)[::2, ::2], 32, 32)
 
-    x = bf16(2, 3, 64)
-    rows, lda = _rows(x, 6, 64, "a")
-    assert rows.shape == (6, 64) and lda == 64
-    padded = bf16(6, 72)[:, :64]
-    assert _rows(padded, 6, 64, "a")[1] == 72
+    assert _row_stride(bf16(2, 3, 64), 6, 64, "a") == 64  # leading dimensions flattened into rows
+    assert _row_stride(bf16(6, 72)[:, :64], 6, 64, "a") == 72  # padded rows
+    assert _row_stride(bf16(2, 6, 72)[:, :, :64], 12, 64, "a") == 72  # padded rows, 3-D
+    assert _row_stride(bf16(1, 72)[:, :64], 1, 64, "a") == 64  # one row: its stride is never read
     with pytest.raises(ValueError, match="cannot be viewed as \\[6, 64\\] rows without a copy; pass a.contiguous"):
-        _rows(bf16(3, 2, 64).transpose(0, 1), 6, 64, "a")
+        _row_stride(bf16(3, 2, 64).transpose(0, 1), 6, 64, "a")
     with pytest.raises(ValueError, match="last dimension must be contiguous"):
-        _rows(bf16(64, 6).t(), 6, 64, "a")
+        _row_stride(bf16(64, 6).t(), 6, 64, "a")
+    with pytest.raises(ValueError, match="out's last dimension must be contiguous"):
+        _row_stride(bf16(64, 4).t(), 4, 64, "out")

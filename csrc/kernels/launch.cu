@@ -17,8 +17,6 @@ namespace wavetune {
 namespace detail {
 namespace {
 
-constexpr int kMaxDevices = 64;
-
 struct DeviceSlot {
   std::once_flag once;
   DeviceInfo info{};

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
+#include <mutex>
 #include <type_traits>
 
 #include "cute/tensor.hpp"
@@ -122,22 +124,41 @@ struct Sm90Gemm {
     return std::string("CUTLASS cannot implement it: ") + cutlassGetStatusString(status);
   }
 
+  // NOTES: CUTLASS's Adapter::initialize raises the kernel's dynamic shared-memory limit on every call, a
+  // driver call per launch; the limit belongs to the kernel on a device, so run() sets it once per device
+  // and then does the rest of initialize (workspace, params) itself.
+  static void allow_shared_memory(int device) {
+    static std::array<std::once_flag, kMaxDevices> done;
+    std::call_once(done.at(device), [] {
+      constexpr int bytes = Kernel::SharedStorageSize;
+      if constexpr (bytes >= (48 << 10)) {
+        cudaError_t error = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        if (error != cudaSuccess) {
+          cudaGetLastError();  // clear it, so the next CUDA call does not report it
+          WAVETUNE_FAIL("cannot give the kernel ", bytes, " bytes of shared memory: ", cudaGetErrorString(error));
+        }
+      }
+    });
+  }
+
   static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, Stream stream) {
     Arguments args = arguments(p, micro, dev);
-    Adapter op;
-    cutlass::Status status = op.can_implement(args);
+    cutlass::Status status = Adapter::can_implement(args);
     if (status != cutlass::Status::kSuccess) {
       WAVETUNE_INVALID("CUTLASS cannot implement M=", p.m, " N=", p.n, " K=", p.k, ": ",
                        cutlassGetStatusString(status));
     }
     size_t workspace_bytes = Adapter::get_workspace_size(args);
     void* ws = workspace_bytes ? workspace(dev, stream, workspace_bytes) : nullptr;
-    status = op.initialize(args, ws, stream);
+    allow_shared_memory(dev.device);
+    status = Kernel::initialize_workspace(args, ws, stream);
     if (status != cutlass::Status::kSuccess) {
-      WAVETUNE_FAIL("CUTLASS initialize failed: ", cutlassGetStatusString(status), " (M=", p.m, " N=", p.n,
+      WAVETUNE_FAIL("CUTLASS initialize_workspace failed: ", cutlassGetStatusString(status), " (M=", p.m, " N=", p.n,
                     " K=", p.k, ", workspace ", workspace_bytes, " bytes)");
     }
-    status = op.run(stream);
+    typename Kernel::Params params = Kernel::to_underlying_arguments(args, ws);
+    status = Adapter::run(params, stream);
     cudaError_t launch = cudaGetLastError();
     if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
       WAVETUNE_FAIL("kernel launch failed: ", cutlassGetStatusString(status), ", ", cudaGetErrorString(launch),

@@ -8,6 +8,9 @@
 
 namespace wavetune::detail {
 
+// Device ordinals the runtime keeps per-device state for (properties, shared-memory limits).
+constexpr int kMaxDevices = 64;
+
 struct DeviceInfo {
   int device;
   int sm_count;

@@ -12,6 +12,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Callable
 
 try:
     from . import _C
@@ -192,20 +193,23 @@ def _dtype_codes(torch) -> dict:
     return {torch.bfloat16: _C.DTYPES.index("bf16"), torch.float16: _C.DTYPES.index("fp16")}
 
 
-def _rows(t, rows: int, cols: int, name: str):
-    """``t`` viewed as a row-major [rows, cols] matrix with unit column stride, and its row stride."""
-    try:
-        m = t.view(rows, cols)
-    except RuntimeError:
-        raise ValueError(
-            f"{name} of shape {tuple(t.shape)} and strides {t.stride()} cannot be viewed as [{rows}, {cols}] "
-            f"rows without a copy; pass {name}.contiguous()"
-        ) from None
-    if cols > 1 and m.stride(1) != 1:
+def _row_stride(t, rows: int, cols: int, name: str) -> int:
+    """The row stride of ``t`` read as a row-major [rows, cols] matrix with unit column stride."""
+    m = t
+    if t.dim() != 2:
+        try:
+            m = t.view(rows, cols)
+        except RuntimeError:
+            raise ValueError(
+                f"{name} of shape {tuple(t.shape)} and strides {t.stride()} cannot be viewed as [{rows}, {cols}] "
+                f"rows without a copy; pass {name}.contiguous()"
+            ) from None
+    row_stride, col_stride = m.stride()
+    if cols > 1 and col_stride != 1:
         raise ValueError(
             f"{name}'s last dimension must be contiguous (stride 1), got strides {t.stride()}; pass {name}.contiguous()"
         )
-    return m, (m.stride(0) if rows > 1 else cols)
+    return row_stride if rows > 1 else cols
 
 
 def _b_layout(b, k: int, n: int) -> tuple[int, int]:
@@ -251,27 +255,41 @@ def gemm(a, b, *, out=None, config=None):
             got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
             raise ValueError(f"out must be a {a.dtype} tensor of shape {out_shape}, got {got}")
     variant, decomposition, splits, raster, swizzle = _resolve(config)
-    if not a.is_cuda or b.device != a.device or (out is not None and out.device != a.device):
+    # NOTES: get_device() and is_cuda read the tensors without making torch.device objects: this path is
+    # per call, and host time is what decode steps outside a CUDA graph wait for (docs/benchmarks.md).
+    device = a.get_device()
+    same_device = b.is_cuda and b.get_device() == device and (out is None or out.get_device() == device)
+    if not (a.is_cuda and same_device):
         devices = [str(t.device) for t in (a, b, out) if t is not None]
         raise ValueError(f"a, b and out must be on one CUDA device, got {', '.join(devices)}")
 
     m = a.numel() // k if k else int(torch.Size(a.shape[:-1]).numel())
     if out is None:
-        out = torch.empty(out_shape, dtype=a.dtype, device=a.device)
+        out = a.new_empty(out_shape)
+        ldd = n  # fresh and contiguous
+    else:
+        ldd = _row_stride(out, m, n, "out") if m and n else n
     if m == 0 or n == 0:
         return out
     if k == 0:
         return out.zero_()
-    a2, lda = _rows(a, m, k, "a")
-    d2, ldd = _rows(out, m, n, "out")
+    lda = _row_stride(a, m, k, "a")
     b_layout, ldb = _b_layout(b, k, n)
 
-    device = a.device.index
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return gemm(a, b, out=out, config=config)
     if variant < 0 and device not in _table_checked:
         _autoload_table(device)
-    _C.gemm(m, n, k, a2.data_ptr(), lda, b.data_ptr(), ldb, d2.data_ptr(), ldd, dtype_code, b_layout,
-            variant, decomposition, splits, raster, swizzle, torch.cuda.current_stream(device).cuda_stream, device)
+    _C.gemm(m, n, k, a.data_ptr(), lda, b.data_ptr(), ldb, out.data_ptr(), ldd, dtype_code, b_layout,
+            variant, decomposition, splits, raster, swizzle, _stream_getter(torch)(device), device)
     return out
+
+
+@functools.cache
+def _stream_getter(torch) -> Callable[[int], int]:
+    """device -> the raw cudaStream_t of torch's current stream there."""
+    # NOTES: torch.cuda.current_stream() builds a Stream object per call (microseconds of host time);
+    # the raw getter behind it (what Triton launches with) returns the handle alone. Public API if absent.
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else (lambda device: torch.cuda.current_stream(device).cuda_stream)
