@@ -38,9 +38,10 @@ def _gpu_name() -> str:
 GPU_NAME = _gpu_name()
 
 
-def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True) -> bytes:
+def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, priors=()) -> bytes:
     """A table file. configs: [(variant, decomposition, splits)]; waves: [(config, w, a, b, c, d)];
-    micro: [(config, w_min, raster, swizzle)]; exact: [(dtype, layout, m, n, k, config, raster, swizzle, us)]."""
+    micro: [(config, w_min, raster, swizzle)]; exact: [(dtype, layout, m, n, k, config, raster, swizzle, us)];
+    priors: [(config, max_m, margin)]."""
     fields = {
         "gpu_name": GPU_NAME,
         "sm_count": str(SM_COUNT),
@@ -51,7 +52,7 @@ def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True) -> 
         "timing": "synthetic: written by tests/test_cpp_lookup.py",
     }
     fields.update(meta or {})
-    lines = ["wavetune-table 1"]
+    lines = ["wavetune-table 2"]
     if comments:
         lines.append("# a synthetic table")
     lines += [f"meta {k} {v}" for k, v in fields.items()]
@@ -59,6 +60,7 @@ def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True) -> 
     lines += ["wave " + " ".join(repr(x) for x in wave) for wave in waves]
     lines += ["micro " + " ".join(str(x) for x in rule) for rule in micro]
     lines += ["exact " + " ".join(repr(x) if isinstance(x, float) else str(x) for x in e) for e in exact]
+    lines += ["prior " + " ".join(str(x) for x in p) for p in priors]
     body = ("\n".join(lines) + "\n").encode()
     return body + f"checksum {fnv1a64(body):016x}\n".encode()
 
@@ -182,6 +184,35 @@ def test_exact_entry_wins_for_its_shape(programs, tmp_path):
     assert out["source"] == "model" and out["config"] == "1"
 
 
+def test_prior_stays_unless_the_model_predicts_more_than_its_margin(programs, tmp_path):
+    v0, v1 = bf16_col_variants()[:2]
+    table = tmp_path / "table.wtt"
+
+    def choice(priors, m):
+        table.write_bytes(table_text(configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1)],
+                                     waves=[(0, 1, 11.0, 0.0, 0.0, 0.0), (1, 1, 10.0, 0.0, 0.0, 0.0)],
+                                     micro=[(0, 1, "along_n", 4)], priors=priors))
+        done = run(programs["select_kernel"], table, m, 4096, 4096)
+        assert done.returncode == 0, done.stderr
+        return fields(done.stdout)
+
+    # Config 1 is predicted 10% faster than config 0.
+    out = choice([(0, 64, 0.2)], 64)  # within the 20% margin: the prior, with its own micro rule
+    assert out["config"] == "0" and out["source"] == "model" and float(out["predicted_us"]) == 11.0
+    assert out["raster"] == "along_n max_swizzle=4"
+    assert choice([(0, 64, 0.05)], 64)["config"] == "1"  # beyond a 5% margin: the model's pick
+    assert choice([(0, 64, 0.2)], 65)["config"] == "1"  # M outside the prior's bucket
+    assert choice([(1, 16, 0.2), (0, 0, 0.2)], 65)["config"] == "0"  # 0: every larger M
+    assert choice([(1, 16, 0.2), (0, 0, 0.2)], 16)["config"] == "1"  # the first bucket that holds M
+    assert choice([], 16)["config"] == "1"  # no priors: the model alone
+    # Two priors for one dtype, layout and max-m are refused.
+    table.write_bytes(table_text(configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1)],
+                                 waves=[(0, 1, 11.0, 0.0, 0.0, 0.0), (1, 1, 10.0, 0.0, 0.0, 0.0)],
+                                 priors=[(0, 64, 0.2), (1, 64, 0.2)]))
+    done = run(programs["select_kernel"], table, 16, 4096, 4096)
+    assert done.returncode == 1 and "two priors for bf16 col with max-m 64" in done.stderr
+
+
 def test_model_matches_the_documented_formulas(programs, tmp_path):
     """Every candidate's coordinates and prediction (--explain) against a Python transcription of
     docs/tables.md and mapping.h, over problems that hit each wave regime; the choice is the argmin."""
@@ -262,7 +293,11 @@ def test_table_of_another_config_space_is_refused(programs, tmp_path):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda b: b.replace(b"wavetune-table 1", b"wavetune-table 2"), r"table.wtt:1: unsupported table version '2'"),
+        (lambda b: b.replace(b"wavetune-table 2", b"wavetune-table 1"), r"table.wtt:1: unsupported table version '1'"),
+        (lambda b: b + b"prior 0 16\n", r"table.wtt:\d+: prior record: expected 4 fields"),
+        (lambda b: b + b"prior 0 16 -0.5\n", r"table.wtt:\d+: margin -0.5 is negative"),
+        (lambda b: b + b"prior 0 -1 0.2\n", r"table.wtt:\d+: max-m -1 is out of range"),
+        (lambda b: b + b"prior 4 16 0.2\n", r"table.wtt:\d+: config id 4 out of range"),
         (lambda b: b.replace(b"meta sm_count 132\n", b""), r"missing required meta key 'sm_count'"),
         (lambda b: b.replace(b"wave 0 1 5.0", b"wave 0 1 5.0x"),
          r"table.wtt:\d+: coefficient a '5.0x' is not a finite decimal"),

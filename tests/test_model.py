@@ -365,8 +365,11 @@ def tiny_table():
     return meta, configs, waves, micro, exact
 
 
+# Priors of both configs' data (bf16, col): config 1 up to M = 64, config 0 for every larger M.
+TINY_PRIORS = [{"config_id": 0, "max_m": 0, "margin": 0.2}, {"config_id": 1, "max_m": 64, "margin": 0.25}]
+
 GOLDEN = """\
-wavetune-table 1
+wavetune-table 2
 meta gpu_name NVIDIA H200
 meta sm_count 132
 meta config_space_hash 0123456789abcdef
@@ -382,13 +385,15 @@ wave 0 2 1.5 0.25 0.125 1e-05
 wave 1 1 2.0 0.0 0.5 -0.0
 micro 0 4 along_n 2
 exact bf16 col 16 4096 4096 1 heuristic 1 12.25
-checksum d004d5126aad5afa
+prior 1 64 0.25
+prior 0 0 0.2
+checksum d093df687fd1b2b7
 """
 
 
 def test_write_table_golden(tmp_path):
     path = tmp_path / "nvidia-h200.wtt"
-    tablefile.write_table(path, *tiny_table())
+    tablefile.write_table(path, *tiny_table(), priors=TINY_PRIORS)
     data = path.read_bytes()
     assert data == GOLDEN.encode()
     body, last = data[: data.rindex(b"checksum ")], data.splitlines()[-1]
@@ -447,6 +452,24 @@ def test_write_table_rejects_bad_waves_and_exact_records(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    "priors, message",
+    [
+        ([{"config_id": 0, "max_m": 16}], "exactly the keys config_id, max_m, margin"),
+        ([{"config_id": 2, "max_m": 16, "margin": 0.2}], "out of range"),
+        ([{"config_id": 0, "max_m": -1, "margin": 0.2}], "max_m"),
+        ([{"config_id": 0, "max_m": 16, "margin": -0.1}], "margin must be >= 0"),
+        ([{"config_id": 0, "max_m": 16, "margin": math.nan}], "margin"),
+        ([{"config_id": 0, "max_m": 16, "margin": 0.2}, {"config_id": 1, "max_m": 16, "margin": 0.1}],
+         "repeats max_m 16"),
+    ],
+)  # fmt: skip
+def test_write_table_rejects_bad_priors(tmp_path, priors, message):
+    with pytest.raises(ValueError, match=message):
+        tablefile.write_table(tmp_path / "t.wtt", *tiny_table(), priors=priors)
+    assert os.listdir(tmp_path) == []
+
+
 def test_write_table_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "t.wtt"
     path.write_bytes(b"old table\n")
@@ -468,6 +491,6 @@ def test_write_table_is_atomic(tmp_path, monkeypatch):
 
     tablefile.write_table(path, meta, configs, waves, None, None)  # replaces the old file
     data = path.read_bytes()
-    assert data.startswith(b"wavetune-table 1\n") and b"\nmicro " not in data and b"\nexact " not in data
+    assert data.startswith(b"wavetune-table 2\n") and b"\nmicro " not in data and b"\nexact " not in data
     assert os.listdir(tmp_path) == ["t.wtt"]
 

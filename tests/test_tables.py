@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf1
 GPU, SMS = "NVIDIA H200", 132
 
 
-def make_table(path, exact_shape=(64, 4096, 4096), hash_=None):
+def make_table(path, exact_shape=(64, 4096, 4096), hash_=None, priors=None):
     cands = tuning.candidates()
     waves = {i: {1: [2.0 + i, 0.01, 0.05 * (i + 1), 1e-4], 3: [6.0 + i, 0.01, 0.1 * (i + 1), 1e-4]}
              for i in range(len(cands))}
@@ -29,6 +29,7 @@ def make_table(path, exact_shape=(64, 4096, 4096), hash_=None):
         micro={0: [(2, "along_n", 4)]},
         exact=[{"dtype": "bf16", "b_layout": "col", "m": exact_shape[0], "n": exact_shape[1], "k": exact_shape[2],
                 "config_id": len(cands) - 1, "raster": "along_m", "max_swizzle": 2, "us": 7.5}],
+        priors=priors,
     )
     return cands, waves
 
@@ -100,6 +101,42 @@ def test_refusals(tmp_path):
     make_table(tmp_path / "other.wtt", hash_="0123456789abcdef")
     with pytest.raises(ValueError, match="0123456789abcdef"):
         api.open_table(tmp_path / "other.wtt")
+
+
+def test_priors_are_the_fallback_buckets_and_hold_within_their_margin(tmp_path):
+    cands = tuning.candidates()
+    priors = tuning.prior_records(cands, "bf16", "col")
+    buckets = [b for b in _C.fallback_buckets() if b[:2] == ("bf16", "col")]
+    dp = {c.variant.id: i for i, c in enumerate(cands) if c.decomposition == "data_parallel"}
+    assert [(p["max_m"], cands[p["config_id"]].variant.id) for p in priors] == [
+        (max_m, variant) for _, _, max_m, variant in buckets if variant in dp]
+    assert all(cands[p["config_id"]].decomposition == "data_parallel" for p in priors)
+    assert all(p["margin"] == tuning.PRIOR_MARGIN for p in priors)
+    assert tuning.prior_records(cands, "fp16", "row") == []  # no fp16 row-major config in the list
+
+    # The slowest config as the prior for every M: it stays exactly where its prediction is within the
+    # margin of the fastest one's.
+    path = tmp_path / "t.wtt"
+    make_table(path)
+    shapes = [(m, n, 4096) for m in (1, 16, 300, 4096) for n in (4096, 28672)]
+    slowest = max(range(len(cands)), key=lambda i: api.open_table(path).explain("bf16", "col", 16, 4096, 4096)[i][
+        "predicted_us"])
+    make_table(path, priors=[{"config_id": slowest, "max_m": 0, "margin": 0.5}])
+    selector = api.open_table(path)
+    kept = 0
+    for shape in shapes:
+        rows = selector.explain("bf16", "col", *shape)
+        best = min(rows, key=lambda r: (r["predicted_us"], r["config"]))
+        within = rows[slowest]["predicted_us"] <= 1.5 * best["predicted_us"]
+        choice = selector.select("bf16", "col", *shape, exact=False)
+        assert choice["config"] == (slowest if within else best["config"]), shape
+        kept += within
+    assert 0 < kept < len(shapes) or len(cands) == 1  # both branches were exercised
+    done = run_cli("explain", "16", "4096", "4096", "--table", str(path))
+    choice = selector.select("bf16", "col", 16, 4096, 4096)
+    if choice["config"] == slowest and slowest != min(selector.explain("bf16", "col", 16, 4096, 4096),
+                                                      key=lambda r: (r["predicted_us"], r["config"]))["config"]:
+        assert "the table's prior for this M" in done.stdout
 
 
 def run_cli(*args):

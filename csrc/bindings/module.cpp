@@ -130,6 +130,16 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"),
       "The variant id the built-in M-bucket heuristic picks (what gemm launches where no table is loaded).");
+  m.def(
+      "fallback_buckets",
+      [] {
+        py::list out;
+        for (const FallbackBucket& b : fallback_buckets()) {
+          out.append(py::make_tuple(to_string(b.dtype), to_string(b.b_layout), b.max_m, b.variant));
+        }
+        return out;
+      },
+      "The heuristic's buckets, (dtype, b_layout, max_m or 0 for any larger M, variant id), compiled only.");
 
   m.def(
       "map_problem",

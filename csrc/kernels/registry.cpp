@@ -110,18 +110,16 @@ std::string detail::variant_error(const VariantInfo& v, const GemmProblem& p, co
   return os.str();
 }
 
-int32_t default_variant(const GemmProblem& p) {
+const std::vector<FallbackBucket>& fallback_buckets() {
   // The built-in heuristic's M buckets, as data in cutlass_configs/ ([fallback]); only compiled ones.
-  struct Bucket {
-    DType dtype;
-    BLayout b_layout;
-    int64_t max_m;  // 0: every larger M
-    int32_t variant;
-  };
-#define WAVETUNE_FALLBACK_ROW(DT, BL, MAX_M, ID) Bucket{DType::DT, BLayout::BL, MAX_M, ID},
-  static const std::vector<Bucket> buckets{WAVETUNE_FALLBACK_LIST(WAVETUNE_FALLBACK_ROW)};
+#define WAVETUNE_FALLBACK_ROW(DT, BL, MAX_M, ID) FallbackBucket{DType::DT, BLayout::BL, MAX_M, ID},
+  static const std::vector<FallbackBucket> buckets{WAVETUNE_FALLBACK_LIST(WAVETUNE_FALLBACK_ROW)};
 #undef WAVETUNE_FALLBACK_ROW
-  for (const Bucket& b : buckets) {
+  return buckets;
+}
+
+int32_t default_variant(const GemmProblem& p) {
+  for (const FallbackBucket& b : fallback_buckets()) {
     if (b.dtype == p.dtype && b.b_layout == p.b_layout && (b.max_m == 0 || p.m <= b.max_m)) return b.variant;
   }
   // A kernel set without the heuristic's variants: any compiled variant of the right dtype and layout.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cassert>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -296,6 +297,14 @@ struct Selector::Impl {
   std::vector<MicroRule> micro;
   std::vector<const VariantInfo*> variant_of;  // per config id; nullptr when not compiled
 
+  // The compiled priors of a dtype and layout, by ascending max_m (0, any M, last).
+  struct Prior {
+    int64_t max_m;  // INT64_MAX for a record's 0
+    uint32_t candidate;  // index into candidates[dtype][b_layout]
+    double margin;
+  };
+  std::vector<Prior> priors[2][2];
+
   // The exact entries of compiled configs: open addressing, linear probing, at most half full.
   struct ExactSlot {
     Key key;  // lo == 0: empty
@@ -402,6 +411,32 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
     s.candidates[int(v.dtype) & 1][int(v.b_layout) & 1].push_back(cand);
   }
 
+  for (const PriorRule& r : t.priors) {
+    if (r.config < 0 || size_t(r.config) >= t.configs.size() || r.max_m < 0 || !(r.margin >= 0) ||
+        !std::isfinite(r.margin)) {
+      table_error(origin, ": prior (config ", r.config, ", max-m ", r.max_m, ", margin ", r.margin,
+                  ") is invalid: the config must exist, max-m >= 0 and the margin finite and >= 0");
+    }
+    const VariantInfo* v = s.variant_of[size_t(r.config)];
+    if (!v) continue;  // not compiled: no prior for that M range
+    std::vector<Candidate>& list = s.candidates[int(v->dtype) & 1][int(v->b_layout) & 1];
+    const auto cand = std::find_if(list.begin(), list.end(), [&](const Candidate& c) { return c.config == r.config; });
+    const int64_t max_m = r.max_m == 0 ? INT64_MAX : r.max_m;
+    std::vector<Impl::Prior>& priors = s.priors[int(v->dtype) & 1][int(v->b_layout) & 1];
+    for (const Impl::Prior& other : priors) {
+      if (other.max_m == max_m) {
+        table_error(origin, ": two priors for ", to_string(v->dtype), " ", to_string(v->b_layout), " with max-m ",
+                    r.max_m);
+      }
+    }
+    priors.push_back({max_m, uint32_t(cand - list.begin()), r.margin});
+  }
+  for (auto& by_layout : s.priors) {
+    for (std::vector<Impl::Prior>& priors : by_layout) {
+      std::sort(priors.begin(), priors.end(), [](const Impl::Prior& a, const Impl::Prior& b) { return a.max_m < b.max_m; });
+    }
+  }
+
   size_t capacity = 16;
   while (capacity < 2 * t.exact.size()) capacity *= 2;
   s.exact.assign(capacity, Impl::ExactSlot{{0, 0}, {}});
@@ -479,14 +514,28 @@ Choice Selector::select_model(const Problem& p) const {
   const std::vector<Candidate>& list = s.candidates[int(p.dtype)][int(p.b_layout)];
   if (list.empty()) s.no_candidate(p);
 
+  const Impl::Prior* prior = nullptr;
+  for (const Impl::Prior& r : s.priors[int(p.dtype)][int(p.b_layout)]) {
+    if (p.m <= r.max_m) {
+      prior = &r;
+      break;
+    }
+  }
   const Candidate* best = nullptr;
-  double best_t = 0;
-  int64_t best_waves = 0;
+  double best_t = 0, prior_t = 0;
+  int64_t best_waves = 0, prior_waves = 0;
   for (const Candidate& c : list) {
     const Coordinates x = c.mapping(p.m, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k)));
     const double t = predict(&s.waves[c.wave_begin], c.wave_count, x);
     if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
+    if (prior && &c == &list[prior->candidate]) prior_t = t, prior_waves = x.waves;
+  }
+  // NOTES: the prior (the M-bucket default) stays unless the model predicts a gain larger than the
+  // margin, about the model's typical error on unseen shapes: a small predicted gain is as likely noise
+  // of the model as a real one, and the default is never a bad pick (docs/model.md, section 7).
+  if (prior && prior_t <= best_t * (1 + prior->margin)) {
+    best = &list[prior->candidate], best_t = prior_t, best_waves = prior_waves;
   }
 
   // The micro record with the largest w-min <= the chosen config's wave count; none: heuristic, 1.

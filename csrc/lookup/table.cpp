@@ -54,7 +54,7 @@ namespace {
 using lookup_detail::quoted;
 using lookup_detail::table_error;
 
-constexpr std::string_view kMagic = "wavetune-table 1";
+constexpr std::string_view kMagic = "wavetune-table 2";
 constexpr std::string_view kChecksumPrefix = "checksum ";
 constexpr const char* kRequiredMeta[] = {"gpu_name",         "sm_count",    "config_space_hash",
                                          "wavetune_version", "cuda_version", "created"};
@@ -115,7 +115,7 @@ class Parser {
       fail(1, "CRLF line ends: the file was converted to Windows line ends (tables use \\n only)");
     }
     if (first.substr(0, 15) == "wavetune-table ") {
-      fail(1, "unsupported table version ", quoted(first.substr(15)), ": this build reads version 1");
+      fail(1, "unsupported table version ", quoted(first.substr(15)), ": this build reads version 2 (re-tune with python -m wavetune tune)");
     }
     fail(1, "not a wavetune table: the first line is ", quoted(first), ", expected '", kMagic, "'");
   }
@@ -268,10 +268,18 @@ class Parser {
       if (!inserted) fail(line_, "a second exact record for this shape (the first is on line ", it->second, ")");
       table->exact.push_back(e);
       exact_record_lines_.push_back(line_);
+    } else if (type == "prior") {
+      const size_t n = split(line, f);
+      expect_fields(type, n, 4, "prior <config-id> <max-m> <margin>");
+      const PriorRule r{int32_t(integer(f[1], "config id", 0, INT32_MAX)),
+                        integer(f[2], "max-m", 0, lookup_detail::kMaxExtent), real(f[3], "margin")};
+      if (!(r.margin >= 0)) fail(line_, "margin ", r.margin, " is negative");
+      table->priors.push_back(r);
+      prior_lines_.push_back(line_);
     } else if (type == "checksum") {
       fail(line_, "a checksum record before the end of the file: the checksum must be the last line");
     } else {
-      fail(line_, "unknown record type ", quoted(type), " (meta, config, wave, micro, exact, checksum)");
+      fail(line_, "unknown record type ", quoted(type), " (meta, config, wave, micro, exact, prior, checksum)");
     }
   }
 
@@ -315,6 +323,7 @@ class Parser {
       list.push_back(r.record);
     }
     for (size_t i = 0; i < table->exact.size(); ++i) check_config(exact_record_lines_[i], table->exact[i].config);
+    for (size_t i = 0; i < table->priors.size(); ++i) check_config(prior_lines_[i], table->priors[i].config);
     for (size_t i = 0; i < configs; ++i) {
       if (table->configs[i].waves.empty()) {
         fail(config_lines_[i], "config ", i, " has no wave record (it needs at least one)");
@@ -330,7 +339,7 @@ class Parser {
   std::string_view text_;
   const std::string& origin_;
   size_t line_ = 0;
-  std::vector<size_t> config_lines_, exact_record_lines_;
+  std::vector<size_t> config_lines_, exact_record_lines_, prior_lines_;
   std::vector<Pending<WaveModel>> waves_;
   std::vector<Pending<MicroRule>> micro_;
   std::map<std::string, size_t> meta_lines_;

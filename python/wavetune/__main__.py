@@ -61,8 +61,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}")
     for r in rows[: args.top]:
         print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}")
-    how = ("exact table: this shape was profiled" if choice["source"] == "exact"
-           else "model: lowest predicted latency of the candidates above")
+    if choice["source"] == "exact":
+        how = "exact table: this shape was profiled"
+    elif rows and choice["config"] != rows[0]["config"]:
+        how = "the table's prior for this M: no config is predicted faster by more than its margin"
+    else:
+        how = "model: lowest predicted latency of the candidates above"
     print(f"choice: {choice['name']} raster={choice['raster']} max_swizzle={choice['max_swizzle']} "
           f"({choice['predicted_us']:.2f} us, {how})")
     return 0

@@ -1,4 +1,4 @@
-"""Writing wavetune table files (docs/tables.md, version 1).
+"""Writing wavetune table files (docs/tables.md, version 2).
 
 ``write_table`` validates everything first, then writes the file atomically (a temporary file in the
 same directory, fsynced, then ``os.replace``), so a reader sees the old table or the new one, never a
@@ -29,7 +29,7 @@ __all__ = [
     "write_table",
 ]
 
-MAGIC = "wavetune-table 1"
+MAGIC = "wavetune-table 2"
 REQUIRED_META = ("gpu_name", "sm_count", "config_space_hash", "wavetune_version", "cuda_version", "created")
 DECOMPOSITIONS = ("data_parallel", "split_k", "stream_k")
 RASTERS = ("heuristic", "along_m", "along_n")
@@ -39,6 +39,7 @@ B_LAYOUTS = ("col", "row")
 
 CONFIG_KEYS = ("variant", "decomposition", "splits")  # plus an optional "id" (must equal the position)
 EXACT_KEYS = ("dtype", "b_layout", "m", "n", "k", "config_id", "raster", "max_swizzle", "us")
+PRIOR_KEYS = ("config_id", "max_m", "margin")
 
 MAX_EXTENT = 2**31 - 1  # m, n, k of an exact record
 
@@ -291,6 +292,30 @@ def _exact_lines(exact: Sequence[Mapping] | None, variants: list[str]) -> list[s
     return [rows[key] for key in sorted(rows)]
 
 
+def _prior_lines(priors: Sequence[Mapping] | None, variants: list[str]) -> list[str]:
+    if priors is None:
+        return []
+    rows: dict[tuple, str] = {}
+    for position, record in enumerate(priors):
+        where = f"prior record {position}"
+        if not isinstance(record, Mapping) or set(record) != set(PRIOR_KEYS):
+            raise ValueError(f"{where} must be a dict with exactly the keys {', '.join(PRIOR_KEYS)}, got {record!r}")
+        cid = _config_id(record["config_id"], len(variants), f"{where} config_id")
+        max_m = _int(record["max_m"], f"{where} max_m", 0)
+        if max_m > MAX_EXTENT:
+            raise ValueError(f"{where}: max_m must be at most 2^31-1, got {max_m}")
+        margin = _float(record["margin"], f"{where} margin")
+        if margin < 0:
+            raise ValueError(f"{where} margin must be >= 0, got {margin!r}")
+        # The dtype and layout the prior serves are its variant's; one prior per (dtype, layout, max_m).
+        parsed = _VARIANT_PREFIX.match(variants[cid])
+        key = (parsed.groups() if parsed else (variants[cid],), max_m or MAX_EXTENT + 1)
+        if key in rows:
+            raise ValueError(f"{where} repeats max_m {max_m} for the data of config {cid} ({variants[cid]})")
+        rows[key] = f"prior {cid} {max_m} {margin!r}\n"
+    return [rows[key] for key in sorted(rows)]
+
+
 # ----------------------------------------------------------------------------------------------------
 # Public API
 # ----------------------------------------------------------------------------------------------------
@@ -302,12 +327,14 @@ def format_table(
     waves: Mapping,
     micro: Mapping | None = None,
     exact: Sequence[Mapping] | None = None,
+    priors: Sequence[Mapping] | None = None,
 ) -> bytes:
     """The bytes of a table file (validated; see ``write_table``), checksum line included."""
     meta_lines = _meta_lines(meta)
     config_lines, variants = _config_lines(configs)
     body = [MAGIC + "\n", *meta_lines, *config_lines, *_wave_lines(waves, len(variants)),
-            *_micro_lines(micro, len(variants)), *_exact_lines(exact, variants)]  # fmt: skip
+            *_micro_lines(micro, len(variants)), *_exact_lines(exact, variants),
+            *_prior_lines(priors, variants)]  # fmt: skip
     data = "".join(body).encode("utf-8")
     return data + f"checksum {fnv1a64(data):016x}\n".encode("ascii")
 
@@ -319,6 +346,7 @@ def write_table(
     waves: Mapping,
     micro: Mapping | None,
     exact: Sequence[Mapping] | None,
+    priors: Sequence[Mapping] | None = None,
 ) -> None:
     """Write a table file in the docs/tables.md format, atomically.
 
@@ -338,18 +366,22 @@ def write_table(
       "us"}]``; m, n, k in 1..2^31-1, us > 0; a shape appears once; the config's variant must take
       that dtype and B layout (checked when its name starts with ``<dtype>_b<layout>_``). None: no
       records.
+    - ``priors``: ``[{"config_id", "max_m", "margin"}]``: the config the table picks for problems of its
+      dtype and B layout with M <= max_m (0: any M) unless the model predicts another more than
+      ``margin`` (a fraction, >= 0) faster; one per (dtype, B layout, max_m). None: no records.
 
     Layout (deterministic, so equal inputs give equal bytes): the magic line; meta with the required
     keys in the order above, then the others sorted by key; config lines in id order; wave lines by
     config id then w; micro lines by config id then min_wave; exact lines sorted by (dtype, b_layout, m,
-    n, k); then ``checksum <16 hex digits>``, the FNV-1a 64 of all preceding bytes. Floats are written
-    with ``repr`` (round-trips), integers in decimal. No comments are written.
+    n, k); prior lines by (dtype, B layout, max_m with 0 last); then ``checksum <16 hex digits>``, the
+    FNV-1a 64 of all preceding bytes. Floats are written with ``repr`` (round-trips), integers in
+    decimal. No comments are written.
 
     Raises ValueError naming the offending entry before anything touches the file system. The file is
     written to a temporary file in the same directory and moved into place with ``os.replace``; on any
     error the temporary file is removed and an existing table is left as it was.
     """
-    data = format_table(meta, configs, waves, micro, exact)
+    data = format_table(meta, configs, waves, micro, exact, priors)
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")

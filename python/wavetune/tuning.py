@@ -24,6 +24,11 @@ from .api import KernelConfig, configs
 # Raster/swizzle options the second stage compares; ("heuristic", 1) is the default launch.
 MICRO_OPTIONS = (("heuristic", 1), ("along_m", 2), ("along_n", 2), ("along_m", 8), ("along_n", 8))
 MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
+# NOTES: the table keeps the built-in M-bucket default ([fallback] in cutlass_configs/) for a problem
+# unless the model predicts another config more than this much faster. 0.2 is about the model's median
+# error on shapes it never saw (17-19% on the H100 and H200, docs/tuning.md): a smaller predicted gain is
+# as often the model's error as a real one. Offline, 0.1-0.3 scored alike; 0 turns the priors off.
+PRIOR_MARGIN = 0.2
 STREAM_K_PLAN = dict(waves=(1,), fills=(1.0,), k_steps=(2, 4, 8, 16, 32, 64, 128, 256), interior=7)
 
 
@@ -232,10 +237,21 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
         exact=[{"dtype": dtype, "b_layout": b_layout, "m": m, "n": n, "k": k, "config_id": index[cands[best].key],
                 "raster": "heuristic", "max_swizzle": 1, "us": us}
                for (m, n, k), best, us in exact if cands[best].key in index],
+        priors=prior_records(kept, dtype, b_layout),
     )
     print(f"wrote {path}: {len(kept)} configs, {len(exact)} exact shapes; this run measured "
           f"{log.measured} configs in {log.gpu_seconds:.1f} GPU-seconds (log: {log.path})")
     return path
+
+
+def prior_records(configs: list[Candidate], dtype: str, b_layout: str) -> list[dict]:
+    """The built-in M-bucket default (cutlass_configs/ [fallback]) as the table's ``prior`` records:
+    each bucket of this dtype and layout names the data-parallel config of its variant (its id is the
+    position in ``configs``); buckets whose variant has no such config are left out."""
+    index = {c.variant.id: i for i, c in enumerate(configs) if c.decomposition == "data_parallel"}
+    return [{"config_id": index[variant], "max_m": max_m, "margin": PRIOR_MARGIN}
+            for bucket_dtype, bucket_layout, max_m, variant in _C.fallback_buckets()
+            if (bucket_dtype, bucket_layout) == (dtype, b_layout) and variant in index]
 
 
 def second_stage(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype: str, b_layout: str,

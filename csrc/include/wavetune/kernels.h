@@ -41,6 +41,17 @@ WAVETUNE_API void gemm(const GemmProblem& problem, int32_t variant_id, const Mic
 // The fallback choice when no tuned table covers the GPU: a small M-bucket heuristic (registry.cpp).
 WAVETUNE_API int32_t default_variant(const GemmProblem& problem);
 
+// One M bucket of that heuristic (cutlass_configs/ [fallback]): problems of this dtype and B layout with
+// M <= max_m (0: every larger M) get `variant`. Compiled variants only, in bucket order. Tuned tables
+// keep them as the model's priors (docs/model.md).
+struct FallbackBucket {
+  DType dtype;
+  BLayout b_layout;
+  int64_t max_m;
+  int32_t variant;
+};
+WAVETUNE_API const std::vector<FallbackBucket>& fallback_buckets();
+
 struct DeviceProperties {
   std::string name;
   int32_t sm_count;

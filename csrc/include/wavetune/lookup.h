@@ -62,12 +62,21 @@ struct ExactEntry {
   double us;
 };
 
+// A default config for the problems of its dtype and B layout with M <= max_m (0: any M) (a `prior`
+// record): the model's choice replaces it only when predicted more than `margin` (a fraction) faster.
+struct PriorRule {
+  int32_t config;
+  int64_t max_m;
+  double margin;
+};
+
 // A parsed table file, nothing resolved against a build yet. `load` and `parse` check the syntax, the
 // checksum, the required meta keys and the config references; the Selector checks the rest.
 struct WAVETUNE_API Table {
   std::map<std::string, std::string> meta;
   std::vector<TableConfig> configs;  // index = config id
   std::vector<ExactEntry> exact;
+  std::vector<PriorRule> priors;
   std::string origin;  // the file path (or what `parse` was told), for messages
 
   // The value of a meta key; TableError naming the key and the origin when it is absent.
@@ -125,7 +134,8 @@ class WAVETUNE_API Selector {
   void check_device(const std::string& gpu_name, int32_t sm_count) const;
 
   // The exact entry of the problem's shape if there is one, else the candidate the model predicts
-  // fastest (ties: the lower config id). Cached; thread-safe. InvalidArgument for sizes out of range or
+  // fastest (ties: the lower config id), or the prior for the problem's M when the model predicts it
+  // within the prior's margin of that. Cached; thread-safe. InvalidArgument for sizes out of range or
   // when no compiled config takes the problem's dtype and layout (fall back to default_variant then).
   Choice select(const Problem& p) const;
   // The same without the cache: no allocation, no locks.
