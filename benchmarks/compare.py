@@ -375,8 +375,9 @@ def wavetune_methods(data: Data, selector, decision_time: dict | None, anchor_ke
     found = []
     for exact in (True, False):
         m = Method("wavetune (table)" if exact else "wavetune (model only)",
-                   "the table's exact entry for the shape, else its model" if exact else
-                   "the wave-aware bilinear model over every candidate (exact entries ignored)")
+                   "the table's exact entry for the shape, else its model and priors" if exact else
+                   "the wave-aware bilinear model over every candidate and the table's priors "
+                   "(exact entries ignored)")
         cold = []
         for s in data.shapes:
             pick, ns = timed_ns(selector.select, *data.problem(s), exact=exact)
