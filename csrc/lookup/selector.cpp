@@ -433,7 +433,8 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
   }
   for (auto& by_layout : s.priors) {
     for (std::vector<Impl::Prior>& priors : by_layout) {
-      std::sort(priors.begin(), priors.end(), [](const Impl::Prior& a, const Impl::Prior& b) { return a.max_m < b.max_m; });
+      std::sort(priors.begin(), priors.end(),
+                [](const Impl::Prior& a, const Impl::Prior& b) { return a.max_m < b.max_m; });
     }
   }
 
@@ -532,8 +533,8 @@ Choice Selector::select_model(const Problem& p) const {
     if (prior && &c == &list[prior->candidate]) prior_t = t, prior_waves = x.waves;
   }
   // NOTES: the prior (the M-bucket default) stays unless the model predicts a gain larger than the
-  // margin, about the model's typical error on unseen shapes: a small predicted gain is as likely noise
-  // of the model as a real one, and the default is never a bad pick (docs/model.md, section 7).
+  // margin, about the model's typical error on unseen shapes: a smaller predicted gain is as likely the
+  // model's error as a real one (docs/model.md, section 7).
   if (prior && prior_t <= best_t * (1 + prior->margin)) {
     best = &list[prior->candidate], best_t = prior_t, best_waves = prior_waves;
   }

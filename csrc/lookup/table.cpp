@@ -115,7 +115,8 @@ class Parser {
       fail(1, "CRLF line ends: the file was converted to Windows line ends (tables use \\n only)");
     }
     if (first.substr(0, 15) == "wavetune-table ") {
-      fail(1, "unsupported table version ", quoted(first.substr(15)), ": this build reads version 2 (re-tune with python -m wavetune tune)");
+      fail(1, "unsupported table version ", quoted(first.substr(15)),
+           ": this build reads version 2 (re-tune with python -m wavetune tune)");
     }
     fail(1, "not a wavetune table: the first line is ", quoted(first), ", expected '", kMagic, "'");
   }
