@@ -38,10 +38,10 @@ def _gpu_name() -> str:
 GPU_NAME = _gpu_name()
 
 
-def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, priors=()) -> bytes:
+def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, priors=(), memory=None) -> bytes:
     """A table file. configs: [(variant, decomposition, splits)]; waves: [(config, w, a, b, c, d)];
     micro: [(config, w_min, raster, swizzle)]; exact: [(dtype, layout, m, n, k, config, raster, swizzle, us)];
-    priors: [(config, max_m, margin)]."""
+    priors: [(config, max_m, margin)]; memory: bytes per us, or None for no memory record."""
     fields = {
         "gpu_name": GPU_NAME,
         "sm_count": str(SM_COUNT),
@@ -52,7 +52,7 @@ def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, pri
         "timing": "synthetic: written by tests/test_cpp_lookup.py",
     }
     fields.update(meta or {})
-    lines = ["wavetune-table 2"]
+    lines = ["wavetune-table 3"]
     if comments:
         lines.append("# a synthetic table")
     lines += [f"meta {k} {v}" for k, v in fields.items()]
@@ -61,6 +61,7 @@ def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, pri
     lines += ["micro " + " ".join(str(x) for x in rule) for rule in micro]
     lines += ["exact " + " ".join(repr(x) if isinstance(x, float) else str(x) for x in e) for e in exact]
     lines += ["prior " + " ".join(str(x) for x in p) for p in priors]
+    lines += [f"memory {memory!r}"] if memory is not None else []
     body = ("\n".join(lines) + "\n").encode()
     return body + f"checksum {fnv1a64(body):016x}\n".encode()
 
@@ -213,6 +214,35 @@ def test_prior_stays_unless_the_model_predicts_more_than_its_margin(programs, tm
     assert done.returncode == 1 and "two priors for bf16 col with max-m 64" in done.stderr
 
 
+def test_memory_floor_bounds_every_prediction(programs, tmp_path):
+    v0, v1 = bf16_col_variants()[:2]
+    table = tmp_path / "table.wtt"
+    m, n, k = 16, 4096, 4096
+    bandwidth = 2e6  # bytes/us: the floor of this problem is 2*(m*k + n*k + m*n) / 2e6 = 16.9 us
+    floor = reference_model.memory_floor_us(m, n, k, bandwidth)
+    assert 16 < floor < 17
+
+    def select(memory, priors=(), *args):
+        table.write_bytes(table_text(configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1)],
+                                     waves=[(0, 1, 12.0, 0.0, 0.0, 0.0), (1, 1, 6.0, 0.0, 0.0, 0.0)],
+                                     priors=priors, memory=memory))
+        done = run(programs["select_kernel"], table, m, n, k, *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # Without the record the model picks config 1 (predicted 2x faster) over the prior, config 0.
+    assert fields(select(None, [(0, 0, 0.2)]))["config"] == "1"
+    # With it both predictions are below the floor: they tie at the floor, and the prior stays.
+    out = fields(select(bandwidth, [(0, 0, 0.2)]))
+    assert out["config"] == "0" and float(out["predicted_us"]) == pytest.approx(floor, rel=1e-12)
+    assert fields(select(bandwidth))["config"] == "0"  # no prior: the tie goes to the lower config id
+    rows = [line for line in select(bandwidth, (), "--explain").splitlines() if line.startswith("candidate: ")]
+    assert len(rows) == 2
+    assert [float(r.split("predicted_us=")[1].split()[0]) for r in rows] == pytest.approx([floor, floor], rel=1e-6)
+    # A floor below both predictions changes nothing.
+    assert fields(select(1e9))["config"] == "1"
+
+
 def test_model_matches_the_documented_formulas(programs, tmp_path):
     """Every candidate's coordinates and prediction (--explain) against a Python transcription of
     docs/tables.md and mapping.h, over problems that hit each wave regime; the choice is the argmin."""
@@ -293,7 +323,10 @@ def test_table_of_another_config_space_is_refused(programs, tmp_path):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda b: b.replace(b"wavetune-table 2", b"wavetune-table 1"), r"table.wtt:1: unsupported table version '1'"),
+        (lambda b: b.replace(b"wavetune-table 3", b"wavetune-table 2"), r"table.wtt:1: unsupported table version '2'"),
+        (lambda b: b + b"memory 0.0\n", r"table.wtt:\d+: memory bandwidth 0 bytes/us is not positive"),
+        (lambda b: b + b"memory 1e6\nmemory 2e6\n", r"table.wtt:\d+: a second memory record"),
+        (lambda b: b + b"memory\n", r"table.wtt:\d+: memory record: expected 2 fields"),
         (lambda b: b + b"prior 0 16\n", r"table.wtt:\d+: prior record: expected 4 fields"),
         (lambda b: b + b"prior 0 16 -0.5\n", r"table.wtt:\d+: margin -0.5 is negative"),
         (lambda b: b + b"prior 0 -1 0.2\n", r"table.wtt:\d+: max-m -1 is out of range"),

@@ -369,7 +369,7 @@ def tiny_table():
 TINY_PRIORS = [{"config_id": 0, "max_m": 0, "margin": 0.2}, {"config_id": 1, "max_m": 64, "margin": 0.25}]
 
 GOLDEN = """\
-wavetune-table 2
+wavetune-table 3
 meta gpu_name NVIDIA H200
 meta sm_count 132
 meta config_space_hash 0123456789abcdef
@@ -387,13 +387,14 @@ micro 0 4 along_n 2
 exact bf16 col 16 4096 4096 1 heuristic 1 12.25
 prior 1 64 0.25
 prior 0 0 0.2
-checksum d093df687fd1b2b7
+memory 2500000.0
+checksum c48283355aab5736
 """
 
 
 def test_write_table_golden(tmp_path):
     path = tmp_path / "nvidia-h200.wtt"
-    tablefile.write_table(path, *tiny_table(), priors=TINY_PRIORS)
+    tablefile.write_table(path, *tiny_table(), priors=TINY_PRIORS, memory_bytes_per_us=2.5e6)
     data = path.read_bytes()
     assert data == GOLDEN.encode()
     body, last = data[: data.rindex(b"checksum ")], data.splitlines()[-1]
@@ -470,6 +471,20 @@ def test_write_table_rejects_bad_priors(tmp_path, priors, message):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("bandwidth, message", [(0.0, "must be > 0"), (-1e6, "must be > 0"), (math.inf, "finite"),
+                                                ("fast", "must be a number")])  # fmt: skip
+def test_write_table_rejects_bad_memory_bandwidth(tmp_path, bandwidth, message):
+    with pytest.raises(ValueError, match=message):
+        tablefile.write_table(tmp_path / "t.wtt", *tiny_table(), memory_bytes_per_us=bandwidth)
+    assert os.listdir(tmp_path) == []
+
+
+def test_memory_floor():
+    assert model.operand_bytes(1, 4096, 4096) == 2 * (4096 + 4096 * 4096 + 4096)
+    assert model.memory_floor_us(1, 4096, 4096, 2e6) == model.operand_bytes(1, 4096, 4096) / 2e6
+    assert model.memory_floor_us(1, 4096, 4096, 0) == 0.0  # no memory record: no floor
+
+
 def test_write_table_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "t.wtt"
     path.write_bytes(b"old table\n")
@@ -491,6 +506,7 @@ def test_write_table_is_atomic(tmp_path, monkeypatch):
 
     tablefile.write_table(path, meta, configs, waves, None, None)  # replaces the old file
     data = path.read_bytes()
-    assert data.startswith(b"wavetune-table 2\n") and b"\nmicro " not in data and b"\nexact " not in data
+    assert data.startswith(b"wavetune-table 3\n") and b"\nmicro " not in data and b"\nexact " not in data
+    assert b"\nmemory " not in data
     assert os.listdir(tmp_path) == ["t.wtt"]
 

@@ -258,6 +258,16 @@ double predict(const WaveModel* W, uint32_t n, const Coordinates& x) {
   return std::max(t, 0.1);
 }
 
+// NOTES: no kernel moves its operands and output through DRAM faster than the fastest traffic measured
+// while tuning, so no prediction may be lower: below that floor the fits' differences are extrapolation
+// (a decode problem predicted at twice the memory bandwidth, say), and the prior decides instead.
+// 2 bytes per element (bf16, fp16).
+double memory_floor(const Problem& p, double bytes_per_us) {
+  if (bytes_per_us <= 0) return 0;
+  const double m = double(p.m), n = double(p.n), k = double(p.k);
+  return 2 * (m * k + n * k + m * n) / bytes_per_us;
+}
+
 // Splits as launched: the mapping models min(splits, K tiles), and a launch with more splits than K tiles
 // is refused (why_not), so the choice carries the clamped value.
 int32_t launch_splits(const TileShape& t, Decomposition d, int32_t splits, int64_t k) {
@@ -522,13 +532,14 @@ Choice Selector::select_model(const Problem& p) const {
       break;
     }
   }
+  const double floor_us = memory_floor(p, s.table.memory_bytes_per_us);
   const Candidate* best = nullptr;
   double best_t = 0, prior_t = 0;
   int64_t best_waves = 0, prior_waves = 0;
   for (const Candidate& c : list) {
     const Coordinates x = c.mapping(p.m, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k)));
-    const double t = predict(&s.waves[c.wave_begin], c.wave_count, x);
+    const double t = std::max(floor_us, predict(&s.waves[c.wave_begin], c.wave_count, x));
     if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
     if (prior && &c == &list[prior->candidate]) prior_t = t, prior_waves = x.waves;
   }
@@ -557,10 +568,11 @@ Choice Selector::select_model(const Problem& p) const {
 std::vector<Prediction> Selector::explain(const Problem& p) const {
   check_problem(p);
   const Impl& s = *impl_;
+  const double floor_us = memory_floor(p, s.table.memory_bytes_per_us);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k);
-    out.push_back({c.config, c.variant, x, predict(&s.waves[c.wave_begin], c.wave_count, x)});
+    out.push_back({c.config, c.variant, x, std::max(floor_us, predict(&s.waves[c.wave_begin], c.wave_count, x))});
   }
   return out;
 }

@@ -54,7 +54,7 @@ namespace {
 using lookup_detail::quoted;
 using lookup_detail::table_error;
 
-constexpr std::string_view kMagic = "wavetune-table 2";
+constexpr std::string_view kMagic = "wavetune-table 3";
 constexpr std::string_view kChecksumPrefix = "checksum ";
 constexpr const char* kRequiredMeta[] = {"gpu_name",         "sm_count",    "config_space_hash",
                                          "wavetune_version", "cuda_version", "created"};
@@ -116,7 +116,7 @@ class Parser {
     }
     if (first.substr(0, 15) == "wavetune-table ") {
       fail(1, "unsupported table version ", quoted(first.substr(15)),
-           ": this build reads version 2 (re-tune with python -m wavetune tune)");
+           ": this build reads version 3 (re-tune with python -m wavetune tune)");
     }
     fail(1, "not a wavetune table: the first line is ", quoted(first), ", expected '", kMagic, "'");
   }
@@ -277,10 +277,18 @@ class Parser {
       if (!(r.margin >= 0)) fail(line_, "margin ", r.margin, " is negative");
       table->priors.push_back(r);
       prior_lines_.push_back(line_);
+    } else if (type == "memory") {
+      const size_t n = split(line, f);
+      expect_fields(type, n, 2, "memory <bytes-per-us>");
+      if (memory_line_) fail(line_, "a second memory record (the first is on line ", memory_line_, ")");
+      const double bytes_per_us = real(f[1], "bytes per us");
+      if (!(bytes_per_us > 0)) fail(line_, "memory bandwidth ", bytes_per_us, " bytes/us is not positive");
+      table->memory_bytes_per_us = bytes_per_us;
+      memory_line_ = line_;
     } else if (type == "checksum") {
       fail(line_, "a checksum record before the end of the file: the checksum must be the last line");
     } else {
-      fail(line_, "unknown record type ", quoted(type), " (meta, config, wave, micro, exact, prior, checksum)");
+      fail(line_, "unknown record type ", quoted(type), " (meta, config, wave, micro, exact, prior, memory, checksum)");
     }
   }
 
@@ -341,6 +349,7 @@ class Parser {
   const std::string& origin_;
   size_t line_ = 0;
   std::vector<size_t> config_lines_, exact_record_lines_, prior_lines_;
+  size_t memory_line_ = 0;
   std::vector<Pending<WaveModel>> waves_;
   std::vector<Pending<MicroRule>> micro_;
   std::map<std::string, size_t> meta_lines_;

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import api
+from . import api, model
 
 
 def cmake_dir() -> Path:
@@ -58,6 +58,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     rows = sorted(selector.explain(*problem), key=lambda r: r["predicted_us"])
     choice = selector.select(*problem)
     print(f"{table}: {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
+    if bandwidth := selector.memory_bytes_per_us():
+        print(f"memory floor: {model.memory_floor_us(args.M, args.N, args.K, bandwidth):.2f} us (A, B and D at "
+              f"{bandwidth / 1e6:.2f} TB/s, the fastest traffic measured while tuning; no prediction is lower)")
     print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}")
     for r in rows[: args.top]:
         print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}")

@@ -1,4 +1,4 @@
-"""Writing wavetune table files (docs/tables.md, version 2).
+"""Writing wavetune table files (docs/tables.md, version 3).
 
 ``write_table`` validates everything first, then writes the file atomically (a temporary file in the
 same directory, fsynced, then ``os.replace``), so a reader sees the old table or the new one, never a
@@ -29,7 +29,7 @@ __all__ = [
     "write_table",
 ]
 
-MAGIC = "wavetune-table 2"
+MAGIC = "wavetune-table 3"
 REQUIRED_META = ("gpu_name", "sm_count", "config_space_hash", "wavetune_version", "cuda_version", "created")
 DECOMPOSITIONS = ("data_parallel", "split_k", "stream_k")
 RASTERS = ("heuristic", "along_m", "along_n")
@@ -316,6 +316,15 @@ def _prior_lines(priors: Sequence[Mapping] | None, variants: list[str]) -> list[
     return [rows[key] for key in sorted(rows)]
 
 
+def _memory_lines(bytes_per_us) -> list[str]:
+    if bytes_per_us is None:
+        return []
+    value = _float(bytes_per_us, "memory_bytes_per_us")
+    if not value > 0:
+        raise ValueError(f"memory_bytes_per_us must be > 0, got {value!r}")
+    return [f"memory {value!r}\n"]
+
+
 # ----------------------------------------------------------------------------------------------------
 # Public API
 # ----------------------------------------------------------------------------------------------------
@@ -328,13 +337,14 @@ def format_table(
     micro: Mapping | None = None,
     exact: Sequence[Mapping] | None = None,
     priors: Sequence[Mapping] | None = None,
+    memory_bytes_per_us: float | None = None,
 ) -> bytes:
     """The bytes of a table file (validated; see ``write_table``), checksum line included."""
     meta_lines = _meta_lines(meta)
     config_lines, variants = _config_lines(configs)
     body = [MAGIC + "\n", *meta_lines, *config_lines, *_wave_lines(waves, len(variants)),
             *_micro_lines(micro, len(variants)), *_exact_lines(exact, variants),
-            *_prior_lines(priors, variants)]  # fmt: skip
+            *_prior_lines(priors, variants), *_memory_lines(memory_bytes_per_us)]  # fmt: skip
     data = "".join(body).encode("utf-8")
     return data + f"checksum {fnv1a64(data):016x}\n".encode("ascii")
 
@@ -347,6 +357,7 @@ def write_table(
     micro: Mapping | None,
     exact: Sequence[Mapping] | None,
     priors: Sequence[Mapping] | None = None,
+    memory_bytes_per_us: float | None = None,
 ) -> None:
     """Write a table file in the docs/tables.md format, atomically.
 
@@ -369,11 +380,13 @@ def write_table(
     - ``priors``: ``[{"config_id", "max_m", "margin"}]``: the config the table picks for problems of its
       dtype and B layout with M <= max_m (0: any M) unless the model predicts another more than
       ``margin`` (a fraction, >= 0) faster; one per (dtype, B layout, max_m). None: no records.
+    - ``memory_bytes_per_us``: the fastest operand traffic measured while tuning (> 0), the floor under
+      every prediction (docs/tables.md). None: no record.
 
     Layout (deterministic, so equal inputs give equal bytes): the magic line; meta with the required
     keys in the order above, then the others sorted by key; config lines in id order; wave lines by
     config id then w; micro lines by config id then min_wave; exact lines sorted by (dtype, b_layout, m,
-    n, k); prior lines by (dtype, B layout, max_m with 0 last); then ``checksum <16 hex digits>``, the
+    n, k); prior lines by (dtype, B layout, max_m with 0 last); the memory line; then ``checksum <16 hex digits>``, the
     FNV-1a 64 of all preceding bytes. Floats are written with ``repr`` (round-trips), integers in
     decimal. No comments are written.
 
@@ -381,7 +394,7 @@ def write_table(
     written to a temporary file in the same directory and moved into place with ``os.replace``; on any
     error the temporary file is removed and an existing table is left as it was.
     """
-    data = format_table(meta, configs, waves, micro, exact, priors)
+    data = format_table(meta, configs, waves, micro, exact, priors, memory_bytes_per_us)
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")

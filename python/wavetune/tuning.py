@@ -190,6 +190,13 @@ def fit_candidates(log: MeasurementLog, cands: list[Candidate], plan: dict, dtyp
     return fits
 
 
+def memory_bandwidth(log: MeasurementLog, plan: dict, dtype: str, b_layout: str) -> float | None:
+    """The fastest operand traffic among the anchors, in bytes/us: the table's ``memory`` record."""
+    rates = [model.operand_bytes(m, n, k) / us for (m, n, k), cs in plan.items() for c in cs
+             if (us := log.get((dtype, b_layout, m, n, k), c)) is not None]  # fmt: skip
+    return max(rates, default=None)
+
+
 def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
          exact_shapes: list[tuple[int, int, int]] = (), micro: bool = True) -> Path:
     """Profile the plan (and the exact shapes), fit, and write ``out/<gpu-slug>.wtt``."""
@@ -238,6 +245,7 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
                 "raster": "heuristic", "max_swizzle": 1, "us": us}
                for (m, n, k), best, us in exact if cands[best].key in index],
         priors=prior_records(kept, dtype, b_layout),
+        memory_bytes_per_us=memory_bandwidth(log, plan, dtype, b_layout),
     )
     print(f"wrote {path}: {len(kept)} configs, {len(exact)} exact shapes; this run measured "
           f"{log.measured} configs in {log.gpu_seconds:.1f} GPU-seconds (log: {log.path})")

@@ -77,6 +77,9 @@ struct WAVETUNE_API Table {
   std::vector<TableConfig> configs;  // index = config id
   std::vector<ExactEntry> exact;
   std::vector<PriorRule> priors;
+  // The fastest operand traffic measured while tuning, in bytes per microsecond (a `memory` record); every
+  // prediction is at least 2*(M*K + N*K + M*N) / memory_bytes_per_us. 0: no record, no floor.
+  double memory_bytes_per_us = 0;
   std::string origin;  // the file path (or what `parse` was told), for messages
 
   // The value of a meta key; TableError naming the key and the origin when it is absent.
@@ -114,7 +117,7 @@ struct Prediction {
   int32_t config;
   int32_t variant;
   Coordinates coords;
-  double predicted_us;
+  double predicted_us;  // at least the table's memory floor (Table::memory_bytes_per_us)
 };
 
 class WAVETUNE_API Selector {
