@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf1
 GPU, SMS = "NVIDIA H200", 132
 
 
-def make_table(path, exact_shape=(64, 4096, 4096), hash_=None, priors=None):
+def make_table(path, exact_shape=(64, 4096, 4096), hash_=None, priors=None, memory=None, extra_configs=()):
     cands = tuning.candidates()
     waves = {i: {1: [2.0 + i, 0.01, 0.05 * (i + 1), 1e-4], 3: [6.0 + i, 0.01, 0.1 * (i + 1), 1e-4]}
              for i in range(len(cands))}
@@ -24,12 +24,14 @@ def make_table(path, exact_shape=(64, 4096, 4096), hash_=None, priors=None):
         path,
         meta={"gpu_name": GPU, "sm_count": SMS, "config_space_hash": hash_ or wavetune.build_info()["config_space_hash"],
               "wavetune_version": wavetune.__version__, "cuda_version": 13000, "created": "2026-11-21T00:00:00+00:00"},
-        configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
-        waves=waves,
+        configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands]
+        + [{"variant": name, "decomposition": "data_parallel", "splits": 1} for name in extra_configs],
+        waves={**waves, **{len(cands) + i: {1: [1.0, 0.0, 0.0, 0.0]} for i in range(len(extra_configs))}},
         micro={0: [(2, "along_n", 4)]},
         exact=[{"dtype": "bf16", "b_layout": "col", "m": exact_shape[0], "n": exact_shape[1], "k": exact_shape[2],
                 "config_id": len(cands) - 1, "raster": "along_m", "max_swizzle": 2, "us": 7.5}],
         priors=priors,
+        memory_bytes_per_us=memory,
     )
     return cands, waves
 
@@ -155,6 +157,31 @@ def test_cli_explain_needs_no_gpu(tmp_path):
                 or "/stream_k/" in line]) >= 1
     exact = run_cli("explain", "64", "4096", "4096", "--table", str(path))
     assert "exact table" in exact.stdout
+
+
+def test_memory_floor_from_the_anchors_and_in_explain(tmp_path):
+    cands = tuning.candidates()
+
+    class Log:  # the anchors' latencies, as MeasurementLog.get gives them
+        def get(self, problem, c):
+            return {(16, 4096, 4096): 20.0, (4096, 4096, 4096): 300.0}.get(problem[2:])
+
+    plan = {(16, 4096, 4096): cands[:1], (4096, 4096, 4096): cands[:1], (8, 1024, 1024): cands[:1]}
+    # The fastest operand traffic: 16x4096x4096 moves 2*(16*4096 + 4096*4096 + 16*4096) bytes in 20 us.
+    bandwidth = tuning.memory_bandwidth(Log(), plan, "bf16", "col")
+    assert bandwidth == model.operand_bytes(16, 4096, 4096) / 20.0
+    assert tuning.memory_bandwidth(Log(), {(8, 1024, 1024): cands[:1]}, "bf16", "col") is None  # nothing measured
+
+    path = tmp_path / "t.wtt"
+    make_table(path, memory=bandwidth, extra_configs=["bf16_bcol_not_in_this_build"])
+    floor = model.memory_floor_us(16, 4096, 4096, bandwidth)
+    assert floor == pytest.approx(20.0)
+    rows = api.open_table(path).explain("bf16", "col", 16, 4096, 4096)
+    assert rows and min(r["predicted_us"] for r in rows) >= floor
+    done = run_cli("explain", "16", "4096", "4096", "--table", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "memory floor: 20.00 us" in done.stdout
+    assert f"1 of the table's {len(cands) + 1} configs are not compiled into this build" in done.stdout
 
 
 def test_cli_cmake_dir_and_info():

@@ -58,6 +58,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     rows = sorted(selector.explain(*problem), key=lambda r: r["predicted_us"])
     choice = selector.select(*problem)
     print(f"{table}: {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
+    if skipped := selector.skipped_configs():
+        print(f"{skipped} of the table's {selector.config_count()} configs are not compiled into this build: left out")
     if bandwidth := selector.memory_bytes_per_us():
         print(f"memory floor: {model.memory_floor_us(args.M, args.N, args.K, bandwidth):.2f} us (A, B and D at "
               f"{bandwidth / 1e6:.2f} TB/s, the fastest traffic measured while tuning; no prediction is lower)")
