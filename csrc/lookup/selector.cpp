@@ -572,7 +572,8 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k);
-    out.push_back({c.config, c.variant, x, std::max(floor_us, predict(&s.waves[c.wave_begin], c.wave_count, x))});
+    const double t = std::max(floor_us, predict(&s.waves[c.wave_begin], c.wave_count, x));
+    out.push_back({c.config, c.variant, x, t});
   }
   return out;
 }

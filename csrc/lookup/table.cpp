@@ -288,7 +288,8 @@ class Parser {
     } else if (type == "checksum") {
       fail(line_, "a checksum record before the end of the file: the checksum must be the last line");
     } else {
-      fail(line_, "unknown record type ", quoted(type), " (meta, config, wave, micro, exact, prior, memory, checksum)");
+      fail(line_, "unknown record type ", quoted(type),
+           " (meta, config, wave, micro, exact, prior, memory, checksum)");
     }
   }
 

@@ -27,7 +27,8 @@ MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
 # NOTES: the table keeps the built-in M-bucket default ([fallback] in cutlass_configs/) for a problem
 # unless the model predicts another config more than this much faster. 0.2 is about the model's median
 # error on shapes it never saw (17-19% on the H100 and H200 when it was set, 14-15% with the memory
-# floor; docs/tuning.md): a smaller predicted gain is as often the model's error as a real one. Offline, 0.1-0.3 scored alike; 0 turns the priors off.
+# floor; docs/tuning.md): a smaller predicted gain is as often the model's error as a real one.
+# Offline, 0.1-0.3 scored alike; 0 turns the priors off.
 PRIOR_MARGIN = 0.2
 STREAM_K_PLAN = dict(waves=(1,), fills=(1.0,), k_steps=(2, 4, 8, 16, 32, 64, 128, 256), interior=7)
 
