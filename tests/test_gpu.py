@@ -205,3 +205,24 @@ def test_graph_capture_needs_a_warm_stream():
     torch.cuda.synchronize()
     ref = x.double() @ b.double()
     assert ((out.double() - ref).norm() / ref.norm()).item() < TOLERANCE
+
+
+def test_tune_within_a_budget(tmp_path):
+    """`python -m wavetune tune --budget` end to end, on the few fp16 row-major-B variants: it stays within
+    the budget, and the table it writes loads and chooses one of them."""
+    from wavetune import api, tuning
+    from wavetune.__main__ import main
+
+    cands = tuning.candidates("fp16", "row")
+    if not cands:
+        pytest.skip("no fp16 variant with row-major B in this kernel set")
+    sm_count = wavetune.device_properties()["sm_count"]
+    budget = tuning.planned_measurements(tuning.anchor_plan(cands, sm_count), sm_count) - 1
+    log = tmp_path / "log.jsonl"
+    args = ["--dtype", "fp16", "--b-layout", "row", "--budget", str(budget), "--log", str(log), "--out", str(tmp_path)]
+    assert main(["tune", *args]) == 0
+    records = log.read_text().splitlines()[1:]
+    assert 0 < len(records) <= budget
+    [table] = tmp_path.glob("*.wtt")
+    choice = api.open_table(table).select("fp16", "row", 4096, 4096, 4096)
+    assert choice["name"] in {c.variant.name for c in cands}

@@ -242,7 +242,6 @@ PLAN_CONFIGS = {
     "swapab_cooperative_128x16x128_1x1_data_parallel": make_map_fn(128, 16, 128, swap_ab=True),
     "cooperative_128x128x64_1x1_split_k_4": make_map_fn(128, 128, 64, decomposition="split_k", splits=4),
 }
-DEFAULT_WAVES = (1, 2, 3, 4, 6, 8, 16, 32)
 
 
 @pytest.mark.parametrize("name", sorted(PLAN_CONFIGS))
@@ -262,9 +261,9 @@ def test_plan_anchors_land_in_their_waves_and_are_llm_like(name):
         assert 1 <= m <= 16384
         assert n % 8 == 0 and k % 8 == 0 and n % 128 == 0 and k % 128 == 0
         assert 1024 <= n <= 65536 and 1024 <= k <= 65536
-    assert {a["w"] for a in detailed} == set(DEFAULT_WAVES)
+    assert {a["w"] for a in detailed} == set(model.PLAN_WAVES)
     # Several (G, L) points per wave, enough for a bilinear fit.
-    for w in DEFAULT_WAVES:
+    for w in model.PLAN_WAVES:
         assert sum(a["w"] == w for a in detailed) >= 4
     assert model.plan_anchors(map_fn) == anchors  # deterministic
 
@@ -286,6 +285,16 @@ def test_plan_anchors_drop_unrealizable_targets():
     # Stream-K is one wave: only wave-1 anchors survive.
     stream = model.plan_anchors_detailed(make_map_fn(128, 128, 64, decomposition="stream_k"))
     assert stream and {a["w"] for a in stream} == {1}
+
+
+def test_thin_waves_keeps_the_ends_and_drops_the_most_crowded_wave():
+    steps = [model.PLAN_WAVES]
+    while (thinner := model.thin_waves(steps[-1])) != steps[-1]:
+        steps.append(thinner)
+    assert steps == [(1, 2, 3, 4, 6, 8, 16, 32), (1, 2, 3, 4, 8, 16, 32), (1, 2, 4, 8, 16, 32), (1, 2, 4, 8, 32),
+                     (1, 2, 8, 32), (1, 8, 32), (1, 32)]
+    assert model.thin_waves((8, 1, 2)) == (1, 8)  # unsorted input; 2 sits closest between its neighbours
+    assert model.thin_waves((4, 1)) == (1, 4)
 
 
 # ----------------------------------------------------------------------------------------------------

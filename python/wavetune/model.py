@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_N_CHOICES",
+    "PLAN_WAVES",
     "accuracy",
     "choose_micro",
     "fit_config",
@@ -33,6 +34,7 @@ __all__ = [
     "plan_anchors",
     "plan_anchors_detailed",
     "predict",
+    "thin_waves",
     "wave_time",
 ]
 
@@ -240,7 +242,30 @@ DEFAULT_N_CHOICES: tuple[int, ...] = (
     16384, 18944, 22016, 24576, 28672, 29568, 32768, 37888, 49152, 57344, 65536,
 )  # fmt: skip
 
+# The wave regimes the plan profiles: dense where waves are few (each wave adds a large share of the
+# time), sparse above, where the model interpolates and extrapolates by whole waves (section 4 of
+# docs/model.md).
+PLAN_WAVES: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 16, 32)
+
 MapFn = Callable[[int, int, int], tuple[int, int, int, int]]
+
+
+def thin_waves(waves: Sequence[int]) -> tuple[int, ...]:
+    """``waves`` without the interior wave the model can best do without: the one whose neighbours are
+    closest on a log scale, so the remaining regimes stay evenly spread (ties: the larger wave goes).
+    The first and last waves stay, as they bound the range the model interpolates in; fewer than three
+    waves are returned unchanged. From the plan's (1, 2, 3, 4, 6, 8, 16, 32) repeated thinning gives
+    (1, 2, 3, 4, 8, 16, 32), (1, 2, 4, 8, 16, 32), (1, 2, 4, 8, 32), (1, 2, 8, 32), (1, 8, 32), (1, 32).
+    """
+    waves = sorted(set(int(w) for w in waves))
+    if len(waves) < 3:
+        return tuple(waves)
+
+    def neighbour_gap(i: int) -> tuple[float, int]:
+        return math.log(waves[i + 1] / waves[i - 1]), -waves[i]
+
+    drop = min(range(1, len(waves) - 1), key=neighbour_gap)
+    return tuple(waves[:drop] + waves[drop + 1 :])
 
 
 def plan_anchors(map_fn: MapFn, **options) -> list[tuple[int, int, int]]:
@@ -259,7 +284,7 @@ def plan_anchors(map_fn: MapFn, **options) -> list[tuple[int, int, int]]:
 
 def plan_anchors_detailed(
     map_fn: MapFn,
-    waves: Sequence[int] = (1, 2, 3, 4, 6, 8, 16, 32),
+    waves: Sequence[int] = PLAN_WAVES,
     fills: Sequence[float] = (0.35, 0.7, 1.0),
     k_steps: Sequence[int] = (4, 16, 64, 256),
     n_choices: Sequence[int] = DEFAULT_N_CHOICES,

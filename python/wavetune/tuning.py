@@ -162,15 +162,47 @@ def progress(items: list, desc: str) -> Iterable:
     return tqdm(items, desc=desc, unit="shape")
 
 
-def anchor_plan(cands: list[Candidate], sm_count: int) -> dict[tuple[int, int, int], list[Candidate]]:
-    """Shape -> the candidates anchored there: the sparse, wave-aware sampling plan (docs/model.md)."""
+def anchor_plan(cands: list[Candidate], sm_count: int, waves: Iterable[int] = model.PLAN_WAVES
+                ) -> dict[tuple[int, int, int], list[Candidate]]:
+    """Shape -> the candidates anchored there: the sparse, wave-aware sampling plan (docs/model.md),
+    restricted to the anchors of ``waves``. The targets of one wave do not depend on which other waves
+    are planned, so a plan of fewer waves is a subset of the full one (and resumes from its log)."""
+    waves = set(waves)
     plan: dict[tuple[int, int, int], list[Candidate]] = defaultdict(list)
     for c in cands:
         # Stream-K always runs one wave (G = C): sample that wave densely in L instead.
         options = STREAM_K_PLAN if c.decomposition == "stream_k" else {}
-        for shape in model.plan_anchors(lambda m, n, k, c=c: c.coordinates(m, n, k, sm_count), **options):
-            plan[tuple(shape)].append(c)
+        for a in model.plan_anchors_detailed(lambda m, n, k, c=c: c.coordinates(m, n, k, sm_count), **options):
+            if a["w"] in waves:
+                plan[(a["m"], a["n"], a["k"])].append(c)
     return plan
+
+
+def planned_measurements(plan: dict, sm_count: int, micro: bool = True) -> int:
+    """How many (shape, config, raster, swizzle) runs ``tune`` makes for ``plan`` on an empty log."""
+    anchors = sum(map(len, plan.values()))
+    if not micro:
+        return anchors
+    return anchors + sum(1 for runs in micro_runs(plan, sm_count).values() for _, raster, swizzle in runs
+                         if (raster, swizzle) != MICRO_OPTIONS[0])  # the default run is the anchor itself
+
+
+def budget_plan(cands: list[Candidate], sm_count: int, budget: int | None, micro: bool = True
+                ) -> tuple[dict, tuple[int, ...]]:
+    """The plan of at most ``budget`` measurements, and its waves: the full plan if it fits (or
+    ``budget`` is None), else whole wave regimes are dropped (``model.thin_waves``) until it fits. The
+    model bridges the dropped regimes as it does any unprofiled wave (docs/model.md, section 4)."""
+    waves = model.PLAN_WAVES
+    while True:
+        plan = anchor_plan(cands, sm_count, waves)
+        needed = planned_measurements(plan, sm_count, micro)
+        if budget is None or needed <= budget:
+            return plan, waves
+        thinner = model.thin_waves(waves)
+        if thinner == waves:
+            raise ValueError(f"a budget of {budget} measurements is below the smallest plan: {needed} for "
+                             f"{len(cands)} configs at waves {waves}")
+        waves = thinner
 
 
 def fit_candidates(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype: str, b_layout: str,
@@ -199,23 +231,25 @@ def memory_bandwidth(log: MeasurementLog, plan: dict, dtype: str, b_layout: str)
 
 
 def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
-         exact_shapes: list[tuple[int, int, int]] = (), micro: bool = True) -> Path:
-    """Profile the plan (and the exact shapes), fit, and write ``out/<gpu-slug>.wtt``."""
+         exact_shapes: list[tuple[int, int, int]] = (), micro: bool = True, budget: int | None = None) -> Path:
+    """Profile the plan (and the exact shapes), fit, and write ``out/<gpu-slug>.wtt``. ``budget`` caps
+    the plan's measurements (``budget_plan``); the exact shapes come on top of it."""
     log = MeasurementLog(log_path)
     sm_count = log.device["sm_count"]
     cands = candidates(dtype, b_layout)
     if not cands:
         raise ValueError(f"no compiled {dtype} variant with {b_layout}-major B to tune")
-    plan = anchor_plan(cands, sm_count)
+    plan, waves = budget_plan(cands, sm_count, budget, micro)
     print(f"{log.device['name']}: {len(cands)} configs, {sum(map(len, plan.values()))} anchor measurements "
-          f"on {len(plan)} shapes")
+          f"on {len(plan)} shapes at waves {', '.join(map(str, waves))}; "
+          f"{planned_measurements(plan, sm_count, micro)} measurements with the raster/swizzle stage")
     for shape in progress(sorted(plan), "anchors"):
         log.measure((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in plan[shape]])
     fits = fit_candidates(log, cands, plan, dtype, b_layout, sm_count)
 
     micro_rules = {}
     if micro:
-        micro_rules = second_stage(log, cands, plan, dtype, b_layout, sm_count)
+        micro_rules = second_stage(log, plan, dtype, b_layout, sm_count)
 
     exact = []
     for shape in progress(list(exact_shapes), "exact shapes"):
@@ -263,9 +297,9 @@ def prior_records(configs: list[Candidate], dtype: str, b_layout: str) -> list[d
             if (bucket_dtype, bucket_layout) == (dtype, b_layout) and variant in index]
 
 
-def second_stage(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype: str, b_layout: str,
-                 sm_count: int) -> dict[str, list]:
-    """Raster order and swizzle per candidate, measured at its two largest-wave anchors (docs/model.md)."""
+def micro_runs(plan: dict, sm_count: int) -> dict[tuple[int, int, int], list[tuple[Candidate, str, int]]]:
+    """Shape -> the raster/swizzle runs of the second stage there: every option at each candidate's two
+    largest-wave anchors (docs/model.md)."""
     multi_wave: dict[Candidate, list[tuple[int, tuple]]] = defaultdict(list)
     for shape, cs in plan.items():
         for c in cs:
@@ -276,6 +310,12 @@ def second_stage(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype:
     for c, anchors in multi_wave.items():
         for _, shape in sorted(anchors)[-2:]:
             runs_by_shape[shape] += [(c, raster, swizzle) for raster, swizzle in MICRO_OPTIONS]
+    return runs_by_shape
+
+
+def second_stage(log: MeasurementLog, plan: dict, dtype: str, b_layout: str, sm_count: int) -> dict[str, list]:
+    """Raster order and swizzle per candidate, measured at its two largest-wave anchors (docs/model.md)."""
+    runs_by_shape = micro_runs(plan, sm_count)
     for shape in progress(sorted(runs_by_shape), "micro"):
         log.measure((dtype, b_layout, *shape), runs_by_shape[shape])
 

@@ -1,0 +1,58 @@
+"""The tuning plan under a measurement budget (CPU: the plan comes from the mapping, no GPU involved)."""
+
+from __future__ import annotations
+
+import pytest
+
+from wavetune import __main__ as cli
+from wavetune import model, tuning
+
+SMS = 132
+needs_bf16_col = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf16 column-major variant")
+
+
+def runs(plan: dict) -> set:
+    return {(shape, c.key) for shape, cs in plan.items() for c in cs}
+
+
+@needs_bf16_col
+def test_planned_measurements_count_anchors_and_the_micro_runs():
+    cands = tuning.candidates()
+    plan = tuning.anchor_plan(cands, SMS)
+    anchors = sum(map(len, plan.values()))
+    micro = tuning.micro_runs(plan, SMS)
+    extra = sum(1 for rs in micro.values() for _, raster, swizzle in rs if (raster, swizzle) != ("heuristic", 1))
+    assert tuning.planned_measurements(plan, SMS, micro=False) == anchors
+    assert tuning.planned_measurements(plan, SMS) == anchors + extra
+    # Each data-parallel candidate gets every non-default option at its two largest-wave anchors.
+    data_parallel = [c for c in cands if c.decomposition == "data_parallel"]
+    assert extra == 2 * (len(tuning.MICRO_OPTIONS) - 1) * len(data_parallel)
+
+
+@needs_bf16_col
+def test_a_budget_drops_whole_waves_and_keeps_a_subset_of_the_full_plan():
+    cands = tuning.candidates()
+    full = tuning.anchor_plan(cands, SMS)
+    needed = tuning.planned_measurements(full, SMS)
+    assert tuning.budget_plan(cands, SMS, None) == (full, model.PLAN_WAVES)
+    assert tuning.budget_plan(cands, SMS, needed) == (full, model.PLAN_WAVES)
+
+    plan, waves = tuning.budget_plan(cands, SMS, needed - 1)
+    assert waves == model.thin_waves(model.PLAN_WAVES)
+    assert tuning.planned_measurements(plan, SMS) <= needed - 1
+    assert runs(plan) < runs(full)  # the same anchors, fewer of them: resumable from a full log
+    for shape, cs in plan.items():
+        assert all(c.coordinates(*shape, SMS)[3] in waves for c in cs)
+
+    least = tuning.planned_measurements(tuning.anchor_plan(cands, SMS, (1, 32)), SMS)
+    assert tuning.budget_plan(cands, SMS, least)[1] == (1, 32)  # the first and last waves always stay
+    with pytest.raises(ValueError, match=f"below the smallest plan: {least} "):
+        tuning.budget_plan(cands, SMS, least - 1)
+
+
+def test_cli_tune_passes_its_options(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(tuning, "tune", lambda *args, **kwargs: seen.update(args=args, kwargs=kwargs))
+    assert cli.main(["tune", "--budget", "700", "--no-micro", "--out", str(tmp_path), "--log", str(tmp_path / "l")]) == 0
+    assert seen["kwargs"] == {"micro": False, "budget": 700}
+    assert seen["args"][:2] == (tmp_path, tmp_path / "l")
