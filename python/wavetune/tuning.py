@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import time
@@ -162,6 +163,15 @@ def progress(items: list, desc: str) -> Iterable:
     return tqdm(items, desc=desc, unit="shape")
 
 
+@functools.cache
+def config_anchors(c: Candidate, sm_count: int) -> tuple[tuple[int, int, int, int], ...]:
+    """(m, n, k, wave) of one candidate's anchors: ``model.plan_anchors_detailed`` through its mapping."""
+    # Stream-K always runs one wave (G = C): sample that wave densely in L instead.
+    options = STREAM_K_PLAN if c.decomposition == "stream_k" else {}
+    detailed = model.plan_anchors_detailed(lambda m, n, k: c.coordinates(m, n, k, sm_count), **options)
+    return tuple((a["m"], a["n"], a["k"], a["w"]) for a in detailed)
+
+
 def anchor_plan(cands: list[Candidate], sm_count: int, waves: Iterable[int] = model.PLAN_WAVES
                 ) -> dict[tuple[int, int, int], list[Candidate]]:
     """Shape -> the candidates anchored there: the sparse, wave-aware sampling plan (docs/model.md),
@@ -170,11 +180,9 @@ def anchor_plan(cands: list[Candidate], sm_count: int, waves: Iterable[int] = mo
     waves = set(waves)
     plan: dict[tuple[int, int, int], list[Candidate]] = defaultdict(list)
     for c in cands:
-        # Stream-K always runs one wave (G = C): sample that wave densely in L instead.
-        options = STREAM_K_PLAN if c.decomposition == "stream_k" else {}
-        for a in model.plan_anchors_detailed(lambda m, n, k, c=c: c.coordinates(m, n, k, sm_count), **options):
-            if a["w"] in waves:
-                plan[(a["m"], a["n"], a["k"])].append(c)
+        for m, n, k, w in config_anchors(c, sm_count):
+            if w in waves:
+                plan[(m, n, k)].append(c)
     return plan
 
 
