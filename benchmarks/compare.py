@@ -558,7 +558,9 @@ def report(args: argparse.Namespace) -> None:
         sys.exit(f"no suite shape of {args.shapes} has every candidate measured in {args.log}: run measure first")
     table = table_path(args, data.header["gpu_name"])
     selector = api.open_table(table)
-    plan = tuning.anchor_plan(data.cands, data.sm_count)
+    # The waves the table's plan profiled (fewer under `tune --budget`; tables before the key: all).
+    waves = selector.meta().get("plan_waves")
+    plan = tuning.anchor_plan(data.cands, data.sm_count, map(int, waves.split(",")) if waves else model.PLAN_WAVES)
     anchor_keys = {data.key(shape, c.key) for shape, cs in plan.items() for c in cs}
     # The micro stage's raster/swizzle runs, made at anchor shapes.
     micro_keys = {k for k in data.records if k[:2] == (data.dtype, data.b_layout) and k[2:5] in plan

@@ -261,15 +261,19 @@ def test_report_over_a_synthetic_log(tmp_path):
                                        ("wavetune.gemm", oracle.key, latency(oracle, m, n, k))):
                 f.write(json.dumps({"problem": ["bf16", "col", m, n, k], "method": method, "config": config,
                                     "us": us, "error": 0.0}) + "\n")
-    table = tmp_path / "t.wtt"
-    tablefile.write_table(
-        table, meta={"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": sm_count,
-                     "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "0",
-                     "cuda_version": 0, "created": "2026-11-22T00:00:00+00:00"},
-        configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
-        waves={i: {1: [3.0 + 0.001 * c.variant.id, 0.0, 0.05, 0.0]} for i, c in enumerate(cands)},
-        micro={}, exact=[{"dtype": "bf16", "b_layout": "col", "m": 1, "n": 4096, "k": 4096, "config_id": 0,
-                          "raster": "heuristic", "max_swizzle": 1, "us": 3.0}])
+
+    def write_table(path: Path, **meta) -> Path:
+        tablefile.write_table(
+            path, meta={"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": sm_count,
+                        "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "0",
+                        "cuda_version": 0, "created": "2026-11-22T00:00:00+00:00", **meta},
+            configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
+            waves={i: {1: [3.0 + 0.001 * c.variant.id, 0.0, 0.05, 0.0]} for i, c in enumerate(cands)},
+            micro={}, exact=[{"dtype": "bf16", "b_layout": "col", "m": 1, "n": 4096, "k": 4096, "config_id": 0,
+                              "raster": "heuristic", "max_swizzle": 1, "us": 3.0}])
+        return path
+
+    table = write_table(tmp_path / "t.wtt")
     decision = tmp_path / "decision_time.txt"
     decision.write_text('table t: ...\n{"cold_ns": 600.0, "warm_ns": 18.0, "candidates": 57, "problems": 184}\n')
 
@@ -295,6 +299,14 @@ def test_report_over_a_synthetic_log(tmp_path):
     assert len(results["per_shape"]) == len(shapes)
     text = (out / "compare.md").read_text()
     assert "| oracle (exhaustive) | 6 | 1.000 | 1.000 |" in text and "## Ratio to oracle by M range" in text
+
+    # A table made by `tune --budget` names the waves it profiled: the model is charged their anchors only.
+    budget_table = write_table(tmp_path / "budget.wtt", plan_waves="1,32")
+    compare.main(["report", "--log", str(log), "--table", str(budget_table), "--shapes", str(suite),
+                  "--out", str(tmp_path / "budget")])
+    rows = {m["name"]: m for m in json.loads((tmp_path / "budget" / "compare.json").read_text())["methods"]}
+    budget_anchors = sum(map(len, tuning.anchor_plan(cands, sm_count, (1, 32)).values()))
+    assert rows["wavetune (model only)"]["tuning_measurements"] == budget_anchors < sum(map(len, plan.values()))
 
 
 

@@ -224,5 +224,7 @@ def test_tune_within_a_budget(tmp_path):
     records = log.read_text().splitlines()[1:]
     assert 0 < len(records) <= budget
     [table] = tmp_path.glob("*.wtt")
-    choice = api.open_table(table).select("fp16", "row", 4096, 4096, 4096)
+    selector = api.open_table(table)
+    assert selector.meta()["plan_waves"] == ",".join(map(str, tuning.budget_plan(cands, sm_count, budget)[1]))
+    choice = selector.select("fp16", "row", 4096, 4096, 4096)
     assert choice["name"] in {c.variant.name for c in cands}
