@@ -40,10 +40,32 @@ def test_shipped_space_expands_to_unique_sequential_variants():
     for tile in [(64, 64, 64), (64, 128, 64), (64, 256, 64), (128, 64, 64), (128, 128, 64), (128, 256, 64),
                  (256, 128, 64), (128, 128, 128)]:
         assert tile in tiles
-    assert {(v.cluster_m, v.cluster_n) for v in space.variants} == {(1, 1), (2, 1), (1, 2)}
+    assert {(v.cluster_m, v.cluster_n) for v in space.variants} == {(1, 1), (2, 1), (1, 2), (4, 1)}
     swapped = [v for v in space.variants if v.swap_ab]
     assert swapped and all(v.b_layout == "col" and "_swapab_" in v.name for v in swapped)
     assert {v.tile_n for v in swapped} >= {16, 32}
+
+
+def test_token_side_tiles_cover_every_token_count_finely():
+    """Under swap-AB the tile's N runs over the tokens: for any M up to 256 some bf16 tile pads it by less
+    than 16 rows, and ping-pong and cooperative schedules both have token tiles in steps of 16."""
+    swapped = [v for v in cs.load(CONFIG_SPACE).variants if v.swap_ab and v.dtype == "bf16"]
+    token_tiles = {v.tile_n for v in swapped}
+    for m in range(1, 257):
+        assert min(t * -(-m // t) - m for t in token_tiles) < 16, m
+    for schedule in cs.SCHEDULES:
+        tiles = sorted({v.tile_n for v in swapped if v.schedule == schedule and v.tile_n >= 64})
+        assert tiles and all(b - a <= 16 for a, b in zip(tiles, tiles[1:])), (schedule, tiles)
+    assert {v.tile_m for v in swapped} == set(cs.TILE_M)
+
+
+def test_template_enables_the_extended_wgmma_shapes():
+    """A tile N such as 152 or 208 needs CUTLASS's extended wgmma atoms, switched on before any include."""
+    template = (CONFIG_SPACE.parents[1] / "csrc" / "kernels" / "sm90_gemm.cuh").read_text()
+    define = template.index("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED")
+    assert define < template.index("#include")
+    default_atoms = {8, 16, 24, 32, 64, 96, 128, 192, 256}
+    assert any(v.tile_n not in default_atoms for v in cs.load(CONFIG_SPACE).variants)
 
 
 def test_group_is_a_cross_product_in_order(tmp_path):
@@ -86,9 +108,13 @@ def test_kernel_sets_and_filter():
         (GOOD_GROUP.replace('"cooperative"', '"pingpong"').replace('"256x128x64"', '"128x64x64"'),
          "does not support the stream_k scheduler"),
         (GOOD_GROUP.replace('"cooperative"', '"pingpong"').replace(', "stream_k"', ""), "must be 64 or 128"),
-        (GOOD_GROUP.replace('"128x128x64"', '"128x96x64"'), "is not supported"),
+        (GOOD_GROUP.replace('"128x128x64"', '"128x100x64"'), "is not supported"),
+        (GOOD_GROUP.replace('"128x128x64"', '"128x264x64"'), "is not supported"),
+        (GOOD_GROUP.replace('"128x128x64"', '"128x152x64"'), "tile N 152 above 64 must be a multiple of 16"),
+        (GOOD_GROUP.replace('"256x128x64"', '"256x176x64"'), "needs 176 accumulator registers"),
         (GOOD_GROUP.replace('"128x128x64"', '"128x128"'), "is not of the form NxNxN"),
-        (GOOD_GROUP.replace('"2x1"', '"4x1"'), "cluster 4x1 is not supported"),
+        (GOOD_GROUP.replace('"2x1"', '"8x1"'), "cluster 8x1 is not supported"),
+        (GOOD_GROUP.replace('"2x1"', '"4x2"'), "cluster 4x2 is not supported"),
         (GOOD_GROUP.replace('["bf16"]', '["int8"]'), "dtypes has 'int8'"),
         (GOOD_GROUP.replace('["bf16"]', '[]'), "must be a non-empty list"),
         (GOOD_GROUP.replace("dtypes", "dtype"), "missing keys \\['dtypes'\\], unknown keys \\['dtype'\\]"),

@@ -4,6 +4,11 @@
 // WAVETUNE_INSTANTIATE_VARIANT, because each instantiation takes tens of seconds to compile.
 #pragma once
 
+// NOTES: CUTLASS picks the widest wgmma atom whose N divides the tile's N. Without this switch its list
+// stops at 8/16/24/32/64/96/128/192/256, and a tile N of 152 or 208 silently runs as 8-wide atoms; with
+// it, every multiple of 8 has its own atom. Sm90Gemm checks that the atom spans the whole tile N.
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+
 #include <cuda_runtime.h>
 
 #include <array>
@@ -60,6 +65,8 @@ struct Sm90Gemm {
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
+  static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
+                "the wgmma atom does not span the tile's N: is CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED defined?");
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Adapter::Arguments;

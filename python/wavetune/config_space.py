@@ -29,10 +29,21 @@ GROUP_KEYS = {"dtypes", "b_layouts", "schedule", "tiles", "clusters", "scheduler
 OPTIONAL_GROUP_KEYS = {"swap_ab"}
 # NOTES: Hopper wgmma tiles: M is a multiple of 64 per consumer warpgroup, N a multiple of 8 up to 256,
 # K one or more 64-byte swizzle atoms (32 bf16 elements). We keep to the shapes CUTLASS's builder takes.
+# Tile N is the side that runs over the tokens under swap_ab, so it comes in steps of 8 (decode) and 16;
+# sizes outside CUTLASS's default wgmma list need CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (sm90_gemm.cuh).
 TILE_M = (64, 128, 256)
-TILE_N = (16, 32, 64, 128, 256)
+TILE_N = tuple(range(8, 257, 8))
 TILE_K = (64, 128)
-CLUSTER_DIMS = (1, 2)
+CLUSTER_DIMS = (1, 2, 4)
+MAX_CLUSTER_SIZE = 4
+# NOTES: CUTLASS's epilogue tiles N by gcd(min(32, N), N) and its EPI_TILE_N must divide the CTA's N
+# (sm90_epilogue_tma_warpspecialized.hpp), so a tile N that is an odd multiple of 8 stores 8 columns per
+# epilogue step, and no 16-wide epilogue tile fits it. Above this N such tiles are refused; below it the
+# epilogue is a small part of the kernel (decode).
+FINE_TILE_N_MAX = 64
+# NOTES: consumer warpgroups run with 232 registers (CUTLASS's setmaxnreg); fp32 accumulators beyond this
+# many per thread leave too few for addresses and the epilogue, and ptxas spills.
+MAX_ACCUMULATORS_PER_THREAD = 160
 
 
 class ConfigError(ValueError):
@@ -123,14 +134,25 @@ def _string_list(group: dict, key: str, allowed: tuple[str, ...] | None, where: 
     return value
 
 
+def accumulators_per_thread(v: Variant) -> int:
+    """fp32 accumulator registers per consumer thread: cooperative splits a tile over two warpgroups."""
+    warpgroups = 2 if v.schedule == "cooperative" else 1
+    return v.tile_m * v.tile_n // (128 * warpgroups)
+
+
 def _check_variant(v: Variant, where: str) -> None:
     if v.tile_m not in TILE_M or v.tile_n not in TILE_N or v.tile_k not in TILE_K:
         raise ConfigError(
             f"{where}: tile {v.tile_m}x{v.tile_n}x{v.tile_k} is not supported "
-            f"(M in {TILE_M}, N in {TILE_N}, K in {TILE_K})"
+            f"(M in {TILE_M}, N a multiple of 8 from 8 to 256, K in {TILE_K})"
         )
-    if v.cluster_m not in CLUSTER_DIMS or v.cluster_n not in CLUSTER_DIMS:
-        raise ConfigError(f"{where}: cluster {v.cluster_m}x{v.cluster_n} is not supported (each of {CLUSTER_DIMS})")
+    if v.tile_n > FINE_TILE_N_MAX and v.tile_n % 16:
+        raise ConfigError(f"{where}: tile N {v.tile_n} above {FINE_TILE_N_MAX} must be a multiple of 16 "
+                          f"(CUTLASS's epilogue would store it 8 columns at a time)")
+    cluster = v.cluster_m * v.cluster_n
+    if v.cluster_m not in CLUSTER_DIMS or v.cluster_n not in CLUSTER_DIMS or cluster > MAX_CLUSTER_SIZE:
+        raise ConfigError(f"{where}: cluster {v.cluster_m}x{v.cluster_n} is not supported "
+                          f"(each of {CLUSTER_DIMS}, at most {MAX_CLUSTER_SIZE} CTAs)")
     if v.schedule == "cooperative" and v.tile_m < 128:
         raise ConfigError(f"{where}: cooperative tiles split M over two warpgroups and need tile M >= 128")
     if v.schedule == "pingpong" and v.tile_m > 128:
@@ -141,8 +163,9 @@ def _check_variant(v: Variant, where: str) -> None:
         raise ConfigError(f"{where}: swap_ab is supported for column-major B (b_layouts = [\"col\"]) only")
     if v.tile_n < 64 and not v.swap_ab:
         raise ConfigError(f"{where}: tile N below 64 is for swap_ab groups (tile N then runs over tokens)")
-    if v.tile_m * v.tile_n > 256 * 128:
-        raise ConfigError(f"{where}: tile {v.tile_m}x{v.tile_n} has more accumulators than registers hold")
+    if accumulators_per_thread(v) > MAX_ACCUMULATORS_PER_THREAD:
+        raise ConfigError(f"{where}: tile {v.tile_m}x{v.tile_n} needs {accumulators_per_thread(v)} accumulator "
+                          f"registers per {v.schedule} consumer thread (at most {MAX_ACCUMULATORS_PER_THREAD})")
 
 
 def load(path: str | Path) -> ConfigSpace:

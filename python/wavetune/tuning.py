@@ -59,21 +59,22 @@ class Candidate:
 def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
     """Every config the tables score for one dtype and B layout.
 
-    Persistent variants run data-parallel; stream-K variants run stream-K (their data-parallel mode
-    duplicates the persistent twin every stream-K variant has in the space).
+    Persistent variants run data-parallel; stream-K variants run stream-K, and data-parallel too where
+    the build has no persistent twin of theirs (with one, that mode would duplicate it).
 
     NOTES: split-K is left out of the tables. On the H100 and the H200 the best split-K launch of a
     suite shape was never more than 0.05% (geomean) ahead of the best launch without it, stream-K
     covers the same shapes (few tiles, long K), and the model mispredicts split-K's partial-sum
     traffic: with it, choices were worse (docs/tuning.md). It stays available to explicit launches.
     """
+    variants = [v for v in configs() if v.dtype == dtype and v.b_layout == b_layout]
+    persistent = {v.name for v in variants if v.scheduler == "persistent"}
     out = []
-    for v in configs():
-        if v.dtype != dtype or v.b_layout != b_layout:
-            continue
-        if v.scheduler == "persistent":
+    for v in variants:
+        twin = v.name.removesuffix("_stream_k") + "_persistent"
+        if v.scheduler == "persistent" or twin not in persistent:
             out.append(Candidate(v))
-        else:
+        if v.scheduler == "stream_k":
             out.append(Candidate(v, "stream_k"))
     return out
 

@@ -1,0 +1,128 @@
+"""LLM-like GEMM shapes that no table was fitted or judged on: the evaluation that cannot be overfit by accident.
+
+    python benchmarks/shape_suite.py --split heldout --count 150      # print (M, N, K) rows as JSON
+
+Shapes are out[M, N] = x[M, K] @ W[N, K]^T of real model families' linear layers: attention qkv and o,
+MLP gate_up and down, LM heads, and mixture-of-experts expert layers used as dense GEMMs, each under
+tensor-parallel splits 1, 2, 4 and 8 (column-parallel layers split N, row-parallel ones K). (N, K) pairs
+of the public suite (shared/benchmarks/llm_shapes.json) are left out. Each (N, K) pair belongs to one
+split, by a hash of the pair, so the `tune` split (what design decisions may look at) and the `heldout`
+split (looked at only for final reports) share no layer. M is drawn per shape, log-uniform over 1-16384,
+so most token counts are odd or otherwise unround, as a batcher produces them (LM heads: 1-512,
+one token per sequence).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLIC_SUITES = (REPO.parent / "shared" / "benchmarks" / "llm_shapes.json",
+                 REPO / "shared" / "benchmarks" / "llm_shapes.json")
+SPLITS = ("tune", "heldout")
+SEEDS = {"tune": 1234, "heldout": 98765}
+M_MAX = 16384
+# NOTES: serving engines run the LM head on the last token of each sequence only, so its M is a batch size.
+LM_HEAD_M_MAX = 512
+TP_SPLITS = (1, 2, 4, 8)
+
+# name: (hidden, intermediate, query heads, kv heads, head dim, vocab), from the models' published configs.
+DENSE_FAMILIES = {
+    "llama2-7b": (4096, 11008, 32, 32, 128, 32000),
+    "llama2-13b": (5120, 13824, 40, 40, 128, 32000),
+    "llama3.2-1b": (2048, 8192, 32, 8, 64, 128256),
+    "llama3.2-3b": (3072, 8192, 24, 8, 128, 128256),
+    "mistral-nemo-12b": (5120, 14336, 32, 8, 128, 131072),
+    "qwen2.5-1.5b": (1536, 8960, 12, 2, 128, 151936),
+    "qwen2.5-14b": (5120, 13824, 40, 8, 128, 152064),
+    "qwen2.5-32b": (5120, 27648, 40, 8, 128, 152064),
+    "qwen3-8b": (4096, 12288, 32, 8, 128, 151936),
+    "qwen3-32b": (5120, 25600, 64, 8, 128, 151936),
+    "gemma2-9b": (3584, 14336, 16, 8, 256, 256000),
+    "gemma2-27b": (4608, 36864, 32, 16, 128, 256000),
+    "phi3-medium": (5120, 17920, 40, 10, 128, 32064),
+    "yi-34b": (7168, 20480, 56, 8, 128, 64000),
+    "falcon-40b": (8192, 32768, 128, 8, 64, 65024),
+}
+# name: (hidden, expert intermediate): experts run as dense GEMMs on their routed tokens.
+MOE_EXPERTS = {
+    "mixtral-8x7b": (4096, 14336),
+    "qwen3-30b-a3b": (2048, 768),
+    "qwen3-235b-a22b": (4096, 1536),
+    "deepseek-v3": (7168, 2048),
+}
+
+
+def public_pairs() -> set[tuple[int, int]]:
+    for path in PUBLIC_SUITES:
+        if path.exists():
+            models = json.loads(path.read_text())["models"]
+            return {tuple(nk) for layers in models.values() for nk in layers.values()}
+    raise FileNotFoundError(f"the public suite is needed to leave its shapes out; looked at {PUBLIC_SUITES}")
+
+
+def _layers(hidden: int, inter: int, heads: int, kv_heads: int, head_dim: int, vocab: int):
+    """(layer, N, K, column-parallel) of one dense family."""
+    yield "qkv", (heads + 2 * kv_heads) * head_dim, hidden, True
+    yield "o", hidden, heads * head_dim, False
+    yield "gate_up", 2 * inter, hidden, True
+    yield "down", hidden, inter, False
+    yield "lm_head", vocab, hidden, True
+
+
+def _moe_layers(hidden: int, inter: int):
+    yield "expert_gate_up", 2 * inter, hidden, True
+    yield "expert_down", hidden, inter, False
+
+
+def layer_pool() -> dict[tuple[int, int], str]:
+    """Every (N, K) of the families under every tensor-parallel split, with one name for each."""
+    pool: dict[tuple[int, int], str] = {}
+    families = [(name, _layers(*dims)) for name, dims in DENSE_FAMILIES.items()]
+    families += [(name, _moe_layers(*dims)) for name, dims in MOE_EXPERTS.items()]
+    for family, layers in families:
+        for layer, n, k, column_parallel in layers:
+            for tp in TP_SPLITS:
+                split_n, split_k = (n // tp, k) if column_parallel else (n, k // tp)
+                if (n if column_parallel else k) % tp == 0 and split_n % 8 == 0 and split_k % 8 == 0:
+                    pool.setdefault((split_n, split_k), f"{family}.{layer}.tp{tp}")
+    public = public_pairs()
+    return {nk: name for nk, name in pool.items() if nk not in public}
+
+
+def split_of(n: int, k: int) -> str:
+    digest = hashlib.sha256(f"{n}x{k}".encode()).digest()
+    return SPLITS[digest[0] % 2]
+
+
+def shapes(split: str, count: int) -> list[dict]:
+    """``count`` shapes of a split: {"m", "n", "k", "layer"}, the same for the same arguments."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    pairs = sorted((nk, name) for nk, name in layer_pool().items() if split_of(*nk) == split)
+    rng = random.Random(SEEDS[split])
+    out = []
+    for i in range(count):
+        (n, k), name = pairs[i % len(pairs)] if i < len(pairs) else rng.choice(pairs)
+        m_max = LM_HEAD_M_MAX if ".lm_head." in name else M_MAX
+        m = max(1, min(m_max, round(math.exp(rng.uniform(0.0, math.log(m_max))))))
+        out.append({"m": m, "n": n, "k": k, "layer": name})
+    rng.shuffle(out)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--split", choices=SPLITS, default="tune")
+    p.add_argument("--count", type=int, default=100)
+    args = p.parse_args()
+    print(json.dumps(shapes(args.split, args.count), indent=1))
+
+
+if __name__ == "__main__":
+    main()

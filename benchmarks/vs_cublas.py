@@ -1,0 +1,171 @@
+"""The catalog against cuBLAS: its exhaustive best and wavetune.gemm's own choice, per shape, in one run.
+
+    python benchmarks/vs_cublas.py --suite public --out $OUT            # shared/benchmarks/llm_shapes.json
+    python benchmarks/vs_cublas.py --suite heldout --count 150 --out $OUT   # benchmarks/shape_suite.py
+
+bf16, out[M, N] = x[M, K] @ W[N, K]^T (nn.Linear), weights cold. Per shape:
+1. Screen: every bf16 col candidate of the tables (tuning.candidates: persistent variants data-parallel,
+   stream_k variants stream-K and, without a persistent twin, data-parallel) through the C++ profiler with
+   one short replay each.
+2. Final, interleaved: torch.matmul (cuBLAS), wavetune.gemm with no config (the table's choice) and
+   wavetune.gemm forced to each of the --finalists fastest screened configs. Each is checked first against a
+   float32 reference into a NaN-poisoned output, then captured as a CUDA graph of launches that rotate
+   through operand copies larger than twice the L2; the graphs are replayed round-robin --reps times and
+   each method's median per-launch time is kept. The exhaustive best is the fastest finalist.
+Writes <out>/vs_cublas_<suite>.jsonl (one record per shape, resumable) and prints the summary by M bucket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+import methods
+import shape_suite
+import wavetune
+from wavetune import _C, tuning
+
+REPO = Path(__file__).resolve().parents[1]
+M_BUCKETS = (("<=16", 1, 16), ("17-256", 17, 256), ("257-2048", 257, 2048), (">=2049", 2049, math.inf))
+MAX_ERROR = 2e-2
+SCREEN = dict(warmup=1, replays=1, min_launches=2)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--suite", choices=("public", *shape_suite.SPLITS), default="public")
+    p.add_argument("--count", type=int, default=150, help="shapes of a generated split")
+    p.add_argument("--m", help="comma-separated M values replacing the public suite's")
+    p.add_argument("--finalists", type=int, default=3)
+    p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
+    return p.parse_args()
+
+
+def suite(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    if args.suite == "public":
+        path = next(p for p in shape_suite.PUBLIC_SUITES if p.exists())
+        ms = [int(m) for m in args.m.split(",")] if args.m else None
+        return methods.load_shapes(path, None, ms)
+    return [(s["m"], s["n"], s["k"]) for s in shape_suite.shapes(args.suite, args.count)]
+
+
+def screen(m: int, n: int, k: int, cands: list[tuning.Candidate], count: int) -> list[tuning.Candidate]:
+    """The ``count`` fastest candidates by one short profiler replay each (n/a configs excluded)."""
+    times = _C.profile(m, n, k, _C.DTYPES.index("bf16"), _C.B_LAYOUTS.index("col"),
+                       [c.launch() for c in cands], cold_bytes=0, seed=m * 31 + n, **SCREEN)
+    ranked = sorted((t, i) for i, t in enumerate(times) if not math.isnan(t))
+    return [cands[i] for _, i in ranked[:count]]
+
+
+def check(launch, operands, reference) -> float:
+    x, w, out = operands[0]
+    out.fill_(float("nan"))
+    result = launch(x, w, out).float()
+    error = (torch.linalg.vector_norm(result - reference) / torch.linalg.vector_norm(reference)).item()
+    if not error <= MAX_ERROR:  # NaN too
+        raise RuntimeError(f"relative error {error} against the float32 reference")
+    return error
+
+
+def interleaved_us(launches: dict, operands: list[tuple], per_graph: int, reps: int) -> dict[str, float]:
+    """Median us per launch of each method: one CUDA graph each, replayed round-robin."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graphs = {}
+    for name, launch in launches.items():
+        with torch.cuda.stream(stream):  # warm-up outside the capture: workspaces are allocated here
+            for i in range(2):
+                launch(*operands[i % len(operands)])
+        stream.synchronize()
+        graphs[name] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[name], stream=stream):
+            for i in range(per_graph):
+                launch(*operands[i % len(operands)])
+        graphs[name].replay()  # the first replay uploads the graph
+    samples = {name: [] for name in launches}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(reps):
+        for name, graph in graphs.items():
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) * 1e3 / per_graph)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argparse.Namespace,
+            l2_bytes: int) -> dict:
+    finalists = screen(m, n, k, cands, args.finalists)
+    copies, per_graph = methods.rotation(m, n, k, l2_bytes, tuning.profile_options(m, n, k))
+    opts = dict(device="cuda", dtype=torch.bfloat16)
+    operands = [(torch.empty(m, k, **opts).uniform_(-1, 1), torch.empty(n, k, **opts).uniform_(-1, 1),
+                 torch.empty(m, n, **opts)) for _ in range(copies)]
+    launches = {"cublas": lambda x, w, out: torch.matmul(x, w.t(), out=out),
+                "choice": lambda x, w, out: wavetune.gemm(x, w.t(), out=out)}
+    for c in finalists:
+        config = wavetune.LaunchConfig(c.variant.name, c.decomposition, c.splits)
+        launches[c.key] = lambda x, w, out, config=config: wavetune.gemm(x, w.t(), out=out, config=config)
+    x, w, _ = operands[0]
+    reference = x.float() @ w.float().t()
+    errors = {name: check(launch, operands, reference) for name, launch in launches.items()}
+    times = interleaved_us(launches, operands, max(per_graph, 4), args.reps)
+    best = min(finalists, key=lambda c: times[c.key]).key if finalists else None
+    return {"m": m, "n": n, "k": k, "cublas_us": times["cublas"], "choice_us": times["choice"],
+            "best": best, "best_us": times[best] if best else None, "finalists": {c.key: times[c.key] for c in finalists},
+            "max_error": max(errors.values())}
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summary(rows: list[dict]) -> str:
+    lines = ["| M | shapes | best / cuBLAS speed | worst | choice / cuBLAS | worst | choice / best |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for label, lo, hi in (*M_BUCKETS, ("all", 1, math.inf)):
+        rs = [r for r in rows if lo <= r["m"] <= hi and r["best_us"]]
+        if not rs:
+            continue
+        best = [r["cublas_us"] / r["best_us"] for r in rs]
+        choice = [r["cublas_us"] / r["choice_us"] for r in rs]
+        quality = [r["best_us"] / r["choice_us"] for r in rs]
+        lines.append(f"| {label} | {len(rs)} | {geomean(best):.3f}x | {min(best):.2f}x | {geomean(choice):.3f}x | "
+                     f"{min(choice):.2f}x | {geomean(quality):.3f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = parse_args()
+    props = wavetune.device_properties()
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / f"vs_cublas_{args.suite}.jsonl"
+    done = {}
+    if log.exists():
+        done = {(r["m"], r["n"], r["k"]): r for r in map(json.loads, log.read_text().splitlines()[1:])}
+    else:
+        log.write_text(json.dumps({"gpu": props["name"], "torch": torch.__version__, "suite": args.suite,
+                                   "build": wavetune.build_info()}) + "\n")
+    cands = tuning.candidates("bf16", "col")
+    rows = list(done.values())
+    for m, n, k in tuning.progress([s for s in suite(args) if s not in done], f"vs cuBLAS ({args.suite})"):
+        row = measure(m, n, k, cands, args, props["l2_bytes"])
+        rows.append(row)
+        with log.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+    table = summary(rows)
+    (args.out / f"vs_cublas_{args.suite}.md").write_text(f"{props['name']}, {len(cands)} candidates\n\n{table}\n")
+    print(f"{props['name']}: {len(rows)} shapes, {len(cands)} candidates, suite {args.suite}", file=sys.stderr)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
