@@ -193,3 +193,17 @@ def test_cli_cmake_dir_and_info():
     info = run_cli("info")
     assert info.returncode == 0, info.stderr
     assert "kernel set" in info.stdout
+
+
+def test_working_set_is_what_the_model_chooses_on_the_grid(tmp_path):
+    """Config 0 predicts 2 us at one wave and the others more: only configs the model picks somewhere on
+    the generic grid are kept, and the table rewritten with them chooses as the full one did."""
+    path = tmp_path / "t.wtt"
+    cands, _ = make_table(path)
+    working = tuning.working_set(path, "bf16", "col")
+    selector = api.open_table(path)
+    chosen = {r["name"] for n in (1024, 8192) for k in (1024, 8192) for m in (1, 100, 5000)
+              for r in [selector.explain("bf16", "col", m, n, k)[selector.select("bf16", "col", m, n, k,
+                                                                                    exact=False)["config"]]]}
+    assert chosen <= working <= {c.key for c in cands}
+    assert len(working) < len(cands) or len(cands) == 1

@@ -29,18 +29,17 @@ GROUP_KEYS = {"dtypes", "b_layouts", "schedule", "tiles", "clusters", "scheduler
 OPTIONAL_GROUP_KEYS = {"swap_ab"}
 # NOTES: Hopper wgmma tiles: M is a multiple of 64 per consumer warpgroup, N a multiple of 8 up to 256,
 # K one or more 64-byte swizzle atoms (32 bf16 elements). We keep to the shapes CUTLASS's builder takes.
-# Tile N is the side that runs over the tokens under swap_ab, so it comes in steps of 8 (decode) and 16;
-# sizes outside CUTLASS's default wgmma list need CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED (sm90_gemm.cuh).
+# Tile N is the side that runs over the tokens under swap_ab, so it comes in steps of 16 (and 8 for a
+# single decode token); sizes outside CUTLASS's default wgmma list need CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+# (sm90_gemm.cuh).
+# NOTES: other multiples of 8 are refused: CUTLASS 4.2's TMA load of a K-major 24- or 40-row operand tile
+# fails cute's layout divisibility checks at compile time (seen with nvcc 13.0), and its epilogue would
+# store such tiles 8 columns at a time (gcd(min(32, N), N)).
 TILE_M = (64, 128, 256)
-TILE_N = tuple(range(8, 257, 8))
+TILE_N = (8, *range(16, 257, 16))
 TILE_K = (64, 128)
 CLUSTER_DIMS = (1, 2, 4)
 MAX_CLUSTER_SIZE = 4
-# NOTES: CUTLASS's epilogue tiles N by gcd(min(32, N), N) and its EPI_TILE_N must divide the CTA's N
-# (sm90_epilogue_tma_warpspecialized.hpp), so a tile N that is an odd multiple of 8 stores 8 columns per
-# epilogue step, and no 16-wide epilogue tile fits it. Above this N such tiles are refused; below it the
-# epilogue is a small part of the kernel (decode).
-FINE_TILE_N_MAX = 64
 # NOTES: consumer warpgroups run with 232 registers (CUTLASS's setmaxnreg); fp32 accumulators beyond this
 # many per thread leave too few for addresses and the epilogue, and ptxas spills.
 MAX_ACCUMULATORS_PER_THREAD = 160
@@ -144,11 +143,8 @@ def _check_variant(v: Variant, where: str) -> None:
     if v.tile_m not in TILE_M or v.tile_n not in TILE_N or v.tile_k not in TILE_K:
         raise ConfigError(
             f"{where}: tile {v.tile_m}x{v.tile_n}x{v.tile_k} is not supported "
-            f"(M in {TILE_M}, N a multiple of 8 from 8 to 256, K in {TILE_K})"
+            f"(M in {TILE_M}, N 8 or a multiple of 16 up to 256, K in {TILE_K})"
         )
-    if v.tile_n > FINE_TILE_N_MAX and v.tile_n % 16:
-        raise ConfigError(f"{where}: tile N {v.tile_n} above {FINE_TILE_N_MAX} must be a multiple of 16 "
-                          f"(CUTLASS's epilogue would store it 8 columns at a time)")
     cluster = v.cluster_m * v.cluster_n
     if v.cluster_m not in CLUSTER_DIMS or v.cluster_n not in CLUSTER_DIMS or cluster > MAX_CLUSTER_SIZE:
         raise ConfigError(f"{where}: cluster {v.cluster_m}x{v.cluster_n} is not supported "

@@ -270,31 +270,59 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
             exact.append((shape, best, us))
 
     kept = [c for c in cands if c.key in fits]
-    index = {c.key: i for i, c in enumerate(kept)}
-    Path(out).mkdir(parents=True, exist_ok=True)
+    meta = {
+        "gpu_name": log.device["name"], "sm_count": sm_count, "l2_bytes": log.device["l2_bytes"],
+        "config_space_hash": _C.build_info()["config_space_hash"],
+        "wavetune_version": api._version(), "cuda_version": _C.build_info()["cuda_version"],
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "timing": TIMING, "source": f"{dtype} {b_layout}: {len(plan)} anchor shapes",
+        "plan_waves": ",".join(map(str, waves)),
+    }
+    exact_records = [(shape, cands[best], us) for shape, best, us in exact]
     path = Path(out) / f"{tablefile.table_slug(log.device['name'])}.wtt"
+    table = dict(meta=meta, fits=fits, micro_rules=micro_rules, exact=exact_records, dtype=dtype, b_layout=b_layout,
+                 memory=memory_bandwidth(log, plan, dtype, b_layout))
+    write_tuned_table(path, kept, **table)
+    working = working_set(path, dtype, b_layout) | {c.key for _, c, _ in exact_records}
+    kept = [c for c in kept if c.key in working]
+    write_tuned_table(path, kept, **table)
+    print(f"wrote {path}: {len(kept)} configs (the working set), {len(exact)} exact shapes; this run measured "
+          f"{log.measured} configs in {log.gpu_seconds:.1f} GPU-seconds (log: {log.path})")
+    return path
+
+
+def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: dict, micro_rules: dict,
+                      exact: list, dtype: str, b_layout: str, memory: float | None) -> None:
+    """A table of the ``kept`` configs (ids are positions in it); exact shapes of other configs are dropped."""
+    index = {c.key: i for i, c in enumerate(kept)}
+    path.parent.mkdir(parents=True, exist_ok=True)
     tablefile.write_table(
-        path,
-        meta={
-            "gpu_name": log.device["name"], "sm_count": sm_count, "l2_bytes": log.device["l2_bytes"],
-            "config_space_hash": _C.build_info()["config_space_hash"],
-            "wavetune_version": api._version(), "cuda_version": _C.build_info()["cuda_version"],
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "timing": TIMING, "source": f"{dtype} {b_layout}: {len(plan)} anchor shapes",
-            "plan_waves": ",".join(map(str, waves)),
-        },
+        path, meta=meta,
         configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in kept],
         waves={index[c.key]: fits[c.key] for c in kept},
         micro={index[key]: rules for key, rules in micro_rules.items() if key in index},
-        exact=[{"dtype": dtype, "b_layout": b_layout, "m": m, "n": n, "k": k, "config_id": index[cands[best].key],
+        exact=[{"dtype": dtype, "b_layout": b_layout, "m": m, "n": n, "k": k, "config_id": index[c.key],
                 "raster": "heuristic", "max_swizzle": 1, "us": us}
-               for (m, n, k), best, us in exact if cands[best].key in index],
+               for (m, n, k), c, us in exact if c.key in index],
         priors=prior_records(kept, dtype, b_layout),
-        memory_bytes_per_us=memory_bandwidth(log, plan, dtype, b_layout),
+        memory_bytes_per_us=memory,
     )
-    print(f"wrote {path}: {len(kept)} configs, {len(exact)} exact shapes; this run measured "
-          f"{log.measured} configs in {log.gpu_seconds:.1f} GPU-seconds (log: {log.path})")
-    return path
+
+
+# NOTES: the working set is what a table picks on a generic grid: N and K from 256 to 64K, every M up to 64
+# and then about 6% apart up to 16384, odd values included. It is not a shape suite, so no suite decides
+# what the default build compiles; a config the model never prefers anywhere there is dropped.
+WORKING_SET_NK = (256, 512, 1024, 1536, 2048, 3072, 4096, 5120, 6144, 8192, 10240, 12288, 14336, 16384,
+                  20480, 24576, 28672, 32768, 49152, 65536)
+WORKING_SET_M = tuple(sorted({*range(1, 65), *(round(64 * 1.06**i) for i in range(96)), 16384}))
+
+
+def working_set(path: Path, dtype: str, b_layout: str) -> set[str]:
+    """Keys of the configs a written table's model chooses anywhere on the working-set grid."""
+    selector = _C.Selector(str(path))
+    keys = {p["config"]: p["name"] for p in selector.explain(dtype, b_layout, 1, 8, 8)}
+    return {keys[selector.select(dtype, b_layout, m, n, k, exact=False)["config"]]
+            for n in WORKING_SET_NK for k in WORKING_SET_NK for m in WORKING_SET_M}
 
 
 def prior_records(configs: list[Candidate], dtype: str, b_layout: str) -> list[dict]:
