@@ -6,7 +6,7 @@
 bf16, out[M, N] = x[M, K] @ W[N, K]^T (nn.Linear), weights cold. Per shape:
 1. Screen: every bf16 col candidate of the tables (tuning.candidates: persistent variants data-parallel,
    stream_k variants stream-K and, without a persistent twin, data-parallel) through the C++ profiler with
-   one short replay each.
+   one short replay each (recorded per shape: the data for offline model studies).
 2. Final, interleaved: torch.matmul (cuBLAS), wavetune.gemm with no config (the table's choice) and
    wavetune.gemm forced to each of the --finalists fastest screened configs. Each is checked first against a
    float32 reference into a NaN-poisoned output, then captured as a CUDA graph of launches that rotate
@@ -57,12 +57,11 @@ def suite(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     return [(s["m"], s["n"], s["k"]) for s in shape_suite.shapes(args.suite, args.count)]
 
 
-def screen(m: int, n: int, k: int, cands: list[tuning.Candidate], count: int) -> list[tuning.Candidate]:
-    """The ``count`` fastest candidates by one short profiler replay each (n/a configs excluded)."""
+def screen(m: int, n: int, k: int, cands: list[tuning.Candidate]) -> dict[str, float]:
+    """Candidate key -> us of one short profiler replay, fastest first (n/a configs excluded)."""
     times = _C.profile(m, n, k, _C.DTYPES.index("bf16"), _C.B_LAYOUTS.index("col"),
                        [c.launch() for c in cands], cold_bytes=0, seed=m * 31 + n, **SCREEN)
-    ranked = sorted((t, i) for i, t in enumerate(times) if not math.isnan(t))
-    return [cands[i] for _, i in ranked[:count]]
+    return {cands[i].key: round(t, 3) for t, i in sorted((t, i) for i, t in enumerate(times) if not math.isnan(t))}
 
 
 def check(launch, operands, reference) -> float:
@@ -104,7 +103,9 @@ def interleaved_us(launches: dict, operands: list[tuple], per_graph: int, reps: 
 
 def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argparse.Namespace,
             l2_bytes: int) -> dict:
-    finalists = screen(m, n, k, cands, args.finalists)
+    screened = screen(m, n, k, cands)
+    by_key = {c.key: c for c in cands}
+    finalists = [by_key[key] for key in list(screened)[:args.finalists]]
     copies, per_graph = methods.rotation(m, n, k, l2_bytes, tuning.profile_options(m, n, k))
     opts = dict(device="cuda", dtype=torch.bfloat16)
     operands = [(torch.empty(m, k, **opts).uniform_(-1, 1), torch.empty(n, k, **opts).uniform_(-1, 1),
@@ -121,7 +122,7 @@ def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argpars
     best = min(finalists, key=lambda c: times[c.key]).key if finalists else None
     return {"m": m, "n": n, "k": k, "cublas_us": times["cublas"], "choice_us": times["choice"],
             "best": best, "best_us": times[best] if best else None, "finalists": {c.key: times[c.key] for c in finalists},
-            "max_error": max(errors.values())}
+            "screen": screened, "max_error": max(errors.values())}
 
 
 def geomean(values: list[float]) -> float:

@@ -56,6 +56,9 @@ struct Sm90Gemm {
 
   // ElementC = void: D = A @ B with no source operand, so the epilogue neither loads C nor reserves
   // shared memory for it, which leaves more stages to the mainloop.
+  // NOTES: the automatic epilogue tile is gcd(min(32, N), N) columns wide; config_space.py admits only
+  // tile N = 8 or multiples of 16, so every tile but the 8-wide decode one stores at least 16 columns
+  // per TMA store (a 104- or 152-wide tile would fall to 8).
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignment, Element, LayoutD,

@@ -33,10 +33,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     if table is None:
         print(f"table: none for this GPU (looked for {api.table_file_name(device['name'])} in "
               f"{api.TABLE_DIR} and $WAVETUNE_TABLE); gemm uses the built-in heuristic")
-    else:
+        return 0
+    try:
         info = api.load_table(table)
-        print(f"table: {table} ({info['configs']} configs, {info['exact']} exact shapes, "
-              f"{info['skipped_configs']} configs skipped as not compiled)")
+    except ValueError as exc:
+        print(f"table: {table} does not fit this build; gemm uses the built-in heuristic ({exc})")
+        return 0
+    print(f"table: {table} ({info['configs']} configs, {info['exact']} exact shapes, "
+          f"{info['skipped_configs']} configs skipped as not compiled)")
     return 0
 
 
