@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from wavetune import __main__ as cli
@@ -56,3 +57,15 @@ def test_cli_tune_passes_its_options(monkeypatch, tmp_path):
     assert cli.main(["tune", "--budget", "700", "--no-micro", "--out", str(tmp_path), "--log", str(tmp_path / "l")]) == 0
     assert seen["kwargs"] == {"micro": False, "budget": 700}
     assert seen["args"][:2] == (tmp_path, tmp_path / "l")
+
+
+def test_prune_variants_drops_the_redundant_and_keeps_the_required():
+    keys = ["a/data_parallel/1", "b/data_parallel/1", "c/data_parallel/1", "c/stream_k/1"]
+    times = np.ones((40, 4))
+    times[:20, 0] = 0.5  # a wins half the grid by 2x: it must stay
+    times[20:, 2] = 0.9  # c's data-parallel config wins the other half by 10%
+    times[:, 3] = 1.001  # c's stream-K config is never best
+    assert tuning.prune_variants(keys, times, set()) == {"a", "c"}
+    assert tuning.prune_variants(keys, times, {"b"}) == {"a", "b", "c"}
+    times[20:, 1] = 0.9 * 1.002  # b now trails c by 0.2% where c wins: one of them is redundant
+    assert len(tuning.prune_variants(keys, times, set())) == 2

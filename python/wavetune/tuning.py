@@ -19,6 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
+
 from . import _C, api, model, tablefile
 from .api import KernelConfig, configs
 
@@ -309,20 +311,63 @@ def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: di
     )
 
 
-# NOTES: the working set is what a table picks on a generic grid: N and K from 256 to 64K, every M up to 64
-# and then about 6% apart up to 16384, odd values included. It is not a shape suite, so no suite decides
-# what the default build compiles; a config the model never prefers anywhere there is dropped.
+# NOTES: the working set is chosen on a generic grid: N and K from 256 to 64K, every M up to 64 and then
+# about 6% apart up to 16384, odd values included. It is not a shape suite, so no suite decides what the
+# default build compiles. Variants are dropped one at a time, the one whose loss of predicted speed over
+# the grid is least, while the grid's geomean loss stays within WORKING_SET_GEOMEAN_LOSS of the whole
+# catalog and no point loses more than WORKING_SET_WORST_LOSS: many tiles differ by a step of 16 tokens
+# and win by a percent or two, less than the model's error, and each costs a compile in every install.
 WORKING_SET_NK = (256, 512, 1024, 1536, 2048, 3072, 4096, 5120, 6144, 8192, 10240, 12288, 14336, 16384,
                   20480, 24576, 28672, 32768, 49152, 65536)
 WORKING_SET_M = tuple(sorted({*range(1, 65), *(round(64 * 1.06**i) for i in range(96)), 16384}))
+WORKING_SET_GEOMEAN_LOSS = 0.005
+WORKING_SET_WORST_LOSS = 0.05
 
 
-def working_set(path: Path, dtype: str, b_layout: str) -> set[str]:
-    """Keys of the configs a written table's model chooses anywhere on the working-set grid."""
+def grid_predictions(path: Path, dtype: str, b_layout: str, nk: Iterable[int] = WORKING_SET_NK,
+                     ms: Iterable[int] = WORKING_SET_M) -> tuple[list[str], np.ndarray]:
+    """Config keys of a written table and their predicted us (columns) at every (n, k, m) of the grid (rows)."""
     selector = _C.Selector(str(path))
-    keys = {p["config"]: p["name"] for p in selector.explain(dtype, b_layout, 1, 8, 8)}
-    return {keys[selector.select(dtype, b_layout, m, n, k, exact=False)["config"]]
-            for n in WORKING_SET_NK for k in WORKING_SET_NK for m in WORKING_SET_M}
+    keys = [p["name"] for p in selector.explain(dtype, b_layout, 1, 8, 8)]
+    column = {key: i for i, key in enumerate(keys)}
+    problems = [(m, n, k) for n in nk for k in nk for m in ms]
+    times = np.full((len(problems), len(keys)), np.inf)
+    for row, problem in enumerate(problems):
+        for p in selector.explain(dtype, b_layout, *problem):
+            times[row, column[p["name"]]] = p["predicted_us"]
+    return keys, times
+
+
+def prune_variants(keys: list[str], times: np.ndarray, required: set[str]) -> set[str]:
+    """Variant names left after dropping, one at a time, the variant (not in ``required``) whose loss is
+    least, while the loss against all of them stays within the working-set bounds."""
+    names = sorted({key.split("/")[0] for key in keys})
+    variant_of = np.array([key.split("/")[0] for key in keys])
+    best = np.stack([times[:, variant_of == v].min(axis=1) for v in names], axis=1)  # per variant
+    best = best[np.isfinite(best.min(axis=1))]
+    floor = np.log(best.min(axis=1))
+    alive = np.ones(len(names), bool)
+    while True:
+        live = np.where(alive, best, np.inf)
+        first = live.argmin(axis=1)
+        top_two = np.log(np.partition(live, 1, axis=1)[:, :2]) - floor[:, None]
+        losses = {v: np.where(first == v, top_two[:, 1], top_two[:, 0]) for v in np.flatnonzero(alive)
+                  if names[v] not in required}
+        bearable = {v: loss.mean() for v, loss in losses.items()
+                    if loss.mean() <= WORKING_SET_GEOMEAN_LOSS and loss.max() <= WORKING_SET_WORST_LOSS}
+        if not bearable:
+            return {names[v] for v in np.flatnonzero(alive)}
+        alive[min(bearable, key=bearable.get)] = False
+
+
+def working_set(path: Path, dtype: str, b_layout: str, **grid) -> set[str]:
+    """Keys of a written table's configs whose variants survive ``prune_variants`` on the grid (``grid``:
+    ``grid_predictions``'s); the built-in default's variants (compiled in every build) always survive."""
+    keys, times = grid_predictions(path, dtype, b_layout, **grid)
+    fallback = {v.name for v in configs() if (v.dtype, v.b_layout) == (dtype, b_layout)
+                and any(v.id == b[3] for b in _C.fallback_buckets())}
+    survivors = prune_variants(keys, times, fallback)
+    return {key for key in keys if key.split("/")[0] in survivors}
 
 
 def prior_records(configs: list[Candidate], dtype: str, b_layout: str) -> list[dict]:
