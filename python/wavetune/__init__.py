@@ -28,7 +28,9 @@ def __getattr__(name: str):
     # NOTES: patch and unpatch live in wavetune.nn, which imports torch; loading it here on first use
     # keeps `import wavetune` free of torch.
     if name in ("patch", "unpatch"):
-        from . import nn
-
+        try:
+            from . import nn
+        except ImportError as exc:
+            raise ImportError(f"wavetune.{name} needs torch (pip install torch): {exc}") from exc
         return getattr(nn, name)
     raise AttributeError(f"module 'wavetune' has no attribute {name!r}")

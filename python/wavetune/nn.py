@@ -100,11 +100,12 @@ class PatchReport:
 
 
 def _linear_children(model: torch.nn.Module):
-    """(qualified name, parent, attribute name, module) of every nn.Linear below ``model``, subclasses included."""
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                yield (f"{parent_name}.{child_name}" if parent_name else child_name), parent, child_name, child
+    """(qualified name, parent, attribute name, module) of every nn.Linear below ``model`` (subclasses
+    included), in the model's order."""
+    for name, module in list(model.named_modules()):
+        if name and isinstance(module, torch.nn.Linear):
+            parent_name, _, attribute = name.rpartition(".")
+            yield name, model.get_submodule(parent_name), attribute, module
 
 
 def patch(model: torch.nn.Module) -> PatchReport:

@@ -69,8 +69,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 @torch.library.register_fake("wavetune::gemm", lib=_LIBRARY)
 def _gemm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.dim() < 1 or b.dim() != 2 or a.shape[-1] != b.shape[0]:
+    if a.dim() < 1 or b.dim() != 2:
         raise ValueError(f"expected a of shape [..., K] and b of shape [K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.shape[-1] != b.shape[0]:
+        raise ValueError(f"shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied ({a.shape[-1]} != {b.shape[0]})")
     if b.dtype != a.dtype:
         raise TypeError(f"a and b must both be bfloat16 or both float16, got {a.dtype} and {b.dtype}")
     return a.new_empty((*a.shape[:-1], b.shape[1]))  # contiguous, like gemm's own output
