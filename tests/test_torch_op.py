@@ -14,6 +14,7 @@ from wavetune import api, tuning
 
 torch = pytest.importorskip("torch")
 wnn = pytest.importorskip("wavetune.nn")  # registers torch.ops.wavetune
+from wavetune import torch_ops  # noqa: E402  (after the skip: needs torch)
 
 BF16 = torch.bfloat16
 
@@ -143,6 +144,13 @@ class TestCPU:
         assert all(type(model.get_submodule(name)) is torch.nn.Linear for name in report.patched)
         assert {name: p for name, p in model.named_parameters()} == parameters
 
+    def test_patch_swaps_a_layer_reached_by_two_paths_at_both(self):
+        shared = torch.nn.Linear(64, 64, dtype=BF16)
+        model = torch.nn.ModuleDict({"a": torch.nn.Sequential(shared), "b": torch.nn.Sequential(shared)})
+        assert wavetune.patch(model).patched == ["a.0", "b.0"]
+        assert type(model.a[0]) is type(model.b[0]) is wnn.Linear and model.a[0].weight is model.b[0].weight
+        assert wavetune.unpatch(model) == ["a.0", "b.0"]
+
     def test_patched_model_on_cpu_refuses(self):
         model = TinyDecoder().to(BF16)
         wavetune.patch(model)
@@ -151,6 +159,13 @@ class TestCPU:
             model(tokens)
         with pytest.raises(RuntimeError, match="inference-only"):
             model(tokens)  # grad mode, parameters that require grad
+
+    def test_patched_model_on_meta_tensors_infers_shapes(self):
+        model = TinyDecoder().to(BF16)
+        wavetune.patch(model)
+        with torch.inference_mode():
+            logits = model.to("meta")(torch.zeros(2, 5, dtype=torch.long, device="meta"))
+        assert (logits.shape, logits.dtype, logits.device.type) == ((2, 5, 136), BF16, "meta")
 
     def test_from_linear_rejects(self):
         with pytest.raises(TypeError, match="expected an nn.Linear, got Conv1d"):
@@ -252,20 +267,43 @@ class TestGPU:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                patched(static_tokens)  # warm-up: loads the table outside capture
+                patched(static_tokens)  # warm-up on the capture stream: sizes any split-K workspace there
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=side):
                 static_logits = patched(static_tokens)
             for _ in range(2):
                 static_tokens.copy_(torch.randint(0, 1032, (8, 1), device="cuda"))
                 graph.replay()
                 assert relative_error(static_logits, patched(static_tokens)) < TOLERANCE
 
+    def test_repeated_calls_reuse_the_launch_and_the_native_checks_still_hold(self):
+        x, w, b = tensor(2, 40, 264, device="cuda"), tensor(520, 264, device="cuda"), tensor(520, device="cuda")
+        torch_ops._plans.clear()
+        with torch.inference_mode():
+            first = torch.ops.wavetune.linear(x, w, b)
+            assert len(torch_ops._plans) == 1
+            again = torch.ops.wavetune.linear(x.clone(), w, b)
+            assert len(torch_ops._plans) == 1 and torch.equal(again, first)
+            strided = torch.empty(2, 40, 272, device="cuda", dtype=BF16)[..., :264].copy_(x)  # rows 272 apart
+            assert relative_error(torch.ops.wavetune.linear(strided, w, b), first) < TOLERANCE
+            assert len(torch_ops._plans) == 2
+            # x's shape and strides, data 2 bytes off: the cached launch reaches the native alignment check
+            misaligned = torch.empty(x.numel() + 1, device="cuda", dtype=BF16)[1:].view_as(x)
+            with pytest.raises(ValueError, match="16-byte aligned"):
+                torch.ops.wavetune.linear(misaligned, w, b)
+
+    def test_patch_on_the_gpu_loads_the_table(self):
+        device = torch.cuda.current_device()
+        api._table_checked.discard(device)
+        wavetune.patch(torch.nn.Sequential(torch.nn.Linear(64, 64, device="cuda", dtype=BF16)))
+        assert device in api._table_checked
+
     def test_first_call_under_capture_is_refused(self):
         x, w = tensor(8, 64, device="cuda"), tensor(64, 64, device="cuda")
         device = torch.cuda.current_device()
         api._table_checked.discard(device)
+        torch_ops._plans.clear()
         try:
             graph = torch.cuda.CUDAGraph()
             with pytest.raises(RuntimeError, match="under CUDA-graph capture"), torch.cuda.graph(graph):

@@ -65,6 +65,8 @@ class Linear(torch.nn.Linear):
         reason = unsupported_reason(linear)
         if reason is not None:
             raise ValueError(f"wavetune cannot run this nn.Linear: {reason}")
+        if linear.weight.is_cuda:  # load the tuned table now: a first call under CUDA-graph capture cannot
+            torch_ops.ensure_table(linear.weight.get_device())
         return _rebuilt(cls, linear)
 
     def to_linear(self) -> torch.nn.Linear:
@@ -78,10 +80,11 @@ class Linear(torch.nn.Linear):
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             raise RuntimeError("wavetune.nn.Linear is inference-only (its GEMM has no backward): run the model "
                                "under torch.inference_mode() or torch.no_grad(), or wavetune.unpatch it to train")
-        # NOTES: in plain eager mode the kernel is called directly: the dispatcher round trip of the
-        # operator costs microseconds of host time per layer. Tracers (torch.compile, export, fake and
-        # other tensor subclasses) get the operator, which they see through its fake implementation.
-        if type(x) is torch.Tensor and not torch.compiler.is_compiling():
+        # NOTES: in plain eager mode on CUDA the kernel is called directly: the dispatcher round trip of the
+        # operator costs microseconds of host time per layer (benchmarks/compare.py overhead). Tracers
+        # (torch.compile, export, fake and other tensor subclasses) and other devices (meta: the fake
+        # implementation; CPU: the refusal) get the operator.
+        if type(x) is torch.Tensor and x.is_cuda and not torch.compiler.is_compiling():
             return torch_ops.linear(x, self.weight, self.bias)
         return _LINEAR_OP(x, self.weight, self.bias)
 
@@ -101,8 +104,8 @@ class PatchReport:
 
 def _linear_children(model: torch.nn.Module):
     """(qualified name, parent, attribute name, module) of every nn.Linear below ``model`` (subclasses
-    included), in the model's order."""
-    for name, module in list(model.named_modules()):
+    included, and a layer reached by two paths under both), in the model's order."""
+    for name, module in list(model.named_modules(remove_duplicate=False)):
         if name and isinstance(module, torch.nn.Linear):
             parent_name, _, attribute = name.rpartition(".")
             yield name, model.get_submodule(parent_name), attribute, module
