@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import wavetune
-from wavetune import api, tuning
+from wavetune import _C, api, tuning
 
 torch = pytest.importorskip("torch")
 wnn = pytest.importorskip("wavetune.nn")  # registers torch.ops.wavetune
@@ -122,6 +122,23 @@ class TestCPU:
             torch.ops.wavetune.linear(tensor(5, 64, device="cpu"), tensor(32, 64, device="cpu"))
         with pytest.raises(ValueError, match="wavetune.gemm runs on CUDA tensors"):
             torch.ops.wavetune.gemm(tensor(5, 64, device="cpu"), tensor(64, 32, device="cpu"))
+
+    @pytest.mark.parametrize("dtype", [BF16, torch.float16])
+    def test_a_cached_launch_passes_what_gemm_works_out(self, monkeypatch, dtype):
+        # The launch a plan makes, with the native call recorded (CPU tensors: nothing runs).
+        launches = []
+        monkeypatch.setattr(torch_ops._C, "gemm", lambda *args: launches.append(args))
+        monkeypatch.setattr(api, "_stream_getter", lambda torch: lambda device: 7)
+        x = torch.empty(2, 5, 72, dtype=dtype)[..., :64]  # rows 72 elements apart
+        w = torch.empty(48, 64, dtype=dtype)
+        out = torch.empty(2, 5, 48, dtype=dtype)
+        plan = torch_ops._plan(x, w.t(), out)
+        result = plan.launch(x.data_ptr(), w.data_ptr())
+        assert (result.shape, result.dtype, plan.device) == ((2, 5, 48), dtype, -1)
+        dtype_code, col = _C.DTYPES.index("bf16" if dtype == BF16 else "fp16"), _C.B_LAYOUTS.index("col")
+        # m n k, a lda, b ldb, d ldd, dtype, layout, table choice (-1) with default micro parameters, stream, device
+        assert launches == [(10, 48, 64, x.data_ptr(), 72, w.data_ptr(), 64, result.data_ptr(), 48, dtype_code, col,
+                             -1, 0, 1, 0, 1, 7, -1)]
 
     def test_patch_swaps_eligible_layers_and_reports_the_rest(self):
         model = mixed_model()

@@ -84,7 +84,7 @@ class Linear(torch.nn.Linear):
         # operator costs microseconds of host time per layer (benchmarks/compare.py overhead). Tracers
         # (torch.compile, export, fake and other tensor subclasses) and other devices (meta: the fake
         # implementation; CPU: the refusal) get the operator.
-        if type(x) is torch.Tensor and x.is_cuda and not torch.compiler.is_compiling():
+        if not torch.compiler.is_compiling() and type(x) is torch.Tensor and x.is_cuda:
             return torch_ops.linear(x, self.weight, self.bias)
         return _LINEAR_OP(x, self.weight, self.bias)
 
