@@ -251,6 +251,7 @@ def relative_error(result: torch.Tensor, reference: torch.Tensor) -> float:
 def capture(step, inputs: dict, stream, pool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     """A CUDA graph of one step, after WARMUP eager steps (compiling, where it does) on the capture stream
     (wavetune sizes its split-K workspace per stream); and the eager logits."""
+    stream.wait_stream(torch.cuda.current_stream())  # the inputs were made on the current stream
     with torch.cuda.stream(stream):
         for _ in range(WARMUP):
             logits = step(**inputs)
