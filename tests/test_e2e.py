@@ -180,3 +180,20 @@ def test_run_appends_each_shape_resumes_and_keeps_to_the_budget(tmp_path, monkey
     assert measured[3:] == [["compile", "compile+wavetune", "eager", "eager+wavetune"]]
     headers, records = e2e.read_records(path)
     assert len(headers) == 4 and len(records) == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("phase, modes", [("prefill", ["eager"]), ("decode", ["eager", "compile"])])
+def test_a_shape_is_measured_on_the_gpu(phase, modes):
+    """The benchmark's own path on a tiny model (transformers' where installed): warm-up, compile, capture
+    and interleaved replays of every method, the patched ones matching eager."""
+    spec = tiny_spec("Qwen2")
+    model, _ = e2e.build_model(spec, 2, "cuda")
+    twin, report = e2e.patched_twin(model)
+    assert len(report.patched) == 15
+    inputs = e2e.shape_inputs(spec, 2, phase, 2, 40)
+    result = e2e.measure_shape(e2e.methods(model, twin, modes), inputs, 3, torch.cuda.Stream())
+    assert result["failed"] == {}
+    assert set(result["ms"]) == {m + s for m in modes for s in ("", e2e.WAVETUNE)}
+    assert all(ms > 0 for ms in result["ms"].values())
+    assert all(error < e2e.MAX_ERROR for error in result["error"].values()), result["error"]
