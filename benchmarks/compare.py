@@ -3,6 +3,7 @@
     python benchmarks/compare.py measure --log h100.jsonl          # GPU; resumable; --skip-* to split it up
     python benchmarks/compare.py report --log h100.jsonl --out $OUT # no GPU needed: markdown, JSON, pictures
     python benchmarks/compare.py all --log h100.jsonl --out $OUT    # both
+    python benchmarks/compare.py overhead                          # GPU: host time per call, alone
 
 --log is the tuning log (`python -m wavetune tune --log ...`): its anchor measurements are the profiling
 budget wavetune's table was fitted on, and the learned models are trained on exactly those. `measure` adds
@@ -73,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         s.add_argument("--skip-cublas", action="store_true", help="no torch timings (cuBLAS, oracle config)")
         s.add_argument("--skip-sweep", action="store_true", help="no M sweep for the model picture")
         s.add_argument("--skip-overhead", action="store_true", help="no host launch-overhead timing")
+    overhead = sub.add_parser("overhead", help="GPU: host time per call of each way to issue a GEMM, alone")
+    overhead.add_argument("--table", type=Path, help="wavetune table (default: the shipped one for this GPU)")
+    overhead.add_argument("--out", type=Path, help="also write the result to this JSON file")
     for s in (report, both):
         s.add_argument("--out", type=Path, default=Path("benchmark-results"), help="directory for compare.md/.json")
         s.add_argument("--img-dir", type=Path, help="directory for the pictures (default: OUT/img)")
@@ -181,9 +185,14 @@ def measure(args: argparse.Namespace) -> None:
             torch.cuda.empty_cache()
 
     if not args.skip_overhead:
-        overhead = launch_overhead(torch, table_path(args, device["name"]))
-        companion(args.log, "overhead.json").write_text(json.dumps(overhead, indent=1) + "\n")
-        print("host time per call (us):", {k: round(v, 2) for k, v in overhead["host_us_per_call"].items()})
+        time_overhead(torch, table_path(args, device["name"]), companion(args.log, "overhead.json"))
+
+
+def time_overhead(torch, table: Path, out: Path | None) -> None:
+    overhead = launch_overhead(torch, table)
+    if out is not None:
+        out.write_text(json.dumps(overhead, indent=1) + "\n")
+    print("host time per call (us):", {k: round(v, 2) for k, v in overhead["host_us_per_call"].items()})
 
 
 def driver_version() -> str | None:
@@ -260,7 +269,11 @@ def time_in_torch(torch, torch_log: TorchLog, records: dict, cands: list[Candida
 
 def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeats=5) -> dict:
     """Host time per call (us) of issuing a tiny GEMM from Python: a loop of calls timed on the host,
-    synchronized only at the end, so the GPU (a few us per kernel) is never what the loop waits for."""
+    synchronized only at the end, so the GPU (a few us per kernel) is never what the loop waits for.
+    The layer calls (nn.Linear, wavetune.nn.Linear: what a patched model pays per layer in eager mode) run
+    with weights that need no grad, as in inference."""
+    from wavetune import nn as wnn  # registers torch.ops.wavetune
+
     m, n, k = shape
     x, w = (torch.empty(rows, k, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1) for rows in (m, n))
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -269,6 +282,8 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
     except (ValueError, FileNotFoundError) as exc:
         table_note = f"no table ({exc}); the built-in heuristic decides"
     forced = wavetune.LaunchConfig(methods.default_choice("bf16", "col").split("/")[0])
+    layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
+    wavetune_layer = wnn.Linear.from_linear(layer)
     # gemm's own arguments, prepared once: what the native call costs without the Python front end
     native = (m, n, k, x.data_ptr(), k, w.data_ptr(), k, out.data_ptr(), n, _C.DTYPES.index("bf16"),
               _C.B_LAYOUTS.index("col"), -1, 0, 1, 0, 1, torch.cuda.current_stream().cuda_stream,
@@ -280,6 +295,9 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
         "wavetune.gemm (config given)": lambda: wavetune.gemm(x, w.t(), out=out, config=forced),
         "wavetune.gemm (table choice, new output)": lambda: wavetune.gemm(x, w.t()),
         "_C.gemm (table choice, arguments prepared)": lambda: _C.gemm(*native),
+        "nn.Linear layer (F.linear)": lambda: layer(x),
+        "wavetune.nn.Linear layer (eager: the op's kernel, called directly)": lambda: wavetune_layer(x),
+        "torch.ops.wavetune.linear.default (through the dispatcher)": lambda: torch.ops.wavetune.linear.default(x, w),
     }
     result = {}
     for name, call in calls_by_name.items():
@@ -809,6 +827,10 @@ def main(argv: list[str] | None = None) -> None:
         measure(args)
     if args.command in ("report", "all"):
         report(args)
+    if args.command == "overhead":
+        import torch
+
+        time_overhead(torch, table_path(args, api.device_properties()["name"]), args.out)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
     y = wavetune.gemm(x, W.t())          # like torch.matmul(x, W.t()) / F.linear(x, W)
     wavetune.configs()                   # the compiled CUTLASS variants
     wavetune.load_table("my-gpu.wtt")    # choices from a table made by `python -m wavetune tune`
+    report = wavetune.patch(model)       # a model's nn.Linear layers on wavetune (wavetune.nn)
 
-Importing needs neither torch nor a GPU.
+Importing needs neither torch nor a GPU: ``patch`` and ``unpatch`` import torch (``wavetune.nn``) on first use.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -18,5 +19,18 @@ except PackageNotFoundError:  # imported from an unusual location
     __version__ = "0+unknown"
 
 __all__ = [
-    "KernelConfig", "LaunchConfig", "build_info", "configs", "device_properties", "gemm", "load_table", "__version__",
+    "KernelConfig", "LaunchConfig", "build_info", "configs", "device_properties", "gemm", "load_table", "patch",
+    "unpatch", "__version__",
 ]
+
+
+def __getattr__(name: str):
+    # NOTES: patch and unpatch live in wavetune.nn, which imports torch; loading it here on first use
+    # keeps `import wavetune` free of torch.
+    if name in ("patch", "unpatch"):
+        try:
+            from . import nn
+        except ImportError as exc:
+            raise ImportError(f"wavetune.{name} needs torch (pip install torch): {exc}") from exc
+        return getattr(nn, name)
+    raise AttributeError(f"module 'wavetune' has no attribute {name!r}")

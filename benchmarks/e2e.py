@@ -1,0 +1,530 @@
+"""Time to first token and the decode step of real LLM architectures, with and without wavetune.
+
+    python benchmarks/e2e.py --out $OUT                      # GPU: the default sweep (sized for ~6 minutes)
+    python benchmarks/e2e.py --out $OUT --models qwen2.5-7b --modes eager,max-autotune --lengths 2048
+    python benchmarks/e2e.py --out $OUT --plot               # no GPU: table, JSON, picture from the JSONL
+
+Models: Llama-3-8B and Qwen2.5-7B architectures, built from their configs (Hugging Face transformers'
+LlamaConfig / Qwen2Config with the real sizes; nothing is downloaded) with random bf16 weights and
+--layers of their decoder layers (all linear layers keep their real shapes; fewer layers keep memory and
+compile time down). Without transformers, a minimal decoder of the same shapes is used and the output
+says so. Attention is SDPA in both (context_attention below).
+
+Methods: PyTorch eager, torch.compile (default mode) and torch.compile with max-autotune (Inductor's own
+GEMM autotuning; its CUDA graphs off, since every method is captured the same way), each also with
+wavetune.patch applied to a twin of the model sharing its weights ("+wavetune"). Phases:
+- prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
+- decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens.
+Each (phase, batch, length) is one shape. Per shape every method runs eagerly (compiling where it does,
+and checked against eager's logits), is captured as a CUDA graph on one stream, and the graphs are
+replayed interleaved (the order rotating) --reps times between CUDA events; the median is kept. Compiles
+are static per shape (dynamic=False): Inductor's best case. CUDA graphs keep host time out: the host
+cost per call is what `benchmarks/compare.py overhead` measures.
+
+Each shape appends one record to <out>/e2e_<device>.jsonl as soon as it is measured, so a run cut short
+loses at most the shape in progress; a new run skips the shapes measured already (with the same methods)
+and stops starting shapes after --time-budget-s. --plot (also run at the end of a measuring run) writes
+e2e_<device>.md, .json and .png beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+# Real sizes (the models' config.json values); the shapes match shared/benchmarks/llm_shapes.json.
+MODELS = {
+    "llama3-8b": dict(family="Llama", qkv_bias=False, sizes=dict(
+        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=8192)),
+    "qwen2.5-7b": dict(family="Qwen2", qkv_bias=True, sizes=dict(
+        hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4,
+        vocab_size=152064, rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=32768)),
+}
+# Method prefix -> torch.compile mode (None: eager). Inductor's CUDA graphs are off in both compiled
+# modes: every method is captured the same way, by this script.
+MODES = {"eager": None, "compile": "default", "max-autotune": "max-autotune-no-cudagraphs"}
+WAVETUNE = "+wavetune"
+ATTENTION = "wavetune_e2e_sdpa"  # the name context_attention is registered under in transformers
+WARMUP = 3  # eager calls per method before capture (the first compiles)
+MAX_ERROR = 5e-2  # relative error of a method's logits against eager's above which the report flags it
+
+
+def ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, default=Path("e2e-results"), help="directory of the JSONL and the report")
+    p.add_argument("--plot", action="store_true", help="only write the report from the JSONL files in --out")
+    p.add_argument("--models", default="llama3-8b", help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--layers", type=int, default=4, help="decoder layers per model")
+    p.add_argument("--modes", default="eager,compile",
+                   help=f"comma-separated, of {', '.join(MODES)} (eager always runs: it is the reference)")
+    p.add_argument("--lengths", type=ints, default=[128, 512, 2048, 8192], help="prefill prompt lengths")
+    p.add_argument("--batches", type=ints, default=[1], help="prefill batch sizes")
+    p.add_argument("--decode-batches", type=ints, default=[1, 16, 64], help="decode batch sizes (empty: none)")
+    p.add_argument("--context", type=int, default=1024, help="cached tokens each decode step attends to")
+    p.add_argument("--reps", type=int, default=15, help="interleaved replays per method and shape")
+    p.add_argument("--time-budget-s", type=float, default=360.0, help="start no new shape after this")
+    args = p.parse_args(argv)
+    args.models, modes = args.models.split(","), {"eager", *args.modes.split(",")}
+    unknown = [m for m in args.models if m not in MODELS] + sorted(modes - set(MODES))
+    if unknown:
+        p.error(f"unknown model or mode: {', '.join(unknown)}")
+    args.modes = [m for m in MODES if m in modes]
+    return args
+
+
+# ------------------------------------------------------------------------------------------------
+# Models
+# ------------------------------------------------------------------------------------------------
+
+
+def context_attention(module, query, key, value, attention_mask=None, scaling=None, context_kv=None, **_):
+    """Causal SDPA of the new tokens ([batch, heads, tokens, head_dim]); with ``context_kv`` (per layer, a
+    static [batch, kv_heads, context + 1, head_dim] key and value cache) a decode step: the new token's key
+    and value go into the last slot and it attends to all of it. transformers' attention-function signature;
+    masks are not needed (no padding), which also keeps the step free of host syncs for CUDA graphs."""
+    if context_kv is None:
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
+    else:
+        keys, values = context_kv[module.layer_idx]
+        keys[:, :, -1:].copy_(key)
+        values[:, :, -1:].copy_(value)
+        out = F.scaled_dot_product_attention(query, keys, values, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class OwnLayer(torch.nn.Module):
+    """A Llama/Qwen2 decoder layer with transformers' module names (so patch reports read the same)."""
+
+    def __init__(self, s: dict, qkv_bias: bool, layer_idx: int):
+        super().__init__()
+        hidden, intermediate = s["hidden_size"], s["intermediate_size"]
+        self.head_dim, self.layer_idx = hidden // s["num_attention_heads"], layer_idx
+        kv = s["num_key_value_heads"] * self.head_dim
+        self.self_attn = torch.nn.ModuleDict(dict(
+            q_proj=torch.nn.Linear(hidden, hidden, bias=qkv_bias), k_proj=torch.nn.Linear(hidden, kv, bias=qkv_bias),
+            v_proj=torch.nn.Linear(hidden, kv, bias=qkv_bias), o_proj=torch.nn.Linear(hidden, hidden, bias=False)))
+        self.mlp = torch.nn.ModuleDict(dict(gate_proj=torch.nn.Linear(hidden, intermediate, bias=False),
+                                            up_proj=torch.nn.Linear(hidden, intermediate, bias=False),
+                                            down_proj=torch.nn.Linear(intermediate, hidden, bias=False)))
+        self.input_layernorm = torch.nn.RMSNorm(hidden, eps=s["rms_norm_eps"])
+        self.post_attention_layernorm = torch.nn.RMSNorm(hidden, eps=s["rms_norm_eps"])
+
+    def heads(self, t: torch.Tensor) -> torch.Tensor:
+        """[batch, tokens, heads * head_dim] -> [batch, heads, tokens, head_dim]"""
+        return t.unflatten(-1, (-1, self.head_dim)).transpose(1, 2)
+
+    def forward(self, x, cos, sin, context_kv):
+        a, m = self.self_attn, self.mlp
+        h = self.input_layernorm(x)
+        q, k = rotate(self.heads(a.q_proj(h)), cos, sin), rotate(self.heads(a.k_proj(h)), cos, sin)
+        attention, _ = context_attention(self, q, k, self.heads(a.v_proj(h)), context_kv=context_kv)
+        x = x + a.o_proj(attention.flatten(-2))
+        h = self.post_attention_layernorm(x)
+        return x + m.down_proj(F.silu(m.gate_proj(h)) * m.up_proj(h))
+
+
+class BodyOutput(NamedTuple):  # what the step reads of transformers' BaseModelOutputWithPast
+    last_hidden_state: torch.Tensor
+
+
+class OwnBody(torch.nn.Module):
+    """Embedding, decoder layers with rotary positions, final norm: transformers' ``model.model`` interface."""
+
+    def __init__(self, s: dict, qkv_bias: bool, layers: int):
+        super().__init__()
+        self.embed_tokens = torch.nn.Embedding(s["vocab_size"], s["hidden_size"])
+        self.layers = torch.nn.ModuleList(OwnLayer(s, qkv_bias, i) for i in range(layers))
+        self.norm = torch.nn.RMSNorm(s["hidden_size"], eps=s["rms_norm_eps"])
+        head_dim = s["hidden_size"] // s["num_attention_heads"]
+        inv_freq = s["rope_theta"] ** -(torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, input_ids, position_ids=None, context_kv=None, use_cache=False):
+        x = self.embed_tokens(input_ids)
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+        angles = (position_ids[..., None].float() * self.inv_freq).repeat(1, 1, 2)[:, None]
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin, context_kv)
+        return BodyOutput(self.norm(x))
+
+
+class OwnDecoder(torch.nn.Module):
+    def __init__(self, spec: dict, layers: int):
+        super().__init__()
+        self.model = OwnBody(spec["sizes"], spec["qkv_bias"], layers)
+        self.lm_head = torch.nn.Linear(spec["sizes"]["hidden_size"], spec["sizes"]["vocab_size"], bias=False)
+
+
+def build_model(spec: dict, layers: int, device: str) -> tuple[torch.nn.Module, str]:
+    """(model with random bf16 weights in eval mode, what built it) for a MODELS entry."""
+    try:
+        import transformers
+        from transformers import AttentionInterface
+    except ImportError as exc:
+        print(f"transformers is not available ({exc}): using this script's own {spec['family']}-shaped decoder "
+              "(same linear layers, RMSNorm, rotary positions, SDPA)", file=sys.stderr)
+        builder, source = (lambda: OwnDecoder(spec, layers)), "own decoder (transformers missing)"
+    else:
+        AttentionInterface.register(ATTENTION, context_attention)
+        config = getattr(transformers, f"{spec['family']}Config")(
+            **spec["sizes"], num_hidden_layers=layers, tie_word_embeddings=False, attn_implementation=ATTENTION)
+        model_class = getattr(transformers, f"{spec['family']}ForCausalLM")
+        builder, source = (lambda: model_class(config)), f"transformers {transformers.__version__} {model_class.__name__}"
+    with torch.device(device):
+        model = builder()
+    return model.to(torch.bfloat16).eval(), source
+
+
+def patched_twin(model: torch.nn.Module):
+    """A copy of ``model`` sharing its parameters, patched with wavetune; and the patch report."""
+    import wavetune
+
+    twin = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
+    return twin, wavetune.patch(twin)
+
+
+def step_function(model: torch.nn.Module):
+    def step(input_ids, position_ids=None, context_kv=None):
+        hidden = model.model(input_ids=input_ids, position_ids=position_ids, context_kv=context_kv,
+                             use_cache=False).last_hidden_state
+        return model.lm_head(hidden[:, -1:])  # the next token's logits: all TTFT needs
+
+    return step
+
+
+def methods(model, twin, modes: list[str]) -> dict:
+    """Method name -> its step function (compiled lazily, statically per shape, by torch.compile)."""
+    steps = {}
+    for mode in modes:
+        for suffix, m in (("", model), (WAVETUNE, twin)):
+            step = step_function(m)
+            steps[mode + suffix] = step if MODES[mode] is None else torch.compile(step, mode=MODES[mode], dynamic=False)
+    return steps
+
+
+# ------------------------------------------------------------------------------------------------
+# Measuring (GPU)
+# ------------------------------------------------------------------------------------------------
+
+
+def shape_inputs(spec: dict, layers: int, phase: str, batch: int, length: int) -> dict:
+    """Static inputs of one shape: prompt tokens, or one token per sequence after ``length`` cached ones."""
+    s, device = spec["sizes"], "cuda"
+    if phase == "prefill":
+        return dict(input_ids=torch.randint(0, s["vocab_size"], (batch, length), device=device))
+    head_dim = s["hidden_size"] // s["num_attention_heads"]
+    cache = (batch, s["num_key_value_heads"], length + 1, head_dim)
+    return dict(input_ids=torch.randint(0, s["vocab_size"], (batch, 1), device=device),
+                position_ids=torch.full((batch, 1), length, device=device),
+                context_kv=[tuple(torch.randn(cache, device=device, dtype=torch.bfloat16) for _ in "kv")
+                            for _ in range(layers)])
+
+
+def relative_error(result: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((result.float() - reference).norm() / reference.norm()).item()
+
+
+def capture(step, inputs: dict, stream, pool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """A CUDA graph of one step, after WARMUP eager steps (compiling, where it does) on the capture stream
+    (wavetune sizes its split-K workspace per stream); and the eager logits."""
+    stream.wait_stream(torch.cuda.current_stream())  # the inputs were made on the current stream
+    with torch.cuda.stream(stream):
+        for _ in range(WARMUP):
+            logits = step(**inputs)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
+        step(**inputs)
+    return graph, logits
+
+
+def capture_all(steps: dict, inputs: dict, stream) -> tuple[dict, dict]:
+    """The methods' graphs, and the record's fields: each method's logits error against eager's, its warm-up
+    seconds (compile time included), and the methods that failed, with the error. One memory pool for all
+    graphs: they are replayed one at a time on one stream."""
+    graphs, fields = {}, {"error": {}, "warmup_s": {}, "failed": {}}
+    pool, reference = torch.cuda.graph_pool_handle(), None
+    for name, step in steps.items():
+        start = time.perf_counter()
+        try:
+            graphs[name], logits = capture(step, inputs, stream, pool)
+        except Exception as exc:  # one method's failure (a compile error, out of memory) must not end the run
+            fields["failed"][name] = f"{type(exc).__name__}: {exc}"[:500]
+            print(f"{name} failed: {fields['failed'][name]}", file=sys.stderr, flush=True)
+            continue
+        fields["warmup_s"][name] = round(time.perf_counter() - start, 2)
+        reference = logits.float() if name == "eager" else reference
+        fields["error"][name] = None if reference is None else relative_error(logits, reference)
+    return graphs, fields
+
+
+def time_interleaved(graphs: dict, reps: int, stream) -> dict:
+    """Median ms per method over ``reps`` rounds that replay every graph once, in a rotating order."""
+    names = list(graphs)
+    samples = {name: [] for name in names}
+    with torch.cuda.stream(stream):
+        for graph in [*graphs.values()] * 2:
+            graph.replay()  # the first replay uploads the graph; both warm the clocks
+        for rep in range(reps):
+            order = names[rep % len(names):] + names[:rep % len(names)]
+            events = {name: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for name in order}
+            for name in order:
+                events[name][0].record()
+                graphs[name].replay()
+                events[name][1].record()
+            stream.synchronize()
+            for name, (start, end) in events.items():
+                samples[name].append(start.elapsed_time(end))
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
+def measure_shape(steps: dict, inputs: dict, reps: int, stream) -> dict:
+    with torch.inference_mode():
+        graphs, fields = capture_all(steps, inputs, stream)
+        ms = time_interleaved(graphs, reps, stream) if graphs else {}
+    del graphs
+    torch._dynamo.reset()  # static compiles: drop this shape's code (and keep under the recompile limit)
+    torch.cuda.empty_cache()
+    return {"ms": ms, **fields}
+
+
+def shapes(args: argparse.Namespace) -> list[tuple[str, int, int]]:
+    prefill = [("prefill", b, length) for b in args.batches for length in args.lengths]
+    return prefill + [("decode", b, args.context) for b in args.decode_batches]
+
+
+def device_slug() -> str:
+    from wavetune.tablefile import table_slug
+
+    return table_slug(torch.cuda.get_device_name())
+
+
+def header() -> dict:
+    import wavetune
+
+    try:
+        import transformers
+        transformers_version = transformers.__version__
+    except ImportError:
+        transformers_version = None
+    return {"type": "header", "device": torch.cuda.get_device_name(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers_version,
+            "wavetune": wavetune.__version__, "command": " ".join(sys.argv)}
+
+
+def read_records(path: Path) -> tuple[list[dict], list[dict]]:
+    """(headers, shape records) of a JSONL file written by ``run``."""
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [r for r in lines if r.get("type") == "header"], [r for r in lines if r.get("type") == "shape"]
+
+
+def shape_key(record: dict) -> tuple:
+    return record["model"], record["layers"], record["phase"], record["batch"], record["length"]
+
+
+def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple[str, int, int]]:
+    """The shapes of model ``name`` that no record has measured with every requested method yet."""
+    wanted = {mode + suffix for mode in args.modes for suffix in ("", WAVETUNE)}
+    measured: dict[tuple, set] = {}
+    for r in done:
+        if r["model"] == name and r["layers"] == args.layers:
+            measured.setdefault(shape_key(r)[2:], set()).update(r["ms"])
+    return [shape for shape in shapes(args) if not wanted <= measured.get(shape, set())]
+
+
+def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, stream, deadline: float) -> None:
+    """Build the model and its patched twin, then measure and append each shape until the deadline."""
+    spec = MODELS[name]
+    model, source = build_model(spec, args.layers, "cuda")
+    twin, report = patched_twin(model)
+    print(f"{name} ({source}, {args.layers} layers): {report}", flush=True)
+    steps = methods(model, twin, args.modes)
+    for phase, batch, length in todo:
+        if time.monotonic() > deadline:
+            print(f"time budget of {args.time_budget_s:.0f} s spent: not starting {name} {phase} batch {batch} "
+                  f"length {length} or later shapes", flush=True)
+            return
+        result = measure_shape(steps, shape_inputs(spec, args.layers, phase, batch, length), args.reps, stream)
+        record = {"type": "shape", "model": name, "source": source, "layers": args.layers, "phase": phase,
+                  "batch": batch, "length": length, "reps": args.reps, **result}
+        with path.open("a") as log:
+            log.write(json.dumps(record) + "\n")
+        print(f"{name} {phase} batch {batch} length {length}: " +
+              ", ".join(f"{m} {t:.3f} ms" for m, t in result["ms"].items()), flush=True)
+
+
+def run(args: argparse.Namespace) -> Path:
+    """Measure what the options ask for and the JSONL lacks; returns the JSONL's path."""
+    deadline = time.monotonic() + args.time_budget_s
+    path = args.out / f"e2e_{device_slug()}.jsonl"
+    args.out.mkdir(parents=True, exist_ok=True)
+    _, done = read_records(path)
+    with path.open("a") as log:
+        log.write(json.dumps(header()) + "\n")
+    stream = torch.cuda.Stream()  # one capture stream for the whole run (wavetune's workspaces are per stream)
+    for name in args.models:
+        todo = pending(args, name, done)
+        if todo and time.monotonic() < deadline:
+            measure_model(args, name, todo, path, stream, deadline)
+            torch.cuda.empty_cache()
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# Report (no GPU)
+# ------------------------------------------------------------------------------------------------
+
+
+def merged(records: list[dict]) -> dict:
+    """Shape key -> {"ms": {method: ms}, "speedup": {method: eager ms / ms}, "gain": {mode: mode ms / (mode
+    +wavetune) ms}, "error": {...}, "failed": {...}}, each method from the latest record that has it; ratios
+    only within one record (interleaved measurements)."""
+    table: dict[tuple, dict] = {}
+    for r in records:
+        entry = table.setdefault(shape_key(r), {"ms": {}, "speedup": {}, "gain": {}, "error": {}, "failed": {}})
+        entry["failed"].update(r.get("failed", {}))
+        for method, ms in r["ms"].items():
+            entry["ms"][method], entry["error"][method] = ms, r["error"][method]
+            if "eager" in r["ms"]:
+                entry["speedup"][method] = r["ms"]["eager"] / ms
+            if method.endswith(WAVETUNE) and (base := method.removesuffix(WAVETUNE)) in r["ms"]:
+                entry["gain"][base] = r["ms"][base] / ms
+    return table
+
+
+def method_order(table: dict) -> list[str]:
+    present = {m for entry in table.values() for m in (*entry["ms"], *entry["failed"])}
+    return [m + s for m in MODES for s in ("", WAVETUNE) if m + s in present]
+
+
+PHASES = {"prefill": "prompt length", "decode": "context"}  # report order, and what `length` is
+
+
+def markdown(headers: list[dict], table: dict) -> str:
+    methods_ = method_order(table)
+    h = headers[-1]
+    lines = [f"# End to end: {h['device']}", "",
+             f"Measured {', '.join(sorted({x['date'] for x in headers}))}; torch {h['torch']} (CUDA {h['cuda']}), "
+             f"transformers {h['transformers']}, wavetune {h['wavetune']}.", "",
+             "Median ms per step over interleaved CUDA-graph replays, and in brackets the speedup over PyTorch "
+             "eager (above 1: faster). Prefill: the prompt's forward up to the next token's logits (TTFT); decode: "
+             "one token per sequence after `context` cached tokens. `+wavetune`: the same model after "
+             "`wavetune.patch`. Errors: relative error of a method's logits against eager's; "
+             f"flagged (!) above {MAX_ERROR} or where eager failed; the JSON has them, the compile times and "
+             "why a method failed.", ""]
+    groups = sorted({k[:3] for k in table}, key=lambda g: (g[0], g[1], list(PHASES).index(g[2])))
+    for model, layers, phase in groups:
+        keys = sorted(k for k in table if k[:3] == (model, layers, phase))
+        lines += [f"## {model}, {layers} layers, {phase}", "",
+                  f"| batch | {PHASES[phase]} | " + " | ".join(methods_) + " |", "|---|---|" + "---|" * len(methods_)]
+        lines += [f"| {k[3]} | {k[4]} | " + " | ".join(cell(table[k], m) for m in methods_) + " |" for k in keys]
+        lines += ["", *wavetune_summary([table[k] for k in keys]), ""]
+    return "\n".join(lines)
+
+
+def wavetune_summary(entries: list[dict]) -> list[str]:
+    """Per mode, how wavetune changes its time over the shapes (merged's "gain")."""
+    lines = []
+    for mode in MODES:
+        ratios = [e["gain"][mode] for e in entries if mode in e["gain"]]
+        if ratios:
+            geomean = math.exp(statistics.fmean(map(math.log, ratios)))
+            lines.append(f"- {mode}+wavetune against {mode}: {geomean:.3f}x geomean, from {min(ratios):.2f}x "
+                         f"to {max(ratios):.2f}x over {len(ratios)} shapes (above 1: wavetune faster)")
+    return lines
+
+
+def cell(entry: dict, method: str) -> str:
+    if method not in entry["ms"]:
+        return "failed" if method in entry["failed"] else ""
+    error = entry["error"][method]
+    flag = " (!)" if error is None or error > MAX_ERROR else ""
+    speedup = entry["speedup"].get(method)
+    return f"{entry['ms'][method]:.3f}" + (f" ({speedup:.2f}x)" if speedup and method != "eager" else "") + flag
+
+
+def plot(table: dict, title: str, path: Path) -> bool:
+    """Speedup over eager against prompt length: one panel per (model, batch) of prefill."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no picture", file=sys.stderr)
+        return False
+    panels = sorted({(k[0], k[1], k[3]) for k in table if k[2] == "prefill"})
+    if not panels:
+        return False
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, (model, layers, batch) in zip(axes[0], panels):
+        keys = sorted(k for k in table if k[:4] == (model, layers, "prefill", batch))
+        for method in [m for m in method_order(table) if m != "eager"]:
+            points = [(k[4], table[k]["speedup"][method]) for k in keys if method in table[k]["speedup"]]
+            if points:
+                ax.plot(*zip(*points), marker="o", linestyle="-" if WAVETUNE in method else "--", label=method)
+        ax.axhline(1.0, color="gray", linewidth=0.8)
+        ax.set(xscale="log", xlabel="prompt length (tokens)", ylabel="TTFT speedup over eager",
+               title=f"{model} ({layers} layers), batch {batch}")
+        ax.set_xticks([k[4] for k in keys], [str(k[4]) for k in keys])
+        ax.minorticks_off()
+        ax.legend(fontsize=8)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return True
+
+
+def report(out: Path) -> None:
+    paths = sorted(out.glob("e2e_*.jsonl"))
+    if not paths:
+        sys.exit(f"no e2e_*.jsonl in {out}: measure first (without --plot)")
+    for path in paths:
+        headers, records = read_records(path)
+        if not records:
+            continue
+        table = merged(records)
+        path.with_suffix(".md").write_text(markdown(headers, table))
+        rows = [dict(zip(("model", "layers", "phase", "batch", "length"), k), **v) for k, v in sorted(table.items())]
+        path.with_suffix(".json").write_text(json.dumps({"headers": headers, "shapes": rows}, indent=1) + "\n")
+        dates = ", ".join(sorted({h["date"][:10] for h in headers}))
+        drew = plot(table, f"{headers[-1]['device']}, {dates}: prefill with and without wavetune", path.with_suffix(".png"))
+        print(f"wrote {path.with_suffix('.md')}, .json{', .png' if drew else ''}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if not args.plot:
+        if not torch.cuda.is_available():
+            sys.exit("measuring needs a CUDA GPU (a Hopper one for wavetune); --plot reports without one")
+        run(args)
+    report(args.out)
+
+
+if __name__ == "__main__":
+    main()

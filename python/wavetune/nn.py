@@ -1,0 +1,178 @@
+"""wavetune in a PyTorch model: ``Linear`` (an ``nn.Linear`` that runs wavetune's GEMM), ``patch`` and
+``unpatch`` (swap a model's eligible ``nn.Linear`` layers in place and back), and the model's GEMM shapes
+as a shape-suite JSON for ``python -m wavetune tune --exact``.
+
+    import wavetune
+    report = wavetune.patch(model)        # model on bf16/fp16 weights; report.skipped says what stayed
+    with torch.inference_mode():
+        logits = model(tokens)
+    wavetune.unpatch(model)
+
+Importing this module imports torch and registers torch.ops.wavetune (``wavetune.torch_ops``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from . import torch_ops
+
+DTYPES = (torch.bfloat16, torch.float16)
+# The token counts M of the public shape suite (shared/benchmarks/llm_shapes.json): decode to prefill.
+SUITE_M = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+           6144, 8192, 16384)
+
+_LINEAR_OP = torch.ops.wavetune.linear.default
+
+
+def unsupported_reason(linear: torch.nn.Linear) -> str | None:
+    """Why wavetune's GEMM cannot run this layer, or None if it can (the device is not checked: a model
+    may be patched before it is moved to the GPU)."""
+    weight, bias = linear.weight, linear.bias
+    if weight.dtype not in DTYPES:
+        return f"weight dtype {weight.dtype}: wavetune runs bfloat16 and float16"
+    n, k = weight.shape
+    if n % 8 or k % 8:
+        return f"out_features={n}, in_features={k}: both must be multiples of 8 (TMA alignment)"
+    if weight.stride(1) != 1:
+        return f"weight strides {weight.stride()}: rows must be contiguous"
+    if bias is not None and bias.dtype != weight.dtype:
+        return f"bias dtype {bias.dtype} differs from the weight's {weight.dtype}"
+    return None
+
+
+def _rebuilt(cls: type, linear: torch.nn.Linear) -> torch.nn.Linear:
+    """A ``cls`` module holding ``linear``'s own Parameter objects (shared, not copied: ties survive)."""
+    module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+    module.weight, module.bias = linear.weight, linear.bias
+    return module.train(linear.training)
+
+
+class Linear(torch.nn.Linear):
+    """``nn.Linear`` whose forward is ``torch.ops.wavetune.linear``: same parameters (``weight`` [N, K],
+    ``bias`` [N]), inference only, CUDA bf16/fp16 only (anything else raises)."""
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear) -> Linear:
+        """A wavetune Linear sharing ``linear``'s parameters; ValueError if wavetune cannot run it."""
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError(f"expected an nn.Linear, got {type(linear).__name__}")
+        reason = unsupported_reason(linear)
+        if reason is not None:
+            raise ValueError(f"wavetune cannot run this nn.Linear: {reason}")
+        if linear.weight.is_cuda:  # load the tuned table now: a first call under CUDA-graph capture cannot
+            torch_ops.ensure_table(linear.weight.get_device())
+        return _rebuilt(cls, linear)
+
+    def to_linear(self) -> torch.nn.Linear:
+        """A plain nn.Linear sharing this module's parameters."""
+        return _rebuilt(torch.nn.Linear, self)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, gemm=wavetune"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            raise RuntimeError("wavetune.nn.Linear is inference-only (its GEMM has no backward): run the model "
+                               "under torch.inference_mode() or torch.no_grad(), or wavetune.unpatch it to train")
+        # NOTES: in plain eager mode on CUDA the kernel is called directly: the dispatcher round trip of the
+        # operator costs microseconds of host time per layer (benchmarks/compare.py overhead). Tracers
+        # (torch.compile, export, fake and other tensor subclasses) and other devices (meta: the fake
+        # implementation; CPU: the refusal) get the operator.
+        if not torch.compiler.is_compiling() and type(x) is torch.Tensor and x.is_cuda:
+            return torch_ops.linear(x, self.weight, self.bias)
+        return _LINEAR_OP(x, self.weight, self.bias)
+
+
+@dataclasses.dataclass
+class PatchReport:
+    """What ``patch`` did: the layers it swapped, and those it left alone with the reason."""
+
+    patched: list[str]
+    skipped: dict[str, str]
+
+    def __str__(self) -> str:
+        lines = [f"wavetune: patched {len(self.patched)} nn.Linear layers, skipped {len(self.skipped)}"]
+        lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def _linear_children(model: torch.nn.Module):
+    """(qualified name, parent, attribute name, module) of every nn.Linear below ``model`` (subclasses
+    included, and a layer reached by two paths under both), in the model's order."""
+    for name, module in list(model.named_modules(remove_duplicate=False)):
+        if name and isinstance(module, torch.nn.Linear):
+            parent_name, _, attribute = name.rpartition(".")
+            yield name, model.get_submodule(parent_name), attribute, module
+
+
+def patch(model: torch.nn.Module) -> PatchReport:
+    """Swap every eligible ``nn.Linear`` of ``model`` in place for ``wavetune.nn.Linear`` (same parameters).
+
+    Eligible: exactly ``nn.Linear`` (subclasses may have their own forward), bf16 or fp16 weights, in and
+    out features multiples of 8. Convert the model's dtype before patching. ``unpatch`` reverses it.
+    """
+    if isinstance(model, torch.nn.Linear):
+        raise ValueError("the model is itself an nn.Linear: use wavetune.nn.Linear.from_linear(model)")
+    report = PatchReport(patched=[], skipped={})
+    for name, parent, attribute, linear in _linear_children(model):
+        if isinstance(linear, Linear):
+            continue  # patched already
+        reason = (f"{type(linear).__qualname__} is a subclass of nn.Linear (its forward may differ)"
+                  if type(linear) is not torch.nn.Linear else unsupported_reason(linear))
+        if reason is not None:
+            report.skipped[name] = reason
+            continue
+        setattr(parent, attribute, Linear.from_linear(linear))
+        report.patched.append(name)
+    return report
+
+
+def unpatch(model: torch.nn.Module) -> list[str]:
+    """Swap every ``wavetune.nn.Linear`` of ``model`` back to ``nn.Linear`` (same parameters); their names."""
+    restored = []
+    for name, parent, attribute, linear in _linear_children(model):
+        if isinstance(linear, Linear):
+            setattr(parent, attribute, linear.to_linear())
+            restored.append(name)
+    return restored
+
+
+def _runnable_layers(model: torch.nn.Module):
+    """(name, layer) of each layer wavetune runs or would run: patched, or eligible for ``patch``."""
+    for name, _, _, linear in _linear_children(model):
+        if isinstance(linear, Linear) or (type(linear) is torch.nn.Linear and unsupported_reason(linear) is None):
+            yield name, linear
+
+
+def model_shapes(model: torch.nn.Module) -> dict[str, list[int]]:
+    """[N, K] of each layer wavetune runs or would run, by name with layer indices as ``*``
+    (``model.layers.*.mlp.down_proj``); a layer whose shape differs from its pattern's keeps its own name."""
+    shapes: dict[str, list[int]] = {}
+    for name, linear in _runnable_layers(model):
+        pattern = re.sub(r"(^|\.)\d+(?=\.)", r"\1*", name)
+        shape = [linear.out_features, linear.in_features]
+        shapes[pattern if shapes.setdefault(pattern, shape) == shape else name] = shape
+    return shapes
+
+
+def write_shapes(model: torch.nn.Module, path: str | Path, *, name: str = "model",
+                 token_counts: tuple[int, ...] = SUITE_M) -> dict:
+    """Write ``model``'s GEMM shapes as a shape-suite JSON (the format of shared/benchmarks/llm_shapes.json)
+    for ``python -m wavetune tune --exact PATH``; returns what it wrote."""
+    dtypes = {linear.weight.dtype for _, linear in _runnable_layers(model)}
+    if len(dtypes) != 1:
+        raise ValueError(f"expected the runnable nn.Linear layers to share one dtype, found {sorted(map(str, dtypes))}")
+    suite = {
+        "description": f"nn.Linear GEMM shapes of {name}: out[M,N] = x[M,K] @ W[N,K]^T; M is the token count",
+        "dtype": str(dtypes.pop()).removeprefix("torch."),
+        "M": list(token_counts),
+        "models": {name: model_shapes(model)},
+    }
+    Path(path).write_text(json.dumps(suite, indent=1) + "\n")
+    return suite

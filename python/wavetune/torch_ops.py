@@ -1,0 +1,157 @@
+"""wavetune's GEMM as PyTorch operators: ``torch.ops.wavetune.gemm(a, b)`` and
+``torch.ops.wavetune.linear(x, weight, bias=None)``.
+
+Importing this module imports torch and registers both operators, with fake (meta) implementations, so
+``torch.compile(fullgraph=True)`` traces them without a graph break and CUDA graphs capture them.
+They are inference-only: there is no backward.
+
+A device's tuned table is looked for once, by ``ensure_table`` (``wavetune.patch`` calls it for a model
+already on the GPU) or by the first call there. A first call under CUDA-graph capture raises (capture
+must not read files): run one eager call first (the warm-up capture needs anyway) or patch the model
+on the GPU. Split-K/stream-K launches keep a workspace per (device, stream), sized by eager calls:
+warm up on the stream you capture on (``torch.cuda.graph(g, stream=s)``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+
+from . import _C, api
+
+# NOTES: a plain torch.library.Library with per-backend kernels, not torch.library.custom_op: custom_op
+# wraps each call in Python layers that cost several times the dispatch itself (measured on a CPU host:
+# about 15-20 us against 2-4 us per call), and this path is paid on every eager call. The exact-strides
+# tag keeps Inductor from handing the kernels re-laid-out inputs that the TMA loads cannot take.
+_STRIDES_TAG = getattr(torch.Tag, "needs_exact_strides", torch.Tag.needs_fixed_stride_order)
+_LIBRARY = torch.library.Library("wavetune", "DEF")
+_LIBRARY.define("gemm(Tensor a, Tensor b) -> Tensor", tags=(_STRIDES_TAG,))
+_LIBRARY.define("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", tags=(_STRIDES_TAG,))
+
+# The device index without torch.cuda.current_device()'s Python wrapper (public API where absent).
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
+
+class _Plan(NamedTuple):
+    """How to launch a GEMM whose operands have the metadata of an earlier call that succeeded."""
+
+    device: int
+    launch: Callable[[int, int], torch.Tensor]  # (a's data pointer, b's data pointer) -> a new output
+
+
+# Operand metadata (shapes, strides, dtypes, devices) -> _Plan. Eager calls are the hot path of a decode
+# step run outside CUDA graphs: a known shape skips the Python-level checks and goes straight to the
+# native launch, which still checks sizes and the 16-byte alignment of every pointer itself.
+_plans: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096  # one per (op, shape): a server sees many prompt lengths; start over rather than grow
+
+
+def ensure_table(device: int) -> None:
+    """Look for ``device``'s tuned table now (once per device) so that no later call has to."""
+    if device not in api._table_checked:
+        api._autoload_table(device)
+
+
+def _prepare_device(t: torch.Tensor, op: str) -> None:
+    """Refuse CPU tensors; on a CUDA device's first call, refuse CUDA-graph capture before gemm loads its table."""
+    device = t.get_device()
+    if device in api._table_checked:
+        return
+    if device < 0:
+        raise ValueError(f"wavetune.{op} runs on CUDA tensors (a Hopper GPU), got one on {t.device}; "
+                         "leave a model that runs on the CPU unpatched (wavetune.unpatch)")
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"wavetune.{op}: first call on cuda:{device} is under CUDA-graph capture, where the "
+                           "tuned table cannot be loaded (file I/O); run one eager call first (the usual warm-up), "
+                           "patch the model once it is on the GPU, or call wavetune.load_table() before capturing")
+
+
+def _plan(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> _Plan:
+    """The launch that ``api.gemm(a, b)`` made into ``out``, for later operands with the same metadata."""
+    k, n = b.shape
+    m = out.numel() // n
+    lda = api._row_stride(a, m, k, "a")
+    b_layout, ldb = api._b_layout(b, k, n)
+    dtype_code = api._dtype_codes(torch)[a.dtype]
+    device, shape, dtype, out_device = a.get_device(), out.shape, out.dtype, out.device
+    stream = api._stream_getter(torch)
+
+    def launch(a_ptr: int, b_ptr: int) -> torch.Tensor:
+        result = torch.empty(shape, dtype=dtype, device=out_device)
+        _C.gemm(m, n, k, a_ptr, lda, b_ptr, ldb, result.data_ptr(), n, dtype_code, b_layout, -1, 0, 1, 0, 1,
+                stream(device), device)
+        return result
+
+    return _Plan(device, launch)
+
+
+def _first_call(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``api.gemm(a, b)`` with all its checks; remembers the launch for the next call with ``key``."""
+    _prepare_device(a, op)
+    out = api.gemm(a, b)
+    if out.numel() and a.shape[-1] and a.get_device() == _current_device():  # empty problems never launch
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = _plan(a, b, out)
+    return out
+
+
+def _check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """What gemm does not check itself: weight is [N, K], bias is [N] of x's dtype and device."""
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be [N, K] (nn.Linear layout), got shape {tuple(weight.shape)}")
+    if bias is not None and (bias.shape != weight.shape[:1] or bias.dtype != x.dtype
+                             or bias.get_device() != x.get_device()):
+        raise ValueError(f"bias must be a {x.dtype} tensor of shape ({weight.shape[0]},) on {x.device}, "
+                         f"got {bias.dtype} {tuple(bias.shape)} on {bias.device}")
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The kernel behind torch.ops.wavetune.gemm: ``wavetune.gemm(a, b)`` with the table's choice."""
+    key = ("gemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+    plan = _plans.get(key)
+    if plan is not None and plan.device == _current_device():
+        return plan.launch(a.data_ptr(), b.data_ptr())
+    return _first_call(key, "gemm", a, b)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The kernel behind torch.ops.wavetune.linear: ``F.linear(x, weight, bias)`` on wavetune's GEMM."""
+    key = ("linear", x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
+           weight.get_device(), None if bias is None else (bias.shape, bias.dtype, bias.get_device()))
+    plan = _plans.get(key)
+    if plan is not None and plan.device == _current_device():
+        out = plan.launch(x.data_ptr(), weight.data_ptr())  # weight's pointer is weight.t()'s
+    else:
+        _check_linear(x, weight, bias)
+        out = _first_call(key, "linear", x, weight.t())
+    if bias is not None:
+        # NOTES: one add after the GEMM (a second, memory-bound kernel): the CUTLASS variants have no bias
+        # epilogue. Inside the operator, so Inductor cannot fuse it either.
+        out.add_(bias)
+    return out
+
+
+@torch.library.register_fake("wavetune::gemm", lib=_LIBRARY)
+def _gemm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.dim() < 1 or b.dim() != 2:
+        raise ValueError(f"expected a of shape [..., K] and b of shape [K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.shape[-1] != b.shape[0]:
+        raise ValueError(f"shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied ({a.shape[-1]} != {b.shape[0]})")
+    if b.dtype != a.dtype:
+        raise TypeError(f"a and b must both be bfloat16 or both float16, got {a.dtype} and {b.dtype}")
+    return a.new_empty((*a.shape[:-1], b.shape[1]))  # contiguous, like gemm's own output
+
+
+@torch.library.register_fake("wavetune::linear", lib=_LIBRARY)
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    _check_linear(x, weight, bias)
+    return _gemm_fake(x, weight.t())
+
+
+# NOTES: the CPU kernels exist to refuse with wavetune's message (_prepare_device) instead of the
+# dispatcher's "could not run ... with arguments from the 'CPU' backend".
+for _backend in ("CUDA", "CPU"):
+    _LIBRARY.impl("gemm", gemm, _backend)
+    _LIBRARY.impl("linear", linear, _backend)

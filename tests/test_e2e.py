@@ -1,0 +1,199 @@
+"""benchmarks/e2e.py without a GPU: its attention (a decode step equals the prefill's last position), its
+own decoder against transformers', the patched twin, tracing with torch.compile(fullgraph=True), the
+options, and the report from a synthetic JSONL. transformers and matplotlib are optional."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("wavetune.nn")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import e2e  # noqa: E402
+
+
+def tiny_spec(family: str) -> dict:
+    return dict(family=family, qkv_bias=family == "Qwen2", sizes=dict(
+        hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+        rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=512))
+
+
+def context(batch=2, layers=2, length=8, dtype=torch.float32, device="cpu"):
+    """Static per-layer key/value caches of ``length`` tokens plus the slot a decode step writes."""
+    return [tuple(torch.randn(batch, 2, length + 1, 16, dtype=dtype, device=device) for _ in "kv")
+            for _ in range(layers)]
+
+
+def test_a_decode_step_attends_like_the_prefills_last_position():
+    layer = torch.nn.Module()
+    layer.layer_idx = 0
+    q, k, v = torch.randn(2, 4, 9, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
+    prefill, _ = e2e.context_attention(layer, q, k, v)
+    cache = [(torch.cat([k[:, :, :-1], torch.zeros_like(k[:, :, -1:])], 2),
+              torch.cat([v[:, :, :-1], torch.zeros_like(v[:, :, -1:])], 2))]
+    decode, _ = e2e.context_attention(layer, q[:, :, -1:], k[:, :, -1:], v[:, :, -1:], context_kv=cache)
+    assert decode.shape == (2, 1, 4, 16)
+    torch.testing.assert_close(decode[:, 0], prefill[:, -1])
+    torch.testing.assert_close(cache[0][0], k)  # the new key went into the last slot
+
+
+@pytest.mark.parametrize("family", ["Llama", "Qwen2"])
+def test_own_decoder_matches_transformers(family):
+    pytest.importorskip("transformers")
+    spec = tiny_spec(family)
+    reference, source = e2e.build_model(spec, 2, "cpu")
+    assert source.startswith("transformers") and f"{family}ForCausalLM" in source
+    own = e2e.OwnDecoder(spec, 2).to(torch.bfloat16)  # rotary frequencies rounded to bf16 as in reference
+    own.load_state_dict(reference.state_dict())  # the same module names and parameters
+    reference, own = reference.float(), own.float()
+    tokens, position = torch.randint(0, 256, (2, 12)), torch.full((2, 1), 8)
+    cache = context()
+    with torch.inference_mode():
+        torch.testing.assert_close(e2e.step_function(own)(tokens), e2e.step_function(reference)(tokens))
+        decoded = e2e.step_function(own)(tokens[:, :1], position, copy.deepcopy(cache))
+        assert decoded.shape == (2, 1, 256)
+        torch.testing.assert_close(decoded, e2e.step_function(reference)(tokens[:, :1], position, cache))
+
+
+def test_without_transformers_the_own_decoder_is_built_and_said_so(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers raises ImportError
+    model, source = e2e.build_model(tiny_spec("Llama"), 2, "cpu")
+    assert isinstance(model, e2e.OwnDecoder) and source == "own decoder (transformers missing)"
+    assert next(model.parameters()).dtype == torch.bfloat16 and not model.training
+    assert "transformers is not available" in capsys.readouterr().err
+
+
+def test_patched_twin_shares_the_weights_and_leaves_the_model_alone():
+    model = e2e.OwnDecoder(tiny_spec("Qwen2"), 2).to(torch.bfloat16)
+    twin, report = e2e.patched_twin(model)
+    assert len(report.patched) == 2 * 7 + 1 and not report.skipped  # q k v o gate up down per layer, lm_head
+    assert "model.layers.1.self_attn.q_proj" in report.patched and "lm_head" in report.patched
+    assert all(type(module) is torch.nn.Linear for module in model.modules() if isinstance(module, torch.nn.Linear))
+    assert dict(twin.named_parameters()).keys() == dict(model.named_parameters()).keys()
+    assert all(p is q for p, q in zip(twin.parameters(), model.parameters()))
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_the_patched_twin_traces_in_one_graph(phase):
+    model = e2e.OwnDecoder(tiny_spec("Qwen2"), 2).to(torch.bfloat16)
+    twin, _ = e2e.patched_twin(model)
+    twin.to("meta")
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    tokens = torch.zeros(2, 12 if phase == "prefill" else 1, dtype=torch.long, device="meta")
+    args = (tokens,) if phase == "prefill" else (tokens, torch.zeros(2, 1, dtype=torch.long, device="meta"),
+                                                  context(dtype=torch.bfloat16, device="meta"))
+    with torch.inference_mode():
+        step = torch.compile(e2e.step_function(twin), fullgraph=True, dynamic=False, backend=recording_backend)
+        logits = step(*args)
+    assert (logits.shape, logits.dtype) == ((2, 1, 256), torch.bfloat16)
+    assert [str(n.target) for n in graphs[0].graph.nodes].count("wavetune.linear.default") == 15
+
+
+def test_options():
+    args = e2e.parse_args(["--modes", "max-autotune,compile", "--decode-batches", "", "--lengths", "128,4096"])
+    assert args.modes == ["eager", "compile", "max-autotune"]  # eager always: the reference
+    assert args.decode_batches == [] and args.lengths == [128, 4096]
+    assert e2e.shapes(args) == [("prefill", 1, 128), ("prefill", 1, 4096)]
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--models", "gpt-5"])
+
+
+def record(phase, batch, length, ms, **extra):
+    return {"type": "shape", "model": "llama3-8b", "source": "test", "layers": 4, "phase": phase, "batch": batch,
+            "length": length, "reps": 3, "ms": ms, "error": {m: 0.01 for m in ms},
+            "warmup_s": {m: 1.0 for m in ms}, **extra}
+
+
+def test_report_from_a_jsonl(tmp_path):
+    header = {"type": "header", "device": "NVIDIA H100 80GB HBM3", "date": "2026-11-23 10:00 UTC", "torch": "2.13",
+              "cuda": "13.0", "transformers": "5.23.0", "wavetune": "0.1.0", "command": "e2e.py"}
+    records = [
+        record("prefill", 1, 128, {"eager": 2.0, "eager+wavetune": 2.5}),
+        record("prefill", 1, 2048, {"eager": 10.0, "eager+wavetune": 8.0}),
+        record("decode", 16, 1024, {"eager": 1.0, "eager+wavetune": 0.9}, failed={"compile": "RuntimeError: ..."}),
+        # a later run adds compile at 2048, interleaved with its own eager
+        record("prefill", 1, 2048, {"eager": 11.0, "compile": 10.0, "compile+wavetune": 5.5}),
+    ]
+    records[0]["error"]["eager+wavetune"] = 0.2
+    path = tmp_path / "e2e_nvidia-h100-80gb-hbm3.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [header, *records]))
+    e2e.main(["--out", str(tmp_path), "--plot"])
+
+    table = e2e.merged(records)
+    at_2048 = table[("llama3-8b", 4, "prefill", 1, 2048)]
+    assert at_2048["speedup"] == {"eager": 1.0, "eager+wavetune": 1.25, "compile": 1.1, "compile+wavetune": 2.0}
+    assert at_2048["gain"] == {"eager": 1.25, "compile": 10.0 / 5.5}  # each within its own record
+    markdown = path.with_suffix(".md").read_text()
+    assert "NVIDIA H100 80GB HBM3" in markdown and "2026-11-23" in markdown
+    assert "| batch | prompt length | eager | eager+wavetune | compile | compile+wavetune |" in markdown
+    assert "| batch | context | eager |" in markdown
+    assert "- eager+wavetune against eager: 1.000x geomean, from 0.80x to 1.25x over 2 shapes" in markdown
+    assert "- compile+wavetune against compile: 1.818x geomean" in markdown
+    assert "| 1 | 128 | 2.000 | 2.500 (0.80x) (!) |  |  |" in markdown  # slower, and its error flagged
+    assert "| 16 | 1024 | 1.000 | 0.900 (1.11x) | failed |  |" in markdown
+    shapes = json.loads(path.with_suffix(".json").read_text())["shapes"]
+    assert [(s["phase"], s["length"]) for s in shapes] == [("decode", 1024), ("prefill", 128), ("prefill", 2048)]
+    assert path.with_suffix(".png").exists() == (importlib.util.find_spec("matplotlib") is not None)
+
+
+def test_run_appends_each_shape_resumes_and_keeps_to_the_budget(tmp_path, monkeypatch):
+    """run's bookkeeping with the GPU parts replaced: the model is built on the CPU and not run."""
+    measured = []
+
+    def measure(steps, inputs, reps, stream):
+        measured.append(sorted(steps))
+        return {"ms": {m: 1.0 for m in steps}, "error": {m: 0.0 for m in steps}, "warmup_s": {m: 0.0 for m in steps}}
+
+    monkeypatch.setattr(e2e, "device_slug", lambda: "test-gpu")
+    monkeypatch.setattr(e2e, "header", lambda: {"type": "header", "device": "test GPU"})
+    monkeypatch.setattr(e2e, "build_model", lambda spec, layers, device: (
+        e2e.OwnDecoder(tiny_spec("Llama"), layers).to(torch.bfloat16), "own decoder"))
+    monkeypatch.setattr(e2e, "shape_inputs", lambda *args: {})
+    monkeypatch.setattr(e2e, "measure_shape", measure)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda: None)
+    options = ["--out", str(tmp_path), "--lengths", "128,512", "--decode-batches", "8"]
+
+    path = e2e.run(e2e.parse_args(options + ["--modes", "eager"]))
+    assert path == tmp_path / "e2e_test-gpu.jsonl"
+    headers, records = e2e.read_records(path)
+    assert [(r["phase"], r["batch"], r["length"]) for r in records] == [
+        ("prefill", 1, 128), ("prefill", 1, 512), ("decode", 8, 1024)]
+    assert measured == [["eager", "eager+wavetune"]] * 3
+
+    e2e.run(e2e.parse_args(options + ["--modes", "eager"]))  # measured already: nothing to do
+    assert len(measured) == 3
+    e2e.run(e2e.parse_args(options + ["--modes", "eager,compile", "--time-budget-s", "0"]))  # no time left
+    assert len(measured) == 3
+    e2e.run(e2e.parse_args(options + ["--modes", "eager,compile", "--lengths", "512", "--decode-batches", ""]))
+    assert measured[3:] == [["compile", "compile+wavetune", "eager", "eager+wavetune"]]
+    headers, records = e2e.read_records(path)
+    assert len(headers) == 4 and len(records) == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("phase, modes", [("prefill", ["eager"]), ("decode", ["eager", "compile"])])
+def test_a_shape_is_measured_on_the_gpu(phase, modes):
+    """The benchmark's own path on a tiny model (transformers' where installed): warm-up, compile, capture
+    and interleaved replays of every method, the patched ones matching eager."""
+    spec = tiny_spec("Qwen2")
+    model, _ = e2e.build_model(spec, 2, "cuda")
+    twin, report = e2e.patched_twin(model)
+    assert len(report.patched) == 15
+    inputs = e2e.shape_inputs(spec, 2, phase, 2, 40)
+    result = e2e.measure_shape(e2e.methods(model, twin, modes), inputs, 3, torch.cuda.Stream())
+    assert result["failed"] == {}
+    assert set(result["ms"]) == {m + s for m in modes for s in ("", e2e.WAVETUNE)}
+    assert all(ms > 0 for ms in result["ms"].values())
+    assert all(error < e2e.MAX_ERROR for error in result["error"].values()), result["error"]
