@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from wavetune import __main__ as cli
-from wavetune import model, tuning
+from wavetune import _C, model, tuning
 
 SMS = 132
 needs_bf16_col = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf16 column-major variant")
@@ -54,8 +57,9 @@ def test_a_budget_drops_whole_waves_and_keeps_a_subset_of_the_full_plan():
 def test_cli_tune_passes_its_options(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(tuning, "tune", lambda *args, **kwargs: seen.update(args=args, kwargs=kwargs))
-    assert cli.main(["tune", "--budget", "700", "--no-micro", "--out", str(tmp_path), "--log", str(tmp_path / "l")]) == 0
-    assert seen["kwargs"] == {"micro": False, "budget": 700}
+    assert cli.main(["tune", "--budget", "700", "--no-micro", "--offline", "--out", str(tmp_path),
+                     "--log", str(tmp_path / "l")]) == 0
+    assert seen["kwargs"] == {"micro": False, "budget": 700, "offline": True}
     assert seen["args"][:2] == (tmp_path, tmp_path / "l")
 
 
@@ -69,3 +73,19 @@ def test_prune_variants_drops_the_redundant_and_keeps_the_required():
     assert tuning.prune_variants(keys, times, {"b"}) == {"a", "b", "c"}
     times[20:, 1] = 0.9 * 1.002  # b now trails c by 0.2% where c wins: one of them is redundant
     assert len(tuning.prune_variants(keys, times, set())) == 2
+
+
+def test_an_offline_log_takes_its_own_device_and_measures_nothing(tmp_path):
+    path = tmp_path / "log.jsonl"
+    header = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800,
+              "config_space_hash": _C.build_info()["config_space_hash"]}
+    path.write_text(json.dumps(header) + "\n")
+    log = tuning.MeasurementLog(path, offline=True)
+    assert log.device == {"name": header["gpu_name"], "sm_count": 132, "l2_bytes": 52428800}
+    with pytest.raises(ValueError, match="refit offline"):
+        log.measure(("bf16", "col", 1, 8, 8), [(SimpleNamespace(key="v/data_parallel/1"), "heuristic", 1)])
+    path.write_text(json.dumps({**header, "config_space_hash": "0" * 16}) + "\n")
+    with pytest.raises(ValueError, match="recorded on"):
+        tuning.MeasurementLog(path, offline=True)
+    with pytest.raises(ValueError, match="no such measurement log"):
+        tuning.MeasurementLog(tmp_path / "missing.jsonl", offline=True)

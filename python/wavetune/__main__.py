@@ -49,7 +49,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     exact = tuning.suite_shapes(args.exact, args.models) if args.exact else []
     tuning.tune(Path(args.out), Path(args.log), args.dtype, args.b_layout, exact, micro=not args.no_micro,
-                budget=args.budget)
+                budget=args.budget, offline=args.offline)
     return 0
 
 
@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--exact", help="shape-suite JSON whose shapes are profiled exhaustively into the exact table")
     tune.add_argument("--models", help="comma-separated models of --exact (default: all)")
     tune.add_argument("--no-micro", action="store_true", help="skip the raster/swizzle stage")
+    tune.add_argument("--offline", action="store_true",
+                      help="measure nothing: refit the table from --log (recorded on its GPU with this build)")
     tune.add_argument("--budget", type=int, metavar="N",
                       help="at most N measurements for the model (anchors and raster/swizzle runs; the full plan "
                            "is about 1,300 for 33 configs): fewer wave regimes are profiled and the model bridges "

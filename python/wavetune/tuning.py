@@ -92,12 +92,14 @@ class MeasurementLog:
     """Profiled latencies, persisted as JSON lines: a header with the device, then one record each.
 
     Opening an existing log on another GPU or build is refused; records already there are not measured
-    again, which makes tuning resumable.
+    again, which makes tuning resumable. ``offline``: the device is the log's own and nothing is measured
+    (refitting a table from its log, on any machine with the same build).
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, offline: bool = False):
         self.path = Path(path)
-        self.device = _C.device_properties()
+        self.offline = offline
+        self.device = self._logged_device() if offline else _C.device_properties()
         self.header = {
             "gpu_name": self.device["name"], "sm_count": self.device["sm_count"],
             "l2_bytes": self.device["l2_bytes"], "config_space_hash": _C.build_info()["config_space_hash"],
@@ -117,6 +119,12 @@ class MeasurementLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(json.dumps({**self.header, "timing": TIMING}) + "\n")
 
+    def _logged_device(self) -> dict:
+        if not self.path.exists():
+            raise ValueError(f"{self.path}: no such measurement log to refit from")
+        header = json.loads(self.path.read_text().split("\n", 1)[0])
+        return {"name": header["gpu_name"], "sm_count": header["sm_count"], "l2_bytes": header["l2_bytes"]}
+
     @staticmethod
     def _key(problem, config: str, raster: str, max_swizzle: int) -> tuple:
         return (*problem, config, raster, max_swizzle)
@@ -129,6 +137,9 @@ class MeasurementLog:
         missing = [r for r in runs if self.get(problem, *r) is None]
         if not missing:
             return
+        if self.offline:
+            raise ValueError(f"{self.path} lacks {len(missing)} planned measurements of {problem}, e.g. "
+                             f"{missing[0][0].key}: refit offline only from a log of the same plan")
         dtype, b_layout, m, n, k = problem
         start = time.perf_counter()
         times = _C.profile(m, n, k, _C.DTYPES.index(dtype), _C.B_LAYOUTS.index(b_layout),
@@ -242,10 +253,12 @@ def memory_bandwidth(log: MeasurementLog, plan: dict, dtype: str, b_layout: str)
 
 
 def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
-         exact_shapes: list[tuple[int, int, int]] = (), micro: bool = True, budget: int | None = None) -> Path:
+         exact_shapes: list[tuple[int, int, int]] = (), micro: bool = True, budget: int | None = None,
+         offline: bool = False) -> Path:
     """Profile the plan (and the exact shapes), fit, and write ``out/<gpu-slug>.wtt``. ``budget`` caps
-    the plan's measurements (``budget_plan``); the exact shapes come on top of it."""
-    log = MeasurementLog(log_path)
+    the plan's measurements (``budget_plan``); the exact shapes come on top of it. ``offline``: measure
+    nothing, refit from the log (``MeasurementLog``)."""
+    log = MeasurementLog(log_path, offline)
     sm_count = log.device["sm_count"]
     cands = candidates(dtype, b_layout)
     if not cands:
