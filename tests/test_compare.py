@@ -269,8 +269,8 @@ def test_report_over_a_synthetic_log(tmp_path):
                         "cuda_version": 0, "created": "2026-11-22T00:00:00+00:00", **meta},
             configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
             waves={i: {1: [3.0 + 0.001 * c.variant.id, 0.0, 0.05, 0.0]} for i, c in enumerate(cands)},
-            micro={}, exact=[{"dtype": "bf16", "b_layout": "col", "m": 1, "n": 4096, "k": 4096, "config_id": 0,
-                              "raster": "heuristic", "max_swizzle": 1, "us": 3.0}])
+            micro={}, exact=[{"dtype": "bf16", "b_layout": "col", "m_first": 1, "m_last": 1, "n": 4096, "k": 4096,
+                              "config_id": 0, "raster": "heuristic", "max_swizzle": 1, "us": 3.0}])
         return path
 
     table = write_table(tmp_path / "t.wtt")

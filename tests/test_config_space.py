@@ -194,7 +194,7 @@ def test_fallback_and_the_tables_kernel_set(tmp_path):
     assert len(space.fallback) == 2 * 3  # both dtypes
     tables = tmp_path / "tables"
     tables.mkdir()
-    (tables / "gpu.wtt").write_text("wavetune-table 3\nconfig 0 bf16_bcol_cooperative_128x128x64_2x1_stream_k split_k 2\n")
+    (tables / "gpu.wtt").write_text("wavetune-table 4\nconfig 0 bf16_bcol_cooperative_128x128x64_2x1_stream_k split_k 2\n")
     chosen = {v.name for v in space.select("tables", tables_dir=tables)}
     assert chosen == {v.name for *_, v in space.fallback} | {"bf16_bcol_cooperative_128x128x64_2x1_stream_k"}
     registry = cs.render_registry(space, space.select("tables", tables_dir=tables), "tables")

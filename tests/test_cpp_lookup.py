@@ -40,7 +40,8 @@ GPU_NAME = _gpu_name()
 
 def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, priors=(), memory=None) -> bytes:
     """A table file. configs: [(variant, decomposition, splits)]; waves: [(config, w, a, b, c, d)];
-    micro: [(config, w_min, raster, swizzle)]; exact: [(dtype, layout, m, n, k, config, raster, swizzle, us)];
+    micro: [(config, w_min, raster, swizzle)];
+    exact: [(dtype, layout, m_first, m_last, n, k, config, raster, swizzle, us)];
     priors: [(config, max_m, margin)]; memory: bytes per us, or None for no memory record."""
     fields = {
         "gpu_name": GPU_NAME,
@@ -52,7 +53,7 @@ def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, pri
         "timing": "synthetic: written by tests/test_cpp_lookup.py",
     }
     fields.update(meta or {})
-    lines = ["wavetune-table 3"]
+    lines = ["wavetune-table 4"]
     if comments:
         lines.append("# a synthetic table")
     lines += [f"meta {k} {v}" for k, v in fields.items()]
@@ -171,18 +172,22 @@ def test_model_choice_cheapest_config(programs, tmp_path):
     assert done.returncode == 1 and "default_variant" in done.stderr and "fp16 with row-major B" in done.stderr
 
 
-def test_exact_entry_wins_for_its_shape(programs, tmp_path):
+def test_exact_range_wins_for_its_m(programs, tmp_path):
     v0, v1 = bf16_col_variants()[:2]
     table = tmp_path / "table.wtt"
     table.write_bytes(table_text(
         configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1)],
         waves=[(0, 1, 50.0, 0.0, 0.0, 0.0), (1, 1, 10.0, 0.0, 0.0, 0.0)],
-        exact=[("bf16", "col", 24, 4096, 4096, 0, "along_n", 4, 7.25)]))
-    out = fields(run(programs["select_kernel"], table, 24, 4096, 4096).stdout)
-    assert out["source"] == "exact" and out["config"] == "0" and out["variant"].startswith(v0.name + " ")
-    assert float(out["predicted_us"]) == 7.25 and out["raster"] == "along_n max_swizzle=4"
-    out = fields(run(programs["select_kernel"], table, 25, 4096, 4096).stdout)  # a neighbour: the model
-    assert out["source"] == "model" and out["config"] == "1"
+        exact=[("bf16", "col", 24, 24, 4096, 4096, 0, "along_n", 4, 7.25),
+               ("bf16", "col", 100, 200, 4096, 4096, 0, "along_m", 2, 9.5)]))
+    for m, raster, us in ((24, "along_n max_swizzle=4", 7.25), (100, "along_m max_swizzle=2", 9.5),
+                          (150, "along_m max_swizzle=2", 9.5), (200, "along_m max_swizzle=2", 9.5)):
+        out = fields(run(programs["select_kernel"], table, m, 4096, 4096).stdout)
+        assert out["source"] == "exact" and out["config"] == "0" and out["variant"].startswith(v0.name + " ")
+        assert float(out["predicted_us"]) == us and out["raster"] == raster
+    for m in (23, 25, 99, 201):  # outside the ranges: the model
+        out = fields(run(programs["select_kernel"], table, m, 4096, 4096).stdout)
+        assert out["source"] == "model" and out["config"] == "1"
 
 
 def test_prior_stays_unless_the_model_predicts_more_than_its_margin(programs, tmp_path):
@@ -320,10 +325,20 @@ def test_table_of_another_config_space_is_refused(programs, tmp_path):
     assert "0123456789abcdef" in done.stderr and build_hash in done.stderr and "re-tune" in done.stderr
 
 
+def exact_line(m_first: int, m_last: int) -> bytes:
+    return f"exact bf16 col {m_first} {m_last} 4096 4096 0 heuristic 1 5.0\n".encode()
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda b: b.replace(b"wavetune-table 3", b"wavetune-table 2"), r"table.wtt:1: unsupported table version '2'"),
+        (lambda b: b.replace(b"wavetune-table 4", b"wavetune-table 2"), r"table.wtt:1: unsupported table version '2'"),
+        (lambda b: b.replace(b"wavetune-table 4", b"wavetune-table 3"),
+         r"table.wtt:1: unsupported table version '3': this build reads version 4 \(re-tune"),
+        (lambda b: b + b"exact bf16 col 8 4096 4096 0 heuristic 1 5.0\n", r"table.wtt:\d+: exact record: expected 11"),
+        (lambda b: b + exact_line(9, 8), r"table.wtt:\d+: m-last 8 is below m-first 9"),
+        (lambda b: b + exact_line(1, 16) + exact_line(17, 20) + exact_line(16, 16),
+         r"table.wtt:\d+: the exact range M 16..16 overlaps M 1..16 on line \d+ \(bf16 col N=4096 K=4096\)"),
         (lambda b: b + b"memory 0.0\n", r"table.wtt:\d+: memory bandwidth 0 bytes/us is not positive"),
         (lambda b: b + b"memory 1e6\nmemory 2e6\n", r"table.wtt:\d+: a second memory record"),
         (lambda b: b + b"memory\n", r"table.wtt:\d+: memory record: expected 2 fields"),
@@ -360,7 +375,7 @@ def test_arbitrary_bytes_never_crash_or_hang(programs, tmp_path):
     first = (v0.name, "split_k", 2) if v0.scheduler == "stream_k" else (v0.name, "data_parallel", 1)
     good = table_text(configs=[first, (v1.name, "data_parallel", 1)],
                       waves=[(0, 1, 50.0, 0.0, 0.0, 0.0), (1, 2, 10.0, 0.5, 0.0, 0.0)],
-                      micro=[(0, 2, "along_n", 4)], exact=[("bf16", "col", 8, 64, 64, 1, "heuristic", 1, 3.0)])
+                      micro=[(0, 2, "along_n", 4)], exact=[("bf16", "col", 8, 16, 64, 64, 1, "heuristic", 1, 3.0)])
     body = good[:good.rindex(b"checksum")]
     rng = random.Random(1)
     table = tmp_path / "table.wtt"

@@ -153,7 +153,7 @@ def test_errors_on_the_gpu():
 
 
 def test_gemm_follows_a_loaded_table(tmp_path):
-    """Model choices (every candidate wins somewhere) and an exact entry launch correct kernels."""
+    """Model choices (every candidate wins somewhere) and an exact range launch correct kernels."""
     from wavetune import _C, tablefile, tuning
 
     cands = tuning.candidates()
@@ -161,7 +161,7 @@ def test_gemm_follows_a_loaded_table(tmp_path):
         pytest.skip("no bf16 column-major variant compiled")
     props = wavetune.device_properties()
     path = tmp_path / "table.wtt"
-    # Constant models: the middle candidate wins every model choice; the exact entry picks candidate 0.
+    # Constant models: the middle candidate wins every model choice; the exact range picks candidate 0.
     waves = {i: {1: [1.0 + abs(i - len(cands) // 2), 0.0, 0.0, 0.0]} for i in range(len(cands))}
     tablefile.write_table(
         path,
@@ -169,12 +169,12 @@ def test_gemm_follows_a_loaded_table(tmp_path):
               "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "test",
               "cuda_version": 13000, "created": "2026-11-21T00:00:00+00:00"},
         configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
-        waves=waves, micro={}, exact=[{"dtype": "bf16", "b_layout": "col", "m": 40, "n": 1032, "k": 520,
-                                       "config_id": 0, "raster": "along_n", "max_swizzle": 2, "us": 5.0}])
+        waves=waves, micro={}, exact=[{"dtype": "bf16", "b_layout": "col", "m_first": 33, "m_last": 48, "n": 1032,
+                                       "k": 520, "config_id": 0, "raster": "along_n", "max_swizzle": 2, "us": 5.0}])
     info = wavetune.load_table(path)
     try:
         assert info["configs"] == len(cands)
-        for m, n, k in [(40, 1032, 520), (3, 4104, 2056), (300, 1288, 776)]:
+        for m, n, k in [(40, 1032, 520), (33, 1032, 520), (3, 4104, 2056), (300, 1288, 776)]:
             x, b = operands(m, n, k, torch.bfloat16, "col")
             check(x, b)
     finally:

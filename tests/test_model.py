@@ -369,7 +369,9 @@ def tiny_table():
     ]  # fmt: skip
     waves = {0: {2: [1.5, 0.25, 0.125, 1e-05], 1: [3.0, 0.1, 0.2, 0.003]}, 1: {1: np.array([2.0, 0.0, 0.5, -0.0])}}
     micro = {0: [(4, "along_n", 2)], 1: []}
-    exact = [{"dtype": "bf16", "b_layout": "col", "m": 16, "n": 4096, "k": 4096, "config_id": 1,
+    exact = [{"dtype": "bf16", "b_layout": "col", "m_first": 17, "m_last": 300, "n": 4096, "k": 4096, "config_id": 0,
+              "raster": "along_m", "max_swizzle": 2, "us": 30.5},
+             {"dtype": "bf16", "b_layout": "col", "m_first": 1, "m_last": 16, "n": 4096, "k": 4096, "config_id": 1,
               "raster": "heuristic", "max_swizzle": 1, "us": 12.25}]  # fmt: skip
     return meta, configs, waves, micro, exact
 
@@ -378,7 +380,7 @@ def tiny_table():
 TINY_PRIORS = [{"config_id": 0, "max_m": 0, "margin": 0.2}, {"config_id": 1, "max_m": 64, "margin": 0.25}]
 
 GOLDEN = """\
-wavetune-table 3
+wavetune-table 4
 meta gpu_name NVIDIA H200
 meta sm_count 132
 meta config_space_hash 0123456789abcdef
@@ -393,11 +395,12 @@ wave 0 1 3.0 0.1 0.2 0.003
 wave 0 2 1.5 0.25 0.125 1e-05
 wave 1 1 2.0 0.0 0.5 -0.0
 micro 0 4 along_n 2
-exact bf16 col 16 4096 4096 1 heuristic 1 12.25
+exact bf16 col 1 16 4096 4096 1 heuristic 1 12.25
+exact bf16 col 17 300 4096 4096 0 along_m 2 30.5
 prior 1 64 0.25
 prior 0 0 0.2
 memory 2500000.0
-checksum c48283355aab5736
+checksum 18b8c73392b45946
 """
 
 
@@ -409,6 +412,42 @@ def test_write_table_golden(tmp_path):
     body, last = data[: data.rindex(b"checksum ")], data.splitlines()[-1]
     assert last == f"checksum {tablefile.fnv1a64(body):016x}".encode()
     assert sorted(os.listdir(tmp_path)) == ["nvidia-h200.wtt"]  # no temporary file left
+
+
+def test_read_table_gives_back_what_write_table_wrote(tmp_path):
+    path = tmp_path / "in.wtt"
+    path.write_bytes(GOLDEN.encode())
+    table = tablefile.read_table(path)
+    assert table["exact"][0] == {"dtype": "bf16", "b_layout": "col", "m_first": 1, "m_last": 16, "n": 4096,
+                                 "k": 4096, "config_id": 1, "raster": "heuristic", "max_swizzle": 1, "us": 12.25}
+    assert table["memory_bytes_per_us"] == 2.5e6 and table["waves"][0][2] == [1.5, 0.25, 0.125, 1e-05]
+    tablefile.write_table(tmp_path / "out.wtt", **table)
+    assert (tmp_path / "out.wtt").read_bytes() == GOLDEN.encode()
+
+
+BODY = GOLDEN[: GOLDEN.rindex("checksum")]
+
+
+def signed(body: str) -> str:
+    return body + f"checksum {tablefile.fnv1a64(body.encode()):016x}\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (signed(BODY.replace("wavetune-table 4", "wavetune-table 3")),
+         r"in.wtt: not a wavetune-table 4 file \(version '3'\): re-tune"),
+        (GOLDEN.replace("wave 1 1 2.0", "wave 1 1 2.5"), "in.wtt: checksum mismatch"),
+        (BODY, "in.wtt: no checksum line"),
+        (signed(BODY.replace("1 heuristic 1 12.25", "1 heuristic 1")),
+         r"in.wtt:16: malformed record 'exact bf16 col 1 16 4096 4096 1 heuristic 1' \(9 fields"),
+        (signed(BODY + "bogus 1\n"), r"in.wtt:21: malformed record 'bogus 1' \(unknown record type"),
+    ],
+)  # fmt: skip
+def test_read_table_refusals(tmp_path, text, message):
+    (tmp_path / "in.wtt").write_text(text)
+    with pytest.raises(ValueError, match=message):
+        tablefile.read_table(tmp_path / "in.wtt")
 
 
 def _with(index, changes):
@@ -457,9 +496,16 @@ def test_write_table_rejects_bad_waves_and_exact_records(tmp_path):
         tablefile.write_table(tmp_path / "t.wtt", meta, configs, waves, micro, [dict(exact[0], dtype="fp16")])
     with pytest.raises(ValueError, match="2\\^31-1"):
         tablefile.write_table(tmp_path / "t.wtt", meta, configs, waves, micro, [dict(exact[0], n=2**31)])
-    with pytest.raises(ValueError, match="repeats the shape"):
+    with pytest.raises(ValueError, match="exact record 2 repeats M 17..300 of bf16 col N=4096 K=4096"):
         tablefile.write_table(tmp_path / "t.wtt", meta, configs, waves, micro, exact * 2)
+    with pytest.raises(ValueError, match="M 1..16 and M 16..20 of bf16 col N=4096 K=4096 overlap"):
+        tablefile.write_table(tmp_path / "t.wtt", meta, configs, waves, micro,
+                              [*exact, dict(exact[1], m_first=16, m_last=20)])  # fmt: skip
+    with pytest.raises(ValueError, match="m_first 9 is above m_last 8"):
+        tablefile.write_table(tmp_path / "t.wtt", meta, configs, waves, micro, [dict(exact[0], m_first=9, m_last=8)])
     assert os.listdir(tmp_path) == []
+    # Ranges of other layers may hold the same M.
+    tablefile.write_table(tmp_path / "t.wtt", meta, configs, waves, micro, [*exact, dict(exact[1], k=8192)])
 
 
 @pytest.mark.parametrize(
@@ -515,7 +561,7 @@ def test_write_table_is_atomic(tmp_path, monkeypatch):
 
     tablefile.write_table(path, meta, configs, waves, None, None)  # replaces the old file
     data = path.read_bytes()
-    assert data.startswith(b"wavetune-table 3\n") and b"\nmicro " not in data and b"\nexact " not in data
+    assert data.startswith(b"wavetune-table 4\n") and b"\nmicro " not in data and b"\nexact " not in data
     assert b"\nmemory " not in data
     assert os.listdir(tmp_path) == ["t.wtt"]
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 
@@ -17,7 +18,9 @@ pytestmark = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf1
 GPU, SMS = "NVIDIA H200", 132
 
 
-def make_table(path, exact_shape=(64, 4096, 4096), hash_=None, priors=None, memory=None, extra_configs=()):
+def make_table(path, exact=((60, 70, 4096, 4096),), hash_=None, priors=None, memory=None, extra_configs=()):
+    """A table of every bf16 col candidate with synthetic waves; ``exact``: (m_first, m_last, n, k) ranges, all
+    choosing the last candidate with raster along_m, swizzle 2 and 7.5 us."""
     cands = tuning.candidates()
     waves = {i: {1: [2.0 + i, 0.01, 0.05 * (i + 1), 1e-4], 3: [6.0 + i, 0.01, 0.1 * (i + 1), 1e-4]}
              for i in range(len(cands))}
@@ -29,8 +32,9 @@ def make_table(path, exact_shape=(64, 4096, 4096), hash_=None, priors=None, memo
         + [{"variant": name, "decomposition": "data_parallel", "splits": 1} for name in extra_configs],
         waves={**waves, **{len(cands) + i: {1: [1.0, 0.0, 0.0, 0.0]} for i in range(len(extra_configs))}},
         micro={0: [(2, "along_n", 4)]},
-        exact=[{"dtype": "bf16", "b_layout": "col", "m": exact_shape[0], "n": exact_shape[1], "k": exact_shape[2],
-                "config_id": len(cands) - 1, "raster": "along_m", "max_swizzle": 2, "us": 7.5}],
+        exact=[{"dtype": "bf16", "b_layout": "col", "m_first": m_first, "m_last": m_last, "n": n, "k": k,
+                "config_id": len(cands) - 1, "raster": "along_m", "max_swizzle": 2, "us": 7.5}
+               for m_first, m_last, n, k in exact],
         priors=priors,
         memory_bytes_per_us=memory,
     )
@@ -57,13 +61,40 @@ def test_python_written_table_is_evaluated_by_the_cpp_engine_like_the_reference(
         assert choice["predicted_us"] == pytest.approx(best["predicted_us"])
 
 
-def test_exact_entry_and_micro_rule(tmp_path):
+def test_exact_range_and_micro_rule(tmp_path):
     path = tmp_path / "t.wtt"
     cands, _ = make_table(path)
-    choice = api.open_table(path).select("bf16", "col", 64, 4096, 4096)
-    assert choice["source"] == "exact" and choice["config"] == len(cands) - 1
-    assert (choice["raster"], choice["max_swizzle"], choice["predicted_us"]) == ("along_m", 2, 7.5)
-    assert choice["name"] == cands[-1].variant.name
+    selector = api.open_table(path)
+    for m in (60, 64, 70):
+        choice = selector.select("bf16", "col", m, 4096, 4096)
+        assert choice["source"] == "exact" and choice["config"] == len(cands) - 1
+        assert (choice["raster"], choice["max_swizzle"], choice["predicted_us"]) == ("along_m", 2, 7.5)
+        assert choice["name"] == cands[-1].variant.name
+    for m, n, k in [(59, 4096, 4096), (71, 4096, 4096), (64, 4096, 8192), (64, 8192, 4096)]:
+        assert selector.select("bf16", "col", m, n, k)["source"] == "model"
+
+
+def test_exact_ranges_with_gaps_hold_exactly_their_m(tmp_path):
+    """Many ranges per layer, in several layers, with gaps: the C++ lookup (hash of the layer, then a binary
+    search over m_last) finds the range holding M, and the model decides in the gaps."""
+    rng = random.Random(3)
+    layers = [(4096, 4096), (4096, 14336), (28672, 4096), (1024, 1024)]
+    ranges = []
+    for n, k in layers:
+        m = rng.randint(1, 5)
+        while m < 3000:
+            last = m + rng.choice((0, 0, 1, 7, 100))
+            ranges.append((m, last, n, k))
+            m = last + 1 + rng.choice((0, 0, 0, 1, 50))
+    path = tmp_path / "t.wtt"
+    cands, _ = make_table(path, exact=ranges)
+    selector = api.open_table(path)
+    assert selector.exact_count() == len(ranges)
+    held = {(m, n, k) for first, last, n, k in ranges for m in range(first, last + 1)}
+    for n, k in layers + [(4096, 1024)]:
+        for m in range(1, 3200):
+            expected = "exact" if (m, n, k) in held else "model"
+            assert selector.select("bf16", "col", m, n, k)["source"] == expected, (m, n, k)
 
 
 def test_model_only_choice_skips_the_exact_table(tmp_path):

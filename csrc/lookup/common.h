@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "wavetune/lookup.h"
 
@@ -56,5 +57,10 @@ inline bool valid_extents(int64_t m, int64_t n, int64_t k) {
   return m >= 1 && n >= 1 && k >= 1 && m <= kMaxExtent && n <= kMaxExtent && k <= kMaxExtent &&
          double(m * n) * double(k) <= kMaxVolume;
 }
+
+// Two exact entries of one (dtype, B layout, N, K) whose M ranges overlap, as indices into `exact` (the one
+// with the smaller m_first first); false when there are none. Both the parser (which names the lines) and
+// the Selector (which may be given a Table built by hand) refuse such tables.
+bool find_overlapping_exact(const std::vector<ExactEntry>& exact, size_t* first, size_t* second);
 
 }  // namespace wavetune::lookup_detail

@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -129,6 +130,11 @@ struct Key {
 
 Key make_key(const Problem& p) {
   return {uint64_t(p.m) << 32 | uint64_t(p.n), uint64_t(p.k) << 32 | uint64_t(p.dtype) << 1 | uint64_t(p.b_layout)};
+}
+
+// The layer of a problem, (dtype, layout, n, k), which exact ranges are grouped by; n >= 1 makes `lo` non-zero.
+Key layer_key(DType dtype, BLayout b_layout, int64_t n, int64_t k) {
+  return {uint64_t(n) << 32 | uint64_t(k), uint64_t(dtype) << 1 | uint64_t(b_layout)};
 }
 
 uint64_t hash(const Key& k) {
@@ -315,10 +321,16 @@ struct Selector::Impl {
   };
   std::vector<Prior> priors[2][2];
 
-  // The exact entries of compiled configs: open addressing, linear probing, at most half full.
+  // The exact ranges of compiled configs, grouped by layer (dtype, layout, N, K), each group sorted by m_last.
+  struct ExactRange {
+    int64_t m_first, m_last;
+    Choice choice;
+  };
+  std::vector<ExactRange> exact_ranges;
+  // Layer -> its group in exact_ranges: open addressing, linear probing, at most half full.
   struct ExactSlot {
     Key key;  // lo == 0: empty
-    Choice choice;
+    uint32_t begin, count;
   };
   std::vector<ExactSlot> exact;
   uint64_t exact_mask = 0;
@@ -326,11 +338,19 @@ struct Selector::Impl {
 
   ChoiceCache cache;
 
-  const Choice* find_exact(const Key& key, uint64_t h) const {
-    for (uint64_t i = h >> 32;; ++i) {
+  void index_exact();
+  const Choice* find_exact(const Problem& p) const {
+    const Key key = layer_key(p.dtype, p.b_layout, p.n, p.k);
+    for (uint64_t i = hash(key) >> 32;; ++i) {
       const ExactSlot& s = exact[i & exact_mask];
-      if (s.key == key) return &s.choice;
       if (s.key.lo == 0) return nullptr;
+      if (s.key == key) {
+        // The first range ending at or after M holds M unless M falls in a gap before it.
+        const ExactRange *first = &exact_ranges[s.begin], *last = first + s.count;
+        const ExactRange* r =
+            std::lower_bound(first, last, p.m, [](const ExactRange& e, int64_t m) { return e.m_last < m; });
+        return r != last && r->m_first <= p.m ? &r->choice : nullptr;
+      }
     }
   }
 
@@ -448,41 +468,72 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
     }
   }
 
-  size_t capacity = 16;
-  while (capacity < 2 * t.exact.size()) capacity *= 2;
-  s.exact.assign(capacity, Impl::ExactSlot{{0, 0}, {}});
-  s.exact_mask = capacity - 1;
+  s.index_exact();
+}
+
+// Checks the table's exact entries and groups those of compiled configs by layer for find_exact.
+void Selector::Impl::index_exact() {
+  const Table& t = table;
+  const std::string& origin = t.origin;
+  size_t first = 0, second = 0;
+  if (lookup_detail::find_overlapping_exact(t.exact, &first, &second)) {
+    const ExactEntry &a = t.exact[first], &b = t.exact[second];
+    table_error(origin, ": exact ranges M ", a.m_first, "..", a.m_last, " and M ", b.m_first, "..", b.m_last, " of ",
+                to_string(a.dtype), " ", to_string(a.b_layout), " N=", a.n, " K=", a.k, " overlap");
+  }
+  struct Entry {
+    Key layer;
+    ExactRange range;
+  };
+  std::vector<Entry> entries;
   for (const ExactEntry& e : t.exact) {
     if (e.config < 0 || size_t(e.config) >= t.configs.size()) {
-      table_error(origin, ": exact entry ", e.m, "x", e.n, "x", e.k, " names config ", e.config, ", out of range");
+      table_error(origin, ": exact entry M ", e.m_first, "..", e.m_last, " N=", e.n, " K=", e.k, " names config ",
+                  e.config, ", out of range");
     }
-    const VariantInfo* v = s.variant_of[size_t(e.config)];
-    if (!v) continue;  // its config is skipped: the model decides that shape
-    const Problem p{e.dtype, e.b_layout, e.m, e.n, e.k};
+    const VariantInfo* v = variant_of[size_t(e.config)];
+    if (!v) continue;  // its config is skipped: the model decides that range
     if (v->dtype != e.dtype || v->b_layout != e.b_layout) {
-      table_error(origin, ": exact entry ", to_string(e.dtype), " ", to_string(e.b_layout), " ", e.m, "x", e.n, "x",
-                  e.k, " names config ", e.config, " (", v->name, "), which takes other data");
+      table_error(origin, ": exact entry ", to_string(e.dtype), " ", to_string(e.b_layout), " M ", e.m_first, "..",
+                  e.m_last, " N=", e.n, " K=", e.k, " names config ", e.config, " (", v->name,
+                  "), which takes other data");
     }
     if (!lookup_detail::valid_swizzle(e.max_swizzle) || !valid_raster(e.raster)) {
-      table_error(origin, ": exact entry ", e.m, "x", e.n, "x", e.k, ": invalid raster or max swizzle");
+      table_error(origin, ": exact entry M ", e.m_first, "..", e.m_last, " N=", e.n, " K=", e.k,
+                  ": invalid raster or max swizzle");
     }
-    if (!lookup_detail::valid_extents(e.m, e.n, e.k)) {
-      table_error(origin, ": exact entry ", e.m, "x", e.n, "x", e.k, ": sizes out of range");
+    if (e.m_first < 1 || e.m_first > e.m_last || !lookup_detail::valid_extents(e.m_last, e.n, e.k)) {
+      table_error(origin, ": exact entry M ", e.m_first, "..", e.m_last, " N=", e.n, " K=", e.k,
+                  ": sizes out of range");
     }
     const TableConfig& c = t.configs[size_t(e.config)];
     const MicroParams micro{c.decomposition, launch_splits(tile_shape(*v), c.decomposition, c.splits, e.k), e.raster,
                             e.max_swizzle};
-    const Key key = make_key(p);
-    for (uint64_t i = hash(key) >> 32;; ++i) {
-      Impl::ExactSlot& slot = s.exact[i & s.exact_mask];
-      if (slot.key == key) table_error(origin, ": two exact entries for ", e.m, "x", e.n, "x", e.k);
+    entries.push_back({layer_key(e.dtype, e.b_layout, e.n, e.k),
+                       {e.m_first, e.m_last, Choice{v->id, micro, e.us, ChoiceSource::exact, e.config}}});
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.layer.hi, a.layer.lo, a.range.m_last) < std::tie(b.layer.hi, b.layer.lo, b.range.m_last);
+  });
+
+  size_t capacity = 16;
+  while (capacity < 2 * entries.size()) capacity *= 2;
+  exact.assign(capacity, ExactSlot{{0, 0}, 0, 0});
+  exact_mask = capacity - 1;
+  for (size_t begin = 0; begin < entries.size();) {
+    const Key layer = entries[begin].layer;
+    size_t end = begin;
+    for (; end < entries.size() && entries[end].layer == layer; ++end) exact_ranges.push_back(entries[end].range);
+    for (uint64_t i = hash(layer) >> 32;; ++i) {
+      ExactSlot& slot = exact[i & exact_mask];
       if (slot.key.lo == 0) {
-        slot = {key, Choice{v->id, micro, e.us, ChoiceSource::exact, e.config}};
-        s.has_exact = true;
+        slot = {layer, uint32_t(begin), uint32_t(end - begin)};
         break;
       }
     }
+    begin = end;
   }
+  has_exact = !entries.empty();
 }
 
 Selector::~Selector() = default;
@@ -513,8 +564,7 @@ Choice Selector::select_uncached(const Problem& p) const {
   check_problem(p);
   const Impl& s = *impl_;
   if (s.has_exact) {
-    const Key key = make_key(p);
-    if (const Choice* c = s.find_exact(key, hash(key))) return *c;
+    if (const Choice* c = s.find_exact(p)) return *c;
   }
   return select_model(p);
 }

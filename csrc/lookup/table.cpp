@@ -47,6 +47,26 @@ bool parse_decomposition(std::string_view s, Decomposition* out) {
   return false;
 }
 
+bool find_overlapping_exact(const std::vector<ExactEntry>& exact, size_t* first, size_t* second) {
+  auto order = [&](size_t i) {
+    const ExactEntry& e = exact[i];
+    return std::make_tuple(int(e.dtype), int(e.b_layout), e.n, e.k, e.m_first);
+  };
+  std::vector<size_t> sorted(exact.size());
+  for (size_t i = 0; i < sorted.size(); ++i) sorted[i] = i;
+  std::sort(sorted.begin(), sorted.end(), [&](size_t a, size_t b) { return order(a) < order(b); });
+  // NOTES: sorted by m_first within a (dtype, layout, N, K), disjoint ranges have increasing m_last too, so
+  // the first overlap there is between neighbours.
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    const ExactEntry &a = exact[sorted[i - 1]], &b = exact[sorted[i]];
+    if (a.dtype == b.dtype && a.b_layout == b.b_layout && a.n == b.n && a.k == b.k && b.m_first <= a.m_last) {
+      *first = sorted[i - 1], *second = sorted[i];
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace lookup_detail
 
 namespace {
@@ -54,7 +74,7 @@ namespace {
 using lookup_detail::quoted;
 using lookup_detail::table_error;
 
-constexpr std::string_view kMagic = "wavetune-table 3";
+constexpr std::string_view kMagic = "wavetune-table 4";
 constexpr std::string_view kChecksumPrefix = "checksum ";
 constexpr const char* kRequiredMeta[] = {"gpu_name",         "sm_count",    "config_space_hash",
                                          "wavetune_version", "cuda_version", "created"};
@@ -63,7 +83,7 @@ constexpr const char* kRequiredMeta[] = {"gpu_name",         "sm_count",    "con
 constexpr size_t kMaxFileBytes = size_t(256) << 20;
 // The most fields any record has (exact); splitting stops past it, so a line of a million spaces costs
 // nothing.
-constexpr size_t kMaxFields = 10;
+constexpr size_t kMaxFields = 11;
 
 // A record whose config id is checked once every config line has been read (records may come in any
 // order after their config's line or before it).
@@ -116,7 +136,7 @@ class Parser {
     }
     if (first.substr(0, 15) == "wavetune-table ") {
       fail(1, "unsupported table version ", quoted(first.substr(15)),
-           ": this build reads version 3 (re-tune with python -m wavetune tune)");
+           ": this build reads version 4 (re-tune with python -m wavetune tune)");
     }
     fail(1, "not a wavetune table: the first line is ", quoted(first), ", expected '", kMagic, "'");
   }
@@ -251,22 +271,22 @@ class Parser {
       micro_.push_back({line_, config, r});
     } else if (type == "exact") {
       const size_t n = split(line, f);
-      expect_fields(type, n, 10, "exact <dtype> <b-layout> <m> <n> <k> <config-id> <raster> <max-swizzle> <us>");
+      expect_fields(type, n, 11,
+                    "exact <dtype> <b-layout> <m-first> <m-last> <n> <k> <config-id> <raster> <max-swizzle> <us>");
       ExactEntry e{};
       e.dtype = name(f[1], lookup_detail::parse_dtype, "dtype", "bf16, fp16");
       e.b_layout = name(f[2], lookup_detail::parse_layout, "B layout", "col, row");
-      e.m = integer(f[3], "m", 1, lookup_detail::kMaxExtent);
-      e.n = integer(f[4], "n", 1, lookup_detail::kMaxExtent);
-      e.k = integer(f[5], "k", 1, lookup_detail::kMaxExtent);
-      if (!lookup_detail::valid_extents(e.m, e.n, e.k)) fail(line_, "m*n*k is larger than 2^60");
-      e.config = int32_t(integer(f[6], "config id", 0, INT32_MAX));
-      e.raster = name(f[7], lookup_detail::parse_raster, "raster", "heuristic, along_m, along_n");
-      e.max_swizzle = swizzle(f[8]);
-      e.us = real(f[9], "latency");
+      e.m_first = integer(f[3], "m-first", 1, lookup_detail::kMaxExtent);
+      e.m_last = integer(f[4], "m-last", 1, lookup_detail::kMaxExtent);
+      if (e.m_last < e.m_first) fail(line_, "m-last ", e.m_last, " is below m-first ", e.m_first);
+      e.n = integer(f[5], "n", 1, lookup_detail::kMaxExtent);
+      e.k = integer(f[6], "k", 1, lookup_detail::kMaxExtent);
+      if (!lookup_detail::valid_extents(e.m_last, e.n, e.k)) fail(line_, "m-last*n*k is larger than 2^60");
+      e.config = int32_t(integer(f[7], "config id", 0, INT32_MAX));
+      e.raster = name(f[8], lookup_detail::parse_raster, "raster", "heuristic, along_m, along_n");
+      e.max_swizzle = swizzle(f[9]);
+      e.us = real(f[10], "latency");
       if (e.us <= 0) fail(line_, "latency ", e.us, " us is not positive");
-      const auto key = std::make_tuple(int(e.dtype), int(e.b_layout), e.m, e.n, e.k);
-      const auto [it, inserted] = exact_lines_.emplace(key, line_);
-      if (!inserted) fail(line_, "a second exact record for this shape (the first is on line ", it->second, ")");
       table->exact.push_back(e);
       exact_record_lines_.push_back(line_);
     } else if (type == "prior") {
@@ -333,6 +353,13 @@ class Parser {
       list.push_back(r.record);
     }
     for (size_t i = 0; i < table->exact.size(); ++i) check_config(exact_record_lines_[i], table->exact[i].config);
+    size_t first = 0, second = 0;
+    if (lookup_detail::find_overlapping_exact(table->exact, &first, &second)) {
+      const ExactEntry &a = table->exact[first], &b = table->exact[second];
+      fail(exact_record_lines_[second], "the exact range M ", b.m_first, "..", b.m_last, " overlaps M ", a.m_first,
+           "..", a.m_last, " on line ", exact_record_lines_[first], " (", to_string(b.dtype), " ",
+           to_string(b.b_layout), " N=", b.n, " K=", b.k, "): ranges of one layer must not overlap");
+    }
     for (size_t i = 0; i < table->priors.size(); ++i) check_config(prior_lines_[i], table->priors[i].config);
     for (size_t i = 0; i < configs; ++i) {
       if (table->configs[i].waves.empty()) {
@@ -354,7 +381,6 @@ class Parser {
   std::vector<Pending<WaveModel>> waves_;
   std::vector<Pending<MicroRule>> micro_;
   std::map<std::string, size_t> meta_lines_;
-  std::map<std::tuple<int, int, int64_t, int64_t, int64_t>, size_t> exact_lines_;
 };
 
 }  // namespace

@@ -39,7 +39,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"table: {table} does not fit this build; gemm uses the built-in heuristic ({exc})")
         return 0
-    print(f"table: {table} ({info['configs']} configs, {info['exact']} exact shapes, "
+    print(f"table: {table} ({info['configs']} configs, {info['exact']} exact ranges, "
           f"{info['skipped_configs']} configs skipped as not compiled)")
     return 0
 
@@ -72,7 +72,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for r in rows[: args.top]:
         print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}")
     if choice["source"] == "exact":
-        how = "exact table: this shape was profiled"
+        how = "exact table: a tuned range of this layer holds this M"
     elif rows and choice["config"] != rows[0]["config"]:
         how = "the table's prior for this M: no config is predicted faster by more than its margin"
     else:

@@ -1,8 +1,9 @@
-"""Writing wavetune table files (docs/tables.md, version 3).
+"""Writing and reading wavetune table files (docs/tables.md, version 4).
 
 ``write_table`` validates everything first, then writes the file atomically (a temporary file in the
 same directory, fsynced, then ``os.replace``), so a reader sees the old table or the new one, never a
-partial file. The C++ lookup engine is the reader.
+partial file. The C++ lookup engine is the reader that selects; ``read_table`` gives a table back as
+``write_table``'s arguments, for tools that rewrite one (deployment tuning adds exact ranges to a copy).
 
 Standalone on purpose: standard library only (numpy scalars and arrays are accepted as values), and
 nothing from the wavetune package, so it loads without the native extension.
@@ -16,6 +17,7 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 __all__ = [
     "DECOMPOSITIONS",
@@ -25,11 +27,12 @@ __all__ = [
     "SWIZZLES",
     "fnv1a64",
     "format_table",
+    "read_table",
     "table_slug",
     "write_table",
 ]
 
-MAGIC = "wavetune-table 3"
+MAGIC = "wavetune-table 4"
 REQUIRED_META = ("gpu_name", "sm_count", "config_space_hash", "wavetune_version", "cuda_version", "created")
 DECOMPOSITIONS = ("data_parallel", "split_k", "stream_k")
 RASTERS = ("heuristic", "along_m", "along_n")
@@ -38,10 +41,10 @@ DTYPES = ("bf16", "fp16")
 B_LAYOUTS = ("col", "row")
 
 CONFIG_KEYS = ("variant", "decomposition", "splits")  # plus an optional "id" (must equal the position)
-EXACT_KEYS = ("dtype", "b_layout", "m", "n", "k", "config_id", "raster", "max_swizzle", "us")
+EXACT_KEYS = ("dtype", "b_layout", "m_first", "m_last", "n", "k", "config_id", "raster", "max_swizzle", "us")
 PRIOR_KEYS = ("config_id", "max_m", "margin")
 
-MAX_EXTENT = 2**31 - 1  # m, n, k of an exact record
+MAX_EXTENT = 2**31 - 1  # m_first, m_last, n, k of an exact record
 
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -271,9 +274,11 @@ def _exact_lines(exact: Sequence[Mapping] | None, variants: list[str]) -> list[s
             raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} (keys: {', '.join(EXACT_KEYS)})")
         dtype = _choice(record["dtype"], DTYPES, f"{where} dtype")
         layout = _choice(record["b_layout"], B_LAYOUTS, f"{where} b_layout")
-        m, n, k = (_int(record[key], f"{where} {key}", 1) for key in ("m", "n", "k"))
-        if max(m, n, k) > MAX_EXTENT:
-            raise ValueError(f"{where}: m, n and k must be at most 2^31-1, got {m} {n} {k}")
+        m_first, m_last, n, k = (_int(record[key], f"{where} {key}", 1) for key in ("m_first", "m_last", "n", "k"))
+        if max(m_last, n, k) > MAX_EXTENT:
+            raise ValueError(f"{where}: m_last, n and k must be at most 2^31-1, got {m_last} {n} {k}")
+        if m_first > m_last:
+            raise ValueError(f"{where}: m_first {m_first} is above m_last {m_last}")
         cid = _config_id(record["config_id"], len(variants), f"{where} config_id")
         parsed = _VARIANT_PREFIX.match(variants[cid])
         if parsed and parsed.groups() != (dtype, layout):
@@ -285,11 +290,18 @@ def _exact_lines(exact: Sequence[Mapping] | None, variants: list[str]) -> list[s
         us = _float(record["us"], f"{where} us")
         if us <= 0:
             raise ValueError(f"{where} us must be > 0, got {us!r}")
-        key = (dtype, layout, m, n, k)
+        key = (dtype, layout, n, k, m_first, m_last)
         if key in rows:
-            raise ValueError(f"{where} repeats the shape {dtype} {layout} {m} {n} {k}")
-        rows[key] = f"exact {dtype} {layout} {m} {n} {k} {cid} {raster} {swizzle} {us!r}\n"
-    return [rows[key] for key in sorted(rows)]
+            raise ValueError(f"{where} repeats M {m_first}..{m_last} of {dtype} {layout} N={n} K={k}")
+        rows[key] = (
+            f"exact {dtype} {layout} {m_first} {m_last} {n} {k} {cid} {raster} {swizzle} {us!r}\n"
+        )
+    keys = sorted(rows)
+    for before, after in zip(keys, keys[1:]):
+        if before[:4] == after[:4] and after[4] <= before[5]:
+            raise ValueError(f"exact records: M {before[4]}..{before[5]} and M {after[4]}..{after[5]} of "
+                             f"{' '.join(map(str, before[:2]))} N={before[2]} K={before[3]} overlap")
+    return [rows[key] for key in keys]
 
 
 def _prior_lines(priors: Sequence[Mapping] | None, variants: list[str]) -> list[str]:
@@ -349,6 +361,71 @@ def format_table(
     return data + f"checksum {fnv1a64(data):016x}\n".encode("ascii")
 
 
+def read_table(path: str | os.PathLike) -> dict:
+    """A table file as ``write_table``'s keyword arguments: ``write_table(out, **read_table(path))``
+    writes the same bytes. Checks the version and the checksum and converts the fields; the values
+    themselves are checked by ``write_table`` and by the C++ loader.
+
+    Raises ValueError naming the file (and the line) when it is not a readable version-4 table: tables of
+    earlier versions must be re-tuned.
+    """
+    data = Path(path).read_bytes()
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    first = lines[0] if lines else ""
+    if first != MAGIC:
+        what = f"version {first[15:]!r}" if first.startswith("wavetune-table ") else f"first line {first[:40]!r}"
+        raise ValueError(f"{path}: not a {MAGIC} file ({what}): re-tune with python -m wavetune tune")
+    if len(lines) < 2 or not lines[-1].startswith("checksum "):
+        raise ValueError(f"{path}: no checksum line: the file is truncated")
+    body = data[: data.rindex(b"\nchecksum ") + 1]
+    if lines[-1] != f"checksum {fnv1a64(body):016x}":
+        raise ValueError(f"{path}: checksum mismatch: the file is corrupt, truncated or was edited by hand")
+
+    table: dict = {"meta": {}, "configs": [], "waves": {}, "micro": {}, "exact": [], "priors": [],
+                   "memory_bytes_per_us": None}  # fmt: skip
+    for number, line in enumerate(lines[1:-1], start=2):
+        if line and not line.startswith("#"):
+            try:
+                _read_record(line, table)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: malformed record {line[:60]!r} ({exc})") from None
+    return table
+
+
+# Fields after the record type, per record (meta: a key and the rest of the line).
+_RECORD_FIELDS = {"config": 4, "wave": 6, "micro": 4, "exact": len(EXACT_KEYS), "prior": 3, "memory": 1}
+
+
+def _read_record(line: str, table: dict) -> None:
+    kind, _, rest = line.partition(" ")
+    if kind == "meta":
+        key, _, value = rest.partition(" ")
+        table["meta"][key] = value
+        return
+    if kind not in _RECORD_FIELDS:
+        raise ValueError(f"unknown record type {kind!r}")
+    f = rest.split(" ")
+    if len(f) != _RECORD_FIELDS[kind]:
+        raise ValueError(f"{len(f)} fields after {kind!r}, expected {_RECORD_FIELDS[kind]}")
+    if kind == "config":
+        table["configs"].append({"id": int(f[0]), "variant": f[1], "decomposition": f[2], "splits": int(f[3])})
+    elif kind == "wave":
+        table["waves"].setdefault(int(f[0]), {})[int(f[1])] = [float(x) for x in f[2:]]
+    elif kind == "micro":
+        table["micro"].setdefault(int(f[0]), []).append((int(f[1]), f[2], int(f[3])))
+    elif kind == "exact":
+        record = dict(zip(EXACT_KEYS, f))
+        for key in ("m_first", "m_last", "n", "k", "config_id", "max_swizzle"):
+            record[key] = int(record[key])
+        table["exact"].append({**record, "us": float(record["us"])})
+    elif kind == "prior":
+        table["priors"].append({"config_id": int(f[0]), "max_m": int(f[1]), "margin": float(f[2])})
+    else:
+        table["memory_bytes_per_us"] = float(f[0])
+
+
 def write_table(
     path: str | os.PathLike,
     meta: Mapping,
@@ -373,10 +450,11 @@ def write_table(
     - ``micro``: ``{config_id: [(min_wave, raster, max_swizzle), ...]}`` (min_wave >= 1, one rule per
       min_wave; raster heuristic, along_m or along_n; max_swizzle 1, 2, 4 or 8); configs without rules
       may be absent. None: no rules.
-    - ``exact``: ``[{"dtype", "b_layout", "m", "n", "k", "config_id", "raster", "max_swizzle",
-      "us"}]``; m, n, k in 1..2^31-1, us > 0; a shape appears once; the config's variant must take
-      that dtype and B layout (checked when its name starts with ``<dtype>_b<layout>_``). None: no
-      records.
+    - ``exact``: ``[{"dtype", "b_layout", "m_first", "m_last", "n", "k", "config_id", "raster",
+      "max_swizzle", "us"}]``: the best config for M in m_first..m_last of one (dtype, b_layout, n, k);
+      each of m_first <= m_last, n, k in 1..2^31-1, us > 0 (the latency at m_last); the ranges of one
+      (dtype, b_layout, n, k) do not overlap; the config's variant must take that dtype and B layout
+      (checked when its name starts with ``<dtype>_b<layout>_``). None: no records.
     - ``priors``: ``[{"config_id", "max_m", "margin"}]``: the config the table picks for problems of its
       dtype and B layout with M <= max_m (0: any M) unless the model predicts another more than
       ``margin`` (a fraction, >= 0) faster; one per (dtype, B layout, max_m). None: no records.
@@ -385,8 +463,8 @@ def write_table(
 
     Layout (deterministic, so equal inputs give equal bytes): the magic line; meta with the required
     keys in the order above, then the others sorted by key; config lines in id order; wave lines by
-    config id then w; micro lines by config id then min_wave; exact lines sorted by (dtype, b_layout, m,
-    n, k); prior lines by (dtype, B layout, max_m with 0 last); the memory line; then ``checksum <16 hex digits>``, the
+    config id then w; micro lines by config id then min_wave; exact lines sorted by (dtype, b_layout, n,
+    k, m_first); prior lines by (dtype, B layout, max_m with 0 last); the memory line; then ``checksum <16 hex digits>``, the
     FNV-1a 64 of all preceding bytes. Floats are written with ``repr`` (round-trips), integers in
     decimal. No comments are written.
 

@@ -316,9 +316,9 @@ def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: di
         configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in kept],
         waves={index[c.key]: fits[c.key] for c in kept},
         micro={index[key]: rules for key, rules in micro_rules.items() if key in index},
-        exact=[{"dtype": dtype, "b_layout": b_layout, "m": m, "n": n, "k": k, "config_id": index[c.key],
-                "raster": "heuristic", "max_swizzle": 1, "us": us}
-               for (m, n, k), c, us in exact if c.key in index],
+        exact=[{"dtype": dtype, "b_layout": b_layout, "m_first": m, "m_last": m, "n": n, "k": k,
+                "config_id": index[c.key], "raster": "heuristic", "max_swizzle": 1, "us": us}
+               for (m, n, k), c, us in exact if c.key in index],  # a profiled shape: a range of one M
         priors=prior_records(kept, dtype, b_layout),
         memory_bytes_per_us=memory,
     )

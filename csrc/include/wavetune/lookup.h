@@ -51,15 +51,16 @@ struct TableConfig {
   std::vector<MicroRule> micro;
 };
 
-// A measured shape (an `exact` record).
+// The measured best config for the problems of one (dtype, B layout, N, K) with M in [m_first, m_last]
+// (an `exact` record). Ranges of one (dtype, B layout, N, K) do not overlap.
 struct ExactEntry {
   DType dtype;
   BLayout b_layout;
-  int64_t m, n, k;
+  int64_t m_first, m_last, n, k;
   int32_t config;
   Raster raster;
   int32_t max_swizzle;
-  double us;
+  double us;  // the latency at m_last, measured there or interpolated between measurements
 };
 
 // A default config for the problems of its dtype and B layout with M <= max_m (0: any M) (a `prior`
@@ -107,7 +108,7 @@ inline const char* to_string(ChoiceSource v) { return v == ChoiceSource::exact ?
 struct Choice {
   int32_t variant;       // VariantInfo::id, for wavetune::gemm
   MicroParams micro;     // the config's decomposition and splits, the micro rule's raster and swizzle
-  double predicted_us;   // the model's prediction, or the measured latency of an exact entry
+  double predicted_us;   // the model's prediction, or the latency an exact range records (at its m_last)
   ChoiceSource source;
   int32_t config;        // the table's config id
 };
@@ -124,7 +125,7 @@ class WAVETUNE_API Selector {
  public:
   // Resolves the configs' variant names against `compiled` (configs of other variants are skipped and
   // counted) and refuses (TableError) a table tuned against another config space than `build_hash`, or
-  // whose configs or exact entries contradict their variants.
+  // whose configs or exact entries contradict their variants, or whose exact ranges overlap.
   Selector(Table table, const std::vector<VariantInfo>& compiled, const std::string& build_hash);
   ~Selector();
   // Movable (a moved-from Selector may only be destroyed or assigned to), not copyable: it owns its cache.
@@ -136,7 +137,7 @@ class WAVETUNE_API Selector {
   // Refuses (TableError) a table tuned on another GPU: gpu_name or sm_count differ from the running one's.
   void check_device(const std::string& gpu_name, int32_t sm_count) const;
 
-  // The exact entry of the problem's shape if there is one, else the candidate the model predicts
+  // The exact range holding the problem's M if there is one, else the candidate the model predicts
   // fastest (ties: the lower config id), or the prior for the problem's M when the model predicts it
   // within the prior's margin of that. Cached; thread-safe. InvalidArgument for sizes out of range or
   // when no compiled config takes the problem's dtype and layout (fall back to default_variant then).
