@@ -228,3 +228,43 @@ def test_tune_within_a_budget(tmp_path):
     assert selector.meta()["plan_waves"] == ",".join(map(str, tuning.budget_plan(cands, sm_count, budget)[1]))
     choice = selector.select("fp16", "row", 4096, 4096, 4096)
     assert choice["name"] in {c.variant.name for c in cands}
+
+
+def test_deployment_tuning_covers_every_m(tmp_path):
+    """`python -m wavetune tune --shapes` end to end on one small layer up to M = 512: the table it writes
+    loads on this GPU, an exact range holds every M, and gemm runs its choices correctly."""
+    import json
+
+    from wavetune import _C, api, tablefile, tuning
+    from wavetune.__main__ import main
+
+    cands = tuning.candidates()
+    if not cands:
+        pytest.skip("no bf16 column-major variant compiled")
+    props = wavetune.device_properties()
+    base = tmp_path / "base.wtt"
+    # Constant models, half of them twice as slow as the rest: the screen measures only the other half.
+    tablefile.write_table(
+        base,
+        meta={"gpu_name": props["name"], "sm_count": props["sm_count"],
+              "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "test",
+              "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"},
+        configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
+        waves={i: {1: [1.0 + 2.0 * (i % 2), 0.0, 0.0, 0.0]} for i in range(len(cands))}, micro={}, exact=[],
+        priors=tuning.prior_records(cands, "bf16", "col"))
+    shapes = tmp_path / "model.json"
+    shapes.write_text(json.dumps({"M": [], "models": {"tiny": {"o": [1024, 1024]}}}))
+    out = tmp_path / "deployed.wtt"
+    log = tmp_path / "log.jsonl"
+    assert main(["tune", "--shapes", str(shapes), "--table", str(base), "--max-m", "512", "--log", str(log),
+                 "--out", str(out)]) == 0
+    selector = api.open_table(out)
+    selector.check_device(props["name"], props["sm_count"])
+    assert {selector.select("bf16", "col", m, 1024, 1024)["source"] for m in range(1, 513)} == {"exact"}
+    wavetune.load_table(out)
+    try:
+        for m in (1, 77, 512):
+            x, b = operands(m, 1024, 1024, torch.bfloat16, "col")
+            check(x, b)
+    finally:
+        _C.use_table(torch.cuda.current_device(), None)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import api, model
+from . import api, deploy, model
 
 
 def cmake_dir() -> Path:
@@ -47,9 +47,14 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from . import tuning
 
+    if args.shapes:
+        deploy.run(Path(args.shapes), args.out and Path(args.out), Path(args.log), args.table and Path(args.table),
+                   args.dtype, args.b_layout, args.tp, args.models, args.max_m, args.top)
+        return 0
+
     exact = tuning.suite_shapes(args.exact, args.models) if args.exact else []
-    tuning.tune(Path(args.out), Path(args.log), args.dtype, args.b_layout, exact, micro=not args.no_micro,
-                budget=args.budget, offline=args.offline)
+    tuning.tune(Path(args.out or "tables"), Path(args.log), args.dtype, args.b_layout, exact,
+                micro=not args.no_micro, budget=args.budget, offline=args.offline)
     return 0
 
 
@@ -88,14 +93,28 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("info", help="GPU, compiled variants, table in use")
 
-    tune = sub.add_parser("tune", help="profile this GPU, fit the model, write a table")
-    tune.add_argument("--out", default="tables", help="directory for <gpu>.wtt (default: tables)")
+    tune = sub.add_parser("tune", help="profile this GPU, fit the model, write a table; with --shapes, add a "
+                                       "model's layers to a table as exact ranges along M")
+    tune.add_argument("--out", help="directory for <gpu>.wtt (default: tables; with --shapes: the current "
+                                    "directory), or with --shapes a .wtt file")
     tune.add_argument("--log", default="wavetune-measurements.jsonl",
                       help="measurement log; an existing log of the same GPU and build is resumed")
     tune.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     tune.add_argument("--b-layout", default="col", choices=["col", "row"])
     tune.add_argument("--exact", help="shape-suite JSON whose shapes are profiled exhaustively into the exact table")
-    tune.add_argument("--models", help="comma-separated models of --exact (default: all)")
+    tune.add_argument("--models", help="comma-separated models of a shape-suite --exact or --shapes file "
+                                       "(default: all)")
+    tune.add_argument("--shapes", metavar="FILE",
+                      help="deployment tuning: a model's layers (a shape-suite JSON of (N, K) per model, or a Hugging "
+                           "Face config.json), measured along M and written as exact ranges into a copy of --table")
+    tune.add_argument("--table", help="with --shapes: the table to copy (default: the installed one for this GPU)")
+    tune.add_argument("--max-m", type=int, default=16384, help="with --shapes: the ranges cover M 1..MAX_M "
+                      "(the LM head's up to 512)")
+    tune.add_argument("--tp", type=int, default=1, help="with a config.json: tensor-parallel ranks (column-parallel "
+                      "layers split N, row-parallel ones K)")
+    tune.add_argument("--top", type=int, default=deploy.TOP_CANDIDATES, help="with --shapes: how many of the model's "
+                      "fastest predictions contend at each M, besides the table's choice, its prior and the screen's "
+                      "fastest (default: %(default)s)")
     tune.add_argument("--no-micro", action="store_true", help="skip the raster/swizzle stage")
     tune.add_argument("--offline", action="store_true",
                       help="measure nothing: refit the table from --log (recorded on its GPU with this build)")
@@ -114,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--top", type=int, default=15, help="configs to list")
 
     args = parser.parse_args(argv)
+    if args.command == "tune" and args.shapes and (args.exact or args.budget or args.no_micro or args.offline):
+        parser.error("--shapes adds a model's layers to an existing table; --exact, --budget, --no-micro and "
+                     "--offline are options of the table's own tuning")
     if args.cmake_dir:
         print(cmake_dir())
         return 0

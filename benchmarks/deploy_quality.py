@@ -1,0 +1,98 @@
+"""A deployment-tuned table judged at token counts its tuning never measured (docs/model.md, section 8).
+
+    python -m wavetune tune --shapes examples/llama-3-8b.config.json --log deploy.jsonl --out deployed.wtt
+    python benchmarks/deploy_quality.py --table deployed.wtt --shapes examples/llama-3-8b.config.json \\
+        --log deploy.jsonl --out $OUT
+
+Per layer of the model (the same file and options as `tune --shapes`), --per-layer token counts drawn
+log-uniformly from 1..max_m (seeded; LM heads up to 512) among those the log never measured for that
+(N, K). Per shape, one interleaved call of wavetune's C++ profiler (weights cold, as `tune`) times every
+compiled config of the table at default micro parameters and the table's choice with its own; the ratio is
+the fastest time over the choice's. Writes <out>/deploy_quality.jsonl and prints geomean and worst per
+layer and overall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+from pathlib import Path
+
+import methods
+from wavetune import _C, api, deploy, tablefile, tuning
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--table", type=Path, required=True, help="the table tune --shapes wrote")
+    p.add_argument("--shapes", type=Path, required=True, help="the model file tune --shapes was given")
+    p.add_argument("--log", type=Path, required=True, help="the measurement log of the tuning (what it measured)")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--models", help="comma-separated models of a shape-suite file")
+    p.add_argument("--max-m", type=int, default=16384)
+    p.add_argument("--per-layer", type=int, default=8, help="token counts per layer (default: 8)")
+    p.add_argument("--seed", type=int, default=15)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
+    return p.parse_args(argv)
+
+
+def unprofiled_ms(measured: set[int], max_m: int, count: int, rng: random.Random) -> list[int]:
+    """``count`` distinct M in 1..max_m, log-uniform, none of them in ``measured`` (fewer if too few are left)."""
+    left = max_m - len({m for m in measured if m <= max_m})
+    out: set[int] = set()
+    while len(out) < min(count, left):
+        m = max(1, min(max_m, round(math.exp(rng.uniform(0.0, math.log(max_m))))))
+        if m not in measured:
+            out.add(m)
+    return sorted(out)
+
+
+def judge(selector, cands: list[tuning.Candidate], m: int, n: int, k: int) -> dict:
+    """The table's choice against every config, interleaved in one profiler call."""
+    choice = selector.select("bf16", "col", m, n, k)
+    launch = (choice["variant"], _C.DECOMPOSITIONS.index(choice["decomposition"]), choice["splits"],
+              _C.RASTERS.index(choice["raster"]), choice["max_swizzle"])
+    times = _C.profile(m, n, k, _C.DTYPES.index("bf16"), _C.B_LAYOUTS.index("col"),
+                       [launch] + [c.launch() for c in cands], cold_bytes=0, seed=m * 31 + n,
+                       **tuning.profile_options(m, n, k))
+    timed = [(us, c.key) for us, c in zip(times[1:], cands) if not math.isnan(us)]
+    best_us, best = min(timed + [(times[0], "the choice")])
+    key = f"{choice['name']}/{choice['decomposition']}/{choice['splits']}"
+    return {"m": m, "n": n, "k": k, "source": choice["source"], "choice": key, "choice_us": times[0],
+            "best": best, "best_us": best_us, "ratio": best_us / times[0]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    selector = api.open_table(args.table)
+    props = api.device_properties()
+    selector.check_device(props["name"], props["sm_count"])
+    cands = list(deploy.table_candidates(tablefile.read_table(args.table), "bf16", "col").values())
+    _, log = methods.read_log(args.log)
+    layers = deploy.model_layers(args.shapes, args.tp, args.models, args.max_m)
+    rng = random.Random(args.seed)
+    shapes = [(layer, m) for layer in layers
+              for m in unprofiled_ms({key[2] for key in log if key[:2] == ("bf16", "col") and key[3:5] ==
+                                      (layer.n, layer.k)}, layer.max_m, args.per_layer, rng)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with (args.out / "deploy_quality.jsonl").open("w") as f:
+        for layer, m in tuning.progress(shapes, "judged"):
+            rows.append({"layer": layer.name, **judge(selector, cands, m, layer.n, layer.k)})
+            f.write(json.dumps(rows[-1]) + "\n")
+    print(f"{props['name']}, {args.table}: {len(rows)} shapes at unprofiled M, {len(cands)} configs each")
+    for name in [layer.name for layer in layers] + ["all"]:
+        ratios = [r["ratio"] for r in rows if name in ("all", r["layer"])]
+        worst = min(rows, key=lambda r: r["ratio"] if name in ("all", r["layer"]) else math.inf)
+        print(f"{name}: choice / best {math.exp(sum(map(math.log, ratios)) / len(ratios)):.4f} geomean, "
+              f"{min(ratios):.3f} worst (M={worst['m']}: {worst['choice']} against {worst['best']})")
+    print(f"choices from exact ranges: {sum(r['source'] == 'exact' for r in rows)} of {len(rows)}")
+
+
+if __name__ == "__main__":
+    main()
