@@ -377,8 +377,7 @@ def working_set(path: Path, dtype: str, b_layout: str, **grid) -> set[str]:
     """Keys of a written table's configs whose variants survive ``prune_variants`` on the grid (``grid``:
     ``grid_predictions``'s); the built-in default's variants (compiled in every build) always survive."""
     keys, times = grid_predictions(path, dtype, b_layout, **grid)
-    fallback = {v.name for v in configs() if (v.dtype, v.b_layout) == (dtype, b_layout)
-                and any(v.id == b[3] for b in _C.fallback_buckets())}
+    fallback = {v.name for v in configs() if any(v.id == b[3] for b in _C.fallback_buckets())}
     survivors = prune_variants(keys, times, fallback)
     return {key for key in keys if key.split("/")[0] in survivors}
 
