@@ -534,6 +534,20 @@ def test_write_table_rejects_bad_memory_bandwidth(tmp_path, bandwidth, message):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("rate, message", [(0.0, "must be > 0"), (math.nan, "finite")])
+def test_write_table_rejects_bad_traffic_rate(tmp_path, rate, message):
+    with pytest.raises(ValueError, match=message):
+        tablefile.write_table(tmp_path / "t.wtt", *tiny_table(), traffic_bytes_per_us=rate)
+    assert os.listdir(tmp_path) == []
+
+
+def test_traffic_floor():
+    # 10 tiles of 128x16 run 6 K-steps of 64: each step moves (128 + 16) * 64 elements of 2 bytes.
+    assert model.tile_traffic_bytes(10, 6, (128, 16, 64)) == 10 * 6 * 64 * 144 * 2
+    assert model.traffic_floor_us(10, 6, (128, 16, 64), 1e6) == 10 * 6 * 64 * 144 * 2 / 1e6
+    assert model.traffic_floor_us(10, 6, (128, 16, 64), 0) == 0.0  # no traffic record: no floor
+
+
 def test_memory_floor():
     assert model.operand_bytes(1, 4096, 4096) == 2 * (4096 + 4096 * 4096 + 4096)
     assert model.memory_floor_us(1, 4096, 4096, 2e6) == model.operand_bytes(1, 4096, 4096) / 2e6

@@ -200,9 +200,9 @@ def test_memory_floor_from_the_anchors_and_in_explain(tmp_path):
 
     plan = {(16, 4096, 4096): cands[:1], (4096, 4096, 4096): cands[:1], (8, 1024, 1024): cands[:1]}
     # The fastest operand traffic: 16x4096x4096 moves 2*(16*4096 + 4096*4096 + 16*4096) bytes in 20 us.
-    bandwidth = tuning.memory_bandwidth(Log(), plan, "bf16", "col")
+    bandwidth = tuning.fastest_rate(Log(), plan, "bf16", "col", tuning.operand_traffic)
     assert bandwidth == model.operand_bytes(16, 4096, 4096) / 20.0
-    assert tuning.memory_bandwidth(Log(), {(8, 1024, 1024): cands[:1]}, "bf16", "col") is None  # nothing measured
+    assert tuning.fastest_rate(Log(), {(8, 1024, 1024): cands[:1]}, "bf16", "col", tuning.operand_traffic) is None
 
     path = tmp_path / "t.wtt"
     make_table(path, memory=bandwidth, extra_configs=["bf16_bcol_not_in_this_build"])
@@ -214,6 +214,32 @@ def test_memory_floor_from_the_anchors_and_in_explain(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "memory floor: 20.00 us" in done.stdout
     assert f"1 of the table's {len(cands) + 1} configs are not compiled into this build" in done.stdout
+
+
+def test_traffic_floor_from_the_anchors_bounds_each_config(tmp_path):
+    """Each config's prediction is at least its tile traffic at the table's rate, which is the fastest
+    tile traffic among the anchors; a small tile re-reading its operands is priced out."""
+    cands = tuning.candidates()
+
+    class Log:
+        def get(self, problem, c):
+            return {(4096, 4096, 4096): 300.0}.get(problem[2:])
+
+    traffic = tuning.tile_traffic(SMS)
+    rate = tuning.fastest_rate(Log(), {(4096, 4096, 4096): cands}, "bf16", "col", traffic)
+    assert rate == max(traffic(c, 4096, 4096, 4096) for c in cands) / 300.0
+    path = tmp_path / "t.wtt"
+    make_table(path)
+    tablefile.write_table(path, **{**tablefile.read_table(path), "traffic_bytes_per_us": rate})
+    selector = api.open_table(path)
+    assert selector.traffic_bytes_per_us() == rate
+    for m, n, k in [(1, 4096, 4096), (15000, 1536, 768), (4096, 4096, 4096)]:
+        for r in selector.explain("bf16", "col", m, n, k):
+            c = cands[r["config"]]
+            floor = model.traffic_floor_us(r["grid"], r["k_iters"], c.variant.tile, rate)
+            assert floor > 0 and r["predicted_us"] >= floor * (1 - 1e-12)
+    # Read back and written again, the record survives byte for byte.
+    assert tablefile.read_table(path)["traffic_bytes_per_us"] == rate
 
 
 def test_cli_cmake_dir_and_info():

@@ -274,6 +274,15 @@ double memory_floor(const Problem& p, double bytes_per_us) {
   return 2 * (m * k + n * k + m * n) / bytes_per_us;
 }
 
+// NOTES: every K-step of a unit of work moves a tile_k slice of both operand tiles from L2 into shared
+// memory, and no anchor moved them faster than the table's traffic rate. The floor stops a small tile
+// from being extrapolated to problems it would re-read thousands of times (a 128x16 swap-AB decode tile
+// at M = 15000 and K = 768 is predicted at a fifth of its time without it). 2 bytes per element.
+double traffic_floor(const TileShape& t, const Coordinates& x, double bytes_per_us) {
+  if (bytes_per_us <= 0) return 0;
+  return 2.0 * double(x.grid) * double(x.k_iters) * t.tile_k * (t.tile_m + t.tile_n) / bytes_per_us;
+}
+
 // Splits as launched: the mapping models min(splits, K tiles), and a launch with more splits than K tiles
 // is refused (why_not), so the choice carries the clamped value.
 int32_t launch_splits(const TileShape& t, Decomposition d, int32_t splits, int64_t k) {
@@ -589,7 +598,8 @@ Choice Selector::select_model(const Problem& p) const {
   for (const Candidate& c : list) {
     const Coordinates x = c.mapping(p.m, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k)));
-    const double t = std::max(floor_us, predict(&s.waves[c.wave_begin], c.wave_count, x));
+    const double t = std::max({floor_us, traffic_floor(c.mapping.tile(), x, s.table.traffic_bytes_per_us),
+                               predict(&s.waves[c.wave_begin], c.wave_count, x)});
     if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
     if (prior && &c == &list[prior->candidate]) prior_t = t, prior_waves = x.waves;
   }
@@ -622,7 +632,8 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k);
-    const double t = std::max(floor_us, predict(&s.waves[c.wave_begin], c.wave_count, x));
+    const double t = std::max({floor_us, traffic_floor(c.mapping.tile(), x, s.table.traffic_bytes_per_us),
+                               predict(&s.waves[c.wave_begin], c.wave_count, x)});
     out.push_back({c.config, c.variant, x, t});
   }
   return out;

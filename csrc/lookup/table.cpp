@@ -214,6 +214,16 @@ class Parser {
     return v;
   }
 
+  // A `memory` or `traffic` record: one positive rate in bytes per us, at most one per table.
+  double rate(std::string_view type, std::string_view line, std::string_view* f, size_t* seen_on) const {
+    expect_fields(type, split(line, f), 2, "<bytes-per-us>");
+    if (*seen_on) fail(line_, "a second ", type, " record (the first is on line ", *seen_on, ")");
+    const double bytes_per_us = real(f[1], "bytes per us");
+    if (!(bytes_per_us > 0)) fail(line_, type, " rate ", bytes_per_us, " bytes/us is not positive");
+    *seen_on = line_;
+    return bytes_per_us;
+  }
+
   template <class Enum>
   Enum name(std::string_view s, bool (*parse)(std::string_view, Enum*), const char* what, const char* allowed) const {
     Enum v{};
@@ -298,18 +308,14 @@ class Parser {
       table->priors.push_back(r);
       prior_lines_.push_back(line_);
     } else if (type == "memory") {
-      const size_t n = split(line, f);
-      expect_fields(type, n, 2, "memory <bytes-per-us>");
-      if (memory_line_) fail(line_, "a second memory record (the first is on line ", memory_line_, ")");
-      const double bytes_per_us = real(f[1], "bytes per us");
-      if (!(bytes_per_us > 0)) fail(line_, "memory bandwidth ", bytes_per_us, " bytes/us is not positive");
-      table->memory_bytes_per_us = bytes_per_us;
-      memory_line_ = line_;
+      table->memory_bytes_per_us = rate(type, line, f, &memory_line_);
+    } else if (type == "traffic") {
+      table->traffic_bytes_per_us = rate(type, line, f, &traffic_line_);
     } else if (type == "checksum") {
       fail(line_, "a checksum record before the end of the file: the checksum must be the last line");
     } else {
       fail(line_, "unknown record type ", quoted(type),
-           " (meta, config, wave, micro, exact, prior, memory, checksum)");
+           " (meta, config, wave, micro, exact, prior, memory, traffic, checksum)");
     }
   }
 
@@ -378,6 +384,7 @@ class Parser {
   size_t line_ = 0;
   std::vector<size_t> config_lines_, exact_record_lines_, prior_lines_;
   size_t memory_line_ = 0;
+  size_t traffic_line_ = 0;
   std::vector<Pending<WaveModel>> waves_;
   std::vector<Pending<MicroRule>> micro_;
   std::map<std::string, size_t> meta_lines_;

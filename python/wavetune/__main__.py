@@ -73,6 +73,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if bandwidth := selector.memory_bytes_per_us():
         print(f"memory floor: {model.memory_floor_us(args.M, args.N, args.K, bandwidth):.2f} us (A, B and D at "
               f"{bandwidth / 1e6:.2f} TB/s, the fastest traffic measured while tuning; no prediction is lower)")
+    if rate := selector.traffic_bytes_per_us():
+        print(f"traffic floor: each config's tile traffic (G*L K-steps of both operand tiles) at {rate / 1e6:.2f} "
+              f"TB/s, the fastest measured while tuning; no prediction of that config is lower")
     print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}")
     for r in rows[: args.top]:
         print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}")

@@ -35,6 +35,8 @@ __all__ = [
     "plan_anchors_detailed",
     "predict",
     "thin_waves",
+    "tile_traffic_bytes",
+    "traffic_floor_us",
     "wave_time",
 ]
 
@@ -187,6 +189,19 @@ def memory_floor_us(m: int, n: int, k: int, bytes_per_us: float) -> float:
     """The table's floor under every prediction (its ``memory`` record; docs/tables.md): the operands
     moved at the fastest traffic measured while tuning. 0 without a record (``bytes_per_us`` 0)."""
     return operand_bytes(m, n, k) / bytes_per_us if bytes_per_us > 0 else 0.0
+
+
+def tile_traffic_bytes(G: int, L: int, tile: Sequence[int]) -> float:
+    """Bytes a config moves from L2 into shared memory: G*L K-steps, each a tile_k slice of both operand
+    tiles (``tile`` = (tile_m, tile_n, tile_k)), 2 bytes per element."""
+    tile_m, tile_n, tile_k = tile
+    return 2.0 * G * L * tile_k * (tile_m + tile_n)
+
+
+def traffic_floor_us(G: int, L: int, tile: Sequence[int], bytes_per_us: float) -> float:
+    """The table's floor under one config's prediction (its ``traffic`` record; docs/tables.md): its tile
+    traffic at the fastest rate measured while tuning. 0 without a record (``bytes_per_us`` 0)."""
+    return tile_traffic_bytes(G, L, tile) / bytes_per_us if bytes_per_us > 0 else 0.0
 
 
 def predict(waves: dict[int, Sequence[float]], G: int, L: int, w: int, C: int) -> float:

@@ -245,11 +245,24 @@ def fit_candidates(log: MeasurementLog, cands: list[Candidate], plan: dict, dtyp
     return fits
 
 
-def memory_bandwidth(log: MeasurementLog, plan: dict, dtype: str, b_layout: str) -> float | None:
-    """The fastest operand traffic among the anchors, in bytes/us: the table's ``memory`` record."""
-    rates = [model.operand_bytes(m, n, k) / us for (m, n, k), cs in plan.items() for c in cs
+def fastest_rate(log: MeasurementLog, plan: dict, dtype: str, b_layout: str, traffic) -> float | None:
+    """The largest ``traffic(c, m, n, k)`` bytes per us among the anchors: the table's ``memory`` record
+    with operand bytes, its ``traffic`` record with tile traffic."""
+    rates = [traffic(c, m, n, k) / us for (m, n, k), cs in plan.items() for c in cs
              if (us := log.get((dtype, b_layout, m, n, k), c)) is not None]  # fmt: skip
     return max(rates, default=None)
+
+
+def operand_traffic(c: Candidate, m: int, n: int, k: int) -> float:
+    return model.operand_bytes(m, n, k)
+
+
+def tile_traffic(sm_count: int):
+    """``fastest_rate``'s traffic function for tile traffic on a GPU of ``sm_count`` SMs."""
+    def traffic(c: Candidate, m: int, n: int, k: int) -> float:
+        G, L, _, _ = c.coordinates(m, n, k, sm_count)
+        return model.tile_traffic_bytes(G, L, c.variant.tile)
+    return traffic
 
 
 def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
@@ -296,7 +309,8 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     exact_records = [(shape, cands[best], us) for shape, best, us in exact]
     path = Path(out) / f"{tablefile.table_slug(log.device['name'])}.wtt"
     table = dict(meta=meta, fits=fits, micro_rules=micro_rules, exact=exact_records, dtype=dtype, b_layout=b_layout,
-                 memory=memory_bandwidth(log, plan, dtype, b_layout))
+                 memory=fastest_rate(log, plan, dtype, b_layout, operand_traffic),
+                 traffic=fastest_rate(log, plan, dtype, b_layout, tile_traffic(sm_count)))
     write_tuned_table(path, kept, **table)
     working = working_set(path, dtype, b_layout) | {c.key for _, c, _ in exact_records}
     kept = [c for c in kept if c.key in working]
@@ -307,7 +321,7 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
 
 
 def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: dict, micro_rules: dict,
-                      exact: list, dtype: str, b_layout: str, memory: float | None) -> None:
+                      exact: list, dtype: str, b_layout: str, memory: float | None, traffic: float | None) -> None:
     """A table of the ``kept`` configs (ids are positions in it); exact shapes of other configs are dropped."""
     index = {c.key: i for i, c in enumerate(kept)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -321,6 +335,7 @@ def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: di
                for (m, n, k), c, us in exact if c.key in index],  # a profiled shape: a range of one M
         priors=prior_records(kept, dtype, b_layout),
         memory_bytes_per_us=memory,
+        traffic_bytes_per_us=traffic,
     )
 
 

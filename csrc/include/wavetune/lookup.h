@@ -81,6 +81,10 @@ struct WAVETUNE_API Table {
   // The fastest operand traffic measured while tuning, in bytes per microsecond (a `memory` record); every
   // prediction is at least 2*(M*K + N*K + M*N) / memory_bytes_per_us. 0: no record, no floor.
   double memory_bytes_per_us = 0;
+  // The fastest tile traffic measured while tuning, in bytes per microsecond (a `traffic` record): every
+  // config's prediction is at least its G*L K-steps, each moving a tile_k slice of both operand tiles,
+  // over this rate (traffic_floor in selector.cpp). 0: no record, no floor.
+  double traffic_bytes_per_us = 0;
   std::string origin;  // the file path (or what `parse` was told), for messages
 
   // The value of a meta key; TableError naming the key and the origin when it is absent.
