@@ -229,3 +229,57 @@ class TestInputs:
             wavetune.grouped_gemm(*self.operands(), config="nope")
         with pytest.raises(TypeError, match="grouped variant id or name"):
             wavetune.grouped_gemm(*self.operands(), config=True)
+
+
+class TestTorchOp:
+    """torch.ops.wavetune.grouped_gemm on the CPU: registration, the fake implementation, tracing."""
+
+    torch = pytest.importorskip("torch")
+
+    def meta(self, rows=6, experts=3, n=32, k=64):
+        torch = self.torch
+        return (torch.empty(rows, k, device="meta", dtype=torch.bfloat16),
+                torch.empty(experts, n, k, device="meta", dtype=torch.bfloat16),
+                torch.empty(experts, device="meta", dtype=torch.int32))
+
+    def test_registered_with_its_schema(self):
+        pytest.importorskip("wavetune.torch_ops")
+        schema = str(self.torch.ops.wavetune.grouped_gemm.default._schema)
+        assert schema == "wavetune::grouped_gemm(Tensor x, Tensor w, Tensor offsets) -> Tensor"
+
+    def test_fake_shapes_and_opcheck(self):
+        pytest.importorskip("wavetune.torch_ops")
+        y = self.torch.ops.wavetune.grouped_gemm(*self.meta())
+        assert (y.shape, y.dtype, y.is_contiguous()) == ((6, 32), self.torch.bfloat16, True)
+        results = self.torch.library.opcheck(self.torch.ops.wavetune.grouped_gemm.default, self.meta())
+        assert set(results.values()) == {"SUCCESS"}, results
+
+    def test_fake_and_cpu_refusals(self):
+        pytest.importorskip("wavetune.torch_ops")
+        x, w, offsets = self.meta()
+        with pytest.raises(ValueError, match="differ in K"):
+            self.torch.ops.wavetune.grouped_gemm(x[:, :32], w, offsets)
+        with pytest.raises(TypeError, match="offsets must be int32"):
+            self.torch.ops.wavetune.grouped_gemm(x, w, offsets.long())
+        cpu = [self.torch.zeros(t.shape, dtype=t.dtype) for t in self.meta()]
+        with pytest.raises(ValueError, match="one CUDA device, got cpu"):
+            self.torch.ops.wavetune.grouped_gemm(*cpu)
+
+    def test_compile_fullgraph_traces_the_op(self):
+        pytest.importorskip("wavetune.torch_ops")
+        graphs = []
+
+        def recording_backend(gm, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        def moe_mlp(x, w_up, w_down, offsets):
+            return self.torch.ops.wavetune.grouped_gemm(
+                self.torch.relu(self.torch.ops.wavetune.grouped_gemm(x, w_up, offsets)), w_down, offsets)
+
+        x, w_up, offsets = self.meta(n=128)
+        w_down = self.torch.empty(3, 64, 128, device="meta", dtype=self.torch.bfloat16)
+        y = self.torch.compile(moe_mlp, fullgraph=True, backend=recording_backend)(x, w_up, w_down, offsets)
+        assert y.shape == (6, 64)
+        targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
+        assert [t for t in targets if t.startswith("wavetune.")] == ["wavetune.grouped_gemm"] * 2

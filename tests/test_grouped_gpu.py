@@ -130,3 +130,13 @@ def test_empty_and_zero_sized_inputs():
     wavetune.grouped_gemm(x, w, offsets, out=out, config=variant.id)
     torch.cuda.synchronize()
     assert out.isnan().all(), "no expert owns a row: nothing is written"
+
+
+def test_torch_op_matches_and_compiles():
+    pytest.importorskip("wavetune.torch_ops")
+    dtypes = {c.dtype for c in wavetune.grouped_configs()}
+    dtype = DTYPES["bf16" if "bf16" in dtypes else dtypes.pop()]
+    x, w, offsets, out = operands([3, 0, 70, 9], 264, 512, dtype)
+    check(x, w, offsets, out.copy_(torch.ops.wavetune.grouped_gemm(x, w, offsets)))
+    compiled = torch.compile(lambda *args: torch.ops.wavetune.grouped_gemm(*args), fullgraph=True)
+    assert torch.equal(compiled(x, w, offsets), wavetune.grouped_gemm(x, w, offsets))
