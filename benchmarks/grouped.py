@@ -1,7 +1,7 @@
 """wavetune.grouped_gemm against torch._grouped_mm and a per-expert torch.matmul loop on the expert GEMMs of
 mixture-of-experts models (docs/grouped.md).
 
-    python benchmarks/grouped.py --out $OUT --time-budget-s 240
+    python benchmarks/grouped.py --out $OUT --time-budget-s 180
 
 bf16. A case is a model, a projection (gate_up: N = 2 x intermediate, K = hidden; down: N = hidden, K =
 intermediate), a token count and a routing (balanced: each token picks top-k distinct experts uniformly;
