@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 
+#include "bindings.h"
 #include "wavetune/kernels.h"
 #include "wavetune/lookup.h"
 #include "wavetune/mapping.h"
@@ -67,6 +68,20 @@ py::list names(int count) {
 
 }  // namespace
 
+py::dict wavetune::bindings::variant_dict(const VariantInfo& v) {
+  py::dict d;
+  d["id"] = v.id;
+  d["name"] = v.name;
+  d["dtype"] = to_string(v.dtype);
+  d["b_layout"] = to_string(v.b_layout);
+  d["swap_ab"] = v.swap_ab;
+  d["schedule"] = to_string(v.schedule);
+  d["tile"] = py::make_tuple(v.tile_m, v.tile_n, v.tile_k);
+  d["cluster"] = py::make_tuple(v.cluster_m, v.cluster_n);
+  d["scheduler"] = to_string(v.scheduler);
+  return d;
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "wavetune native module: CUTLASS Hopper GEMM variants and their launch path";
   m.attr("DTYPES") = names<DType>(2);
@@ -76,19 +91,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("variants", [] {
     py::list out;
-    for (const VariantInfo& v : variants()) {
-      py::dict d;
-      d["id"] = v.id;
-      d["name"] = v.name;
-      d["dtype"] = to_string(v.dtype);
-      d["b_layout"] = to_string(v.b_layout);
-      d["swap_ab"] = v.swap_ab;
-      d["schedule"] = to_string(v.schedule);
-      d["tile"] = py::make_tuple(v.tile_m, v.tile_n, v.tile_k);
-      d["cluster"] = py::make_tuple(v.cluster_m, v.cluster_n);
-      d["scheduler"] = to_string(v.scheduler);
-      out.append(d);
-    }
+    for (const VariantInfo& v : variants()) out.append(bindings::variant_dict(v));
     return out;
   });
 
@@ -250,4 +253,6 @@ PYBIND11_MODULE(_C, m) {
       py::call_guard<py::gil_scoped_release>(),
       "D = A @ B on the current device (ordinal `device`) and the given stream; variant -1: the device's "
       "table's choice, or the built-in heuristic without one.");
+
+  bindings::bind_grouped(m);
 }

@@ -56,6 +56,12 @@ struct Workspace {
 
 }  // namespace
 
+const DeviceInfo& current_device_info() {
+  const DeviceSlot& slot = current_device();
+  if (!slot.error.empty()) WAVETUNE_INVALID(slot.error);
+  return slot.info;
+}
+
 void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes) {
   static std::mutex mutex;
   static std::map<std::pair<int, Stream>, Workspace> buffers;

@@ -2,6 +2,7 @@
 // (no) variants, and every launch says why it cannot run.
 #include "variant_ops.h"
 #include "wavetune/errors.h"
+#include "wavetune/grouped.h"
 #include "wavetune/kernels.h"
 
 namespace wavetune {
@@ -27,5 +28,11 @@ std::vector<double> profile(int32_t, int32_t, int32_t, DType, BLayout, const std
                             const ProfileOptions&) {
   WAVETUNE_FAIL(kNoKernels);
 }
+
+size_t grouped_workspace_bytes(int32_t) { WAVETUNE_FAIL(kNoKernels); }
+
+int32_t grouped_default_variant(const GroupedGemmProblem&) { WAVETUNE_FAIL(kNoKernels); }
+
+void grouped_gemm(const GroupedGemmProblem&, int32_t, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
 
 }  // namespace wavetune

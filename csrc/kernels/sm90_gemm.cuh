@@ -11,8 +11,6 @@
 
 #include <cuda_runtime.h>
 
-#include <array>
-#include <mutex>
 #include <type_traits>
 
 #include "cute/tensor.hpp"
@@ -23,6 +21,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "cutlass/util/packed_stride.hpp"
+#include "cutlass_launch.cuh"
 #include "variant_ops.h"
 #include "wavetune/errors.h"
 
@@ -134,24 +133,6 @@ struct Sm90Gemm {
     return std::string("CUTLASS cannot implement it: ") + cutlassGetStatusString(status);
   }
 
-  // NOTES: CUTLASS's Adapter::initialize raises the kernel's dynamic shared-memory limit on every call, a
-  // driver call per launch; the limit belongs to the kernel on a device, so run() sets it once per device
-  // and then does the rest of initialize (workspace, params) itself.
-  static void allow_shared_memory(int device) {
-    static std::array<std::once_flag, kMaxDevices> done;
-    std::call_once(done.at(device), [] {
-      constexpr int bytes = Kernel::SharedStorageSize;
-      if constexpr (bytes >= (48 << 10)) {
-        cudaError_t error = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-        if (error != cudaSuccess) {
-          cudaGetLastError();  // clear it, so the next CUDA call does not report it
-          WAVETUNE_FAIL("cannot give the kernel ", bytes, " bytes of shared memory: ", cudaGetErrorString(error));
-        }
-      }
-    });
-  }
-
   static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, Stream stream) {
     Arguments args = arguments(p, micro, dev);
     cutlass::Status status = Adapter::can_implement(args);
@@ -161,7 +142,7 @@ struct Sm90Gemm {
     }
     size_t workspace_bytes = Adapter::get_workspace_size(args);
     void* ws = workspace_bytes ? workspace(dev, stream, workspace_bytes) : nullptr;
-    allow_shared_memory(dev.device);
+    allow_dynamic_shared_memory<Kernel>(dev.device);
     status = Kernel::initialize_workspace(args, ws, stream);
     if (status != cutlass::Status::kSuccess) {
       WAVETUNE_FAIL("CUTLASS initialize_workspace failed: ", cutlassGetStatusString(status), " (M=", p.m, " N=", p.n,

@@ -12,6 +12,7 @@ Importing needs neither torch nor a GPU: ``patch`` and ``unpatch`` import torch 
 from importlib.metadata import PackageNotFoundError, version
 
 from .api import KernelConfig, LaunchConfig, build_info, configs, device_properties, gemm, load_table
+from .grouped import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
 
 try:
     __version__ = version("wavetune")
@@ -19,8 +20,8 @@ except PackageNotFoundError:  # imported from an unusual location
     __version__ = "0+unknown"
 
 __all__ = [
-    "KernelConfig", "LaunchConfig", "build_info", "configs", "device_properties", "gemm", "load_table", "patch",
-    "unpatch", "__version__",
+    "KernelConfig", "LaunchConfig", "build_info", "configs", "device_properties", "gemm", "grouped_configs",
+    "grouped_gemm", "load_table", "patch", "unpatch", "__version__",
 ]
 
 

@@ -1,5 +1,6 @@
 """The kernel config space: parse ``cutlass_configs/*.toml``, expand it into variants, pick a kernel
-set, and generate the CUDA sources that instantiate them.
+set, and generate the CUDA sources that instantiate them. Each file describes one kernel family (its
+``family`` key, default ``gemm``); every family has its own CUDA template and runtime registry.
 
 This module runs in two places: inside the build (CMake calls it as a script, with only the standard
 library available) and from the installed package (tests, tools). Keep it standard-library only.
@@ -45,6 +46,30 @@ MAX_CLUSTER_SIZE = 4
 MAX_ACCUMULATORS_PER_THREAD = 160
 
 
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """What generation needs to know about a kernel family besides its variants."""
+
+    header: str  # the CUDA template every generated source of the family includes
+    macro_prefix: str  # of its instantiation macro and of its registry's macros
+    registry: str  # the generated X-macro list its runtime registry includes
+    sources_dir: str  # subdirectory of the generated sources
+    name_format: str  # variant names; unique across families, as they become C++ symbols
+    fixed_axes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # group keys the family does not vary
+
+
+FAMILIES = {
+    "gemm": Family("sm90_gemm.cuh", "WAVETUNE", "registry.inc", "variants",
+                   "{dtype}_b{b_layout}{swap}_{schedule}_{tile_m}x{tile_n}x{tile_k}_{cluster_m}x{cluster_n}"
+                   "_{scheduler}"),
+    # One GEMM per expert of a mixture-of-experts layer (docs/grouped.md): the weights are nn.Linear
+    # weights (col B), and CUTLASS's grouped tile scheduler is persistent only.
+    "grouped_gemm": Family("sm90_grouped_gemm.cuh", "WAVETUNE_GROUPED", "grouped_registry.inc", "grouped_variants",
+                           "grouped_{dtype}{swap}_{schedule}_{tile_m}x{tile_n}x{tile_k}_{cluster_m}x{cluster_n}",
+                           (("b_layouts", ("col",)), ("schedulers", ("persistent",)))),
+}
+
+
 class ConfigError(ValueError):
     """A config-space file that cannot be used; the message names the file and the offending entry."""
 
@@ -64,14 +89,11 @@ class Variant:
     cluster_m: int
     cluster_n: int
     scheduler: str
+    family: str = "gemm"
 
     @property
     def name(self) -> str:
-        swap = "_swapab" if self.swap_ab else ""
-        return (
-            f"{self.dtype}_b{self.b_layout}{swap}_{self.schedule}_{self.tile_m}x{self.tile_n}x{self.tile_k}"
-            f"_{self.cluster_m}x{self.cluster_n}_{self.scheduler}"
-        )
+        return FAMILIES[self.family].name_format.format(**vars(self), swap="_swapab" if self.swap_ab else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +104,9 @@ class ConfigSpace:
     kernel_sets: dict[str, tuple[str, ...]]
     # The built-in heuristic: (dtype, b_layout, max_m or 0 for no limit, variant) in bucket order.
     fallback: tuple[tuple[str, str, int, Variant], ...] = ()
+    family: str = "gemm"
+    # Globs over the variants a heuristic of the family chooses from at run time: compiled by `tables`.
+    heuristic_variants: tuple[str, ...] = ()
 
     @property
     def hash(self) -> str:
@@ -89,30 +114,39 @@ class ConfigSpace:
         text = "\n".join(f"{v.id} {v.name}" for v in self.variants)
         return hashlib.sha256(f"{self.arch}\n{text}".encode()).hexdigest()[:16]
 
-    def select(self, kernel_set: str = "full", name_filter: str = "", tables_dir: Path | None = None) -> list[Variant]:
+    def select(self, kernel_set: str = "full", name_filter: str = "", tables_dir: Path | None = None,
+               allow_empty: bool = False) -> list[Variant]:
         """The variants of a named set, optionally narrowed by comma-separated glob patterns.
 
-        ``tables``: the variants the tables in ``tables_dir`` can choose, plus the fallback's.
+        ``tables``: the variants the tables in ``tables_dir`` can choose, plus the fallback's and the
+        heuristic's. ``allow_empty``: a set this file does not define, or one the filter empties, selects
+        nothing instead of raising (another family's file may define it).
         """
         if kernel_set == "full":
             chosen = list(self.variants)
         elif kernel_set == "tables":
             wanted = table_variant_names(tables_dir) | {v.name for *_, v in self.fallback}
-            chosen = [v for v in self.variants if v.name in wanted]
+            chosen = [v for v in self.variants if v.name in wanted or _matches(v, self.heuristic_variants)]
         elif kernel_set in self.kernel_sets:
             patterns = self.kernel_sets[kernel_set]
             chosen = [v for v in self.variants if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
+        elif allow_empty:
+            chosen = []
         else:
             known = ", ".join(["full", "tables", *self.kernel_sets])
             raise ConfigError(f"{self.path}: unknown kernel set {kernel_set!r} (known: {known})")
         if name_filter:
             patterns = [p.strip() for p in name_filter.split(",") if p.strip()]
             chosen = [v for v in chosen if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
-        if not chosen:
+        if not chosen and not allow_empty:
             raise ConfigError(
                 f"{self.path}: kernel set {kernel_set!r} with filter {name_filter!r} selects no variant"
             )
         return chosen
+
+
+def _matches(v: Variant, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(v.name, p) for p in patterns)
 
 
 def _parse_dims(text: object, count: int, where: str) -> tuple[int, ...]:
@@ -175,6 +209,9 @@ def load(path: str | Path) -> ConfigSpace:
         raise ConfigError(f"{path}: schema must be {SCHEMA_VERSION}, got {data.get('schema')!r}")
     if data.get("arch") != "sm90a":
         raise ConfigError(f"{path}: arch must be 'sm90a' (the only target wavetune builds), got {data.get('arch')!r}")
+    family = data.get("family", "gemm")
+    if family not in FAMILIES:
+        raise ConfigError(f"{path}: family {family!r} is not one of {', '.join(FAMILIES)}")
     groups = data.get("group")
     if not isinstance(groups, list) or not groups:
         raise ConfigError(f"{path}: no [[group]] tables")
@@ -183,6 +220,7 @@ def load(path: str | Path) -> ConfigSpace:
     seen: dict[str, str] = {}
     for index, group in enumerate(groups):
         where = f"{path}: group {index + 1}"
+        group = _with_fixed_axes(group, family, where)
         if not GROUP_KEYS <= set(group) <= GROUP_KEYS | OPTIONAL_GROUP_KEYS:
             missing, extra = GROUP_KEYS - set(group), set(group) - GROUP_KEYS - OPTIONAL_GROUP_KEYS
             raise ConfigError(f"{where}: missing keys {sorted(missing)}, unknown keys {sorted(extra)}")
@@ -199,7 +237,7 @@ def load(path: str | Path) -> ConfigSpace:
             _string_list(group, "schedulers", TILE_SCHEDULERS, where),
         )
         for dtype, b_layout, tile, cluster, scheduler in itertools.product(*axes):
-            v = Variant(len(variants), dtype, b_layout, swap_ab, group["schedule"], *tile, *cluster, scheduler)
+            v = Variant(len(variants), dtype, b_layout, swap_ab, group["schedule"], *tile, *cluster, scheduler, family)
             _check_variant(v, f"{where}: {v.name}")
             if v.name in seen:
                 raise ConfigError(f"{where}: {v.name} is already defined by {seen[v.name]}")
@@ -215,10 +253,23 @@ def load(path: str | Path) -> ConfigSpace:
             raise ConfigError(f"{path}: kernel set {name!r} is built in and cannot be redefined")
         kernel_sets[name] = tuple(_string_list(sets, name, None, f"{path}: kernel set {name!r}"))
     fallback = _parse_fallback(data.get("fallback"), {v.name: v for v in variants}, path)
-    space = ConfigSpace(path, data["arch"], tuple(variants), kernel_sets, fallback)
+    heuristic = tuple(_string_list(data, "heuristic_variants", None, str(path)) if "heuristic_variants" in data else ())
+    for pattern in heuristic:
+        if not any(_matches(v, [pattern]) for v in variants):
+            raise ConfigError(f"{path}: heuristic_variants pattern {pattern!r} matches no variant")
+    space = ConfigSpace(path, data["arch"], tuple(variants), kernel_sets, fallback, family, heuristic)
     for name in kernel_sets:
         space.select(name)  # a set that matches nothing is a typo: fail at parse time
     return space
+
+
+def _with_fixed_axes(group: dict, family: str, where: str) -> dict:
+    """The group with the axes its family does not vary filled in; other values for them are refused."""
+    fixed = dict(FAMILIES[family].fixed_axes)
+    for key, values in fixed.items():
+        if key in group and group[key] != list(values):
+            raise ConfigError(f"{where}: the {family} family has {key} = {list(values)} only, got {group[key]!r}")
+    return {**{key: list(values) for key, values in fixed.items()}, **group}
 
 
 def _parse_fallback(table: object, by_name: dict[str, Variant], path: Path) -> tuple:
@@ -264,21 +315,21 @@ def table_variant_names(tables_dir: Path | None) -> set[str]:
 
 VARIANT_TEMPLATE = """\
 // Generated by python/wavetune/config_space.py from {source}. Do not edit.
-#include "sm90_gemm.cuh"
+#include "{header}"
 
-WAVETUNE_INSTANTIATE_VARIANT({name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, {tile_k}, {cluster_m}, {cluster_n}, {scheduler})
+{prefix}_INSTANTIATE_VARIANT({name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, {tile_k}, {cluster_m}, {cluster_n}, {scheduler})
 """
 
 REGISTRY_TEMPLATE = """\
 // Generated by python/wavetune/config_space.py from {source}. Do not edit.
 // WAVETUNE_VARIANT(id, name, dtype, b_layout, swap_ab, schedule, tile_m, tile_n, tile_k, cluster_m, cluster_n, scheduler)
-#define WAVETUNE_CONFIG_SPACE_HASH "{hash}"
-#define WAVETUNE_KERNEL_SET_NAME "{kernel_set}"
-#define WAVETUNE_VARIANT_LIST(WAVETUNE_VARIANT) \\
+#define {prefix}_CONFIG_SPACE_HASH "{hash}"
+#define {prefix}_KERNEL_SET_NAME "{kernel_set}"
+#define {prefix}_VARIANT_LIST(WAVETUNE_VARIANT) \\
 {rows}
 
 // WAVETUNE_FALLBACK(dtype, b_layout, max_m (0: no limit), variant id): the built-in heuristic's buckets.
-#define WAVETUNE_FALLBACK_LIST(WAVETUNE_FALLBACK) \\
+#define {prefix}_FALLBACK_LIST(WAVETUNE_FALLBACK) \\
 {fallback}
 """
 
@@ -289,7 +340,8 @@ def _fields(v: Variant) -> dict[str, object]:
 
 
 def render_variant(v: Variant, source: str) -> str:
-    return VARIANT_TEMPLATE.format(source=source, **_fields(v))
+    family = FAMILIES[v.family]
+    return VARIANT_TEMPLATE.format(source=source, header=family.header, prefix=family.macro_prefix, **_fields(v))
 
 
 def render_registry(space: ConfigSpace, chosen: list[Variant], kernel_set: str) -> str:
@@ -301,8 +353,8 @@ def render_registry(space: ConfigSpace, chosen: list[Variant], kernel_set: str) 
     compiled = {v.id for v in chosen}
     fallback = " \\\n".join(f"  WAVETUNE_FALLBACK({dtype}, {layout}, {max_m}, {v.id})"
                              for dtype, layout, max_m, v in space.fallback if v.id in compiled)
-    return REGISTRY_TEMPLATE.format(source=space.path.name, hash=space.hash, kernel_set=kernel_set, rows=rows,
-                                    fallback=fallback)
+    return REGISTRY_TEMPLATE.format(source=space.path.name, prefix=FAMILIES[space.family].macro_prefix,
+                                    hash=space.hash, kernel_set=kernel_set, rows=rows, fallback=fallback)
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -315,25 +367,44 @@ def write_if_changed(path: Path, text: str) -> bool:
 
 
 def generate(space: ConfigSpace, out_dir: Path, kernel_set: str, name_filter: str, with_kernels: bool,
-             tables_dir: Path | None = None) -> list[Path]:
-    """Write the registry list and (with kernels) one .cu per chosen variant; return the .cu paths."""
-    chosen = space.select(kernel_set, name_filter, tables_dir) if with_kernels else []
-    write_if_changed(out_dir / "registry.inc", render_registry(space, chosen, kernel_set if with_kernels else "none"))
+             tables_dir: Path | None = None, allow_empty: bool = False) -> list[Path]:
+    """Write the family's registry list and (with kernels) one .cu per chosen variant; return the .cu paths."""
+    family = FAMILIES[space.family]
+    chosen = space.select(kernel_set, name_filter, tables_dir, allow_empty) if with_kernels else []
+    write_if_changed(out_dir / family.registry, render_registry(space, chosen, kernel_set if with_kernels else "none"))
+    sources_dir = out_dir / family.sources_dir
     sources = []
     for v in chosen:
-        path = out_dir / "variants" / f"{v.name}.cu"
+        path = sources_dir / f"{v.name}.cu"
         write_if_changed(path, render_variant(v, space.path.name))
         sources.append(path)
     wanted = set(sources)
-    for stale in (out_dir / "variants").glob("*.cu") if (out_dir / "variants").exists() else []:
+    for stale in sources_dir.glob("*.cu") if sources_dir.exists() else []:
         if stale not in wanted:
             stale.unlink()
     return sources
 
 
+def generate_families(spaces: list[ConfigSpace], out_dir: Path, kernel_set: str, name_filter: str,
+                      with_kernels: bool, tables_dir: Path | None = None) -> list[Path]:
+    """``generate`` for every family's file: a kernel set or filter may select from some families only."""
+    if len({s.family for s in spaces}) != len(spaces):
+        raise ConfigError(f"one config-space file per kernel family, got families {[s.family for s in spaces]}")
+    if len(spaces) == 1:
+        return generate(spaces[0], out_dir, kernel_set, name_filter, with_kernels, tables_dir)
+    known = ["full", "tables", *dict.fromkeys(name for s in spaces for name in s.kernel_sets)]
+    if kernel_set not in known:
+        raise ConfigError(f"unknown kernel set {kernel_set!r} (known: {', '.join(known)})")
+    sources = [p for s in spaces for p in generate(s, out_dir, kernel_set, name_filter, with_kernels, tables_dir, True)]
+    if with_kernels and not sources:
+        raise ConfigError(f"kernel set {kernel_set!r} with filter {name_filter!r} selects no variant in "
+                          f"{', '.join(str(s.path) for s in spaces)}")
+    return sources
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Generate wavetune's CUTLASS variant sources.")
-    parser.add_argument("config", type=Path, help="config-space TOML file")
+    parser.add_argument("config", type=Path, nargs="+", help="config-space TOML files, one per kernel family")
     parser.add_argument("out_dir", type=Path, help="directory for generated sources")
     parser.add_argument("--kernel-set", default="full")
     parser.add_argument("--tables-dir", type=Path, help="shipped tables, for the `tables` kernel set")
@@ -341,8 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-kernels", action="store_true", help="registry only (no CUDA compiler)")
     args = parser.parse_args(argv)
     try:
-        space = load(args.config)
-        sources = generate(space, args.out_dir, args.kernel_set, args.filter, not args.no_kernels, args.tables_dir)
+        sources = generate_families([load(path) for path in args.config], args.out_dir, args.kernel_set, args.filter,
+                                    not args.no_kernels, args.tables_dir)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -155,3 +155,5 @@ def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 for _backend in ("CUDA", "CPU"):
     _LIBRARY.impl("gemm", gemm, _backend)
     _LIBRARY.impl("linear", linear, _backend)
+
+from . import grouped_torch_ops  # noqa: E402,F401  (torch.ops.wavetune.grouped_gemm, docs/grouped.md)

@@ -41,17 +41,25 @@ inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // NOTES: every variant's mainloop stages are sized to fill shared memory (StageCountAutoCarveout), so one
 // CTA is resident per SM, and clusters are placed whole: C = floor(SMs / cluster size) * cluster size.
+inline int64_t resident_capacity(const TileShape& t, int32_t sm_count) {
+  const int64_t cluster = int64_t(t.cluster_m) * t.cluster_n;
+  return std::max<int64_t>(cluster, sm_count / cluster * cluster);
+}
+
+// Output tiles of the kernel's own (M, N), the tile grid padded to whole clusters as CUTLASS's schedulers do.
+inline int64_t cluster_padded_tiles(const TileShape& t, int64_t kernel_m, int64_t kernel_n) {
+  return detail::round_up(detail::ceil_div(kernel_m, t.tile_m), t.cluster_m) *
+         detail::round_up(detail::ceil_div(kernel_n, t.tile_n), t.cluster_n);
+}
+
 // CUTLASS's persistent scheduler launches min(G, C) CTAs that loop over the work, so a wave is one pass.
 inline Coordinates map_problem(const TileShape& t, int64_t m, int64_t n, int64_t k, Decomposition decomposition,
                                int32_t splits, int32_t sm_count) {
   const int64_t rows = t.swap_ab ? n : m;  // the kernel's own M and N
   const int64_t cols = t.swap_ab ? m : n;
-  const int64_t cluster = int64_t(t.cluster_m) * t.cluster_n;
-  // The tile grid is padded to whole clusters.
-  const int64_t tiles = detail::round_up(detail::ceil_div(rows, t.tile_m), t.cluster_m) *
-                        detail::round_up(detail::ceil_div(cols, t.tile_n), t.cluster_n);
+  const int64_t tiles = cluster_padded_tiles(t, rows, cols);
   const int64_t k_iters = std::max<int64_t>(1, detail::ceil_div(k, t.tile_k));
-  const int64_t capacity = std::max<int64_t>(cluster, sm_count / cluster * cluster);
+  const int64_t capacity = resident_capacity(t, sm_count);
 
   int64_t grid = tiles, steps = k_iters;
   if (decomposition == Decomposition::split_k) {

@@ -1,0 +1,244 @@
+"""wavetune.grouped_gemm against torch._grouped_mm and a per-expert torch.matmul loop on the expert GEMMs of
+mixture-of-experts models (docs/grouped.md).
+
+    python benchmarks/grouped.py --out $OUT --time-budget-s 180
+
+bf16. A case is a model, a projection (gate_up: N = 2 x intermediate, K = hidden; down: N = hidden, K =
+intermediate), a token count and a routing (balanced: each token picks top-k distinct experts uniformly;
+skewed: with Zipf popularity over the experts). Its rows are tokens x top-k, sorted by expert. Methods:
+  choice      wavetune.grouped_gemm with no config (the built-in choice from the sizes alone)
+  <variant>   wavetune.grouped_gemm forced to each compiled grouped variant of the dtype: the fastest of
+              them is the exhaustive best
+  torch       torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
+  loop        torch.matmul per expert that has rows (their counts known on the host)
+Each is checked against a float32 reference on sampled rows, then timed as CUDA graphs replayed round-robin
+(vs_cublas.interleaved_us: warm-up, interleaved rounds, medians) over fresh uniform(-1, 1) operands. Where
+one operand set would fit in the L2, sets with the same counts on other experts rotate, so weights come
+from DRAM as in a forward pass. Cases run token counts spread over the range first, so a cut budget still
+spans it. Writes <out>/grouped.jsonl (a header, then one record per case as measured) and <out>/grouped.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import vs_cublas
+from vs_cublas import geomean
+import wavetune
+from wavetune import _C
+from wavetune import grouped_mapping
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = {
+    "mixtral-8x7b": dict(experts=8, hidden=4096, inter=14336, topk=2),
+    "qwen3-30b-a3b": dict(experts=128, hidden=2048, inter=768, topk=8),
+    "qwen3-235b-a22b": dict(experts=128, hidden=4096, inter=1536, topk=8),
+    "deepseek-v3": dict(experts=256, hidden=7168, inter=2048, topk=8),
+}
+PROJECTIONS = {"gate_up": lambda m: (2 * m["inter"], m["hidden"]), "down": lambda m: (m["hidden"], m["inter"])}
+TOKENS = (1, 2048, 128, 16384, 16, 512, 8192, 4, 64, 4096)  # in the order measured
+ROUTINGS = ("balanced", "skewed")
+MAX_ERROR = 2e-2
+SAMPLED_ROWS = 64
+GRAPH_US = 300  # launches per graph: at least this long, so event timing is noise-free
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated, measured in this order")
+    p.add_argument("--routings", default=",".join(ROUTINGS))
+    p.add_argument("--projections", default=",".join(PROJECTIONS))
+    p.add_argument("--reps", type=int, default=7, help="interleaved rounds; the median is kept")
+    p.add_argument("--time-budget-s", type=float, default=240, help="start no case after this many seconds")
+    p.add_argument("--seed", type=int, default=17)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
+    return p.parse_args()
+
+
+def route(tokens: int, experts: int, topk: int, routing: str, generator: torch.Generator) -> list[int]:
+    """Rows per expert when each of `tokens` tokens goes to `topk` distinct experts."""
+    weights = torch.ones(experts)
+    if routing == "skewed":
+        weights = (1.0 / torch.arange(1, experts + 1) ** 1.2)[torch.randperm(experts, generator=generator)]
+    picks = torch.multinomial(weights.expand(tokens, experts), topk, replacement=False, generator=generator)
+    return picks.flatten().bincount(minlength=experts).tolist()
+
+
+def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int) -> list[tuple]:
+    """(x, w, offsets, out, bounds) per rotated set: the same counts on other experts, one w for all."""
+    experts, rows = len(counts), sum(counts)
+    opts = dict(device="cuda", dtype=torch.bfloat16)
+    touched = sum(1 for c in counts if c) * n * k * 2 + rows * (n + k) * 2
+    copies = min(4, max(1, math.ceil(2 * l2_bytes / touched)))
+    w = torch.empty(experts, n, k, **opts).uniform_(-1, 1)
+    sets = []
+    for c in range(copies):
+        shifted = counts[-c * experts // copies:] + counts[:-c * experts // copies] if c else counts
+        ends = torch.tensor(shifted).cumsum(0).tolist()
+        bounds = [(e, end - count, end) for e, (count, end) in enumerate(zip(shifted, ends)) if count]
+        offsets = torch.tensor(ends, dtype=torch.int32, device="cuda")
+        sets.append((torch.empty(rows, k, **opts).uniform_(-1, 1), w, offsets, torch.empty(rows, n, **opts), bounds))
+    return sets
+
+
+def per_expert_loop(x, w, offsets, out, bounds):
+    for e, start, end in bounds:
+        torch.matmul(x[start:end], w[e].t(), out=out[start:end])
+    return out
+
+
+def launches() -> dict:
+    methods = {
+        "choice": lambda x, w, offsets, out, bounds: wavetune.grouped_gemm(x, w, offsets, out=out),
+        "torch": lambda x, w, offsets, out, bounds: torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets),
+        "loop": per_expert_loop,
+    }
+    for c in wavetune.grouped_configs():
+        if c.dtype == "bf16":
+            methods[c.name] = lambda x, w, offsets, out, bounds, c=c: wavetune.grouped_gemm(x, w, offsets, out=out,
+                                                                                            config=c.id)
+    return methods
+
+
+def check(launch, operands: tuple, generator: torch.Generator) -> float:
+    """Relative error on sampled rows against float32, the output poisoned with NaN first."""
+    x, w, offsets, out, bounds = operands
+    out.fill_(float("nan"))
+    result = launch(*operands)
+    rows = torch.randint(0, x.shape[0], (SAMPLED_ROWS,), generator=generator).unique().tolist()
+    got, ref = [], []
+    for e, start, end in bounds:
+        mine = [r for r in rows if start <= r < end]
+        if mine:
+            got.append(result[mine].float())
+            ref.append(x[mine].float() @ w[e].float().t())
+    got, ref = torch.cat(got), torch.cat(ref)
+    error = (torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)).item()
+    if not error <= MAX_ERROR:  # NaN too
+        raise RuntimeError(f"relative error {error} against the float32 reference")
+    return error
+
+
+def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torch.Generator) -> dict:
+    counts = route(case["tokens"], case["experts"], case["topk"], case["routing"], generator)
+    n, k, rows = case["n"], case["k"], sum(counts)
+    sets = operand_sets(counts, n, k, l2_bytes)
+    methods = launches()
+    errors = {name: check(launch, sets[0], generator) for name, launch in methods.items()}
+    estimate_us = max(2.0, 2 * rows * n * k / 4e8)  # at 400 TFLOP/s
+    per_graph = len(sets) * math.ceil(min(48, max(1, GRAPH_US / estimate_us)) / len(sets))
+    times = vs_cublas.interleaved_us(methods, sets, per_graph, args.reps)
+    variants = [name for name in methods if name not in ("choice", "torch", "loop")]
+    best = min(variants, key=times.get)
+    chosen = _C.grouped_default_variant(_C.DTYPES.index("bf16"), rows, case["experts"], n, k)
+    c = next(c for c in wavetune.grouped_configs() if c.id == chosen)
+    sms = wavetune.device_properties()["sm_count"]
+    return {**case, "rows": rows, "busy_experts": sum(1 for x in counts if x), "max_rows_per_expert": max(counts),
+            "copies": len(sets), "choice": c.name,
+            "grid_estimate": grouped_mapping.balanced(c.tile, c.cluster, c.swap_ab, rows, case["experts"], n, k,
+                                                      sms).grid,
+            "grid_routed": grouped_mapping.routed(c.tile, c.cluster, c.swap_ab, counts, n, k, sms).grid,
+            "choice_us": times["choice"], "torch_us": times["torch"], "loop_us": times["loop"],
+            "best": best, "best_us": times[best], "variants_us": {v: times[v] for v in variants},
+            "max_error": max(errors.values())}
+
+
+def host_costs() -> dict:
+    """Host microseconds of the run-time choice alone, and of whole eager calls of a decode-sized problem."""
+    x = torch.empty(8, 2048, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    w = torch.empty(128, 1536, 2048, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    offsets = torch.arange(1, 129, device="cuda", dtype=torch.int32).clamp(max=8)
+    out = torch.empty(8, 1536, device="cuda", dtype=torch.bfloat16)
+
+    def per_call_us(call, count=200):
+        call()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(count):
+            call()
+        elapsed = time.perf_counter() - start
+        torch.cuda.synchronize()
+        return 1e6 * elapsed / count
+
+    return {"decision_us": per_call_us(lambda: _C.grouped_default_variant(0, 8, 128, 1536, 2048), 10000),
+            "grouped_gemm_call_us": per_call_us(lambda: wavetune.grouped_gemm(x, w, offsets, out=out)),
+            "torch_grouped_mm_call_us": per_call_us(lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets))}
+
+
+def cases(args: argparse.Namespace) -> list[dict]:
+    out = []
+    for tokens in map(int, args.tokens.split(",")):
+        for model in args.models.split(","):
+            for projection in args.projections.split(","):
+                n, k = PROJECTIONS[projection](MODELS[model])
+                for routing in args.routings.split(","):
+                    out.append({"model": model, "projection": projection, "tokens": tokens, "routing": routing,
+                                "experts": MODELS[model]["experts"], "topk": MODELS[model]["topk"], "n": n, "k": k})
+    return out
+
+
+def summary(rows: list[dict], header: dict) -> str:
+    host = header["host"]
+    lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16; speed ratios "
+             f"(above 1: wavetune faster). Host time: the choice {host['decision_us']:.2f} us, an eager call "
+             f"{host['grouped_gemm_call_us']:.1f} us (torch._grouped_mm {host['torch_grouped_mm_call_us']:.1f} us).",
+             "",
+             "| cases | n | choice vs _grouped_mm: geomean | worst | best vs _grouped_mm | choice / best: geomean "
+             "| worst | choice vs loop |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    groups = {"all": rows}
+    for key in ("model", "projection", "routing"):
+        for value in dict.fromkeys(r[key] for r in rows):
+            groups[f"{key} {value}"] = [r for r in rows if r[key] == value]
+    for label, rs in groups.items():
+        vs_torch = [r["torch_us"] / r["choice_us"] for r in rs]
+        best_vs_torch = [r["torch_us"] / r["best_us"] for r in rs]
+        quality = [r["best_us"] / r["choice_us"] for r in rs]
+        vs_loop = [r["loop_us"] / r["choice_us"] for r in rs]
+        lines.append(f"| {label} | {len(rs)} | {geomean(vs_torch):.3f}x | {min(vs_torch):.2f}x | "
+                     f"{geomean(best_vs_torch):.3f}x | {geomean(quality):.3f} | {min(quality):.2f} | "
+                     f"{geomean(vs_loop):.2f}x |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = parse_args()
+    if not any(c.dtype == "bf16" for c in wavetune.grouped_configs()):
+        sys.exit("no bf16 grouped variants compiled (WAVETUNE_KERNEL_FILTER='grouped_bf16_*' builds them)")
+    start = time.monotonic()
+    props = wavetune.device_properties()
+    generator = torch.Generator().manual_seed(args.seed)
+    header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs()}
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / "grouped.jsonl"
+    log.write_text(json.dumps(header) + "\n")
+    rows, todo = [], cases(args)
+    for case in todo:
+        if time.monotonic() - start > args.time_budget_s:
+            print(f"time budget spent: {len(rows)} of {len(todo)} cases measured", file=sys.stderr)
+            break
+        row = measure(case, args, props["l2_bytes"], generator)
+        rows.append(row)
+        with log.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{row['model']} {row['projection']} {row['tokens']} {row['routing']}: choice {row['choice_us']:.1f} "
+              f"us ({row['choice']}), best {row['best_us']:.1f}, torch {row['torch_us']:.1f}, "
+              f"loop {row['loop_us']:.1f}", file=sys.stderr)
+        torch.cuda.empty_cache()  # the next case's weights may be gigabytes
+    table = summary(rows, header)
+    (args.out / "grouped.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

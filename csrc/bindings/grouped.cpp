@@ -1,0 +1,103 @@
+// Bindings of the grouped-GEMM family (csrc/include/wavetune/grouped.h): tensors arrive as raw pointers
+// and sizes; python/wavetune/grouped.py does the framework-level checks.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "wavetune/grouped.h"
+#include "wavetune/grouped_heuristic.h"
+
+namespace py = pybind11;
+
+namespace wavetune::bindings {
+namespace {
+
+GroupedGemmProblem make_problem(int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w,
+                                uintptr_t offsets, uintptr_t out, int32_t dtype) {
+  return {rows, experts, n, k, reinterpret_cast<const void*>(x), reinterpret_cast<const void*>(w),
+          reinterpret_cast<const int32_t*>(offsets), reinterpret_cast<void*>(out), static_cast<DType>(dtype)};
+}
+
+// A tile shape as Python gives it: ((tile_m, tile_n, tile_k), (cluster_m, cluster_n), swap_ab).
+using PyTileShape = std::tuple<std::tuple<int32_t, int32_t, int32_t>, std::tuple<int32_t, int32_t>, bool>;
+
+TileShape make_tile_shape(const PyTileShape& s) {
+  const auto& [tile, cluster, swap_ab] = s;
+  return {std::get<0>(tile), std::get<1>(tile), std::get<2>(tile), std::get<0>(cluster), std::get<1>(cluster), swap_ab};
+}
+
+}  // namespace
+
+void bind_grouped(py::module_& m) {
+  m.def("grouped_variants", [] {
+    py::list out;
+    for (const VariantInfo& v : grouped_variants()) out.append(variant_dict(v));
+    return out;
+  });
+
+  m.def(
+      "grouped_problem_error",
+      [](int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w, uintptr_t offsets,
+         uintptr_t out, int32_t dtype) {
+        return grouped_problem_error(make_problem(rows, experts, n, k, x, w, offsets, out, dtype));
+      },
+      "Empty string when a grouped problem's sizes, pointers and alignment are valid, else the reason.");
+
+  m.def("grouped_workspace_bytes", &grouped_workspace_bytes, py::arg("experts"),
+        "Workspace bytes a grouped_gemm call with this many experts needs on the current device.");
+
+  m.def(
+      "grouped_default_variant",
+      [](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k) {
+        // The heuristic reads the dtype and the sizes only: no data pointers are needed.
+        return grouped_default_variant(make_problem(rows, experts, n, k, 0, 0, 0, 0, dtype));
+      },
+      py::arg("dtype"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"),
+      "The grouped variant id the built-in heuristic picks on the current device.");
+
+  m.def(
+      "map_grouped_balanced",
+      [](const PyTileShape& shape, int64_t rows, int64_t experts, int64_t n, int64_t k, int32_t sm_count) {
+        Coordinates c = map_grouped_balanced(make_tile_shape(shape), {rows, experts, n, k}, sm_count);
+        return py::make_tuple(c.grid, c.k_iters, c.capacity, c.waves);
+      },
+      "(G, L, C, waves) of a grouped problem under a tile shape, rows spread evenly (grouped_mapping.h).");
+
+  m.def(
+      "grouped_heuristic",
+      [](const std::vector<PyTileShape>& candidates, int64_t rows, int64_t experts, int64_t n, int64_t k,
+         int32_t sm_count) {
+        if (candidates.empty()) throw std::invalid_argument("no candidates");
+        std::vector<TileShape> shapes;
+        std::vector<double> costs;
+        const GroupedShape problem{rows, experts, n, k};
+        for (const PyTileShape& c : candidates) {
+          shapes.push_back(make_tile_shape(c));
+          costs.push_back(grouped_cost_cycles(shapes.back(), problem, sm_count));
+        }
+        return py::make_tuple(choose_grouped(shapes, problem, sm_count), costs);
+      },
+      "(index of the choice, predicted cycles of each) of the built-in heuristic over tile shapes "
+      "(grouped_heuristic.h).");
+
+  m.def(
+      "grouped_gemm",
+      [](int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w, uintptr_t offsets,
+         uintptr_t out, int32_t dtype, int32_t variant, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream) {
+        GroupedGemmProblem p = make_problem(rows, experts, n, k, x, w, offsets, out, dtype);
+        if (variant < 0) variant = grouped_default_variant(p);
+        grouped_gemm(p, variant, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "out = x @ w[e].T per expert on the current device and the given stream; variant -1: the built-in "
+      "heuristic's choice.");
+}
+
+}  // namespace wavetune::bindings

@@ -1,0 +1,210 @@
+// The CUTLASS template behind every grouped variant (cutlass_configs/sm90_grouped_gemm.toml): a Hopper
+// ptr-array grouped GEMM (TMA warp-specialized, persistent, fp32 accumulation, output in the input type, no
+// C operand) running out[rows of e] = x[rows of e] @ w[e].T for every expert e in one launch. Generated
+// sources instantiate it once per translation unit with WAVETUNE_GROUPED_INSTANTIATE_VARIANT.
+#pragma once
+
+// NOTES: the same switch as sm90_gemm.cuh: every multiple of 8 as tile N gets a wgmma atom of its own.
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "cutlass_launch.cuh"
+#include "grouped_ops.h"
+#include "wavetune/errors.h"
+
+namespace wavetune::detail {
+
+template <DType kDType, bool kSwapAB_, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
+          int kClusterN>
+struct Sm90GroupedGemm {
+  // NOTES: swap-AB runs out[rows of e]^T = w[e] @ x[rows of e]^T: the expert's few tokens go to tile N,
+  // which wgmma takes in multiples of 8, instead of tile M, which is 64 rows per warpgroup. With 8 tokens
+  // per expert a 16-wide tile N does half its MMA work on padding, a 64-row tile M 7/8 of it (15/16 for a
+  // 128-row cooperative tile), while the weights' N, thousands of rows, fills tile M. Both operands stay
+  // K-major either way, and `out` row-major [rows, N] is the swapped output [N, rows] column-major: no
+  // transposes in memory.
+  static constexpr bool kSwapAB = kSwapAB_;
+  static constexpr bool kCooperative = kSchedule == Schedule::cooperative;
+
+  using Element = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
+  using LayoutA = cutlass::layout::RowMajor;     // x[rows of e] [rows, K], or swapped w[e] [N, K]
+  using LayoutB = cutlass::layout::ColumnMajor;  // w[e] as [K, N], or swapped x[rows of e] as [K, rows]
+  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  // TMA moves 16-byte rows: K and N are multiples of 8 elements (grouped_problem_error checks).
+  static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;
+
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M, N, K) per expert
+  using ExpertShape = typename ProblemShape::UnderlyingProblemShape;
+  using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
+  using MainloopSchedule = std::conditional_t<kCooperative, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
+                                              cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>;
+  using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+                                              cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
+
+  // ElementC = void: no source operand, so the epilogue's shared memory goes to mainloop stages.
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignment, Element, LayoutD*,
+      kAlignment, EpilogueSchedule>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlignment, Element, LayoutB*,
+      kAlignment, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+  static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
+                "the wgmma atom does not span the tile's N: is CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED defined?");
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;  // grouped scheduler
+  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Arguments = typename Adapter::Arguments;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+
+  // The per-expert arguments CUTLASS reads, written on the GPU by prepare_experts.
+  struct ExpertArrays {
+    ExpertShape* shapes;
+    const Element** a;
+    const Element** b;
+    Element** d;
+    StrideA* stride_a;
+    StrideB* stride_b;
+    StrideD* stride_d;
+  };
+
+  static size_t cutlass_workspace_bytes(int32_t experts, const DeviceInfo& dev) {
+    Arguments args{};
+    args.problem_shape = {experts, nullptr, nullptr};
+    args.hw_info.device_id = dev.device;
+    args.hw_info.sm_count = dev.sm_count;
+    return Kernel::get_workspace_size(args);
+  }
+
+  // Where each part of the workspace starts: the expert arrays, then CUTLASS's own workspace (TMA
+  // descriptors per SM), each 128-byte aligned.
+  struct WorkspaceLayout {
+    size_t shapes, a, b, d, stride_a, stride_b, stride_d, cutlass, total = 0;
+
+    WorkspaceLayout(int32_t experts, const DeviceInfo& dev) {
+      const size_t e = size_t(experts);
+      shapes = take(e * sizeof(ExpertShape));
+      a = take(e * sizeof(Element*));
+      b = take(e * sizeof(Element*));
+      d = take(e * sizeof(Element*));
+      stride_a = take(e * sizeof(StrideA));
+      stride_b = take(e * sizeof(StrideB));
+      stride_d = take(e * sizeof(StrideD));
+      cutlass = take(cutlass_workspace_bytes(experts, dev));
+    }
+    size_t take(size_t bytes) {
+      const size_t offset = total;
+      total = (total + bytes + 127) / 128 * 128;
+      return offset;
+    }
+    ExpertArrays arrays(void* workspace) const {
+      char* base = static_cast<char*>(workspace);
+      return {reinterpret_cast<ExpertShape*>(base + shapes),  reinterpret_cast<const Element**>(base + a),
+              reinterpret_cast<const Element**>(base + b),    reinterpret_cast<Element**>(base + d),
+              reinterpret_cast<StrideA*>(base + stride_a),    reinterpret_cast<StrideB*>(base + stride_b),
+              reinterpret_cast<StrideD*>(base + stride_d)};
+    }
+  };
+
+  static size_t workspace_bytes(int32_t experts, const DeviceInfo& dev) { return WorkspaceLayout(experts, dev).total; }
+
+  static Arguments arguments(const GroupedGemmProblem& p, const ExpertArrays& arrays, const DeviceInfo& dev) {
+    cutlass::KernelHardwareInfo hw_info;
+    hw_info.device_id = dev.device;
+    hw_info.sm_count = dev.sm_count;
+    // No host copy of the shapes: CUTLASS then launches a persistent grid of one CTA per SM (whole clusters)
+    // whose scheduler reads each expert's shape on the GPU and skips experts with no tiles.
+    Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
+                   {p.experts, arrays.shapes, nullptr},
+                   {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b},
+                   {{}, nullptr, arrays.stride_d, arrays.d, arrays.stride_d},
+                   hw_info};
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    return args;
+  }
+
+  static void run(const GroupedGemmProblem& p, void* workspace, const DeviceInfo& dev, Stream stream);
+
+  static constexpr GroupedVariantOps ops() { return {&workspace_bytes, &run}; }
+};
+
+// One thread per expert: its rows from the offsets, then its problem size, operand pointers and strides.
+template <class Gemm>
+__global__ void prepare_experts(GroupedGemmProblem p, typename Gemm::ExpertArrays arrays) {
+  using Element = typename Gemm::Element;
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= p.experts) return;
+  // Clamped, so offsets out of order or past the rows give an expert no rows rather than a bad access.
+  const int32_t start = e == 0 ? 0 : min(max(p.offsets[e - 1], 0), p.rows);
+  const int32_t rows = min(max(p.offsets[e], start), p.rows) - start;
+  const Element* x = static_cast<const Element*>(p.x) + int64_t(start) * p.k;
+  const Element* w = static_cast<const Element*>(p.w) + int64_t(e) * p.n * p.k;
+  const int m = Gemm::kSwapAB ? p.n : rows, n = Gemm::kSwapAB ? rows : p.n;
+  arrays.shapes[e] = {m, n, p.k};
+  arrays.a[e] = Gemm::kSwapAB ? w : x;
+  arrays.b[e] = Gemm::kSwapAB ? x : w;
+  arrays.d[e] = static_cast<Element*>(p.out) + int64_t(start) * p.n;
+  arrays.stride_a[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideA{}, {m, p.k, 1});
+  arrays.stride_b[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideB{}, {n, p.k, 1});
+  arrays.stride_d[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideD{}, {m, n, 1});
+}
+
+template <DType kDType, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
+          int kClusterN>
+void Sm90GroupedGemm<kDType, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kClusterM, kClusterN>::run(
+    const GroupedGemmProblem& p, void* workspace, const DeviceInfo& dev, Stream stream) {
+  const WorkspaceLayout layout(p.experts, dev);
+  const ExpertArrays arrays = layout.arrays(workspace);
+  constexpr int kThreads = 128;
+  prepare_experts<Sm90GroupedGemm><<<(p.experts + kThreads - 1) / kThreads, kThreads, 0, stream>>>(p, arrays);
+  cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) WAVETUNE_FAIL("the expert argument kernel did not launch: ", cudaGetErrorString(error));
+
+  Arguments args = arguments(p, arrays, dev);
+  cutlass::Status status = Adapter::can_implement(args);
+  if (status != cutlass::Status::kSuccess) {
+    WAVETUNE_INVALID("CUTLASS cannot implement the grouped GEMM (experts=", p.experts, " N=", p.n, " K=", p.k,
+                     "): ", cutlassGetStatusString(status));
+  }
+  void* cutlass_workspace = static_cast<char*>(workspace) + layout.cutlass;
+  allow_dynamic_shared_memory<Kernel>(dev.device);
+  status = Kernel::initialize_workspace(args, cutlass_workspace, stream);
+  if (status != cutlass::Status::kSuccess) {
+    WAVETUNE_FAIL("CUTLASS initialize_workspace failed: ", cutlassGetStatusString(status));
+  }
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, cutlass_workspace);
+  status = Adapter::run(params, stream);
+  error = cudaGetLastError();
+  if (status != cutlass::Status::kSuccess || error != cudaSuccess) {
+    WAVETUNE_FAIL("grouped kernel launch failed: ", cutlassGetStatusString(status), ", ", cudaGetErrorString(error),
+                  " (rows=", p.rows, " experts=", p.experts, " N=", p.n, " K=", p.k, ")");
+  }
+}
+
+}  // namespace wavetune::detail
+
+// Defines wavetune::detail::variant_<NAME>, which the grouped registry (grouped_registry.cpp) lists. The
+// family's B layout (col) and scheduler (persistent) are fixed: config_space.py refuses other values.
+#define WAVETUNE_GROUPED_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SWAP_AB, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER) \
+  namespace wavetune::detail {                                                                                       \
+  static_assert(BLayout::B_LAYOUT == BLayout::col && TileScheduler::SCHEDULER == TileScheduler::persistent);         \
+  extern const GroupedVariantOps variant_##NAME;                                                                     \
+  const GroupedVariantOps variant_##NAME =                                                                           \
+      Sm90GroupedGemm<DType::DTYPE, SWAP_AB, Schedule::SCHEDULE, TM, TN, TK, CM, CN>::ops();                        \
+  }

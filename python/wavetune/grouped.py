@@ -1,0 +1,119 @@
+"""Grouped GEMM for mixture-of-experts layers: ``grouped_gemm`` and the grouped variant listing
+(docs/grouped.md).
+
+torch is optional: this module never imports it. ``grouped_gemm`` takes torch tensors, so torch is
+already loaded whenever a call can succeed.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from . import _C
+from .api import KernelConfig, _dtype_codes, _stream_getter
+
+
+def grouped_configs() -> list[KernelConfig]:
+    """The grouped variants compiled into this build, by id (ids of their own, apart from ``configs()``)."""
+    return list(_grouped_by_id().values())
+
+
+@functools.cache
+def _grouped_by_id() -> dict[int, KernelConfig]:
+    return {v["id"]: KernelConfig(**v) for v in _C.grouped_variants()}
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve(config) -> int:
+    """The grouped variant id for a ``config`` argument; -1 for the built-in heuristic's choice."""
+    if config is None:
+        return -1
+    by_name = {c.name: c.id for c in _grouped_by_id().values()}
+    if isinstance(config, str) and config in by_name:
+        return by_name[config]
+    if isinstance(config, int) and not isinstance(config, bool) and config in _grouped_by_id():
+        return config
+    if not isinstance(config, (int, str)) or isinstance(config, bool):
+        raise TypeError(f"config must be a grouped variant id or name, got {config!r}")
+    raise ValueError(f"no compiled grouped variant {config!r}; wavetune.grouped_configs() lists them")
+
+
+@functools.lru_cache(maxsize=256)
+def _workspace_bytes(device: int, experts: int) -> int:
+    return _C.grouped_workspace_bytes(experts)
+
+
+def _check_shapes(torch, x, w, offsets, out) -> None:
+    """Every check that needs no GPU and no data pointer: types, shapes, dtypes, contiguity."""
+    tensors = {"x": x, "w": w, "offsets": offsets}
+    if torch is None or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+        got = ", ".join(type(t).__name__ for t in tensors.values())
+        raise TypeError(f"wavetune.grouped_gemm takes torch tensors x, w and offsets, got {got}")
+    if x.dim() != 2 or w.dim() != 3 or offsets.dim() != 1:
+        raise ValueError(f"expected x [rows, K], w [experts, N, K] and offsets [experts], got shapes "
+                         f"{tuple(x.shape)}, {tuple(w.shape)} and {tuple(offsets.shape)}")
+    experts, n, k = w.shape
+    if x.shape[1] != k:
+        raise ValueError(f"x {tuple(x.shape)} and w {tuple(w.shape)} differ in K ({x.shape[1]} != {k})")
+    if offsets.shape[0] != experts:
+        raise ValueError(f"offsets has {offsets.shape[0]} entries for {experts} experts (one cumulative row end each)")
+    if x.dtype not in _dtype_codes(torch) or w.dtype != x.dtype:
+        raise TypeError(f"x and w must both be bfloat16 or both float16, got {x.dtype} and {w.dtype}")
+    if offsets.dtype != torch.int32:
+        raise TypeError(f"offsets must be int32 (torch._grouped_mm's offs convention), got {offsets.dtype}")
+    out_shape = (x.shape[0], n)
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != x.dtype or tuple(out.shape) != out_shape):
+        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"out must be a {x.dtype} tensor of shape {out_shape}, got {got}")
+    for name, t in {**tensors, "out": out}.items():
+        if t is not None and not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous, got strides {t.stride()}; pass {name}.contiguous()")
+
+
+def grouped_gemm(x, w, offsets, *, out=None, config=None):
+    """Mixture-of-experts grouped GEMM: ``out[rows of e] = x[rows of e] @ w[e].T`` for every expert e.
+
+    x: [rows, K] CUDA tensor, bf16 or fp16, its rows sorted by expert (tokens times top-k in an MoE layer).
+    w: [experts, N, K] of the same dtype: one nn.Linear weight per expert.
+    offsets: int32 [experts] on the same device, the cumulative row ends (torch._grouped_mm's ``offs``):
+        expert e owns rows offsets[e-1] to offsets[e] (from 0 for e = 0); experts may own no rows. Rows
+        from offsets[-1] on are not written; offsets out of order or past the rows give experts no rows.
+    out: optional [rows, N] tensor to write (same dtype and device, contiguous).
+    config: force a grouped variant (id or name, ``grouped_configs()``); default: the built-in heuristic's
+        choice from the sizes alone (rows, experts, N, K), which the host knows: the call never waits for
+        the GPU to learn the rows per expert, and CUDA-graph capture works.
+
+    Runs on the current torch stream of x's device. K and N must be multiples of 8 (the kernels load
+    with TMA; K = 0 writes zeros); all tensors contiguous.
+    """
+    torch = sys.modules.get("torch")
+    _check_shapes(torch, x, w, offsets, out)
+    variant = _resolve(config)
+    experts, n, k = w.shape
+    rows = x.shape[0]
+    tensors = [t for t in (x, w, offsets, out) if t is not None]
+    if out is None:
+        out = x.new_empty((rows, n))
+    dtype_code = _dtype_codes(torch)[x.dtype]
+    pointers = (x.data_ptr(), w.data_ptr(), offsets.data_ptr(), out.data_ptr())
+    has_work = out.numel() > 0 and experts > 0 and k > 0
+    error = _C.grouped_problem_error(rows, experts, n, k, *pointers, dtype_code) if has_work else ""
+    if error:
+        raise ValueError(f"wavetune.grouped_gemm: {error}")
+    device = x.get_device()
+    if not all(t.is_cuda and t.get_device() == device for t in tensors):
+        devices = ", ".join(str(t.device) for t in tensors)
+        raise ValueError(f"x, w, offsets and out must be on one CUDA device, got {devices}")
+    if not has_work:
+        return out.zero_() if k == 0 and experts > 0 else out
+    if device != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return grouped_gemm(x, w, offsets, out=out, config=config)
+    # NOTES: the workspace comes from torch's caching allocator, so it is stream-ordered and CUDA-graph
+    # safe (a capture gets memory from the graph's pool); it holds the per-expert arguments the launch
+    # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.
+    workspace = torch.empty(_workspace_bytes(device, experts), dtype=torch.uint8, device=x.device)
+    _C.grouped_gemm(rows, experts, n, k, *pointers, dtype_code, variant, workspace.data_ptr(), workspace.numel(),
+                    _stream_getter(torch)(device))
+    return out
