@@ -1,12 +1,12 @@
 // The compiled variants, as listed by the generated registry.inc (see python/wavetune/config_space.py),
 // and the problem checks that need no GPU.
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "registry.inc"
 #include "variant_ops.h"
+#include "variant_registry.h"
 #include "wavetune/errors.h"
 #include "wavetune/kernels.h"
 
@@ -18,29 +18,14 @@ WAVETUNE_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-struct Entry {
-  VariantInfo info;
-  const VariantOps* ops;
-};
-
-#define WAVETUNE_ENTRY(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS)                                       \
-  Entry{{ID, #NAME, DType::DT, BLayout::BL, SWAP, Schedule::SCHED, TM, TN, TK, CM, CN, TileScheduler::TS}, \
-        &variant_##NAME},
-const std::vector<Entry>& entries() {
-  static const std::vector<Entry> list{WAVETUNE_VARIANT_LIST(WAVETUNE_ENTRY)};
+const VariantRegistry<VariantOps>& registry() {
+  static const VariantRegistry<VariantOps> list({WAVETUNE_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
   return list;
-}
-#undef WAVETUNE_ENTRY
-
-const Entry* find_entry(int32_t id) {
-  const auto& list = entries();  // sorted by id: the generator emits the space in order
-  auto it = std::lower_bound(list.begin(), list.end(), id, [](const Entry& e, int32_t v) { return e.info.id < v; });
-  return it != list.end() && it->info.id == id ? &*it : nullptr;
 }
 }  // namespace
 
 const VariantOps* variant_ops(int32_t id) {
-  const Entry* e = find_entry(id);
+  const auto* e = registry().find(id);
   return e ? e->ops : nullptr;
 }
 
@@ -49,17 +34,10 @@ const char* kernel_set_name() { return WAVETUNE_KERNEL_SET_NAME; }
 
 }  // namespace detail
 
-const std::vector<VariantInfo>& variants() {
-  static const std::vector<VariantInfo> list = [] {
-    std::vector<VariantInfo> out;
-    for (const auto& e : detail::entries()) out.push_back(e.info);
-    return out;
-  }();
-  return list;
-}
+const std::vector<VariantInfo>& variants() { return detail::registry().infos(); }
 
 const VariantInfo* find_variant(int32_t id) {
-  const detail::Entry* e = detail::find_entry(id);
+  const auto* e = detail::registry().find(id);
   return e ? &e->info : nullptr;
 }
 
