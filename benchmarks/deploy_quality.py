@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in [layer.name for layer in layers] + ["all"]:
         ratios = [r["ratio"] for r in rows if name in ("all", r["layer"])]
         worst = min(rows, key=lambda r: r["ratio"] if name in ("all", r["layer"]) else math.inf)
-        print(f"{name}: choice / best {math.exp(sum(map(math.log, ratios)) / len(ratios)):.4f} geomean, "
+        print(f"{name}: choice / best {methods.geomean(ratios):.4f} geomean, "
               f"{min(ratios):.3f} worst (M={worst['m']}: {worst['choice']} against {worst['best']})")
     print(f"choices from exact ranges: {sum(r['source'] == 'exact' for r in rows)} of {len(rows)}")
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 import vs_cublas
-from vs_cublas import geomean
+from methods import geomean
 import wavetune
 from wavetune import _C
 from wavetune import grouped_mapping

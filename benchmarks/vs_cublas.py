@@ -33,7 +33,6 @@ import wavetune
 from wavetune import _C, tuning
 
 REPO = Path(__file__).resolve().parents[1]
-M_BUCKETS = (("<=16", 1, 16), ("17-256", 17, 256), ("257-2048", 257, 2048), (">=2049", 2049, math.inf))
 MAX_ERROR = 2e-2
 SCREEN = dict(warmup=1, replays=1, min_launches=2)
 
@@ -125,22 +124,18 @@ def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argpars
             "screen": screened, "max_error": max(errors.values())}
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
 def summary(rows: list[dict]) -> str:
     lines = ["| M | shapes | best / cuBLAS speed | worst | choice / cuBLAS | worst | choice / best |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for label, lo, hi in (*M_BUCKETS, ("all", 1, math.inf)):
+    for label, lo, hi in methods.M_RANGES:
         rs = [r for r in rows if lo <= r["m"] <= hi and r["best_us"]]
         if not rs:
             continue
         best = [r["cublas_us"] / r["best_us"] for r in rs]
         choice = [r["cublas_us"] / r["choice_us"] for r in rs]
         quality = [r["best_us"] / r["choice_us"] for r in rs]
-        lines.append(f"| {label} | {len(rs)} | {geomean(best):.3f}x | {min(best):.2f}x | {geomean(choice):.3f}x | "
-                     f"{min(choice):.2f}x | {geomean(quality):.3f} |")
+        lines.append(f"| {label} | {len(rs)} | {methods.geomean(best):.3f}x | {min(best):.2f}x | {methods.geomean(choice):.3f}x | "
+                     f"{min(choice):.2f}x | {methods.geomean(quality):.3f} |")
     return "\n".join(lines)
 
 

@@ -183,7 +183,7 @@ def test_contender_spans_reach_the_neighbouring_points():
     picks = {1: {0}, 8: {0, 1}, 32: {1}, 128: {2}, 512: {1, 2}}
     assert deploy.contender_spans(picks) == {0: (1, 32), 1: (1, 512), 2: (32, 512)}
     assert deploy.widest({0: (1, 32)}, {0: (16, 64), 3: (5, 6)}) == {0: (1, 64), 3: (5, 6)}
-    assert deploy.probe_ms(100)[:3] == [1, 2, 3] and deploy.probe_ms(100)[-1] == 100
+    assert tuning.token_counts(100)[:3] == [1, 2, 3] and tuning.token_counts(100)[-1] == 100
     assert deploy.screen_ms(100) == [1, 8, 32, 100]
 
 

@@ -152,25 +152,34 @@ def test_errors_on_the_gpu():
     torch.cuda.synchronize()  # no launch error was left behind
 
 
-def test_gemm_follows_a_loaded_table(tmp_path):
-    """Model choices (every candidate wins somewhere) and an exact range launch correct kernels."""
-    from wavetune import _C, tablefile, tuning
+def write_device_table(path, cands, waves, **records) -> None:
+    """A table for this GPU and build over ``cands`` with the given wave models, no micro rules, and
+    ``records`` (exact, priors) as write_table takes them."""
+    from wavetune import tablefile
 
-    cands = tuning.candidates()
-    if not cands:
-        pytest.skip("no bf16 column-major variant compiled")
     props = wavetune.device_properties()
-    path = tmp_path / "table.wtt"
-    # Constant models: the middle candidate wins every model choice; the exact range picks candidate 0.
-    waves = {i: {1: [1.0 + abs(i - len(cands) // 2), 0.0, 0.0, 0.0]} for i in range(len(cands))}
     tablefile.write_table(
         path,
         meta={"gpu_name": props["name"], "sm_count": props["sm_count"],
               "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "test",
-              "cuda_version": 13000, "created": "2026-11-21T00:00:00+00:00"},
+              "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"},
         configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
-        waves=waves, micro={}, exact=[{"dtype": "bf16", "b_layout": "col", "m_first": 33, "m_last": 48, "n": 1032,
-                                       "k": 520, "config_id": 0, "raster": "along_n", "max_swizzle": 2, "us": 5.0}])
+        waves=waves, micro={}, **records)
+
+
+def test_gemm_follows_a_loaded_table(tmp_path):
+    """Model choices (every candidate wins somewhere) and an exact range launch correct kernels."""
+    from wavetune import _C, tuning
+
+    cands = tuning.candidates()
+    if not cands:
+        pytest.skip("no bf16 column-major variant compiled")
+    path = tmp_path / "table.wtt"
+    # Constant models: the middle candidate wins every model choice; the exact range picks candidate 0.
+    waves = {i: {1: [1.0 + abs(i - len(cands) // 2), 0.0, 0.0, 0.0]} for i in range(len(cands))}
+    write_device_table(path, cands, waves, exact=[{"dtype": "bf16", "b_layout": "col", "m_first": 33, "m_last": 48,
+                                                   "n": 1032, "k": 520, "config_id": 0, "raster": "along_n",
+                                                   "max_swizzle": 2, "us": 5.0}])
     info = wavetune.load_table(path)
     try:
         assert info["configs"] == len(cands)
@@ -235,7 +244,7 @@ def test_deployment_tuning_covers_every_m(tmp_path):
     loads on this GPU, an exact range holds every M, and gemm runs its choices correctly."""
     import json
 
-    from wavetune import _C, api, tablefile, tuning
+    from wavetune import _C, api, tuning
     from wavetune.__main__ import main
 
     cands = tuning.candidates()
@@ -244,14 +253,8 @@ def test_deployment_tuning_covers_every_m(tmp_path):
     props = wavetune.device_properties()
     base = tmp_path / "base.wtt"
     # Constant models, half of them twice as slow as the rest: the screen measures only the other half.
-    tablefile.write_table(
-        base,
-        meta={"gpu_name": props["name"], "sm_count": props["sm_count"],
-              "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "test",
-              "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"},
-        configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
-        waves={i: {1: [1.0 + 2.0 * (i % 2), 0.0, 0.0, 0.0]} for i in range(len(cands))}, micro={}, exact=[],
-        priors=tuning.prior_records(cands, "bf16", "col"))
+    write_device_table(base, cands, {i: {1: [1.0 + 2.0 * (i % 2), 0.0, 0.0, 0.0]} for i in range(len(cands))},
+                       exact=[], priors=tuning.prior_records(cands, "bf16", "col"))
     shapes = tmp_path / "model.json"
     shapes.write_text(json.dumps({"M": [], "models": {"tiny": {"o": [1024, 1024]}}}))
     out = tmp_path / "deployed.wtt"

@@ -128,8 +128,7 @@ class ConfigSpace:
             wanted = table_variant_names(tables_dir) | {v.name for *_, v in self.fallback}
             chosen = [v for v in self.variants if v.name in wanted or _matches(v, self.heuristic_variants)]
         elif kernel_set in self.kernel_sets:
-            patterns = self.kernel_sets[kernel_set]
-            chosen = [v for v in self.variants if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
+            chosen = [v for v in self.variants if _matches(v, self.kernel_sets[kernel_set])]
         elif allow_empty:
             chosen = []
         else:
@@ -137,7 +136,7 @@ class ConfigSpace:
             raise ConfigError(f"{self.path}: unknown kernel set {kernel_set!r} (known: {known})")
         if name_filter:
             patterns = [p.strip() for p in name_filter.split(",") if p.strip()]
-            chosen = [v for v in chosen if any(fnmatch.fnmatchcase(v.name, p) for p in patterns)]
+            chosen = [v for v in chosen if _matches(v, patterns)]
         if not chosen and not allow_empty:
             raise ConfigError(
                 f"{self.path}: kernel set {kernel_set!r} with filter {name_filter!r} selects no variant"

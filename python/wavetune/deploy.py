@@ -123,12 +123,6 @@ def merge_layers(layers: list[Layer]) -> list[Layer]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def probe_ms(max_m: int) -> list[int]:
-    """The M at which the table's model is asked for contenders: every M to 64, then about 6% apart."""
-    steps = int(math.log(max(max_m, 64) / 64) / math.log(1.06)) + 1
-    return sorted({m for m in (*range(1, 65), *(round(64 * 1.06**i) for i in range(steps))) if m < max_m} | {max_m})
-
-
 def screen_ms(max_m: int) -> list[int]:
     return sorted({m for m in SCREEN_MS if m < max_m} | {max_m})
 
@@ -303,7 +297,7 @@ def plan_layer(selector, table: Mapping, cands: Mapping[int, tuning.Candidate], 
     """What to measure along M: the contenders of the model's probes and of the screen (``screened``: M ->
     {config id: us}), at the M of ``sample_plan`` (the screen's M included, measured already)."""
     probes = {m: model_picks(selector, table, dtype, b_layout, m, layer.n, layer.k, top)
-              for m in probe_ms(layer.max_m)}
+              for m in tuning.token_counts(layer.max_m)}
     fastest = {m: set(sorted(us, key=us.get)[:SCREEN_TOP]) for m, us in screened.items()}
     spans = widest(contender_spans(probes), contender_spans(fastest))
     tracks = {cid: coordinate_track(cands[cid], layer.n, layer.k, selector.sm_count(), layer.max_m) for cid in spans}

@@ -40,7 +40,7 @@ def _resolve(config) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _workspace_bytes(device: int, experts: int) -> int:
+def _workspace_bytes(experts: int) -> int:
     return _C.grouped_workspace_bytes(experts)
 
 
@@ -113,7 +113,7 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
     # NOTES: the workspace comes from torch's caching allocator, so it is stream-ordered and CUDA-graph
     # safe (a capture gets memory from the graph's pool); it holds the per-expert arguments the launch
     # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.
-    workspace = torch.empty(_workspace_bytes(device, experts), dtype=torch.uint8, device=x.device)
+    workspace = torch.empty(_workspace_bytes(experts), dtype=torch.uint8, device=x.device)
     _C.grouped_gemm(rows, experts, n, k, *pointers, dtype_code, variant, workspace.data_ptr(), workspace.numel(),
                     _stream_getter(torch)(device))
     return out

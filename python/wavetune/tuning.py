@@ -122,7 +122,8 @@ class MeasurementLog:
     def _logged_device(self) -> dict:
         if not self.path.exists():
             raise ValueError(f"{self.path}: no such measurement log to refit from")
-        header = json.loads(self.path.read_text().split("\n", 1)[0])
+        with self.path.open() as f:
+            header = json.loads(f.readline())
         return {"name": header["gpu_name"], "sm_count": header["sm_count"], "l2_bytes": header["l2_bytes"]}
 
     @staticmethod
@@ -347,7 +348,16 @@ def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: di
 # and win by a percent or two, less than the model's error, and each costs a compile in every install.
 WORKING_SET_NK = (256, 512, 1024, 1536, 2048, 3072, 4096, 5120, 6144, 8192, 10240, 12288, 14336, 16384,
                   20480, 24576, 28672, 32768, 49152, 65536)
-WORKING_SET_M = tuple(sorted({*range(1, 65), *(round(64 * 1.06**i) for i in range(96)), 16384}))
+
+
+def token_counts(max_m: int) -> list[int]:
+    """Every M up to 64, then about 6% apart, and ``max_m``: token counts as a batcher produces them, odd
+    values included (the working-set grid, deployment tuning's probes)."""
+    steps = int(math.log(max(max_m, 64) / 64) / math.log(1.06)) + 1
+    return sorted({m for m in (*range(1, 65), *(round(64 * 1.06**i) for i in range(steps))) if m < max_m} | {max_m})
+
+
+WORKING_SET_M = tuple(token_counts(16384))
 WORKING_SET_GEOMEAN_LOSS = 0.005
 WORKING_SET_WORST_LOSS = 0.05
 
