@@ -163,8 +163,10 @@ TIMING = ("median of CUDA-graph replays (C++ profiler), warm-up first, the confi
 
 def suite_shapes(path: str | Path, models: str | None = None) -> list[tuple[int, int, int]]:
     """(M, N, K) of a shape-suite JSON ({"M": [...], "models": {name: {layer: [N, K]}}}), optionally
-    only the comma-separated ``models``."""
+    only the comma-separated ``models``; or of a list of {"m", "n", "k"} rows (benchmarks/shape_suite.py)."""
     suite = json.loads(Path(path).read_text())
+    if isinstance(suite, list):
+        return [(int(s["m"]), int(s["n"]), int(s["k"])) for s in suite]
     names = models.split(",") if models else list(suite["models"])
     nks = sorted({tuple(nk) for name in names for nk in suite["models"][name].values()})
     return [(m, n, k) for n, k in nks for m in suite["M"]]
@@ -176,6 +178,33 @@ def progress(items: list, desc: str) -> Iterable:
     except ImportError:
         return items
     return tqdm(items, desc=desc, unit="shape")
+
+
+# NOTES: the anchors say how a config's time grows with G and L; the calibration shapes say how far that
+# (G, L) law is from the truth on problems shaped like LLM layers, where operand aspect, L2 reuse and
+# partial tiles move the time at the same (G, L) (docs/model.md, section 9). They are generic, not any
+# model's: N and K log-uniform over LLM layer sizes in multiples of 128, M log-uniform over 1-16384 with
+# odd values, each problem at most CALIBRATION_MAX_FLOP so the stage stays a few GPU-seconds per config.
+CALIBRATION_SHAPES = 192
+CALIBRATION_SEED = 20261123
+CALIBRATION_MAX_FLOP = 2e12
+
+
+def calibration_shapes(count: int = CALIBRATION_SHAPES, seed: int = CALIBRATION_SEED) -> list[tuple[int, int, int]]:
+    """``count`` generic LLM-like problems (m, n, k), the same for the same arguments."""
+    rng = np.random.default_rng(seed)
+
+    def log_uniform(lo: float, hi: float) -> float:
+        return float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+
+    shapes = []
+    while len(shapes) < count:
+        n = 128 * max(1, round(log_uniform(512, 131072) / 128))
+        k = 128 * max(1, round(log_uniform(512, 32768) / 128))
+        m = max(1, round(log_uniform(1, 16384)))
+        if 2.0 * m * n * k <= CALIBRATION_MAX_FLOP:
+            shapes.append((m, n, k))
+    return shapes
 
 
 @functools.cache
@@ -315,6 +344,8 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     write_tuned_table(path, kept, **table)
     working = working_set(path, dtype, b_layout) | {c.key for _, c, _ in exact_records}
     kept = [c for c in kept if c.key in working]
+    for shape in progress(calibration_shapes(), "calibration"):
+        log.measure((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in kept])
     write_tuned_table(path, kept, **table)
     print(f"wrote {path}: {len(kept)} configs (the working set), {len(exact)} exact shapes; this run measured "
           f"{log.measured} configs in {log.gpu_seconds:.1f} GPU-seconds (log: {log.path})")
