@@ -216,6 +216,33 @@ def test_graph_capture_needs_a_warm_stream():
     assert ((out.double() - ref).norm() / ref.norm()).item() < TOLERANCE
 
 
+def test_graph_survives_a_larger_eager_launch():
+    """A graph captured with a split-K launch still computes the right result after a larger eager problem
+    on the same stream has grown the workspace (the captured pointer must stay valid)."""
+    split = [c for c in wavetune.configs() if c.scheduler == "stream_k" and c.dtype == "bf16" and c.b_layout == "col"]
+    if not split:
+        pytest.skip("no bf16 column-major stream-K variant in this kernel set")
+    config = wavetune.LaunchConfig(split[0].name, decomposition="split_k", splits=2)
+    x, b = operands(64, 1032, 4096, torch.bfloat16, "col")
+    out = torch.empty((64, 1032), device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        wavetune.gemm(x, b, out=out, config=config)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        wavetune.gemm(x, b, out=out, config=config)
+    with torch.cuda.stream(stream):  # many times the workspace: the buffer grows
+        big = wavetune.LaunchConfig(split[0].name, decomposition="split_k", splits=4)
+        wavetune.gemm(*operands(512, 4096, 4096, torch.bfloat16, "col"), config=big)
+    stream.synchronize()
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = x.double() @ b.double()
+        assert ((out.double() - ref).norm() / ref.norm()).item() < TOLERANCE
+
+
 def test_tune_within_a_budget(tmp_path):
     """`python -m wavetune tune --budget` end to end, on the few fp16 row-major-B variants: it stays within
     the budget, and the table it writes loads and chooses one of them."""

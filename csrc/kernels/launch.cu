@@ -1,11 +1,13 @@
 // The CUDA side of the kernel library: device checks, workspace, and the launch entry points.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "cutlass/version.h"
 #include "variant_ops.h"
@@ -46,11 +48,18 @@ const DeviceSlot& current_device() {
   return slot;
 }
 
+// NOTES: a buffer that was handed out is never freed while the process runs. A CUDA graph captured with
+// a launch keeps that launch's workspace pointer, and replaying it after a larger eager problem had grown
+// the workspace wrote into freed memory (an "unspecified launch failure", or worse, silent corruption of
+// whatever was allocated there). Outgrown buffers are retired instead; growth at least doubles, so all
+// of them together stay below twice the largest.
 struct Workspace {
   void* ptr = nullptr;
   size_t bytes = 0;
-  ~Workspace() {
-    if (ptr) cudaFree(ptr);  // may run after the CUDA runtime shut down at exit; nothing to report then
+  std::vector<void*> retired;
+  ~Workspace() {  // may run after the CUDA runtime shut down at exit; nothing to report then
+    for (void* old : retired) cudaFree(old);
+    if (ptr) cudaFree(ptr);
   }
 };
 
@@ -75,12 +84,12 @@ void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes) {
                        "allocated while the stream is being captured into a CUDA graph: run the same GEMM "
                        "once on that stream before capturing (the workspace is then reused)");
     }
-    // NOTES: cudaFree synchronizes the device, so the old buffer is not freed under a running kernel.
-    if (ws.ptr) WAVETUNE_CUDA_CHECK(cudaFree(ws.ptr));
-    ws.ptr = nullptr;
-    ws.bytes = 0;
-    WAVETUNE_CUDA_CHECK(cudaMalloc(&ws.ptr, bytes));
-    ws.bytes = bytes;
+    const size_t grown = std::max(bytes, 2 * ws.bytes);
+    void* fresh = nullptr;
+    WAVETUNE_CUDA_CHECK(cudaMalloc(&fresh, grown));
+    if (ws.ptr) ws.retired.push_back(ws.ptr);
+    ws.ptr = fresh;
+    ws.bytes = grown;
   }
   return ws.ptr;
 }
