@@ -356,6 +356,10 @@ def exact_line(m_first: int, m_last: int) -> bytes:
         (lambda b: b.replace(b"config 0 ", b"config 1 "), r"table.wtt:\d+: config id 1 out of order"),
         (lambda b: b.replace(b"wave 0 1 5.0 0.0 0.0 0.0", b"wave 0 1 5.0 0.0 0.0"), r"wave record: expected 7 fields"),
         (lambda b: b + b"bogus record\n", r"table.wtt:\d+: unknown record type 'bogus'"),
+        (lambda b: b + b"calibration 0 0.1 0.0 0.0\n", r"table.wtt:\d+: calibration record: expected 6 fields"),
+        (lambda b: b + b"calibration 2 0.1 0.0 0.0 0.0\n", r"table.wtt:\d+: config id 2 out of range"),
+        (lambda b: b + b"calibration 0 0.1 0 0 0\ncalibration 0 0.2 0 0 0\n",
+         r"table.wtt:\d+: a second calibration record for config 0"),
         (lambda b: b.replace(b"data_parallel 1", b"data_parallel 4"), r"splits is 1 unless split_k"),
     ],
 )

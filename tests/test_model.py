@@ -579,3 +579,32 @@ def test_write_table_is_atomic(tmp_path, monkeypatch):
     assert b"\nmemory " not in data
     assert os.listdir(tmp_path) == ["t.wtt"]
 
+
+
+def test_fit_calibration_recovers_a_power_law_and_round_trips_in_a_table(tmp_path):
+    """Ratios that follow exp(c0) M^c1 N^c2 K^c3 exactly give those coefficients back (the ridge moves
+    slopes only a little at this size); the table writes and reads them as given, and refuses bad ones."""
+    rng = np.random.default_rng(3)
+    problems = [(int(rng.integers(1, 16384)), int(rng.integers(256, 65536)), int(rng.integers(256, 32768)))
+                for _ in range(400)]
+    truth = [0.3, -0.05, 0.02, 0.04]
+    ratios = [model.calibration_factor(truth, *p) for p in problems]
+    coef = model.fit_calibration(problems, ratios, ridge=0.0)
+    assert np.allclose(coef, truth, atol=1e-9)
+    ridged = model.fit_calibration(problems, ratios)
+    assert np.allclose(ridged[1:], truth[1:], atol=0.01)
+    assert model.fit_calibration([(8, 8, 8)], [2.0]) == pytest.approx([math.log(2.0), 0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="positive, finite ratio"):
+        model.fit_calibration([(8, 8, 8)], [0.0])
+
+    configs = [{"variant": "bf16_bcol_pingpong_64x64x64_1x1_persistent", "decomposition": "data_parallel", "splits": 1}]
+    meta = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "config_space_hash": "0123456789abcdef",
+            "wavetune_version": "0", "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"}
+    path = tmp_path / "t.wtt"
+    tablefile.write_table(path, meta, configs, {0: {1: [5.0, 0.0, 0.0, 0.0]}}, None, None, calibration={0: coef})
+    assert b"\ncalibration 0 " in path.read_bytes()
+    assert tablefile.read_table(path)["calibration"] == {0: coef}
+    with pytest.raises(ValueError, match="4 coefficients"):
+        tablefile.format_table(meta, configs, {0: {1: [5.0, 0.0, 0.0, 0.0]}}, calibration={0: [1.0]})
+    with pytest.raises(ValueError, match="calibration config id"):
+        tablefile.format_table(meta, configs, {0: {1: [5.0, 0.0, 0.0, 0.0]}}, calibration={3: coef})

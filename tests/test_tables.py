@@ -242,6 +242,25 @@ def test_traffic_floor_from_the_anchors_bounds_each_config(tmp_path):
     assert tablefile.read_table(path)["traffic_bytes_per_us"] == rate
 
 
+def test_calibration_scales_each_config_as_the_reference_says(tmp_path):
+    """A calibration record multiplies its config's floored prediction by exp(c0 + c1 ln M + c2 ln N + c3 ln
+    K) in the C++ engine, the others keep theirs, and the choice follows the scaled predictions."""
+    if len(tuning.candidates()) < 2:
+        pytest.skip("needs two bf16 column-major configs")
+    path = tmp_path / "t.wtt"
+    make_table(path, exact=())
+    shapes = [(m, 4096, 2048) for m in (3, 700, 5000)]
+    plain = {(r["config"], s): r["predicted_us"] for s in shapes for r in api.open_table(path).explain("bf16", "col", *s)}
+    calibration = {0: [0.2, 0.1, -0.05, 0.03], 1: [-5.0, 0.0, 0.0, 0.0]}  # config 1 becomes the cheapest
+    tablefile.write_table(path, **{**tablefile.read_table(path), "calibration": calibration})
+    selector = api.open_table(path)
+    for s in shapes:
+        for r in selector.explain("bf16", "col", *s):
+            factor = model.calibration_factor(calibration[r["config"]], *s) if r["config"] in calibration else 1.0
+            assert r["predicted_us"] == pytest.approx(plain[(r["config"], s)] * factor, rel=1e-12)
+        assert selector.select("bf16", "col", *s)["config"] == 1
+
+
 def test_cli_cmake_dir_and_info():
     done = run_cli("--cmake-dir")
     assert done.returncode == 0

@@ -89,3 +89,13 @@ def test_an_offline_log_takes_its_own_device_and_measures_nothing(tmp_path):
         tuning.MeasurementLog(path, offline=True)
     with pytest.raises(ValueError, match="no such measurement log"):
         tuning.MeasurementLog(tmp_path / "missing.jsonl", offline=True)
+
+
+def test_calibration_shapes_are_generic_bounded_and_fixed():
+    shapes = tuning.calibration_shapes()
+    assert len(shapes) == tuning.CALIBRATION_SHAPES and shapes == tuning.calibration_shapes()
+    assert tuning.calibration_shapes(8, seed=1) != tuning.calibration_shapes(8, seed=2)
+    for m, n, k in shapes:
+        assert 1 <= m <= 16384 and n % 128 == 0 and k % 128 == 0
+        assert 2.0 * m * n * k <= tuning.CALIBRATION_MAX_FLOP
+    assert sum(m % 2 for m, _, _ in shapes) > len(shapes) / 4  # odd token counts, as a batcher makes them

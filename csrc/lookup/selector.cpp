@@ -1,6 +1,7 @@
 // Selection: a table resolved against the running build once, then evaluated per problem as
 // docs/tables.md ("Evaluating the model") says, behind a bounded lock-free cache.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cassert>
 #include <charconv>
@@ -120,6 +121,8 @@ struct Candidate {
   int32_t variant;
   uint32_t wave_begin, wave_count;    // into Impl::waves, sorted by wave
   uint32_t micro_begin, micro_count;  // into Impl::micro, sorted by min_wave
+  std::array<double, 4> calibration;  // TableConfig::calibration
+  bool calibrated;                    // any coefficient non-zero
 };
 
 // (dtype, layout, m, n, k) in two words; m >= 1 makes `lo` non-zero, so a zeroed slot never matches.
@@ -283,6 +286,21 @@ double traffic_floor(const TileShape& t, const Coordinates& x, double bytes_per_
   return 2.0 * double(x.grid) * double(x.k_iters) * t.tile_k * (t.tile_m + t.tile_n) / bytes_per_us;
 }
 
+// ln M, ln N and ln K of a problem: computed once per decision, shared by every candidate's calibration.
+struct LogExtents {
+  double m, n, k;
+  explicit LogExtents(const Problem& p) : m(std::log(double(p.m))), n(std::log(double(p.n))), k(std::log(double(p.k))) {}
+};
+
+// NOTES: the (G, L) fits see neither the operands' aspect nor L2 reuse, so a config can be right on its
+// anchors and 30% off on LLM-shaped problems. Its calibration record, a power law in M, N and K fitted to
+// its measurements on generic shapes (tuning.py), scales the floored prediction; one exp per candidate.
+double calibrated(double t, const Candidate& c, const LogExtents& x) {
+  if (!c.calibrated) return t;
+  const std::array<double, 4>& a = c.calibration;
+  return t * std::exp(a[0] + a[1] * x.m + a[2] * x.n + a[3] * x.k);
+}
+
 // Splits as launched: the mapping models min(splits, K tiles), and a launch with more splits than K tiles
 // is refused (why_not), so the choice carries the clamped value.
 int32_t launch_splits(const TileShape& t, Decomposition d, int32_t splits, int64_t k) {
@@ -444,7 +462,10 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
                          uint32_t(s.waves.size()),
                          uint32_t(waves.size()),
                          uint32_t(s.micro.size()),
-                         uint32_t(rules.size())};
+                         uint32_t(rules.size()),
+                         {c.calibration[0], c.calibration[1], c.calibration[2], c.calibration[3]},
+                         c.calibration[0] != 0 || c.calibration[1] != 0 || c.calibration[2] != 0 ||
+                             c.calibration[3] != 0};
     s.waves.insert(s.waves.end(), waves.begin(), waves.end());
     s.micro.insert(s.micro.end(), rules.begin(), rules.end());
     s.candidates[int(v.dtype) & 1][int(v.b_layout) & 1].push_back(cand);
@@ -592,14 +613,16 @@ Choice Selector::select_model(const Problem& p) const {
     }
   }
   const double floor_us = memory_floor(p, s.table.memory_bytes_per_us);
+  const LogExtents logs(p);
   const Candidate* best = nullptr;
   double best_t = 0, prior_t = 0;
   int64_t best_waves = 0, prior_waves = 0;
   for (const Candidate& c : list) {
     const Coordinates x = c.mapping(p.m, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k)));
-    const double t = std::max({floor_us, traffic_floor(c.mapping.tile(), x, s.table.traffic_bytes_per_us),
-                               predict(&s.waves[c.wave_begin], c.wave_count, x)});
+    const double t = calibrated(std::max({floor_us, traffic_floor(c.mapping.tile(), x, s.table.traffic_bytes_per_us),
+                                          predict(&s.waves[c.wave_begin], c.wave_count, x)}),
+                                c, logs);
     if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
     if (prior && &c == &list[prior->candidate]) prior_t = t, prior_waves = x.waves;
   }
@@ -629,11 +652,13 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
   check_problem(p);
   const Impl& s = *impl_;
   const double floor_us = memory_floor(p, s.table.memory_bytes_per_us);
+  const LogExtents logs(p);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k);
-    const double t = std::max({floor_us, traffic_floor(c.mapping.tile(), x, s.table.traffic_bytes_per_us),
-                               predict(&s.waves[c.wave_begin], c.wave_count, x)});
+    const double t = calibrated(std::max({floor_us, traffic_floor(c.mapping.tile(), x, s.table.traffic_bytes_per_us),
+                                          predict(&s.waves[c.wave_begin], c.wave_count, x)}),
+                                c, logs);
     out.push_back({c.config, c.variant, x, t});
   }
   return out;

@@ -1,6 +1,7 @@
 // Reading table files (docs/tables.md): the syntax, the checksum and the references between records.
 // Nothing here knows the running build; the Selector resolves the table against it.
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -307,6 +308,12 @@ class Parser {
       if (!(r.margin >= 0)) fail(line_, "margin ", r.margin, " is negative");
       table->priors.push_back(r);
       prior_lines_.push_back(line_);
+    } else if (type == "calibration") {
+      const size_t n = split(line, f);
+      expect_fields(type, n, 6, "calibration <config-id> <c0> <c1> <c2> <c3>");
+      const int64_t config = integer(f[1], "config id", 0, INT32_MAX);
+      calibrations_.push_back({line_, config, {real(f[2], "coefficient c0"), real(f[3], "coefficient c1"),
+                                               real(f[4], "coefficient c2"), real(f[5], "coefficient c3")}});
     } else if (type == "memory") {
       table->memory_bytes_per_us = rate(type, line, f, &memory_line_);
     } else if (type == "traffic") {
@@ -315,7 +322,7 @@ class Parser {
       fail(line_, "a checksum record before the end of the file: the checksum must be the last line");
     } else {
       fail(line_, "unknown record type ", quoted(type),
-           " (meta, config, wave, micro, exact, prior, memory, traffic, checksum)");
+           " (meta, config, wave, micro, exact, prior, calibration, memory, traffic, checksum)");
     }
   }
 
@@ -358,6 +365,14 @@ class Parser {
       }
       list.push_back(r.record);
     }
+    std::vector<size_t> calibrated(configs, 0);  // the line of each config's calibration record
+    for (const auto& c : calibrations_) {
+      check_config(c.line, c.config);
+      size_t& seen = calibrated[size_t(c.config)];
+      if (seen) fail(c.line, "a second calibration record for config ", c.config, " (the first is on line ", seen, ")");
+      seen = c.line;
+      std::copy(c.record.begin(), c.record.end(), table->configs[size_t(c.config)].calibration);
+    }
     for (size_t i = 0; i < table->exact.size(); ++i) check_config(exact_record_lines_[i], table->exact[i].config);
     size_t first = 0, second = 0;
     if (lookup_detail::find_overlapping_exact(table->exact, &first, &second)) {
@@ -387,6 +402,7 @@ class Parser {
   size_t traffic_line_ = 0;
   std::vector<Pending<WaveModel>> waves_;
   std::vector<Pending<MicroRule>> micro_;
+  std::vector<Pending<std::array<double, 4>>> calibrations_;
   std::map<std::string, size_t> meta_lines_;
 };
 

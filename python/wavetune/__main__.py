@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--offline", action="store_true",
                       help="measure nothing: refit the table from --log (recorded on its GPU with this build)")
     tune.add_argument("--budget", type=int, metavar="N",
-                      help="at most N measurements for the model (anchors and raster/swizzle runs; the full plan "
-                           "is about 1,300 for 33 configs): fewer wave regimes are profiled and the model bridges "
-                           "the others; --exact shapes come on top")
+                      help="at most N measurements for the model (anchors, raster/swizzle runs, then as many "
+                           "calibration shapes as the rest allows): fewer wave regimes are profiled and the model "
+                           "bridges the others; --exact shapes come on top")
 
     explain = sub.add_parser("explain", help="predicted latency of every config for one problem, and the choice")
     explain.add_argument("M", type=int)

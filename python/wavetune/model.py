@@ -26,7 +26,9 @@ __all__ = [
     "DEFAULT_N_CHOICES",
     "PLAN_WAVES",
     "accuracy",
+    "calibration_factor",
     "choose_micro",
+    "fit_calibration",
     "fit_config",
     "fit_wave",
     "memory_floor_us",
@@ -202,6 +204,37 @@ def traffic_floor_us(G: int, L: int, tile: Sequence[int], bytes_per_us: float) -
     """The table's floor under one config's prediction (its ``traffic`` record; docs/tables.md): its tile
     traffic at the fastest rate measured while tuning. 0 without a record (``bytes_per_us`` 0)."""
     return tile_traffic_bytes(G, L, tile) / bytes_per_us if bytes_per_us > 0 else 0.0
+
+
+# NOTES: a ridge penalty on the standardized slopes (not the intercept) keeps a config measured on few
+# shapes near a constant factor. Chosen on the tune split of benchmarks/shape_suite.py (1-100 scored
+# within 0.5% of each other; docs/tuning.md).
+CALIBRATION_RIDGE = 10.0
+
+
+def calibration_factor(coef: Sequence[float], m: int, n: int, k: int) -> float:
+    """The factor a ``calibration`` record applies to a config's floored prediction (docs/tables.md)."""
+    c0, c1, c2, c3 = (float(x) for x in coef)
+    return math.exp(c0 + c1 * math.log(m) + c2 * math.log(n) + c3 * math.log(k))
+
+
+def fit_calibration(problems: Sequence[tuple[int, int, int]], ratios: Sequence[float],
+                    ridge: float = CALIBRATION_RIDGE) -> list[float]:
+    """``[c0, c1, c2, c3]`` with ``ln(ratio) ~ c0 + c1 ln M + c2 ln N + c3 ln K`` over one config's
+    ``problems`` (m, n, k), ``ratios`` = measured / predicted latency: ridge regression on standardized
+    logs (the intercept unpenalized), mapped back to raw logs. Needs at least one problem."""
+    X = np.log(np.asarray(problems, dtype=np.float64).reshape(-1, 3))
+    y = np.log(_as_float_vector("ratios", ratios))
+    if len(X) != len(y) or len(y) == 0 or np.any(~np.isfinite(y)):
+        raise ValueError("calibration needs one positive, finite ratio per problem, and at least one")
+    mean, scale = X.mean(axis=0), X.std(axis=0)
+    scale[scale == 0] = 1.0
+    Z = np.hstack([np.ones((len(X), 1)), (X - mean) / scale])
+    penalty = ridge * np.eye(4)
+    penalty[0, 0] = 0.0
+    z = np.linalg.solve(Z.T @ Z + penalty, Z.T @ y)
+    slopes = z[1:] / scale
+    return [float(z[0] - slopes @ mean), *map(float, slopes)]
 
 
 def predict(waves: dict[int, Sequence[float]], G: int, L: int, w: int, C: int) -> float:

@@ -328,6 +328,17 @@ def _prior_lines(priors: Sequence[Mapping] | None, variants: list[str]) -> list[
     return [rows[key] for key in sorted(rows)]
 
 
+def _calibration_lines(calibration: Mapping | None, n_configs: int) -> list[str]:
+    lines = []
+    for config_id in sorted((calibration or {}), key=lambda c: _config_id(c, n_configs, "calibration config id")):
+        coef = calibration[config_id]
+        if len(coef) != 4:
+            raise ValueError(f"calibration of config {config_id} must be 4 coefficients, got {coef!r}")
+        values = [_float(x, f"calibration coefficient of config {config_id}") for x in coef]
+        lines.append(f"calibration {int(config_id)} {' '.join(map(repr, values))}\n")
+    return lines
+
+
 def _rate_lines(kind: str, bytes_per_us) -> list[str]:
     """The ``memory`` or ``traffic`` record of a rate in bytes per us (None: no record)."""
     if bytes_per_us is None:
@@ -352,13 +363,15 @@ def format_table(
     priors: Sequence[Mapping] | None = None,
     memory_bytes_per_us: float | None = None,
     traffic_bytes_per_us: float | None = None,
+    calibration: Mapping | None = None,
 ) -> bytes:
     """The bytes of a table file (validated; see ``write_table``), checksum line included."""
     meta_lines = _meta_lines(meta)
     config_lines, variants = _config_lines(configs)
     body = [MAGIC + "\n", *meta_lines, *config_lines, *_wave_lines(waves, len(variants)),
             *_micro_lines(micro, len(variants)), *_exact_lines(exact, variants),
-            *_prior_lines(priors, variants), *_rate_lines("memory", memory_bytes_per_us),
+            *_prior_lines(priors, variants), *_calibration_lines(calibration, len(variants)),
+            *_rate_lines("memory", memory_bytes_per_us),
             *_rate_lines("traffic", traffic_bytes_per_us)]  # fmt: skip
     data = "".join(body).encode("utf-8")
     return data + f"checksum {fnv1a64(data):016x}\n".encode("ascii")
@@ -387,7 +400,7 @@ def read_table(path: str | os.PathLike) -> dict:
         raise ValueError(f"{path}: checksum mismatch: the file is corrupt, truncated or was edited by hand")
 
     table: dict = {"meta": {}, "configs": [], "waves": {}, "micro": {}, "exact": [], "priors": [],
-                   "memory_bytes_per_us": None, "traffic_bytes_per_us": None}  # fmt: skip
+                   "memory_bytes_per_us": None, "traffic_bytes_per_us": None, "calibration": {}}  # fmt: skip
     for number, line in enumerate(lines[1:-1], start=2):
         if line and not line.startswith("#"):
             try:
@@ -398,8 +411,8 @@ def read_table(path: str | os.PathLike) -> dict:
 
 
 # Fields after the record type, per record (meta: a key and the rest of the line).
-_RECORD_FIELDS = {"config": 4, "wave": 6, "micro": 4, "exact": len(EXACT_KEYS), "prior": 3, "memory": 1,
-                  "traffic": 1}
+_RECORD_FIELDS = {"config": 4, "wave": 6, "micro": 4, "exact": len(EXACT_KEYS), "prior": 3, "calibration": 5,
+                  "memory": 1, "traffic": 1}
 
 
 def _read_record(line: str, table: dict) -> None:
@@ -426,6 +439,8 @@ def _read_record(line: str, table: dict) -> None:
         table["exact"].append({**record, "us": float(record["us"])})
     elif kind == "prior":
         table["priors"].append({"config_id": int(f[0]), "max_m": int(f[1]), "margin": float(f[2])})
+    elif kind == "calibration":
+        table["calibration"][int(f[0])] = [float(x) for x in f[1:]]
     else:
         table[f"{kind}_bytes_per_us"] = float(f[0])
 
@@ -440,6 +455,7 @@ def write_table(
     priors: Sequence[Mapping] | None = None,
     memory_bytes_per_us: float | None = None,
     traffic_bytes_per_us: float | None = None,
+    calibration: Mapping | None = None,
 ) -> None:
     """Write a table file in the docs/tables.md format, atomically.
 
@@ -467,11 +483,13 @@ def write_table(
       every prediction (docs/tables.md). None: no record.
     - ``traffic_bytes_per_us``: the fastest tile traffic measured while tuning (> 0), the floor under
       each config's prediction (docs/tables.md). None: no record.
+    - ``calibration``: ``{config_id: [c0, c1, c2, c3]}``: that config's prediction is multiplied by
+      ``exp(c0 + c1 ln M + c2 ln N + c3 ln K)`` (docs/tables.md); configs without one keep factor 1.
 
     Layout (deterministic, so equal inputs give equal bytes): the magic line; meta with the required
     keys in the order above, then the others sorted by key; config lines in id order; wave lines by
     config id then w; micro lines by config id then min_wave; exact lines sorted by (dtype, b_layout, n,
-    k, m_first); prior lines by (dtype, B layout, max_m with 0 last); the memory line, the traffic line; then ``checksum <16 hex digits>``, the
+    k, m_first); prior lines by (dtype, B layout, max_m with 0 last); calibration lines by config id; the memory line, the traffic line; then ``checksum <16 hex digits>``, the
     FNV-1a 64 of all preceding bytes. Floats are written with ``repr`` (round-trips), integers in
     decimal. No comments are written.
 
@@ -479,7 +497,8 @@ def write_table(
     written to a temporary file in the same directory and moved into place with ``os.replace``; on any
     error the temporary file is removed and an existing table is left as it was.
     """
-    data = format_table(meta, configs, waves, micro, exact, priors, memory_bytes_per_us, traffic_bytes_per_us)
+    data = format_table(meta, configs, waves, micro, exact, priors, memory_bytes_per_us, traffic_bytes_per_us,
+                        calibration)
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")

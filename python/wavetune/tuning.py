@@ -28,11 +28,10 @@ from .api import KernelConfig, configs
 MICRO_OPTIONS = (("heuristic", 1), ("along_m", 2), ("along_n", 2), ("along_m", 8), ("along_n", 8))
 MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
 # NOTES: the table keeps the built-in M-bucket default ([fallback] in cutlass_configs/) for a problem
-# unless the model predicts another config more than this much faster. 0.2 is about the model's median
-# error on shapes it never saw (17-19% on the H100 and H200 when it was set, 14-15% with the memory
-# floor; docs/tuning.md): a smaller predicted gain is as often the model's error as a real one.
-# Offline, 0.1-0.3 scored alike; 0 turns the priors off.
-PRIOR_MARGIN = 0.2
+# unless the model predicts another config more than this much faster: a smaller predicted gain is as
+# often the model's error as a real one. With calibrated predictions 0.1 chose best on the tune split of
+# benchmarks/shape_suite.py (0.2: 0.5% worse, none: 0.2% worse; docs/tuning.md); 0 turns the priors off.
+PRIOR_MARGIN = 0.1
 STREAM_K_PLAN = dict(waves=(1,), fills=(1.0,), k_steps=(2, 4, 8, 16, 32, 64, 128, 256), interior=7)
 
 
@@ -298,8 +297,9 @@ def tile_traffic(sm_count: int):
 def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
          exact_shapes: list[tuple[int, int, int]] = (), micro: bool = True, budget: int | None = None,
          offline: bool = False) -> Path:
-    """Profile the plan (and the exact shapes), fit, and write ``out/<gpu-slug>.wtt``. ``budget`` caps
-    the plan's measurements (``budget_plan``); the exact shapes come on top of it. ``offline``: measure
+    """Profile the plan (and the exact shapes), fit, keep the working set, calibrate it on
+    ``calibration_shapes``, and write ``out/<gpu-slug>.wtt``. ``budget`` caps the plan's measurements
+    (``budget_plan``) and the calibration takes what it leaves; the exact shapes come on top of it. ``offline``: measure
     nothing, refit from the log (``MeasurementLog``)."""
     log = MeasurementLog(log_path, offline)
     sm_count = log.device["sm_count"]
@@ -344,16 +344,36 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     write_tuned_table(path, kept, **table)
     working = working_set(path, dtype, b_layout) | {c.key for _, c, _ in exact_records}
     kept = [c for c in kept if c.key in working]
-    for shape in progress(calibration_shapes(), "calibration"):
+    shapes = calibration_shapes()
+    if budget is not None:  # what the plan leaves of the budget
+        shapes = shapes[:max(0, budget - planned_measurements(plan, sm_count, micro)) // max(1, len(kept))]
+    for shape in progress(shapes, "calibration"):
         log.measure((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in kept])
     write_tuned_table(path, kept, **table)
+    write_tuned_table(path, kept, **table, calibration=calibration(log, path, shapes, dtype, b_layout))
     print(f"wrote {path}: {len(kept)} configs (the working set), {len(exact)} exact shapes; this run measured "
           f"{log.measured} configs in {log.gpu_seconds:.1f} GPU-seconds (log: {log.path})")
     return path
 
 
+def calibration(log: MeasurementLog, path: Path, shapes: list[tuple[int, int, int]], dtype: str, b_layout: str
+                ) -> dict[str, list[float]]:
+    """Config key -> its calibration coefficients (``model.fit_calibration``): the measured latencies on the
+    calibration ``shapes`` over the written table's predictions there (floors included, no calibration)."""
+    selector = _C.Selector(str(path))
+    by_key = {c.key: c for c in candidates(dtype, b_layout)}
+    points: dict[str, list] = defaultdict(list)
+    for shape in shapes:
+        for p in selector.explain(dtype, b_layout, *shape):
+            us = log.get((dtype, b_layout, *shape), by_key[p["name"]])
+            if us is not None:
+                points[p["name"]].append((shape, us / p["predicted_us"]))
+    return {key: model.fit_calibration(*zip(*pts)) for key, pts in points.items()}
+
+
 def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: dict, micro_rules: dict,
-                      exact: list, dtype: str, b_layout: str, memory: float | None, traffic: float | None) -> None:
+                      exact: list, dtype: str, b_layout: str, memory: float | None, traffic: float | None,
+                      calibration: dict | None = None) -> None:
     """A table of the ``kept`` configs (ids are positions in it); exact shapes of other configs are dropped."""
     index = {c.key: i for i, c in enumerate(kept)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -368,6 +388,7 @@ def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: di
         priors=prior_records(kept, dtype, b_layout),
         memory_bytes_per_us=memory,
         traffic_bytes_per_us=traffic,
+        calibration={index[key]: coef for key, coef in (calibration or {}).items() if key in index},
     )
 
 

@@ -49,6 +49,9 @@ struct TableConfig {
   int32_t splits;               // 1 unless split_k
   std::vector<WaveModel> waves;
   std::vector<MicroRule> micro;
+  // A `calibration` record: the prediction is multiplied by exp(c0 + c1 ln M + c2 ln N + c3 ln K), a power
+  // law fitted to the config's measurements on generic LLM-like shapes. All zero: no record, factor 1.
+  double calibration[4] = {0, 0, 0, 0};
 };
 
 // The measured best config for the problems of one (dtype, B layout, N, K) with M in [m_first, m_last]
