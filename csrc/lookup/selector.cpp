@@ -292,15 +292,6 @@ struct LogExtents {
   explicit LogExtents(const Problem& p) : m(std::log(double(p.m))), n(std::log(double(p.n))), k(std::log(double(p.k))) {}
 };
 
-// NOTES: the (G, L) fits see neither the operands' aspect nor L2 reuse, so a config can be right on its
-// anchors and 30% off on LLM-shaped problems. Its calibration record, a power law in M, N and K fitted to
-// its measurements on generic shapes (tuning.py), scales the floored prediction; one exp per candidate.
-double calibrated(double t, const Candidate& c, const LogExtents& x) {
-  if (!c.calibrated) return t;
-  const std::array<double, 4>& a = c.calibration;
-  return t * std::exp(a[0] + a[1] * x.m + a[2] * x.n + a[3] * x.k);
-}
-
 // Splits as launched: the mapping models min(splits, K tiles), and a launch with more splits than K tiles
 // is refused (why_not), so the choice carries the clamped value.
 int32_t launch_splits(const TileShape& t, Decomposition d, int32_t splits, int64_t k) {
@@ -364,6 +355,18 @@ struct Selector::Impl {
   bool has_exact = false;
 
   ChoiceCache cache;
+
+  // NOTES: the (G, L) fits see neither the operands' aspect nor L2 reuse, so a config can be right on its
+  // anchors and 30% off on LLM-shaped problems. Its calibration record, a power law in M, N and K fitted to
+  // its measurements on generic shapes (tuning.py), scales the floored prediction; one exp per candidate.
+  // A candidate's prediction at x (docs/tables.md): its wave model, at least the floors, times its calibration.
+  double predicted_us(const Candidate& c, const Coordinates& x, double floor_us, const LogExtents& logs) const {
+    const double t = std::max({floor_us, traffic_floor(c.mapping.tile(), x, table.traffic_bytes_per_us),
+                               predict(&waves[c.wave_begin], c.wave_count, x)});
+    if (!c.calibrated) return t;
+    const std::array<double, 4>& a = c.calibration;
+    return t * std::exp(a[0] + a[1] * logs.m + a[2] * logs.n + a[3] * logs.k);
+  }
 
   void index_exact();
   const Choice* find_exact(const Problem& p) const {
@@ -620,9 +623,7 @@ Choice Selector::select_model(const Problem& p) const {
   for (const Candidate& c : list) {
     const Coordinates x = c.mapping(p.m, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k)));
-    const double t = calibrated(std::max({floor_us, traffic_floor(c.mapping.tile(), x, s.table.traffic_bytes_per_us),
-                                          predict(&s.waves[c.wave_begin], c.wave_count, x)}),
-                                c, logs);
+    const double t = s.predicted_us(c, x, floor_us, logs);
     if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
     if (prior && &c == &list[prior->candidate]) prior_t = t, prior_waves = x.waves;
   }
@@ -656,9 +657,7 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k);
-    const double t = calibrated(std::max({floor_us, traffic_floor(c.mapping.tile(), x, s.table.traffic_bytes_per_us),
-                                          predict(&s.waves[c.wave_begin], c.wave_count, x)}),
-                                c, logs);
+    const double t = s.predicted_us(c, x, floor_us, logs);
     out.push_back({c.config, c.variant, x, t});
   }
   return out;

@@ -329,14 +329,14 @@ def _prior_lines(priors: Sequence[Mapping] | None, variants: list[str]) -> list[
 
 
 def _calibration_lines(calibration: Mapping | None, n_configs: int) -> list[str]:
-    lines = []
-    for config_id in sorted((calibration or {}), key=lambda c: _config_id(c, n_configs, "calibration config id")):
-        coef = calibration[config_id]
+    rows: dict[int, str] = {}
+    for config_id, coef in (calibration or {}).items():
+        cid = _config_id(config_id, n_configs, "calibration config id")
         if len(coef) != 4:
-            raise ValueError(f"calibration of config {config_id} must be 4 coefficients, got {coef!r}")
-        values = [_float(x, f"calibration coefficient of config {config_id}") for x in coef]
-        lines.append(f"calibration {int(config_id)} {' '.join(map(repr, values))}\n")
-    return lines
+            raise ValueError(f"calibration of config {cid} must be 4 coefficients, got {coef!r}")
+        values = [_float(x, f"calibration coefficient of config {cid}") for x in coef]
+        rows[cid] = f"calibration {cid} {' '.join(map(repr, values))}\n"
+    return [rows[cid] for cid in sorted(rows)]
 
 
 def _rate_lines(kind: str, bytes_per_us) -> list[str]:
