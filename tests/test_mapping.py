@@ -1,35 +1,20 @@
-"""The unified mapping (csrc/include/wavetune/mapping.h, through the bindings) against an independent
-Python derivation of docs/model.md, over every compiled variant and many random problems."""
+"""The unified mapping (csrc/include/wavetune/mapping.h, through the bindings) against the Python statement
+of docs/model.md (model.map_problem), over every compiled variant and many random problems."""
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
 
 import wavetune
-from wavetune import _C
+from wavetune import _C, model
 
 DECOMPOSITIONS = {"data_parallel": 1, "split_k": 2, "stream_k": 3}
 
 
 def reference(v: wavetune.KernelConfig, m, n, k, decomposition, splits, sm_count):
-    tile_m, tile_n, tile_k = v.tile
-    cm, cn = v.cluster
-    rows, cols = (n, m) if v.swap_ab else (m, n)
-    tiles = (math.ceil(math.ceil(rows / tile_m) / cm) * cm) * (math.ceil(math.ceil(cols / tile_n) / cn) * cn)
-    k_iters = max(1, math.ceil(k / tile_k))
-    capacity = max(cm * cn, sm_count // (cm * cn) * (cm * cn))
-    if decomposition == "split_k":
-        s = min(max(splits, 1), k_iters)
-        grid, steps = tiles * s, math.ceil(k_iters / s)
-    elif decomposition == "stream_k":
-        grid = min(capacity, tiles * k_iters)
-        steps = math.ceil(tiles * k_iters / grid)
-    else:
-        grid, steps = tiles, k_iters
-    return grid, steps, capacity, math.ceil(grid / capacity)
+    return model.map_problem(v.tile, v.cluster, v.swap_ab, m, n, k, decomposition, splits, sm_count)
 
 
 @pytest.mark.skipif(not wavetune.configs(), reason="built without kernels: no variants to map")

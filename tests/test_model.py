@@ -34,36 +34,16 @@ tablefile = load_module("tablefile")
 SMS = 132  # H100 SXM / H200
 
 
-# ----------------------------------------------------------------------------------------------------
-# A Python re-derivation of csrc/include/wavetune/mapping.h (map_problem), for the plan tests only.
-# ----------------------------------------------------------------------------------------------------
-
-
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _round_up(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
-
-
 def make_map_fn(tile_m, tile_n, tile_k, cluster_m=1, cluster_n=1, swap_ab=False, decomposition="data_parallel",
                 splits=1, sm_count=SMS):  # fmt: skip
+    """One config's mapping (model.map_problem), as the plan takes it."""
     def map_fn(m: int, n: int, k: int):
-        rows, cols = (n, m) if swap_ab else (m, n)
-        cluster = cluster_m * cluster_n
-        tiles = _round_up(_ceil_div(rows, tile_m), cluster_m) * _round_up(_ceil_div(cols, tile_n), cluster_n)
-        k_iters = max(1, _ceil_div(k, tile_k))
-        capacity = max(cluster, sm_count // cluster * cluster)
-        grid, steps = tiles, k_iters
-        if decomposition == "split_k":
-            s = min(max(splits, 1), k_iters)
-            grid, steps = tiles * s, _ceil_div(k_iters, s)
-        elif decomposition == "stream_k":
-            units = tiles * k_iters
-            grid = min(capacity, units)
-            steps = _ceil_div(units, grid)
-        return grid, steps, capacity, _ceil_div(grid, capacity)
+        return model.map_problem((tile_m, tile_n, tile_k), (cluster_m, cluster_n), swap_ab, m, n, k, decomposition,
+                                 splits, sm_count)
 
     return map_fn
 

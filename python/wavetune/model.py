@@ -31,6 +31,7 @@ __all__ = [
     "fit_calibration",
     "fit_config",
     "fit_wave",
+    "map_problem",
     "memory_floor_us",
     "operand_bytes",
     "plan_anchors",
@@ -235,6 +236,32 @@ def fit_calibration(problems: Sequence[tuple[int, int, int]], ratios: Sequence[f
     z = np.linalg.solve(Z.T @ Z + penalty, Z.T @ y)
     slopes = z[1:] / scale
     return [float(z[0] - slopes @ mean), *map(float, slopes)]
+
+
+def map_problem(tile: Sequence[int], cluster: Sequence[int], swap_ab: bool, m: int, n: int, k: int,
+                decomposition: str, splits: int, sm_count: int) -> tuple[int, int, int, int]:
+    """(G, L, C, waves) of a problem under a config, as docs/model.md section 1 states the unified mapping:
+    the reference that csrc/include/wavetune/mapping.h is tested against, and the mapping of tools that
+    evaluate tables without the native module."""
+    def ceil_div(a: int, b: int) -> int:
+        return -(-a // b)
+
+    tile_m, tile_n, tile_k = tile
+    cluster_m, cluster_n = cluster
+    rows, cols = (n, m) if swap_ab else (m, n)
+    tiles = ceil_div(ceil_div(rows, tile_m), cluster_m) * cluster_m * ceil_div(ceil_div(cols, tile_n), cluster_n) * cluster_n
+    k_iters = max(1, ceil_div(k, tile_k))
+    cluster_size = cluster_m * cluster_n
+    capacity = max(cluster_size, sm_count // cluster_size * cluster_size)
+    if decomposition == "split_k":
+        s = min(max(splits, 1), k_iters)
+        grid, steps = tiles * s, ceil_div(k_iters, s)
+    elif decomposition == "stream_k":
+        grid = min(capacity, tiles * k_iters)
+        steps = ceil_div(tiles * k_iters, grid)
+    else:
+        grid, steps = tiles, k_iters
+    return grid, steps, capacity, ceil_div(grid, capacity)
 
 
 def predict(waves: dict[int, Sequence[float]], G: int, L: int, w: int, C: int) -> float:
