@@ -328,3 +328,24 @@ def test_micro_oracle_extends_the_fastest_multi_wave_candidates():
     records[(*problem, cands[3].key, "along_m", 2)] = 90.0
     records[(*problem, "not_a_candidate", "along_m", 2)] = 1.0
     assert methods.best_launch(records, problem, cands) == (90.0, cands[3].key, "along_m", 2)
+
+
+def test_choice_quality_evaluates_a_table_as_documented(tmp_path):
+    """benchmarks/choice_quality.py: the reference prediction is the wave model times the calibration, over
+    the floors; the prior holds within its margin and yields beyond it."""
+    import choice_quality
+
+    names = ["bf16_bcol_pingpong_64x64x64_1x1_persistent", "bf16_bcol_cooperative_128x128x64_1x1_persistent"]
+    meta = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "config_space_hash": "0123456789abcdef",
+            "wavetune_version": "0", "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"}
+    path = tmp_path / "t.wtt"
+    tablefile.write_table(path, meta, [{"variant": v, "decomposition": "data_parallel", "splits": 1} for v in names],
+                          {0: {1: [10.0, 0.0, 0.0, 0.0]}, 1: {1: [20.0, 0.0, 0.0, 0.0]}}, None, None,
+                          priors=[{"config_id": 1, "max_m": 0, "margin": 0.5}], calibration={1: [-0.1, 0.0, 0.0, 0.0]})
+    keys, predict, priors = choice_quality.table_predictor(path, 132)
+    assert keys == [f"{v}/data_parallel/1" for v in names]
+    assert predict(keys[0], 64, 4096, 4096) == 10.0
+    assert predict(keys[1], 64, 4096, 4096) == pytest.approx(20.0 * math.exp(-0.1))
+    assert priors == [(math.inf, keys[1], 0.5)]
+    assert choice_quality.choose({keys[0]: 10.0, keys[1]: 14.0}, 64, priors) == keys[1]  # within 50%: the prior
+    assert choice_quality.choose({keys[0]: 10.0, keys[1]: 16.0}, 64, priors) == keys[0]
