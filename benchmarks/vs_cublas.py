@@ -42,7 +42,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--suite", choices=("public", *shape_suite.SPLITS), default="public")
     p.add_argument("--count", type=int, default=150, help="shapes of a generated split")
     p.add_argument("--m", help="comma-separated M values replacing the public suite's")
-    p.add_argument("--finalists", type=int, default=3)
+    p.add_argument("--finalists", type=int, default=3,
+                   help="screened configs timed in the final; 0: no screen, cuBLAS against the choice alone")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
     return p.parse_args()
@@ -102,7 +103,7 @@ def interleaved_us(launches: dict, operands: list[tuple], per_graph: int, reps: 
 
 def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argparse.Namespace,
             l2_bytes: int) -> dict:
-    screened = screen(m, n, k, cands)
+    screened = screen(m, n, k, cands) if args.finalists else {}
     by_key = {c.key: c for c in cands}
     finalists = [by_key[key] for key in list(screened)[:args.finalists]]
     copies, per_graph = methods.rotation(m, n, k, l2_bytes, tuning.profile_options(m, n, k))
@@ -128,14 +129,17 @@ def summary(rows: list[dict]) -> str:
     lines = ["| M | shapes | best / cuBLAS speed | worst | choice / cuBLAS | worst | choice / best |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for label, lo, hi in methods.M_RANGES:
-        rs = [r for r in rows if lo <= r["m"] <= hi and r["best_us"]]
+        rs = [r for r in rows if lo <= r["m"] <= hi]
         if not rs:
             continue
-        best = [r["cublas_us"] / r["best_us"] for r in rs]
+        with_best = [r for r in rs if r["best_us"]]  # none without a screen (--finalists 0)
+        best = [r["cublas_us"] / r["best_us"] for r in with_best]
         choice = [r["cublas_us"] / r["choice_us"] for r in rs]
-        quality = [r["best_us"] / r["choice_us"] for r in rs]
-        lines.append(f"| {label} | {len(rs)} | {methods.geomean(best):.3f}x | {min(best):.2f}x | {methods.geomean(choice):.3f}x | "
-                     f"{min(choice):.2f}x | {methods.geomean(quality):.3f} |")
+        quality = [r["best_us"] / r["choice_us"] for r in with_best]
+        best_cells = f"{methods.geomean(best):.3f}x | {min(best):.2f}x" if best else "- | -"
+        quality_cell = f"{methods.geomean(quality):.3f}" if quality else "-"
+        lines.append(f"| {label} | {len(rs)} | {best_cells} | {methods.geomean(choice):.3f}x | {min(choice):.2f}x | "
+                     f"{quality_cell} |")
     return "\n".join(lines)
 
 

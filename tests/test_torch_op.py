@@ -127,18 +127,26 @@ class TestCPU:
     def test_a_cached_launch_passes_what_gemm_works_out(self, monkeypatch, dtype):
         # The launch a plan makes, with the native call recorded (CPU tensors: nothing runs).
         launches = []
-        monkeypatch.setattr(torch_ops._C, "gemm", lambda *args: launches.append(args))
+
+        class Prepared:  # records what the plan fixes once and what each call passes
+            def __init__(self, *args):
+                self.args = args
+
+            def __call__(self, *args):
+                launches.append((self.args, args))
+
+        monkeypatch.setattr(torch_ops._C, "PreparedGemm", Prepared)
         monkeypatch.setattr(api, "_stream_getter", lambda torch: lambda device: 7)
         x = torch.empty(2, 5, 72, dtype=dtype)[..., :64]  # rows 72 elements apart
         w = torch.empty(48, 64, dtype=dtype)
         out = torch.empty(2, 5, 48, dtype=dtype)
         plan = torch_ops._plan(x, w.t(), out)
-        result = plan.launch(x.data_ptr(), w.data_ptr())
+        result = plan.launch(x, w.data_ptr())
         assert (result.shape, result.dtype, plan.device) == ((2, 5, 48), dtype, -1)
         dtype_code, col = _C.DTYPES.index("bf16" if dtype == BF16 else "fp16"), _C.B_LAYOUTS.index("col")
-        # m n k, a lda, b ldb, d ldd, dtype, layout, table choice (-1) with default micro parameters, stream, device
-        assert launches == [(10, 48, 64, x.data_ptr(), 72, w.data_ptr(), 64, result.data_ptr(), 48, dtype_code, col,
-                             -1, 0, 1, 0, 1, 7, -1)]
+        # m n k, lda ldb ldd, dtype, layout, device; then per call a, b, d, stream
+        assert launches == [((10, 48, 64, 72, 64, 48, dtype_code, col, -1),
+                             (x.data_ptr(), w.data_ptr(), result.data_ptr(), 7))]
 
     def test_patch_swaps_eligible_layers_and_reports_the_rest(self):
         model = mixed_model()

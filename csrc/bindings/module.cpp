@@ -46,6 +46,32 @@ void use_table(int device, std::shared_ptr<Selector> selector) {
   g_active_tables[device].store(selector.get(), std::memory_order_release);
 }
 
+// gemm with variant -1 takes the device's table's choice, or the built-in heuristic without a table.
+void launch(const GemmProblem& p, int32_t variant, MicroParams micro, int32_t device, uintptr_t stream) {
+  if (variant < 0) {
+    const Selector* table =
+        device >= 0 && device < kMaxDevices ? g_active_tables[device].load(std::memory_order_acquire) : nullptr;
+    if (table && table->candidate_count(p.dtype, p.b_layout) > 0) {
+      Choice c = table->select({p.dtype, p.b_layout, p.m, p.n, p.k});
+      variant = c.variant;
+      micro = c.micro;
+    } else {
+      variant = default_variant(p);
+    }
+  }
+  gemm(p, variant, micro, reinterpret_cast<Stream>(stream));
+}
+
+struct PreparedGemm {
+  GemmProblem problem;  // data pointers null
+  int32_t device;
+};
+
+PreparedGemm make_prepared(int32_t m, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd, int32_t dtype,
+                           int32_t b_layout, int32_t device) {
+  return {make_problem(m, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout), device};
+}
+
 template <class Enum>
 Enum parse_name(const std::string& name, int count, const char* what) {
   for (int i = 0; i < count; ++i) {
@@ -234,25 +260,30 @@ PYBIND11_MODULE(_C, m) {
       [](int32_t m_, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d,
          int64_t ldd, int32_t dtype, int32_t b_layout, int32_t variant, int32_t decomposition, int32_t splits,
          int32_t raster, int32_t max_swizzle, uintptr_t stream, int32_t device) {
-        GemmProblem p = make_problem(m_, n, k, a, lda, b, ldb, d, ldd, dtype, b_layout);
-        MicroParams micro = make_micro(decomposition, splits, raster, max_swizzle);
-        if (variant < 0) {
-          const Selector* table = device >= 0 && device < kMaxDevices
-                                      ? g_active_tables[device].load(std::memory_order_acquire)
-                                      : nullptr;
-          if (table && table->candidate_count(p.dtype, p.b_layout) > 0) {
-            Choice c = table->select({p.dtype, p.b_layout, p.m, p.n, p.k});
-            variant = c.variant;
-            micro = c.micro;
-          } else {
-            variant = default_variant(p);
-          }
-        }
-        gemm(p, variant, micro, reinterpret_cast<Stream>(stream));
+        launch(make_problem(m_, n, k, a, lda, b, ldb, d, ldd, dtype, b_layout), variant,
+               make_micro(decomposition, splits, raster, max_swizzle), device, stream);
       },
       py::call_guard<py::gil_scoped_release>(),
       "D = A @ B on the current device (ordinal `device`) and the given stream; variant -1: the device's "
       "table's choice, or the built-in heuristic without one.");
+
+  // NOTES: the eager hot path (torch_ops) passes only what changes between calls of one shape: a native
+  // call's host time grows with its argument count, and a decode step outside CUDA graphs waits on it.
+  py::class_<PreparedGemm>(m, "PreparedGemm",
+                           "gemm's arguments for one shape with the table's choice, less the data pointers "
+                           "and the stream, which each call gives.")
+      .def(py::init(&make_prepared), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("lda"), py::arg("ldb"),
+           py::arg("ldd"), py::arg("dtype"), py::arg("b_layout"), py::arg("device"))
+      .def(
+          "__call__",
+          [](const PreparedGemm& g, uintptr_t a, uintptr_t b, uintptr_t d, uintptr_t stream) {
+            GemmProblem p = g.problem;
+            p.a = reinterpret_cast<const void*>(a);
+            p.b = reinterpret_cast<const void*>(b);
+            p.d = reinterpret_cast<void*>(d);
+            launch(p, -1, MicroParams{}, g.device, stream);
+          },
+          py::arg("a"), py::arg("b"), py::arg("d"), py::arg("stream"), py::call_guard<py::gil_scoped_release>());
 
   bindings::bind_grouped(m);
 }

@@ -37,7 +37,7 @@ class _Plan(NamedTuple):
     """How to launch a GEMM whose operands have the metadata of an earlier call that succeeded."""
 
     device: int
-    launch: Callable[[int, int], torch.Tensor]  # (a's data pointer, b's data pointer) -> a new output
+    launch: Callable[[torch.Tensor, int], torch.Tensor]  # (a, b's data pointer) -> a new output
 
 
 # Operand metadata (shapes, strides, dtypes, devices) -> _Plan. Eager calls are the hot path of a decode
@@ -73,14 +73,13 @@ def _plan(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> _Plan:
     m = out.numel() // n
     lda = api._row_stride(a, m, k, "a")
     b_layout, ldb = api._b_layout(b, k, n)
-    dtype_code = api._dtype_codes(torch)[a.dtype]
-    device, shape, dtype, out_device = a.get_device(), out.shape, out.dtype, out.device
+    device, shape = a.get_device(), out.shape
+    prepared = _C.PreparedGemm(m, n, k, lda, ldb, n, api._dtype_codes(torch)[a.dtype], b_layout, device)
     stream = api._stream_getter(torch)
 
-    def launch(a_ptr: int, b_ptr: int) -> torch.Tensor:
-        result = torch.empty(shape, dtype=dtype, device=out_device)
-        _C.gemm(m, n, k, a_ptr, lda, b_ptr, ldb, result.data_ptr(), n, dtype_code, b_layout, -1, 0, 1, 0, 1,
-                stream(device), device)
+    def launch(a: torch.Tensor, b_ptr: int) -> torch.Tensor:
+        result = a.new_empty(shape)  # a's dtype and device, without parsing them (host time per call)
+        prepared(a.data_ptr(), b_ptr, result.data_ptr(), stream(device))
         return result
 
     return _Plan(device, launch)
@@ -112,7 +111,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     key = ("gemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
     plan = _plans.get(key)
     if plan is not None and plan.device == _current_device():
-        return plan.launch(a.data_ptr(), b.data_ptr())
+        return plan.launch(a, b.data_ptr())
     return _first_call(key, "gemm", a, b)
 
 
@@ -122,7 +121,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            weight.get_device(), None if bias is None else (bias.shape, bias.dtype, bias.get_device()))
     plan = _plans.get(key)
     if plan is not None and plan.device == _current_device():
-        out = plan.launch(x.data_ptr(), weight.data_ptr())  # weight's pointer is weight.t()'s
+        out = plan.launch(x, weight.data_ptr())  # weight's pointer is weight.t()'s
     else:
         _check_linear(x, weight, bias)
         out = _first_call(key, "linear", x, weight.t())
