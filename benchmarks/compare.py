@@ -281,7 +281,9 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
         table_note = f"table {api.load_table(table)['path']}"
     except (ValueError, FileNotFoundError) as exc:
         table_note = f"no table ({exc}); the built-in heuristic decides"
-    forced = wavetune.LaunchConfig(methods.default_choice("bf16", "col").split("/")[0])
+    compiled = [c.name for c in wavetune.configs() if c.dtype == "bf16" and c.b_layout == "col"]
+    default = methods.default_choice("bf16", "col").split("/")[0]
+    forced = wavetune.LaunchConfig(default if default in compiled else compiled[0])
     layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
     wavetune_layer = wnn.Linear.from_linear(layer)
     # gemm's own arguments, prepared once: what the native call costs without the Python front end

@@ -48,30 +48,23 @@ class Divisor {
 };
 
 // NOTES: map_problem (mapping.h) is the definition of the coordinates. A call costs eight dependent 64-bit
-// divisions, the larger part of a cold decision when done per candidate. Every tile and cluster extent of
-// the config space is a power of two, so a config whose extents all are gets the same arithmetic with
-// those divisions as shifts, its capacity computed once and the two divisions left (waves, and K steps
-// per unit of work) by prepared Divisors: ~2.5x faster on Xeon and EPYC hosts. Any other config calls
-// map_problem. explain() always calls map_problem, debug builds assert that both agree on every
-// evaluation, and tests/test_cpp_lookup.py checks coordinates and choices against docs/tables.md.
+// divisions, the larger part of a cold decision when done per candidate (tile sides such as 80 or 144
+// rule out shifts). Every divisor is fixed by the config, so each is prepared once as a Divisor and the
+// same arithmetic runs as multiplications and shifts. explain() always calls map_problem,
+// debug builds assert that both agree on every evaluation, and tests/test_cpp_lookup.py checks
+// coordinates and choices against docs/tables.md.
 class PreparedMapping {
  public:
   PreparedMapping(const TileShape& t, Decomposition d, int32_t splits, int32_t sm_count)
-      : tile_(t), decomposition_(d), splits_(splits), sm_count_(sm_count) {
-    const int64_t cluster = int64_t(t.cluster_m) * t.cluster_n;
-    capacity_ = std::max<int64_t>(cluster, sm_count / cluster * cluster);
-    capacity_div_ = Divisor(capacity_);
-    splits_div_ = Divisor(std::max(1, splits));
-    shifted_ = log2_exact(t.tile_m, &tile_m_) && log2_exact(t.tile_n, &tile_n_) && log2_exact(t.tile_k, &tile_k_) &&
-               log2_exact(t.cluster_m, &cluster_m_) && log2_exact(t.cluster_n, &cluster_n_);
-  }
+      : tile_(t), decomposition_(d), splits_(splits), sm_count_(sm_count), capacity_(resident_capacity(t, sm_count)),
+        tile_m_(t.tile_m), tile_n_(t.tile_n), tile_k_(t.tile_k), cluster_m_(t.cluster_m), cluster_n_(t.cluster_n),
+        capacity_div_(capacity_), splits_div_(std::max(1, splits)) {}
 
   Coordinates operator()(int64_t m, int64_t n, int64_t k) const {
-    if (!shifted_) return map_problem(tile_, m, n, k, decomposition_, splits_, sm_count_);
     const int64_t rows = tile_.swap_ab ? n : m, cols = tile_.swap_ab ? m : n;
-    const int64_t tiles =
-        round_up(ceil_shift(rows, tile_m_), cluster_m_) * round_up(ceil_shift(cols, tile_n_), cluster_n_);
-    const int64_t k_iters = std::max<int64_t>(1, ceil_shift(k, tile_k_));
+    const int64_t tiles = cluster_m_.ceil_div(tile_m_.ceil_div(rows)) * tile_.cluster_m *
+                          cluster_n_.ceil_div(tile_n_.ceil_div(cols)) * tile_.cluster_n;
+    const int64_t k_iters = std::max<int64_t>(1, tile_k_.ceil_div(k));
     int64_t grid = tiles, steps = k_iters;
     if (decomposition_ == Decomposition::split_k) {
       // s = clamp(splits, 1, k_iters) (splits >= 1 here); with s = k_iters each split is one K step.
@@ -97,21 +90,11 @@ class PreparedMapping {
   int32_t splits() const { return splits_; }
 
  private:
-  static bool log2_exact(int32_t v, int32_t* shift) {
-    if (v < 1 || (v & (v - 1)) != 0) return false;
-    for (*shift = 0; (int32_t(1) << *shift) != v;) ++*shift;
-    return true;
-  }
-  static int64_t ceil_shift(int64_t a, int32_t s) { return (a + (int64_t(1) << s) - 1) >> s; }
-  static int64_t round_up(int64_t a, int32_t s) { return ceil_shift(a, s) << s; }
-
   TileShape tile_;
   Decomposition decomposition_;
   int32_t splits_, sm_count_;
   int64_t capacity_;
-  Divisor capacity_div_, splits_div_;
-  bool shifted_;
-  int32_t tile_m_ = 0, tile_n_ = 0, tile_k_ = 0, cluster_m_ = 0, cluster_n_ = 0;  // log2 of the extents
+  Divisor tile_m_, tile_n_, tile_k_, cluster_m_, cluster_n_, capacity_div_, splits_div_;
 };
 
 // A compiled config, flattened for evaluation: everything select_uncached reads, no strings.
