@@ -87,7 +87,7 @@ def test_kernel_sets_and_filter():
     space = cs.load(CONFIG_SPACE)
     assert space.select("full") == list(space.variants)
     ci = space.select("ci")
-    assert 1 <= len(ci) <= 4, "the ci set must stay small: every variant costs ~40 s of CI compile time"
+    assert 1 <= len(ci) <= 5, "the ci set must stay small: every variant costs ~40 s of CI compile time"
     assert {v.dtype for v in ci} == set(cs.DTYPES) and {v.b_layout for v in ci} == set(cs.B_LAYOUTS)
     bf16_col = space.select("full", "bf16_bcol_*")
     assert bf16_col and all(v.dtype == "bf16" and v.b_layout == "col" for v in bf16_col)

@@ -261,6 +261,26 @@ def test_calibration_scales_each_config_as_the_reference_says(tmp_path):
         assert selector.select("bf16", "col", *s)["config"] == 1
 
 
+def test_calibrated_choice_is_the_argmin_of_the_calibrated_predictions(tmp_path):
+    """Every config calibrated with factors near 1 (the selector bounds exp to skip hopeless candidates):
+    the choice and its predicted time are exactly those of the cheapest calibrated prediction."""
+    cands = tuning.candidates()
+    if len(cands) < 2:
+        pytest.skip("needs two bf16 column-major configs")
+    path = tmp_path / "t.wtt"
+    make_table(path, exact=())
+    rng = random.Random(3)
+    calibration = {i: [rng.uniform(-0.4, 0.4), rng.uniform(-0.05, 0.05), rng.uniform(-0.05, 0.05),
+                       rng.uniform(-0.05, 0.05)] for i in range(len(cands))}
+    tablefile.write_table(path, **{**tablefile.read_table(path), "calibration": calibration})
+    selector = api.open_table(path)
+    for _ in range(300):
+        s = (rng.randint(1, 20000), 8 * rng.randint(1, 4000), 8 * rng.randint(1, 4000))
+        best = min(selector.explain("bf16", "col", *s), key=lambda r: (r["predicted_us"], r["config"]))
+        choice = selector.select("bf16", "col", *s, exact=False)
+        assert (choice["config"], choice["predicted_us"]) == (best["config"], best["predicted_us"]), s
+
+
 def test_cli_cmake_dir_and_info():
     done = run_cli("--cmake-dir")
     assert done.returncode == 0

@@ -275,6 +275,15 @@ struct LogExtents {
   explicit LogExtents(const Problem& p) : m(std::log(double(p.m))), n(std::log(double(p.n))), k(std::log(double(p.k))) {}
 };
 
+// NOTES: std::exp is the costliest step of evaluating a calibrated candidate. exp(e) >= (1 + e/4)^4
+// (exp(e/4) >= 1 + e/4 >= 0), within 1% of it for the calibration's usual |e| < 0.5, so select_model
+// takes the exact factor only for candidates that this bound does not already rule out; choices and
+// predicted times stay those of the exact formula.
+double exp_lower_bound(double e) {
+  const double q = std::max(0.0, 1 + 0.25 * e), q2 = q * q;
+  return q2 * q2 * (1 - 1e-9);  // the margin covers the rounding of the bound and of the exact product
+}
+
 // Splits as launched: the mapping models min(splits, K tiles), and a launch with more splits than K tiles
 // is refused (why_not), so the choice carries the clamped value.
 int32_t launch_splits(const TileShape& t, Decomposition d, int32_t splits, int64_t k) {
@@ -339,16 +348,24 @@ struct Selector::Impl {
 
   ChoiceCache cache;
 
+  // A candidate's prediction at x before calibration: its wave model, at least the floors.
+  double floored_us(const Candidate& c, const Coordinates& x, double floor_us) const {
+    return std::max({floor_us, traffic_floor(c.mapping.tile(), x, table.traffic_bytes_per_us),
+                     predict(&waves[c.wave_begin], c.wave_count, x)});
+  }
+
   // NOTES: the (G, L) fits see neither the operands' aspect nor L2 reuse, so a config can be right on its
   // anchors and 30% off on LLM-shaped problems. Its calibration record, a power law in M, N and K fitted to
-  // its measurements on generic shapes (tuning.py), scales the floored prediction; one exp per candidate.
-  // A candidate's prediction at x (docs/tables.md): its wave model, at least the floors, times its calibration.
-  double predicted_us(const Candidate& c, const Coordinates& x, double floor_us, const LogExtents& logs) const {
-    const double t = std::max({floor_us, traffic_floor(c.mapping.tile(), x, table.traffic_bytes_per_us),
-                               predict(&waves[c.wave_begin], c.wave_count, x)});
-    if (!c.calibrated) return t;
+  // its measurements on generic shapes (tuning.py), scales the floored prediction by exp of this exponent.
+  static double calibration_exponent(const Candidate& c, const LogExtents& logs) {
     const std::array<double, 4>& a = c.calibration;
-    return t * std::exp(a[0] + a[1] * logs.m + a[2] * logs.n + a[3] * logs.k);
+    return a[0] + a[1] * logs.m + a[2] * logs.n + a[3] * logs.k;
+  }
+
+  // A candidate's prediction at x (docs/tables.md): floored, times its calibration.
+  double predicted_us(const Candidate& c, const Coordinates& x, double floor_us, const LogExtents& logs) const {
+    const double t = floored_us(c, x, floor_us);
+    return c.calibrated ? t * std::exp(calibration_exponent(c, logs)) : t;
   }
 
   void index_exact();
@@ -603,12 +620,18 @@ Choice Selector::select_model(const Problem& p) const {
   const Candidate* best = nullptr;
   double best_t = 0, prior_t = 0;
   int64_t best_waves = 0, prior_waves = 0;
+  const Candidate* prior_candidate = prior ? &list[prior->candidate] : nullptr;
   for (const Candidate& c : list) {
     const Coordinates x = c.mapping(p.m, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k)));
-    const double t = s.predicted_us(c, x, floor_us, logs);
+    double t = s.floored_us(c, x, floor_us);
+    if (c.calibrated) {
+      const double e = Impl::calibration_exponent(c, logs);
+      if (best && &c != prior_candidate && t * exp_lower_bound(e) >= best_t) continue;  // cannot be chosen
+      t *= std::exp(e);
+    }
     if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
-    if (prior && &c == &list[prior->candidate]) prior_t = t, prior_waves = x.waves;
+    if (&c == prior_candidate) prior_t = t, prior_waves = x.waves;
   }
   // NOTES: the prior (the M-bucket default) stays unless the model predicts a gain larger than the
   // margin, about the model's typical error on unseen shapes: a smaller predicted gain is as likely the
