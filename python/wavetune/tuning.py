@@ -360,7 +360,7 @@ def calibration(log: MeasurementLog, path: Path, shapes: list[tuple[int, int, in
                 ) -> dict[str, list[float]]:
     """Config key -> its calibration coefficients (``model.fit_calibration``): the measured latencies on the
     calibration ``shapes`` over the written table's predictions there (floors included, no calibration)."""
-    selector = _C.Selector(str(path))
+    selector = api.open_table(path)
     by_key = {c.key: c for c in candidates(dtype, b_layout)}
     points: dict[str, list] = defaultdict(list)
     for shape in shapes:
@@ -417,7 +417,7 @@ WORKING_SET_WORST_LOSS = 0.05
 def grid_predictions(path: Path, dtype: str, b_layout: str, nk: Iterable[int] = WORKING_SET_NK,
                      ms: Iterable[int] = WORKING_SET_M) -> tuple[list[str], np.ndarray]:
     """Config keys of a written table and their predicted us (columns) at every (n, k, m) of the grid (rows)."""
-    selector = _C.Selector(str(path))
+    selector = api.open_table(path)
     keys = [p["name"] for p in selector.explain(dtype, b_layout, 1, 8, 8)]
     column = {key: i for i, key in enumerate(keys)}
     problems = [(m, n, k) for n in nk for k in nk for m in ms]
