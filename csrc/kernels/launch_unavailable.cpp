@@ -13,6 +13,10 @@ constexpr const char* kNoKernels =
     "CUDA 12.x/13.x toolkit, make nvcc visible (PATH or CUDACXX) and reinstall with pip install .";
 }
 
+namespace detail {
+std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t) { return {}; }
+}  // namespace detail
+
 BuildInfo build_info() { return {false, detail::kernel_set_name(), detail::config_space_hash(), 0, 0}; }
 
 std::string why_not(const GemmProblem& p, int32_t, const MicroParams&) {

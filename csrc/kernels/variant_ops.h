@@ -3,7 +3,9 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
+#include "variant_registry.h"
 #include "wavetune/kernels.h"
 
 namespace wavetune::detail {
@@ -32,6 +34,10 @@ struct VariantOps {
 
 // Registry (registry.cpp): the ops of a compiled variant, nullptr when not compiled in.
 const VariantOps* variant_ops(int32_t id);
+
+// The cuBLASLt candidates (cublaslt_variant.cpp), ids from `first_id`; none when libcublasLt cannot be
+// loaded or the build has no CUDA.
+std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_id);
 const char* config_space_hash();
 const char* kernel_set_name();
 

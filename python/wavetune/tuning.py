@@ -289,6 +289,8 @@ def operand_traffic(c: Candidate, m: int, n: int, k: int) -> float:
 def tile_traffic(sm_count: int):
     """``fastest_rate``'s traffic function for tile traffic on a GPU of ``sm_count`` SMs."""
     def traffic(c: Candidate, m: int, n: int, k: int) -> float:
+        if c.variant.from_library:
+            return 0.0  # its tile is nominal: the traffic of the tiles cuBLASLt runs is unknown
         G, L, _, _ = c.coordinates(m, n, k, sm_count)
         return model.tile_traffic_bytes(G, L, c.variant.tile)
     return traffic
@@ -452,10 +454,11 @@ def prune_variants(keys: list[str], times: np.ndarray, required: set[str]) -> se
 
 def working_set(path: Path, dtype: str, b_layout: str, **grid) -> set[str]:
     """Keys of a written table's configs whose variants survive ``prune_variants`` on the grid (``grid``:
-    ``grid_predictions``'s); the built-in default's variants (compiled in every build) always survive."""
+    ``grid_predictions``'s); the built-in default's variants (compiled in every build) and cuBLASLt (no
+    compile at all) always survive."""
     keys, times = grid_predictions(path, dtype, b_layout, **grid)
-    fallback = {v.name for v in configs() if any(v.id == b[3] for b in _C.fallback_buckets())}
-    survivors = prune_variants(keys, times, fallback)
+    free = {v.name for v in configs() if v.from_library or any(v.id == b[3] for b in _C.fallback_buckets())}
+    survivors = prune_variants(keys, times, free)
     return {key for key in keys if key.split("/")[0] in survivors}
 
 
@@ -476,7 +479,8 @@ def micro_runs(plan: dict, sm_count: int) -> dict[tuple[int, int, int], list[tup
     for shape, cs in plan.items():
         for c in cs:
             w = c.coordinates(*shape, sm_count)[3]
-            if w >= MICRO_MIN_WAVE and c.decomposition != "stream_k":  # stream-K runs a single wave
+            # stream-K runs a single wave; cuBLASLt orders its tiles itself
+            if w >= MICRO_MIN_WAVE and c.decomposition != "stream_k" and not c.variant.from_library:
                 multi_wave[c].append((w, shape))
     runs_by_shape: dict[tuple, list] = defaultdict(list)
     for c, anchors in multi_wave.items():

@@ -23,7 +23,8 @@ using Stream = CUstream_st*;
 enum class DType : int32_t { bf16 = 0, fp16 = 1 };
 // col: B[K,N] column-major, i.e. an nn.Linear weight W[N,K] row-major (x @ W.T). row: B[K,N] row-major.
 enum class BLayout : int32_t { col = 0, row = 1 };
-enum class Schedule : int32_t { cooperative = 0, pingpong = 1 };
+// cublaslt: the cuBLASLt candidate, whose kernel and schedule cuBLASLt's heuristic picks per problem.
+enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublaslt = 2 };
 enum class TileScheduler : int32_t { persistent = 0, stream_k = 1 };
 
 // Run-time ("micro") parameters: they change how a variant walks its tiles, not the variant.
@@ -33,7 +34,13 @@ enum class Raster : int32_t { heuristic = 0, along_m = 1, along_n = 2 };
 // Names, in the vocabulary of the config space and of table files.
 inline const char* to_string(DType v) { return v == DType::bf16 ? "bf16" : "fp16"; }
 inline const char* to_string(BLayout v) { return v == BLayout::col ? "col" : "row"; }
-inline const char* to_string(Schedule v) { return v == Schedule::cooperative ? "cooperative" : "pingpong"; }
+inline const char* to_string(Schedule v) {
+  switch (v) {
+    case Schedule::cooperative: return "cooperative";
+    case Schedule::pingpong: return "pingpong";
+    default: return "cublaslt";
+  }
+}
 inline const char* to_string(TileScheduler v) { return v == TileScheduler::persistent ? "persistent" : "stream_k"; }
 inline const char* to_string(Decomposition v) {
   switch (v) {
@@ -51,9 +58,12 @@ inline const char* to_string(Raster v) {
   }
 }
 
-// A compiled kernel. `id` is the variant's position in the config space, stable across kernel sets.
+// A compiled kernel. `id` is the variant's position in the config space, stable across kernel sets; ids
+// from kLibraryVariantIds on are the cuBLASLt candidates (present when libcublasLt can be loaded).
 // With swap_ab the kernel computes D^T = B^T A^T: its tile M runs over the problem's N and its tile N
 // over the problem's M, so a few tokens (decode) sit on a narrow tile side instead of wasting a wide one.
+constexpr int32_t kLibraryVariantIds = 1 << 20;
+
 struct VariantInfo {
   int32_t id;
   const char* name;
