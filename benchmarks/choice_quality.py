@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import methods
 import shape_suite
@@ -26,10 +27,16 @@ from wavetune import config_space, model, tablefile
 REPO = Path(__file__).resolve().parents[1]
 
 
+# The cuBLASLt candidates and the nominal tile they are mapped through (csrc/kernels/cublaslt_variant.cpp).
+LIBRARY_VARIANTS = [f"cublaslt_{dtype}_b{layout}" for dtype in ("bf16", "fp16") for layout in ("col", "row")]
+NOMINAL_LIBRARY_TILE = SimpleNamespace(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, swap_ab=False)
+
+
 def table_predictor(path: Path, sm_count: int):
     """(config keys, predict(key, m, n, k) -> us, priors [(max_m, key, margin)] by ascending max_m)."""
     table = tablefile.read_table(path)
     variants = {v.name: v for v in config_space.load(REPO / "cutlass_configs" / "sm90_gemm.toml").variants}
+    variants.update({name: NOMINAL_LIBRARY_TILE for name in LIBRARY_VARIANTS})
     keys = [f"{c['variant']}/{c['decomposition']}/{c['splits']}" for c in table["configs"]]
     waves = {keys[i]: w for i, w in table["waves"].items()}
     calibration = {keys[i]: c for i, c in table["calibration"].items()}

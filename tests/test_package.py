@@ -40,6 +40,10 @@ def test_build_matches_the_config_space():
     listed = wavetune.configs()
     assert listed, "a build with kernels lists at least one variant"
     assert [c.id for c in listed] == sorted(c.id for c in listed)
+    # cuBLASLt's candidates (where libcublasLt loads) follow the config space's ids.
+    library = [c for c in listed if c.from_library]
+    assert all(c.id >= 1 << 20 and c.name == f"cublaslt_{c.dtype}_b{c.b_layout}" for c in library)
+    listed = [c for c in listed if not c.from_library]
     for c in listed:
         v = expected[c.id]
         assert c.name == v.name

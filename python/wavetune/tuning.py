@@ -32,6 +32,13 @@ MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
 # often the model's error as a real one. With calibrated predictions 0.1 chose best on the tune split of
 # benchmarks/shape_suite.py (0.2: 0.5% worse, none: 0.2% worse; docs/tuning.md); 0 turns the priors off.
 PRIOR_MARGIN = 0.1
+# NOTES: with cuBLASLt among the configs it is the prior for every M, kept unless the model predicts a
+# CUTLASS config more than 50% faster. On the H100's tune split (benchmarks/shape_suite.py, cuBLASLt
+# timed beside every config) the exhaustive best beat cuBLASLt by 2.2%, but the model's own picks ran at
+# 0.972x cuBLASLt: its error (11% median, 31% p90) exceeds the gains it looks for. Margins 0, 0.1,
+# 0.3, 0.5 and 1 gave choice/best 0.953, 0.958, 0.976, 0.977, 0.976 there (docs/tuning.md). Deployment
+# tuning's exact entries, measured, take the catalog's gains where they exist.
+LIBRARY_PRIOR_MARGIN = 0.5
 STREAM_K_PLAN = dict(waves=(1,), fills=(1.0,), k_steps=(2, 4, 8, 16, 32, 64, 128, 256), interior=7)
 
 
@@ -463,9 +470,14 @@ def working_set(path: Path, dtype: str, b_layout: str, **grid) -> set[str]:
 
 
 def prior_records(configs: list[Candidate], dtype: str, b_layout: str) -> list[dict]:
-    """The built-in M-bucket default (cutlass_configs/ [fallback]) as the table's ``prior`` records:
-    each bucket of this dtype and layout names the data-parallel config of its variant (its id is the
-    position in ``configs``); buckets whose variant has no such config are left out."""
+    """The table's ``prior`` records (ids are positions in ``configs``): cuBLASLt for every M, with
+    LIBRARY_PRIOR_MARGIN, where it is among ``configs``; else the built-in M-bucket default
+    (cutlass_configs/ [fallback]), each bucket of this dtype and layout naming the data-parallel config
+    of its variant (buckets whose variant has no such config are left out)."""
+    library = [i for i, c in enumerate(configs) if c.variant.from_library and c.variant.dtype == dtype
+               and c.variant.b_layout == b_layout]
+    if library:
+        return [{"config_id": library[0], "max_m": 0, "margin": LIBRARY_PRIOR_MARGIN}]
     index = {c.variant.id: i for i, c in enumerate(configs) if c.decomposition == "data_parallel"}
     return [{"config_id": index[variant], "max_m": max_m, "margin": PRIOR_MARGIN}
             for bucket_dtype, bucket_layout, max_m, variant in _C.fallback_buckets()
@@ -478,9 +490,10 @@ def micro_runs(plan: dict, sm_count: int) -> dict[tuple[int, int, int], list[tup
     multi_wave: dict[Candidate, list[tuple[int, tuple]]] = defaultdict(list)
     for shape, cs in plan.items():
         for c in cs:
+            if c.decomposition == "stream_k" or c.variant.from_library:
+                continue  # stream-K runs a single wave; cuBLASLt orders its tiles itself
             w = c.coordinates(*shape, sm_count)[3]
-            # stream-K runs a single wave; cuBLASLt orders its tiles itself
-            if w >= MICRO_MIN_WAVE and c.decomposition != "stream_k" and not c.variant.from_library:
+            if w >= MICRO_MIN_WAVE:
                 multi_wave[c].append((w, shape))
     runs_by_shape: dict[tuple, list] = defaultdict(list)
     for c, anchors in multi_wave.items():
