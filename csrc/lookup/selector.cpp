@@ -621,21 +621,35 @@ Choice Selector::select_model(const Problem& p) const {
   double best_t = 0, prior_t = 0;
   int64_t best_waves = 0, prior_waves = 0;
   const Candidate* prior_candidate = prior ? &list[prior->candidate] : nullptr;
+  if (prior_candidate) {  // first: it bounds what the others must beat
+    const Coordinates x = prior_candidate->mapping(p.m, p.n, p.k);
+    prior_t = s.predicted_us(*prior_candidate, x, floor_us, logs);
+    prior_waves = x.waves;
+    best = prior_candidate, best_t = prior_t, best_waves = x.waves;
+  }
+  // NOTES: a candidate is chosen only if predicted below the running best and, with a prior, below
+  // prior_t / (1 + margin). Its prediction is at least the memory floor times the lower bound of its
+  // calibration factor, four multiply-adds: where that already rules it out (memory-bound problems,
+  // mostly), its mapping and wave model are not evaluated. Ties with the prior end in the prior either
+  // way, so choices and predicted times are those of evaluating every candidate, bit for bit.
+  const double override_factor = prior ? 1 + prior->margin : 0;
   for (const Candidate& c : list) {
+    if (&c == prior_candidate) continue;
+    const double e = c.calibrated ? Impl::calibration_exponent(c, logs) : 0;
+    const double bound = c.calibrated ? exp_lower_bound(e) : 1;
+    if (prior && floor_us * bound * override_factor >= prior_t) continue;  // cannot override the prior
     const Coordinates x = c.mapping(p.m, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k)));
     double t = s.floored_us(c, x, floor_us);
     if (c.calibrated) {
-      const double e = Impl::calibration_exponent(c, logs);
-      if (best && &c != prior_candidate && t * exp_lower_bound(e) >= best_t) continue;  // cannot be chosen
+      if (best && t * bound >= best_t) continue;  // cannot be chosen
       t *= std::exp(e);
     }
     if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
-    if (&c == prior_candidate) prior_t = t, prior_waves = x.waves;
   }
-  // NOTES: the prior (the M-bucket default) stays unless the model predicts a gain larger than the
-  // margin, about the model's typical error on unseen shapes: a smaller predicted gain is as likely the
-  // model's error as a real one (docs/model.md, section 7).
+  // NOTES: the prior (cuBLASLt, or the M-bucket default) stays unless the model predicts a gain larger
+  // than the margin, about the model's typical error on unseen shapes: a smaller predicted gain is as
+  // likely the model's error as a real one (docs/model.md, section 7).
   if (prior && prior_t <= best_t * (1 + prior->margin)) {
     best = &list[prior->candidate], best_t = prior_t, best_waves = prior_waves;
   }
