@@ -29,6 +29,22 @@ def test_imports_without_torch_and_without_a_gpu():
     assert int(count) == len(wavetune.configs()) and kernel_set == wavetune.build_info()["kernel_set"]
 
 
+def test_cublaslt_is_looked_for_in_the_nvidia_wheels(tmp_path):
+    """Without WAVETUNE_CUBLASLT, importing wavetune names the lib/ folders of the nvidia-* wheels (a
+    namespace package `nvidia`), where the native side looks for libcublasLt after its soname."""
+    for wheel in ("cu13", "cublas"):
+        (tmp_path / "nvidia" / wheel / "lib").mkdir(parents=True)
+    code = "import os, wavetune; print(os.environ['WAVETUNE_CUBLASLT'])"
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
+    assert done.returncode == 0, done.stderr
+    dirs = done.stdout.split()[0].split(":")  # PYTHONPATH first; installed nvidia-* wheels may follow
+    assert dirs[:2] == [str(tmp_path / "nvidia" / w / "lib") for w in ("cu13", "cublas")]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
+                          env={**env, "WAVETUNE_CUBLASLT": "0"})
+    assert done.stdout.split() == ["0"]  # a user's setting is kept
+
+
 def test_build_matches_the_config_space():
     info = wavetune.build_info()
     space = cs.load(CONFIG_SPACE)

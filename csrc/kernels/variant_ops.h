@@ -21,7 +21,7 @@ struct DeviceInfo {
 // The current device; InvalidArgument when it cannot run the kernels (not Hopper). Read once per device.
 const DeviceInfo& current_device_info();
 
-// Split-K / stream-K scratch memory for a launch on `stream`: a per-(device, stream) buffer that only
+// Split-K / stream-K / cuBLASLt scratch memory for a launch on `stream`: a per-(device, stream) buffer that only
 // grows, so steady-state launches never allocate. Stream order makes reuse across launches safe.
 void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes);
 
