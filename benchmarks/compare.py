@@ -279,8 +279,9 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     try:
         table_note = f"table {api.load_table(table)['path']}"
+        choice = api.open_table(table).select("bf16", "col", m, n, k)["name"]  # which launch path is timed
     except (ValueError, FileNotFoundError) as exc:
-        table_note = f"no table ({exc}); the built-in heuristic decides"
+        table_note, choice = f"no table ({exc}); the built-in heuristic decides", None
     compiled = [c.name for c in wavetune.configs() if c.dtype == "bf16" and c.b_layout == "col"]
     default = methods.default_choice("bf16", "col").split("/")[0]
     forced = wavetune.LaunchConfig(default if default in compiled else compiled[0])
@@ -301,6 +302,10 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
         "wavetune.nn.Linear layer (eager: the op's kernel, called directly)": lambda: wavetune_layer(x),
         "torch.ops.wavetune.linear.default (through the dispatcher)": lambda: torch.ops.wavetune.linear.default(x, w),
     }
+    library = [c.name for c in wavetune.configs() if c.from_library and (c.dtype, c.b_layout) == ("bf16", "col")]
+    for name in library:  # the cuBLASLt launch, whatever the table chooses for this shape
+        calls_by_name[f"wavetune.gemm (config given: {name})"] = (
+            lambda name=name: wavetune.gemm(x, w.t(), out=out, config=name))
     result = {}
     for name, call in calls_by_name.items():
         for _ in range(100):
@@ -314,7 +319,8 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
             samples.append((time.perf_counter() - start) / calls * 1e6)
             torch.cuda.synchronize()
         result[name] = statistics.median(samples)
-    return {"shape": [m, n, k], "calls": calls, "repeats": repeats, "table": table_note, "host_us_per_call": result,
+    return {"shape": [m, n, k], "calls": calls, "repeats": repeats, "table": table_note, "table_choice": choice,
+            "host_us_per_call": result,
             "method": "median over repeats of (host time of `calls` back-to-back calls) / calls; synchronized after"}
 
 
