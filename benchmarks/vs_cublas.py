@@ -12,6 +12,7 @@ bf16, out[M, N] = x[M, K] @ W[N, K]^T (nn.Linear), weights cold. Per shape:
    float32 reference into a NaN-poisoned output, then captured as a CUDA graph of launches that rotate
    through operand copies larger than twice the L2; the graphs are replayed round-robin --reps times and
    each method's median per-launch time is kept. The exhaustive best is the fastest finalist.
+   `--compare-table T` adds T's choice (forced with its micro parameters) to the same rounds.
 Writes <out>/vs_cublas_<suite>.jsonl (one record per shape, resumable) and prints the summary by M bucket.
 """
 
@@ -30,7 +31,7 @@ import torch
 import methods
 import shape_suite
 import wavetune
-from wavetune import _C, tuning
+from wavetune import _C, api, tuning
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_ERROR = 2e-2
@@ -44,6 +45,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--m", help="comma-separated M values replacing the public suite's")
     p.add_argument("--finalists", type=int, default=3,
                    help="screened configs timed in the final; 0: no screen, cuBLAS against the choice alone")
+    p.add_argument("--compare-table", type=Path,
+                   help="another table whose choice is timed in the same run, interleaved (records other_us)")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
     return p.parse_args()
@@ -101,8 +104,15 @@ def interleaved_us(launches: dict, operands: list[tuple], per_graph: int, reps: 
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def table_launch(selector, m: int, n: int, k: int):
+    """gemm forced to a table's choice for the problem (a `--compare-table`), as a launch."""
+    c = selector.select("bf16", "col", m, n, k)
+    config = wavetune.LaunchConfig(c["name"], c["decomposition"], c["splits"], c["raster"], c["max_swizzle"])
+    return lambda x, w, out: wavetune.gemm(x, w.t(), out=out, config=config)
+
+
 def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argparse.Namespace,
-            l2_bytes: int) -> dict:
+            l2_bytes: int, other=None) -> dict:
     screened = screen(m, n, k, cands) if args.finalists else {}
     by_key = {c.key: c for c in cands}
     finalists = [by_key[key] for key in list(screened)[:args.finalists]]
@@ -112,6 +122,8 @@ def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argpars
                  torch.empty(m, n, **opts)) for _ in range(copies)]
     launches = {"cublas": lambda x, w, out: torch.matmul(x, w.t(), out=out),
                 "choice": lambda x, w, out: wavetune.gemm(x, w.t(), out=out)}
+    if other is not None:
+        launches["other"] = table_launch(other, m, n, k)
     for c in finalists:
         config = wavetune.LaunchConfig(c.variant.name, c.decomposition, c.splits)
         launches[c.key] = lambda x, w, out, config=config: wavetune.gemm(x, w.t(), out=out, config=config)
@@ -122,7 +134,8 @@ def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argpars
     best = min(finalists, key=lambda c: times[c.key]).key if finalists else None
     return {"m": m, "n": n, "k": k, "cublas_us": times["cublas"], "choice_us": times["choice"],
             "best": best, "best_us": times[best] if best else None, "finalists": {c.key: times[c.key] for c in finalists},
-            "screen": screened, "max_error": max(errors.values())}
+            "screen": screened, "max_error": max(errors.values()),
+            **({"other_us": times["other"]} if other is not None else {})}
 
 
 def summary(rows: list[dict]) -> str:
@@ -140,6 +153,10 @@ def summary(rows: list[dict]) -> str:
         quality_cell = f"{methods.geomean(quality):.3f}" if quality else "-"
         lines.append(f"| {label} | {len(rs)} | {best_cells} | {methods.geomean(choice):.3f}x | {min(choice):.2f}x | "
                      f"{quality_cell} |")
+    others = [r["cublas_us"] / r["other_us"] for r in rows if "other_us" in r]
+    if others:
+        lines.append(f"\n--compare-table's choice / cuBLAS: {methods.geomean(others):.3f}x, worst {min(others):.2f}x "
+                     f"over {len(others)} shapes")
     return "\n".join(lines)
 
 
@@ -155,9 +172,10 @@ def main() -> None:
         log.write_text(json.dumps({"gpu": props["name"], "torch": torch.__version__, "suite": args.suite,
                                    "build": wavetune.build_info()}) + "\n")
     cands = tuning.candidates("bf16", "col")
+    other = api.open_table(args.compare_table) if args.compare_table else None
     rows = list(done.values())
     for m, n, k in tuning.progress([s for s in suite(args) if s not in done], f"vs cuBLAS ({args.suite})"):
-        row = measure(m, n, k, cands, args, props["l2_bytes"])
+        row = measure(m, n, k, cands, args, props["l2_bytes"], other)
         rows.append(row)
         with log.open("a") as f:
             f.write(json.dumps(row) + "\n")
