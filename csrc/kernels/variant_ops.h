@@ -21,8 +21,8 @@ struct DeviceInfo {
 // The current device; InvalidArgument when it cannot run the kernels (not Hopper). Read once per device.
 const DeviceInfo& current_device_info();
 
-// Split-K / stream-K / cuBLASLt scratch memory for a launch on `stream`: a per-(device, stream) buffer that only
-// grows, so steady-state launches never allocate. Stream order makes reuse across launches safe.
+// Split-K, stream-K and cuBLASLt scratch memory for a launch on `stream`: a per-(device, stream) buffer
+// that only grows, so steady-state launches never allocate. Stream order makes reuse across launches safe.
 void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes);
 
 // What each generated variant exports; the registry holds one per compiled variant.

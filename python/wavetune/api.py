@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import os
 import sys
 import warnings
@@ -25,8 +26,6 @@ except ImportError as exc:  # a source checkout, or a broken install
 
 def _nvidia_library_dirs() -> str:
     """The lib/ folders of the installed nvidia-* wheels (where torch's cuBLAS comes from), ':'-joined."""
-    import importlib.util
-
     spec = importlib.util.find_spec("nvidia")
     roots = spec.submodule_search_locations if spec else []
     return ":".join(str(lib) for root in roots for lib in sorted(Path(root).glob("*/lib")))
