@@ -270,8 +270,8 @@ PYBIND11_MODULE(_C, m) {
   // NOTES: the eager hot path (torch_ops) passes only what changes between calls of one shape: a native
   // call's host time grows with its argument count, and a decode step outside CUDA graphs waits on it.
   py::class_<PreparedGemm>(m, "PreparedGemm",
-                           "gemm's arguments for one shape with the table's choice, less the data pointers "
-                           "and the stream, which each call gives.")
+                           "gemm's arguments for one shape, less the data pointers and the stream, which each "
+                           "call gives; each call launches the device's table's (cached) choice.")
       .def(py::init(&make_prepared), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("lda"), py::arg("ldb"),
            py::arg("ldd"), py::arg("dtype"), py::arg("b_layout"), py::arg("device"))
       .def(

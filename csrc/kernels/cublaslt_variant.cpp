@@ -210,10 +210,12 @@ std::pair<Plan, bool> plan_for(const GemmProblem& p, const DeviceInfo& dev) {
   return {slot->second, false};
 }
 
+constexpr const char* kNoAlgorithm = "cuBLASLt's heuristic offers no algorithm for this problem";
+
 std::string why_not(const GemmProblem& p, const MicroParams&, const DeviceInfo& dev) {
   const auto [plan, owned] = plan_for(p, dev);
   if (owned) plan.destroy();
-  return plan.found ? std::string() : "cuBLASLt's heuristic offers no algorithm for this problem";
+  return plan.found ? std::string() : kNoAlgorithm;
 }
 
 void run(const GemmProblem& p, const MicroParams&, const DeviceInfo& dev, Stream stream) {
@@ -225,7 +227,7 @@ void run(const GemmProblem& p, const MicroParams&, const DeviceInfo& dev, Stream
       if (owned) plan.destroy();
     }
   } release{plan, owned};
-  if (!plan.found) WAVETUNE_INVALID(why_not(p, {}, dev));
+  if (!plan.found) WAVETUNE_INVALID(kNoAlgorithm);
   void* scratch = plan.workspace_bytes ? workspace(dev, stream, plan.workspace_bytes) : nullptr;
   const float alpha = 1, beta = 0;
   check(api()->matmul(handle(dev), plan.desc, &alpha, p.b, plan.b, p.a, plan.a, &beta, p.d, plan.d, p.d, plan.d,

@@ -22,7 +22,8 @@ namespace {
 const VariantRegistry<VariantOps>& registry() {
   static const VariantRegistry<VariantOps> list([] {
     std::vector<VariantRegistry<VariantOps>::Entry> entries{WAVETUNE_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};
-    for (auto& e : library_variants(kLibraryVariantIds)) entries.push_back(e);
+    const auto library = library_variants(kLibraryVariantIds);
+    entries.insert(entries.end(), library.begin(), library.end());
     return entries;
   }());
   return list;

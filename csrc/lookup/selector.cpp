@@ -650,8 +650,8 @@ Choice Selector::select_model(const Problem& p) const {
   // NOTES: the prior (cuBLASLt, or the M-bucket default) stays unless the model predicts a gain larger
   // than the margin, about the model's typical error on unseen shapes: a smaller predicted gain is as
   // likely the model's error as a real one (docs/model.md, section 7).
-  if (prior && prior_t <= best_t * (1 + prior->margin)) {
-    best = &list[prior->candidate], best_t = prior_t, best_waves = prior_waves;
+  if (prior && prior_t <= best_t * override_factor) {
+    best = prior_candidate, best_t = prior_t, best_waves = prior_waves;
   }
 
   // The micro record with the largest w-min <= the chosen config's wave count; none: heuristic, 1.
