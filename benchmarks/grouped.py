@@ -5,17 +5,22 @@ mixture-of-experts models (docs/grouped.md).
 
 bf16. A case is a model, a projection (gate_up: N = 2 x intermediate, K = hidden; down: N = hidden, K =
 intermediate), a token count and a routing (balanced: each token picks top-k distinct experts uniformly;
-skewed: with Zipf popularity over the experts). Its rows are tokens x top-k, sorted by expert. Methods:
+skewed: with Zipf popularity over the experts; hot: three experts are picked 30 times as often as the
+others). Its rows are tokens x top-k, sorted by expert. `--suite named` (default) runs the four models
+below at fixed token counts; `--suite tune` / `heldout` runs `--count` generated cases of other MoE models'
+expert layers (benchmarks/shape_suite.py: expert and tensor parallel splits, token counts log-uniform over
+1-16384, random routing), the tune split for fitting grouped tables, the held-out split for reports. Methods:
   choice      wavetune.grouped_gemm with no config (the built-in choice from the sizes alone)
   <variant>   wavetune.grouped_gemm forced to each compiled grouped variant of the dtype: the fastest of
               them is the exhaustive best
   torch       torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
   loop        torch.matmul per expert that has rows (their counts known on the host)
-Each is checked against a float32 reference on sampled rows, then timed as CUDA graphs replayed round-robin
+(`--no-loop` leaves the loop out.) Each is checked against a float32 reference on sampled rows, then timed as CUDA graphs replayed round-robin
 (vs_cublas.interleaved_us: warm-up, interleaved rounds, medians) over fresh uniform(-1, 1) operands. Where
 one operand set would fit in the L2, sets with the same counts on other experts rotate, so weights come
 from DRAM as in a forward pass. Cases run token counts spread over the range first, so a cut budget still
-spans it. Writes <out>/grouped.jsonl (a header, then one record per case as measured) and <out>/grouped.md.
+spans it. Writes <out>/grouped_<suite>.jsonl (a header, then one record per case as measured) and
+<out>/grouped_<suite>.md.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+import shape_suite
 import vs_cublas
 from methods import geomean
 import wavetune
@@ -46,6 +52,9 @@ MODELS = {
 PROJECTIONS = {"gate_up": lambda m: (2 * m["inter"], m["hidden"]), "down": lambda m: (m["hidden"], m["inter"])}
 TOKENS = (1, 2048, 128, 16384, 16, 512, 8192, 4, 64, 4096)  # in the order measured
 ROUTINGS = ("balanced", "skewed")
+GENERATED_ROUTINGS = ("balanced", "skewed", "hot")
+HOT_EXPERTS, HOT_WEIGHT = 3, 30.0
+TOKEN_BUCKETS = ((1, 16), (17, 512), (513, 4096), (4097, 16384))
 MAX_ERROR = 2e-2
 SAMPLED_ROWS = 64
 GRAPH_US = 300  # launches per graph: at least this long, so event timing is noise-free
@@ -53,6 +62,9 @@ GRAPH_US = 300  # launches per graph: at least this long, so event timing is noi
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--suite", choices=("named", *shape_suite.SPLITS), default="named")
+    p.add_argument("--count", type=int, default=300, help="cases of a generated suite")
+    p.add_argument("--no-loop", action="store_true", help="leave the per-expert loop out (it is slow to capture)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated, measured in this order")
     p.add_argument("--routings", default=",".join(ROUTINGS))
@@ -69,6 +81,8 @@ def route(tokens: int, experts: int, topk: int, routing: str, generator: torch.G
     weights = torch.ones(experts)
     if routing == "skewed":
         weights = (1.0 / torch.arange(1, experts + 1) ** 1.2)[torch.randperm(experts, generator=generator)]
+    elif routing == "hot":
+        weights[torch.randperm(experts, generator=generator)[:HOT_EXPERTS]] = HOT_WEIGHT
     picks = torch.multinomial(weights.expand(tokens, experts), topk, replacement=False, generator=generator)
     return picks.flatten().bincount(minlength=experts).tolist()
 
@@ -96,12 +110,13 @@ def per_expert_loop(x, w, offsets, out, bounds):
     return out
 
 
-def launches() -> dict:
+def launches(loop: bool) -> dict:
     methods = {
         "choice": lambda x, w, offsets, out, bounds: wavetune.grouped_gemm(x, w, offsets, out=out),
         "torch": lambda x, w, offsets, out, bounds: torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets),
-        "loop": per_expert_loop,
     }
+    if loop:
+        methods["loop"] = per_expert_loop
     for c in wavetune.grouped_configs():
         if c.dtype == "bf16":
             methods[c.name] = lambda x, w, offsets, out, bounds, c=c: wavetune.grouped_gemm(x, w, offsets, out=out,
@@ -132,7 +147,7 @@ def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torc
     counts = route(case["tokens"], case["experts"], case["topk"], case["routing"], generator)
     n, k, rows = case["n"], case["k"], sum(counts)
     sets = operand_sets(counts, n, k, l2_bytes)
-    methods = launches()
+    methods = launches(not args.no_loop)
     errors = {name: check(launch, sets[0], generator) for name, launch in methods.items()}
     estimate_us = max(2.0, 2 * rows * n * k / 4e8)  # at 400 TFLOP/s
     per_graph = len(sets) * math.ceil(min(48, max(1, GRAPH_US / estimate_us)) / len(sets))
@@ -147,7 +162,7 @@ def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torc
             "grid_estimate": grouped_mapping.balanced(c.tile, c.cluster, c.swap_ab, rows, case["experts"], n, k,
                                                       sms).grid,
             "grid_routed": grouped_mapping.routed(c.tile, c.cluster, c.swap_ab, counts, n, k, sms).grid,
-            "choice_us": times["choice"], "torch_us": times["torch"], "loop_us": times["loop"],
+            "choice_us": times["choice"], "torch_us": times["torch"], "loop_us": times.get("loop"),
             "best": best, "best_us": times[best], "variants_us": {v: times[v] for v in variants},
             "max_error": max(errors.values())}
 
@@ -175,6 +190,8 @@ def host_costs() -> dict:
 
 
 def cases(args: argparse.Namespace) -> list[dict]:
+    if args.suite != "named":
+        return shape_suite.moe_cases(args.suite, args.count, GENERATED_ROUTINGS)
     out = []
     for tokens in map(int, args.tokens.split(",")):
         for model in args.models.split(","):
@@ -195,17 +212,22 @@ def summary(rows: list[dict], header: dict) -> str:
              "| cases | n | choice vs _grouped_mm: geomean | worst | best vs _grouped_mm | choice / best: geomean "
              "| worst | choice vs loop |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     groups = {"all": rows}
-    for key in ("model", "projection", "routing"):
+    named = header["args"]["suite"] == "named"
+    for key in ("model", "projection", "routing") if named else ("projection", "routing"):
         for value in dict.fromkeys(r[key] for r in rows):
             groups[f"{key} {value}"] = [r for r in rows if r[key] == value]
+    for low, high in TOKEN_BUCKETS:
+        groups[f"tokens {low}-{high}"] = [r for r in rows if low <= r["tokens"] <= high]
     for label, rs in groups.items():
+        if not rs:
+            continue
         vs_torch = [r["torch_us"] / r["choice_us"] for r in rs]
         best_vs_torch = [r["torch_us"] / r["best_us"] for r in rs]
         quality = [r["best_us"] / r["choice_us"] for r in rs]
-        vs_loop = [r["loop_us"] / r["choice_us"] for r in rs]
+        vs_loop = [r["loop_us"] / r["choice_us"] for r in rs if r["loop_us"]]
         lines.append(f"| {label} | {len(rs)} | {geomean(vs_torch):.3f}x | {min(vs_torch):.2f}x | "
                      f"{geomean(best_vs_torch):.3f}x | {geomean(quality):.3f} | {min(quality):.2f} | "
-                     f"{geomean(vs_loop):.2f}x |")
+                     + (f"{geomean(vs_loop):.2f}x |" if vs_loop else "- |"))
     return "\n".join(lines)
 
 
@@ -220,7 +242,7 @@ def main() -> None:
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs()}
     args.out.mkdir(parents=True, exist_ok=True)
-    log = args.out / "grouped.jsonl"
+    log = args.out / f"grouped_{args.suite}.jsonl"
     log.write_text(json.dumps(header) + "\n")
     rows, todo = [], cases(args)
     for case in todo:
@@ -233,10 +255,10 @@ def main() -> None:
             f.write(json.dumps(row) + "\n")
         print(f"{row['model']} {row['projection']} {row['tokens']} {row['routing']}: choice {row['choice_us']:.1f} "
               f"us ({row['choice']}), best {row['best_us']:.1f}, torch {row['torch_us']:.1f}, "
-              f"loop {row['loop_us']:.1f}", file=sys.stderr)
+              f"loop {row['loop_us'] or 0:.1f}", file=sys.stderr)
         torch.cuda.empty_cache()  # the next case's weights may be gigabytes
     table = summary(rows, header)
-    (args.out / "grouped.md").write_text(table + "\n")
+    (args.out / f"grouped_{args.suite}.md").write_text(table + "\n")
     print(table)
 
 
