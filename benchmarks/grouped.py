@@ -10,7 +10,8 @@ others). Its rows are tokens x top-k, sorted by expert. `--suite named` (default
 below at fixed token counts; `--suite tune` / `heldout` runs `--count` generated cases of other MoE models'
 expert layers (benchmarks/shape_suite.py: expert and tensor parallel splits, token counts log-uniform over
 1-16384, random routing), the tune split for fitting grouped tables, the held-out split for reports. Methods:
-  choice      wavetune.grouped_gemm with no config (the built-in choice from the sizes alone)
+  choice      wavetune.grouped_gemm with no config (its choice from the sizes alone: the GPU's grouped table's,
+              else the built-in heuristic's)
   <variant>   wavetune.grouped_gemm forced to each compiled grouped variant of the dtype: the fastest of
               them is the exhaustive best
   torch       torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
@@ -154,7 +155,7 @@ def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torc
     times = vs_cublas.interleaved_us(methods, sets, per_graph, args.reps)
     variants = [name for name in methods if name not in ("choice", "torch", "loop")]
     best = min(variants, key=times.get)
-    chosen = _C.grouped_default_variant(_C.DTYPES.index("bf16"), rows, case["experts"], n, k)
+    chosen = _C.grouped_choice(_C.DTYPES.index("bf16"), rows, case["experts"], n, k, torch.cuda.current_device())
     c = next(c for c in wavetune.grouped_configs() if c.id == chosen)
     sms = wavetune.device_properties()["sm_count"]
     return {**case, "rows": rows, "busy_experts": sum(1 for x in counts if x), "max_rows_per_expert": max(counts),
@@ -184,8 +185,10 @@ def host_costs() -> dict:
         torch.cuda.synchronize()
         return 1e6 * elapsed / count
 
-    return {"decision_us": per_call_us(lambda: _C.grouped_default_variant(0, 8, 128, 1536, 2048), 10000),
-            "grouped_gemm_call_us": per_call_us(lambda: wavetune.grouped_gemm(x, w, offsets, out=out)),
+    device = torch.cuda.current_device()
+    call_us = per_call_us(lambda: wavetune.grouped_gemm(x, w, offsets, out=out))  # first: loads the table
+    return {"decision_us": per_call_us(lambda: _C.grouped_choice(0, 8, 128, 1536, 2048, device), 10000),
+            "grouped_gemm_call_us": call_us,
             "torch_grouped_mm_call_us": per_call_us(lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets))}
 
 
@@ -238,7 +241,9 @@ def main() -> None:
     start = time.monotonic()
     props = wavetune.device_properties()
     generator = torch.Generator().manual_seed(args.seed)
+    table = wavetune.api.default_table_path(props["name"], "grouped_gemm")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
+              "grouped_table": str(table) if table else None, "sm_count": props["sm_count"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs()}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -3,9 +3,15 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string>
+
+#include "wavetune/lookup.h"
 #include "wavetune/types.h"
 
 namespace wavetune::bindings {
+
+// The table a family's launches with no forced variant consult on a device (use_table), or nullptr.
+const Selector* active_table(const std::string& family, int device);
 
 // A compiled variant as the dict that python/wavetune/api.py turns into a KernelConfig.
 pybind11::dict variant_dict(const VariantInfo& v);

@@ -32,6 +32,16 @@ TileShape make_tile_shape(const PyTileShape& s) {
   return {std::get<0>(tile), std::get<1>(tile), std::get<2>(tile), std::get<0>(cluster), std::get<1>(cluster), swap_ab};
 }
 
+// What a launch with no forced variant runs on `device`: its grouped table's choice from the host-known
+// sizes, or the built-in heuristic's where no table is loaded (or none of its configs takes the dtype).
+int32_t grouped_choice(const GroupedGemmProblem& p, int device) {
+  const Selector* table = active_table("grouped_gemm", device);
+  if (table && p.rows > 0 && table->candidate_count(p.dtype, BLayout::col) > 0) {
+    return table->select({p.dtype, BLayout::col, p.rows, p.n, p.k, p.experts}).variant;
+  }
+  return grouped_default_variant(p);
+}
+
 }  // namespace
 
 void bind_grouped(py::module_& m) {
@@ -40,6 +50,9 @@ void bind_grouped(py::module_& m) {
     for (const VariantInfo& v : grouped_variants()) out.append(variant_dict(v));
     return out;
   });
+
+  m.def("grouped_config_space_hash", &grouped_config_space_hash,
+        "The hash of the grouped config space this build was compiled from (grouped tables are checked against it).");
 
   m.def(
       "grouped_problem_error",
@@ -60,6 +73,15 @@ void bind_grouped(py::module_& m) {
       },
       py::arg("dtype"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"),
       "The grouped variant id the built-in heuristic picks on the current device.");
+
+  m.def(
+      "grouped_choice",
+      [](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int device) {
+        return grouped_choice(make_problem(rows, experts, n, k, 0, 0, 0, 0, dtype), device);
+      },
+      py::arg("dtype"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"), py::arg("device"),
+      "The grouped variant id a grouped_gemm call with no config launches on that device: its grouped "
+      "table's choice, else the built-in heuristic's.");
 
   m.def(
       "map_grouped_balanced",
@@ -90,14 +112,14 @@ void bind_grouped(py::module_& m) {
       "grouped_gemm",
       [](int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w, uintptr_t offsets,
          uintptr_t out, int32_t dtype, int32_t variant, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream) {
+         uintptr_t stream, int device) {
         GroupedGemmProblem p = make_problem(rows, experts, n, k, x, w, offsets, out, dtype);
-        if (variant < 0) variant = grouped_default_variant(p);
+        if (variant < 0) variant = grouped_choice(p, device);
         grouped_gemm(p, variant, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
       },
       py::call_guard<py::gil_scoped_release>(),
-      "out = x @ w[e].T per expert on the current device and the given stream; variant -1: the built-in "
-      "heuristic's choice.");
+      "out = x @ w[e].T per expert on the current device (ordinal `device`) and the given stream; variant -1: "
+      "grouped_choice.");
 }
 
 }  // namespace wavetune::bindings

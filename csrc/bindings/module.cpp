@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "bindings.h"
+#include "wavetune/grouped.h"
 #include "wavetune/kernels.h"
 #include "wavetune/lookup.h"
 #include "wavetune/mapping.h"
@@ -32,25 +33,44 @@ MicroParams make_micro(int32_t decomposition, int32_t splits, int32_t raster, in
   return {static_cast<Decomposition>(decomposition), splits, static_cast<Raster>(raster), max_swizzle};
 }
 
-// The table gemm consults per device when no config is forced. Selectors stay alive for the process
-// (a replaced table is rare and small), so the launch path reads a plain atomic pointer, no lock.
+// The tables launches consult per family and device when no config is forced. Selectors stay alive for
+// the process (a replaced table is rare and small), so the launch path reads a plain atomic pointer, no lock.
 constexpr int kMaxDevices = 64;
-std::array<std::atomic<const Selector*>, kMaxDevices> g_active_tables{};
+const char* const kTableFamilies[] = {"gemm", "grouped_gemm"};
+constexpr int kFamilyCount = 2;
+std::array<std::array<std::atomic<const Selector*>, kMaxDevices>, kFamilyCount> g_active_tables{};
 std::mutex g_tables_mutex;
 std::vector<std::shared_ptr<Selector>> g_tables;
 
-void use_table(int device, std::shared_ptr<Selector> selector) {
+int family_index(const std::string& family) {
+  for (int i = 0; i < kFamilyCount; ++i) {
+    if (family == kTableFamilies[i]) return i;
+  }
+  throw std::invalid_argument("unknown kernel family '" + family + "' (gemm, grouped_gemm)");
+}
+
+// Make launches of the selector's family on `device` choose from it; nullptr: back to the heuristic
+// (of `family`).
+void use_table(int device, std::shared_ptr<Selector> selector, const std::string& family) {
   if (device < 0 || device >= kMaxDevices) throw std::invalid_argument("device ordinal out of range");
+  const int f = family_index(selector ? selector->family() : family);
   std::lock_guard<std::mutex> lock(g_tables_mutex);
   if (selector) g_tables.push_back(selector);
-  g_active_tables[device].store(selector.get(), std::memory_order_release);
+  g_active_tables[f][device].store(selector.get(), std::memory_order_release);
+}
+
+// A Selector over a table file for the compiled variants of its family.
+std::shared_ptr<Selector> open_selector(const std::string& path, const std::string& family) {
+  if (family_index(family) == 0) {
+    return std::make_shared<Selector>(Table::load(path), variants(), build_info().config_space_hash, family);
+  }
+  return std::make_shared<Selector>(Table::load(path), grouped_variants(), grouped_config_space_hash(), family);
 }
 
 // gemm with variant -1 takes the device's table's choice, or the built-in heuristic without a table.
 void launch(const GemmProblem& p, int32_t variant, MicroParams micro, int32_t device, uintptr_t stream) {
   if (variant < 0) {
-    const Selector* table =
-        device >= 0 && device < kMaxDevices ? g_active_tables[device].load(std::memory_order_acquire) : nullptr;
+    const Selector* table = bindings::active_table("gemm", device);
     if (table && table->candidate_count(p.dtype, p.b_layout) > 0) {
       Choice c = table->select({p.dtype, p.b_layout, p.m, p.n, p.k});
       variant = c.variant;
@@ -80,8 +100,9 @@ Enum parse_name(const std::string& name, int count, const char* what) {
   throw std::invalid_argument(std::string("unknown ") + what + " '" + name + "'");
 }
 
-Problem make_lookup_problem(const std::string& dtype, const std::string& b_layout, int64_t m, int64_t n, int64_t k) {
-  return {parse_name<DType>(dtype, 2, "dtype"), parse_name<BLayout>(b_layout, 2, "B layout"), m, n, k};
+Problem make_lookup_problem(const std::string& dtype, const std::string& b_layout, int64_t m, int64_t n, int64_t k,
+                            int64_t groups = 1) {
+  return {parse_name<DType>(dtype, 2, "dtype"), parse_name<BLayout>(b_layout, 2, "B layout"), m, n, k, groups};
 }
 
 // Names in enumerator order, so Python maps a name to its code by position.
@@ -93,6 +114,11 @@ py::list names(int count) {
 }
 
 }  // namespace
+
+const Selector* wavetune::bindings::active_table(const std::string& family, int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  return g_active_tables[family_index(family)][device].load(std::memory_order_acquire);
+}
 
 py::dict wavetune::bindings::variant_dict(const VariantInfo& v) {
   py::dict d;
@@ -200,10 +226,9 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Selector, std::shared_ptr<Selector>>(m, "Selector",
                                                   "A tuned table bound to this build's compiled variants.")
-      .def(py::init([](const std::string& path) {
-             return std::make_shared<Selector>(Table::load(path), variants(), build_info().config_space_hash);
-           }),
-           py::arg("path"))
+      .def(py::init(&open_selector), py::arg("path"), py::arg("family") = "gemm",
+           "A table file of a kernel family (gemm, grouped_gemm) bound to that family's compiled variants.")
+      .def_property_readonly("family", &Selector::family)
       .def("check_device", &Selector::check_device, py::arg("gpu_name"), py::arg("sm_count"))
       .def("meta", [](const Selector& s) { return s.table().meta; })
       .def("config_count", [](const Selector& s) { return s.table().configs.size(); })
@@ -214,8 +239,8 @@ PYBIND11_MODULE(_C, m) {
       .def("sm_count", &Selector::sm_count)
       .def("select",
            [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_, int64_t n,
-              int64_t k, bool exact) {
-             const Problem p = make_lookup_problem(dtype, b_layout, m_, n, k);
+              int64_t k, bool exact, int64_t groups) {
+             const Problem p = make_lookup_problem(dtype, b_layout, m_, n, k, groups);
              Choice c = exact ? s.select(p) : s.select_model(p);
              const TableConfig& config = s.table().configs[c.config];
              py::dict d;
@@ -231,11 +256,13 @@ PYBIND11_MODULE(_C, m) {
              return d;
            },
            py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("exact") = true,
-           "The table's choice for a problem; exact=False skips the exact entries (the model's choice alone).")
+           py::arg("groups") = 1,
+           "The table's choice for a problem (groups: experts, for a grouped table; M is then all their rows); "
+           "exact=False skips the exact entries (the model's choice alone).")
       .def("explain", [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_,
-                         int64_t n, int64_t k) {
+                         int64_t n, int64_t k, int64_t groups) {
         py::list out;
-        for (const Prediction& p : s.explain(make_lookup_problem(dtype, b_layout, m_, n, k))) {
+        for (const Prediction& p : s.explain(make_lookup_problem(dtype, b_layout, m_, n, k, groups))) {
           const TableConfig& config = s.table().configs[p.config];
           py::dict d;
           d["config"] = p.config;
@@ -250,10 +277,11 @@ PYBIND11_MODULE(_C, m) {
           out.append(d);
         }
         return out;
-      });
+      }, py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups") = 1);
 
-  m.def("use_table", &use_table, py::arg("device"), py::arg("selector").none(true),
-        "Make gemm choose from this table on a device (None: back to the built-in heuristic).");
+  m.def("use_table", &use_table, py::arg("device"), py::arg("selector").none(true), py::arg("family") = "gemm",
+        "Make launches of the table's family (gemm, grouped_gemm) choose from it on a device (None: back to "
+        "the built-in heuristic of `family`).");
 
   m.def(
       "gemm",

@@ -34,6 +34,8 @@ const GroupedVariantOps* grouped_variant_ops(int32_t id) {
 
 const std::vector<VariantInfo>& grouped_variants() { return detail::registry().infos(); }
 
+const char* grouped_config_space_hash() { return WAVETUNE_GROUPED_CONFIG_SPACE_HASH; }
+
 const VariantInfo* find_grouped_variant(int32_t id) {
   const auto* e = detail::registry().find(id);
   return e ? &e->info : nullptr;

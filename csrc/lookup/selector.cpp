@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common.h"
+#include "wavetune/grouped_mapping.h"
 #include "wavetune/lookup.h"
 
 namespace wavetune {
@@ -47,8 +48,8 @@ class Divisor {
   int32_t shift_;
 };
 
-// NOTES: map_problem (mapping.h) is the definition of the coordinates. A call costs eight dependent 64-bit
-// divisions, the larger part of a cold decision when done per candidate (tile sides such as 80 or 144
+// NOTES: map_problem (mapping.h) is the definition of the coordinates (map_grouped_balanced in
+// grouped_mapping.h for a problem of several groups). A call costs eight dependent 64-bit divisions, the larger part of a cold decision when done per candidate (tile sides such as 80 or 144
 // rule out shifts). Every divisor is fixed by the config, so each is prepared once as a Divisor and the
 // same arithmetic runs as multiplications and shifts. explain() always calls map_problem,
 // debug builds assert that both agree on every evaluation, and tests/test_cpp_lookup.py checks
@@ -60,9 +61,14 @@ class PreparedMapping {
         tile_m_(t.tile_m), tile_n_(t.tile_n), tile_k_(t.tile_k), cluster_m_(t.cluster_m), cluster_n_(t.cluster_n),
         capacity_div_(capacity_), splits_div_(std::max(1, splits)) {}
 
-  Coordinates operator()(int64_t m, int64_t n, int64_t k) const {
+  Coordinates operator()(int64_t m, int64_t n, int64_t k, int64_t groups) const {
+    int64_t busy = 1;  // groups that get rows; each gets ceil(m / busy) of them
+    if (groups > 1) {
+      busy = std::min(groups, m);
+      m = (m + busy - 1) / busy;
+    }
     const int64_t rows = tile_.swap_ab ? n : m, cols = tile_.swap_ab ? m : n;
-    const int64_t tiles = cluster_m_.ceil_div(tile_m_.ceil_div(rows)) * tile_.cluster_m *
+    const int64_t tiles = busy * cluster_m_.ceil_div(tile_m_.ceil_div(rows)) * tile_.cluster_m *
                           cluster_n_.ceil_div(tile_n_.ceil_div(cols)) * tile_.cluster_n;
     const int64_t k_iters = std::max<int64_t>(1, tile_k_.ceil_div(k));
     int64_t grid = tiles, steps = k_iters;
@@ -80,8 +86,9 @@ class PreparedMapping {
     return {grid, steps, capacity_, capacity_div_.ceil_div(grid)};
   }
 
-  // map_problem itself, for explain().
-  Coordinates reference(int64_t m, int64_t n, int64_t k) const {
+  // map_problem (map_grouped_balanced for several groups, data-parallel only) itself, for explain().
+  Coordinates reference(int64_t m, int64_t n, int64_t k, int64_t groups) const {
+    if (groups > 1) return map_grouped_balanced(tile_, {m, groups, n, k}, sm_count_);
     return map_problem(tile_, m, n, k, decomposition_, splits_, sm_count_);
   }
 
@@ -108,14 +115,17 @@ struct Candidate {
   bool calibrated;                    // any coefficient non-zero
 };
 
-// (dtype, layout, m, n, k) in two words; m >= 1 makes `lo` non-zero, so a zeroed slot never matches.
+// (dtype, layout, m, n, k, groups) in two words; m >= 1 makes `lo` non-zero, so a zeroed slot never matches.
 struct Key {
   uint64_t lo, hi;
   bool operator==(const Key& o) const { return lo == o.lo && hi == o.hi; }
 };
 
+constexpr int64_t kMaxGroups = int64_t(1) << 29;  // groups fill bits 2-31 of Key::hi
+
 Key make_key(const Problem& p) {
-  return {uint64_t(p.m) << 32 | uint64_t(p.n), uint64_t(p.k) << 32 | uint64_t(p.dtype) << 1 | uint64_t(p.b_layout)};
+  return {uint64_t(p.m) << 32 | uint64_t(p.n),
+          uint64_t(p.k) << 32 | uint64_t(p.groups) << 2 | uint64_t(p.dtype) << 1 | uint64_t(p.b_layout)};
 }
 
 // The layer of a problem, (dtype, layout, n, k), which exact ranges are grouped by; n >= 1 makes `lo` non-zero.
@@ -253,11 +263,11 @@ double predict(const WaveModel* W, uint32_t n, const Coordinates& x) {
 // NOTES: no kernel moves its operands and output through DRAM faster than the fastest traffic measured
 // while tuning, so no prediction may be lower: below that floor the fits' differences are extrapolation
 // (a decode problem predicted at twice the memory bandwidth, say), and the prior decides instead.
-// 2 bytes per element (bf16, fp16).
+// 2 bytes per element (bf16, fp16); a grouped problem reads the weights of min(groups, M) groups.
 double memory_floor(const Problem& p, double bytes_per_us) {
   if (bytes_per_us <= 0) return 0;
-  const double m = double(p.m), n = double(p.n), k = double(p.k);
-  return 2 * (m * k + n * k + m * n) / bytes_per_us;
+  const double m = double(p.m), n = double(p.n), k = double(p.k), busy = double(std::min(p.groups, p.m));
+  return 2 * (m * k + busy * n * k + m * n) / bytes_per_us;
 }
 
 // NOTES: every K-step of a unit of work moves a tile_k slice of both operand tiles from L2 into shared
@@ -302,7 +312,8 @@ bool valid_enums(DType dtype, BLayout b_layout) {
   return (dtype == DType::bf16 || dtype == DType::fp16) && (b_layout == BLayout::col || b_layout == BLayout::row);
 }
 
-void check_problem(const Problem& p) {
+// `grouped`: the table is of a grouped family, whose problems may have several groups.
+void check_problem(const Problem& p, bool grouped) {
   if (!valid_enums(p.dtype, p.b_layout)) {
     WAVETUNE_INVALID("problem dtype ", int32_t(p.dtype), " or B layout ", int32_t(p.b_layout), " is out of range");
   }
@@ -310,12 +321,17 @@ void check_problem(const Problem& p) {
     WAVETUNE_INVALID("problem sizes M=", p.m, " N=", p.n, " K=", p.k, " must each be in [1, ",
                      lookup_detail::kMaxExtent, "] with M*N*K <= 2^60");
   }
+  if (p.groups < 1 || p.groups > (grouped ? kMaxGroups : 1)) {
+    WAVETUNE_INVALID("problem groups=", p.groups, " must be ", grouped ? "in [1, 2^29]" : "1 for a gemm table");
+  }
 }
 
 }  // namespace
 
 struct Selector::Impl {
   Table table;
+  std::string family;
+  bool grouped = false;  // a family other than gemm: problems have groups
   int32_t sm_count = 0;
   size_t skipped = 0;
   std::vector<Candidate> candidates[2][2];  // [dtype][b_layout], in config-id order
@@ -392,12 +408,19 @@ struct Selector::Impl {
   }
 };
 
-Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const std::string& build_hash)
+Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const std::string& build_hash,
+                   const std::string& family)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.table = std::move(table);
   const Table& t = s.table;
   const std::string& origin = t.origin;
+  const auto family_meta = t.meta.find("family");
+  s.family = family_meta == t.meta.end() ? "gemm" : family_meta->second;
+  s.grouped = s.family != "gemm";
+  if (s.family != family) {
+    table_error(origin, ": a table of the ", s.family, " kernel family, but it is loaded for ", family);
+  }
 
   const std::string& table_hash = t.meta_value("config_space_hash");
   if (table_hash != build_hash) {
@@ -428,6 +451,9 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
                   " (data_parallel, split_k or stream_k; splits >= 1, and 1 unless split_k)");
     }
     if (c.waves.empty()) table_error(origin, ": config ", i, " has no wave model");
+    if (s.grouped && c.decomposition != Decomposition::data_parallel) {
+      table_error(origin, ": config ", i, ": the ", s.family, " family runs data_parallel only");
+    }
     std::vector<WaveModel> waves = c.waves;
     std::sort(waves.begin(), waves.end(), [](const WaveModel& a, const WaveModel& b) { return a.wave < b.wave; });
     for (size_t j = 0; j < waves.size(); ++j) {
@@ -508,6 +534,9 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
 void Selector::Impl::index_exact() {
   const Table& t = table;
   const std::string& origin = t.origin;
+  if (grouped && !t.exact.empty()) {
+    table_error(origin, ": exact records are for the gemm family; this is a ", family, " table");
+  }
   size_t first = 0, second = 0;
   if (lookup_detail::find_overlapping_exact(t.exact, &first, &second)) {
     const ExactEntry &a = t.exact[first], &b = t.exact[second];
@@ -583,7 +612,7 @@ void Selector::check_device(const std::string& gpu_name, int32_t sm_count) const
 }
 
 Choice Selector::select(const Problem& p) const {
-  check_problem(p);
+  check_problem(p, impl_->grouped);
   const Key key = make_key(p);
   const uint64_t h = hash(key);
   Choice c;
@@ -594,7 +623,7 @@ Choice Selector::select(const Problem& p) const {
 }
 
 Choice Selector::select_uncached(const Problem& p) const {
-  check_problem(p);
+  check_problem(p, impl_->grouped);
   const Impl& s = *impl_;
   if (s.has_exact) {
     if (const Choice* c = s.find_exact(p)) return *c;
@@ -603,14 +632,17 @@ Choice Selector::select_uncached(const Problem& p) const {
 }
 
 Choice Selector::select_model(const Problem& p) const {
-  check_problem(p);
+  check_problem(p, impl_->grouped);
   const Impl& s = *impl_;
   const std::vector<Candidate>& list = s.candidates[int(p.dtype)][int(p.b_layout)];
   if (list.empty()) s.no_candidate(p);
 
+  // NOTES: a grouped table's priors are by rows per busy group, the tile fill along the tokens that decides
+  // which tile shape fits (docs/grouped.md); a dense problem is one group, so that is M.
+  const int64_t busy = std::min(p.groups, p.m), group_rows = busy > 1 ? (p.m + busy - 1) / busy : p.m;
   const Impl::Prior* prior = nullptr;
   for (const Impl::Prior& r : s.priors[int(p.dtype)][int(p.b_layout)]) {
-    if (p.m <= r.max_m) {
+    if (group_rows <= r.max_m) {
       prior = &r;
       break;
     }
@@ -622,7 +654,7 @@ Choice Selector::select_model(const Problem& p) const {
   int64_t best_waves = 0, prior_waves = 0;
   const Candidate* prior_candidate = prior ? &list[prior->candidate] : nullptr;
   if (prior_candidate) {  // first: it bounds what the others must beat
-    const Coordinates x = prior_candidate->mapping(p.m, p.n, p.k);
+    const Coordinates x = prior_candidate->mapping(p.m, p.n, p.k, p.groups);
     prior_t = s.predicted_us(*prior_candidate, x, floor_us, logs);
     prior_waves = x.waves;
     best = prior_candidate, best_t = prior_t, best_waves = x.waves;
@@ -638,8 +670,8 @@ Choice Selector::select_model(const Problem& p) const {
     const double e = c.calibrated ? Impl::calibration_exponent(c, logs) : 0;
     const double bound = c.calibrated ? exp_lower_bound(e) : 1;
     if (prior && floor_us * bound * override_factor >= prior_t) continue;  // cannot override the prior
-    const Coordinates x = c.mapping(p.m, p.n, p.k);
-    assert(same(x, c.mapping.reference(p.m, p.n, p.k)));
+    const Coordinates x = c.mapping(p.m, p.n, p.k, p.groups);
+    assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
     double t = s.floored_us(c, x, floor_us);
     if (c.calibrated) {
       if (best && t * bound >= best_t) continue;  // cannot be chosen
@@ -670,13 +702,13 @@ Choice Selector::select_model(const Problem& p) const {
 }
 
 std::vector<Prediction> Selector::explain(const Problem& p) const {
-  check_problem(p);
+  check_problem(p, impl_->grouped);
   const Impl& s = *impl_;
   const double floor_us = memory_floor(p, s.table.memory_bytes_per_us);
   const LogExtents logs(p);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
-    const Coordinates x = c.mapping.reference(p.m, p.n, p.k);
+    const Coordinates x = c.mapping.reference(p.m, p.n, p.k, p.groups);
     const double t = s.predicted_us(c, x, floor_us, logs);
     out.push_back({c.config, c.variant, x, t});
   }
@@ -684,6 +716,7 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
 }
 
 const Table& Selector::table() const { return impl_->table; }
+const std::string& Selector::family() const { return impl_->family; }
 size_t Selector::skipped_configs() const { return impl_->skipped; }
 int32_t Selector::sm_count() const { return impl_->sm_count; }
 

@@ -47,6 +47,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from . import tuning
 
+    if args.family == tuning.GROUPED_FAMILY:
+        tuning.tune_grouped([Path(p) for p in args.log.split(",")], Path(args.out or "tables"))
+        return 0
     if args.shapes:
         deploy.run(Path(args.shapes), args.out and Path(args.out), Path(args.log), args.table and Path(args.table),
                    args.dtype, args.b_layout, args.tp, args.models, args.max_m, args.top)
@@ -102,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                                     "directory), or with --shapes a .wtt file")
     tune.add_argument("--log", default="wavetune-measurements.jsonl",
                       help="measurement log; an existing log of the same GPU and build is resumed")
+    tune.add_argument("--family", default="gemm", choices=["gemm", "grouped_gemm"],
+                      help="grouped_gemm: fit <gpu>.grouped_gemm.wtt to --log, a comma-separated list of "
+                           "benchmarks/grouped.py logs (--suite tune) measured on this GPU with this build")
     tune.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     tune.add_argument("--b-layout", default="col", choices=["col", "row"])
     tune.add_argument("--exact", help="shape-suite JSON whose shapes are profiled exhaustively into the exact table")
@@ -136,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--top", type=int, default=15, help="configs to list")
 
     args = parser.parse_args(argv)
+    if args.command == "tune" and args.family != "gemm" and (args.shapes or args.exact or args.budget):
+        parser.error("--family grouped_gemm fits a grouped table to --log; --shapes, --exact and --budget are "
+                     "options of the gemm family")
     if args.command == "tune" and args.shapes and (args.exact or args.budget or args.no_micro or args.offline):
         parser.error("--shapes adds a model's layers to an existing table; --exact, --budget, --no-micro and "
                      "--offline are options of the table's own tuning")

@@ -75,46 +75,54 @@ class LaunchConfig:
     max_swizzle: int = 1
 
 
-# Tables shipped with the package, one per GPU model (docs/tables.md).
+# Tables shipped with the package, one per GPU model and kernel family (docs/tables.md).
 TABLE_DIR = Path(__file__).parent / "tables"
+# The environment variable that names a table to use instead of the shipped one, per kernel family.
+TABLE_ENV = {"gemm": "WAVETUNE_TABLE", "grouped_gemm": "WAVETUNE_GROUPED_TABLE"}
 
 
-def table_file_name(gpu_name: str) -> str:
+def table_file_name(gpu_name: str, family: str = "gemm") -> str:
+    """``<slug>.wtt`` for the dense GEMM's table, ``<slug>.<family>.wtt`` for another family's."""
     from .tablefile import table_slug
 
-    return f"{table_slug(gpu_name)}.wtt"
+    if family not in TABLE_ENV:
+        raise ValueError(f"unknown kernel family {family!r} (one of {', '.join(TABLE_ENV)})")
+    return f"{table_slug(gpu_name)}.wtt" if family == "gemm" else f"{table_slug(gpu_name)}.{family}.wtt"
 
 
-def default_table_path(gpu_name: str) -> Path | None:
-    """$WAVETUNE_TABLE if set, else the shipped table for this GPU model, else None."""
-    if os.environ.get("WAVETUNE_TABLE"):
-        return Path(os.environ["WAVETUNE_TABLE"])
-    path = TABLE_DIR / table_file_name(gpu_name)
+def default_table_path(gpu_name: str, family: str = "gemm") -> Path | None:
+    """The table named by the family's variable (``TABLE_ENV``) if set, else the shipped table for this GPU
+    model and family, else None."""
+    path = TABLE_DIR / table_file_name(gpu_name, family)
+    if os.environ.get(TABLE_ENV[family]):
+        return Path(os.environ[TABLE_ENV[family]])
     return path if path.exists() else None
 
 
-def open_table(path: str | Path):
-    """A table bound to this build's variants, without checking the GPU (for `explain` and tools)."""
-    return _C.Selector(str(path))
+def open_table(path: str | Path, family: str = "gemm"):
+    """A table bound to this build's variants of its family, without checking the GPU (for `explain` and tools)."""
+    return _C.Selector(str(path), family)
 
 
-def load_table(path: str | Path | None = None, *, device: int | None = None) -> dict:
-    """Use a table for ``wavetune.gemm``'s choices on a CUDA device (default: the current one).
+def load_table(path: str | Path | None = None, *, device: int | None = None, family: str = "gemm") -> dict:
+    """Use a table for the choices of a kernel family (``wavetune.gemm``'s by default, ``"grouped_gemm"`` for
+    ``wavetune.grouped_gemm``'s) on a CUDA device (default: the current one).
 
     Without ``path``, the default table for the device's GPU model (``default_table_path``). The table
-    is refused if it was made on another GPU model or for another build's variants.
+    is refused if it was made on another GPU model, for another family or for another build's variants.
     """
     if device is None:
         device = _current_device()
     props = _device_properties(device)
-    path = Path(path) if path is not None else default_table_path(props["name"])
+    path = Path(path) if path is not None else default_table_path(props["name"], family)
     if path is None:
-        raise FileNotFoundError(f"no wavetune table for {props['name']}: looked for {table_file_name(props['name'])} "
-                                f"in {TABLE_DIR}; make one with `python -m wavetune tune` or set WAVETUNE_TABLE")
-    selector = open_table(path)
+        raise FileNotFoundError(f"no wavetune table for {props['name']}: looked for "
+                                f"{table_file_name(props['name'], family)} in {TABLE_DIR}; make one with "
+                                f"`python -m wavetune tune` or set {TABLE_ENV[family]}")
+    selector = open_table(path, family)
     selector.check_device(props["name"], props["sm_count"])
     _C.use_table(device, selector)
-    _table_checked.add(device)
+    _checked_tables[family].add(device)
     return {"path": str(path), "configs": selector.config_count(), "exact": selector.exact_count(),
             "skipped_configs": selector.skipped_configs(), **selector.meta()}
 
@@ -124,26 +132,27 @@ def device_properties(device: int | None = None) -> dict:
     return _device_properties(_current_device() if device is None else device)
 
 
-# Devices whose table was looked for already: gemm looks once per device, on its first call there.
+# Devices whose table was looked for already, per family: a family's first call on a device looks once.
 _table_checked: set[int] = set()
+_checked_tables = {"gemm": _table_checked, "grouped_gemm": set()}
 
 
-def _autoload_table(device: int) -> None:
-    _table_checked.add(device)
+def _autoload_table(device: int, family: str = "gemm") -> None:
+    _checked_tables[family].add(device)
     name = _device_properties(device)["name"]
-    if default_table_path(name) is None:
-        warnings.warn(f"wavetune: no tuned table for {name}; kernels are chosen by the built-in M-bucket "
+    if default_table_path(name, family) is None:
+        warnings.warn(f"wavetune: no tuned {family} table for {name}; kernels are chosen by the built-in "
                       f"heuristic (run `python -m wavetune tune` to make one)", stacklevel=3)
         return
     try:
-        load_table(device=device)
+        load_table(device=device, family=family)
     except ValueError as exc:
         # NOTES: a shipped table tuned for another config space (a changed cutlass_configs/) must not stop
         # gemm from working; a table the user named in WAVETUNE_TABLE is theirs to fix, so that one raises.
-        if os.environ.get("WAVETUNE_TABLE"):
+        if os.environ.get(TABLE_ENV[family]):
             raise
-        warnings.warn(f"wavetune: the shipped table for {name} does not fit this build ({exc}); kernels are "
-                      f"chosen by the built-in M-bucket heuristic", stacklevel=3)
+        warnings.warn(f"wavetune: the shipped {family} table for {name} does not fit this build ({exc}); "
+                      f"kernels are chosen by the built-in heuristic", stacklevel=3)
 
 
 def _current_device() -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 
-from . import _C
+from . import _C, api
 from .api import KernelConfig, _dtype_codes, _stream_getter
 
 
@@ -80,9 +80,10 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
         expert e owns rows offsets[e-1] to offsets[e] (from 0 for e = 0); experts may own no rows. Rows
         from offsets[-1] on are not written; offsets out of order or past the rows give experts no rows.
     out: optional [rows, N] tensor to write (same dtype and device, contiguous).
-    config: force a grouped variant (id or name, ``grouped_configs()``); default: the built-in heuristic's
-        choice from the sizes alone (rows, experts, N, K), which the host knows: the call never waits for
-        the GPU to learn the rows per expert, and CUDA-graph capture works.
+    config: force a grouped variant (id or name, ``grouped_configs()``); default: the choice of the GPU's
+        grouped table (``tables/<gpu>.grouped_gemm.wtt``, or $WAVETUNE_GROUPED_TABLE), else of the built-in
+        heuristic, from the sizes alone (rows, experts, N, K), which the host knows: the call never waits
+        for the GPU to learn the rows per expert, and CUDA-graph capture works.
 
     Runs on the current torch stream of x's device. K and N must be multiples of 8 (the kernels load
     with TMA; K = 0 writes zeros); all tensors contiguous.
@@ -110,10 +111,12 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return grouped_gemm(x, w, offsets, out=out, config=config)
+    if variant < 0 and device not in api._checked_tables["grouped_gemm"]:
+        api._autoload_table(device, "grouped_gemm")
     # NOTES: the workspace comes from torch's caching allocator, so it is stream-ordered and CUDA-graph
     # safe (a capture gets memory from the graph's pool); it holds the per-expert arguments the launch
     # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.
     workspace = torch.empty(_workspace_bytes(experts), dtype=torch.uint8, device=x.device)
     _C.grouped_gemm(rows, experts, n, k, *pointers, dtype_code, variant, workspace.data_ptr(), workspace.numel(),
-                    _stream_getter(torch)(device))
+                    _stream_getter(torch)(device), device)
     return out

@@ -515,3 +515,142 @@ def second_stage(log: MeasurementLog, plan: dict, dtype: str, b_layout: str, sm_
             if us is not None:
                 samples[c.key].append((c.coordinates(*shape, sm_count)[3], raster, swizzle, us))
     return {key: model.choose_micro(s) for key, s in samples.items()}
+
+
+# ----------------------------------------------------------------------------------------------------
+# The grouped-GEMM family (docs/grouped.md)
+# ----------------------------------------------------------------------------------------------------
+
+# NOTES: a grouped table is fitted from benchmarks/grouped.py logs of the tune split of generated MoE cases
+# (every compiled bf16 grouped variant timed on each case, weights cold, interleaved). A case's coordinates
+# are those the run-time choice sees, map_grouped_balanced of (rows, experts, N, K), whatever its routing:
+# each fit averages over the routings measured, as the choice must, not knowing the routing.
+GROUPED_FAMILY = "grouped_gemm"
+# NOTES: the (G, L) wave model mispredicts grouped kernels: its choices ran at 0.90 of the exhaustive best
+# in a cross-validation by layer over the H100's tune split (docs/grouped.md), where the fastest variant
+# of each regime of rows per busy expert (the tile fill along the tokens) ran at 0.973. So a grouped
+# table's priors are those per-regime winners, on the edges of the tile sides the space offers along the
+# tokens (16, 64, 256), and the model never overrides them: margins 0.1 to 8 all chose worse in that
+# cross-validation (0.94 to 0.971).
+GROUPED_PRIOR_EDGES = (16, 64, 256)
+GROUPED_PRIOR_MARGIN = 1e6
+GROUPED_TIMING = ("median of interleaved CUDA-graph replays (benchmarks/grouped.py), weights cold; "
+                  "balanced, Zipf-skewed and hot-expert routings")
+
+
+def grouped_log(paths: Iterable[Path]) -> tuple[dict, list[dict]]:
+    """(the first log's header, every case of all logs) of benchmarks/grouped.py logs of one GPU."""
+    header, cases = None, []
+    for path in paths:
+        lines = Path(path).read_text().splitlines()
+        if not lines:
+            raise ValueError(f"{path}: an empty log")
+        head = json.loads(lines[0])
+        if header is not None and head["gpu"] != header["gpu"]:
+            raise ValueError(f"{path}: measured on a {head['gpu']}, the first log on a {header['gpu']}")
+        header = header or head
+        cases += [json.loads(line) for line in lines[1:] if line.strip()]
+    if header is None or not cases:
+        raise ValueError("no grouped measurements in the logs")
+    return header, cases
+
+
+def grouped_coordinates(v: KernelConfig, case: dict, sm_count: int) -> tuple[int, int, int, int]:
+    """(G, L, C, waves) of a case as the run-time choice maps it."""
+    from . import grouped_mapping
+
+    return tuple(grouped_mapping.balanced(v.tile, v.cluster, v.swap_ab, case["rows"], case["experts"], case["n"],
+                                          case["k"], sm_count))
+
+
+def grouped_bytes(case: dict) -> float:
+    """Operand bytes of a case as the memory floor counts them: x, out and the busy experts' weights."""
+    rows, n, k = case["rows"], case["n"], case["k"]
+    return 2.0 * (rows * k + min(case["experts"], rows) * n * k + rows * n)
+
+
+def grouped_prediction(fit: dict, v: KernelConfig, case: dict, sm_count: int, memory: float, traffic: float
+                       ) -> float:
+    """A config's floored prediction (docs/tables.md), without calibration."""
+    G, L, C, w = grouped_coordinates(v, case, sm_count)
+    return max(model.predict(fit, G, L, w, C), grouped_bytes(case) / memory,
+               model.traffic_floor_us(G, L, v.tile, traffic))
+
+
+def group_rows(case: dict) -> int:
+    """Rows per busy expert, as a grouped table's priors read them."""
+    return -(-case["rows"] // max(1, min(case["experts"], case["rows"])))
+
+
+def grouped_priors(cases: list[dict], edges: Iterable[int] = GROUPED_PRIOR_EDGES) -> list[tuple[str, int]]:
+    """(variant name, max rows per busy expert; 0: any) per regime: the variant with the best geomean of
+    exhaustive best / its time over the regime's cases, adjacent regimes of one winner merged."""
+    bounds, out, low = [*edges, 0], [], 0
+    for high in bounds:
+        inside = [c for c in cases if low < group_rows(c) and (high == 0 or group_rows(c) <= high)]
+        low = high
+        if not inside:
+            continue
+        names = set.intersection(*(set(c["variants_us"]) for c in inside))
+        score = {n: sum(math.log(min(c["variants_us"].values()) / c["variants_us"][n]) for c in inside)
+                 for n in sorted(names)}
+        winner = max(score, key=score.get)
+        if out and out[-1][0] == winner:
+            out.pop()
+        out.append((winner, high))
+    if out:
+        out[-1] = (out[-1][0], 0)  # the last regime takes every larger count
+    return out
+
+
+def fit_grouped(cases: list[dict], variants: list[KernelConfig], sm_count: int, calibrate: bool = True) -> dict:
+    """``write_table``'s keyword arguments of a grouped table fitted to ``cases`` (without meta): the
+    per-regime priors' variants (``grouped_priors``), their wave models, floors and calibration."""
+    priors = grouped_priors(cases)
+    variants = [v for v in variants if v.name in {name for name, _ in priors}]
+    timed = [(v, c, c["variants_us"][v.name]) for v in variants for c in cases if v.name in c["variants_us"]]
+    memory = max(grouped_bytes(c) / us for _, c, us in timed)
+    traffic = max(model.tile_traffic_bytes(*grouped_coordinates(v, c, sm_count)[:2], v.tile) / us
+                  for v, c, us in timed)
+    fits, calibration = {}, {}
+    for v in variants:
+        points = [(c, us) for w, c, us in timed if w is v]
+        if len(points) < 2:
+            continue
+        G, L, _, W = zip(*(grouped_coordinates(v, c, sm_count) for c, _ in points))
+        fits[v.name] = model.fit_config(G, L, W, [us for _, us in points])
+        if calibrate:
+            ratios = [us / grouped_prediction(fits[v.name], v, c, sm_count, memory, traffic) for c, us in points]
+            calibration[v.name] = model.fit_calibration([(c["rows"], c["n"], c["k"]) for c, _ in points], ratios)
+    kept = [v for v in variants if v.name in fits]
+    index = {v.name: i for i, v in enumerate(kept)}
+    return dict(configs=[{"variant": v.name, "decomposition": "data_parallel", "splits": 1} for v in kept],
+                micro=None, exact=None,
+                priors=[{"config_id": index[name], "max_m": high, "margin": GROUPED_PRIOR_MARGIN}
+                        for name, high in priors if name in index],
+                waves={i: fits[v.name] for i, v in enumerate(kept)},
+                calibration={i: calibration[v.name] for i, v in enumerate(kept) if v.name in calibration},
+                memory_bytes_per_us=memory, traffic_bytes_per_us=traffic)
+
+
+def tune_grouped(logs: list[Path], out: Path) -> Path:
+    """Fit a grouped table to benchmarks/grouped.py logs and write ``out/<gpu-slug>.grouped_gemm.wtt``."""
+    from .grouped import grouped_configs
+
+    header, cases = grouped_log(logs)
+    variants = [v for v in grouped_configs() if v.dtype == "bf16"]
+    if not variants:
+        raise ValueError("no bf16 grouped variant compiled: build with WAVETUNE_KERNEL_SET=full")
+    table = fit_grouped(cases, variants, header["sm_count"])
+    meta = {
+        "gpu_name": header["gpu"], "sm_count": header["sm_count"], "family": GROUPED_FAMILY,
+        "config_space_hash": _C.grouped_config_space_hash(),
+        "wavetune_version": api._version(), "cuda_version": _C.build_info()["cuda_version"],
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "timing": GROUPED_TIMING, "source": f"bf16: {len(cases)} cases of benchmarks/grouped.py",
+    }
+    path = Path(out) / f"{tablefile.table_slug(header['gpu'])}.{GROUPED_FAMILY}.wtt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tablefile.write_table(path, meta=meta, **table)
+    print(f"wrote {path}: {len(table['configs'])} configs fitted to {len(cases)} cases")
+    return path

@@ -31,6 +31,12 @@ struct GroupedGemmProblem {
 
 // Grouped variants compiled into this build, ordered by id; b_layout is col and scheduler persistent.
 WAVETUNE_API const std::vector<VariantInfo>& grouped_variants();
+// The hash of cutlass_configs/sm90_grouped_gemm.toml as compiled: grouped tables are checked against it.
+// A Selector over a grouped table (lookup.h):
+//   wavetune::Selector s(wavetune::Table::load(path), wavetune::grouped_variants(),
+//                        wavetune::grouped_config_space_hash(), "grouped_gemm");
+//   s.select({dtype, wavetune::BLayout::col, rows, n, k, experts}).variant   // a grouped variant id
+WAVETUNE_API const char* grouped_config_space_hash();
 // The grouped variant with this id, or nullptr when it is not compiled in.
 WAVETUNE_API const VariantInfo* find_grouped_variant(int32_t id);
 

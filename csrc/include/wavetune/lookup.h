@@ -66,7 +66,8 @@ struct ExactEntry {
   double us;  // the latency at m_last, measured there or interpolated between measurements
 };
 
-// A default config for the problems of its dtype and B layout with M <= max_m (0: any M) (a `prior`
+// A default config for the problems of its dtype and B layout with M <= max_m (0: any M; in a grouped
+// table, M per busy group: ceil(M / min(groups, M))) (a `prior`
 // record): the model's choice replaces it only when predicted more than `margin` (a fraction) faster.
 struct PriorRule {
   int32_t config;
@@ -103,10 +104,14 @@ WAVETUNE_API std::string table_slug(const std::string& gpu_name);
 // FNV-1a 64 of `size` bytes: the table checksum (docs/tables.md), for tools that write tables.
 WAVETUNE_API uint64_t table_checksum(const char* data, size_t size);
 
+// A GEMM problem, or a grouped one (a table of another family than "gemm"): `groups` GEMMs of N x K
+// weights over m rows in all, which the host assumes spread evenly over min(groups, m) of them
+// (grouped_mapping.h); a dense GEMM is one group.
 struct Problem {
   DType dtype;
   BLayout b_layout;
-  int64_t m, n, k;  // each in [1, 2^31 - 1]
+  int64_t m, n, k;      // each in [1, 2^31 - 1]
+  int64_t groups = 1;  // in [1, 2^29]; 1 for a gemm table
 };
 
 enum class ChoiceSource : int32_t { exact = 0, model = 1 };
@@ -130,10 +135,12 @@ struct Prediction {
 
 class WAVETUNE_API Selector {
  public:
-  // Resolves the configs' variant names against `compiled` (configs of other variants are skipped and
-  // counted) and refuses (TableError) a table tuned against another config space than `build_hash`, or
-  // whose configs or exact entries contradict their variants, or whose exact ranges overlap.
-  Selector(Table table, const std::vector<VariantInfo>& compiled, const std::string& build_hash);
+  // Resolves the configs' variant names against `compiled`, the compiled variants of kernel family
+  // `family` (configs of other variants are skipped and counted), and refuses (TableError) a table of
+  // another family (meta `family`, default "gemm") or tuned against another config space than `build_hash`,
+  // or whose configs or exact entries contradict their variants, or whose exact ranges overlap.
+  Selector(Table table, const std::vector<VariantInfo>& compiled, const std::string& build_hash,
+           const std::string& family = "gemm");
   ~Selector();
   // Movable (a moved-from Selector may only be destroyed or assigned to), not copyable: it owns its cache.
   Selector(Selector&&) noexcept;
@@ -158,6 +165,7 @@ class WAVETUNE_API Selector {
   std::vector<Prediction> explain(const Problem& p) const;
 
   const Table& table() const;
+  const std::string& family() const;  // the table's kernel family: "gemm", "grouped_gemm"
   size_t skipped_configs() const;                               // configs whose variant is not compiled
   size_t candidate_count(DType dtype, BLayout b_layout) const;  // compiled configs for that dtype and layout
   int32_t sm_count() const;                                     // the table's meta sm_count
