@@ -29,19 +29,25 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     print(f"GPU: {device['name']}, {device['sm_count']} SMs, L2 {device['l2_bytes'] >> 20} MiB, "
           f"sm_{''.join(map(str, device['compute_capability']))}")
-    table = api.default_table_path(device["name"])
-    if table is None:
-        print(f"table: none for this GPU (looked for {api.table_file_name(device['name'])} in "
-              f"{api.TABLE_DIR} and $WAVETUNE_TABLE); gemm uses the built-in heuristic")
-        return 0
-    try:
-        info = api.load_table(table)
-    except ValueError as exc:
-        print(f"table: {table} does not fit this build; gemm uses the built-in heuristic ({exc})")
-        return 0
-    print(f"table: {table} ({info['configs']} configs, {info['exact']} exact ranges, "
-          f"{info['skipped_configs']} configs skipped as not compiled)")
+    for family in api.TABLE_ENV:
+        print_table(device["name"], family)
     return 0
+
+
+def print_table(gpu_name: str, family: str) -> None:
+    """Which table of a family the device uses, loading it as a first call would."""
+    table = api.default_table_path(gpu_name, family)
+    if table is None:
+        print(f"{family} table: none for this GPU (looked for {api.table_file_name(gpu_name, family)} in "
+              f"{api.TABLE_DIR} and ${api.TABLE_ENV[family]}); {family} uses the built-in heuristic")
+        return
+    try:
+        info = api.load_table(table, family=family)
+    except ValueError as exc:
+        print(f"{family} table: {table} does not fit this build; {family} uses the built-in heuristic ({exc})")
+        return
+    print(f"{family} table: {table} ({info['configs']} configs, {info['exact']} exact ranges, "
+          f"{info['skipped_configs']} configs skipped as not compiled)")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
