@@ -188,3 +188,20 @@ def test_gemm_tables_take_one_group():
         pytest.skip(f"the shipped table does not fit this build: {exc}")
     with pytest.raises(ValueError, match="must be 1 for a gemm table"):
         selector.explain("bf16", "col", 64, 4096, 4096, 2)
+
+
+def test_grouped_table_round_trips_and_the_shipped_one_is_well_formed(tmp_path):
+    table = tuning.fit_grouped(cases(synthetic_us), [NARROW, WIDE], SM_COUNT)
+    meta = {"gpu_name": "NVIDIA H200", "sm_count": SM_COUNT, "family": "grouped_gemm",
+            "config_space_hash": "0123456789abcdef", "wavetune_version": wavetune.__version__,
+            "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"}
+    first, second = tmp_path / "a.wtt", tmp_path / "b.wtt"
+    tablefile.write_table(first, meta=meta, **table)
+    read = tablefile.read_table(first)
+    tablefile.write_table(second, **read)
+    assert first.read_bytes() == second.read_bytes()
+    assert read["meta"]["family"] == "grouped_gemm" and len(read["priors"]) == 2
+    for path in api.TABLE_DIR.glob("*.grouped_gemm.wtt"):
+        shipped = tablefile.read_table(path)
+        assert shipped["meta"]["family"] == "grouped_gemm" and not shipped["exact"]
+        assert shipped["priors"] and all(p["margin"] == tuning.GROUPED_PRIOR_MARGIN for p in shipped["priors"])

@@ -290,6 +290,8 @@ def test_cli_cmake_dir_and_info():
     info = run_cli("info")
     assert info.returncode == 0, info.stderr
     assert "kernel set" in info.stdout
+    if ", sm_" in info.stdout:  # a GPU is visible: the table of each family is reported
+        assert "\ngemm table: " in info.stdout and "\ngrouped_gemm table: " in info.stdout
 
 
 def test_working_set_keeps_the_grid_within_the_loss_bounds(tmp_path):

@@ -49,11 +49,11 @@ class Divisor {
 };
 
 // NOTES: map_problem (mapping.h) is the definition of the coordinates (map_grouped_balanced in
-// grouped_mapping.h for a problem of several groups). A call costs eight dependent 64-bit divisions, the larger part of a cold decision when done per candidate (tile sides such as 80 or 144
-// rule out shifts). Every divisor is fixed by the config, so each is prepared once as a Divisor and the
-// same arithmetic runs as multiplications and shifts. explain() always calls map_problem,
-// debug builds assert that both agree on every evaluation, and tests/test_cpp_lookup.py checks
-// coordinates and choices against docs/tables.md.
+// grouped_mapping.h for a problem of several groups). A call costs eight dependent 64-bit divisions, the
+// larger part of a cold decision when done per candidate (tile sides such as 80 or 144 rule out shifts).
+// Every divisor is fixed by the config, so each is prepared once as a Divisor and the same arithmetic runs
+// as multiplications and shifts. explain() always calls the reference, debug builds assert that both agree
+// on every evaluation, and tests/test_cpp_lookup.py checks coordinates and choices against docs/tables.md.
 class PreparedMapping {
  public:
   PreparedMapping(const TileShape& t, Decomposition d, int32_t splits, int32_t sm_count)
