@@ -205,3 +205,22 @@ def test_grouped_table_round_trips_and_the_shipped_one_is_well_formed(tmp_path):
         shipped = tablefile.read_table(path)
         assert shipped["meta"]["family"] == "grouped_gemm" and not shipped["exact"]
         assert shipped["priors"] and all(p["margin"] == tuning.GROUPED_PRIOR_MARGIN for p in shipped["priors"])
+
+
+def test_cli_fits_a_grouped_table_from_a_log(tmp_path):
+    from wavetune.__main__ import main
+
+    variants = [v for v in grouped_variants() if v.dtype == "bf16"]
+    if not variants:
+        pytest.skip("no bf16 grouped variant compiled")
+    shapes = [Shape(v.name, v.dtype, v.tile, v.cluster, v.swap_ab) for v in variants]
+    log = tmp_path / "grouped_tune.jsonl"
+    measured = cases(lambda v, coords, case: 3.0 + coords[3] * coords[1] * 0.01, shapes)
+    log.write_text("\n".join(json.dumps(r) for r in [{"gpu": "NVIDIA H200", "sm_count": SM_COUNT}, *measured]) + "\n")
+    assert main(["tune", "--family", "grouped_gemm", "--log", str(log), "--out", str(tmp_path)]) == 0
+    path = tmp_path / "nvidia-h200.grouped_gemm.wtt"
+    selector = api.open_table(path, "grouped_gemm")
+    assert selector.meta()["family"] == "grouped_gemm" and selector.config_count() >= 1
+    assert selector.select("bf16", "col", 64, 4096, 4096, groups=8)["name"] in {v.name for v in variants}
+    with pytest.raises(SystemExit):
+        main(["tune", "--family", "grouped_gemm", "--shapes", "config.json", "--log", str(log)])

@@ -21,7 +21,7 @@ from typing import Iterable
 
 import numpy as np
 
-from . import _C, api, model, tablefile
+from . import _C, api, grouped, grouped_mapping, model, tablefile
 from .api import KernelConfig, configs
 
 # Raster/swizzle options the second stage compares; ("heuristic", 1) is the default launch.
@@ -557,8 +557,6 @@ def grouped_log(paths: Iterable[Path]) -> tuple[dict, list[dict]]:
 
 def grouped_coordinates(v: KernelConfig, case: dict, sm_count: int) -> tuple[int, int, int, int]:
     """(G, L, C, waves) of a case as the run-time choice maps it."""
-    from . import grouped_mapping
-
     return tuple(grouped_mapping.balanced(v.tile, v.cluster, v.swap_ab, case["rows"], case["experts"], case["n"],
                                           case["k"], sm_count))
 
@@ -635,10 +633,8 @@ def fit_grouped(cases: list[dict], variants: list[KernelConfig], sm_count: int, 
 
 def tune_grouped(logs: list[Path], out: Path) -> Path:
     """Fit a grouped table to benchmarks/grouped.py logs and write ``out/<gpu-slug>.grouped_gemm.wtt``."""
-    from .grouped import grouped_configs
-
     header, cases = grouped_log(logs)
-    variants = [v for v in grouped_configs() if v.dtype == "bf16"]
+    variants = [v for v in grouped.grouped_configs() if v.dtype == "bf16"]
     if not variants:
         raise ValueError("no bf16 grouped variant compiled: build with WAVETUNE_KERNEL_SET=full")
     table = fit_grouped(cases, variants, header["sm_count"])
