@@ -207,7 +207,7 @@ def test_grouped_table_round_trips_and_the_shipped_one_is_well_formed(tmp_path):
         assert shipped["priors"] and all(p["margin"] == tuning.GROUPED_PRIOR_MARGIN for p in shipped["priors"])
 
 
-def test_cli_fits_a_grouped_table_from_a_log(tmp_path):
+def test_cli_fits_a_grouped_table_from_a_log(tmp_path, capsys):
     from wavetune.__main__ import main
 
     variants = [v for v in grouped_variants() if v.dtype == "bf16"]
@@ -221,6 +221,10 @@ def test_cli_fits_a_grouped_table_from_a_log(tmp_path):
     path = tmp_path / "nvidia-h200.grouped_gemm.wtt"
     selector = api.open_table(path, "grouped_gemm")
     assert selector.meta()["family"] == "grouped_gemm" and selector.config_count() >= 1
-    assert selector.select("bf16", "col", 64, 4096, 4096, groups=8)["name"] in {v.name for v in variants}
+    choice = selector.select("bf16", "col", 64, 4096, 4096, groups=8)
+    assert choice["name"] in {v.name for v in variants}
+    capsys.readouterr()
+    assert main(["explain", "64", "4096", "4096", "--family", "grouped_gemm", "--groups", "8", "--table", str(path)]) == 0
+    assert f"choice: {choice['name']} " in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["tune", "--family", "grouped_gemm", "--shapes", "config.json", "--log", str(log)])

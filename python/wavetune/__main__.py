@@ -68,20 +68,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    table = args.table or api.default_table_path(api.device_properties()["name"])
+    table = args.table or api.default_table_path(api.device_properties()["name"], args.family)
     if table is None:
         print("no table for this GPU: pass --table PATH", file=sys.stderr)
         return 2
-    selector = api.open_table(table)
+    selector = api.open_table(table, args.family)
     problem = (args.dtype, args.b_layout, args.M, args.N, args.K)
-    rows = sorted(selector.explain(*problem), key=lambda r: r["predicted_us"])
-    choice = selector.select(*problem)
+    rows = sorted(selector.explain(*problem, args.groups), key=lambda r: r["predicted_us"])
+    choice = selector.select(*problem, groups=args.groups)
     print(f"{table}: {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
     if skipped := selector.skipped_configs():
         print(f"{skipped} of the table's {selector.config_count()} configs are not compiled into this build: left out")
     if bandwidth := selector.memory_bytes_per_us():
-        print(f"memory floor: {model.memory_floor_us(args.M, args.N, args.K, bandwidth):.2f} us (A, B and D at "
-              f"{bandwidth / 1e6:.2f} TB/s, the fastest traffic measured while tuning; no prediction is lower)")
+        floor = model.memory_floor_us(args.M, args.N, args.K, bandwidth, args.groups)
+        print(f"memory floor: {floor:.2f} us (A, B and D at {bandwidth / 1e6:.2f} TB/s, the fastest traffic "
+              f"measured while tuning; no prediction is lower)")
     if rate := selector.traffic_bytes_per_us():
         print(f"traffic floor: each config's tile traffic (G*L K-steps of both operand tiles) at {rate / 1e6:.2f} "
               f"TB/s, the fastest measured while tuning; no prediction of that config is lower")
@@ -91,7 +92,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if choice["source"] == "exact":
         how = "exact table: a tuned range of this layer holds this M"
     elif rows and choice["config"] != rows[0]["config"]:
-        how = "the table's prior for this M: no config is predicted faster by more than its margin"
+        how = "the table's prior for this M (per busy group): no config is predicted faster by more than its margin"
     else:
         how = "model: lowest predicted latency of the candidates above"
     print(f"choice: {choice['name']} raster={choice['raster']} max_swizzle={choice['max_swizzle']} "
@@ -146,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     explain.add_argument("--b-layout", default="col", choices=["col", "row"])
     explain.add_argument("--top", type=int, default=15, help="configs to list")
+    explain.add_argument("--family", default="gemm", choices=list(api.TABLE_ENV),
+                         help="grouped_gemm: a grouped problem, M rows over --groups experts")
+    explain.add_argument("--groups", type=int, default=1, help="with --family grouped_gemm: the expert count")
 
     args = parser.parse_args(argv)
     if args.command == "tune" and args.family != "gemm" and (args.shapes or args.exact or args.budget):

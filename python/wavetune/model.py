@@ -183,15 +183,16 @@ def fit_config(G, L, w, T, min_points: int = 3) -> dict[int, np.ndarray]:
 MIN_PREDICTION_US = 0.1
 
 
-def operand_bytes(m: int, n: int, k: int) -> int:
-    """Bytes a GEMM must move at least: A, B and D once each, 2 bytes per element (bf16, fp16)."""
-    return 2 * (m * k + n * k + m * n)
+def operand_bytes(m: int, n: int, k: int, groups: int = 1) -> int:
+    """Bytes a GEMM must move at least: A, B and D once each, 2 bytes per element (bf16, fp16). A grouped
+    problem of ``groups`` experts over M rows reads the weights of min(groups, M) of them."""
+    return 2 * (m * k + min(groups, m) * n * k + m * n)
 
 
-def memory_floor_us(m: int, n: int, k: int, bytes_per_us: float) -> float:
+def memory_floor_us(m: int, n: int, k: int, bytes_per_us: float, groups: int = 1) -> float:
     """The table's floor under every prediction (its ``memory`` record; docs/tables.md): the operands
     moved at the fastest traffic measured while tuning. 0 without a record (``bytes_per_us`` 0)."""
-    return operand_bytes(m, n, k) / bytes_per_us if bytes_per_us > 0 else 0.0
+    return operand_bytes(m, n, k, groups) / bytes_per_us if bytes_per_us > 0 else 0.0
 
 
 def tile_traffic_bytes(G: int, L: int, tile: Sequence[int]) -> float:

@@ -563,8 +563,7 @@ def grouped_coordinates(v: KernelConfig, case: dict, sm_count: int) -> tuple[int
 
 def grouped_bytes(case: dict) -> float:
     """Operand bytes of a case as the memory floor counts them: x, out and the busy experts' weights."""
-    rows, n, k = case["rows"], case["n"], case["k"]
-    return 2.0 * (rows * k + min(case["experts"], rows) * n * k + rows * n)
+    return float(model.operand_bytes(case["rows"], case["n"], case["k"], case["experts"]))
 
 
 def grouped_prediction(fit: dict, v: KernelConfig, case: dict, sm_count: int, memory: float, traffic: float
