@@ -1,6 +1,6 @@
 // The built-in choice of a grouped variant (docs/grouped.md): from host-known sizes only (the total rows,
 // the expert count, N, K and the SM count), so a serving call never waits for the GPU to learn how many
-// rows each expert got. A first guess until the family has tuned tables. Header-only, no CUDA.
+// rows each expert got. It decides where no grouped table serves the GPU and dtype. Header-only, no CUDA.
 #pragma once
 
 #include <algorithm>
@@ -20,7 +20,7 @@ namespace wavetune {
 // about 46% of the bf16 peak, 128x128 and 128x256 tiles at about 70%, and 2x1 clusters no faster than 1x1
 // (so multicast is not credited). Only their ratio matters for the choice. The model ignores DRAM (the
 // weights are read once whatever the tile, to first order) and the ping-pong schedule's overlap of a
-// tile's store with the next tile's MMAs: tables, measured, will replace it.
+// tile's store with the next tile's MMAs: a tuned grouped table, measured, replaces it where there is one.
 constexpr double kGroupedFmaPerCycle = 0.7 * 2048;  // sustained, of 2048 dense bf16 FMA per SM and cycle
 constexpr double kGroupedLoadBytesPerCycle = 44;
 
