@@ -16,10 +16,10 @@ expert layers (benchmarks/shape_suite.py: expert and tensor parallel splits, tok
               them is the exhaustive best
   torch       torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
   loop        torch.matmul per expert that has rows (their counts known on the host)
-(`--no-loop` leaves the loop out.) Each is checked against a float32 reference on sampled rows, then timed as CUDA graphs replayed round-robin
-(vs_cublas.interleaved_us: warm-up, interleaved rounds, medians) over fresh uniform(-1, 1) operands. Where
-one operand set would fit in the L2, sets with the same counts on other experts rotate, so weights come
-from DRAM as in a forward pass. Cases run token counts spread over the range first, so a cut budget still
+(`--no-loop` leaves the loop out.) Each is checked against a float32 reference on sampled rows, then timed
+as CUDA graphs replayed round-robin (vs_cublas.interleaved_us: warm-up, interleaved rounds, medians) over
+fresh uniform(-1, 1) operands. Where one operand set would fit in the L2, sets with the same counts on
+other experts rotate, so weights come from DRAM as in a forward pass. Cases run token counts spread over the range first, so a cut budget still
 spans it. Writes <out>/grouped_<suite>.jsonl (a header, then one record per case as measured) and
 <out>/grouped_<suite>.md.
 """

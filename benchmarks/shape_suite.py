@@ -100,6 +100,11 @@ def split_of(n: int, k: int) -> str:
     return SPLITS[digest[0] % 2]
 
 
+def token_count(rng: random.Random, m_max: int) -> int:
+    """A token count log-uniform over 1..m_max (odd and unround values included, as a batcher makes them)."""
+    return max(1, min(m_max, round(math.exp(rng.uniform(0.0, math.log(m_max))))))
+
+
 def shapes(split: str, count: int) -> list[dict]:
     """``count`` shapes of a split: {"m", "n", "k", "layer"}, the same for the same arguments."""
     if split not in SPLITS:
@@ -109,8 +114,7 @@ def shapes(split: str, count: int) -> list[dict]:
     out = []
     for i in range(count):
         (n, k), name = pairs[i % len(pairs)] if i < len(pairs) else rng.choice(pairs)
-        m_max = LM_HEAD_M_MAX if ".lm_head." in name else M_MAX
-        m = max(1, min(m_max, round(math.exp(rng.uniform(0.0, math.log(m_max))))))
+        m = token_count(rng, LM_HEAD_M_MAX if ".lm_head." in name else M_MAX)
         out.append({"m": m, "n": n, "k": k, "layer": name})
     rng.shuffle(out)
     return out
@@ -169,7 +173,7 @@ def moe_cases(split: str, count: int, routings: tuple[str, ...]) -> list[dict]:
     out = []
     for i in range(count):
         layer = layers[i % len(layers)] if i < len(layers) else rng.choice(layers)
-        tokens = max(1, min(MOE_TOKENS_MAX, round(math.exp(rng.uniform(0.0, math.log(MOE_TOKENS_MAX))))))
+        tokens = token_count(rng, MOE_TOKENS_MAX)
         out.append({**layer, "tokens": tokens, "routing": rng.choice(routings)})
     rng.shuffle(out)
     return out

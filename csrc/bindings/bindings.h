@@ -10,8 +10,12 @@
 
 namespace wavetune::bindings {
 
+// The kernel families that launch from tables, in the order of kTableFamilies (module.cpp).
+enum class TableFamily : int { gemm = 0, grouped_gemm = 1 };
+
 // The table a family's launches with no forced variant consult on a device (use_table), or nullptr.
-const Selector* active_table(const std::string& family, int device);
+// A plain array read: it is on every launch's path.
+const Selector* active_table(TableFamily family, int device);
 
 // A compiled variant as the dict that python/wavetune/api.py turns into a KernelConfig.
 pybind11::dict variant_dict(const VariantInfo& v);

@@ -35,7 +35,7 @@ TileShape make_tile_shape(const PyTileShape& s) {
 // What a launch with no forced variant runs on `device`: its grouped table's choice from the host-known
 // sizes, or the built-in heuristic's where no table is loaded (or none of its configs takes the dtype).
 int32_t grouped_choice(const GroupedGemmProblem& p, int device) {
-  const Selector* table = active_table("grouped_gemm", device);
+  const Selector* table = active_table(TableFamily::grouped_gemm, device);
   if (table && p.rows > 0 && table->candidate_count(p.dtype, BLayout::col) > 0) {
     return table->select({p.dtype, BLayout::col, p.rows, p.n, p.k, p.experts}).variant;
   }

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include <array>
+#include <iterator>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -36,15 +37,15 @@ MicroParams make_micro(int32_t decomposition, int32_t splits, int32_t raster, in
 // The tables launches consult per family and device when no config is forced. Selectors stay alive for
 // the process (a replaced table is rare and small), so the launch path reads a plain atomic pointer, no lock.
 constexpr int kMaxDevices = 64;
-const char* const kTableFamilies[] = {"gemm", "grouped_gemm"};
-constexpr int kFamilyCount = 2;
+const char* const kTableFamilies[] = {"gemm", "grouped_gemm"};  // names of bindings::TableFamily
+constexpr int kFamilyCount = int(std::size(kTableFamilies));
 std::array<std::array<std::atomic<const Selector*>, kMaxDevices>, kFamilyCount> g_active_tables{};
 std::mutex g_tables_mutex;
 std::vector<std::shared_ptr<Selector>> g_tables;
 
-int family_index(const std::string& family) {
+bindings::TableFamily family_of(const std::string& family) {
   for (int i = 0; i < kFamilyCount; ++i) {
-    if (family == kTableFamilies[i]) return i;
+    if (family == kTableFamilies[i]) return bindings::TableFamily(i);
   }
   throw std::invalid_argument("unknown kernel family '" + family + "' (gemm, grouped_gemm)");
 }
@@ -53,7 +54,7 @@ int family_index(const std::string& family) {
 // (of `family`).
 void use_table(int device, std::shared_ptr<Selector> selector, const std::string& family) {
   if (device < 0 || device >= kMaxDevices) throw std::invalid_argument("device ordinal out of range");
-  const int f = family_index(selector ? selector->family() : family);
+  const int f = int(family_of(selector ? selector->family() : family));
   std::lock_guard<std::mutex> lock(g_tables_mutex);
   if (selector) g_tables.push_back(selector);
   g_active_tables[f][device].store(selector.get(), std::memory_order_release);
@@ -61,7 +62,7 @@ void use_table(int device, std::shared_ptr<Selector> selector, const std::string
 
 // A Selector over a table file for the compiled variants of its family.
 std::shared_ptr<Selector> open_selector(const std::string& path, const std::string& family) {
-  if (family_index(family) == 0) {
+  if (family_of(family) == bindings::TableFamily::gemm) {
     return std::make_shared<Selector>(Table::load(path), variants(), build_info().config_space_hash, family);
   }
   return std::make_shared<Selector>(Table::load(path), grouped_variants(), grouped_config_space_hash(), family);
@@ -70,7 +71,7 @@ std::shared_ptr<Selector> open_selector(const std::string& path, const std::stri
 // gemm with variant -1 takes the device's table's choice, or the built-in heuristic without a table.
 void launch(const GemmProblem& p, int32_t variant, MicroParams micro, int32_t device, uintptr_t stream) {
   if (variant < 0) {
-    const Selector* table = bindings::active_table("gemm", device);
+    const Selector* table = bindings::active_table(bindings::TableFamily::gemm, device);
     if (table && table->candidate_count(p.dtype, p.b_layout) > 0) {
       Choice c = table->select({p.dtype, p.b_layout, p.m, p.n, p.k});
       variant = c.variant;
@@ -115,9 +116,9 @@ py::list names(int count) {
 
 }  // namespace
 
-const Selector* wavetune::bindings::active_table(const std::string& family, int device) {
+const Selector* wavetune::bindings::active_table(TableFamily family, int device) {
   if (device < 0 || device >= kMaxDevices) return nullptr;
-  return g_active_tables[family_index(family)][device].load(std::memory_order_acquire);
+  return g_active_tables[int(family)][device].load(std::memory_order_acquire);
 }
 
 py::dict wavetune::bindings::variant_dict(const VariantInfo& v) {

@@ -61,14 +61,11 @@ class PreparedMapping {
         tile_m_(t.tile_m), tile_n_(t.tile_n), tile_k_(t.tile_k), cluster_m_(t.cluster_m), cluster_n_(t.cluster_n),
         capacity_div_(capacity_), splits_div_(std::max(1, splits)) {}
 
-  Coordinates operator()(int64_t m, int64_t n, int64_t k, int64_t groups) const {
-    int64_t busy = 1;  // groups that get rows; each gets ceil(m / busy) of them
-    if (groups > 1) {
-      busy = std::min(groups, m);
-      m = (m + busy - 1) / busy;
-    }
+  // `spread`: the problem's M over its groups (spread_of), computed once per decision.
+  Coordinates operator()(const BalancedGroups& spread, int64_t n, int64_t k) const {
+    const int64_t m = spread.rows_each;
     const int64_t rows = tile_.swap_ab ? n : m, cols = tile_.swap_ab ? m : n;
-    const int64_t tiles = busy * cluster_m_.ceil_div(tile_m_.ceil_div(rows)) * tile_.cluster_m *
+    const int64_t tiles = spread.busy * cluster_m_.ceil_div(tile_m_.ceil_div(rows)) * tile_.cluster_m *
                           cluster_n_.ceil_div(tile_n_.ceil_div(cols)) * tile_.cluster_n;
     const int64_t k_iters = std::max<int64_t>(1, tile_k_.ceil_div(k));
     int64_t grid = tiles, steps = k_iters;
@@ -263,11 +260,16 @@ double predict(const WaveModel* W, uint32_t n, const Coordinates& x) {
 // NOTES: no kernel moves its operands and output through DRAM faster than the fastest traffic measured
 // while tuning, so no prediction may be lower: below that floor the fits' differences are extrapolation
 // (a decode problem predicted at twice the memory bandwidth, say), and the prior decides instead.
-// 2 bytes per element (bf16, fp16); a grouped problem reads the weights of min(groups, M) groups.
-double memory_floor(const Problem& p, double bytes_per_us) {
+// 2 bytes per element (bf16, fp16); a grouped problem reads the weights of its busy groups.
+double memory_floor(const Problem& p, const BalancedGroups& spread, double bytes_per_us) {
   if (bytes_per_us <= 0) return 0;
-  const double m = double(p.m), n = double(p.n), k = double(p.k), busy = double(std::min(p.groups, p.m));
+  const double m = double(p.m), n = double(p.n), k = double(p.k), busy = double(spread.busy);
   return 2 * (m * k + busy * n * k + m * n) / bytes_per_us;
+}
+
+// M over the problem's groups; a dense problem is one group of M rows (no division on its path).
+BalancedGroups spread_of(const Problem& p) {
+  return p.groups > 1 ? balanced_groups(p.m, p.groups) : BalancedGroups{1, p.m};
 }
 
 // NOTES: every K-step of a unit of work moves a tile_k slice of both operand tiles from L2 into shared
@@ -639,22 +641,22 @@ Choice Selector::select_model(const Problem& p) const {
 
   // NOTES: a grouped table's priors are by rows per busy group, the tile fill along the tokens that decides
   // which tile shape fits (docs/grouped.md); a dense problem is one group, so that is M.
-  const int64_t busy = std::min(p.groups, p.m), group_rows = busy > 1 ? (p.m + busy - 1) / busy : p.m;
+  const BalancedGroups spread = spread_of(p);
   const Impl::Prior* prior = nullptr;
   for (const Impl::Prior& r : s.priors[int(p.dtype)][int(p.b_layout)]) {
-    if (group_rows <= r.max_m) {
+    if (spread.rows_each <= r.max_m) {
       prior = &r;
       break;
     }
   }
-  const double floor_us = memory_floor(p, s.table.memory_bytes_per_us);
+  const double floor_us = memory_floor(p, spread, s.table.memory_bytes_per_us);
   const LogExtents logs(p);
   const Candidate* best = nullptr;
   double best_t = 0, prior_t = 0;
   int64_t best_waves = 0, prior_waves = 0;
   const Candidate* prior_candidate = prior ? &list[prior->candidate] : nullptr;
   if (prior_candidate) {  // first: it bounds what the others must beat
-    const Coordinates x = prior_candidate->mapping(p.m, p.n, p.k, p.groups);
+    const Coordinates x = prior_candidate->mapping(spread, p.n, p.k);
     prior_t = s.predicted_us(*prior_candidate, x, floor_us, logs);
     prior_waves = x.waves;
     best = prior_candidate, best_t = prior_t, best_waves = x.waves;
@@ -670,7 +672,7 @@ Choice Selector::select_model(const Problem& p) const {
     const double e = c.calibrated ? Impl::calibration_exponent(c, logs) : 0;
     const double bound = c.calibrated ? exp_lower_bound(e) : 1;
     if (prior && floor_us * bound * override_factor >= prior_t) continue;  // cannot override the prior
-    const Coordinates x = c.mapping(p.m, p.n, p.k, p.groups);
+    const Coordinates x = c.mapping(spread, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
     double t = s.floored_us(c, x, floor_us);
     if (c.calibrated) {
@@ -704,7 +706,7 @@ Choice Selector::select_model(const Problem& p) const {
 std::vector<Prediction> Selector::explain(const Problem& p) const {
   check_problem(p, impl_->grouped);
   const Impl& s = *impl_;
-  const double floor_us = memory_floor(p, s.table.memory_bytes_per_us);
+  const double floor_us = memory_floor(p, spread_of(p), s.table.memory_bytes_per_us);
   const LogExtents logs(p);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {

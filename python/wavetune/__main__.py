@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "directory), or with --shapes a .wtt file")
     tune.add_argument("--log", default="wavetune-measurements.jsonl",
                       help="measurement log; an existing log of the same GPU and build is resumed")
-    tune.add_argument("--family", default="gemm", choices=["gemm", "grouped_gemm"],
+    tune.add_argument("--family", default="gemm", choices=list(api.TABLE_ENV),
                       help="grouped_gemm: fit <gpu>.grouped_gemm.wtt to --log, a comma-separated list of "
                            "benchmarks/grouped.py logs (--suite tune) measured on this GPU with this build")
     tune.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])

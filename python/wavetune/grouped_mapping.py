@@ -37,10 +37,16 @@ def coordinates(tile, cluster, tiles: int, k: int, sm_count: int) -> Coordinates
     return Coordinates(tiles, max(1, _ceil_div(k, tile[2])), capacity, _ceil_div(tiles, capacity))
 
 
+def balanced_groups(rows: int, experts: int) -> tuple[int, int]:
+    """(busy experts, rows each): ``rows`` spread evenly over min(experts, rows) experts (0, 0 for no rows)."""
+    busy = min(experts, rows)
+    return busy, _ceil_div(rows, busy) if busy > 0 else 0
+
+
 def balanced(tile, cluster, swap_ab: bool, rows: int, experts: int, n: int, k: int, sm_count: int) -> Coordinates:
     """What the run-time choice sees: ``rows`` spread evenly over min(experts, rows) experts."""
-    busy = min(experts, rows)
-    tiles = busy * expert_tiles(tile, cluster, swap_ab, _ceil_div(rows, busy), n) if busy > 0 else 0
+    busy, rows_each = balanced_groups(rows, experts)
+    tiles = busy * expert_tiles(tile, cluster, swap_ab, rows_each, n)
     return coordinates(tile, cluster, tiles, k, sm_count)
 
 

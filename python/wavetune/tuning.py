@@ -576,15 +576,16 @@ def grouped_prediction(fit: dict, v: KernelConfig, case: dict, sm_count: int, me
 
 def group_rows(case: dict) -> int:
     """Rows per busy expert, as a grouped table's priors read them."""
-    return -(-case["rows"] // max(1, min(case["experts"], case["rows"])))
+    return grouped_mapping.balanced_groups(case["rows"], case["experts"])[1]
 
 
 def grouped_priors(cases: list[dict], edges: Iterable[int] = GROUPED_PRIOR_EDGES) -> list[tuple[str, int]]:
     """(variant name, max rows per busy expert; 0: any) per regime: the variant with the best geomean of
     exhaustive best / its time over the regime's cases, adjacent regimes of one winner merged."""
     bounds, out, low = [*edges, 0], [], 0
+    rows = [group_rows(c) for c in cases]
     for high in bounds:
-        inside = [c for c in cases if low < group_rows(c) and (high == 0 or group_rows(c) <= high)]
+        inside = [c for c, r in zip(cases, rows) if low < r and (high == 0 or r <= high)]
         low = high
         if not inside:
             continue

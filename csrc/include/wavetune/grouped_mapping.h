@@ -37,13 +37,24 @@ inline Coordinates grouped_coordinates(const TileShape& t, int64_t tiles, int64_
   return {tiles, std::max<int64_t>(1, detail::ceil_div(k, t.tile_k)), capacity, detail::ceil_div(tiles, capacity)};
 }
 
+// The host's picture of `rows` rows over `groups` groups: min(groups, rows) of them get rows, ceil(rows /
+// that) each (none when rows is 0). Shared by the mapping below, the lookup's memory floor and its priors.
+struct BalancedGroups {
+  int64_t busy, rows_each;
+};
+
+inline BalancedGroups balanced_groups(int64_t rows, int64_t groups) {
+  const int64_t busy = std::min(groups, rows);
+  return {busy, busy > 0 ? detail::ceil_div(rows, busy) : 0};
+}
+
 // NOTES: with top-k routing, `rows` rows touch at most `rows` experts, so a decode step of one token on a
 // 128-expert layer at top-8 has 8 busy experts, not 128 experts with 1/16 row each. Skewed routing can
 // need fewer tiles (rows gathered on fewer experts fill their tiles) or more (a hot expert beside many
 // experts with a row or two, each a partial tile); benchmarks/grouped.py reports both routings.
 inline Coordinates map_grouped_balanced(const TileShape& t, const GroupedShape& p, int32_t sm_count) {
-  const int64_t busy = std::min(p.experts, p.rows);
-  const int64_t tiles = busy > 0 ? busy * expert_tiles(t, detail::ceil_div(p.rows, busy), p.n) : 0;
+  const BalancedGroups spread = balanced_groups(p.rows, p.experts);
+  const int64_t tiles = spread.busy * expert_tiles(t, spread.rows_each, p.n);
   return grouped_coordinates(t, tiles, p.k, sm_count);
 }
 
