@@ -75,7 +75,7 @@ def test_grouped_variant_names_and_fixed_axes(tmp_path):
         (HEADER + GROUP.replace("[[group]]", '[[group]]\nb_layouts = ["row"]'), "has b_layouts = \\['col'\\] only"),
         (HEADER + GROUP.replace("[[group]]", '[[group]]\nschedulers = ["stream_k"]'),
          "has schedulers = \\['persistent'\\] only"),
-        (HEADER.replace("grouped_gemm", "attention") + GROUP, "family 'attention' is not one of"),
+        (HEADER.replace("grouped_gemm", "vision") + GROUP, "family 'vision' is not one of"),
         (HEADER + 'heuristic_variants = ["grouped_fp16_*"]\n' + GROUP, "matches no variant"),
         (HEADER + GROUP.replace('"1x1"', '"1x2"').replace('"64x32x128"', '"64x128x128"').replace(
             "swap_ab = true\n", "").replace("pingpong", "cooperative"), "cooperative tiles split M"),

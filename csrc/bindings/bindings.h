@@ -23,4 +23,7 @@ pybind11::dict variant_dict(const VariantInfo& v);
 // The grouped-GEMM family (grouped.cpp).
 void bind_grouped(pybind11::module_& m);
 
+// The attention family (attention.cpp).
+void bind_attention(pybind11::module_& m);
+
 }  // namespace wavetune::bindings

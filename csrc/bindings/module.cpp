@@ -315,4 +315,5 @@ PYBIND11_MODULE(_C, m) {
           py::arg("a"), py::arg("b"), py::arg("d"), py::arg("stream"), py::call_guard<py::gil_scoped_release>());
 
   bindings::bind_grouped(m);
+  bindings::bind_attention(m);
 }

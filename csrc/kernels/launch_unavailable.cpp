@@ -1,6 +1,7 @@
 // Stands in for launch.cu when the build found no CUDA compiler: the package still imports and lists
 // (no) variants, and every launch says why it cannot run.
 #include "variant_ops.h"
+#include "wavetune/attention.h"
 #include "wavetune/errors.h"
 #include "wavetune/grouped.h"
 #include "wavetune/kernels.h"
@@ -38,5 +39,9 @@ size_t grouped_workspace_bytes(int32_t) { WAVETUNE_FAIL(kNoKernels); }
 int32_t grouped_default_variant(const GroupedGemmProblem&) { WAVETUNE_FAIL(kNoKernels); }
 
 void grouped_gemm(const GroupedGemmProblem&, int32_t, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
+
+AttentionLaunch attention_default_launch(const AttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
+
+void attention(const AttentionProblem&, const AttentionLaunch&, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
 
 }  // namespace wavetune

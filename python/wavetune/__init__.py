@@ -2,6 +2,7 @@
 
     import torch, wavetune
     y = wavetune.gemm(x, W.t())          # like torch.matmul(x, W.t()) / F.linear(x, W)
+    o = wavetune.attention(q, k, v, causal=True)   # [batch, seq, heads, head_dim], GQA, KV splits
     wavetune.configs()                   # the compiled CUTLASS variants
     wavetune.load_table("my-gpu.wtt")    # choices from a table made by `python -m wavetune tune`
     report = wavetune.patch(model)       # a model's nn.Linear layers on wavetune (wavetune.nn)
@@ -12,6 +13,7 @@ Importing needs neither torch nor a GPU: ``patch`` and ``unpatch`` import torch 
 from importlib.metadata import PackageNotFoundError, version
 
 from .api import KernelConfig, LaunchConfig, build_info, configs, device_properties, gemm, load_table
+from .fmha import attention, attention_configs  # attention forward (docs/attention.md)
 from .grouped import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
 
 try:
@@ -20,7 +22,7 @@ except PackageNotFoundError:  # imported from an unusual location
     __version__ = "0+unknown"
 
 __all__ = [
-    "KernelConfig", "LaunchConfig", "build_info", "configs", "device_properties", "gemm", "grouped_configs",
+    "KernelConfig", "LaunchConfig", "attention", "attention_configs", "build_info", "configs", "device_properties", "gemm", "grouped_configs",
     "grouped_gemm", "load_table", "patch", "unpatch", "__version__",
 ]
 

@@ -24,7 +24,8 @@ SCHEMA_VERSION = 1
 DTYPES = ("bf16", "fp16")
 B_LAYOUTS = ("col", "row")
 SCHEDULES = ("cooperative", "pingpong")
-TILE_SCHEDULERS = ("persistent", "stream_k")
+# data_parallel: one CTA per tile, scheduled by the hardware (attention's non-persistent kernels only).
+TILE_SCHEDULERS = ("persistent", "stream_k", "data_parallel")
 
 GROUP_KEYS = {"dtypes", "b_layouts", "schedule", "tiles", "clusters", "schedulers"}
 OPTIONAL_GROUP_KEYS = {"swap_ab"}
@@ -44,6 +45,13 @@ MAX_CLUSTER_SIZE = 4
 # NOTES: consumer warpgroups run with 232 registers (CUTLASS's setmaxnreg); fp32 accumulators beyond this
 # many per thread leave too few for addresses and the epilogue, and ptxas spills.
 MAX_ACCUMULATORS_PER_THREAD = 160
+# NOTES: the attention family's tile is query rows x KV rows x head dim. CUTLASS's Hopper FMHA runs two
+# consumer warpgroups of 64 query rows each (128 rows); its K and V stages hold tile N x head dim each,
+# and its shared memory (~227 KB) fits those up to 128 x 128 (128 x 64 for head dim 256, as its example).
+ATTENTION_HEAD_DIMS = (64, 128, 256)
+ATTENTION_BLOCK_Q = (128,)
+ATTENTION_BLOCK_KV = (64, 128)
+ATTENTION_MAX_KV_TILE = 128 * 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +64,7 @@ class Family:
     sources_dir: str  # subdirectory of the generated sources
     name_format: str  # variant names; unique across families, as they become C++ symbols
     fixed_axes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # group keys the family does not vary
+    check: str = "gemm"  # which rules a variant must satisfy: "gemm" (_check_gemm) or "attention"
 
 
 FAMILIES = {
@@ -67,6 +76,11 @@ FAMILIES = {
     "grouped_gemm": Family("sm90_grouped_gemm.cuh", "WAVETUNE_GROUPED", "grouped_registry.inc", "grouped_variants",
                            "grouped_{dtype}{swap}_{schedule}_{tile_m}x{tile_n}x{tile_k}_{cluster_m}x{cluster_n}",
                            (("b_layouts", ("col",)), ("schedulers", ("persistent",)))),
+    # Attention forward (docs/attention.md): CUTLASS's Hopper FMHA; the tile is query rows x KV rows x
+    # head dim, and B layout, swap and cluster do not apply.
+    "attention": Family("sm90_attention.cuh", "WAVETUNE_ATTENTION", "attention_registry.inc", "attention_variants",
+                        "attn_{dtype}_hd{tile_k}_{schedule}_{tile_m}x{tile_n}_{scheduler}",
+                        (("b_layouts", ("col",)), ("clusters", ("1x1",))), "attention"),
 }
 
 
@@ -173,6 +187,29 @@ def accumulators_per_thread(v: Variant) -> int:
 
 
 def _check_variant(v: Variant, where: str) -> None:
+    if FAMILIES[v.family].check == "attention":
+        _check_attention(v, where)
+    else:
+        _check_gemm(v, where)
+
+
+def _check_attention(v: Variant, where: str) -> None:
+    block_q, block_kv, head_dim = v.tile_m, v.tile_n, v.tile_k
+    if head_dim not in ATTENTION_HEAD_DIMS or block_q not in ATTENTION_BLOCK_Q or block_kv not in ATTENTION_BLOCK_KV:
+        raise ConfigError(f"{where}: tile {block_q}x{block_kv}x{head_dim} is not supported (query rows in "
+                          f"{ATTENTION_BLOCK_Q}, KV rows in {ATTENTION_BLOCK_KV}, head dim in {ATTENTION_HEAD_DIMS})")
+    if block_kv * head_dim > ATTENTION_MAX_KV_TILE:
+        raise ConfigError(f"{where}: a {block_kv}-row KV tile of head dim {head_dim} leaves too few shared-memory "
+                          f"stages (KV rows x head dim at most {ATTENTION_MAX_KV_TILE})")
+    if v.scheduler == "stream_k":
+        raise ConfigError(f"{where}: attention kernels are persistent or data_parallel")
+    if v.schedule == "pingpong" and v.scheduler != "persistent":
+        raise ConfigError(f"{where}: CUTLASS's ping-pong FMHA is persistent by construction")
+
+
+def _check_gemm(v: Variant, where: str) -> None:
+    if v.scheduler == "data_parallel":
+        raise ConfigError(f"{where}: GEMM kernels are persistent or stream_k (data_parallel is a run-time decomposition)")
     if v.tile_m not in TILE_M or v.tile_n not in TILE_N or v.tile_k not in TILE_K:
         raise ConfigError(
             f"{where}: tile {v.tile_m}x{v.tile_n}x{v.tile_k} is not supported "

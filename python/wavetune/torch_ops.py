@@ -156,3 +156,4 @@ for _backend in ("CUDA", "CPU"):
     _LIBRARY.impl("linear", linear, _backend)
 
 from . import grouped_torch_ops  # noqa: E402,F401  (torch.ops.wavetune.grouped_gemm, docs/grouped.md)
+from . import attention_torch_ops  # noqa: E402,F401  (torch.ops.wavetune.attention, docs/attention.md)

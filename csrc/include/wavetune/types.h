@@ -25,7 +25,8 @@ enum class DType : int32_t { bf16 = 0, fp16 = 1 };
 enum class BLayout : int32_t { col = 0, row = 1 };
 // cublaslt: the cuBLASLt candidate, whose kernel and schedule cuBLASLt's heuristic picks per problem.
 enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublaslt = 2 };
-enum class TileScheduler : int32_t { persistent = 0, stream_k = 1 };
+// data_parallel: one CTA per tile, scheduled by the hardware (the attention family's non-persistent kernels).
+enum class TileScheduler : int32_t { persistent = 0, stream_k = 1, data_parallel = 2 };
 
 // Run-time ("micro") parameters: they change how a variant walks its tiles, not the variant.
 enum class Decomposition : int32_t { heuristic = 0, data_parallel = 1, split_k = 2, stream_k = 3 };
@@ -41,7 +42,13 @@ inline const char* to_string(Schedule v) {
     default: return "cublaslt";
   }
 }
-inline const char* to_string(TileScheduler v) { return v == TileScheduler::persistent ? "persistent" : "stream_k"; }
+inline const char* to_string(TileScheduler v) {
+  switch (v) {
+    case TileScheduler::persistent: return "persistent";
+    case TileScheduler::stream_k: return "stream_k";
+    default: return "data_parallel";
+  }
+}
 inline const char* to_string(Decomposition v) {
   switch (v) {
     case Decomposition::data_parallel: return "data_parallel";

@@ -1,0 +1,259 @@
+"""wavetune.attention against PyTorch SDPA's backends, FlashAttention's split rule on the same kernels, and
+the exhaustive best of its own configs (docs/attention.md).
+
+    python benchmarks/attention.py --out $OUT --time-budget-s 240
+
+bf16, layout [batch, seq, heads, head_dim]. `--suite named`: the issue's Llama-3-8B (32 query / 8 KV heads)
+and Llama-3-70B (64 / 8) attention, whole and split by tensor parallelism 2-8, head dim 128; prefill
+(causal, query length = KV length, 128-16384 tokens, batch 1-16) and decode (one query token, KV length
+512-131072, batch 1-256). `--suite heldout`: the same phases for other models' head counts and head dims
+(benchmarks/shape_suite.py's dense families), at random lengths and batches, odd ones included. Methods:
+  choice       wavetune.attention with no config: the built-in wave-aware choice of tile and KV splits
+  fa_rule      the family's default kernel for the head dim with FlashAttention's split rule
+               (num_splits_heuristic, attention_heuristic.h) instead of wavetune's
+  <variant>/<splits>  every compiled bf16 variant of the head dim at each split count that applies: the
+               fastest is the exhaustive best
+  sdpa_cudnn, sdpa_flash, sdpa_efficient  torch.nn.functional.scaled_dot_product_attention pinned to a
+               backend (on [batch, heads, seq, dim] views, enable_gqa); a backend that refuses is left out
+Each method is checked against the math backend's output (outputs poisoned with NaN first), then timed as
+CUDA graphs replayed round-robin (vs_cublas.interleaved_us: warm-up, interleaved rounds, medians) over
+fresh random operand copies that together exceed twice the L2, so K and V come from DRAM. Writes
+<out>/attention_<suite>.jsonl (a header, then one record per case) and <out>/attention_<suite>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import shape_suite
+import vs_cublas
+from methods import geomean
+import wavetune
+from wavetune import _C
+
+REPO = Path(__file__).resolve().parents[1]
+# name: (query heads, KV heads), head dim 128.
+NAMED_MODELS = {"llama3-8b": (32, 8), "llama3-70b": (64, 8)}
+TP = (1, 2, 4, 8)
+PREFILL = ((1, 16384), (1, 2048), (4, 4096), (16, 1024), (2, 8192), (8, 512), (1, 128), (16, 128))  # (batch, tokens)
+DECODE = ((1, 131072), (64, 4096), (1, 4096), (256, 2048), (8, 32768), (32, 512), (4, 131072), (128, 8192), (1, 512))
+SPLITS = (1, 2, 4, 8, 16, 32, 64)
+MAX_KV_BYTES = 8 << 30
+MAX_ERROR = 2e-2
+GRAPH_US = 300  # launches per graph: at least this long, so event timing is noise-free
+SDPA_BACKENDS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+                 "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--suite", choices=("named", "heldout"), default="named")
+    p.add_argument("--count", type=int, default=60, help="cases of the heldout suite")
+    p.add_argument("--phases", default="decode,prefill")
+    p.add_argument("--reps", type=int, default=5, help="interleaved rounds; the median is kept")
+    p.add_argument("--time-budget-s", type=float, default=240, help="start no case after this many seconds")
+    p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
+    return p.parse_args()
+
+
+def named_cases(phases: list[str]) -> list[dict]:
+    out = []
+    for phase in phases:
+        for batch, tokens in PREFILL if phase == "prefill" else DECODE:
+            for model, (hq, hkv) in NAMED_MODELS.items():
+                for tp in TP:
+                    seqlen_q = tokens if phase == "prefill" else 1
+                    out.append(dict(phase=phase, model=f"{model}/tp{tp}", batch=batch, seqlen_q=seqlen_q,
+                                    seqlen_k=tokens, heads_q=hq // tp, heads_kv=hkv // tp, head_dim=128))
+    return out
+
+
+def heldout_cases(phases: list[str], count: int, seed: int) -> list[dict]:
+    """Other families' attention at random (odd) lengths: prefill up to 32k tokens, decode up to 128k keys."""
+    rng = random.Random(seed)
+    families = sorted(shape_suite.DENSE_FAMILIES.items())
+    out = []
+    for i in range(count):
+        name, (_, _, hq, hkv, head_dim, _) = families[i % len(families)]
+        tp = rng.choice([t for t in TP if hkv % t == 0])
+        phase = phases[i % len(phases)]
+        if phase == "prefill":
+            tokens = int(math.exp(rng.uniform(math.log(100), math.log(16384))))
+            batch = max(1, min(16, int(32768 / tokens * rng.uniform(0.1, 1))))
+            seqlen_q = tokens
+        else:
+            tokens = int(math.exp(rng.uniform(math.log(300), math.log(131072))))
+            batch = max(1, int(math.exp(rng.uniform(0, math.log(256)))))
+            seqlen_q = 1
+        out.append(dict(phase=phase, model=f"{name}/tp{tp}", batch=batch, seqlen_q=seqlen_q, seqlen_k=tokens,
+                        heads_q=hq // tp, heads_kv=hkv // tp, head_dim=head_dim))
+    return out
+
+
+def kv_bytes(c: dict) -> int:
+    return 4 * c["batch"] * c["seqlen_k"] * c["heads_kv"] * c["head_dim"]
+
+
+def operand_sets(c: dict, l2_bytes: int) -> list[tuple]:
+    """(q, k, v, out) copies that together exceed twice the L2."""
+    opts = dict(device="cuda", dtype=torch.bfloat16)
+    q_shape = (c["batch"], c["seqlen_q"], c["heads_q"], c["head_dim"])
+    kv_shape = (c["batch"], c["seqlen_k"], c["heads_kv"], c["head_dim"])
+    touched = kv_bytes(c) + 4 * math.prod(q_shape)
+    copies = min(8, max(1, math.ceil(2 * l2_bytes / touched)))
+    return [(torch.randn(q_shape, **opts), torch.randn(kv_shape, **opts), torch.randn(kv_shape, **opts),
+             torch.empty(q_shape, **opts)) for _ in range(copies)]
+
+
+def sdpa(backend, causal: bool):
+    def launch(q, k, v, out):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
+                enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
+    return launch
+
+
+def fa_rule_splits(c: dict, variant) -> int:
+    """FlashAttention's split count for the kernel `variant` (its tile) on the case."""
+    sizes = tuple(c[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
+    if c["seqlen_q"] != 1:
+        return 1
+    ctas, _, _ = _C.attention_mapping(sizes, False, variant.tile[:2], 1)
+    kv_tiles = math.ceil(c["seqlen_k"] / variant.tile[1])
+    limit = max(1, min(max(SPLITS), c["seqlen_k"] // variant.tile[1]))  # wavetune's kernels take up to 64
+    return _C.flash_attention_splits(ctas, kv_tiles, wavetune.device_properties()["sm_count"], limit)
+
+
+def launches(c: dict) -> dict:
+    causal = c["phase"] == "prefill"
+    variants = [v for v in wavetune.attention_configs() if v.dtype == "bf16" and v.tile[2] == c["head_dim"]]
+    default = next(v for v in variants if v.schedule == "cooperative" and v.scheduler == "data_parallel"
+                   and v.tile[1] == max(x.tile[1] for x in variants))
+    methods = {"choice": lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out)}
+    fa = fa_rule_splits(c, default)
+    methods["fa_rule"] = lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out, config=default.id,
+                                                                 splits=fa)
+    for variant in variants:
+        for splits in SPLITS if c["seqlen_q"] == 1 else (1,):
+            if splits == 1 or c["seqlen_k"] // splits >= variant.tile[1]:
+                methods[f"{variant.name}/{splits}"] = (
+                    lambda q, k, v, out, i=variant.id, s=splits: wavetune.attention(q, k, v, causal=causal, out=out,
+                                                                                   config=i, splits=s))
+    for name, backend in SDPA_BACKENDS.items():
+        methods[name] = sdpa(backend, causal)
+    return methods
+
+
+def check(methods: dict, operands: tuple, causal: bool) -> dict:
+    """Each method's relative error against the math backend; methods that fail to run are dropped."""
+    q, k, v, out = operands
+    ref = sdpa(SDPBackend.MATH, causal)(q.float(), k.float(), v.float(), None)
+    errors = {}
+    for name, launch in list(methods.items()):
+        out.fill_(float("nan"))
+        try:
+            got = launch(*operands)
+        except RuntimeError as exc:  # an SDPA backend that does not take the case
+            if not name.startswith("sdpa"):
+                raise
+            print(f"  {name} refused: {str(exc).splitlines()[0][:120]}", file=sys.stderr)
+            del methods[name]
+            continue
+        error = ((got.float() - ref).norm() / ref.norm()).item()
+        if not error <= MAX_ERROR:
+            raise RuntimeError(f"{name}: relative error {error} against SDPA's math backend")
+        errors[name] = error
+    return errors
+
+
+def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
+    sets = operand_sets(c, l2_bytes)
+    methods = launches(c)
+    errors = check(methods, sets[0], c["phase"] == "prefill")
+    flops = 4 * c["batch"] * c["seqlen_q"] * c["seqlen_k"] * c["heads_q"] * c["head_dim"]
+    estimate_us = max(3.0, flops / 4e8 / (2 if c["phase"] == "prefill" else 1), kv_bytes(c) / 2.5e6)
+    per_graph = len(sets) * math.ceil(min(32, max(1, GRAPH_US / estimate_us)) / len(sets))
+    times = vs_cublas.interleaved_us(methods, sets, per_graph, args.reps)
+    own = {name: us for name, us in times.items() if "/" in name}
+    sdpa_times = {name: us for name, us in times.items() if name.startswith("sdpa")}
+    sizes = tuple(c[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
+    q, k, v, out = sets[0]
+    chosen = _C.attention_default_launch(sizes, *[(t.data_ptr(), *t.stride()[:3]) for t in (q, k, v, out)],
+                                         1 / math.sqrt(c["head_dim"]), c["phase"] == "prefill",
+                                         _C.DTYPES.index("bf16"))
+    best = min(own, key=own.get)
+    best_sdpa = min(sdpa_times, key=sdpa_times.get) if sdpa_times else None
+    return {**c, "copies": len(sets), "choice": f"{wavetune.fmha._attention_by_id()[chosen[0]].name}/{chosen[1]}",
+            "choice_us": times["choice"], "fa_rule_us": times["fa_rule"], "best": best, "best_us": own[best],
+            "sdpa_best": best_sdpa, "sdpa_best_us": sdpa_times.get(best_sdpa), "sdpa_us": sdpa_times,
+            "variants_us": own, "max_error": max(errors.values())}
+
+
+def summary(rows: list[dict], header: dict) -> str:
+    lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16; speed ratios "
+             "(above 1: wavetune's choice faster). SDPA: the fastest backend per case.", "",
+             "| cases | n | choice vs SDPA: geomean | worst | choice vs FA split rule | worst | choice / own best "
+             "| worst |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    groups = {"all": rows}
+    for key in ("phase", "model"):
+        for value in dict.fromkeys(r[key] for r in rows):
+            groups[f"{key} {value}"] = [r for r in rows if r[key] == value]
+    for label, rs in groups.items():
+        vs_sdpa = [r["sdpa_best_us"] / r["choice_us"] for r in rs if r["sdpa_best_us"]]
+        vs_fa = [r["fa_rule_us"] / r["choice_us"] for r in rs]
+        quality = [r["best_us"] / r["choice_us"] for r in rs]
+        sdpa_cells = f"{geomean(vs_sdpa):.3f}x | {min(vs_sdpa):.2f}x" if vs_sdpa else "- | -"
+        lines.append(f"| {label} | {len(rs)} | {sdpa_cells} | {geomean(vs_fa):.3f}x | {min(vs_fa):.2f}x | "
+                     f"{geomean(quality):.3f} | {min(quality):.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = parse_args()
+    if not any(c.dtype == "bf16" for c in wavetune.attention_configs()):
+        sys.exit("no bf16 attention variants compiled (WAVETUNE_KERNEL_FILTER='attn_bf16_*' builds them)")
+    start = time.monotonic()
+    props = wavetune.device_properties()
+    phases = args.phases.split(",")
+    todo = named_cases(phases) if args.suite == "named" else heldout_cases(phases, args.count, args.seed)
+    built = {c.tile[2] for c in wavetune.attention_configs() if c.dtype == "bf16"}
+    todo = [c for c in todo if kv_bytes(c) <= MAX_KV_BYTES and c["head_dim"] in built]
+    random.Random(args.seed).shuffle(todo)  # a cut budget still spans the phases, models and sizes
+    header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
+              "sm_count": props["sm_count"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "args": {k: str(v) for k, v in vars(args).items()}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / f"attention_{args.suite}.jsonl"
+    log.write_text(json.dumps(header) + "\n")
+    rows = []
+    for case in todo:
+        if time.monotonic() - start > args.time_budget_s:
+            print(f"time budget spent: {len(rows)} of {len(todo)} cases measured", file=sys.stderr)
+            break
+        row = measure(case, args, props["l2_bytes"])
+        rows.append(row)
+        with log.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{row['phase']} {row['model']} b{row['batch']} q{row['seqlen_q']} k{row['seqlen_k']}: choice "
+              f"{row['choice_us']:.1f} us ({row['choice']}), best {row['best_us']:.1f} ({row['best']}), fa "
+              f"{row['fa_rule_us']:.1f}, sdpa {row['sdpa_best_us'] or 0:.1f} ({row['sdpa_best']})", file=sys.stderr)
+        torch.cuda.empty_cache()
+    table = summary(rows, header)
+    (args.out / f"attention_{args.suite}.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

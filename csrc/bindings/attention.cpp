@@ -1,0 +1,111 @@
+// Bindings of the attention family (csrc/include/wavetune/attention.h): tensors arrive as raw pointers
+// and strides; python/wavetune/attention.py does the framework-level checks.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "wavetune/attention.h"
+#include "wavetune/attention_heuristic.h"
+
+namespace py = pybind11;
+
+namespace wavetune::bindings {
+namespace {
+
+// (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim) and, per tensor, (pointer, batch, seq, head strides).
+using PySizes = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
+using PyTensor = std::tuple<uintptr_t, int64_t, int64_t, int64_t>;
+
+AttentionTensor make_tensor(const PyTensor& t) {
+  const auto& [ptr, batch, seq, head] = t;
+  return {reinterpret_cast<const void*>(ptr), batch, seq, head};
+}
+
+AttentionProblem make_problem(const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v,
+                              const PyTensor& out, float scale, bool causal, int32_t dtype) {
+  const auto& [batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim] = sizes;
+  return {batch,           seqlen_q,        seqlen_k,        heads_q,           heads_kv, head_dim,
+          make_tensor(q),  make_tensor(k),  make_tensor(v),  make_tensor(out),  scale,    causal,
+          static_cast<DType>(dtype)};
+}
+
+// The sizes alone: what the workspace depends on.
+AttentionProblem sized_problem(const PySizes& sizes) {
+  const PyTensor none{0, 0, 0, 0};
+  return make_problem(sizes, none, none, none, none, 1.0f, false, 0);
+}
+
+AttentionShape make_shape(const PySizes& sizes, bool causal) {
+  const auto& [batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim] = sizes;
+  return {batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal};
+}
+
+}  // namespace
+
+void bind_attention(py::module_& m) {
+  m.def("attention_variants", [] {
+    py::list out;
+    for (const VariantInfo& v : attention_variants()) out.append(variant_dict(v));
+    return out;
+  });
+  m.def("attention_config_space_hash", &attention_config_space_hash,
+        "The hash of the attention config space this build was compiled from.");
+  m.def(
+      "attention_problem_error",
+      [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
+         bool causal, int32_t dtype) {
+        return attention_problem_error(make_problem(sizes, q, k, v, out, scale, causal, dtype));
+      },
+      "Empty string when an attention problem's sizes, pointers and strides are valid, else the reason.");
+  m.def(
+      "attention_workspace_bytes",
+      [](const PySizes& sizes, int32_t splits) { return attention_workspace_bytes(sized_problem(sizes), splits); },
+      py::arg("sizes"), py::arg("splits"), "Workspace bytes an attention call with these sizes and splits needs.");
+  m.def(
+      "attention_default_launch",
+      [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
+         bool causal, int32_t dtype) {
+        const AttentionLaunch how = attention_default_launch(make_problem(sizes, q, k, v, out, scale, causal, dtype));
+        return py::make_tuple(how.variant, how.splits);
+      },
+      "(variant id, splits) of the built-in choice on the current device.");
+  m.def(
+      "attention_mapping",
+      [](const PySizes& sizes, bool causal, std::tuple<int32_t, int32_t> tile, int32_t splits) {
+        const AttentionTile t{std::get<0>(tile), std::get<1>(tile)};
+        const FmhaGrid g = fmha_grid(make_shape(sizes, causal), splits);
+        return py::make_tuple(fmha_ctas(g, t), kv_tiles_per_cta(g, t, causal), g.launches);
+      },
+      py::arg("sizes"), py::arg("causal"), py::arg("tile"), py::arg("splits"),
+      "(G CTAs, L KV tiles per CTA, launches) of a problem under a (block_q, block_kv) tile (attention_heuristic.h).");
+  m.def(
+      "attention_heuristic",
+      [](const std::vector<std::tuple<int32_t, int32_t>>& tiles, const PySizes& sizes, bool causal, int32_t sm_count,
+         int32_t split_limit) {
+        if (tiles.empty()) throw std::invalid_argument("no candidate tiles");
+        std::vector<AttentionTile> candidates;
+        for (const auto& [q, kv] : tiles) candidates.push_back({q, kv});
+        const AttentionChoice c = choose_attention(candidates, make_shape(sizes, causal), sm_count, split_limit);
+        return py::make_tuple(c.index, c.splits);
+      },
+      py::arg("tiles"), py::arg("sizes"), py::arg("causal"), py::arg("sm_count"), py::arg("split_limit") = kMaxAttentionSplits,
+      "(index of the tile, splits) of the built-in choice over (block_q, block_kv) tiles.");
+  m.def("flash_attention_splits", &flash_attention_splits, py::arg("ctas"), py::arg("kv_tiles"), py::arg("sm_count"),
+        py::arg("max_splits"), "FlashAttention's split rule (num_splits_heuristic, from its description).");
+  m.def(
+      "attention",
+      [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
+         bool causal, int32_t dtype, int32_t variant, int32_t splits, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream) {
+        attention(make_problem(sizes, q, k, v, out, scale, causal, dtype), {variant, splits},
+                  reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(), "Attention forward with this variant and split count on the given stream.");
+}
+
+}  // namespace wavetune::bindings

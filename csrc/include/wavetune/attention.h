@@ -1,0 +1,70 @@
+// Attention forward for inference (docs/attention.md): out = softmax(scale * q k^T [+ causal mask]) v per
+// head, with grouped-query heads, in the FlashAttention layout [batch, seq, heads, head_dim].
+//
+//   wavetune::AttentionProblem p{...};                                   // sizes, pointers, strides
+//   wavetune::AttentionLaunch how = wavetune::attention_default_launch(p);  // variant and KV splits
+//   size_t bytes = wavetune::attention_workspace_bytes(p, how.splits);      // device memory the caller owns
+//   wavetune::attention(p, how, workspace, bytes, stream);
+//
+// Attention variants have ids of their own (cutlass_configs/sm90_attention.toml). Every function throws
+// wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "wavetune/types.h"
+
+namespace wavetune {
+
+// Strides are in elements, for [batch, seq, heads, head_dim] with head_dim contiguous (stride 1).
+struct AttentionTensor {
+  const void* data;
+  int64_t batch_stride, seq_stride, head_stride;
+};
+
+struct AttentionProblem {
+  int32_t batch, seqlen_q, seqlen_k;
+  int32_t heads_q, heads_kv;  // heads_q a multiple of heads_kv: each KV head serves heads_q / heads_kv query heads
+  int32_t head_dim;
+  AttentionTensor q, k, v;
+  AttentionTensor out;  // written; its data pointer is cast from const
+  float scale;          // of q.k before the softmax (usually 1 / sqrt(head_dim))
+  // Bottom-right causal mask: query i sees keys j <= i + seqlen_k - seqlen_q (the queries are the newest
+  // tokens), so it needs seqlen_q <= seqlen_k. With seqlen_q == 1 it masks nothing.
+  bool causal;
+  DType dtype;
+};
+
+// A choice: the variant, and how many chunks the keys are cut into (each run as part of one grid, then
+// merged by a combine kernel by their log-sum-exp). splits > 1 is for decode (seqlen_q == 1).
+struct AttentionLaunch {
+  int32_t variant;
+  int32_t splits;
+};
+
+// Attention variants compiled into this build, ordered by id: tile_m x tile_n x tile_k is the FMHA tile,
+// query rows x KV rows x head dim; b_layout col, no swap, cluster 1x1.
+WAVETUNE_API const std::vector<VariantInfo>& attention_variants();
+// The hash of cutlass_configs/sm90_attention.toml as compiled.
+WAVETUNE_API const char* attention_config_space_hash();
+// The attention variant with this id, or nullptr when it is not compiled in.
+WAVETUNE_API const VariantInfo* find_attention_variant(int32_t id);
+
+// Empty when the problem's sizes, pointers, strides and alignment are valid, else the reason. No GPU.
+WAVETUNE_API std::string attention_problem_error(const AttentionProblem& problem);
+// Empty when `how` can run the (valid) problem: the variant's dtype and head dim, the split count.
+WAVETUNE_API std::string attention_launch_error(const AttentionProblem& problem, const AttentionLaunch& how);
+
+// The built-in choice for the current device (attention_heuristic.h), from the sizes only.
+WAVETUNE_API AttentionLaunch attention_default_launch(const AttentionProblem& problem);
+
+// Device memory an attention call needs: the log-sum-exp rows, and with splits the partial outputs.
+WAVETUNE_API size_t attention_workspace_bytes(const AttentionProblem& problem, int32_t splits);
+
+// Launches on `stream`. The workspace must stay untouched until the launch completes (stream order).
+WAVETUNE_API void attention(const AttentionProblem& problem, const AttentionLaunch& how, void* workspace,
+                            size_t workspace_bytes, Stream stream);
+
+}  // namespace wavetune

@@ -1,0 +1,66 @@
+// Internal interface between the attention runtime (attention_registry.cpp, attention_launch.cu) and the
+// generated attention variant sources (sm90_attention.cuh).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "variant_ops.h"
+#include "wavetune/attention.h"
+
+namespace wavetune::detail {
+
+// One launch of CUTLASS's Hopper FMHA kernel, in its own terms: a problem (B, H, Q, K, D) whose two batch
+// modes B and H each carry one stride per tensor (elements; the head dimension is contiguous). The
+// runtime (attention_launch.cu) maps a user's problem onto these modes: grouped-query heads, folded
+// decode heads and KV splits are all stride choices.
+struct FmhaCall {
+  int32_t b, h, rows, keys, head_dim;
+  const void* q;
+  int64_t q_row, q_b, q_h;
+  const void* k;
+  int64_t k_row, k_b, k_h;
+  const void* v;
+  int64_t v_row, v_b, v_h;
+  void* o;
+  int64_t o_row, o_b, o_h;
+  float* lse;  // fp32 log-sum-exp per row, rows contiguous; the kernel always writes it
+  int64_t lse_b, lse_h;
+  float scale;  // of q.k before the softmax
+  // Bottom-right causal mask (the query rows are the last `rows` positions of the `keys`): row i sees
+  // keys j <= i + keys - rows. Only for calls whose rows are one sequence's tokens (not folded heads).
+  bool causal;
+};
+
+// Where the parts of an attention call's workspace start (each 128-byte aligned): the log-sum-exp rows,
+// and with splits the partial outputs [batch, splits, heads_q, head_dim] and, for batch > 1, the queries
+// repeated once per split in the same layout (the split is then part of the head mode, attention_launch.cu).
+struct AttentionWorkspace {
+  size_t lse = 0, partial = 0, queries = 0, total = 0;
+
+  AttentionWorkspace(const AttentionProblem& p, int32_t splits) {
+    const size_t rows = size_t(p.batch) * p.heads_q * (p.seqlen_q == 1 ? splits : p.seqlen_q);
+    const size_t split_rows = splits > 1 ? size_t(p.batch) * splits * p.heads_q * p.head_dim * 2 : 0;
+    lse = take(rows * sizeof(float));
+    partial = take(split_rows);
+    queries = take(p.batch > 1 ? split_rows : 0);
+  }
+  size_t take(size_t bytes) {
+    const size_t offset = total;
+    total = (total + bytes + 127) / 128 * 128;
+    return offset;
+  }
+};
+
+// Whether the keys of this (valid) problem can be split (attention_registry.cpp says when).
+bool attention_splittable(const AttentionProblem& p);
+
+// What each generated attention variant exports; the registry holds one per compiled variant.
+struct AttentionVariantOps {
+  void (*run)(const FmhaCall&, const DeviceInfo&, Stream);
+};
+
+// Registry (attention_registry.cpp): the ops of a compiled attention variant, nullptr when not compiled in.
+const AttentionVariantOps* attention_variant_ops(int32_t id);
+
+}  // namespace wavetune::detail

@@ -1,0 +1,123 @@
+"""Attention forward for inference (fused multi-head attention, CUTLASS's FMHA): ``attention`` and the
+attention variant listing (docs/attention.md).
+
+torch is optional: this module never imports it. ``attention`` takes torch tensors, so torch is already
+loaded whenever a call can succeed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+
+from . import _C
+from .api import KernelConfig, _dtype_codes, _stream_getter
+
+
+def attention_configs() -> list[KernelConfig]:
+    """The attention variants compiled into this build, by id (ids of their own). ``tile`` is query rows x
+    KV rows x head dim."""
+    return list(_attention_by_id().values())
+
+
+@functools.cache
+def _attention_by_id() -> dict[int, KernelConfig]:
+    return {v["id"]: KernelConfig(**v) for v in _C.attention_variants()}
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve(config) -> int:
+    """The attention variant id for a ``config`` argument; -1 for the built-in choice."""
+    if config is None:
+        return -1
+    by_name = {c.name: c.id for c in _attention_by_id().values()}
+    if isinstance(config, str) and config in by_name:
+        return by_name[config]
+    if isinstance(config, int) and not isinstance(config, bool) and config in _attention_by_id():
+        return config
+    if not isinstance(config, (int, str)) or isinstance(config, bool):
+        raise TypeError(f"config must be an attention variant id or name, got {config!r}")
+    raise ValueError(f"no compiled attention variant {config!r}; wavetune.attention_configs() lists them")
+
+
+def _check_shapes(torch, q, k, v, out) -> None:
+    """Every check that needs no GPU and no data pointer: types, ranks, sizes, dtypes, unit head-dim stride."""
+    tensors = {"q": q, "k": k, "v": v}
+    if torch is None or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+        got = ", ".join(type(t).__name__ for t in tensors.values())
+        raise TypeError(f"wavetune.attention takes torch tensors q, k and v, got {got}")
+    if any(t.dim() != 4 for t in tensors.values()):
+        raise ValueError(f"q, k and v must be [batch, seq, heads, head_dim], got shapes {tuple(q.shape)}, "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if tuple(k.shape) != tuple(v.shape):
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same shape")
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim")
+    if k.shape[2] == 0 or q.shape[2] % k.shape[2] != 0:
+        raise ValueError(f"q's {q.shape[2]} heads must be a multiple of k's {k.shape[2]} (grouped-query attention)")
+    if q.dtype not in _dtype_codes(torch) or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must all be bfloat16 or all float16, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != q.dtype or out.shape != q.shape):
+        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"out must be a {q.dtype} tensor of shape {tuple(q.shape)}, got {got}")
+    for name, t in {**tensors, "out": out}.items():
+        if t is not None and t.shape[3] > 1 and t.stride(3) != 1:
+            raise ValueError(f"{name} must have a contiguous head_dim (stride 1), got strides {t.stride()}; "
+                             f"pass {name}.contiguous()")
+
+
+def _tensor_args(t) -> tuple[int, int, int, int]:
+    return (t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+
+
+def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None, config=None, splits=None):
+    """Scaled dot-product attention forward: ``softmax(scale * q @ k^T [+ mask]) @ v`` per head.
+
+    q: [batch, seqlen_q, heads_q, head_dim] CUDA tensor, bf16 or fp16 (the FlashAttention layout).
+    k, v: [batch, seqlen_k, heads_kv, head_dim], same dtype and device; heads_q a multiple of heads_kv
+        (grouped-query attention: query head h reads KV head h // (heads_q // heads_kv)). Any strides
+        with a contiguous head_dim and 16-byte-aligned rows, e.g. a KV cache sliced to its filled length.
+    causal: bottom-right mask (query i sees keys j <= i + seqlen_k - seqlen_q: the queries are the newest
+        tokens, as in a prefill after a cached prefix); needs seqlen_q <= seqlen_k.
+    scale: of q.k, default 1 / sqrt(head_dim). head_dim: 64, 128 or 256.
+    out: optional [batch, seqlen_q, heads_q, head_dim] tensor to write (same dtype and device).
+    config, splits: force an attention variant (id or name, ``attention_configs()``) and a KV split count
+        (decode only: seqlen_q == 1); default: the built-in wave-aware choice of both from the sizes.
+
+    Runs on the current torch stream of q's device.
+    """
+    torch = sys.modules.get("torch")
+    _check_shapes(torch, q, k, v, out)
+    variant = _resolve(config)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    dtype_code = _dtype_codes(torch)[q.dtype]
+    sizes = (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim)
+    tensors = [_tensor_args(t) for t in (q, k, v, out)]
+    if out.numel() == 0:
+        return out
+    error = _C.attention_problem_error(sizes, *tensors, scale, causal, dtype_code)
+    if error:
+        raise ValueError(f"wavetune.attention: {error}")
+    device = q.get_device()
+    if not all(t.is_cuda and t.get_device() == device for t in (q, k, v, out)):
+        raise ValueError(f"q, k, v and out must be on one CUDA device, got {q.device}, {k.device}, {v.device}, {out.device}")
+    if device != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
+    if variant < 0:
+        variant, chosen_splits = _C.attention_default_launch(sizes, *tensors, scale, causal, dtype_code)
+        splits = chosen_splits if splits is None else splits
+    splits = 1 if splits is None else splits
+    if isinstance(splits, bool) or not isinstance(splits, int):
+        raise TypeError(f"splits must be an int, got {splits!r}")
+    # NOTES: the workspace (log-sum-exp rows, split partials) comes from torch's caching allocator, so it
+    # is stream-ordered and CUDA-graph safe.
+    workspace = torch.empty(_C.attention_workspace_bytes(sizes, max(splits, 1)), dtype=torch.uint8, device=q.device)
+    _C.attention(sizes, *tensors, scale, causal, dtype_code, variant, splits, workspace.data_ptr(), workspace.numel(),
+                 _stream_getter(torch)(device))
+    return out

@@ -1,0 +1,133 @@
+"""GPU tier of the attention family: every compiled attention variant against
+torch.nn.functional.scaled_dot_product_attention in fp32 on fresh random data: causal and not, grouped
+query heads, decode with and without KV splits, odd lengths, strided (cache-like) K and V.
+
+Outputs are poisoned with NaN first, so an unwritten element fails. Skipped, with the reason, without a
+Hopper GPU, torch with CUDA, or compiled attention variants.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import wavetune
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+TOLERANCE = 2e-2  # relative Frobenius error of 16-bit outputs (and 16-bit split partials)
+
+# (name, batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal, splits)
+PREFILL = [
+    ("mha_odd", 2, 777, 777, 4, 4, False, 1),
+    ("mha_causal_odd", 2, 333, 333, 4, 4, True, 1),
+    ("gqa_causal_prefix", 3, 129, 1001, 8, 2, True, 1),
+    ("gqa_batch1", 1, 256, 300, 8, 2, False, 1),
+    ("causal_one_tile", 1, 40, 40, 2, 1, True, 1),
+]
+DECODE = [
+    ("decode_unsplit", 4, 1, 1000, 8, 2, False, 1),
+    ("decode_split_batch1", 1, 1, 4099, 8, 1, False, 7),
+    ("decode_split_batched", 3, 1, 2053, 16, 4, False, 5),
+    ("decode_mha_split", 2, 1, 777, 4, 4, True, 3),
+]
+
+
+def operands(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, cache_len=None):
+    """q, k, v with fresh random data; k and v as slices of a longer cache when cache_len is given."""
+    q = torch.randn(batch, seqlen_q, heads_q, head_dim, device="cuda", dtype=dtype)
+    cache = cache_len or seqlen_k
+    k = torch.randn(batch, cache, heads_kv, head_dim, device="cuda", dtype=dtype)[:, :seqlen_k]
+    v = torch.randn(batch, cache, heads_kv, head_dim, device="cuda", dtype=dtype)[:, :seqlen_k]
+    return q, k, v
+
+
+def reference(q, k, v, causal):
+    """fp32 SDPA with the bottom-right causal mask and grouped-query heads repeated."""
+    group = q.shape[2] // k.shape[2]
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    kf, vf = kf.repeat_interleave(group, dim=1), vf.repeat_interleave(group, dim=1)
+    mask = None
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(diagonal=sk - sq)
+    out = torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask)
+    return out.transpose(1, 2)
+
+
+def check(got, ref, what):
+    torch.cuda.synchronize()
+    assert not got.isnan().any(), f"{what}: not every element written"
+    error = ((got.float() - ref).norm() / ref.norm()).item()
+    assert error < TOLERANCE, f"{what}: relative error {error:.3g}"
+
+
+def attention_variants():
+    return [pytest.param(c, id=c.name) for c in wavetune.attention_configs()]
+
+
+@pytest.mark.parametrize("case", PREFILL + DECODE, ids=lambda c: c[0])
+@pytest.mark.parametrize("config", attention_variants())
+def test_every_variant_matches_sdpa(config, case):
+    name, batch, sq, sk, hq, hkv, causal, splits = case
+    q, k, v = operands(batch, sq, sk, hq, hkv, config.tile[2], DTYPES[config.dtype], cache_len=sk + 64)
+    out = torch.full_like(q, float("nan"))
+    wavetune.attention(q, k, v, causal=causal, out=out, config=config.id, splits=splits)
+    check(out, reference(q, k, v, causal), f"{config.name} {name}")
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("shape", [(1, 1, 65536, 32, 8), (8, 1, 3000, 32, 8), (2, 2048, 2048, 16, 16)])
+def test_default_choice_matches_sdpa(head_dim, shape):
+    batch, sq, sk, hq, hkv = shape
+    if not any(c.tile[2] == head_dim and c.dtype == "bf16" for c in wavetune.attention_configs()):
+        pytest.skip(f"no bf16 head_dim {head_dim} variant in this build")
+    q, k, v = operands(batch, sq, sk, hq, hkv, head_dim, torch.bfloat16)
+    for causal in (False, True):
+        check(wavetune.attention(q, k, v, causal=causal), reference(q, k, v, causal), f"default {shape} causal={causal}")
+
+
+def test_scale_and_the_torch_operator():
+    import wavetune.torch_ops  # noqa: F401  (registers torch.ops.wavetune.attention)
+
+    if not any(c.tile[2] == 128 and c.dtype == "bf16" for c in wavetune.attention_configs()):
+        pytest.skip("no bf16 head_dim 128 variant in this build")
+    q, k, v = operands(2, 100, 300, 8, 8, 128, torch.bfloat16)
+    ref = reference(q * 0.5 * 128**0.5, k, v, True)  # scale 0.5 == default scale on scaled queries
+    check(torch.ops.wavetune.attention(q, k, v, True, 0.5), ref, "torch op with scale")
+    graph_out = torch.compile(lambda a, b, c: torch.ops.wavetune.attention(a, b, c, True, 0.5), fullgraph=True)(q, k, v)
+    check(graph_out, ref, "torch.compile")
+
+
+def test_cuda_graph_capture_replays_the_same_result():
+    if not any(c.tile[2] == 128 and c.dtype == "bf16" for c in wavetune.attention_configs()):
+        pytest.skip("no bf16 head_dim 128 variant in this build")
+    q, k, v = operands(4, 1, 5000, 32, 8, 128, torch.bfloat16)
+    expected = wavetune.attention(q, k, v)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        out = wavetune.attention(q, k, v)
+    out.fill_(float("nan"))
+    graph.replay()
+    check(out, expected.float(), "graph replay")
+
+
+def test_launch_errors_name_the_problem():
+    configs = [c for c in wavetune.attention_configs() if c.dtype == "bf16"]
+    if not configs:
+        pytest.skip("no bf16 attention variant in this build")
+    c = configs[0]
+    q, k, v = operands(2, 16, 64, 4, 4, c.tile[2], torch.bfloat16)
+    with pytest.raises(ValueError, match="decode"):
+        wavetune.attention(q, k, v, config=c.id, splits=2)
+    with pytest.raises(ValueError, match="splits must be"):
+        wavetune.attention(q[:, :1], k, v, config=c.id, splits=0)
+    with pytest.raises(ValueError, match="takes bf16"):
+        wavetune.attention(q.half(), k.half(), v.half(), config=c.id)
+    with pytest.raises(ValueError, match="seqlen_q <= seqlen_k"):
+        wavetune.attention(k, q, q, causal=True)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        flat = torch.randn(2 * 16 * 4 * c.tile[2] + 1, device="cuda", dtype=torch.bfloat16)
+        wavetune.attention(flat[1:].view(q.shape), k, v)
