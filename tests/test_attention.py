@@ -28,6 +28,7 @@ def test_shipped_attention_space_covers_every_head_dim_and_dtype():
 @pytest.mark.parametrize("group, message", [
     ('schedule = "cooperative"\ntiles = ["128x128x256"]\nschedulers = ["data_parallel"]', "too few shared-memory"),
     ('schedule = "pingpong"\ntiles = ["128x128x128"]\nschedulers = ["data_parallel"]', "persistent by construction"),
+    ('schedule = "pingpong"\ntiles = ["128x64x256"]\nschedulers = ["persistent"]', "overflow shared memory"),
     ('schedule = "cooperative"\ntiles = ["64x128x128"]\nschedulers = ["persistent"]', "not supported"),
     ('schedule = "cooperative"\ntiles = ["128x128x96"]\nschedulers = ["persistent"]', "not supported"),
     ('schedule = "cooperative"\ntiles = ["128x128x128"]\nschedulers = ["stream_k"]', "persistent or data_parallel"),

@@ -11,8 +11,12 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "88_hopper_fmha/collective/fmha_collective_tma_warpspecialized.hpp"
+#include "88_hopper_fmha/collective/fmha_epilogue.hpp"
 #include "88_hopper_fmha/collective/fmha_fusion.hpp"
-#include "88_hopper_fmha/kernel/fmha_kernel_builder.hpp"
+#include "88_hopper_fmha/kernel/fmha_kernel_tma_warpspecialized.hpp"
+#include "88_hopper_fmha/kernel/fmha_options.hpp"
+#include "88_hopper_fmha/kernel/fmha_tile_scheduler.hpp"
 #include "attention_ops.h"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -64,6 +68,34 @@ struct BottomRightCausalFusion : cutlass::fmha::collective::DefaultFusion {
   }
 };
 
+// NOTES: the hardware dispatches CTAs in blockIdx order, x fastest. CUTLASS's individual scheduler puts
+// the query tile on x, so under a causal mask every head's light tiles go first and the last heads' heavy
+// ones last, a tail of long CTAs on few SMs. Here the heads and batch are x and y and the query tiles z,
+// heaviest (last) first: the long CTAs start in the first waves and the short ones fill the tail.
+struct HeaviestFirstTileScheduler {
+  struct Params {
+    dim3 grid;
+  };
+  bool valid = true;
+
+  CUTLASS_DEVICE explicit HeaviestFirstTileScheduler(Params const&) {}
+
+  template <class ProblemSize, class ClusterShape, class TileShape>
+  static Params to_underlying_arguments(ProblemSize const& p, cutlass::KernelHardwareInfo, ClusterShape const&,
+                                        TileShape const& tile) {
+    return {dim3(cute::size<1>(p), cute::size<0>(p), cute::ceil_div(cute::size<2>(p), cute::size<0>(tile)))};
+  }
+  static dim3 get_grid_shape(Params const& params) { return params.grid; }
+  CUTLASS_DEVICE bool is_valid() const { return valid; }
+  CUTLASS_DEVICE auto get_block_coord() const {
+    return cute::make_coord(int(gridDim.z - 1 - blockIdx.z), cute::_0{}, cute::make_coord(int(blockIdx.y), int(blockIdx.x)));
+  }
+  CUTLASS_DEVICE HeaviestFirstTileScheduler& operator++() {
+    valid = false;
+    return *this;
+  }
+};
+
 template <DType kDType, Schedule kSchedule, int kBlockQ, int kBlockKV, int kHeadDim, TileScheduler kScheduler>
 struct Sm90Attention {
   using Element = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
@@ -71,16 +103,28 @@ struct Sm90Attention {
   // (rows, head dim, (B, H)): rows strided, head dim contiguous, two batch modes.
   using StrideQKVO = cute::tuple<int, cute::_1, cute::tuple<int, int>>;
   using StrideLSE = cute::tuple<cute::_1, cute::tuple<int, int>>;
-  using Policy = std::conditional_t<kSchedule == Schedule::cooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                                    cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
-  // The ping-pong builder is persistent by construction; the cooperative one takes either scheduler.
-  static_assert(kSchedule == Schedule::cooperative || kScheduler == TileScheduler::persistent);
-  using Persistent = cutlass::fmha::kernel::Option<cutlass::fmha::kernel::Tag::kIsPersistent,
-                                                   std::bool_constant<kScheduler == TileScheduler::persistent>>;
+  static constexpr bool kPersistent = kScheduler == TileScheduler::persistent;
+  static constexpr bool kPingpong = kSchedule == Schedule::pingpong;
+  static_assert(!kPingpong || kPersistent, "CUTLASS's ping-pong FMHA is persistent");
+  template <auto kTag, class Value>
+  using Option = cutlass::fmha::kernel::Option<kTag, Value>;
+  using Tag = cutlass::fmha::kernel::Tag;
+  // What CUTLASS's FmhaBuilder composes, with the scheduler chosen here: one consumer warpgroup per 64
+  // query rows; ping-pong loads each warpgroup's queries separately and interleaves their work.
+  using Options = cute::tuple<Option<Tag::kNumMmaWarpGroups, cute::Int<kBlockQ / 64>>,
+                              Option<Tag::kIsPersistent, std::bool_constant<kPersistent>>,
+                              Option<Tag::kLoadsQSeparately, std::bool_constant<kPingpong>>>;
+  using Scheduler = std::conditional_t<kPersistent, cutlass::fmha::kernel::PersistentTileScheduler, HeaviestFirstTileScheduler>;
 
+  template <class Fusion, class... Opts>
+  static auto compose(cute::tuple<Opts...>) {
+    using Mainloop = cutlass::fmha::collective::FmhaMainloopTmaWarpSpecialized<Element, float, float, TileShape,
+                                                                              StrideQKVO, StrideQKVO, StrideQKVO, Fusion, Opts...>;
+    using Epilogue = cutlass::fmha::collective::FmhaFwdEpilogue<Element, float, typename Mainloop::TileShapePV>;
+    return cutlass::fmha::kernel::FmhaKernelTmaWarpSpecialized<Mainloop, Epilogue, Scheduler, Opts...>{};
+  }
   template <class Fusion>
-  using Kernel = typename cutlass::fmha::kernel::FmhaBuilder<Element, float, float, TileShape, StrideQKVO, StrideQKVO,
-                                                             StrideQKVO, Fusion, Policy, Persistent>::Kernel;
+  using Kernel = decltype(compose<Fusion>(Options{}));
   using Unmasked = Kernel<cutlass::fmha::collective::ResidualFusion>;
   using Causal = Kernel<BottomRightCausalFusion>;
 

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 from . import api, deploy, model
+from .fmha import attention_configs
+from .grouped import grouped_configs
 
 
 def cmake_dir() -> Path:
@@ -19,6 +21,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"wavetune {api._version()}  kernel set {build['kernel_set']!r}: {len(api.configs())} variants, "
           f"config space {build['config_space_hash']}, CUDA {build['cuda_version']}, "
           f"CUTLASS {build['cutlass_version']}")
+    print(f"other families: {len(grouped_configs())} grouped GEMM variants, {len(attention_configs())} attention "
+          f"variants (the built-in wave model chooses for attention: no attention tables yet)")
     if not build["kernels_compiled"]:
         print("no GPU kernels in this build (built without nvcc)")
         return 0

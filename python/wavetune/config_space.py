@@ -45,9 +45,11 @@ MAX_CLUSTER_SIZE = 4
 # NOTES: consumer warpgroups run with 232 registers (CUTLASS's setmaxnreg); fp32 accumulators beyond this
 # many per thread leave too few for addresses and the epilogue, and ptxas spills.
 MAX_ACCUMULATORS_PER_THREAD = 160
-# NOTES: the attention family's tile is query rows x KV rows x head dim. CUTLASS's Hopper FMHA runs two
-# consumer warpgroups of 64 query rows each (128 rows); its K and V stages hold tile N x head dim each,
-# and its shared memory (~227 KB) fits those up to 128 x 128 (128 x 64 for head dim 256, as its example).
+# NOTES: the attention family's tile is query rows x KV rows x head dim. CUTLASS's Hopper FMHA runs one
+# consumer warpgroup per 64 query rows, and with one its register split asks setmaxnreg for 488
+# registers (ptxas refuses above 256): two warpgroups, 128 rows. Its K and V stages hold tile N x head
+# dim each, and its shared memory (227 KB) fits those up to 128 x 128 (128 x 64 at head dim 256, as its
+# example); at head dim 256 ping-pong's separate query stages overflow it (247 KB, H100).
 ATTENTION_HEAD_DIMS = (64, 128, 256)
 ATTENTION_BLOCK_Q = (128,)
 ATTENTION_BLOCK_KV = (64, 128)
@@ -205,6 +207,8 @@ def _check_attention(v: Variant, where: str) -> None:
         raise ConfigError(f"{where}: attention kernels are persistent or data_parallel")
     if v.schedule == "pingpong" and v.scheduler != "persistent":
         raise ConfigError(f"{where}: CUTLASS's ping-pong FMHA is persistent by construction")
+    if v.schedule == "pingpong" and head_dim > 128:
+        raise ConfigError(f"{where}: ping-pong's query stages overflow shared memory at head dim {head_dim}")
 
 
 def _check_gemm(v: Variant, where: str) -> None:

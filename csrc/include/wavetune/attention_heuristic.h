@@ -69,8 +69,8 @@ inline int64_t fmha_ctas(const FmhaGrid& g, const AttentionTile& t) {
 // NOTES: the built-in cost, in KV-tile times, until the family has tuned tables: CTAs run in waves of one
 // per SM (the kernels hold ~200 KB of shared memory), each walks L tiles after a fixed start (Q load,
 // epilogue: about two tiles), each launch costs about a tile more, and splits add the combine kernel (a
-// launch plus reading the partial outputs). A tile of 64 keys costs 0.55 of one of 128 (the fixed part
-// of a step does not halve).
+// launch plus reading the partial outputs). A step over 64 keys costs 0.55 of one over 128 (its fixed part
+// does not halve).
 inline double attention_cost(const AttentionShape& s, const AttentionTile& t, int32_t splits, int32_t sm_count) {
   const FmhaGrid g = fmha_grid(s, splits);
   const double waves = std::ceil(double(fmha_ctas(g, t)) / double(std::max(sm_count, 1)));
