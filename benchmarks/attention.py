@@ -133,7 +133,7 @@ def fa_rule_splits(c: dict, variant) -> int:
     sizes = tuple(c[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
     if c["seqlen_q"] != 1:
         return 1
-    ctas, _, _ = _C.attention_mapping(sizes, False, variant.tile[:2], 1)
+    ctas, _, _, _ = _C.attention_mapping(sizes, False, variant.tile, 1)
     kv_tiles = math.ceil(c["seqlen_k"] / variant.tile[1])
     limit = max(1, min(max(SPLITS), c["seqlen_k"] // variant.tile[1]))  # wavetune's kernels take up to 64
     return _C.flash_attention_splits(ctas, kv_tiles, wavetune.device_properties()["sm_count"], limit)

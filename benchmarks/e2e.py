@@ -12,7 +12,9 @@ says so. Attention is SDPA in both (context_attention below).
 
 Methods: PyTorch eager, torch.compile (default mode) and torch.compile with max-autotune (Inductor's own
 GEMM autotuning; its CUDA graphs off, since every method is captured the same way), each also with
-wavetune.patch applied to a twin of the model sharing its weights ("+wavetune"). Phases:
+wavetune.patch applied to a twin of the model sharing its weights ("+wavetune"), and with `--wavetune
+gemm,attention` also with attention routed through torch.ops.wavetune.attention instead of SDPA, on a twin
+whose linear layers stay PyTorch's ("+wavetune-attention"), so the two parts are told apart. Phases:
 - prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
 - decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens.
 Each (phase, batch, length) is one shape. Per shape every method runs eagerly (compiling where it does,
@@ -56,6 +58,7 @@ MODELS = {
 # modes: every method is captured the same way, by this script.
 MODES = {"eager": None, "compile": "default", "max-autotune": "max-autotune-no-cudagraphs"}
 WAVETUNE = "+wavetune"
+WAVETUNE_ATTENTION = "+wavetune-attention"
 ATTENTION = "wavetune_e2e_sdpa"  # the name context_attention is registered under in transformers
 WARMUP = 3  # eager calls per method before capture (the first compiles)
 MAX_ERROR = 5e-2  # relative error of a method's logits against eager's above which the report flags it
@@ -79,12 +82,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--context", type=int, default=1024, help="cached tokens each decode step attends to")
     p.add_argument("--reps", type=int, default=15, help="interleaved replays per method and shape")
     p.add_argument("--time-budget-s", type=float, default=360.0, help="start no new shape after this")
+    p.add_argument("--wavetune", default="gemm",
+                   help=f"comma-separated parts to compare: gemm ({WAVETUNE}), attention ({WAVETUNE_ATTENTION})")
     args = p.parse_args(argv)
     args.models, modes = args.models.split(","), {"eager", *args.modes.split(",")}
     unknown = [m for m in args.models if m not in MODELS] + sorted(modes - set(MODES))
     if unknown:
         p.error(f"unknown model or mode: {', '.join(unknown)}")
     args.modes = [m for m in MODES if m in modes]
+    parts = {"gemm": WAVETUNE, "attention": WAVETUNE_ATTENTION}
+    if not set(args.wavetune.split(",")) <= set(parts):
+        p.error(f"--wavetune takes {', '.join(parts)}, got {args.wavetune}")
+    args.suffixes = [parts[part] for part in args.wavetune.split(",")]
     return args
 
 
@@ -94,17 +103,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def context_attention(module, query, key, value, attention_mask=None, scaling=None, context_kv=None, **_):
-    """Causal SDPA of the new tokens ([batch, heads, tokens, head_dim]); with ``context_kv`` (per layer, a
+    """Causal attention of the new tokens ([batch, heads, tokens, head_dim]); with ``context_kv`` (per layer, a
     static [batch, kv_heads, context + 1, head_dim] key and value cache) a decode step: the new token's key
     and value go into the last slot and it attends to all of it. transformers' attention-function signature;
-    masks are not needed (no padding), which also keeps the step free of host syncs for CUDA graphs."""
-    if context_kv is None:
-        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
-    else:
+    masks are not needed (no padding), which also keeps the step free of host syncs for CUDA graphs. SDPA,
+    or wavetune's attention on modules marked ``wavetune_attention`` (it takes [batch, seq, heads, dim]
+    views, so nothing is transposed in memory)."""
+    if context_kv is not None:
         keys, values = context_kv[module.layer_idx]
         keys[:, :, -1:].copy_(key)
         values[:, :, -1:].copy_(value)
-        out = F.scaled_dot_product_attention(query, keys, values, scale=scaling, enable_gqa=True)
+        key, value = keys, values
+    if getattr(module, "wavetune_attention", False):
+        out = torch.ops.wavetune.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                           context_kv is None, scaling)
+        return out, None
+    out = F.scaled_dot_product_attention(query, key, value, is_causal=context_kv is None, scale=scaling,
+                                         enable_gqa=True)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -199,12 +214,28 @@ def build_model(spec: dict, layers: int, device: str) -> tuple[torch.nn.Module, 
     return model.to(torch.bfloat16).eval(), source
 
 
+def twin_of(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` sharing its parameters."""
+    return copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
+
+
 def patched_twin(model: torch.nn.Module):
-    """A copy of ``model`` sharing its parameters, patched with wavetune; and the patch report."""
+    """A twin of ``model`` patched with wavetune; and the patch report."""
     import wavetune
 
-    twin = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
+    twin = twin_of(model)
     return twin, wavetune.patch(twin)
+
+
+def attention_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """A twin of ``model`` whose attention runs wavetune's kernels (context_attention reads the mark)."""
+    import wavetune.torch_ops  # noqa: F401  (registers torch.ops.wavetune.attention)
+
+    twin = twin_of(model)
+    for module in twin.modules():
+        if hasattr(module, "layer_idx"):
+            module.wavetune_attention = True
+    return twin
 
 
 def step_function(model: torch.nn.Module):
@@ -216,11 +247,12 @@ def step_function(model: torch.nn.Module):
     return step
 
 
-def methods(model, twin, modes: list[str]) -> dict:
-    """Method name -> its step function (compiled lazily, statically per shape, by torch.compile)."""
+def methods(model, twins: dict, modes: list[str]) -> dict:
+    """Method name -> its step function (compiled lazily, statically per shape, by torch.compile); ``twins``:
+    suffix -> a twin of the model."""
     steps = {}
     for mode in modes:
-        for suffix, m in (("", model), (WAVETUNE, twin)):
+        for suffix, m in (("", model), *twins.items()):
             step = step_function(m)
             steps[mode + suffix] = step if MODES[mode] is None else torch.compile(step, mode=MODES[mode], dynamic=False)
     return steps
@@ -349,7 +381,7 @@ def shape_key(record: dict) -> tuple:
 
 def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple[str, int, int]]:
     """The shapes of model ``name`` that no record has measured with every requested method yet."""
-    wanted = {mode + suffix for mode in args.modes for suffix in ("", WAVETUNE)}
+    wanted = {mode + suffix for mode in args.modes for suffix in ("", *args.suffixes)}
     measured: dict[tuple, set] = {}
     for r in done:
         if r["model"] == name and r["layers"] == args.layers:
@@ -361,9 +393,13 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
     """Build the model and its patched twin, then measure and append each shape until the deadline."""
     spec = MODELS[name]
     model, source = build_model(spec, args.layers, "cuda")
-    twin, report = patched_twin(model)
-    print(f"{name} ({source}, {args.layers} layers): {report}", flush=True)
-    steps = methods(model, twin, args.modes)
+    twins = {}
+    if WAVETUNE in args.suffixes:
+        twins[WAVETUNE], report = patched_twin(model)
+        print(f"{name} ({source}, {args.layers} layers): {report}", flush=True)
+    if WAVETUNE_ATTENTION in args.suffixes:
+        twins[WAVETUNE_ATTENTION] = attention_twin(model)
+    steps = methods(model, twins, args.modes)
     for phase, batch, length in todo:
         if time.monotonic() > deadline:
             print(f"time budget of {args.time_budget_s:.0f} s spent: not starting {name} {phase} batch {batch} "
@@ -401,9 +437,9 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def merged(records: list[dict]) -> dict:
-    """Shape key -> {"ms": {method: ms}, "speedup": {method: eager ms / ms}, "gain": {mode: mode ms / (mode
-    +wavetune) ms}, "error": {...}, "failed": {...}}, each method from the latest record that has it; ratios
-    only within one record (interleaved measurements)."""
+    """Shape key -> {"ms": {method: ms}, "speedup": {method: eager ms / ms}, "gain": {suffix: {mode: mode ms /
+    (mode + suffix) ms}}, "error": {...}, "failed": {...}}, each method from the latest record that has it;
+    ratios only within one record (interleaved measurements)."""
     table: dict[tuple, dict] = {}
     for r in records:
         entry = table.setdefault(shape_key(r), {"ms": {}, "speedup": {}, "gain": {}, "error": {}, "failed": {}})
@@ -412,14 +448,15 @@ def merged(records: list[dict]) -> dict:
             entry["ms"][method], entry["error"][method] = ms, r["error"][method]
             if "eager" in r["ms"]:
                 entry["speedup"][method] = r["ms"]["eager"] / ms
-            if method.endswith(WAVETUNE) and (base := method.removesuffix(WAVETUNE)) in r["ms"]:
-                entry["gain"][base] = r["ms"][base] / ms
+            for suffix in (WAVETUNE, WAVETUNE_ATTENTION):
+                if method.endswith(suffix) and (base := method.removesuffix(suffix)) in r["ms"]:
+                    entry["gain"].setdefault(suffix, {})[base] = r["ms"][base] / ms
     return table
 
 
 def method_order(table: dict) -> list[str]:
     present = {m for entry in table.values() for m in (*entry["ms"], *entry["failed"])}
-    return [m + s for m in MODES for s in ("", WAVETUNE) if m + s in present]
+    return [m + s for m in MODES for s in ("", WAVETUNE, WAVETUNE_ATTENTION) if m + s in present]
 
 
 PHASES = {"prefill": "prompt length", "decode": "context"}  # report order, and what `length` is
@@ -448,14 +485,15 @@ def markdown(headers: list[dict], table: dict) -> str:
 
 
 def wavetune_summary(entries: list[dict]) -> list[str]:
-    """Per mode, how wavetune changes its time over the shapes (merged's "gain")."""
+    """Per mode, how wavetune (its GEMMs; its attention) changes its time over the shapes (merged's "gain")."""
     lines = []
-    for mode in MODES:
-        ratios = [e["gain"][mode] for e in entries if mode in e["gain"]]
-        if ratios:
-            geomean = math.exp(statistics.fmean(map(math.log, ratios)))
-            lines.append(f"- {mode}+wavetune against {mode}: {geomean:.3f}x geomean, from {min(ratios):.2f}x "
-                         f"to {max(ratios):.2f}x over {len(ratios)} shapes (above 1: wavetune faster)")
+    for suffix in (WAVETUNE, WAVETUNE_ATTENTION):
+        for mode in MODES:
+            ratios = [e["gain"][suffix][mode] for e in entries if mode in e["gain"].get(suffix, {})]
+            if ratios:
+                geomean = math.exp(statistics.fmean(map(math.log, ratios)))
+                lines.append(f"- {mode}{suffix} against {mode}: {geomean:.3f}x geomean, from {min(ratios):.2f}x "
+                             f"to {max(ratios):.2f}x over {len(ratios)} shapes (above 1: wavetune faster)")
     return lines
 
 

@@ -51,28 +51,42 @@ def test_gemm_variants_refuse_the_data_parallel_scheduler(tmp_path):
 
 
 def test_mapping_counts_ctas_and_kv_tiles():
+    tile = (128, 128, 128)
     # Prefill, no GQA: B x H x query tiles CTAs, each walking every KV tile.
-    assert _C.attention_mapping((2, 1000, 1000, 8, 8, 128), False, (128, 128), 1) == (2 * 8 * 8, 8.0, 1)
+    assert _C.attention_mapping((2, 1000, 1000, 8, 8, 128), False, tile, 1) == (2 * 8 * 8, 8.0, 8, 1)
     # Causal, 256 queries over 256 keys in 128-tiles: query tile 0 walks 1 KV tile, tile 1 walks 2.
-    assert _C.attention_mapping((1, 256, 256, 1, 1, 128), True, (128, 128), 1) == (2, 1.5, 1)
+    assert _C.attention_mapping((1, 256, 256, 1, 1, 128), True, tile, 1) == (2, 1.5, 2, 1)
     # A causal chunk after a 1000-token prefix sees the prefix whole: tiles 0 and 1 walk 9 and 10.
-    assert _C.attention_mapping((1, 256, 1256, 1, 1, 128), True, (128, 128), 1) == (2, 9.5, 1)
-    # GQA prefill with batch > 1: one launch per sequence, query heads of a group as a batch mode.
-    assert _C.attention_mapping((3, 128, 128, 32, 8, 128), False, (128, 128), 1) == (3 * 4 * 8, 1.0, 3)
+    assert _C.attention_mapping((1, 256, 1256, 1, 1, 128), True, tile, 1) == (2, 9.5, 10, 1)
+    # GQA prefill, batch > 1, long sequences: one launch per sequence, a group's query heads a batch mode.
+    assert _C.attention_mapping((4, 4096, 4096, 64, 8, 128), False, tile, 1) == (4 * 8 * 8 * 32, 32.0, 32, 4)
+    # Short sequences: K and V expanded to the query heads, one launch.
+    assert _C.attention_mapping((3, 128, 128, 32, 8, 128), False, tile, 1) == (3 * 32, 1.0, 1, 1)
     # Decode: a KV head's 4 query heads share a tile; 8 splits cut 4096 keys into 512-key chunks.
-    assert _C.attention_mapping((1, 1, 4096, 32, 8, 128), False, (128, 128), 8) == (8 * 8, 4.0, 1)
+    assert _C.attention_mapping((1, 1, 4096, 32, 8, 128), False, tile, 8) == (8 * 8, 4.0, 4, 1)
 
 
 def test_decode_with_few_ctas_is_split_to_fill_the_gpu():
-    index, splits = _C.attention_heuristic([(128, 128)], (1, 1, 32768, 32, 8, 128), False, H100_SMS)
-    ctas = 8 * splits
-    assert splits > 1 and H100_SMS / 2 < ctas <= H100_SMS
+    tiles = [(128, 128, 128)]
+    index, splits = _C.attention_heuristic(tiles, (1, 1, 32768, 32, 8, 128), False, H100_SMS)
+    assert splits > 1 and H100_SMS / 2 < 8 * splits <= H100_SMS
     # Enough CTAs already (batch 64 x 8 KV heads): no split.
-    assert _C.attention_heuristic([(128, 128)], (64, 1, 4096, 32, 8, 128), False, H100_SMS) == (0, 1)
+    assert _C.attention_heuristic(tiles, (64, 1, 4096, 32, 8, 128), False, H100_SMS) == (0, 1)
     # Prefill is never split; a short decode cannot be split below one KV tile per chunk.
-    assert _C.attention_heuristic([(128, 128)], (1, 4096, 4096, 32, 8, 128), True, H100_SMS)[1] == 1
-    assert _C.attention_heuristic([(128, 128)], (1, 1, 200, 32, 8, 128), False, H100_SMS)[1] == 1
-    assert _C.attention_heuristic([(128, 128)], (1, 1, 32768, 32, 8, 128), False, H100_SMS, 1)[1] == 1
+    assert _C.attention_heuristic(tiles, (1, 4096, 4096, 32, 8, 128), True, H100_SMS)[1] == 1
+    assert _C.attention_heuristic(tiles, (1, 1, 200, 32, 8, 128), False, H100_SMS)[1] == 1
+    assert _C.attention_heuristic(tiles, (1, 1, 32768, 32, 8, 128), False, H100_SMS, 1)[1] == 1
+
+
+def test_cost_model_terms():
+    tile, sizes = (128, 128, 128), (64, 1, 8192, 32, 8, 128)
+    # Decode of many sequences is bound by reading K and V: the prediction is at least that time.
+    kv_bytes = 4 * 64 * 8192 * 8 * 128
+    assert _C.attention_cost_us(tile, sizes, False, 1, H100_SMS) >= kv_bytes / 3.0e6
+    # A causal prefill costs about half the unmasked one.
+    full = _C.attention_cost_us(tile, (1, 8192, 8192, 32, 32, 128), False, 1, H100_SMS)
+    causal = _C.attention_cost_us(tile, (1, 8192, 8192, 32, 32, 128), True, 1, H100_SMS)
+    assert 0.4 < causal / full < 0.65
 
 
 def test_flash_attention_split_rule():

@@ -134,7 +134,7 @@ def test_report_from_a_jsonl(tmp_path):
     table = e2e.merged(records)
     at_2048 = table[("llama3-8b", 4, "prefill", 1, 2048)]
     assert at_2048["speedup"] == {"eager": 1.0, "eager+wavetune": 1.25, "compile": 1.1, "compile+wavetune": 2.0}
-    assert at_2048["gain"] == {"eager": 1.25, "compile": 10.0 / 5.5}  # each within its own record
+    assert at_2048["gain"] == {e2e.WAVETUNE: {"eager": 1.25, "compile": 10.0 / 5.5}}  # each within its own record
     markdown = path.with_suffix(".md").read_text()
     assert "NVIDIA H100 80GB HBM3" in markdown and "2026-11-23" in markdown
     assert "| batch | prompt length | eager | eager+wavetune | compile | compile+wavetune |" in markdown
@@ -192,8 +192,25 @@ def test_a_shape_is_measured_on_the_gpu(phase, modes):
     twin, report = e2e.patched_twin(model)
     assert len(report.patched) == 15
     inputs = e2e.shape_inputs(spec, 2, phase, 2, 40)
-    result = e2e.measure_shape(e2e.methods(model, twin, modes), inputs, 3, torch.cuda.Stream())
+    result = e2e.measure_shape(e2e.methods(model, {e2e.WAVETUNE: twin}, modes), inputs, 3, torch.cuda.Stream())
     assert result["failed"] == {}
     assert set(result["ms"]) == {m + s for m in modes for s in ("", e2e.WAVETUNE)}
     assert all(ms > 0 for ms in result["ms"].values())
     assert all(error < e2e.MAX_ERROR for error in result["error"].values()), result["error"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_wavetune_attention_twin_matches_sdpa(phase):
+    """The attention route: a twin whose attention is torch.ops.wavetune.attention (head dim 64) gives eager's
+    logits, prefill (causal) and decode (a static KV cache read through strided views)."""
+    if not any(c.tile[2] == 64 and c.dtype == "bf16" for c in __import__("wavetune").attention_configs()):
+        pytest.skip("no bf16 head_dim 64 attention variant in this build")
+    spec = tiny_spec("Llama")
+    spec["sizes"].update(hidden_size=256, num_attention_heads=4, num_key_value_heads=2)
+    model, _ = e2e.build_model(spec, 2, "cuda")
+    inputs = e2e.shape_inputs(spec, 2, phase, 2, 200)
+    result = e2e.measure_shape(e2e.methods(model, {e2e.WAVETUNE_ATTENTION: e2e.attention_twin(model)}, ["eager"]),
+                               inputs, 3, torch.cuda.Stream())
+    assert result["failed"] == {}
+    assert result["error"]["eager" + e2e.WAVETUNE_ATTENTION] < e2e.MAX_ERROR, result["error"]

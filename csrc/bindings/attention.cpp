@@ -40,6 +40,10 @@ AttentionProblem sized_problem(const PySizes& sizes) {
   return make_problem(sizes, none, none, none, none, 1.0f, false, 0);
 }
 
+using PyTile = std::tuple<int32_t, int32_t, int32_t>;  // (block_q, block_kv, head_dim)
+
+AttentionTile make_tile(const PyTile& t) { return {std::get<0>(t), std::get<1>(t), std::get<2>(t)}; }
+
 AttentionShape make_shape(const PySizes& sizes, bool causal) {
   const auto& [batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim] = sizes;
   return {batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal};
@@ -76,25 +80,33 @@ void bind_attention(py::module_& m) {
       "(variant id, splits) of the built-in choice on the current device.");
   m.def(
       "attention_mapping",
-      [](const PySizes& sizes, bool causal, std::tuple<int32_t, int32_t> tile, int32_t splits) {
-        const AttentionTile t{std::get<0>(tile), std::get<1>(tile)};
+      [](const PySizes& sizes, bool causal, const PyTile& tile, int32_t splits) {
+        const AttentionTile t = make_tile(tile);
         const FmhaGrid g = fmha_grid(make_shape(sizes, causal), splits);
-        return py::make_tuple(fmha_ctas(g, t), kv_tiles_per_cta(g, t, causal), g.launches);
+        const auto [tiles, most] = kv_tiles_per_cta(g, t, causal);
+        return py::make_tuple(fmha_ctas(g, t), tiles, most, g.launches);
       },
       py::arg("sizes"), py::arg("causal"), py::arg("tile"), py::arg("splits"),
-      "(G CTAs, L KV tiles per CTA, launches) of a problem under a (block_q, block_kv) tile (attention_heuristic.h).");
+      "(G CTAs, L KV tiles per CTA on average, the most, launches) of a problem under a (block_q, block_kv, "
+      "head_dim) tile (attention_heuristic.h).");
+  m.def(
+      "attention_cost_us",
+      [](const PyTile& tile, const PySizes& sizes, bool causal, int32_t splits, int32_t sm_count) {
+        return attention_cost_us(make_shape(sizes, causal), make_tile(tile), splits, sm_count);
+      },
+      py::arg("tile"), py::arg("sizes"), py::arg("causal"), py::arg("splits"), py::arg("sm_count"),
+      "The built-in model's predicted microseconds (attention_heuristic.h).");
   m.def(
       "attention_heuristic",
-      [](const std::vector<std::tuple<int32_t, int32_t>>& tiles, const PySizes& sizes, bool causal, int32_t sm_count,
-         int32_t split_limit) {
+      [](const std::vector<PyTile>& tiles, const PySizes& sizes, bool causal, int32_t sm_count, int32_t split_limit) {
         if (tiles.empty()) throw std::invalid_argument("no candidate tiles");
         std::vector<AttentionTile> candidates;
-        for (const auto& [q, kv] : tiles) candidates.push_back({q, kv});
+        for (const PyTile& t : tiles) candidates.push_back(make_tile(t));
         const AttentionChoice c = choose_attention(candidates, make_shape(sizes, causal), sm_count, split_limit);
         return py::make_tuple(c.index, c.splits);
       },
       py::arg("tiles"), py::arg("sizes"), py::arg("causal"), py::arg("sm_count"), py::arg("split_limit") = kMaxAttentionSplits,
-      "(index of the tile, splits) of the built-in choice over (block_q, block_kv) tiles.");
+      "(index of the tile, splits) of the built-in choice over (block_q, block_kv, head_dim) tiles.");
   m.def("flash_attention_splits", &flash_attention_splits, py::arg("ctas"), py::arg("kv_tiles"), py::arg("sm_count"),
         py::arg("max_splits"), "FlashAttention's split rule (num_splits_heuristic, from its description).");
   m.def(

@@ -26,15 +26,23 @@ __device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfl
 template <>
 __device__ __half from_float<__half>(float x) { return __float2half(x); }
 
-// queries[b, s, h, :] = q[b, 0, h, :] for every split s: 16-byte chunks, one per thread.
-__global__ void repeat_queries(AttentionTensor q, int32_t batch, int32_t splits, int32_t heads, int32_t head_dim,
-                               uint4* queries) {
-  const int64_t chunks_per_row = head_dim / 8;
-  const int64_t total = int64_t(batch) * splits * heads * chunks_per_row;
+// A contiguous [batch, copies, rows, heads, head_dim] tensor from src [batch, rows, heads / group, head_dim]:
+// dst[b, c, r, h] = src[b, r, h / group] in 16-byte chunks, one per thread. It repeats the queries once per
+// split (rows 1, copies = splits) and copies K or V out to the query heads (copies 1, group > 1).
+struct HeadBroadcast {
+  AttentionTensor src;
+  int64_t batch, copies, rows, heads, group, head_dim;
+};
+
+__global__ void broadcast_heads(HeadBroadcast a, uint4* dst) {
+  const int64_t chunks = a.head_dim / 8;
+  const int64_t total = a.batch * a.copies * a.rows * a.heads * chunks;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % chunks_per_row, h = i / chunks_per_row % heads, b = i / (chunks_per_row * heads * splits);
-    const auto* row = static_cast<const uint16_t*>(q.data) + b * q.batch_stride + h * q.head_stride;
-    queries[i] = reinterpret_cast<const uint4*>(row)[c];
+    const int64_t c = i % chunks, h = i / chunks % a.heads, r = i / (chunks * a.heads) % a.rows;
+    const int64_t b = i / (chunks * a.heads * a.rows * a.copies);
+    const auto* row = static_cast<const uint16_t*>(a.src.data) + b * a.src.batch_stride + r * a.src.seq_stride +
+                      h / a.group * a.src.head_stride;
+    dst[i] = reinterpret_cast<const uint4*>(row)[c];
   }
 }
 
@@ -101,15 +109,19 @@ FmhaCall common_call(const AttentionProblem& p, float* lse) {
   return c;
 }
 
-// Decode: the group's query heads are the rows (stride: the query head stride), keys strided by the
-// split count (split s takes keys s, s + splits, ...: a softmax does not care about key order, and every
-// split then starts inside the tensor), KV splits in a batch mode.
+// Decode: the group's query heads are the rows (stride: the query head stride), KV splits in a batch mode.
+// With batch 1 the splits are the batch mode and split s takes keys [s * chunk, (s + 1) * chunk). With
+// batch > 1 they join the head mode, whose stride is the head stride, so split s takes keys s, s + splits,
+// s + 2 splits, ... (a softmax does not care about key order). Either way the keys from splits * chunk
+// on are the combine kernel's.
 FmhaCall decode_call(const AttentionProblem& p, int32_t splits, const AttentionWorkspace& layout, char* ws) {
   const int64_t group = p.heads_q / p.heads_kv, hd = p.head_dim;
   FmhaCall c = common_call(p, reinterpret_cast<float*>(ws + layout.lse));
-  c.rows = int32_t(group), c.keys = p.seqlen_k / splits;
-  c.k_row = p.k.seq_stride * splits, c.k_h = p.k.head_stride, c.k_b = p.k.batch_stride;
-  c.v_row = p.v.seq_stride * splits, c.v_h = p.v.head_stride, c.v_b = p.v.batch_stride;
+  const int64_t chunk = p.seqlen_k / splits;
+  const int64_t key_step = p.batch == 1 ? 1 : splits;
+  c.rows = int32_t(group), c.keys = int32_t(chunk);
+  c.k_row = p.k.seq_stride * key_step, c.k_h = p.k.head_stride, c.k_b = p.k.batch_stride;
+  c.v_row = p.v.seq_stride * key_step, c.v_h = p.v.head_stride, c.v_b = p.v.batch_stride;
   c.q_row = p.q.head_stride, c.q_h = group * p.q.head_stride, c.q_b = p.q.batch_stride;
   c.lse_h = group, c.lse_b = int64_t(splits) * p.heads_q;
   c.b = p.batch, c.h = p.heads_kv;
@@ -121,7 +133,8 @@ FmhaCall decode_call(const AttentionProblem& p, int32_t splits, const AttentionW
   c.o = ws + layout.partial;
   c.o_row = hd, c.o_h = group * hd, c.o_b = int64_t(splits) * p.heads_q * hd;
   if (p.batch == 1) {  // the splits are the batch mode; every split reads the same queries
-    c.b = splits, c.q_b = 0, c.k_b = p.k.seq_stride, c.v_b = p.v.seq_stride, c.o_b = p.heads_q * hd, c.lse_b = p.heads_q;
+    c.b = splits, c.q_b = 0, c.k_b = chunk * p.k.seq_stride, c.v_b = chunk * p.v.seq_stride;
+    c.o_b = p.heads_q * hd, c.lse_b = p.heads_q;
   } else {  // the splits join the head mode; the queries are repeated once per split to match
     c.h = p.heads_kv * splits;
     c.q = ws + layout.queries, c.q_row = hd, c.q_h = group * hd, c.q_b = int64_t(splits) * p.heads_q * hd;
@@ -130,12 +143,21 @@ FmhaCall decode_call(const AttentionProblem& p, int32_t splits, const AttentionW
 }
 
 // Prefill: one sequence's queries are the rows; query heads sharing a KV head are a batch mode of stride
-// 0 in K and V, one launch per sequence (CUTLASS's kernel has two batch modes).
-std::vector<FmhaCall> prefill_calls(const AttentionProblem& p, float* lse) {
+// 0 in K and V, one launch per sequence (CUTLASS's kernel has two batch modes), unless K and V were
+// expanded to the query heads (`expanded`: [batch, seqlen_k, heads_q, head_dim] each).
+std::vector<FmhaCall> prefill_calls(const AttentionProblem& p, float* lse, const void* expanded_k,
+                                    const void* expanded_v) {
   const int64_t group = p.heads_q / p.heads_kv;
   FmhaCall c = common_call(p, lse);
   c.rows = p.seqlen_q, c.keys = p.seqlen_k;
   c.q_row = p.q.seq_stride, c.k_row = p.k.seq_stride, c.v_row = p.v.seq_stride, c.o_row = p.out.seq_stride;
+  if (expanded_k) {
+    const int64_t hd = p.head_dim, seq = p.heads_q * hd;
+    c.k = expanded_k, c.v = expanded_v, c.k_row = c.v_row = seq, c.k_h = c.v_h = hd, c.k_b = c.v_b = p.seqlen_k * seq;
+    c.b = p.batch, c.h = p.heads_q, c.lse_h = p.seqlen_q, c.lse_b = int64_t(p.heads_q) * p.seqlen_q;
+    c.q_b = p.q.batch_stride, c.o_b = p.out.batch_stride, c.q_h = p.q.head_stride, c.o_h = p.out.head_stride;
+    return {c};
+  }
   if (group == 1) {
     c.b = p.batch, c.h = p.heads_q, c.lse_h = p.seqlen_q, c.lse_b = int64_t(p.heads_q) * p.seqlen_q;
     c.q_b = p.q.batch_stride, c.k_b = p.k.batch_stride, c.v_b = p.v.batch_stride, c.o_b = p.out.batch_stride;
@@ -159,6 +181,11 @@ void check_launch(const char* what) {
   if (error != cudaSuccess) WAVETUNE_FAIL("the attention ", what, " kernel did not launch: ", cudaGetErrorString(error));
 }
 
+void launch_broadcast(const HeadBroadcast& a, void* dst, const DeviceInfo& dev, Stream stream, const char* what) {
+  broadcast_heads<<<dev.sm_count * 4, 256, 0, stream>>>(a, static_cast<uint4*>(dst));
+  check_launch(what);
+}
+
 template <class T>
 void launch_combine(const AttentionProblem& p, int32_t splits, const AttentionWorkspace& layout, char* ws,
                     Stream stream) {
@@ -175,16 +202,15 @@ AttentionLaunch attention_default_launch(const AttentionProblem& p) {
   std::vector<int32_t> ids;
   for (const VariantInfo& v : attention_variants()) {
     if (v.dtype != p.dtype || v.tile_k != p.head_dim) continue;
-    tiles.push_back({v.tile_m, v.tile_n});
+    tiles.push_back({v.tile_m, v.tile_n, v.tile_k});
     ids.push_back(v.id);
   }
   if (ids.empty()) {
     WAVETUNE_INVALID("no compiled attention variant takes ", to_string(p.dtype), " with head_dim ", p.head_dim,
                      " (build with the default kernel set, or with -Ccmake.define.WAVETUNE_KERNEL_SET=full)");
   }
-  const AttentionShape shape{p.batch, p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv, p.causal};
   const int32_t limit = detail::attention_splittable(p) ? kMaxAttentionSplits : 1;
-  const AttentionChoice choice = choose_attention(tiles, shape, detail::current_device_info().sm_count, limit);
+  const AttentionChoice choice = choose_attention(tiles, detail::shape_of(p), detail::current_device_info().sm_count, limit);
   return {ids[choice.index], choice.splits};
 }
 
@@ -201,16 +227,25 @@ void attention(const AttentionProblem& p, const AttentionLaunch& how, void* work
   const detail::DeviceInfo& dev = detail::current_device_info();
   const detail::AttentionVariantOps* ops = detail::attention_variant_ops(how.variant);
   char* ws = static_cast<char*>(workspace);
+  const int64_t group = p.heads_q / p.heads_kv;
   if (p.seqlen_q > 1) {
-    for (const detail::FmhaCall& c : detail::prefill_calls(p, reinterpret_cast<float*>(ws + layout.lse))) {
+    const bool expand = expand_kv_heads(detail::shape_of(p));
+    if (expand) {
+      for (const auto& [src, at] : {std::pair{p.k, layout.keys}, {p.v, layout.values}}) {
+        detail::launch_broadcast({src, p.batch, 1, p.seqlen_k, p.heads_q, group, p.head_dim}, ws + at, dev, stream,
+                                 "KV head copy");
+      }
+    }
+    const void* keys = expand ? ws + layout.keys : nullptr;
+    const void* values = expand ? ws + layout.values : nullptr;
+    for (const detail::FmhaCall& c : detail::prefill_calls(p, reinterpret_cast<float*>(ws + layout.lse), keys, values)) {
       ops->run(c, dev, stream);
     }
     return;
   }
   if (how.splits > 1 && p.batch > 1) {
-    detail::repeat_queries<<<dev.sm_count * 4, 256, 0, stream>>>(p.q, p.batch, how.splits, p.heads_q, p.head_dim,
-                                                                reinterpret_cast<uint4*>(ws + layout.queries));
-    detail::check_launch("query repeat");
+    detail::launch_broadcast({p.q, p.batch, how.splits, 1, p.heads_q, 1, p.head_dim}, ws + layout.queries, dev, stream,
+                             "query repeat");
   }
   ops->run(detail::decode_call(p, how.splits, layout, ws), dev, stream);
   if (how.splits == 1) return;

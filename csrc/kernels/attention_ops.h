@@ -7,6 +7,7 @@
 
 #include "variant_ops.h"
 #include "wavetune/attention.h"
+#include "wavetune/attention_heuristic.h"
 
 namespace wavetune::detail {
 
@@ -32,18 +33,26 @@ struct FmhaCall {
   bool causal;
 };
 
-// Where the parts of an attention call's workspace start (each 128-byte aligned): the log-sum-exp rows,
-// and with splits the partial outputs [batch, splits, heads_q, head_dim] and, for batch > 1, the queries
-// repeated once per split in the same layout (the split is then part of the head mode, attention_launch.cu).
+inline AttentionShape shape_of(const AttentionProblem& p) {
+  return {p.batch, p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv, p.causal};
+}
+
+// Where the parts of an attention call's workspace start (each 128-byte aligned): the log-sum-exp rows;
+// with splits the partial outputs [batch, splits, heads_q, head_dim] and, for batch > 1, the queries
+// repeated once per split in the same layout (the split is then part of the head mode, attention_launch.cu);
+// where expand_kv_heads, K and V copied out to [batch, seqlen_k, heads_q, head_dim] each.
 struct AttentionWorkspace {
-  size_t lse = 0, partial = 0, queries = 0, total = 0;
+  size_t lse = 0, partial = 0, queries = 0, keys = 0, values = 0, total = 0;
 
   AttentionWorkspace(const AttentionProblem& p, int32_t splits) {
     const size_t rows = size_t(p.batch) * p.heads_q * (p.seqlen_q == 1 ? splits : p.seqlen_q);
     const size_t split_rows = splits > 1 ? size_t(p.batch) * splits * p.heads_q * p.head_dim * 2 : 0;
+    const size_t expanded = expand_kv_heads(shape_of(p)) ? size_t(p.batch) * p.seqlen_k * p.heads_q * p.head_dim * 2 : 0;
     lse = take(rows * sizeof(float));
     partial = take(split_rows);
     queries = take(p.batch > 1 ? split_rows : 0);
+    keys = take(expanded);
+    values = take(expanded);
   }
   size_t take(size_t bytes) {
     const size_t offset = total;

@@ -6,7 +6,9 @@
 //     K and V are read once per KV head, not once per query head; splits cut the keys into chunks that
 //     run side by side in the same grid;
 //   prefill: one sequence's queries are the rows; grouped-query heads become a batch mode of stride 0 in
-//     K and V (one launch per sequence when batch > 1, since CUTLASS's kernel has two batch modes).
+//     K and V. With batch > 1 that takes both of CUTLASS's batch modes, so it runs one launch per sequence,
+//     unless those launches would be short (expand_kv_heads): then K and V are first copied out to one
+//     head per query head and a single launch runs them all.
 // G = launches x B x H x ceil(rows / tile_m) CTAs; L = KV tiles a CTA walks (tile_n keys each), averaged
 // over the query tiles under a causal mask (a query tile sees the keys up to its diagonal).
 #pragma once
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace wavetune {
@@ -24,7 +27,7 @@ struct AttentionShape {
 };
 
 struct AttentionTile {
-  int32_t block_q, block_kv;  // query rows and KV rows of a tile (the variant's tile_m, tile_n)
+  int32_t block_q, block_kv, head_dim;  // query rows x KV rows x head dim (the variant's tile_m, tile_n, tile_k)
 };
 
 // One FMHA launch's problem: `launches` of them run back to back.
@@ -34,7 +37,18 @@ struct FmhaGrid {
 
 // NOTES: splits cut the keys into chunks of floor(seqlen_k / splits) (the few keys left over are merged by
 // the combine kernel), so every chunk holds at least one full KV tile: splits <= seqlen_k / block_kv.
-constexpr int32_t kMaxAttentionSplits = 64;
+constexpr int32_t kMaxAttentionSplits = 128;
+
+// NOTES: one launch per sequence leaves the GPU idle at each launch's tail (a causal launch's last CTAs
+// are its longest); below four waves of a 132-SM GPU per launch, copying K and V out to the query heads
+// (read heads_kv, write heads_q heads per key: a few percent of a prefill's time at these sizes) and
+// running one launch is faster.
+constexpr int64_t kExpandKvBelowCtas = 4 * 132;
+
+inline bool expand_kv_heads(const AttentionShape& s) {
+  const int64_t per_sequence_ctas = s.heads_q * ((s.seqlen_q + 127) / 128);
+  return s.seqlen_q > 1 && s.batch > 1 && s.heads_q != s.heads_kv && per_sequence_ctas < kExpandKvBelowCtas;
+}
 
 inline int32_t max_attention_splits(const AttentionShape& s, const AttentionTile& t, int32_t limit = kMaxAttentionSplits) {
   if (s.seqlen_q != 1) return 1;
@@ -44,39 +58,62 @@ inline int32_t max_attention_splits(const AttentionShape& s, const AttentionTile
 inline FmhaGrid fmha_grid(const AttentionShape& s, int32_t splits) {
   const int64_t group = s.heads_q / s.heads_kv;
   if (s.seqlen_q == 1) return {1, s.batch, s.heads_kv * splits, group, s.seqlen_k / splits};
-  if (group == 1) return {1, s.batch, s.heads_q, s.seqlen_q, s.seqlen_k};
+  if (group == 1 || expand_kv_heads(s)) return {1, s.batch, s.heads_q, s.seqlen_q, s.seqlen_k};
   return {s.batch, group, s.heads_kv, s.seqlen_q, s.seqlen_k};
 }
 
-// KV tiles per CTA, averaged over the query tiles (exact: a causal query tile m walks the tiles up to its
-// last row's diagonal, m = 0 .. tiles - 1).
-inline double kv_tiles_per_cta(const FmhaGrid& g, const AttentionTile& t, bool causal) {
+// KV tiles per CTA: (the average over the query tiles, the most any walks). Exact: a causal query tile m
+// walks the tiles up to its last row's diagonal, m = 0 .. tiles - 1.
+inline std::pair<double, int64_t> kv_tiles_per_cta(const FmhaGrid& g, const AttentionTile& t, bool causal) {
   const int64_t kv_tiles = (g.keys + t.block_kv - 1) / t.block_kv;
-  if (!causal) return double(kv_tiles);
+  if (!causal) return {double(kv_tiles), kv_tiles};
   const int64_t q_tiles = (g.rows + t.block_q - 1) / t.block_q;
-  int64_t sum = 0;
+  int64_t sum = 0, most = 0;
   for (int64_t m = 0; m < q_tiles; ++m) {
     const int64_t seen = (m + 1) * t.block_q + g.keys - g.rows;
-    sum += std::min(kv_tiles, (std::max<int64_t>(seen, 0) + t.block_kv - 1) / t.block_kv);
+    const int64_t walked = std::min(kv_tiles, (std::max<int64_t>(seen, 0) + t.block_kv - 1) / t.block_kv);
+    sum += walked, most = std::max(most, walked);
   }
-  return double(sum) / double(q_tiles);
+  return {double(sum) / double(q_tiles), most};
 }
 
 inline int64_t fmha_ctas(const FmhaGrid& g, const AttentionTile& t) {
   return g.launches * g.b * g.h * ((g.rows + t.block_q - 1) / t.block_q);
 }
 
-// NOTES: the built-in cost, in KV-tile times, until the family has tuned tables: CTAs run in waves of one
-// per SM (the kernels hold ~200 KB of shared memory), each walks L tiles after a fixed start (Q load,
-// epilogue: about two tiles), each launch costs about a tile more, and splits add the combine kernel (a
-// launch plus reading the partial outputs). A step over 64 keys costs 0.55 of one over 128 (its fixed part
-// does not halve).
-inline double attention_cost(const AttentionShape& s, const AttentionTile& t, int32_t splits, int32_t sm_count) {
+// NOTES: the built-in cost in microseconds, until the family has tuned tables. Its constants were read off
+// the H100 (benchmarks/attention.py --suite named, 2026-11-24: per variant, latency against waves and KV
+// tiles per CTA): a 128-row x 128-key step at head dim 128 takes 1.6 us (a 128 x 64 one 1.0 us: its
+// fixed part does not halve; time grows as (keys x head dim)^0.6), each wave of CTAs (one per SM: the
+// kernels hold ~200 KB of shared memory) adds 3 us (Q load, epilogue) and each launch 4 us. Decode of many
+// sequences is bound by reading K and V instead (3 TB/s). Splits add the combine (a launch plus the
+// partials), batch > 1 splits the query repeat, and expanded KV heads their copy.
+struct AttentionCostModel {
+  static constexpr double kStepUs = 1.6;          // 128 x 128 step at head dim 128
+  static constexpr double kStepExponent = 0.6;    // of (keys x head dim) / (128 x 128)
+  static constexpr double kWaveUs = 3.0;
+  static constexpr double kLaunchUs = 4.0;
+  static constexpr double kBytesPerUs = 3.0e6;    // DRAM reads and writes
+};
+
+inline double attention_cost_us(const AttentionShape& s, const AttentionTile& t, int32_t splits, int32_t sm_count) {
+  using M = AttentionCostModel;
   const FmhaGrid g = fmha_grid(s, splits);
-  const double waves = std::ceil(double(fmha_ctas(g, t)) / double(std::max(sm_count, 1)));
-  const double tile_cost = t.block_kv >= 128 ? 1.0 : 0.55;
-  const double per_cta = (kv_tiles_per_cta(g, t, s.causal) + 2.0) * tile_cost;
-  return double(g.launches) * (waves * per_cta + 1.0) + (splits > 1 ? 1.0 + 0.02 * splits : 0.0);
+  const double ctas_per_launch = double(fmha_ctas(g, t)) / double(g.launches);
+  const double waves = std::ceil(ctas_per_launch / double(std::max(sm_count, 1)));
+  const auto [tiles, most_tiles] = kv_tiles_per_cta(g, t, s.causal);
+  const double step = M::kStepUs * std::pow(double(t.block_kv) * t.head_dim / (128.0 * 128.0), M::kStepExponent);
+  // A launch ends with its longest CTA: under a causal mask, with few waves, that bounds it.
+  const double launch = std::max(waves * (M::kWaveUs + tiles * step), M::kWaveUs + double(most_tiles) * step);
+  const double bytes = 2.0 * 2.0 * double(s.batch) * double(s.seqlen_k) * double(s.heads_kv) * t.head_dim;
+  const double compute = double(g.launches) * (launch + M::kLaunchUs), memory = bytes / M::kBytesPerUs;
+  double us = std::max(compute, memory) + 0.1 * std::min(compute, memory);
+  const double split_bytes = 2.0 * 2.0 * double(s.batch) * splits * double(s.heads_q) * t.head_dim;
+  if (splits > 1) us += M::kLaunchUs + split_bytes / M::kBytesPerUs + (s.batch > 1 ? M::kLaunchUs : 0.0);
+  if (expand_kv_heads(s)) {
+    us += 2 * M::kLaunchUs + bytes * double(s.heads_q + s.heads_kv) / double(s.heads_kv) / M::kBytesPerUs;
+  }
+  return us;
 }
 
 // FlashAttention's split rule (its num_splits_heuristic, written from its description): no split when the
@@ -107,7 +144,7 @@ struct AttentionChoice {
   int32_t splits;
 };
 
-// The candidate and split count (up to split_limit) of least attention_cost; ties keep the earlier
+// The candidate and split count (up to split_limit) of least attention_cost_us; ties keep the earlier
 // candidate and fewer splits.
 inline AttentionChoice choose_attention(const std::vector<AttentionTile>& tiles, const AttentionShape& s,
                                         int32_t sm_count, int32_t split_limit = kMaxAttentionSplits) {
@@ -115,7 +152,7 @@ inline AttentionChoice choose_attention(const std::vector<AttentionTile>& tiles,
   double best_cost = INFINITY;
   for (size_t i = 0; i < tiles.size(); ++i) {
     for (int32_t n = 1; n <= max_attention_splits(s, tiles[i], split_limit); ++n) {
-      const double cost = attention_cost(s, tiles[i], n, sm_count);
+      const double cost = attention_cost_us(s, tiles[i], n, sm_count);
       if (cost < best_cost) best_cost = cost, best = {i, n};
     }
   }
