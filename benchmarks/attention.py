@@ -50,7 +50,7 @@ NAMED_MODELS = {"llama3-8b": (32, 8), "llama3-70b": (64, 8)}
 TP = (1, 2, 4, 8)
 PREFILL = ((1, 16384), (1, 2048), (4, 4096), (16, 1024), (2, 8192), (8, 512), (1, 128), (16, 128))  # (batch, tokens)
 DECODE = ((1, 131072), (64, 4096), (1, 4096), (256, 2048), (8, 32768), (32, 512), (4, 131072), (128, 8192), (1, 512))
-SPLITS = (1, 2, 4, 8, 16, 32, 64)
+SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 MAX_KV_BYTES = 8 << 30
 MAX_ERROR = 2e-2
 GRAPH_US = 300  # launches per graph: at least this long, so event timing is noise-free
@@ -135,7 +135,7 @@ def fa_rule_splits(c: dict, variant) -> int:
         return 1
     ctas, _, _, _ = _C.attention_mapping(sizes, False, variant.tile, 1)
     kv_tiles = math.ceil(c["seqlen_k"] / variant.tile[1])
-    limit = max(1, min(max(SPLITS), c["seqlen_k"] // variant.tile[1]))  # wavetune's kernels take up to 64
+    limit = max(1, min(max(SPLITS), c["seqlen_k"] // variant.tile[1]))  # wavetune's kernels take up to 128
     return _C.flash_attention_splits(ctas, kv_tiles, wavetune.device_properties()["sm_count"], limit)
 
 

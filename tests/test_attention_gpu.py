@@ -22,7 +22,8 @@ TOLERANCE = 2e-2  # relative Frobenius error of 16-bit outputs (and 16-bit split
 PREFILL = [
     ("mha_odd", 2, 777, 777, 4, 4, False, 1),
     ("mha_causal_odd", 2, 333, 333, 4, 4, True, 1),
-    ("gqa_causal_prefix", 3, 129, 1001, 8, 2, True, 1),
+    ("gqa_causal_prefix", 3, 129, 1001, 8, 2, True, 1),  # K and V expanded to the query heads
+    ("gqa_launch_per_sequence", 2, 1100, 1100, 64, 8, True, 1),
     ("gqa_batch1", 1, 256, 300, 8, 2, False, 1),
     ("causal_one_tile", 1, 40, 40, 2, 1, True, 1),
 ]
