@@ -221,9 +221,37 @@ def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
             "variants_us": own, "max_error": max(errors.values())}
 
 
+def host_costs() -> dict:
+    """Host microseconds (through Python) of the built-in choice, cold (new shapes) and cached (the same
+    shape again), and of whole eager calls of a decode-sized problem, wavetune's and SDPA's."""
+    q = torch.randn(8, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(8, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
+    args = [(t.data_ptr(), *t.stride()[:3]) for t in (q, k, k, q)]
+    bf16 = _C.DTYPES.index("bf16")
+
+    def per_call_us(call, count: int) -> float:
+        call(0)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for i in range(count):
+            call(i + 1)
+        elapsed = time.perf_counter() - start
+        torch.cuda.synchronize()
+        return 1e6 * elapsed / count
+
+    choose = lambda sk: _C.attention_default_launch((8, 1, sk, 32, 8, 128), *args, 0.088, False, bf16)  # noqa: E731
+    return {"choice_cold_us": per_call_us(lambda i: choose(128 + 64 * i), 300),  # each a new 64-key step
+            "choice_cached_us": per_call_us(lambda i: choose(4096), 10000),
+            "attention_call_us": per_call_us(lambda i: wavetune.attention(q, k, k), 300),
+            "sdpa_call_us": per_call_us(lambda i: sdpa(SDPBackend.CUDNN_ATTENTION, False)(q, k, k, None), 300)}
+
+
 def summary(rows: list[dict], header: dict) -> str:
+    host = header["host"]
     lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16; speed ratios "
-             "(above 1: wavetune's choice faster). SDPA: the fastest backend per case.", "",
+             "(above 1: wavetune's choice faster). SDPA: the fastest backend per case. Host time through Python: "
+             f"the choice {host['choice_cold_us']:.2f} us cold, {host['choice_cached_us']:.2f} us cached; an eager "
+             f"decode call {host['attention_call_us']:.1f} us (SDPA cuDNN {host['sdpa_call_us']:.1f} us).", "",
              "| cases | n | choice vs SDPA: geomean | worst | choice vs FA split rule | worst | choice / own best "
              "| worst |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     groups = {"all": rows}
@@ -253,7 +281,7 @@ def main() -> None:
     random.Random(args.seed).shuffle(todo)  # a cut budget still spans the phases, models and sizes
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "sm_count": props["sm_count"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "args": {k: str(v) for k, v in vars(args).items()}}
+              "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs()}
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / f"attention_{args.suite}.jsonl"
     log.write_text(json.dumps(header) + "\n")

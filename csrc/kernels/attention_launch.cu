@@ -5,7 +5,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cmath>
+#include <functional>
+#include <unordered_map>
 #include <vector>
 
 #include "attention_ops.h"
@@ -55,43 +58,40 @@ struct CombineArgs {
 
 // One block per (batch, query head), one thread per element of the head: the splits' partial outputs
 // weighted by exp(lse - max), plus the tail keys' softmax terms, over the total weight.
+// NOTES: the split log-sum-exps and the tail scores go to shared memory first, in parallel (each warp
+// scores its own tail keys), so no step runs once per split or per key with a barrier between.
 template <class T>
 __global__ void combine_splits(CombineArgs a) {
-  __shared__ float score[kMaxAttentionSplits];
-  __shared__ float warp_sums[8];
+  __shared__ float weight[2 * kMaxAttentionSplits];  // the splits' lse, then the tail keys' scores
   const AttentionProblem& p = a.p;
   const int32_t b = blockIdx.x / p.heads_q, h = blockIdx.x % p.heads_q, kv_head = h / (p.heads_q / p.heads_kv);
   const int32_t d = threadIdx.x, lane = d % 32, warp = d / 32, warps = blockDim.x / 32;
   const T* q = static_cast<const T*>(p.q.data) + b * p.q.batch_stride + h * p.q.head_stride;
   const T* k = static_cast<const T*>(p.k.data) + b * p.k.batch_stride + kv_head * p.k.head_stride;
   const T* v = static_cast<const T*>(p.v.data) + b * p.v.batch_stride + kv_head * p.v.head_stride;
-  const int32_t first_tail = a.splits * a.chunk, tail = p.seqlen_k - first_tail;
-  const float qd = to_float(q[d]);
-  for (int32_t t = 0; t < tail; ++t) {
-    float x = qd * to_float(k[int64_t(first_tail + t) * p.k.seq_stride + d]);
-    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-    if (lane == 0) warp_sums[warp] = x;
-    __syncthreads();
-    if (d == 0) {
-      float sum = 0.0f;
-      for (int w = 0; w < warps; ++w) sum += warp_sums[w];
-      score[t] = sum * p.scale;
-    }
-    __syncthreads();
-  }
+  const int32_t first_tail = a.splits * a.chunk, tail = p.seqlen_k - first_tail, terms = a.splits + tail;
   const float* lse = a.lse + (int64_t(b) * a.splits) * p.heads_q + h;
+  for (int32_t s = d; s < a.splits; s += blockDim.x) weight[s] = lse[int64_t(s) * p.heads_q];
+  for (int32_t t = warp; t < tail; t += warps) {
+    const T* key = k + int64_t(first_tail + t) * p.k.seq_stride;
+    float x = 0.0f;
+    for (int32_t e = lane; e < p.head_dim; e += 32) x += to_float(q[e]) * to_float(key[e]);
+    for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    if (lane == 0) weight[a.splits + t] = x * p.scale;
+  }
+  __syncthreads();
   float top = -INFINITY;
-  for (int32_t s = 0; s < a.splits; ++s) top = fmaxf(top, lse[int64_t(s) * p.heads_q]);
-  for (int32_t t = 0; t < tail; ++t) top = fmaxf(top, score[t]);
+  for (int32_t i = 0; i < terms; ++i) top = fmaxf(top, weight[i]);
   float total = 0.0f, acc = 0.0f;
   const T* partial = static_cast<const T*>(a.partial) + ((int64_t(b) * a.splits) * p.heads_q + h) * p.head_dim + d;
+#pragma unroll 8
   for (int32_t s = 0; s < a.splits; ++s) {
-    const float w = __expf(lse[int64_t(s) * p.heads_q] - top);
+    const float w = __expf(weight[s] - top);
     total += w;
     acc += w * to_float(partial[int64_t(s) * p.heads_q * p.head_dim]);
   }
   for (int32_t t = 0; t < tail; ++t) {
-    const float w = __expf(score[t] - top);
+    const float w = __expf(weight[a.splits + t] - top);
     total += w;
     acc += w * to_float(v[int64_t(first_tail + t) * p.v.seq_stride + d]);
   }
@@ -197,7 +197,9 @@ void launch_combine(const AttentionProblem& p, int32_t splits, const AttentionWo
 }  // namespace
 }  // namespace detail
 
-AttentionLaunch attention_default_launch(const AttentionProblem& p) {
+namespace {
+
+AttentionLaunch choose_launch(const AttentionProblem& p) {
   std::vector<AttentionTile> tiles;
   std::vector<int32_t> ids;
   for (const VariantInfo& v : attention_variants()) {
@@ -212,6 +214,35 @@ AttentionLaunch attention_default_launch(const AttentionProblem& p) {
   const int32_t limit = detail::attention_splittable(p) ? kMaxAttentionSplits : 1;
   const AttentionChoice choice = choose_attention(tiles, detail::shape_of(p), detail::current_device_info().sm_count, limit);
   return {ids[choice.index], choice.splits};
+}
+
+// NOTES: choices are kept per thread and shape (no lock on the hot path). Decode's key length grows by one
+// each step, so its keys are counted in whole 64-key tiles (from 128 keys on) and the choice is made for
+// the rounded-down length: it stays valid (each split keeps a whole KV tile) and a decode step reuses it.
+struct LaunchKey {
+  std::array<int64_t, 9> fields;
+  bool operator==(const LaunchKey& o) const { return fields == o.fields; }
+};
+struct LaunchKeyHash {
+  size_t operator()(const LaunchKey& k) const {
+    size_t h = 0;
+    for (int64_t f : k.fields) h = h * 1000003u ^ std::hash<int64_t>{}(f);
+    return h;
+  }
+};
+constexpr size_t kMaxCachedLaunches = 4096;
+
+}  // namespace
+
+AttentionLaunch attention_default_launch(const AttentionProblem& p) {
+  thread_local std::unordered_map<LaunchKey, AttentionLaunch, LaunchKeyHash> cache;
+  AttentionProblem rounded = p;
+  if (p.seqlen_q == 1 && p.seqlen_k >= 128) rounded.seqlen_k = p.seqlen_k / 64 * 64;
+  const LaunchKey key{{detail::current_device_info().device, int64_t(p.dtype), p.batch, p.seqlen_q, rounded.seqlen_k,
+                       int64_t(p.heads_q) << 32 | p.heads_kv, p.head_dim, p.causal, detail::attention_splittable(p)}};
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= kMaxCachedLaunches) cache.clear();
+  return cache[key] = choose_launch(rounded);
 }
 
 void attention(const AttentionProblem& p, const AttentionLaunch& how, void* workspace, size_t workspace_bytes,

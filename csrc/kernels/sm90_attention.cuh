@@ -69,9 +69,11 @@ struct BottomRightCausalFusion : cutlass::fmha::collective::DefaultFusion {
 };
 
 // NOTES: the hardware dispatches CTAs in blockIdx order, x fastest. CUTLASS's individual scheduler puts
-// the query tile on x, so under a causal mask every head's light tiles go first and the last heads' heavy
-// ones last, a tail of long CTAs on few SMs. Here the heads and batch are x and y and the query tiles z,
-// heaviest (last) first: the long CTAs start in the first waves and the short ones fill the tail.
+// the query tiles of one head on x, lightest (first) first, so under a causal mask every head ends with
+// its heaviest tile and the last head's heavy tiles run alone at the end of the grid. Here each head's
+// query tiles run heaviest first: the grid ends on light tiles, and CTAs that run together still share
+// their head's K and V in L2 (putting all heads' heaviest tiles first instead loses that: 1.37x slower on
+// a 10 x 2488-token prefill, H100).
 struct HeaviestFirstTileScheduler {
   struct Params {
     dim3 grid;
@@ -83,12 +85,12 @@ struct HeaviestFirstTileScheduler {
   template <class ProblemSize, class ClusterShape, class TileShape>
   static Params to_underlying_arguments(ProblemSize const& p, cutlass::KernelHardwareInfo, ClusterShape const&,
                                         TileShape const& tile) {
-    return {dim3(cute::size<1>(p), cute::size<0>(p), cute::ceil_div(cute::size<2>(p), cute::size<0>(tile)))};
+    return {dim3(cute::ceil_div(cute::size<2>(p), cute::size<0>(tile)), cute::size<0>(p), cute::size<1>(p))};
   }
   static dim3 get_grid_shape(Params const& params) { return params.grid; }
   CUTLASS_DEVICE bool is_valid() const { return valid; }
   CUTLASS_DEVICE auto get_block_coord() const {
-    return cute::make_coord(int(gridDim.z - 1 - blockIdx.z), cute::_0{}, cute::make_coord(int(blockIdx.y), int(blockIdx.x)));
+    return cute::make_coord(int(gridDim.x - 1 - blockIdx.x), cute::_0{}, cute::make_coord(int(blockIdx.y), int(blockIdx.z)));
   }
   CUTLASS_DEVICE HeaviestFirstTileScheduler& operator++() {
     valid = false;

@@ -226,6 +226,20 @@ def _resolve(config) -> tuple[int, int, int, int, int]:
     )
 
 
+def family_variant_id(config, by_id: dict[int, KernelConfig], family: str, listing: str) -> int:
+    """The id of a kernel family's variant given as ``config`` (an id or a name of ``by_id``); -1 for None
+    (the family's own choice). ``listing`` names the function that lists the family's variants."""
+    if config is None:
+        return -1
+    if isinstance(config, str) and (found := next((c.id for c in by_id.values() if c.name == config), None)) is not None:
+        return found
+    if isinstance(config, int) and not isinstance(config, bool) and config in by_id:
+        return config
+    if not isinstance(config, (int, str)) or isinstance(config, bool):
+        raise TypeError(f"config must be a {family} variant id or name, got {config!r}")
+    raise ValueError(f"no compiled {family} variant {config!r}; wavetune.{listing}() lists them")
+
+
 @functools.cache
 def _dtype_codes(torch) -> dict:
     return {torch.bfloat16: _C.DTYPES.index("bf16"), torch.float16: _C.DTYPES.index("fp16")}

@@ -11,7 +11,7 @@ import functools
 import math
 import sys
 
-from . import _C
+from . import _C, api
 from .api import KernelConfig, _dtype_codes, _stream_getter
 
 
@@ -29,16 +29,7 @@ def _attention_by_id() -> dict[int, KernelConfig]:
 @functools.lru_cache(maxsize=256)
 def _resolve(config) -> int:
     """The attention variant id for a ``config`` argument; -1 for the built-in choice."""
-    if config is None:
-        return -1
-    by_name = {c.name: c.id for c in _attention_by_id().values()}
-    if isinstance(config, str) and config in by_name:
-        return by_name[config]
-    if isinstance(config, int) and not isinstance(config, bool) and config in _attention_by_id():
-        return config
-    if not isinstance(config, (int, str)) or isinstance(config, bool):
-        raise TypeError(f"config must be an attention variant id or name, got {config!r}")
-    raise ValueError(f"no compiled attention variant {config!r}; wavetune.attention_configs() lists them")
+    return api.family_variant_id(config, _attention_by_id(), "attention", "attention_configs")
 
 
 def _check_shapes(torch, q, k, v, out) -> None:

@@ -27,16 +27,7 @@ def _grouped_by_id() -> dict[int, KernelConfig]:
 @functools.lru_cache(maxsize=256)
 def _resolve(config) -> int:
     """The grouped variant id for a ``config`` argument; -1 for the built-in heuristic's choice."""
-    if config is None:
-        return -1
-    by_name = {c.name: c.id for c in _grouped_by_id().values()}
-    if isinstance(config, str) and config in by_name:
-        return by_name[config]
-    if isinstance(config, int) and not isinstance(config, bool) and config in _grouped_by_id():
-        return config
-    if not isinstance(config, (int, str)) or isinstance(config, bool):
-        raise TypeError(f"config must be a grouped variant id or name, got {config!r}")
-    raise ValueError(f"no compiled grouped variant {config!r}; wavetune.grouped_configs() lists them")
+    return api.family_variant_id(config, _grouped_by_id(), "grouped", "grouped_configs")
 
 
 @functools.lru_cache(maxsize=256)
