@@ -94,6 +94,7 @@ struct AttentionCostModel {
   static constexpr double kWaveUs = 3.0;
   static constexpr double kLaunchUs = 4.0;
   static constexpr double kBytesPerUs = 3.0e6;    // DRAM reads and writes
+  static constexpr double kPerSplitUs = 0.05;
 };
 
 inline double attention_cost_us(const AttentionShape& s, const AttentionTile& t, int32_t splits, int32_t sm_count) {
@@ -109,7 +110,9 @@ inline double attention_cost_us(const AttentionShape& s, const AttentionTile& t,
   const double compute = double(g.launches) * (launch + M::kLaunchUs), memory = bytes / M::kBytesPerUs;
   double us = std::max(compute, memory) + 0.1 * std::min(compute, memory);
   const double split_bytes = 2.0 * 2.0 * double(s.batch) * splits * double(s.heads_q) * t.head_dim;
-  if (splits > 1) us += M::kLaunchUs + split_bytes / M::kBytesPerUs + (s.batch > 1 ? M::kLaunchUs : 0.0);
+  if (splits > 1) {
+    us += M::kLaunchUs + split_bytes / M::kBytesPerUs + M::kPerSplitUs * splits + (s.batch > 1 ? M::kLaunchUs : 0.0);
+  }
   if (expand_kv_heads(s)) {
     us += 2 * M::kLaunchUs + bytes * double(s.heads_q + s.heads_kv) / double(s.heads_kv) / M::kBytesPerUs;
   }
