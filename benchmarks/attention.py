@@ -8,7 +8,9 @@ and Llama-3-70B (64 / 8) attention, whole and split by tensor parallelism 2-8, h
 (causal, query length = KV length, 128-16384 tokens, batch 1-16) and decode (one query token, KV length
 512-131072, batch 1-256). `--suite heldout`: the same phases for other models' head counts and head dims
 (benchmarks/shape_suite.py's dense families), at random lengths and batches, odd ones included. Methods:
-  choice       wavetune.attention with no config: the built-in wave-aware choice of tile and KV splits
+  choice       wavetune.attention with no config: its choice of tile and KV splits (the GPU's attention
+               table's, else the built-in wave model's)
+  builtin      the built-in wave model's choice (attention_heuristic.h), forced
   fa_rule      the family's default kernel for the head dim with FlashAttention's split rule
                (num_splits_heuristic, attention_heuristic.h) instead of wavetune's
   <variant>/<splits>  every compiled bf16 variant of the head dim at each split count that applies: the
@@ -139,12 +141,31 @@ def fa_rule_splits(c: dict, variant) -> int:
     return _C.flash_attention_splits(ctas, kv_tiles, wavetune.device_properties()["sm_count"], limit)
 
 
-def launches(c: dict) -> dict:
+def sizes_of(c: dict) -> tuple:
+    return tuple(c[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
+
+
+def tensor_args(t) -> tuple:
+    return (t.data_ptr(), *t.stride()[:3])
+
+
+def choices(c: dict, operands: tuple) -> dict[str, tuple[int, int]]:
+    """(variant id, splits) of wavetune.attention's own choice and of the built-in model's, on the case."""
+    args = (sizes_of(c), *map(tensor_args, operands), 1 / math.sqrt(c["head_dim"]), c["phase"] == "prefill",
+            _C.DTYPES.index("bf16"))
+    return {"choice": _C.attention_choice(*args, torch.cuda.current_device()),
+            "builtin": _C.attention_default_launch(*args)}
+
+
+def launches(c: dict, operands: tuple) -> dict:
     causal = c["phase"] == "prefill"
     variants = [v for v in wavetune.attention_configs() if v.dtype == "bf16" and v.tile[2] == c["head_dim"]]
     default = next(v for v in variants if v.schedule == "cooperative" and v.scheduler == "data_parallel"
                    and v.tile[1] == max(x.tile[1] for x in variants))
     methods = {"choice": lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out)}
+    builtin, builtin_splits = choices(c, operands)["builtin"]
+    methods["builtin"] = lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out, config=builtin,
+                                                                 splits=builtin_splits)
     fa = fa_rule_splits(c, default)
     methods["fa_rule"] = lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out, config=default.id,
                                                                  splits=fa)
@@ -200,7 +221,7 @@ def check(methods: dict, operands: tuple, causal: bool) -> dict:
 
 def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
     sets = operand_sets(c, l2_bytes)
-    methods = launches(c)
+    methods = launches(c, sets[0])
     errors = check(methods, sets[0], c["phase"] == "prefill")
     flops = 4 * c["batch"] * c["seqlen_q"] * c["seqlen_k"] * c["heads_q"] * c["head_dim"]
     estimate_us = max(3.0, flops / 4e8 / (2 if c["phase"] == "prefill" else 1), kv_bytes(c) / 2.5e6)
@@ -208,25 +229,23 @@ def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
     times = vs_cublas.interleaved_us(methods, sets, per_graph, args.reps)
     own = {name: us for name, us in times.items() if "/" in name}
     sdpa_times = {name: us for name, us in times.items() if name.startswith("sdpa")}
-    sizes = tuple(c[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
-    q, k, v, out = sets[0]
-    chosen = _C.attention_default_launch(sizes, *[(t.data_ptr(), *t.stride()[:3]) for t in (q, k, v, out)],
-                                         1 / math.sqrt(c["head_dim"]), c["phase"] == "prefill",
-                                         _C.DTYPES.index("bf16"))
+    names = {key: f"{wavetune.fmha._attention_by_id()[v].name}/{s}" for key, (v, s) in choices(c, sets[0]).items()}
     best = min(own, key=own.get)
     best_sdpa = min(sdpa_times, key=sdpa_times.get) if sdpa_times else None
-    return {**c, "copies": len(sets), "choice": f"{wavetune.fmha._attention_by_id()[chosen[0]].name}/{chosen[1]}",
-            "choice_us": times["choice"], "fa_rule_us": times["fa_rule"], "best": best, "best_us": own[best],
+    return {**c, "copies": len(sets), "choice": names["choice"], "builtin": names["builtin"],
+            "choice_us": times["choice"], "builtin_us": times["builtin"], "fa_rule_us": times["fa_rule"],
+            "best": best, "best_us": own[best],
             "sdpa_best": best_sdpa, "sdpa_best_us": sdpa_times.get(best_sdpa), "sdpa_us": sdpa_times,
             "variants_us": own, "max_error": max(errors.values())}
 
 
 def host_costs() -> dict:
-    """Host microseconds (through Python) of the built-in choice, cold (new shapes) and cached (the same
-    shape again), and of whole eager calls of a decode-sized problem, wavetune's and SDPA's."""
+    """Host microseconds (through Python) of wavetune.attention's choice, cold (new shapes) and cached (the
+    same shape again), and of whole eager calls of a decode-sized problem, wavetune's and SDPA's."""
     q = torch.randn(8, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(8, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
-    args = [(t.data_ptr(), *t.stride()[:3]) for t in (q, k, k, q)]
+    args = [tensor_args(t) for t in (q, k, k, q)]
+    wavetune.attention(q, k, k)  # loads the GPU's attention table, as a first call does
     bf16 = _C.DTYPES.index("bf16")
 
     def per_call_us(call, count: int) -> float:
@@ -239,7 +258,8 @@ def host_costs() -> dict:
         torch.cuda.synchronize()
         return 1e6 * elapsed / count
 
-    choose = lambda sk: _C.attention_default_launch((8, 1, sk, 32, 8, 128), *args, 0.088, False, bf16)  # noqa: E731
+    device = torch.cuda.current_device()
+    choose = lambda sk: _C.attention_choice((8, 1, sk, 32, 8, 128), *args, 0.088, False, bf16, device)  # noqa: E731
     return {"choice_cold_us": per_call_us(lambda i: choose(128 + 64 * i), 300),  # each a new 64-key step
             "choice_cached_us": per_call_us(lambda i: choose(4096), 10000),
             "attention_call_us": per_call_us(lambda i: wavetune.attention(q, k, k), 300),
@@ -248,12 +268,13 @@ def host_costs() -> dict:
 
 def summary(rows: list[dict], header: dict) -> str:
     host = header["host"]
-    lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16; speed ratios "
-             "(above 1: wavetune's choice faster). SDPA: the fastest backend per case. Host time through Python: "
+    lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16, attention table "
+             f"{header['attention_table']}; speed ratios (above 1: wavetune's choice faster). SDPA: the fastest "
+             "backend per case. Host time through Python: "
              f"the choice {host['choice_cold_us']:.2f} us cold, {host['choice_cached_us']:.2f} us cached; an eager "
              f"decode call {host['attention_call_us']:.1f} us (SDPA cuDNN {host['sdpa_call_us']:.1f} us).", "",
              "| cases | n | choice vs SDPA: geomean | worst | choice vs FA split rule | worst | choice / own best "
-             "| worst |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| worst | built-in model / own best | worst |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     groups = {"all": rows}
     for key in ("phase", "model"):
         for value in dict.fromkeys(r[key] for r in rows):
@@ -262,9 +283,10 @@ def summary(rows: list[dict], header: dict) -> str:
         vs_sdpa = [r["sdpa_best_us"] / r["choice_us"] for r in rs if r["sdpa_best_us"]]
         vs_fa = [r["fa_rule_us"] / r["choice_us"] for r in rs]
         quality = [r["best_us"] / r["choice_us"] for r in rs]
+        builtin = [r["best_us"] / r["builtin_us"] for r in rs]
         sdpa_cells = f"{geomean(vs_sdpa):.3f}x | {min(vs_sdpa):.2f}x" if vs_sdpa else "- | -"
         lines.append(f"| {label} | {len(rs)} | {sdpa_cells} | {geomean(vs_fa):.3f}x | {min(vs_fa):.2f}x | "
-                     f"{geomean(quality):.3f} | {min(quality):.2f} |")
+                     f"{geomean(quality):.3f} | {min(quality):.2f} | {geomean(builtin):.3f} | {min(builtin):.2f} |")
     return "\n".join(lines)
 
 
@@ -279,7 +301,9 @@ def main() -> None:
     built = {c.tile[2] for c in wavetune.attention_configs() if c.dtype == "bf16"}
     todo = [c for c in todo if kv_bytes(c) <= MAX_KV_BYTES and c["head_dim"] in built]
     random.Random(args.seed).shuffle(todo)  # a cut budget still spans the phases, models and sizes
+    table = wavetune.api.default_table_path(props["name"], "attention")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
+              "attention_table": str(table) if table else None,
               "sm_count": props["sm_count"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs()}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -65,26 +65,27 @@ def test_grouped_bytes_count_the_busy_experts_weights():
     assert tuning.grouped_bytes(dict(case, rows=1000)) == 2.0 * (1000 * 2048 + 128 * 1536 * 2048 + 1000 * 1536)
 
 
-def test_grouped_log_refuses_mixed_gpus_and_empty_logs(tmp_path):
+def test_benchmark_log_refuses_mixed_gpus_and_empty_logs(tmp_path):
     a, b, empty = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "empty.jsonl"
     a.write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "sm_count": 132}) + "\n" + json.dumps({"rows": 1}) + "\n")
     b.write_text(json.dumps({"gpu": "NVIDIA H200", "sm_count": 132}) + "\n")
     empty.write_text("")
-    header, measured = tuning.grouped_log([a])
+    header, measured = tuning.benchmark_log([a])
     assert header["sm_count"] == 132 and measured == [{"rows": 1}]
     with pytest.raises(ValueError, match="measured on a NVIDIA H200"):
-        tuning.grouped_log([a, b])
+        tuning.benchmark_log([a, b])
     with pytest.raises(ValueError, match="empty log"):
-        tuning.grouped_log([empty])
-    with pytest.raises(ValueError, match="no grouped measurements"):
-        tuning.grouped_log([b])
+        tuning.benchmark_log([empty])
+    with pytest.raises(ValueError, match="no measurements"):
+        tuning.benchmark_log([b])
 
 
 def test_table_file_names_per_family(monkeypatch):
     assert api.table_file_name("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3.wtt"
     assert api.table_file_name("NVIDIA H100 80GB HBM3", "grouped_gemm") == "nvidia-h100-80gb-hbm3.grouped_gemm.wtt"
+    assert api.table_file_name("NVIDIA H200", "attention") == "nvidia-h200.attention.wtt"
     with pytest.raises(ValueError, match="unknown kernel family"):
-        api.table_file_name("NVIDIA H200", "attention")
+        api.table_file_name("NVIDIA H200", "vision")
     monkeypatch.setenv("WAVETUNE_GROUPED_TABLE", "/somewhere/mine.wtt")
     assert str(api.default_table_path("NVIDIA H200", "grouped_gemm")) == "/somewhere/mine.wtt"
     monkeypatch.delenv("WAVETUNE_TABLE", raising=False)

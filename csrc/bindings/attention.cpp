@@ -3,14 +3,19 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "bindings.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
+#include "wavetune/errors.h"
+#include "wavetune/lookup.h"
 
 namespace py = pybind11;
 
@@ -49,6 +54,51 @@ AttentionShape make_shape(const PySizes& sizes, bool causal) {
   return {batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal};
 }
 
+// NOTES: a launch with no forced config takes the device's attention table's choice where one is loaded
+// and its choice can run the problem (KV splits also depend on the strides: attention_launch_error), else
+// the built-in model's. Choices are kept per thread and shape (no lock on the eager path). Decode's key
+// length grows by one each step, so its keys are counted in whole 64-key tiles (from 128 keys on) and
+// the choice is made for the rounded-down length: still valid (each split keeps a whole KV tile), and
+// reused by the next steps.
+struct ChoiceKey {
+  std::array<int64_t, 10> fields;
+  bool operator==(const ChoiceKey& o) const { return fields == o.fields; }
+};
+struct ChoiceKeyHash {
+  size_t operator()(const ChoiceKey& k) const {
+    size_t h = 0;
+    for (int64_t f : k.fields) h = h * 1000003u ^ std::hash<int64_t>{}(f);
+    return h;
+  }
+};
+constexpr size_t kMaxCachedChoices = 4096;
+
+AttentionLaunch uncached_choice(const AttentionProblem& p, const Selector* table) {
+  if (table && table->candidate_count(p.dtype, BLayout::col) > 0) {
+    Problem q{p.dtype, BLayout::col, p.seqlen_q, p.seqlen_k, p.head_dim, p.batch, p.heads_q, p.heads_kv, p.causal};
+    try {
+      const Choice c = table->select(q);
+      const AttentionLaunch how{c.variant, c.micro.splits};
+      if (attention_launch_error(p, how).empty()) return how;
+    } catch (const InvalidArgument&) {  // no config of the table takes this head dim
+    }
+  }
+  return attention_default_launch(p);
+}
+
+AttentionLaunch attention_choice(const AttentionProblem& p, int device) {
+  thread_local std::unordered_map<ChoiceKey, AttentionLaunch, ChoiceKeyHash> cache;
+  const Selector* table = active_table(TableFamily::attention, device);
+  AttentionProblem rounded = p;
+  if (p.seqlen_q == 1 && p.seqlen_k >= 128) rounded.seqlen_k = p.seqlen_k / 64 * 64;
+  const ChoiceKey key{{device, int64_t(reinterpret_cast<uintptr_t>(table)), int64_t(p.dtype), p.batch, p.seqlen_q,
+                       rounded.seqlen_k, int64_t(p.heads_q) << 32 | p.heads_kv, p.head_dim, p.causal,
+                       attention_kv_splittable(p)}};
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= kMaxCachedChoices) cache.clear();
+  return cache[key] = uncached_choice(rounded, table);
+}
+
 }  // namespace
 
 void bind_attention(py::module_& m) {
@@ -78,6 +128,15 @@ void bind_attention(py::module_& m) {
         return py::make_tuple(how.variant, how.splits);
       },
       "(variant id, splits) of the built-in choice on the current device.");
+  m.def(
+      "attention_choice",
+      [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
+         bool causal, int32_t dtype, int device) {
+        const AttentionLaunch how = attention_choice(make_problem(sizes, q, k, v, out, scale, causal, dtype), device);
+        return py::make_tuple(how.variant, how.splits);
+      },
+      "(variant id, splits) a launch with no forced config runs on that device: its attention table's choice, "
+      "else the built-in model's; cached per thread and shape.");
   m.def(
       "attention_mapping",
       [](const PySizes& sizes, bool causal, const PyTile& tile, int32_t splits) {

@@ -11,7 +11,7 @@
 namespace wavetune::bindings {
 
 // The kernel families that launch from tables, in the order of kTableFamilies (module.cpp).
-enum class TableFamily : int { gemm = 0, grouped_gemm = 1 };
+enum class TableFamily : int { gemm = 0, grouped_gemm = 1, attention = 2 };
 
 // The table a family's launches with no forced variant consult on a device (use_table), or nullptr.
 // A plain array read: it is on every launch's path.

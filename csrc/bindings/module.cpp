@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "bindings.h"
+#include "wavetune/attention.h"
 #include "wavetune/grouped.h"
 #include "wavetune/kernels.h"
 #include "wavetune/lookup.h"
@@ -37,7 +38,7 @@ MicroParams make_micro(int32_t decomposition, int32_t splits, int32_t raster, in
 // The tables launches consult per family and device when no config is forced. Selectors stay alive for
 // the process (a replaced table is rare and small), so the launch path reads a plain atomic pointer, no lock.
 constexpr int kMaxDevices = 64;
-const char* const kTableFamilies[] = {"gemm", "grouped_gemm"};  // names of bindings::TableFamily
+const char* const kTableFamilies[] = {"gemm", "grouped_gemm", "attention"};  // names of bindings::TableFamily
 constexpr int kFamilyCount = int(std::size(kTableFamilies));
 std::array<std::array<std::atomic<const Selector*>, kMaxDevices>, kFamilyCount> g_active_tables{};
 std::mutex g_tables_mutex;
@@ -47,7 +48,7 @@ bindings::TableFamily family_of(const std::string& family) {
   for (int i = 0; i < kFamilyCount; ++i) {
     if (family == kTableFamilies[i]) return bindings::TableFamily(i);
   }
-  throw std::invalid_argument("unknown kernel family '" + family + "' (gemm, grouped_gemm)");
+  throw std::invalid_argument("unknown kernel family '" + family + "' (gemm, grouped_gemm, attention)");
 }
 
 // Make launches of the selector's family on `device` choose from it; nullptr: back to the heuristic
@@ -62,10 +63,14 @@ void use_table(int device, std::shared_ptr<Selector> selector, const std::string
 
 // A Selector over a table file for the compiled variants of its family.
 std::shared_ptr<Selector> open_selector(const std::string& path, const std::string& family) {
-  if (family_of(family) == bindings::TableFamily::gemm) {
-    return std::make_shared<Selector>(Table::load(path), variants(), build_info().config_space_hash, family);
+  switch (family_of(family)) {
+    case bindings::TableFamily::gemm:
+      return std::make_shared<Selector>(Table::load(path), variants(), build_info().config_space_hash, family);
+    case bindings::TableFamily::grouped_gemm:
+      return std::make_shared<Selector>(Table::load(path), grouped_variants(), grouped_config_space_hash(), family);
+    default:
+      return std::make_shared<Selector>(Table::load(path), attention_variants(), attention_config_space_hash(), family);
   }
-  return std::make_shared<Selector>(Table::load(path), grouped_variants(), grouped_config_space_hash(), family);
 }
 
 // gemm with variant -1 takes the device's table's choice, or the built-in heuristic without a table.
@@ -228,7 +233,7 @@ PYBIND11_MODULE(_C, m) {
   py::class_<Selector, std::shared_ptr<Selector>>(m, "Selector",
                                                   "A tuned table bound to this build's compiled variants.")
       .def(py::init(&open_selector), py::arg("path"), py::arg("family") = "gemm",
-           "A table file of a kernel family (gemm, grouped_gemm) bound to that family's compiled variants.")
+           "A table file of a kernel family (gemm, grouped_gemm, attention) bound to that family's compiled variants.")
       .def_property_readonly("family", &Selector::family)
       .def("check_device", &Selector::check_device, py::arg("gpu_name"), py::arg("sm_count"))
       .def("meta", [](const Selector& s) { return s.table().meta; })
@@ -240,8 +245,9 @@ PYBIND11_MODULE(_C, m) {
       .def("sm_count", &Selector::sm_count)
       .def("select",
            [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_, int64_t n,
-              int64_t k, bool exact, int64_t groups) {
-             const Problem p = make_lookup_problem(dtype, b_layout, m_, n, k, groups);
+              int64_t k, bool exact, int64_t groups, int64_t heads_q, int64_t heads_kv, bool causal) {
+             Problem p = make_lookup_problem(dtype, b_layout, m_, n, k, groups);
+             p.heads_q = heads_q, p.heads_kv = heads_kv, p.causal = causal;
              Choice c = exact ? s.select(p) : s.select_model(p);
              const TableConfig& config = s.table().configs[c.config];
              py::dict d;
@@ -257,13 +263,16 @@ PYBIND11_MODULE(_C, m) {
              return d;
            },
            py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("exact") = true,
-           py::arg("groups") = 1,
-           "The table's choice for a problem (groups: experts, for a grouped table; M is then all their rows); "
+           py::arg("groups") = 1, py::arg("heads_q") = 1, py::arg("heads_kv") = 1, py::arg("causal") = false,
+           "The table's choice for a problem (groups: experts, for a grouped table; M is then all their rows; for "
+           "an attention table M, N, K, groups are seqlen_q, seqlen_k, head_dim, batch, with heads and mask); "
            "exact=False skips the exact entries (the model's choice alone).")
       .def("explain", [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_,
-                         int64_t n, int64_t k, int64_t groups) {
+                         int64_t n, int64_t k, int64_t groups, int64_t heads_q, int64_t heads_kv, bool causal) {
         py::list out;
-        for (const Prediction& p : s.explain(make_lookup_problem(dtype, b_layout, m_, n, k, groups))) {
+        Problem problem = make_lookup_problem(dtype, b_layout, m_, n, k, groups);
+        problem.heads_q = heads_q, problem.heads_kv = heads_kv, problem.causal = causal;
+        for (const Prediction& p : s.explain(problem)) {
           const TableConfig& config = s.table().configs[p.config];
           py::dict d;
           d["config"] = p.config;
@@ -278,10 +287,11 @@ PYBIND11_MODULE(_C, m) {
           out.append(d);
         }
         return out;
-      }, py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups") = 1);
+      }, py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups") = 1,
+      py::arg("heads_q") = 1, py::arg("heads_kv") = 1, py::arg("causal") = false);
 
   m.def("use_table", &use_table, py::arg("device"), py::arg("selector").none(true), py::arg("family") = "gemm",
-        "Make launches of the table's family (gemm, grouped_gemm) choose from it on a device (None: back to "
+        "Make launches of the table's family (gemm, grouped_gemm, attention) choose from it on a device (None: back to "
         "the built-in heuristic of `family`).");
 
   m.def(

@@ -5,10 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <array>
 #include <cmath>
-#include <functional>
-#include <unordered_map>
 #include <vector>
 
 #include "attention_ops.h"
@@ -197,9 +194,7 @@ void launch_combine(const AttentionProblem& p, int32_t splits, const AttentionWo
 }  // namespace
 }  // namespace detail
 
-namespace {
-
-AttentionLaunch choose_launch(const AttentionProblem& p) {
+AttentionLaunch attention_default_launch(const AttentionProblem& p) {
   std::vector<AttentionTile> tiles;
   std::vector<int32_t> ids;
   for (const VariantInfo& v : attention_variants()) {
@@ -211,38 +206,9 @@ AttentionLaunch choose_launch(const AttentionProblem& p) {
     WAVETUNE_INVALID("no compiled attention variant takes ", to_string(p.dtype), " with head_dim ", p.head_dim,
                      " (build with the default kernel set, or with -Ccmake.define.WAVETUNE_KERNEL_SET=full)");
   }
-  const int32_t limit = detail::attention_splittable(p) ? kMaxAttentionSplits : 1;
+  const int32_t limit = attention_kv_splittable(p) ? kMaxAttentionSplits : 1;
   const AttentionChoice choice = choose_attention(tiles, detail::shape_of(p), detail::current_device_info().sm_count, limit);
   return {ids[choice.index], choice.splits};
-}
-
-// NOTES: choices are kept per thread and shape (no lock on the hot path). Decode's key length grows by one
-// each step, so its keys are counted in whole 64-key tiles (from 128 keys on) and the choice is made for
-// the rounded-down length: it stays valid (each split keeps a whole KV tile) and a decode step reuses it.
-struct LaunchKey {
-  std::array<int64_t, 9> fields;
-  bool operator==(const LaunchKey& o) const { return fields == o.fields; }
-};
-struct LaunchKeyHash {
-  size_t operator()(const LaunchKey& k) const {
-    size_t h = 0;
-    for (int64_t f : k.fields) h = h * 1000003u ^ std::hash<int64_t>{}(f);
-    return h;
-  }
-};
-constexpr size_t kMaxCachedLaunches = 4096;
-
-}  // namespace
-
-AttentionLaunch attention_default_launch(const AttentionProblem& p) {
-  thread_local std::unordered_map<LaunchKey, AttentionLaunch, LaunchKeyHash> cache;
-  AttentionProblem rounded = p;
-  if (p.seqlen_q == 1 && p.seqlen_k >= 128) rounded.seqlen_k = p.seqlen_k / 64 * 64;
-  const LaunchKey key{{detail::current_device_info().device, int64_t(p.dtype), p.batch, p.seqlen_q, rounded.seqlen_k,
-                       int64_t(p.heads_q) << 32 | p.heads_kv, p.head_dim, p.causal, detail::attention_splittable(p)}};
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cache.size() >= kMaxCachedLaunches) cache.clear();
-  return cache[key] = choose_launch(rounded);
 }
 
 void attention(const AttentionProblem& p, const AttentionLaunch& how, void* workspace, size_t workspace_bytes,

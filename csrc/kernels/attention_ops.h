@@ -61,9 +61,6 @@ struct AttentionWorkspace {
   }
 };
 
-// Whether the keys of this (valid) problem can be split (attention_registry.cpp says when).
-bool attention_splittable(const AttentionProblem& p);
-
 // What each generated attention variant exports; the registry holds one per compiled variant.
 struct AttentionVariantOps {
   void (*run)(const FmhaCall&, const DeviceInfo&, Stream);

@@ -90,16 +90,14 @@ std::string attention_problem_error(const AttentionProblem& p) {
   return os.str();
 }
 
-namespace detail {
 // NOTES: with batch > 1, a split's keys are a batch-mode stride of CUTLASS's kernel folded into the head
 // mode (index head + heads_kv * split), which needs each key's heads side by side: seq_stride ==
 // heads_kv * head_stride, true of [batch, seq, heads, dim] tensors and of a KV cache sliced along seq.
-bool attention_splittable(const AttentionProblem& p) {
+bool attention_kv_splittable(const AttentionProblem& p) {
   if (p.seqlen_q != 1) return false;
   if (p.batch == 1) return true;
   return p.k.seq_stride == p.heads_kv * p.k.head_stride && p.v.seq_stride == p.heads_kv * p.v.head_stride;
 }
-}  // namespace detail
 
 std::string attention_launch_error(const AttentionProblem& p, const AttentionLaunch& how) {
   std::ostringstream os;
@@ -119,7 +117,7 @@ std::string attention_launch_error(const AttentionProblem& p, const AttentionLau
     os << "splits=" << how.splits << " exceeds seqlen_k=" << p.seqlen_k;
   } else if (how.splits > 1 && std::max(p.k.seq_stride, p.v.seq_stride) * how.splits > std::numeric_limits<int32_t>::max()) {
     os << "splits=" << how.splits << " times the keys' seq_stride exceeds 2^31 elements (CUTLASS's FMHA strides are 32-bit)";
-  } else if (how.splits > 1 && !detail::attention_splittable(p)) {
+  } else if (how.splits > 1 && !attention_kv_splittable(p)) {
     os << "KV splits with batch > 1 need k and v with seq_stride == heads_kv * head_stride "
        << "([batch, seq, heads, dim] with the heads side by side)";
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common.h"
+#include "wavetune/attention_heuristic.h"
 #include "wavetune/grouped_mapping.h"
 #include "wavetune/lookup.h"
 
@@ -314,7 +315,8 @@ bool valid_enums(DType dtype, BLayout b_layout) {
   return (dtype == DType::bf16 || dtype == DType::fp16) && (b_layout == BLayout::col || b_layout == BLayout::row);
 }
 
-// `grouped`: the table is of a grouped family, whose problems may have several groups.
+// `grouped`: the table is of a family other than gemm, whose problems may have several groups (for
+// attention: sequences) and, for attention, heads.
 void check_problem(const Problem& p, bool grouped) {
   if (!valid_enums(p.dtype, p.b_layout)) {
     WAVETUNE_INVALID("problem dtype ", int32_t(p.dtype), " or B layout ", int32_t(p.b_layout), " is out of range");
@@ -326,6 +328,29 @@ void check_problem(const Problem& p, bool grouped) {
   if (p.groups < 1 || p.groups > (grouped ? kMaxGroups : 1)) {
     WAVETUNE_INVALID("problem groups=", p.groups, " must be ", grouped ? "in [1, 2^29]" : "1 for a gemm table");
   }
+  if (p.heads_kv < 1 || p.heads_q < p.heads_kv || p.heads_q % p.heads_kv != 0 || p.heads_q > kMaxGroups) {
+    WAVETUNE_INVALID("problem heads_q=", p.heads_q, " must be a positive multiple of heads_kv=", p.heads_kv);
+  }
+}
+
+// The attention family's coordinates of a problem under a config (attention_heuristic.h): G is the CTAs of
+// one launch, L the KV tiles a CTA walks (the average, rounded), one CTA per SM; `launches` launches run
+// back to back.
+Coordinates attention_coordinates(const TileShape& t, int32_t splits, const Problem& p, int32_t sm_count,
+                                  int64_t* launches) {
+  const AttentionShape shape{p.groups, p.m, p.n, p.heads_q, p.heads_kv, p.causal};
+  const AttentionTile tile{t.tile_m, t.tile_n, t.tile_k};
+  const FmhaGrid g = fmha_grid(shape, splits);
+  const int64_t ctas = fmha_ctas(g, tile) / g.launches;
+  *launches = g.launches;
+  return {ctas, std::max<int64_t>(1, std::llround(kv_tiles_per_cta(g, tile, p.causal).first)), sm_count,
+          detail::ceil_div(ctas, sm_count)};
+}
+
+// Whether an attention config can run the problem: its head dim, and KV splits only for decode with a whole
+// KV tile per split.
+bool attention_fits(const TileShape& t, int32_t splits, const Problem& p) {
+  return t.tile_k == p.k && (splits == 1 || (p.m == 1 && p.n / splits >= t.tile_n));
 }
 
 }  // namespace
@@ -333,7 +358,8 @@ void check_problem(const Problem& p, bool grouped) {
 struct Selector::Impl {
   Table table;
   std::string family;
-  bool grouped = false;  // a family other than gemm: problems have groups
+  bool grouped = false;    // a family other than gemm: problems have groups
+  bool attention = false;  // the attention family: its own mapping, KV splits as split_k
   int32_t sm_count = 0;
   size_t skipped = 0;
   std::vector<Candidate> candidates[2][2];  // [dtype][b_layout], in config-id order
@@ -402,6 +428,24 @@ struct Selector::Impl {
     }
   }
 
+  // The attention family's model choice: the candidate of least predicted time (its wave model times its
+  // launches, calibrated), over the configs that fit the problem (attention_fits).
+  Choice select_attention(const Problem& p) const {
+    const LogExtents logs(p);
+    const Candidate* best = nullptr;
+    double best_t = 0;
+    for (const Candidate& c : candidates[int(p.dtype)][int(p.b_layout)]) {
+      if (!attention_fits(c.mapping.tile(), c.mapping.splits(), p)) continue;
+      int64_t launches = 1;
+      const Coordinates x = attention_coordinates(c.mapping.tile(), c.mapping.splits(), p, sm_count, &launches);
+      const double t = double(launches) * predicted_us(c, x, 0.0, logs);
+      if (!best || t < best_t) best = &c, best_t = t;  // strict: ties keep the lower id
+    }
+    if (!best) no_candidate(p);
+    const MicroParams micro{best->mapping.decomposition(), best->mapping.splits(), Raster::heuristic, 1};
+    return Choice{best->variant, micro, best_t, ChoiceSource::model, best->config};
+  }
+
   [[noreturn]] void no_candidate(const Problem& p) const {
     WAVETUNE_INVALID("no compiled config in table ", table.origin, " takes ", to_string(p.dtype), " with ",
                      to_string(p.b_layout), "-major B (", skipped, " of its ", table.configs.size(),
@@ -420,6 +464,7 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
   const auto family_meta = t.meta.find("family");
   s.family = family_meta == t.meta.end() ? "gemm" : family_meta->second;
   s.grouped = s.family != "gemm";
+  s.attention = s.family == "attention";
   if (s.family != family) {
     table_error(origin, ": a table of the ", s.family, " kernel family, but it is loaded for ", family);
   }
@@ -453,8 +498,11 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
                   " (data_parallel, split_k or stream_k; splits >= 1, and 1 unless split_k)");
     }
     if (c.waves.empty()) table_error(origin, ": config ", i, " has no wave model");
-    if (s.grouped && c.decomposition != Decomposition::data_parallel) {
+    if (s.grouped && !s.attention && c.decomposition != Decomposition::data_parallel) {
       table_error(origin, ": config ", i, ": the ", s.family, " family runs data_parallel only");
+    }
+    if (s.attention && c.decomposition == Decomposition::stream_k) {
+      table_error(origin, ": config ", i, ": the attention family splits the keys (split_k), it has no stream_k");
     }
     std::vector<WaveModel> waves = c.waves;
     std::sort(waves.begin(), waves.end(), [](const WaveModel& a, const WaveModel& b) { return a.wave < b.wave; });
@@ -482,7 +530,7 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
     if (std::min({v.tile_m, v.tile_n, v.tile_k, v.cluster_m, v.cluster_n}) < 1) {
       WAVETUNE_INVALID("variant ", v.name, " has a tile or cluster extent below 1");
     }
-    if (v.scheduler == TileScheduler::persistent && c.decomposition != Decomposition::data_parallel) {
+    if (!s.attention && v.scheduler == TileScheduler::persistent && c.decomposition != Decomposition::data_parallel) {
       table_error(origin, ": config ", i, " runs ", v.name, " with ", to_string(c.decomposition),
                   ", which needs a stream_k variant: the table contradicts the config space");
     }
@@ -615,6 +663,7 @@ void Selector::check_device(const std::string& gpu_name, int32_t sm_count) const
 
 Choice Selector::select(const Problem& p) const {
   check_problem(p, impl_->grouped);
+  if (impl_->attention) return impl_->select_attention(p);  // the cache's key has no heads or mask
   const Key key = make_key(p);
   const uint64_t h = hash(key);
   Choice c;
@@ -636,6 +685,7 @@ Choice Selector::select_uncached(const Problem& p) const {
 Choice Selector::select_model(const Problem& p) const {
   check_problem(p, impl_->grouped);
   const Impl& s = *impl_;
+  if (s.attention) return s.select_attention(p);
   const std::vector<Candidate>& list = s.candidates[int(p.dtype)][int(p.b_layout)];
   if (list.empty()) s.no_candidate(p);
 
@@ -710,6 +760,13 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
   const LogExtents logs(p);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
+    if (s.attention) {
+      if (!attention_fits(c.mapping.tile(), c.mapping.splits(), p)) continue;
+      int64_t launches = 1;
+      const Coordinates x = attention_coordinates(c.mapping.tile(), c.mapping.splits(), p, s.sm_count, &launches);
+      out.push_back({c.config, c.variant, x, double(launches) * s.predicted_us(c, x, 0.0, logs)});
+      continue;
+    }
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k, p.groups);
     const double t = s.predicted_us(c, x, floor_us, logs);
     out.push_back({c.config, c.variant, x, t});

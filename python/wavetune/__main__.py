@@ -60,6 +60,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.family == tuning.GROUPED_FAMILY:
         tuning.tune_grouped([Path(p) for p in args.log.split(",")], Path(args.out or "tables"))
         return 0
+    if args.family == tuning.ATTENTION_FAMILY:
+        tuning.tune_attention([Path(p) for p in args.log.split(",")], Path(args.out or "tables"))
+        return 0
     if args.shapes:
         deploy.run(Path(args.shapes), args.out and Path(args.out), Path(args.log), args.table and Path(args.table),
                    args.dtype, args.b_layout, args.tp, args.models, args.max_m, args.top)
@@ -117,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--log", default="wavetune-measurements.jsonl",
                       help="measurement log; an existing log of the same GPU and build is resumed")
     tune.add_argument("--family", default="gemm", choices=list(api.TABLE_ENV),
-                      help="grouped_gemm: fit <gpu>.grouped_gemm.wtt to --log, a comma-separated list of "
-                           "benchmarks/grouped.py logs (--suite tune) measured on this GPU with this build")
+                      help="grouped_gemm / attention: fit <gpu>.<family>.wtt to --log, a comma-separated list of "
+                           "benchmarks/grouped.py (--suite tune) / benchmarks/attention.py (--suite named) logs "
+                           "measured on this GPU with this build")
     tune.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     tune.add_argument("--b-layout", default="col", choices=["col", "row"])
     tune.add_argument("--exact", help="shape-suite JSON whose shapes are profiled exhaustively into the exact table")
@@ -157,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "tune" and args.family != "gemm" and (args.shapes or args.exact or args.budget):
-        parser.error("--family grouped_gemm fits a grouped table to --log; --shapes, --exact and --budget are "
+        parser.error(f"--family {args.family} fits a table to --log; --shapes, --exact and --budget are "
                      "options of the gemm family")
     if args.command == "tune" and args.shapes and (args.exact or args.budget or args.no_micro or args.offline):
         parser.error("--shapes adds a model's layers to an existing table; --exact, --budget, --no-micro and "

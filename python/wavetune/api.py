@@ -78,7 +78,7 @@ class LaunchConfig:
 # Tables shipped with the package, one per GPU model and kernel family (docs/tables.md).
 TABLE_DIR = Path(__file__).parent / "tables"
 # The environment variable that names a table to use instead of the shipped one, per kernel family.
-TABLE_ENV = {"gemm": "WAVETUNE_TABLE", "grouped_gemm": "WAVETUNE_GROUPED_TABLE"}
+TABLE_ENV = {"gemm": "WAVETUNE_TABLE", "grouped_gemm": "WAVETUNE_GROUPED_TABLE", "attention": "WAVETUNE_ATTENTION_TABLE"}
 
 
 def table_file_name(gpu_name: str, family: str = "gemm") -> str:
@@ -106,7 +106,8 @@ def open_table(path: str | Path, family: str = "gemm"):
 
 def load_table(path: str | Path | None = None, *, device: int | None = None, family: str = "gemm") -> dict:
     """Use a table for the choices of a kernel family (``wavetune.gemm``'s by default, ``"grouped_gemm"`` for
-    ``wavetune.grouped_gemm``'s) on a CUDA device (default: the current one).
+    ``wavetune.grouped_gemm``'s, ``"attention"`` for ``wavetune.attention``'s) on a CUDA device (default:
+    the current one).
 
     Without ``path``, the default table for the device's GPU model (``default_table_path``). The table
     is refused if it was made on another GPU model, for another family or for another build's variants.
@@ -134,7 +135,7 @@ def device_properties(device: int | None = None) -> dict:
 
 # Devices whose table was looked for already, per family: a family's first call on a device looks once.
 _table_checked: set[int] = set()
-_checked_tables = {"gemm": _table_checked, "grouped_gemm": set()}
+_checked_tables = {"gemm": _table_checked, "grouped_gemm": set(), "attention": set()}
 
 
 def _autoload_table(device: int, family: str = "gemm") -> None:

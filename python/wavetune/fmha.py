@@ -74,7 +74,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     scale: of q.k, default 1 / sqrt(head_dim). head_dim: 64, 128 or 256.
     out: optional [batch, seqlen_q, heads_q, head_dim] tensor to write (same dtype and device).
     config, splits: force an attention variant (id or name, ``attention_configs()``) and a KV split count
-        (decode only: seqlen_q == 1); default: the built-in wave-aware choice of both from the sizes.
+        (decode only: seqlen_q == 1); default: both chosen from the sizes by the GPU's attention table
+        (``tables/<gpu>.attention.wtt``, or $WAVETUNE_ATTENTION_TABLE), else by the built-in wave model.
 
     Runs on the current torch stream of q's device.
     """
@@ -101,7 +102,9 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         with torch.cuda.device(device):
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
     if variant < 0:
-        variant, chosen_splits = _C.attention_default_launch(sizes, *tensors, scale, causal, dtype_code)
+        if device not in api._checked_tables["attention"]:
+            api._autoload_table(device, "attention")
+        variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device)
         splits = chosen_splits if splits is None else splits
     splits = 1 if splits is None else splits
     if isinstance(splits, bool) or not isinstance(splits, int):

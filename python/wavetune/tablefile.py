@@ -150,7 +150,7 @@ def _meta_lines(meta: Mapping) -> list[str]:
     return [f"meta {key} {values[key]}\n" for key in order]
 
 
-def _config_lines(configs: Sequence[Mapping]) -> tuple[list[str], list[str]]:
+def _config_lines(configs: Sequence[Mapping], family: str = "gemm") -> tuple[list[str], list[str]]:
     if not isinstance(configs, Sequence) or isinstance(configs, (str, bytes)):
         raise ValueError("configs must be a list of dicts")
     if not configs:
@@ -177,7 +177,9 @@ def _config_lines(configs: Sequence[Mapping]) -> tuple[list[str], list[str]]:
         splits = _int(config.get("splits", 1), f"{where} splits", 1)
         if decomposition != "split_k" and splits != 1:
             raise ValueError(f"{where}: splits must be 1 unless the decomposition is split_k (got {splits})")
-        if variant.endswith("_persistent") and decomposition != "data_parallel":
+        if family == "attention" and decomposition == "stream_k":
+            raise ValueError(f"{where}: the attention family splits the keys (split_k), it has no stream_k")
+        if family != "attention" and variant.endswith("_persistent") and decomposition != "data_parallel":
             raise ValueError(
                 f"{where}: {variant} has the persistent tile scheduler and takes data_parallel only, not "
                 f"{decomposition} (split_k and stream_k need a *_stream_k variant)"
@@ -367,7 +369,7 @@ def format_table(
 ) -> bytes:
     """The bytes of a table file (validated; see ``write_table``), checksum line included."""
     meta_lines = _meta_lines(meta)
-    config_lines, variants = _config_lines(configs)
+    config_lines, variants = _config_lines(configs, str(meta.get("family", "gemm")))
     body = [MAGIC + "\n", *meta_lines, *config_lines, *_wave_lines(waves, len(variants)),
             *_micro_lines(micro, len(variants)), *_exact_lines(exact, variants),
             *_prior_lines(priors, variants), *_calibration_lines(calibration, len(variants)),

@@ -54,10 +54,16 @@ WAVETUNE_API const VariantInfo* find_attention_variant(int32_t id);
 
 // Empty when the problem's sizes, pointers, strides and alignment are valid, else the reason. No GPU.
 WAVETUNE_API std::string attention_problem_error(const AttentionProblem& problem);
+// Whether the keys of a (valid) problem can be split: decode only, and with batch > 1 K and V must hold a
+// key's heads side by side (seq_stride == heads_kv * head_stride).
+WAVETUNE_API bool attention_kv_splittable(const AttentionProblem& problem);
 // Empty when `how` can run the (valid) problem: the variant's dtype and head dim, the split count.
 WAVETUNE_API std::string attention_launch_error(const AttentionProblem& problem, const AttentionLaunch& how);
 
-// The built-in choice for the current device (attention_heuristic.h), from the sizes only.
+// The built-in choice for the current device (attention_heuristic.h), from the sizes only: a few
+// microseconds (it evaluates the model for every compiled variant and split count), so keep it per shape.
+// An attention table (lookup.h, family "attention") chooses from measurements instead; the Python
+// package consults the device's table first and caches either choice per thread and shape.
 WAVETUNE_API AttentionLaunch attention_default_launch(const AttentionProblem& problem);
 
 // Device memory an attention call needs: the log-sum-exp rows, and with splits the partial outputs.

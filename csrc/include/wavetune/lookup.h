@@ -106,12 +106,16 @@ WAVETUNE_API uint64_t table_checksum(const char* data, size_t size);
 
 // A GEMM problem, or a grouped one (a table of another family than "gemm"): `groups` GEMMs of N x K
 // weights over m rows in all, which the host assumes spread evenly over min(groups, m) of them
-// (grouped_mapping.h); a dense GEMM is one group.
+// (grouped_mapping.h); a dense GEMM is one group. An attention problem (an "attention" table): m =
+// seqlen_q, n = seqlen_k, k = head_dim, groups = batch, b_layout col, and the heads and mask below
+// (attention_heuristic.h maps it).
 struct Problem {
   DType dtype;
   BLayout b_layout;
   int64_t m, n, k;      // each in [1, 2^31 - 1]
   int64_t groups = 1;  // in [1, 2^29]; 1 for a gemm table
+  int64_t heads_q = 1, heads_kv = 1;  // attention only: heads_q a multiple of heads_kv
+  bool causal = false;                // attention only: the bottom-right causal mask
 };
 
 enum class ChoiceSource : int32_t { exact = 0, model = 1 };
@@ -165,7 +169,7 @@ class WAVETUNE_API Selector {
   std::vector<Prediction> explain(const Problem& p) const;
 
   const Table& table() const;
-  const std::string& family() const;  // the table's kernel family: "gemm", "grouped_gemm"
+  const std::string& family() const;  // the table's kernel family: "gemm", "grouped_gemm", "attention"
   size_t skipped_configs() const;                               // configs whose variant is not compiled
   size_t candidate_count(DType dtype, BLayout b_layout) const;  // compiled configs for that dtype and layout
   int32_t sm_count() const;                                     // the table's meta sm_count
