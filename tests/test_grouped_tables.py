@@ -167,8 +167,10 @@ def test_selector_refuses_the_wrong_family_and_groups(tmp_path):
     selector = api.open_table(path, "grouped_gemm")
     with pytest.raises(ValueError, match=r"groups=0 must be in \[1, 2\^29\]"):
         selector.select("bf16", "col", 10, 1536, 2048, groups=0)
-    with pytest.raises(ValueError, match="unknown kernel family"):
+    with pytest.raises(ValueError, match="grouped_gemm kernel family, but it is loaded for attention"):
         api.open_table(path, "attention")
+    with pytest.raises(ValueError, match="unknown kernel family"):
+        api.open_table(path, "vision")
     exact = [{"dtype": "bf16", "b_layout": "col", "m_first": 1, "m_last": 8, "n": 1536, "k": 2048, "config_id": 0,
               "raster": "heuristic", "max_swizzle": 1, "us": 5.0}]
     write_grouped_table(path, variants, exact=exact)
