@@ -22,7 +22,7 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"config space {build['config_space_hash']}, CUDA {build['cuda_version']}, "
           f"CUTLASS {build['cutlass_version']}")
     print(f"other families: {len(grouped_configs())} grouped GEMM variants, {len(attention_configs())} attention "
-          f"variants (the built-in wave model chooses for attention: no attention tables yet)")
+          f"variants")
     if not build["kernels_compiled"]:
         print("no GPU kernels in this build (built without nvcc)")
         return 0
@@ -81,8 +81,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return 2
     selector = api.open_table(table, args.family)
     problem = (args.dtype, args.b_layout, args.M, args.N, args.K)
-    rows = sorted(selector.explain(*problem, args.groups), key=lambda r: r["predicted_us"])
-    choice = selector.select(*problem, groups=args.groups)
+    heads_q, heads_kv = (int(h) for h in args.heads.split(","))
+    attention = dict(heads_q=heads_q, heads_kv=heads_kv, causal=args.causal)
+    rows = sorted(selector.explain(*problem, args.groups, **attention), key=lambda r: r["predicted_us"])
+    choice = selector.select(*problem, groups=args.groups, **attention)
     print(f"{table}: {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
     if skipped := selector.skipped_configs():
         print(f"{skipped} of the table's {selector.config_count()} configs are not compiled into this build: left out")
@@ -157,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--top", type=int, default=15, help="configs to list")
     explain.add_argument("--family", default="gemm", choices=list(api.TABLE_ENV),
                          help="grouped_gemm: a grouped problem, M rows over --groups experts")
-    explain.add_argument("--groups", type=int, default=1, help="with --family grouped_gemm: the expert count")
+    explain.add_argument("--groups", type=int, default=1, help="with --family grouped_gemm: the expert count; "
+                         "with --family attention: the batch (M, N, K are then seqlen_q, seqlen_k, head_dim)")
+    explain.add_argument("--heads", default="1,1", help="with --family attention: query heads,KV heads")
+    explain.add_argument("--causal", action="store_true", help="with --family attention: the causal mask")
 
     args = parser.parse_args(argv)
     if args.command == "tune" and args.family != "gemm" and (args.shapes or args.exact or args.budget):
