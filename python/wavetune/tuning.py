@@ -639,17 +639,25 @@ def tune_grouped(logs: list[Path], out: Path) -> Path:
     if not variants:
         raise ValueError("no bf16 grouped variant compiled: build with WAVETUNE_KERNEL_SET=full")
     table = fit_grouped(cases, variants, header["sm_count"])
+    return write_family_table(out, header, GROUPED_FAMILY, _C.grouped_config_space_hash(), GROUPED_TIMING,
+                              f"bf16: {len(cases)} cases of benchmarks/grouped.py", table)
+
+
+def write_family_table(out: Path, header: dict, family: str, config_space_hash: str, timing: str, source: str,
+                       table: dict) -> Path:
+    """Write a table of another family than gemm, fitted to a benchmark log with ``header``, as
+    ``out/<gpu-slug>.<family>.wtt``."""
     meta = {
-        "gpu_name": header["gpu"], "sm_count": header["sm_count"], "family": GROUPED_FAMILY,
-        "config_space_hash": _C.grouped_config_space_hash(),
+        "gpu_name": header["gpu"], "sm_count": header["sm_count"], "family": family,
+        "config_space_hash": config_space_hash,
         "wavetune_version": api._version(), "cuda_version": _C.build_info()["cuda_version"],
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "timing": GROUPED_TIMING, "source": f"bf16: {len(cases)} cases of benchmarks/grouped.py",
+        "timing": timing, "source": source,
     }
-    path = Path(out) / f"{tablefile.table_slug(header['gpu'])}.{GROUPED_FAMILY}.wtt"
+    path = Path(out) / f"{tablefile.table_slug(header['gpu'])}.{family}.wtt"
     path.parent.mkdir(parents=True, exist_ok=True)
     tablefile.write_table(path, meta=meta, **table)
-    print(f"wrote {path}: {len(table['configs'])} configs fitted to {len(cases)} cases")
+    print(f"wrote {path}: {len(table['configs'])} configs fitted to {source}")
     return path
 
 
@@ -705,15 +713,5 @@ def tune_attention(logs: list[Path], out: Path) -> Path:
     if not variants:
         raise ValueError("no bf16 attention variant compiled: build with WAVETUNE_KERNEL_SET=full")
     table = fit_attention(cases, variants, header["sm_count"])
-    meta = {
-        "gpu_name": header["gpu"], "sm_count": header["sm_count"], "family": ATTENTION_FAMILY,
-        "config_space_hash": _C.attention_config_space_hash(),
-        "wavetune_version": api._version(), "cuda_version": _C.build_info()["cuda_version"],
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "timing": ATTENTION_TIMING, "source": f"bf16: {len(cases)} cases of benchmarks/attention.py",
-    }
-    path = Path(out) / f"{tablefile.table_slug(header['gpu'])}.{ATTENTION_FAMILY}.wtt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tablefile.write_table(path, meta=meta, **table)
-    print(f"wrote {path}: {len(table['configs'])} configs fitted to {len(cases)} cases")
-    return path
+    return write_family_table(out, header, ATTENTION_FAMILY, _C.attention_config_space_hash(), ATTENTION_TIMING,
+                              f"bf16: {len(cases)} cases of benchmarks/attention.py", table)
