@@ -148,17 +148,15 @@ std::vector<FmhaCall> prefill_calls(const AttentionProblem& p, float* lse, const
   FmhaCall c = common_call(p, lse);
   c.rows = p.seqlen_q, c.keys = p.seqlen_k;
   c.q_row = p.q.seq_stride, c.k_row = p.k.seq_stride, c.v_row = p.v.seq_stride, c.o_row = p.out.seq_stride;
-  if (expanded_k) {
-    const int64_t hd = p.head_dim, seq = p.heads_q * hd;
-    c.k = expanded_k, c.v = expanded_v, c.k_row = c.v_row = seq, c.k_h = c.v_h = hd, c.k_b = c.v_b = p.seqlen_k * seq;
-    c.b = p.batch, c.h = p.heads_q, c.lse_h = p.seqlen_q, c.lse_b = int64_t(p.heads_q) * p.seqlen_q;
-    c.q_b = p.q.batch_stride, c.o_b = p.out.batch_stride, c.q_h = p.q.head_stride, c.o_h = p.out.head_stride;
-    return {c};
-  }
-  if (group == 1) {
+  if (group == 1 || expanded_k) {
     c.b = p.batch, c.h = p.heads_q, c.lse_h = p.seqlen_q, c.lse_b = int64_t(p.heads_q) * p.seqlen_q;
     c.q_b = p.q.batch_stride, c.k_b = p.k.batch_stride, c.v_b = p.v.batch_stride, c.o_b = p.out.batch_stride;
     c.q_h = p.q.head_stride, c.k_h = p.k.head_stride, c.v_h = p.v.head_stride, c.o_h = p.out.head_stride;
+    if (expanded_k) {  // contiguous copies, one KV head per query head
+      const int64_t hd = p.head_dim, seq = p.heads_q * hd;
+      c.k = expanded_k, c.v = expanded_v, c.k_row = c.v_row = seq, c.k_h = c.v_h = hd;
+      c.k_b = c.v_b = p.seqlen_k * seq;
+    }
     return {c};
   }
   c.b = int32_t(group), c.h = p.heads_kv, c.lse_b = p.seqlen_q, c.lse_h = group * p.seqlen_q;
@@ -189,6 +187,39 @@ void launch_combine(const AttentionProblem& p, int32_t splits, const AttentionWo
   const CombineArgs args{p, splits, p.seqlen_k / splits, ws + layout.partial, reinterpret_cast<float*>(ws + layout.lse)};
   combine_splits<T><<<p.batch * p.heads_q, p.head_dim, 0, stream>>>(args);
   check_launch("combine");
+}
+
+// Prefill: K and V first copied out to the query heads where expand_kv_heads, then the FMHA launches.
+void run_prefill(const AttentionProblem& p, const AttentionVariantOps& ops, const AttentionWorkspace& layout, char* ws,
+                 const DeviceInfo& dev, Stream stream) {
+  const bool expand = expand_kv_heads(shape_of(p));
+  if (expand) {
+    for (const auto& [src, at] : {std::pair{p.k, layout.keys}, {p.v, layout.values}}) {
+      launch_broadcast({src, p.batch, 1, p.seqlen_k, p.heads_q, p.heads_q / p.heads_kv, p.head_dim}, ws + at, dev,
+                       stream, "KV head copy");
+    }
+  }
+  const void* keys = expand ? ws + layout.keys : nullptr;
+  const void* values = expand ? ws + layout.values : nullptr;
+  for (const FmhaCall& c : prefill_calls(p, reinterpret_cast<float*>(ws + layout.lse), keys, values)) {
+    ops.run(c, dev, stream);
+  }
+}
+
+// Decode: with splits, the queries repeated per split (batch > 1), the FMHA launch, then the combine.
+void run_decode(const AttentionProblem& p, int32_t splits, const AttentionVariantOps& ops,
+                const AttentionWorkspace& layout, char* ws, const DeviceInfo& dev, Stream stream) {
+  if (splits > 1 && p.batch > 1) {
+    launch_broadcast({p.q, p.batch, splits, 1, p.heads_q, 1, p.head_dim}, ws + layout.queries, dev, stream,
+                     "query repeat");
+  }
+  ops.run(decode_call(p, splits, layout, ws), dev, stream);
+  if (splits == 1) return;
+  if (p.dtype == DType::bf16) {
+    launch_combine<__nv_bfloat16>(p, splits, layout, ws, stream);
+  } else {
+    launch_combine<__half>(p, splits, layout, ws, stream);
+  }
 }
 
 }  // namespace
@@ -222,34 +253,12 @@ void attention(const AttentionProblem& p, const AttentionLaunch& how, void* work
                      " (attention_workspace_bytes gives it)");
   }
   const detail::DeviceInfo& dev = detail::current_device_info();
-  const detail::AttentionVariantOps* ops = detail::attention_variant_ops(how.variant);
+  const detail::AttentionVariantOps& ops = *detail::attention_variant_ops(how.variant);
   char* ws = static_cast<char*>(workspace);
-  const int64_t group = p.heads_q / p.heads_kv;
   if (p.seqlen_q > 1) {
-    const bool expand = expand_kv_heads(detail::shape_of(p));
-    if (expand) {
-      for (const auto& [src, at] : {std::pair{p.k, layout.keys}, {p.v, layout.values}}) {
-        detail::launch_broadcast({src, p.batch, 1, p.seqlen_k, p.heads_q, group, p.head_dim}, ws + at, dev, stream,
-                                 "KV head copy");
-      }
-    }
-    const void* keys = expand ? ws + layout.keys : nullptr;
-    const void* values = expand ? ws + layout.values : nullptr;
-    for (const detail::FmhaCall& c : detail::prefill_calls(p, reinterpret_cast<float*>(ws + layout.lse), keys, values)) {
-      ops->run(c, dev, stream);
-    }
-    return;
-  }
-  if (how.splits > 1 && p.batch > 1) {
-    detail::launch_broadcast({p.q, p.batch, how.splits, 1, p.heads_q, 1, p.head_dim}, ws + layout.queries, dev, stream,
-                             "query repeat");
-  }
-  ops->run(detail::decode_call(p, how.splits, layout, ws), dev, stream);
-  if (how.splits == 1) return;
-  if (p.dtype == DType::bf16) {
-    detail::launch_combine<__nv_bfloat16>(p, how.splits, layout, ws, stream);
+    detail::run_prefill(p, ops, layout, ws, dev, stream);
   } else {
-    detail::launch_combine<__half>(p, how.splits, layout, ws, stream);
+    detail::run_decode(p, how.splits, ops, layout, ws, dev, stream);
   }
 }
 
