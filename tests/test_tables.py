@@ -297,6 +297,8 @@ def test_cli_cmake_dir_and_info():
 def test_working_set_keeps_the_grid_within_the_loss_bounds(tmp_path):
     """Pruning drops variants while the best kept prediction stays within the bounds everywhere on a
     (small) grid; the built-in default's variants stay."""
+    if len(tuning.candidates()) < 2:
+        pytest.skip("needs two or more compiled bf16 column-major candidates (a filtered build may have one)")
     path = tmp_path / "t.wtt"
     make_table(path)
     grid = dict(nk=(1024, 8192), ms=(1, 17, 100, 777, 5000))
