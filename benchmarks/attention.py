@@ -43,7 +43,7 @@ import shape_suite
 import vs_cublas
 from methods import geomean
 import wavetune
-from wavetune import _C
+from wavetune import _C, fmha, tuning
 
 REPO = Path(__file__).resolve().parents[1]
 warnings.filterwarnings("ignore", message="For dense input")  # SDPA explaining why a backend refuses GQA
@@ -132,7 +132,7 @@ def sdpa(backend, causal: bool):
 
 def fa_rule_splits(c: dict, variant) -> int:
     """FlashAttention's split count for the kernel `variant` (its tile) on the case."""
-    sizes = tuple(c[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
+    sizes = tuning.attention_sizes(c)
     if c["seqlen_q"] != 1:
         return 1
     ctas, _, _, _ = _C.attention_mapping(sizes, False, variant.tile, 1)
@@ -141,18 +141,10 @@ def fa_rule_splits(c: dict, variant) -> int:
     return _C.flash_attention_splits(ctas, kv_tiles, wavetune.device_properties()["sm_count"], limit)
 
 
-def sizes_of(c: dict) -> tuple:
-    return tuple(c[k] for k in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
-
-
-def tensor_args(t) -> tuple:
-    return (t.data_ptr(), *t.stride()[:3])
-
-
 def choices(c: dict, operands: tuple) -> dict[str, tuple[int, int]]:
     """(variant id, splits) of wavetune.attention's own choice and of the built-in model's, on the case."""
-    args = (sizes_of(c), *map(tensor_args, operands), 1 / math.sqrt(c["head_dim"]), c["phase"] == "prefill",
-            _C.DTYPES.index("bf16"))
+    args = (tuning.attention_sizes(c), *map(fmha._tensor_args, operands), 1 / math.sqrt(c["head_dim"]),
+            c["phase"] == "prefill", _C.DTYPES.index("bf16"))
     return {"choice": _C.attention_choice(*args, torch.cuda.current_device()),
             "builtin": _C.attention_default_launch(*args)}
 
@@ -229,7 +221,7 @@ def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
     times = vs_cublas.interleaved_us(methods, sets, per_graph, args.reps)
     own = {name: us for name, us in times.items() if "/" in name}
     sdpa_times = {name: us for name, us in times.items() if name.startswith("sdpa")}
-    names = {key: f"{wavetune.fmha._attention_by_id()[v].name}/{s}" for key, (v, s) in choices(c, sets[0]).items()}
+    names = {key: f"{fmha._attention_by_id()[v].name}/{s}" for key, (v, s) in choices(c, sets[0]).items()}
     best = min(own, key=own.get)
     best_sdpa = min(sdpa_times, key=sdpa_times.get) if sdpa_times else None
     return {**c, "copies": len(sets), "choice": names["choice"], "builtin": names["builtin"],
@@ -244,7 +236,7 @@ def host_costs() -> dict:
     same shape again), and of whole eager calls of a decode-sized problem, wavetune's and SDPA's."""
     q = torch.randn(8, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(8, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
-    args = [tensor_args(t) for t in (q, k, k, q)]
+    args = [fmha._tensor_args(t) for t in (q, k, k, q)]
     wavetune.attention(q, k, k)  # loads the GPU's attention table, as a first call does
     bf16 = _C.DTYPES.index("bf16")
 

@@ -1,5 +1,5 @@
 // Bindings of the attention family (csrc/include/wavetune/attention.h): tensors arrive as raw pointers
-// and strides; python/wavetune/attention.py does the framework-level checks.
+// and strides; python/wavetune/fmha.py does the framework-level checks.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -57,10 +57,11 @@ AttentionShape make_shape(const PySizes& sizes, bool causal) {
 // table predicts a config that can run the problem (KV splits also depend on the strides:
 // attention_launch_error) more than kTableMargin faster than the built-in's choice, which must then be one
 // of its configs. The table's per-config fits are closer to the cases they were fitted on than the built-in
-// model (2% median error against 8%), but on other models' shapes they were sometimes far off (held-out
-// choice 0.951 of the best on the H200, the built-in 0.965); as the override of a prior they reached 0.980
-// and 0.969 (H100, H200, 2026-11-24). The margin ranked best of 0, 0.05, 0.1, 0.2, 0.3 on the named cases
-// the tables were fitted to; the held-out cases judged it. Choices are kept per thread and shape (no lock on
+// model (2% median error against 8%), but on other models' shapes they were sometimes far off: taken
+// outright, the table's choices ran at 0.951 of the best on the H200's held-out cases where the built-in's
+// ran at 0.965 (both read off one run's timings of every config). As an override they ran at 0.986 and 0.977
+// of the best on the held-out cases, the built-in alone at 0.976 and 0.974, in the same rounds (H100, H200,
+// 2026-11-24). The margin ranked best of 0, 0.05, 0.1, 0.2, 0.3 on the named cases the tables were fitted to. Choices are kept per thread and shape (no lock on
 // the eager path). Decode's key length grows by one each step, so its keys are counted in whole 64-key
 // tiles (from 128 keys on) and the choice is made for the rounded-down length: still valid (each split
 // keeps a whole KV tile), and reused by the next steps.
@@ -144,8 +145,8 @@ void bind_attention(py::module_& m) {
         const AttentionLaunch how = attention_choice(make_problem(sizes, q, k, v, out, scale, causal, dtype), device);
         return py::make_tuple(how.variant, how.splits);
       },
-      "(variant id, splits) a launch with no forced config runs on that device: its attention table's choice, "
-      "else the built-in model's; cached per thread and shape.");
+      "(variant id, splits) a launch with no forced config runs on that device: the built-in model's choice, or "
+      "its attention table's where that predicts a clear gain; cached per thread and shape.");
   m.def(
       "attention_mapping",
       [](const PySizes& sizes, bool causal, const PyTile& tile, int32_t splits) {

@@ -328,6 +328,10 @@ void check_problem(const Problem& p, bool grouped) {
   if (p.groups < 1 || p.groups > (grouped ? kMaxGroups : 1)) {
     WAVETUNE_INVALID("problem groups=", p.groups, " must be ", grouped ? "in [1, 2^29]" : "1 for a gemm table");
   }
+}
+
+// The heads of an attention problem (off the GEMM path, which never reads them).
+void check_heads(const Problem& p) {
   if (p.heads_kv < 1 || p.heads_q < p.heads_kv || p.heads_q % p.heads_kv != 0 || p.heads_q > kMaxGroups) {
     WAVETUNE_INVALID("problem heads_q=", p.heads_q, " must be a positive multiple of heads_kv=", p.heads_kv);
   }
@@ -428,17 +432,27 @@ struct Selector::Impl {
     }
   }
 
-  // The attention family's model choice: the candidate of least predicted time (its wave model times its
-  // launches, calibrated), over the configs that fit the problem (attention_fits).
+  // An attention candidate's prediction (its wave model times its launches, calibrated) and coordinates;
+  // false when the config cannot run the problem (attention_fits).
+  bool attention_prediction(const Candidate& c, const Problem& p, const LogExtents& logs, Coordinates* x,
+                            double* us) const {
+    if (!attention_fits(c.mapping.tile(), c.mapping.splits(), p)) return false;
+    int64_t launches = 1;
+    *x = attention_coordinates(c.mapping.tile(), c.mapping.splits(), p, sm_count, &launches);
+    *us = double(launches) * predicted_us(c, *x, 0.0, logs);
+    return true;
+  }
+
+  // The attention family's model choice: the candidate of least predicted time over the configs that fit.
   Choice select_attention(const Problem& p) const {
+    check_heads(p);
     const LogExtents logs(p);
     const Candidate* best = nullptr;
     double best_t = 0;
     for (const Candidate& c : candidates[int(p.dtype)][int(p.b_layout)]) {
-      if (!attention_fits(c.mapping.tile(), c.mapping.splits(), p)) continue;
-      int64_t launches = 1;
-      const Coordinates x = attention_coordinates(c.mapping.tile(), c.mapping.splits(), p, sm_count, &launches);
-      const double t = double(launches) * predicted_us(c, x, 0.0, logs);
+      Coordinates x;
+      double t;
+      if (!attention_prediction(c, p, logs, &x, &t)) continue;
       if (!best || t < best_t) best = &c, best_t = t;  // strict: ties keep the lower id
     }
     if (!best) no_candidate(p);
@@ -755,16 +769,16 @@ Choice Selector::select_model(const Problem& p) const {
 
 std::vector<Prediction> Selector::explain(const Problem& p) const {
   check_problem(p, impl_->grouped);
+  if (impl_->attention) check_heads(p);
   const Impl& s = *impl_;
   const double floor_us = memory_floor(p, spread_of(p), s.table.memory_bytes_per_us);
   const LogExtents logs(p);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
     if (s.attention) {
-      if (!attention_fits(c.mapping.tile(), c.mapping.splits(), p)) continue;
-      int64_t launches = 1;
-      const Coordinates x = attention_coordinates(c.mapping.tile(), c.mapping.splits(), p, s.sm_count, &launches);
-      out.push_back({c.config, c.variant, x, double(launches) * s.predicted_us(c, x, 0.0, logs)});
+      Coordinates x;
+      double t;
+      if (s.attention_prediction(c, p, logs, &x, &t)) out.push_back({c.config, c.variant, x, t});
       continue;
     }
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k, p.groups);

@@ -32,6 +32,11 @@ def _resolve(config) -> int:
     return api.family_variant_id(config, _attention_by_id(), "attention", "attention_configs")
 
 
+@functools.lru_cache(maxsize=256)
+def _workspace_bytes(sizes: tuple, splits: int) -> int:
+    return _C.attention_workspace_bytes(sizes, splits)
+
+
 def _check_shapes(torch, q, k, v, out) -> None:
     """Every check that needs no GPU and no data pointer: types, ranks, sizes, dtypes, unit head-dim stride."""
     tensors = {"q": q, "k": k, "v": v}
@@ -111,7 +116,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         raise TypeError(f"splits must be an int, got {splits!r}")
     # NOTES: the workspace (log-sum-exp rows, split partials) comes from torch's caching allocator, so it
     # is stream-ordered and CUDA-graph safe.
-    workspace = torch.empty(_C.attention_workspace_bytes(sizes, max(splits, 1)), dtype=torch.uint8, device=q.device)
+    workspace = torch.empty(_workspace_bytes(sizes, max(splits, 1)), dtype=torch.uint8, device=q.device)
     _C.attention(sizes, *tensors, scale, causal, dtype_code, variant, splits, workspace.data_ptr(), workspace.numel(),
                  _stream_getter(torch)(device))
     return out

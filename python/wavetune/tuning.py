@@ -670,11 +670,15 @@ ATTENTION_TIMING = ("median of interleaved CUDA-graph replays (benchmarks/attent
                     "operand copies larger than twice the L2")
 
 
+def attention_sizes(case: dict) -> tuple[int, int, int, int, int, int]:
+    """(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim) of a benchmarks/attention.py case."""
+    return tuple(case[key] for key in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
+
+
 def attention_coordinates(v: KernelConfig, splits: int, case: dict, sm_count: int) -> tuple[int, int, int, int]:
     """(G, L, waves, launches) of a case under a config as the C++ selector maps it: G the CTAs of one
     launch, L the KV tiles a CTA walks (the average, rounded), one CTA per SM."""
-    sizes = tuple(case[key] for key in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
-    ctas, tiles, _, launches = _C.attention_mapping(sizes, case["phase"] == "prefill", v.tile, splits)
+    ctas, tiles, _, launches = _C.attention_mapping(attention_sizes(case), case["phase"] == "prefill", v.tile, splits)
     G = ctas // launches
     return G, max(1, round(tiles)), -(-G // sm_count), launches
 

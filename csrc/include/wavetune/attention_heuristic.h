@@ -81,19 +81,22 @@ inline int64_t fmha_ctas(const FmhaGrid& g, const AttentionTile& t) {
   return g.launches * g.b * g.h * ((g.rows + t.block_q - 1) / t.block_q);
 }
 
-// NOTES: the built-in cost in microseconds, until the family has tuned tables. Its constants were read off
-// the H100 (benchmarks/attention.py --suite named, 2026-11-24: per variant, latency against waves and KV
-// tiles per CTA): a 128-row x 128-key step at head dim 128 takes 1.6 us (a 128 x 64 one 1.0 us: its
-// fixed part does not halve; time grows as (keys x head dim)^0.6), each wave of CTAs (one per SM: the
-// kernels hold ~200 KB of shared memory) adds 3 us (Q load, epilogue) and each launch 4 us. Decode of many
-// sequences is bound by reading K and V instead (3 TB/s). Splits add the combine (a launch plus the
-// partials), batch > 1 splits the query repeat, and expanded KV heads their copy.
+// NOTES: the built-in cost in microseconds: the choice where no attention table serves, and the prior a
+// table must beat. Its constants were read off the H100 (benchmarks/attention.py --suite named,
+// 2026-11-24: per variant, latency against waves and KV tiles per CTA): a 128-row x 128-key step at head
+// dim 128 takes 1.6 us (a 128 x 64 one 1.0 us: its fixed part does not halve; time grows as (keys x head
+// dim)^0.6), each wave of CTAs (one per SM: the kernels hold most of an SM's shared memory) adds 3 us (Q
+// load, epilogue) and each launch 4 us. Decode of many sequences is bound by reading K and V instead
+// (3 TB/s): the larger of the two counts, plus a tenth of the smaller (they overlap imperfectly; it also
+// ranks configs the floor ties). Splits add the combine (a launch, the partials and 0.05 us per split:
+// its loop over them), batch > 1 splits the query repeat, and expanded KV heads their copy.
 struct AttentionCostModel {
   static constexpr double kStepUs = 1.6;          // 128 x 128 step at head dim 128
   static constexpr double kStepExponent = 0.6;    // of (keys x head dim) / (128 x 128)
   static constexpr double kWaveUs = 3.0;
   static constexpr double kLaunchUs = 4.0;
   static constexpr double kBytesPerUs = 3.0e6;    // DRAM reads and writes
+  static constexpr double kOverlap = 0.1;         // of the smaller of compute and memory time
   static constexpr double kPerSplitUs = 0.05;
 };
 
@@ -108,7 +111,7 @@ inline double attention_cost_us(const AttentionShape& s, const AttentionTile& t,
   const double launch = std::max(waves * (M::kWaveUs + tiles * step), M::kWaveUs + double(most_tiles) * step);
   const double bytes = 2.0 * 2.0 * double(s.batch) * double(s.seqlen_k) * double(s.heads_kv) * t.head_dim;
   const double compute = double(g.launches) * (launch + M::kLaunchUs), memory = bytes / M::kBytesPerUs;
-  double us = std::max(compute, memory) + 0.1 * std::min(compute, memory);
+  double us = std::max(compute, memory) + M::kOverlap * std::min(compute, memory);
   const double split_bytes = 2.0 * 2.0 * double(s.batch) * splits * double(s.heads_q) * t.head_dim;
   if (splits > 1) {
     us += M::kLaunchUs + split_bytes / M::kBytesPerUs + M::kPerSplitUs * splits + (s.batch > 1 ? M::kLaunchUs : 0.0);
