@@ -5,8 +5,9 @@
 
 bf16, out[M, N] = x[M, K] @ W[N, K]^T (nn.Linear), weights cold. Per shape:
 1. Screen: every bf16 col candidate of the tables (tuning.candidates: persistent variants data-parallel,
-   stream_k variants stream-K and, without a persistent twin, data-parallel) through the C++ profiler with
-   one short replay each (recorded per shape: the data for offline model studies).
+   stream_k variants stream-K and, without a persistent twin, data-parallel; cuBLASLt where it loads)
+   through one interleaved call of the C++ profiler, timed as `tune` times anchors (weights cold, warm-up,
+   median of replays; recorded per shape: the data for offline model studies).
 2. Final, interleaved: torch.matmul (cuBLAS), wavetune.gemm with no config (the table's choice) and
    wavetune.gemm forced to each of the --finalists fastest screened configs. Each is checked first against a
    float32 reference into a NaN-poisoned output, then captured as a CUDA graph of launches that rotate
@@ -35,7 +36,6 @@ from wavetune import _C, api, tuning
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_ERROR = 2e-2
-SCREEN = dict(warmup=1, replays=1, min_launches=2)
 
 
 def parse_args() -> argparse.Namespace:
@@ -63,7 +63,8 @@ def suite(args: argparse.Namespace) -> list[tuple[int, int, int]]:
 def screen(m: int, n: int, k: int, cands: list[tuning.Candidate]) -> dict[str, float]:
     """Candidate key -> us of one short profiler replay, fastest first (n/a configs excluded)."""
     times = _C.profile(m, n, k, _C.DTYPES.index("bf16"), _C.B_LAYOUTS.index("col"),
-                       [c.launch() for c in cands], cold_bytes=0, seed=m * 31 + n, **SCREEN)
+                       [c.launch() for c in cands], cold_bytes=0, seed=m * 31 + n,
+                       **tuning.profile_options(m, n, k))
     return {cands[i].key: round(t, 3) for t, i in sorted((t, i) for i, t in enumerate(times) if not math.isnan(t))}
 
 
