@@ -8,7 +8,8 @@ Per layer of the model (the same file and options as `tune --shapes`), --per-lay
 log-uniformly from 1..max_m (seeded; LM heads up to 512) among those the log never measured for that
 (N, K). Per shape, one interleaved call of wavetune's C++ profiler (weights cold, as `tune`) times every
 compiled config of the table at default micro parameters and the table's choice with its own; the ratio is
-the fastest time over the choice's. Writes <out>/deploy_quality.jsonl and prints geomean and worst per
+the fastest time over the choice's. Writes every config's time too (offline studies of other range
+rules); writes <out>/deploy_quality.jsonl and prints geomean and worst per
 layer and overall.
 """
 
@@ -64,7 +65,8 @@ def judge(selector, cands: list[tuning.Candidate], m: int, n: int, k: int) -> di
     best_us, best = min(timed + [(times[0], "the choice")])
     key = f"{choice['name']}/{choice['decomposition']}/{choice['splits']}"
     return {"m": m, "n": n, "k": k, "source": choice["source"], "choice": key, "choice_us": times[0],
-            "best": best, "best_us": best_us, "ratio": best_us / times[0]}
+            "best": best, "best_us": best_us, "ratio": best_us / times[0],
+            "configs_us": {key: round(us, 3) for us, key in timed}}
 
 
 def main(argv: list[str] | None = None) -> None:

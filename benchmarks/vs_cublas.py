@@ -9,7 +9,8 @@ bf16, out[M, N] = x[M, K] @ W[N, K]^T (nn.Linear), weights cold. Per shape:
    through one interleaved call of the C++ profiler, timed as `tune` times anchors (weights cold, warm-up,
    median of replays; recorded per shape: the data for offline model studies).
 2. Final, interleaved: torch.matmul (cuBLAS), wavetune.gemm with no config (the table's choice) and
-   wavetune.gemm forced to each of the --finalists fastest screened configs. Each is checked first against a
+   wavetune.gemm forced to each of the --finalists fastest screened configs and to cuBLASLt (the library is
+   in the catalog; a screen's ranking a percent off must not drop it). Each is checked first against a
    float32 reference into a NaN-poisoned output, then captured as a CUDA graph of launches that rotate
    through operand copies larger than twice the L2; the graphs are replayed round-robin --reps times and
    each method's median per-launch time is kept. The exhaustive best is the fastest finalist.
@@ -79,29 +80,35 @@ def check(launch, operands, reference) -> float:
 
 
 def interleaved_us(launches: dict, operands: list[tuple], per_graph: int, reps: int) -> dict[str, float]:
-    """Median us per launch of each method: one CUDA graph each, replayed round-robin."""
+    """Median us per launch of each method: one CUDA graph each, replayed round-robin.
+
+    NOTES: everything runs on the one stream the graphs are captured on. A graph keeps the workspace of its
+    capture stream (split-K, stream-K, cuBLASLt), so replaying it on another stream while the next method
+    warms up on the capture stream runs two kernels on one workspace at once: stream-K's tile flags then
+    never settle and the GPU hangs (seen on the H100 at M=384, N=3584, K=18944).
+    """
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graphs = {}
-    for name, launch in launches.items():
-        with torch.cuda.stream(stream):  # warm-up outside the capture: workspaces are allocated here
-            for i in range(2):
-                launch(*operands[i % len(operands)])
-        stream.synchronize()
-        graphs[name] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graphs[name], stream=stream):
-            for i in range(per_graph):
-                launch(*operands[i % len(operands)])
-        graphs[name].replay()  # the first replay uploads the graph
     samples = {name: [] for name in launches}
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(reps):
-        for name, graph in graphs.items():
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            samples[name].append(start.elapsed_time(end) * 1e3 / per_graph)
+    with torch.cuda.stream(stream):
+        for name, launch in launches.items():
+            for i in range(2):  # warm-up outside the capture: workspaces are allocated here
+                launch(*operands[i % len(operands)])
+            graphs[name] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graphs[name], stream=stream):
+                for i in range(per_graph):
+                    launch(*operands[i % len(operands)])
+            graphs[name].replay()  # the first replay uploads the graph
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(reps):
+            for name, graph in graphs.items():
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                samples[name].append(start.elapsed_time(end) * 1e3 / per_graph)
+    torch.cuda.current_stream().wait_stream(stream)
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
@@ -116,7 +123,9 @@ def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argpars
             l2_bytes: int, other=None) -> dict:
     screened = screen(m, n, k, cands) if args.finalists else {}
     by_key = {c.key: c for c in cands}
-    finalists = [by_key[key] for key in list(screened)[:args.finalists]]
+    ranked = list(screened)[:args.finalists]
+    ranked += [key for key in screened if by_key[key].variant.from_library and key not in ranked]
+    finalists = [by_key[key] for key in ranked]
     copies, per_graph = methods.rotation(m, n, k, l2_bytes, tuning.profile_options(m, n, k))
     opts = dict(device="cuda", dtype=torch.bfloat16)
     operands = [(torch.empty(m, k, **opts).uniform_(-1, 1), torch.empty(n, k, **opts).uniform_(-1, 1),
