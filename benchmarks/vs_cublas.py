@@ -119,13 +119,18 @@ def table_launch(selector, m: int, n: int, k: int):
     return lambda x, w, out: wavetune.gemm(x, w.t(), out=out, config=config)
 
 
+def pick_finalists(screened: dict[str, float], cands: list[tuning.Candidate], count: int) -> list[tuning.Candidate]:
+    """The ``count`` fastest screened candidates, then every library candidate (cuBLASLt) not among them."""
+    by_key = {c.key: c for c in cands}
+    ranked = list(screened)[:count]
+    ranked += [key for key in screened if by_key[key].variant.from_library and key not in ranked]
+    return [by_key[key] for key in ranked]
+
+
 def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argparse.Namespace,
             l2_bytes: int, other=None) -> dict:
     screened = screen(m, n, k, cands) if args.finalists else {}
-    by_key = {c.key: c for c in cands}
-    ranked = list(screened)[:args.finalists]
-    ranked += [key for key in screened if by_key[key].variant.from_library and key not in ranked]
-    finalists = [by_key[key] for key in ranked]
+    finalists = pick_finalists(screened, cands, args.finalists)
     copies, per_graph = methods.rotation(m, n, k, l2_bytes, tuning.profile_options(m, n, k))
     opts = dict(device="cuda", dtype=torch.bfloat16)
     operands = [(torch.empty(m, k, **opts).uniform_(-1, 1), torch.empty(n, k, **opts).uniform_(-1, 1),

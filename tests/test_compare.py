@@ -349,3 +349,18 @@ def test_choice_quality_evaluates_a_table_as_documented(tmp_path):
     assert priors == [(math.inf, keys[1], 0.5)]
     assert choice_quality.choose({keys[0]: 10.0, keys[1]: 14.0}, 64, priors) == keys[1]  # within 50%: the prior
     assert choice_quality.choose({keys[0]: 10.0, keys[1]: 16.0}, 64, priors) == keys[0]
+
+
+def test_vs_cublas_finalists_always_hold_the_library():
+    pytest.importorskip("torch")
+    import vs_cublas  # noqa: E402  (imports torch)
+
+    lib = Candidate(KernelConfig(1 << 20, "cublaslt_bf16_bcol", "bf16", "col", False, "cublaslt", (128, 128, 64),
+                                 (1, 1), "persistent"))
+    cutlass = [Candidate(variant((64, 16 * (i + 1), 64), schedule="pingpong", id_=i)) for i in range(4)]
+    cands = cutlass + [lib]
+    screened = {c.key: float(i) for i, c in enumerate(cutlass)} | {lib.key: 9.0}  # fastest first, library last
+    assert [c.key for c in vs_cublas.pick_finalists(screened, cands, 2)] == [cutlass[0].key, cutlass[1].key, lib.key]
+    first = {lib.key: 0.5} | {c.key: float(i) for i, c in enumerate(cutlass)}  # library fastest: not twice
+    assert [c.key for c in vs_cublas.pick_finalists(first, cands, 2)] == [lib.key, cutlass[0].key]
+    assert vs_cublas.pick_finalists({}, cands, 3) == []  # no screen (--finalists 0)
