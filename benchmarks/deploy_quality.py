@@ -8,9 +8,8 @@ Per layer of the model (the same file and options as `tune --shapes`), --per-lay
 log-uniformly from 1..max_m (seeded; LM heads up to 512) among those the log never measured for that
 (N, K). Per shape, one interleaved call of wavetune's C++ profiler (weights cold, as `tune`) times every
 compiled config of the table at default micro parameters and the table's choice with its own; the ratio is
-the fastest time over the choice's. Writes every config's time too (offline studies of other range
-rules); writes <out>/deploy_quality.jsonl and prints geomean and worst per
-layer and overall.
+the fastest time over the choice's. Writes <out>/deploy_quality.jsonl (every config's time too, for
+offline studies of other range rules) and prints geomean and worst per layer and overall.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def suite(args: argparse.Namespace) -> list[tuple[int, int, int]]:
 
 
 def screen(m: int, n: int, k: int, cands: list[tuning.Candidate]) -> dict[str, float]:
-    """Candidate key -> us of one short profiler replay, fastest first (n/a configs excluded)."""
+    """Candidate key -> median us of one interleaved profiler call, fastest first (n/a configs excluded)."""
     times = _C.profile(m, n, k, _C.DTYPES.index("bf16"), _C.B_LAYOUTS.index("col"),
                        [c.launch() for c in cands], cold_bytes=0, seed=m * 31 + n,
                        **tuning.profile_options(m, n, k))
