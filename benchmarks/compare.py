@@ -303,7 +303,7 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
         "torch.ops.wavetune.linear.default (through the dispatcher)": lambda: torch.ops.wavetune.linear.default(x, w),
     }
     library = [c.name for c in wavetune.configs() if c.from_library and (c.dtype, c.b_layout) == ("bf16", "col")]
-    for name in library:  # the cuBLASLt launch, whatever the table chooses for this shape
+    for name in library:  # the cuBLAS launch, whatever the table chooses for this shape
         calls_by_name[f"wavetune.gemm (config given: {name})"] = (
             lambda name=name: wavetune.gemm(x, w.t(), out=out, config=name))
     result = {}

@@ -5,11 +5,11 @@
 
 bf16, out[M, N] = x[M, K] @ W[N, K]^T (nn.Linear), weights cold. Per shape:
 1. Screen: every bf16 col candidate of the tables (tuning.candidates: persistent variants data-parallel,
-   stream_k variants stream-K and, without a persistent twin, data-parallel; cuBLASLt where it loads)
+   stream_k variants stream-K and, without a persistent twin, data-parallel; cuBLAS where it loads)
    through one interleaved call of the C++ profiler, timed as `tune` times anchors (weights cold, warm-up,
    median of replays; recorded per shape: the data for offline model studies).
 2. Final, interleaved: torch.matmul (cuBLAS), wavetune.gemm with no config (the table's choice) and
-   wavetune.gemm forced to each of the --finalists fastest screened configs and to cuBLASLt (the library is
+   wavetune.gemm forced to each of the --finalists fastest screened configs and to cuBLAS (the library is
    in the catalog; a screen's ranking a percent off must not drop it). Each is checked first against a
    float32 reference into a NaN-poisoned output, then captured as a CUDA graph of launches that rotate
    through operand copies larger than twice the L2; the graphs are replayed round-robin --reps times and
@@ -83,7 +83,7 @@ def interleaved_us(launches: dict, operands: list[tuple], per_graph: int, reps: 
     """Median us per launch of each method: one CUDA graph each, replayed round-robin.
 
     NOTES: everything runs on the one stream the graphs are captured on. A graph keeps the workspace of its
-    capture stream (split-K, stream-K, cuBLASLt), so replaying it on another stream while the next method
+    capture stream (split-K, stream-K, cuBLAS), so replaying it on another stream while the next method
     warms up on the capture stream runs two kernels on one workspace at once: stream-K's tile flags then
     never settle and the GPU hangs (seen on the H100 at M=384, N=3584, K=18944).
     """
@@ -120,7 +120,7 @@ def table_launch(selector, m: int, n: int, k: int):
 
 
 def pick_finalists(screened: dict[str, float], cands: list[tuning.Candidate], count: int) -> list[tuning.Candidate]:
-    """The ``count`` fastest screened candidates, then every library candidate (cuBLASLt) not among them."""
+    """The ``count`` fastest screened candidates, then every library candidate (cuBLAS) not among them."""
     by_key = {c.key: c for c in cands}
     ranked = list(screened)[:count]
     ranked += [key for key in screened if by_key[key].variant.from_library and key not in ranked]

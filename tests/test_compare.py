@@ -355,7 +355,7 @@ def test_vs_cublas_finalists_always_hold_the_library():
     pytest.importorskip("torch")
     import vs_cublas  # noqa: E402  (imports torch)
 
-    lib = Candidate(KernelConfig(1 << 20, "cublaslt_bf16_bcol", "bf16", "col", False, "cublaslt", (128, 128, 64),
+    lib = Candidate(KernelConfig(1 << 20, "cublas_bf16_bcol", "bf16", "col", False, "cublas", (128, 128, 64),
                                  (1, 1), "persistent"))
     cutlass = [Candidate(variant((64, 16 * (i + 1), 64), schedule="pingpong", id_=i)) for i in range(4)]
     cands = cutlass + [lib]

@@ -108,6 +108,21 @@ def test_matches_torch_matmul_for_a_linear_layer():
     assert ((ours.float() - theirs.float()).norm() / theirs.float().norm()).item() < TOLERANCE
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (300, 1024, 4608), (1024, 10240, 8192), (4099, 1032, 776)])
+def test_the_cublas_candidate_is_torch_matmul(dtype, m, n, k):
+    """The cuBLAS candidate makes torch.matmul's call (cublasGemmEx, same workspace size), so it runs the
+    same kernel: the outputs agree bit for bit, split-K shapes included."""
+    name = f"cublas_{dtype}_bcol"
+    if name not in {c.name for c in wavetune.configs()}:
+        pytest.skip(f"{name} is absent: libcublas could not be loaded")
+    x = torch.rand(m, k, device="cuda", dtype=DTYPES[dtype]) * 2 - 1
+    w = (torch.rand(n, k, device="cuda", dtype=DTYPES[dtype]) * 2 - 1) / k**0.5
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=x.dtype)
+    wavetune.gemm(x, w.t(), out=out, config=name)
+    assert torch.equal(out, x @ w.t())
+
+
 def test_vector_and_empty_inputs():
     b = torch.randn(16, 64, device="cuda", dtype=torch.bfloat16).t()  # column-major [K=64, N=16]
     check(torch.randn(64, device="cuda", dtype=torch.bfloat16), b)  # [K] @ [K, N] -> [N]

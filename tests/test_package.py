@@ -29,19 +29,19 @@ def test_imports_without_torch_and_without_a_gpu():
     assert int(count) == len(wavetune.configs()) and kernel_set == wavetune.build_info()["kernel_set"]
 
 
-def test_cublaslt_is_looked_for_in_the_nvidia_wheels(tmp_path):
-    """Without WAVETUNE_CUBLASLT, importing wavetune names the lib/ folders of the nvidia-* wheels (a
-    namespace package `nvidia`), where the native side looks for libcublasLt after its soname."""
+def test_cublas_is_looked_for_in_the_nvidia_wheels(tmp_path):
+    """Without WAVETUNE_CUBLAS, importing wavetune names the lib/ folders of the nvidia-* wheels (a
+    namespace package `nvidia`), where the native side looks for libcublas after its soname."""
     for wheel in ("cu13", "cublas"):
         (tmp_path / "nvidia" / wheel / "lib").mkdir(parents=True)
-    code = "import os, wavetune; print(os.environ['WAVETUNE_CUBLASLT'])"
+    code = "import os, wavetune; print(os.environ['WAVETUNE_CUBLAS'])"
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
     assert done.returncode == 0, done.stderr
     dirs = done.stdout.split()[0].split(":")  # PYTHONPATH first; installed nvidia-* wheels may follow
     assert dirs[:2] == [str(tmp_path / "nvidia" / w / "lib") for w in ("cu13", "cublas")]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
-                          env={**env, "WAVETUNE_CUBLASLT": "0"})
+                          env={**env, "WAVETUNE_CUBLAS": "0"})
     assert done.stdout.split() == ["0"]  # a user's setting is kept
 
 
@@ -56,9 +56,9 @@ def test_build_matches_the_config_space():
     listed = wavetune.configs()
     assert listed, "a build with kernels lists at least one variant"
     assert [c.id for c in listed] == sorted(c.id for c in listed)
-    # cuBLASLt's candidates (where libcublasLt loads) follow the config space's ids.
+    # cuBLAS's candidates (where libcublas loads) follow the config space's ids.
     library = [c for c in listed if c.from_library]
-    assert all(c.id >= 1 << 20 and c.name == f"cublaslt_{c.dtype}_b{c.b_layout}" for c in library)
+    assert all(c.id >= 1 << 20 and c.name == f"cublas_{c.dtype}_b{c.b_layout}" for c in library)
     listed = [c for c in listed if not c.from_library]
     for c in listed:
         v = expected[c.id]

@@ -30,14 +30,14 @@ def test_planned_measurements_count_anchors_and_the_micro_runs():
     assert tuning.planned_measurements(plan, SMS, micro=False) == anchors
     assert tuning.planned_measurements(plan, SMS) == anchors + extra
     # Each data-parallel CUTLASS candidate gets every non-default option at its two largest-wave anchors;
-    # cuBLASLt orders its tiles itself.
+    # cuBLAS orders its tiles itself.
     data_parallel = [c for c in cands if c.decomposition == "data_parallel" and not c.variant.from_library]
     assert extra == 2 * (len(tuning.MICRO_OPTIONS) - 1) * len(data_parallel)
 
 
-def test_the_cublaslt_candidate_has_no_micro_runs_and_no_tile_traffic():
-    """Its tile is nominal: cuBLASLt picks the kernel, so neither tile orders nor tile traffic are its."""
-    library = api.KernelConfig(1 << 20, "cublaslt_bf16_bcol", "bf16", "col", False, "cublaslt", (128, 128, 64),
+def test_the_cublas_candidate_has_no_micro_runs_and_no_tile_traffic():
+    """Its tile is nominal: cuBLAS picks the kernel, so neither tile orders nor tile traffic are its."""
+    library = api.KernelConfig(1 << 20, "cublas_bf16_bcol", "bf16", "col", False, "cublas", (128, 128, 64),
                                (1, 1), "persistent")
     cand = tuning.Candidate(library)
     assert library.from_library and not dataclasses.replace(library, schedule="cooperative").from_library
@@ -46,13 +46,13 @@ def test_the_cublaslt_candidate_has_no_micro_runs_and_no_tile_traffic():
     assert tuning.micro_runs(plan, SMS) == {}
 
 
-def test_prior_is_cublaslt_where_it_is_a_candidate():
-    library = api.KernelConfig(1 << 20, "cublaslt_bf16_bcol", "bf16", "col", False, "cublaslt", (128, 128, 64),
+def test_prior_is_cublas_where_it_is_a_candidate():
+    library = api.KernelConfig(1 << 20, "cublas_bf16_bcol", "bf16", "col", False, "cublas", (128, 128, 64),
                                (1, 1), "persistent")
     cands = [c for c in tuning.candidates() if not c.variant.from_library] + [tuning.Candidate(library)]
     assert tuning.prior_records(cands, "bf16", "col") == [
         {"config_id": len(cands) - 1, "max_m": 0, "margin": tuning.LIBRARY_PRIOR_MARGIN}]
-    assert tuning.prior_records(cands, "fp16", "row") == []  # cuBLASLt's bf16 col config takes no fp16
+    assert tuning.prior_records(cands, "fp16", "row") == []  # cuBLAS's bf16 col config takes no fp16
 
 
 @needs_bf16_col

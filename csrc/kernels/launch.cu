@@ -80,7 +80,7 @@ void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     WAVETUNE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (capture != cudaStreamCaptureStatusNone) {
-      WAVETUNE_INVALID("this launch needs ", bytes, " bytes of workspace (split-K, stream-K or cuBLASLt), which cannot be "
+      WAVETUNE_INVALID("this launch needs ", bytes, " bytes of workspace (split-K, stream-K or cuBLAS), which cannot be "
                        "allocated while the stream is being captured into a CUDA graph: run the same GEMM "
                        "once on that stream before capturing (the workspace is then reused)");
     }

@@ -18,7 +18,7 @@ WAVETUNE_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-// The generated CUTLASS variants, then the cuBLASLt ones (larger ids: the list stays sorted).
+// The generated CUTLASS variants, then the cuBLAS ones (larger ids: the list stays sorted).
 const VariantRegistry<VariantOps>& registry() {
   static const VariantRegistry<VariantOps> list([] {
     std::vector<VariantRegistry<VariantOps>::Entry> entries{WAVETUNE_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};

@@ -21,7 +21,7 @@ struct DeviceInfo {
 // The current device; InvalidArgument when it cannot run the kernels (not Hopper). Read once per device.
 const DeviceInfo& current_device_info();
 
-// Split-K, stream-K and cuBLASLt scratch memory for a launch on `stream`: a per-(device, stream) buffer
+// Split-K, stream-K and cuBLAS scratch memory for a launch on `stream`: a per-(device, stream) buffer
 // that only grows, so steady-state launches never allocate. Stream order makes reuse across launches safe.
 void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes);
 
@@ -35,7 +35,7 @@ struct VariantOps {
 // Registry (registry.cpp): the ops of a compiled variant, nullptr when not compiled in.
 const VariantOps* variant_ops(int32_t id);
 
-// The cuBLASLt candidates (cublaslt_variant.cpp), ids from `first_id`; none when libcublasLt cannot be
+// The cuBLAS candidates (cublas_variant.cpp), ids from `first_id`; none when libcublas cannot be
 // loaded or the build has no CUDA.
 std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_id);
 const char* config_space_hash();

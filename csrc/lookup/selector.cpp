@@ -745,7 +745,7 @@ Choice Selector::select_model(const Problem& p) const {
     }
     if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
   }
-  // NOTES: the prior (cuBLASLt, or the M-bucket default) stays unless the model predicts a gain larger
+  // NOTES: the prior (cuBLAS, or the M-bucket default) stays unless the model predicts a gain larger
   // than the margin, about the model's typical error on unseen shapes: a smaller predicted gain is as
   // likely the model's error as a real one (docs/model.md, section 7).
   if (prior && prior_t <= best_t * override_factor) {

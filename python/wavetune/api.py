@@ -31,11 +31,11 @@ def _nvidia_library_dirs() -> str:
     return ":".join(str(lib) for root in roots for lib in sorted(Path(root).glob("*/lib")))
 
 
-# NOTES: the cuBLASLt candidate (docs/kernels.md) opens libcublasLt by its soname, which finds the copy
+# NOTES: the cuBLAS candidate (docs/kernels.md) opens libcublas by its soname, which finds the copy
 # torch has loaded; without torch (or before it) the wheel's folder must be named. Set before any call
 # lists the variants, which is when the native side looks for the library.
-if "WAVETUNE_CUBLASLT" not in os.environ:
-    os.environ["WAVETUNE_CUBLASLT"] = _nvidia_library_dirs()
+if "WAVETUNE_CUBLAS" not in os.environ:
+    os.environ["WAVETUNE_CUBLAS"] = _nvidia_library_dirs()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,16 +47,16 @@ class KernelConfig:
     dtype: str  # "bf16" | "fp16"
     b_layout: str  # "col" (B[K,N] column-major, an nn.Linear weight's .T) | "row"
     swap_ab: bool  # computes D^T = B^T A^T: tile M runs over N, tile N over M (tokens)
-    schedule: str  # "cooperative" | "pingpong" | "cublaslt" (cuBLASLt picks its kernel per problem)
-    tile: tuple[int, int, int]  # CTA tile M, N, K (cublaslt: a nominal 128x128x64, for the model's mapping)
+    schedule: str  # "cooperative" | "pingpong" | "cublas" (cuBLAS picks its kernel per problem)
+    tile: tuple[int, int, int]  # CTA tile M, N, K (cublas: a nominal 128x128x64, for the model's mapping)
     cluster: tuple[int, int]  # thread-block cluster M, N
     scheduler: str  # "persistent" | "stream_k"
 
     @property
     def from_library(self) -> bool:
-        """The cuBLASLt candidate: its kernel, tile and tile order are cuBLASLt's choice, so run-time
+        """The cuBLAS candidate: its kernel, tile and tile order are cuBLAS's choice, so run-time
         options (raster, swizzle) do not apply and its tile is nominal."""
-        return self.schedule == "cublaslt"
+        return self.schedule == "cublas"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,10 +32,10 @@ MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
 # often the model's error as a real one. With calibrated predictions 0.1 chose best on the tune split of
 # benchmarks/shape_suite.py (0.2: 0.5% worse, none: 0.2% worse; docs/tuning.md); 0 turns the priors off.
 PRIOR_MARGIN = 0.1
-# NOTES: with cuBLASLt among the configs it is the prior for every M, kept unless the model predicts a
-# CUTLASS config more than 50% faster. On the H100's tune split (benchmarks/shape_suite.py, cuBLASLt
-# timed beside every config) the exhaustive best beat cuBLASLt by 2.2%, but the model's own picks ran at
-# 0.972x cuBLASLt: its error (11% median, 31% p90) exceeds the gains it looks for. Margins 0, 0.1,
+# NOTES: with cuBLAS among the configs it is the prior for every M, kept unless the model predicts a
+# CUTLASS config more than 50% faster. On the H100's tune split (benchmarks/shape_suite.py, cuBLAS
+# timed beside every config) the exhaustive best beat cuBLAS by 2.2%, but the model's own picks ran at
+# 0.972x cuBLAS: its error (11% median, 31% p90) exceeds the gains it looks for. Margins 0, 0.1,
 # 0.3, 0.5 and 1 gave choice/best 0.953, 0.958, 0.976, 0.977, 0.976 there (docs/tuning.md). Deployment
 # tuning's exact entries, measured, take the catalog's gains where they exist.
 LIBRARY_PRIOR_MARGIN = 0.5
@@ -297,7 +297,7 @@ def tile_traffic(sm_count: int):
     """``fastest_rate``'s traffic function for tile traffic on a GPU of ``sm_count`` SMs."""
     def traffic(c: Candidate, m: int, n: int, k: int) -> float:
         if c.variant.from_library:
-            return 0.0  # its tile is nominal: the traffic of the tiles cuBLASLt runs is unknown
+            return 0.0  # its tile is nominal: the traffic of the tiles cuBLAS runs is unknown
         G, L, _, _ = c.coordinates(m, n, k, sm_count)
         return model.tile_traffic_bytes(G, L, c.variant.tile)
     return traffic
@@ -461,7 +461,7 @@ def prune_variants(keys: list[str], times: np.ndarray, required: set[str]) -> se
 
 def working_set(path: Path, dtype: str, b_layout: str, **grid) -> set[str]:
     """Keys of a written table's configs whose variants survive ``prune_variants`` on the grid (``grid``:
-    ``grid_predictions``'s); the built-in default's variants (compiled in every build) and cuBLASLt (no
+    ``grid_predictions``'s); the built-in default's variants (compiled in every build) and cuBLAS (no
     compile at all) always survive."""
     keys, times = grid_predictions(path, dtype, b_layout, **grid)
     free = {v.name for v in configs() if v.from_library or any(v.id == b[3] for b in _C.fallback_buckets())}
@@ -470,7 +470,7 @@ def working_set(path: Path, dtype: str, b_layout: str, **grid) -> set[str]:
 
 
 def prior_records(configs: list[Candidate], dtype: str, b_layout: str) -> list[dict]:
-    """The table's ``prior`` records (ids are positions in ``configs``): cuBLASLt for every M, with
+    """The table's ``prior`` records (ids are positions in ``configs``): cuBLAS for every M, with
     LIBRARY_PRIOR_MARGIN, where it is among ``configs``; else the built-in M-bucket default
     (cutlass_configs/ [fallback]), each bucket of this dtype and layout naming the data-parallel config
     of its variant (buckets whose variant has no such config are left out)."""
@@ -491,7 +491,7 @@ def micro_runs(plan: dict, sm_count: int) -> dict[tuple[int, int, int], list[tup
     for shape, cs in plan.items():
         for c in cs:
             if c.decomposition == "stream_k" or c.variant.from_library:
-                continue  # stream-K runs a single wave; cuBLASLt orders its tiles itself
+                continue  # stream-K runs a single wave; cuBLAS orders its tiles itself
             w = c.coordinates(*shape, sm_count)[3]
             if w >= MICRO_MIN_WAVE:
                 multi_wave[c].append((w, shape))

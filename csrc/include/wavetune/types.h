@@ -23,8 +23,8 @@ using Stream = CUstream_st*;
 enum class DType : int32_t { bf16 = 0, fp16 = 1 };
 // col: B[K,N] column-major, i.e. an nn.Linear weight W[N,K] row-major (x @ W.T). row: B[K,N] row-major.
 enum class BLayout : int32_t { col = 0, row = 1 };
-// cublaslt: the cuBLASLt candidate, whose kernel and schedule cuBLASLt's heuristic picks per problem.
-enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublaslt = 2 };
+// cublas: the cuBLAS candidate, whose kernel and schedule cuBLAS picks per problem.
+enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublas = 2 };
 // data_parallel: one CTA per tile, scheduled by the hardware (the attention family's non-persistent kernels).
 enum class TileScheduler : int32_t { persistent = 0, stream_k = 1, data_parallel = 2 };
 
@@ -39,7 +39,7 @@ inline const char* to_string(Schedule v) {
   switch (v) {
     case Schedule::cooperative: return "cooperative";
     case Schedule::pingpong: return "pingpong";
-    default: return "cublaslt";
+    default: return "cublas";
   }
 }
 inline const char* to_string(TileScheduler v) {
@@ -66,7 +66,7 @@ inline const char* to_string(Raster v) {
 }
 
 // A compiled kernel. `id` is the variant's position in the config space, stable across kernel sets; ids
-// from kLibraryVariantIds on are the cuBLASLt candidates (present when libcublasLt can be loaded).
+// from kLibraryVariantIds on are the cuBLAS candidates (present when libcublas can be loaded).
 // With swap_ab the kernel computes D^T = B^T A^T: its tile M runs over the problem's N and its tile N
 // over the problem's M, so a few tokens (decode) sit on a narrow tile side instead of wasting a wide one.
 constexpr int32_t kLibraryVariantIds = 1 << 20;

@@ -1,0 +1,152 @@
+// cuBLAS as one more variant per dtype and B layout: the call `torch.matmul` makes (cublasGemmEx, default
+// algorithm, fp32 accumulation), scored and chosen by the same tables and selector as the CUTLASS variants
+// (docs/kernels.md, "cuBLAS as a candidate").
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "variant_ops.h"
+#include "variant_registry.h"
+#include "wavetune/errors.h"
+
+namespace wavetune::detail {
+namespace {
+
+// NOTES: cuBLAS is opened with dlopen and declared here from its C ABI (cublas_api.h, CUDA 12 and 13), not
+// linked: the package then builds where the toolkit has no cuBLAS headers (CI) and imports where no
+// libcublas is installed, with the candidate absent. The enumerators are the header's values.
+// NOTES: cublasGemmEx, not cublasLtMatmul with the heuristic's first algorithm: torch.matmul calls the
+// former, and the two pick different kernels on some shapes (up to 18% apart on an H100, 2026-11-24), so
+// only the same call guarantees wavetune's cuBLAS is the one users compare against.
+using Status = int;  // cublasStatus_t, 0: success
+using Handle = void*;
+constexpr int kF16 = 2, kBF16 = 14;          // cudaDataType
+constexpr int kComputeF32 = 68;              // CUBLAS_COMPUTE_32F
+constexpr int kOpN = 0, kOpT = 1;            // cublasOperation_t
+constexpr int kDefaultTensorOpAlgo = 99;     // CUBLAS_GEMM_DEFAULT_TENSOR_OP, as torch passes
+// 32 MiB: the workspace cuBLAS recommends on Hopper, and what torch gives its handles there.
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+struct Api {
+  Status (*create)(Handle*);
+  Status (*set_stream)(Handle, Stream);
+  Status (*set_workspace)(Handle, void*, size_t);
+  Status (*gemm)(Handle, int, int, int, int, int, const void*, const void*, int, int, const void*, int, int,
+                 const void*, void*, int, int, int, int);
+  const char* (*status_name)(Status);
+};
+
+// The library: the soname of this build's CUDA major version (the copy torch has loaded, or one on the
+// loader's path), else that file in the directories WAVETUNE_CUBLAS lists (':'-separated; the Python
+// package adds the nvidia-cublas wheel's). WAVETUNE_CUBLAS=0 turns the candidate off. nullptr: none.
+void* open_library() {
+  const std::string soname = "libcublas.so." + std::to_string(WAVETUNE_CUDA_MAJOR);
+  const char* env = std::getenv("WAVETUNE_CUBLAS");
+  const std::string dirs = env ? env : "";
+  if (dirs == "0") return nullptr;
+  if (void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+  for (size_t begin = 0; begin < dirs.size();) {
+    const size_t end = std::min(dirs.find(':', begin), dirs.size());
+    const std::string path = dirs.substr(begin, end - begin) + "/" + soname;
+    if (void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return lib;
+    begin = end + 1;
+  }
+  return nullptr;
+}
+
+const Api* api() {
+  static const Api* loaded = []() -> const Api* {
+    void* lib = open_library();
+    if (!lib) return nullptr;
+    static Api a;
+    bool complete = true;
+    auto bind = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      complete = complete && fn != nullptr;
+    };
+    bind(a.create, "cublasCreate_v2");
+    bind(a.set_stream, "cublasSetStream_v2");
+    bind(a.set_workspace, "cublasSetWorkspace_v2");
+    bind(a.gemm, "cublasGemmEx");
+    bind(a.status_name, "cublasGetStatusName");
+    return complete ? &a : nullptr;
+  }();
+  return loaded;
+}
+
+void check(Status status, const char* what) {
+  if (status != 0) WAVETUNE_FAIL("cuBLAS ", what, " failed: ", api()->status_name(status));
+}
+
+// One handle per device, made on first use there. NOTES: a cuBLAS handle holds one stream and one
+// workspace, so a call sets both and runs under the device's lock: two host threads launching at once
+// must not swap each other's stream between the set and the GEMM. The lock spans host work only.
+struct DeviceHandle {
+  std::once_flag once;
+  std::mutex mutex;
+  Handle handle = nullptr;
+};
+
+DeviceHandle& device_handle(const DeviceInfo& dev) {
+  static std::array<DeviceHandle, kMaxDevices> handles;
+  DeviceHandle& h = handles[dev.device];
+  std::call_once(h.once, [&] { check(api()->create(&h.handle), "handle creation"); });
+  return h;
+}
+
+// cublasGemmEx runs every problem that problem_error lets through whose leading dimensions fit its ints.
+std::string why_not(const GemmProblem& p, const MicroParams&, const DeviceInfo&) {
+  constexpr int64_t kMaxLd = std::numeric_limits<int>::max();
+  if (p.lda <= kMaxLd && p.ldb <= kMaxLd && p.ldd <= kMaxLd) return {};
+  return "cublasGemmEx takes 32-bit leading dimensions; lda=" + std::to_string(p.lda) +
+         ", ldb=" + std::to_string(p.ldb) + ", ldd=" + std::to_string(p.ldd);
+}
+
+// cuBLAS is column-major, so it computes D^T[n,m] = B^T[n,k] A^T[k,m]: row-major A is A^T with ld lda,
+// row-major D is D^T with ld ldd, and B is B^T transposed (column-major B, an nn.Linear weight) or as it
+// is (row-major B).
+void run(const GemmProblem& p, const MicroParams&, const DeviceInfo& dev, Stream stream) {
+  const int type = p.dtype == DType::bf16 ? kBF16 : kF16;
+  const int trans_b = p.b_layout == BLayout::col ? kOpT : kOpN;
+  const float alpha = 1, beta = 0;
+  void* scratch = workspace(dev, stream, kWorkspaceBytes);
+  DeviceHandle& h = device_handle(dev);
+  std::lock_guard<std::mutex> lock(h.mutex);
+  check(api()->set_stream(h.handle, stream), "stream");  // resets the workspace: set it after
+  check(api()->set_workspace(h.handle, scratch, kWorkspaceBytes), "workspace");
+  check(api()->gemm(h.handle, trans_b, kOpN, p.n, p.m, p.k, &alpha, p.b, type, int(p.ldb), p.a, type, int(p.lda),
+                    &beta, p.d, type, int(p.ldd), kComputeF32, kDefaultTensorOpAlgo),
+        "GEMM");
+}
+
+const VariantOps kOps{why_not, run};
+
+}  // namespace
+
+std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_id) {
+  if (!api()) return {};
+  // NOTES: cuBLAS picks its own tile per problem; the table models it through a nominal 128x128x64 tile
+  // (its (G, L) mapping), and the calibration corrects the rest, as for any variant.
+  std::vector<VariantRegistry<VariantOps>::Entry> out;
+  static const char* const kNames[2][2] = {{"cublas_bf16_bcol", "cublas_bf16_brow"},
+                                           {"cublas_fp16_bcol", "cublas_fp16_brow"}};
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    for (BLayout layout : {BLayout::col, BLayout::row}) {
+      const int32_t id = first_id + 2 * int32_t(dtype) + int32_t(layout);
+      out.push_back({{id, kNames[int(dtype)][int(layout)], dtype, layout, false, Schedule::cublas, 128, 128, 64,
+                      1, 1, TileScheduler::persistent},
+                     &kOps});
+    }
+  }
+  return out;
+}
+
+}  // namespace wavetune::detail
