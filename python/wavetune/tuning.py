@@ -33,10 +33,11 @@ MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
 # benchmarks/shape_suite.py (0.2: 0.5% worse, none: 0.2% worse; docs/tuning.md); 0 turns the priors off.
 PRIOR_MARGIN = 0.1
 # NOTES: with cuBLAS among the configs it is the prior for every M, kept unless the model predicts a
-# CUTLASS config more than 50% faster. On the H100's tune split (benchmarks/shape_suite.py, cuBLAS
-# timed beside every config) the exhaustive best beat cuBLAS by 2.2%, but the model's own picks ran at
-# 0.972x cuBLAS: its error (11% median, 31% p90) exceeds the gains it looks for. Margins 0, 0.1,
-# 0.3, 0.5 and 1 gave choice/best 0.953, 0.958, 0.976, 0.977, 0.976 there (docs/tuning.md). Deployment
+# CUTLASS config more than 50% faster. On the H100's tune split (benchmarks/shape_suite.py, the library
+# candidate, then launched through cuBLASLt, timed beside every config) the exhaustive best beat it by
+# 2.2%, but the model's own picks ran at 0.972x it: its error (11% median, 31% p90) exceeds the gains it
+# looks for. Margins 0, 0.1, 0.3, 0.5 and 1 gave choice/best 0.953, 0.958, 0.976, 0.977, 0.976 there
+# (docs/model.md, section 7). Deployment
 # tuning's exact entries, measured, take the catalog's gains where they exist.
 LIBRARY_PRIOR_MARGIN = 0.5
 STREAM_K_PLAN = dict(waves=(1,), fills=(1.0,), k_steps=(2, 4, 8, 16, 32, 64, 128, 256), interior=7)
