@@ -23,9 +23,9 @@ namespace {
 // NOTES: cuBLAS is opened with dlopen and declared here from its C ABI (cublas_api.h, CUDA 12 and 13), not
 // linked: the package then builds where the toolkit has no cuBLAS headers (CI) and imports where no
 // libcublas is installed, with the candidate absent. The enumerators are the header's values.
-// NOTES: cublasGemmEx, not cublasLtMatmul with the heuristic's first algorithm: torch.matmul calls the
-// former, and the two pick different kernels on some shapes (up to 18% apart on an H100, 2026-11-24), so
-// only the same call guarantees wavetune's cuBLAS is the one users compare against.
+// NOTES: cublasGemmEx with torch's arguments, not cublasLtMatmul with a heuristic's first algorithm: only
+// the call torch.matmul makes is sure to run the kernel users compare against (a GPU test checks that the
+// outputs are equal bit for bit). Setting the stream and workspace per call is what torch does too.
 using Status = int;  // cublasStatus_t, 0: success
 using Handle = void*;
 constexpr int kF16 = 2, kBF16 = 14;          // cudaDataType
