@@ -63,7 +63,7 @@ GRAPH_US = 300  # launches per graph: at least this long, so event timing is noi
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--suite", choices=("named", *shape_suite.SPLITS), default="named")
+    p.add_argument("--suite", choices=("named", *shape_suite.HASHED_SPLITS), default="named")
     p.add_argument("--count", type=int, default=300, help="cases of a generated suite")
     p.add_argument("--no-loop", action="store_true", help="leave the per-expert loop out (it is slow to capture)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")

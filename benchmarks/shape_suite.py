@@ -7,9 +7,11 @@ MLP gate_up and down, LM heads, and mixture-of-experts expert layers used as den
 tensor-parallel splits 1, 2, 4 and 8 (column-parallel layers split N, row-parallel ones K). (N, K) pairs
 of the public suite (shared/benchmarks/llm_shapes.json) are left out. Each (N, K) pair belongs to one
 split, by a hash of the pair, so the `tune` split (what design decisions may look at) and the `heldout`
-split (looked at only for final reports) share no layer. M is drawn per shape, log-uniform over 1-16384,
-so most token counts are odd or otherwise unround, as a batcher produces them (LM heads: 1-512,
-one token per sequence).
+split (looked at only for final reports) share no layer. The `fresh` split holds the layers of other
+families (FRESH_FAMILIES), none of them in the first two pools: it was added once the held-out split had
+been reported, to judge the design decisions made after that report. M is drawn per shape, log-uniform
+over 1-16384, so most token counts are odd or otherwise unround, as a batcher produces them (LM heads:
+1-512, one token per sequence).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PUBLIC_SUITES = (REPO.parent / "shared" / "benchmarks" / "llm_shapes.json",
                  REPO / "shared" / "benchmarks" / "llm_shapes.json")
-SPLITS = ("tune", "heldout")
-SEEDS = {"tune": 1234, "heldout": 98765}
+HASHED_SPLITS = ("tune", "heldout")  # one pool, divided by a hash of each (N, K)
+SPLITS = (*HASHED_SPLITS, "fresh")
+SEEDS = {"tune": 1234, "heldout": 98765, "fresh": 20261124}
 M_MAX = 16384
 # NOTES: serving engines run the LM head on the last token of each sequence only, so its M is a batch size.
 LM_HEAD_M_MAX = 512
@@ -56,6 +59,27 @@ MOE_EXPERTS = {
     "qwen3-235b-a22b": (4096, 1536),
     "deepseek-v3": (7168, 2048),
 }
+# The fresh split's families, in the same formats (LM heads with vocabularies padded to a multiple of 128).
+FRESH_FAMILIES = {
+    "internlm2.5-20b": (6144, 16384, 48, 8, 128, 92544),
+    "deepseek-llm-67b": (8192, 22016, 64, 8, 128, 102400),
+    "command-r-35b": (8192, 22528, 64, 64, 128, 256000),
+    "baichuan2-13b": (5120, 13696, 40, 40, 128, 125696),
+    "glm4-9b": (4096, 13696, 32, 2, 128, 151552),
+    "granite3.1-8b": (4096, 12800, 32, 8, 128, 49280),
+    "exaone3.5-32b": (5120, 27392, 40, 8, 128, 102400),
+    "gemma3-12b": (3840, 15360, 16, 8, 256, 262272),
+    "gemma3-4b": (2560, 10240, 8, 4, 256, 262272),
+    "mistral-small-24b": (5120, 32768, 32, 8, 128, 131072),
+    "smollm2-1.7b": (2048, 8192, 32, 32, 64, 49152),
+    "starcoder2-15b": (6144, 24576, 48, 4, 128, 49152),
+}
+FRESH_MOE_EXPERTS = {
+    "gpt-oss-120b": (2880, 2880),
+    "olmoe-1b-7b": (2048, 1024),
+    "arctic": (7168, 4864),
+    "deepseek-v2-lite": (2048, 1408),
+}
 
 
 def public_pairs() -> set[tuple[int, int]]:
@@ -80,11 +104,12 @@ def _moe_layers(hidden: int, inter: int):
     yield "expert_down", hidden, inter, False
 
 
-def layer_pool() -> dict[tuple[int, int], str]:
-    """Every (N, K) of the families under every tensor-parallel split, with one name for each."""
+def layer_pool(dense: dict = DENSE_FAMILIES, moe: dict = MOE_EXPERTS) -> dict[tuple[int, int], str]:
+    """Every (N, K) of the families under every tensor-parallel split, with one name for each, less the
+    public suite's."""
     pool: dict[tuple[int, int], str] = {}
-    families = [(name, _layers(*dims)) for name, dims in DENSE_FAMILIES.items()]
-    families += [(name, _moe_layers(*dims)) for name, dims in MOE_EXPERTS.items()]
+    families = [(name, _layers(*dims)) for name, dims in dense.items()]
+    families += [(name, _moe_layers(*dims)) for name, dims in moe.items()]
     for family, layers in families:
         for layer, n, k, column_parallel in layers:
             for tp in TP_SPLITS:
@@ -97,7 +122,16 @@ def layer_pool() -> dict[tuple[int, int], str]:
 
 def split_of(n: int, k: int) -> str:
     digest = hashlib.sha256(f"{n}x{k}".encode()).digest()
-    return SPLITS[digest[0] % 2]
+    return HASHED_SPLITS[digest[0] % 2]
+
+
+def split_pairs(split: str) -> list[tuple[tuple[int, int], str]]:
+    """The split's ((N, K), layer name) pairs, sorted."""
+    if split == "fresh":
+        seen = layer_pool()
+        pool = {nk: name for nk, name in layer_pool(FRESH_FAMILIES, FRESH_MOE_EXPERTS).items() if nk not in seen}
+        return sorted(pool.items())
+    return sorted((nk, name) for nk, name in layer_pool().items() if split_of(*nk) == split)
 
 
 def token_count(rng: random.Random, m_max: int) -> int:
@@ -109,7 +143,7 @@ def shapes(split: str, count: int) -> list[dict]:
     """``count`` shapes of a split: {"m", "n", "k", "layer"}, the same for the same arguments."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    pairs = sorted((nk, name) for nk, name in layer_pool().items() if split_of(*nk) == split)
+    pairs = split_pairs(split)
     rng = random.Random(SEEDS[split])
     out = []
     for i in range(count):
@@ -166,8 +200,8 @@ def moe_layer_pool() -> list[dict]:
 def moe_cases(split: str, count: int, routings: tuple[str, ...]) -> list[dict]:
     """``count`` grouped-GEMM cases of a split: an expert layer, a token count log-uniform over 1-16384 and a
     routing; layers belong to one split by a hash of (experts, N, K), as dense shapes do."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split not in HASHED_SPLITS:
+        raise ValueError(f"split must be one of {HASHED_SPLITS}, got {split!r}")
     layers = [c for c in moe_layer_pool() if split_of(c["n"], c["k"] * 1000003 + c["experts"]) == split]
     rng = random.Random(SEEDS[split] + 1)
     out = []

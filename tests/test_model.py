@@ -240,7 +240,7 @@ def test_plan_anchors_land_in_their_waves_and_are_llm_like(name):
         assert abs(G - a["target_G"]) <= 0.2 * C and abs(L - a["target_L"]) <= 0.25 * a["target_L"]
         assert 1 <= m <= 16384
         assert n % 8 == 0 and k % 8 == 0 and n % 128 == 0 and k % 128 == 0
-        assert 1024 <= n <= 65536 and 1024 <= k <= 65536
+        assert 1024 <= n <= 65536 and 128 <= k <= 65536
     assert {a["w"] for a in detailed} == set(model.PLAN_WAVES)
     # Several (G, L) points per wave, enough for a bilinear fit.
     for w in model.PLAN_WAVES:
@@ -256,9 +256,11 @@ def test_plan_anchors_reach_decode_shapes_through_n_for_swap_ab():
 
 def test_plan_anchors_drop_unrealizable_targets():
     map_fn = PLAN_CONFIGS["cooperative_128x256x64_1x1_data_parallel"]
-    # L = 4 needs K = 256 < 1024 on a tile-K-64 data-parallel config; wave 10**6 needs more tokens.
-    plan = model.plan_anchors_detailed(map_fn, waves=(1, 10**6), k_steps=(4, 16, 256))
+    # L = 4 needs K = 256 on a tile-K-64 data-parallel config; wave 10**6 needs more tokens.
+    plan = model.plan_anchors_detailed(map_fn, waves=(1, 10**6), k_steps=(4, 16, 256), k_range=(1024, 65536))
     assert plan and {a["w"] for a in plan} == {1} and {a["L"] for a in plan} <= {16, 256}
+    short = model.plan_anchors_detailed(map_fn, waves=(1,), k_steps=(4, 16, 256))
+    assert any(a["L"] == 4 and a["k"] == 256 for a in short)  # the default K range reaches it
     # Split-K 4 reaches L = 4 with K = 1024.
     split = model.plan_anchors_detailed(PLAN_CONFIGS["cooperative_128x128x64_1x1_split_k_4"], waves=(1,))
     assert any(a["L"] == 4 and a["k"] == 1024 for a in split)

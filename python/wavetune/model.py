@@ -365,7 +365,7 @@ def plan_anchors_detailed(
     k_steps: Sequence[int] = (4, 16, 64, 256),
     n_choices: Sequence[int] = DEFAULT_N_CHOICES,
     token_range: tuple[int, int] = (1, 16384),
-    k_range: tuple[int, int] = (1024, 65536),
+    k_range: tuple[int, int] = (128, 65536),
     k_multiple: int = 128,
     fill_tol: float = 0.2,
     l_tol: float = 0.25,
@@ -383,8 +383,8 @@ def plan_anchors_detailed(
     bilinear fit) and ``interior`` interior points (middle fills x middle L values, rotating from wave
     to wave so the waves together cover every middle L), with ``G* = (w-1)*C + max(1, round(fill*C))``.
     Only the ``k_steps`` that the config can realize with K in ``k_range`` are used (e.g. L=4 needs
-    K=256 on a data-parallel tile-K-64 config, below 1024, so it is dropped there, while split-K 4
-    reaches it with K=1024); realizability is probed with ``map_fn`` on every K of the grid, at the
+    K=256 on a data-parallel tile-K-64 config, and K=1024 under split-K 4; a ``k_range`` from 1024
+    drops it from the former); realizability is probed with ``map_fn`` on every K of the grid, at the
     smallest M and three N of ``n_choices``. The full cross product (8 waves x 3 fills x 4 L = 96
     targets) would more than double the profiling for little gain: a bilinear model has 4 unknowns.
 

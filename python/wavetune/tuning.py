@@ -190,8 +190,9 @@ def progress(items: list, desc: str) -> Iterable:
 # NOTES: the anchors say how a config's time grows with G and L; the calibration shapes say how far that
 # (G, L) law is from the truth on problems shaped like LLM layers, where operand aspect, L2 reuse and
 # partial tiles move the time at the same (G, L) (docs/model.md, section 9). They are generic, not any
-# model's: N and K log-uniform over LLM layer sizes in multiples of 128, M log-uniform over 1-16384 with
-# odd values, each problem at most CALIBRATION_MAX_FLOP so the stage stays a few GPU-seconds per config.
+# model's: N and K log-uniform over LLM layer sizes in multiples of 128, tensor-parallel slices included
+# (N 256-131072, K 128-32768), M log-uniform over 1-16384 with odd values, each problem at most
+# CALIBRATION_MAX_FLOP so the stage stays a few GPU-seconds per config.
 CALIBRATION_SHAPES = 192
 CALIBRATION_SEED = 20261123
 CALIBRATION_MAX_FLOP = 2e12
@@ -206,8 +207,8 @@ def calibration_shapes(count: int = CALIBRATION_SHAPES, seed: int = CALIBRATION_
 
     shapes = []
     while len(shapes) < count:
-        n = 128 * max(1, round(log_uniform(512, 131072) / 128))
-        k = 128 * max(1, round(log_uniform(512, 32768) / 128))
+        n = 128 * max(1, round(log_uniform(256, 131072) / 128))
+        k = 128 * max(1, round(log_uniform(128, 32768) / 128))
         m = max(1, round(log_uniform(1, 16384)))
         if 2.0 * m * n * k <= CALIBRATION_MAX_FLOP:
             shapes.append((m, n, k))
