@@ -18,6 +18,7 @@ import wavetune
 from conftest import REPO
 from test_mapping import reference as map_reference
 from wavetune import model as reference_model
+from wavetune import tablefile
 from wavetune.__main__ import cmake_dir
 from wavetune.tablefile import fnv1a64
 
@@ -289,6 +290,40 @@ def test_model_matches_the_documented_formulas(programs, tmp_path):
         if configs[chosen][1] == "split_k":  # launched splits never exceed the K tiles
             assert int(out["decomposition"].split("=")[1]) == min(3, -(-k // by_name[configs[chosen][0]].tile[2]))
     assert seen_regimes == {"below", "at", "between", "above", "above one"}, seen_regimes
+
+
+def test_pruned_selection_is_the_argmin_of_every_prediction(programs, tmp_path):
+    """select skips candidates whose lower bound (the memory floor or their least tile traffic, times their
+    least calibration factor) cannot win; its choice and prediction must be those of evaluating every
+    candidate (--explain) under the prior rule, wherever the floors bind and wherever they do not."""
+    variants = bf16_col_variants()
+    rng = random.Random(11)
+    meta = dict(line.split(" ", 2)[1:] for line in table_text([], []).decode().splitlines() if line.startswith("meta"))
+    problems = [(rng.choice([1, 3, 16, 77, 300, 1000, 4096, 15000]), rng.choice([256, 1024, 4096, 28672]),
+                 rng.choice([128, 1024, 4096, 14336])) for _ in range(24)]
+    table = tmp_path / "table.wtt"
+    for margin in (None, 0.0, 0.5):
+        tablefile.write_table(
+            table, meta=meta,
+            configs=[{"variant": v.name, "decomposition": "data_parallel", "splits": 1} for v in variants],
+            waves={i: {w: [rng.uniform(2, 20), rng.uniform(0, 0.05), rng.uniform(0, 0.5), rng.uniform(0, 0.002)]
+                       for w in (1, 3)} for i in range(len(variants))},
+            micro={}, exact=[], priors=[] if margin is None else [{"config_id": 0, "max_m": 0, "margin": margin}],
+            memory_bytes_per_us=3e6, traffic_bytes_per_us=2e7,
+            calibration={i: [rng.uniform(-0.3, 0.3)] + [rng.uniform(-0.05, 0.05) for _ in range(3)]
+                         for i in range(len(variants))})
+        for m, n, k in problems:
+            done = run(programs["select_kernel"], table, m, n, k, "--explain")
+            assert done.returncode == 0, done.stderr
+            rows = [dict(kv.split("=") for kv in line.split(": ", 1)[1].split()) for line in done.stdout.splitlines()
+                    if line.startswith("candidate: ")]
+            times = [float(r["predicted_us"]) for r in rows]
+            chosen = min(range(len(times)), key=lambda i: (times[i], i))
+            if margin is not None and times[0] <= times[chosen] * (1 + margin):
+                chosen = 0
+            out = fields(done.stdout)
+            expected = (chosen, rows[chosen]["predicted_us"])
+            assert (int(out["config"]), out["predicted_us"]) == expected, (margin, m, n, k)
 
 
 def test_corrupt_and_truncated_tables_are_refused(programs, tmp_path):

@@ -169,6 +169,20 @@ def test_the_cap_drops_whole_wave_regimes_and_keeps_the_staircase():
     assert predicted[64:128] == pytest.approx([20.0] * 64) and predicted[128:] == [None] * (max_m - 128)
 
 
+def test_the_backbone_bounds_the_gap_between_sampled_m():
+    backbone = deploy.backbone_ms(16384)
+    assert backbone[0] == deploy.BACKBONE_FROM and 16384 / deploy.BACKBONE_STEP <= backbone[-1] <= 16384
+    assert all(b / a <= deploy.BACKBONE_STEP + 1e-3 for a, b in zip(backbone, backbone[1:]))
+    assert deploy.backbone_ms(deploy.BACKBONE_FROM) == [] and deploy.backbone_ms(512) == []
+    max_m = 8000
+    tracks, _ = synthetic(max_m)
+    backbone = deploy.backbone_ms(max_m)
+    plan = deploy.sample_plan(tracks, {key: (1, max_m) for key in tracks}, cap=20 + len(backbone), always=backbone)
+    assert set(backbone) <= set(plan) and all(plan[m] == list(tracks) for m in backbone)
+    sampled = sorted(plan)
+    assert max(b / a for a, b in zip(sampled, sampled[1:]) if a >= deploy.BACKBONE_FROM) <= deploy.BACKBONE_STEP + 1e-3
+
+
 def test_launch_splits_ranges():
     """Equal choices with different launches (a micro rule from some wave up) form separate ranges."""
     max_m = 500

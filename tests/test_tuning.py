@@ -113,6 +113,14 @@ def test_an_offline_log_takes_its_own_device_and_measures_nothing(tmp_path):
         tuning.MeasurementLog(tmp_path / "missing.jsonl", offline=True)
 
 
+def test_precise_profiling_replays_every_kernel_more():
+    for shape in [(16, 4096, 4096), (16384, 28672, 4096)]:
+        budget, precise = tuning.profile_options(*shape), tuning.profile_options(*shape, precise=True)
+        assert budget["replays"] < precise["replays"] == tuning.PRECISE_REPLAYS
+        del budget["replays"], precise["replays"]
+        assert budget == precise
+
+
 def test_calibration_shapes_are_generic_bounded_and_fixed():
     shapes = tuning.calibration_shapes()
     assert len(shapes) == tuning.CALIBRATION_SHAPES and shapes == tuning.calibration_shapes()

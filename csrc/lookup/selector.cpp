@@ -111,6 +111,7 @@ struct Candidate {
   uint32_t micro_begin, micro_count;  // into Impl::micro, sorted by min_wave
   std::array<double, 4> calibration;  // TableConfig::calibration
   bool calibrated;                    // any coefficient non-zero
+  double traffic_per_mnk;             // least_traffic_us's factor
 };
 
 // (dtype, layout, m, n, k, groups) in two words; m >= 1 makes `lo` non-zero, so a zeroed slot never matches.
@@ -280,6 +281,15 @@ BalancedGroups spread_of(const Problem& p) {
 double traffic_floor(const TileShape& t, const Coordinates& x, double bytes_per_us) {
   if (bytes_per_us <= 0) return 0;
   return 2.0 * double(x.grid) * double(x.k_iters) * t.tile_k * (t.tile_m + t.tile_n) / bytes_per_us;
+}
+
+// NOTES: every unit of work's K-steps cover its tile's share of M*N*K (G*L*tile_k*tile_m*tile_n >= M*N*K
+// under every decomposition and for grouped problems too), so M*N*K times this factor is at most
+// traffic_floor for any mapping of the problem: a bound select_model reads before mapping a candidate.
+// The margin covers rounding where the tiles divide the problem exactly.
+double least_traffic_per_mnk(const TileShape& t, double bytes_per_us) {
+  if (bytes_per_us <= 0) return 0;
+  return 2.0 * double(t.tile_m + t.tile_n) / (double(t.tile_m) * double(t.tile_n) * bytes_per_us) * (1 - 1e-9);
 }
 
 // ln M, ln N and ln K of a problem: computed once per decision, shared by every candidate's calibration.
@@ -558,7 +568,8 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
                          uint32_t(rules.size()),
                          {c.calibration[0], c.calibration[1], c.calibration[2], c.calibration[3]},
                          c.calibration[0] != 0 || c.calibration[1] != 0 || c.calibration[2] != 0 ||
-                             c.calibration[3] != 0};
+                             c.calibration[3] != 0,
+                         least_traffic_per_mnk(tile_shape(v), t.traffic_bytes_per_us)};
     s.waves.insert(s.waves.end(), waves.begin(), waves.end());
     s.micro.insert(s.micro.end(), rules.begin(), rules.end());
     s.candidates[int(v.dtype) & 1][int(v.b_layout) & 1].push_back(cand);
@@ -726,19 +737,24 @@ Choice Selector::select_model(const Problem& p) const {
     best = prior_candidate, best_t = prior_t, best_waves = x.waves;
   }
   // NOTES: a candidate is chosen only if predicted below the running best and, with a prior, below
-  // prior_t / (1 + margin). Its prediction is at least the memory floor times the lower bound of its
-  // calibration factor, four multiply-adds: where that already rules it out (memory-bound problems,
-  // mostly), its mapping and wave model are not evaluated. Ties with the prior end in the prior either
-  // way, so choices and predicted times are those of evaluating every candidate, bit for bit.
+  // prior_t / (1 + margin). Its prediction is at least the larger of the memory floor and its least tile
+  // traffic, times the lower bound of its calibration factor: a few multiply-adds. Where that already
+  // rules it out (memory-bound problems, small tiles on large ones), its mapping and wave model are not
+  // evaluated. Ties with the prior end in the prior either way, so choices and predicted times are those
+  // of evaluating every candidate, bit for bit.
   const double override_factor = prior ? 1 + prior->margin : 0;
+  const double mnk = double(p.m) * double(p.n) * double(p.k);
   for (const Candidate& c : list) {
     if (&c == prior_candidate) continue;
     const double e = c.calibrated ? Impl::calibration_exponent(c, logs) : 0;
     const double bound = c.calibrated ? exp_lower_bound(e) : 1;
-    if (prior && floor_us * bound * override_factor >= prior_t) continue;  // cannot override the prior
+    const double least = std::max(floor_us, c.traffic_per_mnk * mnk) * bound;
+    if (prior && least * override_factor >= prior_t) continue;  // cannot override the prior
+    if (best && least >= best_t) continue;                      // cannot be chosen
     const Coordinates x = c.mapping(spread, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
     double t = s.floored_us(c, x, floor_us);
+    assert(std::max(floor_us, c.traffic_per_mnk * mnk) <= t);
     if (c.calibrated) {
       if (best && t * bound >= best_t) continue;  // cannot be chosen
       t *= std::exp(e);

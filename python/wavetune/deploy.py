@@ -37,8 +37,15 @@ SCREEN_TOP = 2
 # and beyond the model's p90 error (50-66%).
 SCREEN_WITHIN = 2.0
 # Distinct M measured per (N, K) at most, unless the spans' ends, the screen's M and the first and last wave
-# regimes alone need more.
+# regimes alone need more. The backbone comes on top.
 MAX_SAMPLES = 32
+# NOTES: the cap thins wave regimes on a log scale of the wave count, so it thins most at large M, where
+# the kernels are longest: with regime ends alone an N=4096, K=14336 layer on the H100 was measured at
+# M = 2238, 6771, 8064, 8192, 11439 and chose at 0.86-0.87 of the best at M = 8983 and 9610 (NVIDIA H100,
+# 2026-11-24, docs/results/deploy_*llama3-8b_h100_3replays*). The backbone, one M every
+# BACKBONE_STEP from BACKBONE_FROM up, bounds the gap any interpolation spans to 10% of M.
+BACKBONE_FROM = 1024
+BACKBONE_STEP = 1.1
 
 Launch = tuple[int, str, int]  # (config id, raster, max swizzle)
 
@@ -125,6 +132,12 @@ def merge_layers(layers: list[Layer]) -> list[Layer]:
 
 def screen_ms(max_m: int) -> list[int]:
     return sorted({m for m in SCREEN_MS if m < max_m} | {max_m})
+
+
+def backbone_ms(max_m: int) -> list[int]:
+    """M from BACKBONE_FROM to max_m, BACKBONE_STEP apart (none when max_m is below BACKBONE_FROM)."""
+    steps = math.floor(math.log(max_m / BACKBONE_FROM) / math.log(BACKBONE_STEP)) if max_m > BACKBONE_FROM else -1
+    return [round(BACKBONE_FROM * BACKBONE_STEP**i) for i in range(steps + 1)]
 
 
 def model_picks(selector, table: Mapping, dtype: str, b_layout: str, m: int, n: int, k: int,
@@ -295,13 +308,15 @@ def plan_layer(selector, table: Mapping, cands: Mapping[int, tuning.Candidate], 
                layer: Layer, screened: Mapping[int, Mapping[int, float]], top: int = TOP_CANDIDATES,
                cap: int = MAX_SAMPLES) -> LayerPlan:
     """What to measure along M: the contenders of the model's probes and of the screen (``screened``: M ->
-    {config id: us}), at the M of ``sample_plan`` (the screen's M included, measured already)."""
+    {config id: us}), at the M of ``sample_plan`` (the screen's M included, measured already, and the
+    backbone's)."""
     probes = {m: model_picks(selector, table, dtype, b_layout, m, layer.n, layer.k, top)
               for m in tuning.token_counts(layer.max_m)}
     fastest = {m: set(sorted(us, key=us.get)[:SCREEN_TOP]) for m, us in screened.items()}
     spans = widest(contender_spans(probes), contender_spans(fastest))
     tracks = {cid: coordinate_track(cands[cid], layer.n, layer.k, selector.sm_count(), layer.max_m) for cid in spans}
-    samples = sample_plan(tracks, spans, cap, always=list(screened))
+    backbone = backbone_ms(layer.max_m)
+    samples = sample_plan(tracks, spans, cap + len(backbone), always=[*screened, *backbone])
     return LayerPlan(layer, tracks, {m: [table_launch(table, cid, tracks[cid][m - 1][0]) for cid in cids]
                                      for m, cids in samples.items()})
 
@@ -383,7 +398,7 @@ def run(shapes: Path, out: Path | None, log_path: Path, base: Path | None = None
         top: int = TOP_CANDIDATES) -> Path:
     """``python -m wavetune tune --shapes``: ``out`` is a .wtt file or a directory for ``<gpu-slug>.wtt``
     (default: the current one); ``base`` defaults to the table installed for this GPU."""
-    log = tuning.MeasurementLog(log_path)
+    log = tuning.MeasurementLog(log_path, precise=True)
     name = log.device["name"]
     base = base or api.default_table_path(name)
     if base is None:

@@ -88,11 +88,21 @@ def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
     return out
 
 
-def profile_options(m: int, n: int, k: int) -> dict:
-    """Fewer launches for long kernels: their timings are stable, and the tuning budget is GPU time."""
+def profile_options(m: int, n: int, k: int, precise: bool = False) -> dict:
+    """Fewer launches for long kernels: the tuning budget is GPU time. ``precise``: PRECISE_REPLAYS
+    replays for every kernel, for measurements that decide a choice alone (deployment tuning, its judge).
+
+    NOTES: two launches of one cuBLAS kernel in one interleaved call, each the median of 3 replays, differed
+    by up to 6% (M = 14350, N = 6144, K = 4096; docs/results/deploy_quality_llama3-8b_h100_3replays.jsonl,
+    NVIDIA H100, 2026-11-24): too noisy to rank configs a few percent apart, which an exact range does.
+    With PRECISE_REPLAYS the same check gave 0.1-0.2% (median) and 1.1-4.7% at most (same day, H100, H200).
+    """
     long_kernel = 2.0 * m * n * k > 2e11  # above ~0.3 ms on an H100
-    return dict(warmup=1 if long_kernel else 3, replays=3 if long_kernel else 5,
-                min_launches=2 if long_kernel else 8)
+    replays = PRECISE_REPLAYS if precise else 3 if long_kernel else 5
+    return dict(warmup=1 if long_kernel else 3, replays=replays, min_launches=2 if long_kernel else 8)
+
+
+PRECISE_REPLAYS = 11
 
 
 class MeasurementLog:
@@ -100,12 +110,14 @@ class MeasurementLog:
 
     Opening an existing log on another GPU or build is refused; records already there are not measured
     again, which makes tuning resumable. ``offline``: the device is the log's own and nothing is measured
-    (refitting a table from its log, on any machine with the same build).
+    (refitting a table from its log, on any machine with the same build). ``precise``: every measurement
+    with ``profile_options``'s precise replays.
     """
 
-    def __init__(self, path: Path, offline: bool = False):
+    def __init__(self, path: Path, offline: bool = False, precise: bool = False):
         self.path = Path(path)
         self.offline = offline
+        self.precise = precise  # profile_options's
         self.device = self._logged_device() if offline else _C.device_properties()
         self.header = {
             "gpu_name": self.device["name"], "sm_count": self.device["sm_count"],
@@ -124,7 +136,8 @@ class MeasurementLog:
                 self.records[self._key(r["problem"], r["config"], r["raster"], r["max_swizzle"])] = r["us"]
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps({**self.header, "timing": TIMING}) + "\n")
+            timing = TIMING + (f"; {PRECISE_REPLAYS} replays" if precise else "")
+            self.path.write_text(json.dumps({**self.header, "timing": timing}) + "\n")
 
     def _logged_device(self) -> dict:
         if not self.path.exists():
@@ -152,7 +165,7 @@ class MeasurementLog:
         start = time.perf_counter()
         times = _C.profile(m, n, k, _C.DTYPES.index(dtype), _C.B_LAYOUTS.index(b_layout),
                            [c.launch(raster, swizzle) for c, raster, swizzle in missing], cold_bytes=0,
-                           seed=len(self.records) + 1, **profile_options(m, n, k))
+                           seed=len(self.records) + 1, **profile_options(m, n, k, self.precise))
         self.gpu_seconds += time.perf_counter() - start
         self.measured += len(missing)
         with self.path.open("a") as f:
