@@ -6,10 +6,11 @@
 
 Per layer of the model (the same file and options as `tune --shapes`), --per-layer token counts drawn
 log-uniformly from 1..max_m (seeded; LM heads up to 512) among those the log never measured for that
-(N, K). Per shape, one interleaved call of wavetune's C++ profiler (weights cold, the precise replays of
-`tune --shapes`) times every compiled config of the table at default micro parameters and the table's
-choice with its own, twice: the ratio is the fastest time over the choice's first, and the two launches
-of the choice show the measurement's own noise. Writes <out>/deploy_quality.jsonl (every config's time too, for
+(N, K). Per shape, one interleaved call of wavetune's C++ profiler, measured as `tune --shapes` measures
+(tuning.profile, precise: weights cold, each launch after one of its own), times every compiled config of
+the table at default micro parameters and the table's choice with its own, twice: the ratio is the
+fastest time over the choice's first, and the two launches of the choice show the measurement's own
+noise. Writes <out>/deploy_quality.jsonl (every config's time too, for
 offline studies of other range rules) and prints geomean and worst per layer and overall.
 """
 
@@ -58,9 +59,8 @@ def judge(selector, cands: list[tuning.Candidate], m: int, n: int, k: int) -> di
     choice = selector.select("bf16", "col", m, n, k)
     launch = (choice["variant"], _C.DECOMPOSITIONS.index(choice["decomposition"]), choice["splits"],
               _C.RASTERS.index(choice["raster"]), choice["max_swizzle"])
-    times = _C.profile(m, n, k, _C.DTYPES.index("bf16"), _C.B_LAYOUTS.index("col"),
-                       [launch, launch] + [c.launch() for c in cands], cold_bytes=0, seed=m * 31 + n,
-                       **tuning.profile_options(m, n, k, precise=True))
+    times = tuning.profile(("bf16", "col", m, n, k), [launch, launch] + [c.launch() for c in cands],
+                           seed=m * 31 + n, precise=True)
     timed = [(us, c.key) for us, c in zip(times[2:], cands) if not math.isnan(us)]
     best_us, best = min(timed + [(times[0], "the choice")])
     key = f"{choice['name']}/{choice['decomposition']}/{choice['splits']}"

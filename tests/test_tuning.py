@@ -121,6 +121,22 @@ def test_precise_profiling_replays_every_kernel_more():
         assert budget == precise
 
 
+def test_precise_profiling_times_each_launch_after_one_of_its_own(monkeypatch):
+    seen = {}
+
+    def fake_profile(m, n, k, dtype, b_layout, launches, **options):
+        seen.update(launches=launches, options=options)
+        return [float(i) for i in range(len(launches))]
+
+    monkeypatch.setattr(tuning._C, "profile", fake_profile)
+    launches = [(1, 0, 1, 0, 1), (2, 0, 1, 0, 1), (3, 0, 1, 0, 1)]
+    assert tuning.profile(("bf16", "col", 64, 4096, 4096), launches, seed=3) == [0.0, 1.0, 2.0]
+    assert seen["launches"] == launches and seen["options"]["seed"] == 3
+    assert tuning.profile(("bf16", "col", 64, 4096, 4096), launches, seed=3, precise=True) == [1.0, 3.0, 5.0]
+    assert seen["launches"] == [launch for launch in launches for _ in range(2)]
+    assert seen["options"]["replays"] == tuning.PRECISE_REPLAYS
+
+
 def test_calibration_shapes_are_generic_bounded_and_fixed():
     shapes = tuning.calibration_shapes()
     assert len(shapes) == tuning.CALIBRATION_SHAPES and shapes == tuning.calibration_shapes()

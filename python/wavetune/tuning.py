@@ -95,14 +95,33 @@ def profile_options(m: int, n: int, k: int, precise: bool = False) -> dict:
     NOTES: two launches of one cuBLAS kernel in one interleaved call, each the median of 3 replays, differed
     by up to 6% (M = 14350, N = 6144, K = 4096; docs/results/deploy_quality_llama3-8b_h100_3replays.jsonl,
     NVIDIA H100, 2026-11-24): too noisy to rank configs a few percent apart, which an exact range does.
-    With PRECISE_REPLAYS the same check gave 0.1-0.2% (median) and 1.1-4.7% at most (same day, H100, H200).
+    With 7 replays, each launch after one of its own (``profile``), 0.14% median and 2.2% at most.
     """
     long_kernel = 2.0 * m * n * k > 2e11  # above ~0.3 ms on an H100
     replays = PRECISE_REPLAYS if precise else 3 if long_kernel else 5
     return dict(warmup=1 if long_kernel else 3, replays=replays, min_launches=2 if long_kernel else 8)
 
 
-PRECISE_REPLAYS = 11
+PRECISE_REPLAYS = 7
+
+
+def profile(problem: tuple, launches: list[tuple], seed: int, precise: bool = False) -> list[float]:
+    """``_C.profile`` of ``launches`` on ``problem`` (dtype, b_layout, m, n, k), weights cold: median us of
+    each, NaN where one cannot run. ``precise``: ``profile_options``'s precise replays, and every timed
+    launch right after an untimed launch of its own graph.
+
+    NOTES: the profiler interleaves the launches round by round, so each launch starts from the power and
+    clock state its predecessor in the round left. At M = 8324, N = 4096, K = 14336 on an H100 the same 52
+    launches timed the stream-K 128x192 tile at 0.88-0.92x cuBLAS's time in one order and at 1.06-1.07x
+    reversed (docs/results/launch_order_h100.jsonl, 2026-11-24): enough to reverse a choice. Each preceded
+    by a launch of its own, the two orders gave 1.04-1.07x and 1.08-1.10x; it costs twice the GPU time.
+    """
+    dtype, b_layout, m, n, k = problem
+    repeat = 2 if precise else 1
+    times = _C.profile(m, n, k, _C.DTYPES.index(dtype), _C.B_LAYOUTS.index(b_layout),
+                       [launch for launch in launches for _ in range(repeat)], cold_bytes=0, seed=seed,
+                       **profile_options(m, n, k, precise))
+    return times[repeat - 1::repeat]
 
 
 class MeasurementLog:
@@ -111,7 +130,7 @@ class MeasurementLog:
     Opening an existing log on another GPU or build is refused; records already there are not measured
     again, which makes tuning resumable. ``offline``: the device is the log's own and nothing is measured
     (refitting a table from its log, on any machine with the same build). ``precise``: every measurement
-    with ``profile_options``'s precise replays.
+    by ``profile``, precise.
     """
 
     def __init__(self, path: Path, offline: bool = False, precise: bool = False):
@@ -136,7 +155,8 @@ class MeasurementLog:
                 self.records[self._key(r["problem"], r["config"], r["raster"], r["max_swizzle"])] = r["us"]
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            timing = TIMING + (f"; {PRECISE_REPLAYS} replays" if precise else "")
+            precise_timing = f"; {PRECISE_REPLAYS} replays, each launch after one of its own"
+            timing = TIMING + (precise_timing if precise else "")
             self.path.write_text(json.dumps({**self.header, "timing": timing}) + "\n")
 
     def _logged_device(self) -> dict:
@@ -161,11 +181,9 @@ class MeasurementLog:
         if self.offline:
             raise ValueError(f"{self.path} lacks {len(missing)} planned measurements of {problem}, e.g. "
                              f"{missing[0][0].key}: refit offline only from a log of the same plan")
-        dtype, b_layout, m, n, k = problem
         start = time.perf_counter()
-        times = _C.profile(m, n, k, _C.DTYPES.index(dtype), _C.B_LAYOUTS.index(b_layout),
-                           [c.launch(raster, swizzle) for c, raster, swizzle in missing], cold_bytes=0,
-                           seed=len(self.records) + 1, **profile_options(m, n, k, self.precise))
+        times = profile(problem, [c.launch(raster, swizzle) for c, raster, swizzle in missing],
+                        seed=len(self.records) + 1, precise=self.precise)
         self.gpu_seconds += time.perf_counter() - start
         self.measured += len(missing)
         with self.path.open("a") as f:
