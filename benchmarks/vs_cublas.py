@@ -33,7 +33,7 @@ import torch
 import methods
 import shape_suite
 import wavetune
-from wavetune import _C, api, tuning
+from wavetune import api, tuning
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_ERROR = 2e-2
@@ -63,9 +63,7 @@ def suite(args: argparse.Namespace) -> list[tuple[int, int, int]]:
 
 def screen(m: int, n: int, k: int, cands: list[tuning.Candidate]) -> dict[str, float]:
     """Candidate key -> median us of one interleaved profiler call, fastest first (n/a configs excluded)."""
-    times = _C.profile(m, n, k, _C.DTYPES.index("bf16"), _C.B_LAYOUTS.index("col"),
-                       [c.launch() for c in cands], cold_bytes=0, seed=m * 31 + n,
-                       **tuning.profile_options(m, n, k))
+    times = tuning.profile(("bf16", "col", m, n, k), [c.launch() for c in cands], seed=m * 31 + n)
     return {cands[i].key: round(t, 3) for t, i in sorted((t, i) for i, t in enumerate(times) if not math.isnan(t))}
 
 

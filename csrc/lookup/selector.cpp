@@ -111,7 +111,7 @@ struct Candidate {
   uint32_t micro_begin, micro_count;  // into Impl::micro, sorted by min_wave
   std::array<double, 4> calibration;  // TableConfig::calibration
   bool calibrated;                    // any coefficient non-zero
-  double traffic_per_mnk;             // least_traffic_us's factor
+  double traffic_per_mnk;             // least_traffic_per_mnk of its tile at the table's traffic rate
 };
 
 // (dtype, layout, m, n, k, groups) in two words; m >= 1 makes `lo` non-zero, so a zeroed slot never matches.
@@ -748,13 +748,14 @@ Choice Selector::select_model(const Problem& p) const {
     if (&c == prior_candidate) continue;
     const double e = c.calibrated ? Impl::calibration_exponent(c, logs) : 0;
     const double bound = c.calibrated ? exp_lower_bound(e) : 1;
-    const double least = std::max(floor_us, c.traffic_per_mnk * mnk) * bound;
+    const double least_floor = std::max(floor_us, c.traffic_per_mnk * mnk);
+    const double least = least_floor * bound;
     if (prior && least * override_factor >= prior_t) continue;  // cannot override the prior
     if (best && least >= best_t) continue;                      // cannot be chosen
     const Coordinates x = c.mapping(spread, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
     double t = s.floored_us(c, x, floor_us);
-    assert(std::max(floor_us, c.traffic_per_mnk * mnk) <= t);
+    assert(least_floor <= t);
     if (c.calibrated) {
       if (best && t * bound >= best_t) continue;  // cannot be chosen
       t *= std::exp(e);

@@ -135,9 +135,8 @@ def screen_ms(max_m: int) -> list[int]:
 
 
 def backbone_ms(max_m: int) -> list[int]:
-    """M from BACKBONE_FROM to max_m, BACKBONE_STEP apart (none when max_m is below BACKBONE_FROM)."""
-    steps = math.floor(math.log(max_m / BACKBONE_FROM) / math.log(BACKBONE_STEP)) if max_m > BACKBONE_FROM else -1
-    return [round(BACKBONE_FROM * BACKBONE_STEP**i) for i in range(steps + 1)]
+    """M from BACKBONE_FROM to max_m, BACKBONE_STEP apart (none unless max_m is above BACKBONE_FROM)."""
+    return tuning.geometric_ms(BACKBONE_FROM, BACKBONE_STEP, max_m) if max_m > BACKBONE_FROM else []
 
 
 def model_picks(selector, table: Mapping, dtype: str, b_layout: str, m: int, n: int, k: int,

@@ -88,6 +88,9 @@ def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
     return out
 
 
+PRECISE_REPLAYS = 7
+
+
 def profile_options(m: int, n: int, k: int, precise: bool = False) -> dict:
     """Fewer launches for long kernels: the tuning budget is GPU time. ``precise``: PRECISE_REPLAYS
     replays for every kernel, for measurements that decide a choice alone (deployment tuning, its judge).
@@ -100,9 +103,6 @@ def profile_options(m: int, n: int, k: int, precise: bool = False) -> dict:
     long_kernel = 2.0 * m * n * k > 2e11  # above ~0.3 ms on an H100
     replays = PRECISE_REPLAYS if precise else 3 if long_kernel else 5
     return dict(warmup=1 if long_kernel else 3, replays=replays, min_launches=2 if long_kernel else 8)
-
-
-PRECISE_REPLAYS = 7
 
 
 def profile(problem: tuple, launches: list[tuple], seed: int, precise: bool = False) -> list[float]:
@@ -136,7 +136,7 @@ class MeasurementLog:
     def __init__(self, path: Path, offline: bool = False, precise: bool = False):
         self.path = Path(path)
         self.offline = offline
-        self.precise = precise  # profile_options's
+        self.precise = precise  # profile's
         self.device = self._logged_device() if offline else _C.device_properties()
         self.header = {
             "gpu_name": self.device["name"], "sm_count": self.device["sm_count"],
@@ -444,11 +444,16 @@ WORKING_SET_NK = (256, 512, 1024, 1536, 2048, 3072, 4096, 5120, 6144, 8192, 1024
                   20480, 24576, 28672, 32768, 49152, 65536)
 
 
+def geometric_ms(first: int, ratio: float, last: int) -> list[int]:
+    """first, first * ratio, first * ratio^2, ... rounded, up to about ``last`` (>= first)."""
+    steps = math.floor(math.log(last / first) / math.log(ratio)) + 1
+    return [round(first * ratio**i) for i in range(steps)]
+
+
 def token_counts(max_m: int) -> list[int]:
     """Every M up to 64, then about 6% apart, and ``max_m``: token counts as a batcher produces them, odd
     values included (the working-set grid, deployment tuning's probes)."""
-    steps = int(math.log(max(max_m, 64) / 64) / math.log(1.06)) + 1
-    return sorted({m for m in (*range(1, 65), *(round(64 * 1.06**i) for i in range(steps))) if m < max_m} | {max_m})
+    return sorted({m for m in (*range(1, 65), *geometric_ms(64, 1.06, max(max_m, 64))) if m < max_m} | {max_m})
 
 
 WORKING_SET_M = tuple(token_counts(16384))
