@@ -164,9 +164,12 @@ def test_the_cap_drops_whole_wave_regimes_and_keeps_the_staircase():
     truth = [25.0 * w for w, _ in track]
     predicted = deploy.interpolate(track, {m: truth[m - 1] for m in thin})
     assert predicted == pytest.approx(truth)
-    # Where the latency is linear in the tile count inside a regime, M sharing a tile count share a latency.
-    predicted = deploy.interpolate(track, {1: 10.0, 64: 10.0, 65: 20.0, 128: 30.0})
-    assert predicted[64:128] == pytest.approx([20.0] * 64) and predicted[128:] == [None] * (max_m - 128)
+    # Linear in the tile count inside a regime: M sharing a tile count share a latency, unless two of them
+    # were measured apart, when it is linear in M between them (65 and 128 share one here).
+    predicted = deploy.interpolate(track, {1: 10.0, 64: 10.0, 65: 20.0, 128: 30.0, 129: 30.0})
+    assert predicted[:64] == pytest.approx([10.0] * 64) and predicted[129:] == [None] * (max_m - 129)
+    assert predicted[64:128] == pytest.approx([20.0 + 10.0 * i / 63 for i in range(64)])
+    assert track[64][1] == track[127][1] != track[128][1]
 
 
 def test_the_backbone_bounds_the_gap_between_sampled_m():
@@ -209,7 +212,8 @@ GPU, SMS = "NVIDIA H100 80GB HBM3", 132
 
 class FakeLog:
     """MeasurementLog's interface over a synthetic latency, linear in work (G*L) inside each wave regime: a
-    fixed cost, a jump per wave that grows with the tile, and a cost per K step that varies by config."""
+    fixed cost, a jump per wave that grows with the tile, and a cost per K step that varies by config. A
+    launch at other than the default micro parameters runs 1.5x as long: a table's micro rule can mislead."""
 
     device = {"name": GPU, "sm_count": SMS}
     path = "fake.jsonl"
@@ -220,15 +224,16 @@ class FakeLog:
         self.measured = 0
 
     @staticmethod
-    def latency(m, n, k, c: tuning.Candidate) -> float:
+    def latency(m, n, k, c: tuning.Candidate, raster="heuristic", max_swizzle=1) -> float:
         g, l, _, w = c.coordinates(m, n, k, SMS)
         tm, tn, _ = c.variant.tile
-        return 2.0 + 0.1 * (c.variant.id % 5) + w * tm * tn / 4096 + 1e-3 * g * l * (1 + 0.25 * (c.variant.id % 4))
+        us = 2.0 + 0.1 * (c.variant.id % 5) + w * tm * tn / 4096 + 1e-3 * g * l * (1 + 0.25 * (c.variant.id % 4))
+        return us * (1.0 if (raster, max_swizzle) == ("heuristic", 1) else 1.5)
 
     def measure(self, problem, runs):
         for c, raster, swizzle in runs:
             if (*problem, c.key, raster, swizzle) not in self.records:
-                self.records[(*problem, c.key, raster, swizzle)] = self.latency(*problem[2:], c)
+                self.records[(*problem, c.key, raster, swizzle)] = self.latency(*problem[2:], c, raster, swizzle)
                 self.measured += 1
 
     def get(self, problem, c, raster="heuristic", max_swizzle=1):
@@ -285,6 +290,11 @@ def test_deploy_writes_ranges_covering_every_m(tmp_path, capsys):
                      if min(measured.get(c.key, {math.inf})) <= m <= max(measured.get(c.key, {0}))}
             assert times[picks[m]] == pytest.approx(min(times.values())), (layer, m)
     assert selector.select("bf16", "col", 701, 3072, 1024)["source"] == "model"  # beyond max_m: the model
+    # Config 0's micro rule (along N, swizzle 4 from wave 2) is measured, and so is its default launch at the
+    # same M, which the fake makes faster: no range records the rule.
+    ruled = {r[:5] for r in log.records if r[5] == cands[0].key and r[6:] == ("along_n", 4)}
+    assert ruled and all((*problem, cands[0].key, "heuristic", 1) in log.records for problem in ruled)
+    assert all((e["raster"], e["max_swizzle"]) == ("heuristic", 1) for e in ranges)
 
     runs = log.measured
     deploy.deploy(log, tmp_path / "base.wtt", layers, tmp_path / "again.wtt", "model.json")

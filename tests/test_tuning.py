@@ -113,15 +113,26 @@ def test_an_offline_log_takes_its_own_device_and_measures_nothing(tmp_path):
         tuning.MeasurementLog(tmp_path / "missing.jsonl", offline=True)
 
 
-def test_precise_profiling_replays_every_kernel_more():
+@pytest.mark.parametrize("library_only", [[], [SimpleNamespace(variant=SimpleNamespace(from_library=True))]])
+def test_tune_refuses_a_build_without_cutlass_variants(tmp_path, monkeypatch, library_only):
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps({"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800,
+                                "config_space_hash": _C.build_info()["config_space_hash"]}) + "\n")
+    monkeypatch.setattr(tuning, "candidates", lambda *layout: library_only)
+    with pytest.raises(ValueError, match="no compiled CUTLASS fp16 variant with row-major B"):
+        tuning.tune(tmp_path, path, "fp16", "row", offline=True)
+
+
+def test_precise_profiling_replays_every_kernel_more_each_after_one_of_its_own():
     for shape in [(16, 4096, 4096), (16384, 28672, 4096)]:
         budget, precise = tuning.profile_options(*shape), tuning.profile_options(*shape, precise=True)
         assert budget["replays"] < precise["replays"] == tuning.PRECISE_REPLAYS
-        del budget["replays"], precise["replays"]
+        assert budget["lead_in"] == 0 and precise["lead_in"] == 1
+        del budget["replays"], precise["replays"], budget["lead_in"], precise["lead_in"]
         assert budget == precise
 
 
-def test_precise_profiling_times_each_launch_after_one_of_its_own(monkeypatch):
+def test_profile_passes_the_precise_options_and_every_launch_once(monkeypatch):
     seen = {}
 
     def fake_profile(m, n, k, dtype, b_layout, launches, **options):
@@ -131,10 +142,10 @@ def test_precise_profiling_times_each_launch_after_one_of_its_own(monkeypatch):
     monkeypatch.setattr(tuning._C, "profile", fake_profile)
     launches = [(1, 0, 1, 0, 1), (2, 0, 1, 0, 1), (3, 0, 1, 0, 1)]
     assert tuning.profile(("bf16", "col", 64, 4096, 4096), launches, seed=3) == [0.0, 1.0, 2.0]
-    assert seen["launches"] == launches and seen["options"]["seed"] == 3
-    assert tuning.profile(("bf16", "col", 64, 4096, 4096), launches, seed=3, precise=True) == [1.0, 3.0, 5.0]
-    assert seen["launches"] == [launch for launch in launches for _ in range(2)]
-    assert seen["options"]["replays"] == tuning.PRECISE_REPLAYS
+    assert seen["launches"] == launches and seen["options"]["seed"] == 3 and seen["options"]["lead_in"] == 0
+    assert tuning.profile(("bf16", "col", 64, 4096, 4096), launches, seed=3, precise=True) == [0.0, 1.0, 2.0]
+    assert seen["launches"] == launches
+    assert seen["options"]["replays"] == tuning.PRECISE_REPLAYS and seen["options"]["lead_in"] == 1
 
 
 def test_calibration_shapes_are_generic_bounded_and_fixed():

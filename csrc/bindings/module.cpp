@@ -216,17 +216,17 @@ PYBIND11_MODULE(_C, m) {
       "profile",
       [](int32_t m_, int32_t n, int32_t k, int32_t dtype, int32_t b_layout,
          const std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>>& configs, int32_t warmup,
-         int32_t replays, int32_t min_launches, int64_t cold_bytes, uint64_t seed) {
+         int32_t replays, int32_t min_launches, int64_t cold_bytes, uint64_t seed, int32_t lead_in) {
         std::vector<Launch> launches;
         for (const auto& [variant, decomposition, splits, raster, max_swizzle] : configs) {
           launches.push_back({variant, make_micro(decomposition, splits, raster, max_swizzle)});
         }
         return profile(m_, n, k, static_cast<DType>(dtype), static_cast<BLayout>(b_layout), launches,
-                       {warmup, replays, min_launches, cold_bytes, seed});
+                       {warmup, replays, min_launches, cold_bytes, seed, lead_in});
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"), py::arg("b_layout"), py::arg("configs"),
       py::arg("warmup") = 3, py::arg("replays") = 5, py::arg("min_launches") = 8, py::arg("cold_bytes") = 0,
-      py::arg("seed") = 1, py::call_guard<py::gil_scoped_release>(),
+      py::arg("seed") = 1, py::arg("lead_in") = 0, py::call_guard<py::gil_scoped_release>(),
       "Median us per launch of each (variant, decomposition, splits, raster, max_swizzle) on one problem, "
       "timed with CUDA-graph replays over cold operand copies; NaN where a config cannot run.");
 

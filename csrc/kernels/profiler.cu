@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "cutlass/numeric_types.h"
@@ -29,6 +31,15 @@ __global__ void fill_uniform(T* data, int64_t count, uint64_t seed) {
     const float u = float(splitmix64(seed ^ (uint64_t(i) * 0xD1B54A32D192ED03ull)) >> 40) * (1.0f / 16777216.0f);
     data[i] = T(2.0f * u - 1.0f);
   }
+}
+
+// Spins one thread for `ns` nanoseconds: holds the stream while the host queues what must follow back to back.
+__global__ void hold(uint64_t ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
 }
 
 struct DeviceBuffer {
@@ -82,8 +93,8 @@ DeviceProperties device_properties() {
 
 std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayout b_layout,
                             const std::vector<Launch>& launches, const ProfileOptions& options) {
-  if (options.warmup < 1 || options.replays < 1 || options.min_launches < 1) {
-    WAVETUNE_INVALID("profile options need warmup, replays and min_launches >= 1");
+  if (options.warmup < 1 || options.replays < 1 || options.min_launches < 1 || options.lead_in < 0) {
+    WAVETUNE_INVALID("profile options need warmup, replays and min_launches >= 1 and lead_in >= 0");
   }
   const int64_t a_bytes = aligned(int64_t(m) * k * 2), b_bytes = aligned(int64_t(k) * n * 2);
   const int64_t d_bytes = aligned(int64_t(m) * n * 2), copy_bytes = a_bytes + b_bytes + d_bytes;
@@ -124,28 +135,50 @@ std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayou
   }
   WAVETUNE_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
 
-  std::vector<Graph> graphs(launches.size());
-  for (size_t i = 0; i < launches.size(); ++i) {
-    if (!runnable[i]) continue;
+  // `count` launches of one config over the copies, from `first` on, as a graph uploaded by one replay.
+  auto capture = [&](const Launch& launch, int64_t first, int64_t count, Graph* g) {
     WAVETUNE_CUDA_CHECK(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
     try {
-      for (int64_t j = 0; j < per_graph; ++j) gemm(problem(j % copies), launches[i].variant, launches[i].micro, stream.stream);
+      for (int64_t j = first; j < first + count; ++j) gemm(problem(j % copies), launch.variant, launch.micro, stream.stream);
     } catch (...) {
-      cudaStreamEndCapture(stream.stream, &graphs[i].graph);
+      cudaStreamEndCapture(stream.stream, &g->graph);
       throw;
     }
-    WAVETUNE_CUDA_CHECK(cudaStreamEndCapture(stream.stream, &graphs[i].graph));
-    WAVETUNE_CUDA_CHECK(cudaGraphInstantiate(&graphs[i].exec, graphs[i].graph, 0));
-    WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graphs[i].exec, stream.stream));  // the first replay uploads the graph
+    WAVETUNE_CUDA_CHECK(cudaStreamEndCapture(stream.stream, &g->graph));
+    WAVETUNE_CUDA_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0));
+    WAVETUNE_CUDA_CHECK(cudaGraphLaunch(g->exec, stream.stream));
+  };
+  std::vector<Graph> graphs(launches.size()), lead_ins(options.lead_in > 0 ? launches.size() : 0);
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (!runnable[i]) continue;
+    capture(launches[i], 0, per_graph, &graphs[i]);
+    // The lead-in ends on the last copy, so the timed graph's first launch (copy 0) follows it as the
+    // rotation would, its operands outside the L2.
+    if (options.lead_in > 0) capture(launches[i], options.lead_in * (copies - 1), options.lead_in, &lead_ins[i]);
   }
 
   // NOTES: replays are interleaved, one of each launch per round, so that clock and power drift over the
   // measurement (long GEMMs heat the GPU and lower its clocks) falls on all launches alike instead of
-  // favouring the ones measured first; launches of one problem are compared with each other.
+  // favouring the ones measured first; launches of one problem are compared with each other. Each replay
+  // then starts from the power and clock state its predecessor left, which moved a 1.4 ms kernel by up to
+  // 17% with the order of the configs (H100, docs/results/launch_order_h100.jsonl). So each round runs in
+  // a fresh order (seeded), and `lead_in` launches of the config's own precede each timed replay, held
+  // behind a short spin so that the host has queued the timed replay before they end and no idle gap
+  // falls inside the timing.
+  constexpr uint64_t kHoldNs = 30000;
+  std::vector<size_t> order(launches.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::mt19937_64 shuffler(options.seed);
   std::vector<std::vector<double>> samples(launches.size());
   for (int r = 0; r < options.replays; ++r) {
-    for (size_t i = 0; i < launches.size(); ++i) {
+    std::shuffle(order.begin(), order.end(), shuffler);
+    for (size_t i : order) {
       if (!runnable[i]) continue;
+      if (options.lead_in > 0) {
+        hold<<<1, 1, 0, stream.stream>>>(kHoldNs);
+        WAVETUNE_CUDA_CHECK(cudaGetLastError());
+        WAVETUNE_CUDA_CHECK(cudaGraphLaunch(lead_ins[i].exec, stream.stream));
+      }
       WAVETUNE_CUDA_CHECK(cudaEventRecord(events.start, stream.stream));
       WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graphs[i].exec, stream.stream));
       WAVETUNE_CUDA_CHECK(cudaEventRecord(events.stop, stream.stream));

@@ -48,6 +48,9 @@ BACKBONE_FROM = 1024
 BACKBONE_STEP = 1.1
 
 Launch = tuple[int, str, int]  # (config id, raster, max swizzle)
+# A config as it contends along M: launched with its table's micro rule for each wave count (False), or
+# at the default micro parameters everywhere (True).
+Contender = tuple[int, bool]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,9 +228,11 @@ def interpolate(track: Sequence[tuple[int, int]], samples: Mapping[int, float]) 
 
     NOTES: a persistent kernel runs its grid in waves and a partial last wave costs about a full one, so
     latency is a staircase in the wave count whose steps change slowly with work. Inside one wave regime
-    (``sample_plan`` measures its first and last M) the rule is linear in the token-tile count, and M values
-    that share a tile count share a latency. Across regimes whose ends were not measured (the cap dropped
-    them) it keeps the staircase: linear in work alone would smooth each step by up to a wave's cost.
+    (``sample_plan`` measures its first and last M) the rule is linear in the token-tile count. Across
+    regimes whose ends were not measured (the cap dropped them) it keeps the staircase: linear in work alone
+    would smooth each step by up to a wave's cost. Two measured M of one tile count still differ at times
+    (Llama-3-8B's down projection, 64x64 ping-pong on an H100: 54 us at M = 102, 45 us at 121 and 46 at
+    116, 2026-11-24, reproduced in three runs), so between them the rule is linear in M.
     """
     ms = sorted(samples)
     out: list[float | None] = [None] * len(track)
@@ -236,7 +241,7 @@ def interpolate(track: Sequence[tuple[int, int]], samples: Mapping[int, float]) 
         per_wave_lo, per_wave_hi = samples[lo] / w_lo, samples[hi] / w_hi
         for m in range(lo, hi + 1):
             w, x = track[m - 1]
-            share = (x - x_lo) / (x_hi - x_lo) if x_hi != x_lo else 0.0
+            share = (x - x_lo) / (x_hi - x_lo) if x_hi != x_lo else (m - lo) / (hi - lo) if hi != lo else 0.0
             out[m - 1] = w * (per_wave_lo + share * (per_wave_hi - per_wave_lo))
     return out
 
@@ -274,8 +279,8 @@ def best_ranges(tracks: Mapping[Hashable, Sequence[tuple[int, int]]],
 @dataclasses.dataclass
 class LayerPlan:
     layer: Layer
-    tracks: dict[int, list[tuple[int, int]]]  # config id -> (waves, work) at every M
-    launches: dict[int, list[Launch]]  # M -> what is measured there
+    tracks: dict[Contender, list[tuple[int, int]]]  # contender -> (waves, work) at every M
+    launches: dict[int, list[Launch]]  # M -> what is measured there, each launch once
 
 
 def table_candidates(table: Mapping, dtype: str, b_layout: str) -> dict[int, tuning.Candidate]:
@@ -287,37 +292,61 @@ def table_candidates(table: Mapping, dtype: str, b_layout: str) -> dict[int, tun
 
 def table_launch(table: Mapping, config_id: int, waves: int) -> Launch:
     """A config with the raster and max swizzle of its table's micro record for this wave count, as the
-    table launches it (docs/tables.md): what is measured and what an exact range records."""
+    table launches it (docs/tables.md)."""
     rules = [rule for rule in sorted(table["micro"].get(config_id, ())) if rule[0] <= waves]
     return (config_id, *(rules[-1][1:] if rules else model.DEFAULT_MICRO))
 
 
+def contender_launch(table: Mapping, contender: Contender, waves: int) -> Launch:
+    """What is measured, and what an exact range records, for a contender at this wave count."""
+    config_id, at_default = contender
+    return (config_id, *model.DEFAULT_MICRO) if at_default else table_launch(table, config_id, waves)
+
+
+def contenders(table: Mapping, spans: Mapping[int, tuple[int, int]]) -> dict[Contender, tuple[int, int]]:
+    """Each config's span for it under its table's micro rule and, where that rule is not the default
+    everywhere, at the default micro parameters too.
+
+    NOTES: a table's micro rule was measured at its anchors, not at this layer's shapes. At M = 8192 of
+    Llama-3-8B's gate_up (NVIDIA H100, 2026-11-24) it launched cooperative 128x256 along M with swizzle 2
+    at 1.035x cuBLAS's time, where the default launch ran at 0.877x: measured under its rule alone, on the
+    screen and along M, the config never contended."""
+    ruled = {cid for cid, rules in table["micro"].items() if any(tuple(r[1:]) != model.DEFAULT_MICRO for r in rules)}
+    return {**{(cid, False): span for cid, span in spans.items()},
+            **{(cid, True): span for cid, span in spans.items() if cid in ruled}}
+
+
 def screen_launches(selector, table: Mapping, dtype: str, b_layout: str, layer: Layer) -> dict[int, list[Launch]]:
     """M -> the screen's launches there: every compiled config the model predicts within SCREEN_WITHIN of
-    its best."""
+    its best, under its table's micro rule and at the default micro parameters (``contenders``)."""
     out = {}
     for m in screen_ms(layer.max_m):
         rows = selector.explain(dtype, b_layout, m, layer.n, layer.k)
         best = min(r["predicted_us"] for r in rows)
-        out[m] = [table_launch(table, r["config"], r["waves"]) for r in rows if r["predicted_us"] <= SCREEN_WITHIN * best]
+        near = [r for r in rows if r["predicted_us"] <= SCREEN_WITHIN * best]
+        out[m] = list(dict.fromkeys(contender_launch(table, (r["config"], at_default), r["waves"])
+                                    for r in near for at_default in (False, True)))
     return out
 
 
 def plan_layer(selector, table: Mapping, cands: Mapping[int, tuning.Candidate], dtype: str, b_layout: str,
-               layer: Layer, screened: Mapping[int, Mapping[int, float]], top: int = TOP_CANDIDATES,
+               layer: Layer, screened: Mapping[int, Mapping[Launch, float]], top: int = TOP_CANDIDATES,
                cap: int = MAX_SAMPLES) -> LayerPlan:
-    """What to measure along M: the contenders of the model's probes and of the screen (``screened``: M ->
-    {config id: us}), at the M of ``sample_plan`` (the screen's M included, measured already, and the
-    backbone's)."""
+    """What to measure along M: the contenders (``contenders``) of the model's probes and of the screen
+    (``screened``: M -> {launch: us}), at the M of ``sample_plan`` (the screen's M included, measured
+    already, and the backbone's)."""
     probes = {m: model_picks(selector, table, dtype, b_layout, m, layer.n, layer.k, top)
               for m in tuning.token_counts(layer.max_m)}
-    fastest = {m: set(sorted(us, key=us.get)[:SCREEN_TOP]) for m, us in screened.items()}
-    spans = widest(contender_spans(probes), contender_spans(fastest))
-    tracks = {cid: coordinate_track(cands[cid], layer.n, layer.k, selector.sm_count(), layer.max_m) for cid in spans}
+    fastest = {m: set(list(dict.fromkeys(launch[0] for launch in sorted(us, key=us.get)))[:SCREEN_TOP])
+               for m, us in screened.items()}
+    spans = contenders(table, widest(contender_spans(probes), contender_spans(fastest)))
+    by_config = {cid: coordinate_track(cands[cid], layer.n, layer.k, selector.sm_count(), layer.max_m)
+                 for cid, _ in spans}
+    tracks = {key: by_config[key[0]] for key in spans}
     backbone = backbone_ms(layer.max_m)
     samples = sample_plan(tracks, spans, cap + len(backbone), always=[*screened, *backbone])
-    return LayerPlan(layer, tracks, {m: [table_launch(table, cid, tracks[cid][m - 1][0]) for cid in cids]
-                                     for m, cids in samples.items()})
+    return LayerPlan(layer, tracks, {m: list(dict.fromkeys(contender_launch(table, key, tracks[key][m - 1][0])
+                                                           for key in keys)) for m, keys in samples.items()})
 
 
 def measure(log, jobs: list[tuple[Layer, dict[int, list[Launch]]]], cands: Mapping[int, tuning.Candidate],
@@ -333,14 +362,14 @@ def measure(log, jobs: list[tuple[Layer, dict[int, list[Launch]]]], cands: Mappi
 
 
 def logged(log, layer: Layer, launches: Mapping[int, list[Launch]], cands: Mapping[int, tuning.Candidate],
-           dtype: str, b_layout: str) -> dict[int, dict[int, float]]:
-    """M -> {config id: us} of the launches the log has a time for."""
-    out: dict[int, dict[int, float]] = {}
+           dtype: str, b_layout: str) -> dict[int, dict[Launch, float]]:
+    """M -> {launch: us} of the launches the log has a time for."""
+    out: dict[int, dict[Launch, float]] = {}
     for m, runs in launches.items():
         for cid, raster, swizzle in runs:
             us = log.get((dtype, b_layout, m, layer.n, layer.k), cands[cid], raster, swizzle)
             if us is not None:
-                out.setdefault(m, {})[cid] = us
+                out.setdefault(m, {})[(cid, raster, swizzle)] = us
     return out
 
 
@@ -348,11 +377,13 @@ def exact_records(log, plan: LayerPlan, table: Mapping, cands: Mapping[int, tuni
                   b_layout: str) -> list[dict]:
     """The layer's exact ranges from its logged measurements (``best_ranges``)."""
     layer = plan.layer
-    measured: dict[int, dict[int, float]] = {cid: {} for cid in plan.tracks}
-    for m, times in logged(log, layer, plan.launches, cands, dtype, b_layout).items():
-        for cid, us in times.items():
-            measured[cid][m] = us
-    ranges = best_ranges(plan.tracks, measured, lambda cid, m: table_launch(table, cid, plan.tracks[cid][m - 1][0]))
+
+    def launch(key: Contender, m: int) -> Launch:
+        return contender_launch(table, key, plan.tracks[key][m - 1][0])
+
+    times = logged(log, layer, plan.launches, cands, dtype, b_layout)
+    measured = {key: {m: us[launch(key, m)] for m, us in times.items() if launch(key, m) in us} for key in plan.tracks}
+    ranges = best_ranges(plan.tracks, measured, launch)
     return [{"dtype": dtype, "b_layout": b_layout, "m_first": first, "m_last": last, "n": layer.n, "k": layer.k,
              "config_id": cid, "raster": raster, "max_swizzle": swizzle, "us": us}
             for first, last, (cid, raster, swizzle), us in ranges]

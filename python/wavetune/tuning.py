@@ -93,35 +93,30 @@ PRECISE_REPLAYS = 7
 
 def profile_options(m: int, n: int, k: int, precise: bool = False) -> dict:
     """Fewer launches for long kernels: the tuning budget is GPU time. ``precise``: PRECISE_REPLAYS
-    replays for every kernel, for measurements that decide a choice alone (deployment tuning, its judge).
+    replays for every kernel, each right after an untimed launch of its own, for measurements that decide
+    a choice alone (deployment tuning, its judge).
 
     NOTES: two launches of one cuBLAS kernel in one interleaved call, each the median of 3 replays, differed
     by up to 6% (M = 14350, N = 6144, K = 4096; docs/results/deploy_quality_llama3-8b_h100_3replays.jsonl,
     NVIDIA H100, 2026-11-24): too noisy to rank configs a few percent apart, which an exact range does.
-    With 7 replays, each launch after one of its own (``profile``), 0.14% median and 2.2% at most.
+    The profiler interleaves a call's launches round by round, so each replay starts from the power and
+    clock state its predecessor left: at M = 8324, N = 4096, K = 14336 on an H100 the same 52 launches
+    timed the stream-K 128x192 tile at 0.88-0.92x cuBLAS's time in one order and at 1.06-1.07x reversed
+    (docs/results/launch_order_h100.jsonl, 2026-11-24), enough to reverse a choice. Each preceded by a
+    launch of its own, the two orders gave 1.04-1.07x and 1.08-1.10x.
     """
     long_kernel = 2.0 * m * n * k > 2e11  # above ~0.3 ms on an H100
     replays = PRECISE_REPLAYS if precise else 3 if long_kernel else 5
-    return dict(warmup=1 if long_kernel else 3, replays=replays, min_launches=2 if long_kernel else 8)
+    return dict(warmup=1 if long_kernel else 3, replays=replays, min_launches=2 if long_kernel else 8,
+                lead_in=1 if precise else 0)
 
 
 def profile(problem: tuple, launches: list[tuple], seed: int, precise: bool = False) -> list[float]:
     """``_C.profile`` of ``launches`` on ``problem`` (dtype, b_layout, m, n, k), weights cold: median us of
-    each, NaN where one cannot run. ``precise``: ``profile_options``'s precise replays, and every timed
-    launch right after an untimed launch of its own graph.
-
-    NOTES: the profiler interleaves the launches round by round, so each launch starts from the power and
-    clock state its predecessor in the round left. At M = 8324, N = 4096, K = 14336 on an H100 the same 52
-    launches timed the stream-K 128x192 tile at 0.88-0.92x cuBLAS's time in one order and at 1.06-1.07x
-    reversed (docs/results/launch_order_h100.jsonl, 2026-11-24): enough to reverse a choice. Each preceded
-    by a launch of its own, the two orders gave 1.04-1.07x and 1.08-1.10x; it costs twice the GPU time.
-    """
+    each, NaN where one cannot run; ``precise``: as ``profile_options`` says."""
     dtype, b_layout, m, n, k = problem
-    repeat = 2 if precise else 1
-    times = _C.profile(m, n, k, _C.DTYPES.index(dtype), _C.B_LAYOUTS.index(b_layout),
-                       [launch for launch in launches for _ in range(repeat)], cold_bytes=0, seed=seed,
-                       **profile_options(m, n, k, precise))
-    return times[repeat - 1::repeat]
+    return _C.profile(m, n, k, _C.DTYPES.index(dtype), _C.B_LAYOUTS.index(b_layout), launches, cold_bytes=0,
+                      seed=seed, **profile_options(m, n, k, precise))
 
 
 class MeasurementLog:
@@ -155,7 +150,7 @@ class MeasurementLog:
                 self.records[self._key(r["problem"], r["config"], r["raster"], r["max_swizzle"])] = r["us"]
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            precise_timing = f"; {PRECISE_REPLAYS} replays, each launch after one of its own"
+            precise_timing = f"; {PRECISE_REPLAYS} replays, each right after an untimed launch of its own"
             timing = TIMING + (precise_timing if precise else "")
             self.path.write_text(json.dumps({**self.header, "timing": timing}) + "\n")
 
@@ -346,8 +341,8 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     log = MeasurementLog(log_path, offline)
     sm_count = log.device["sm_count"]
     cands = candidates(dtype, b_layout)
-    if not cands:
-        raise ValueError(f"no compiled {dtype} variant with {b_layout}-major B to tune")
+    if all(c.variant.from_library for c in cands):  # a table of the library alone has nothing to choose
+        raise ValueError(f"no compiled CUTLASS {dtype} variant with {b_layout}-major B to tune")
     plan, waves = budget_plan(cands, sm_count, budget, micro)
     print(f"{log.device['name']}: {len(cands)} configs, {sum(map(len, plan.values()))} anchor measurements "
           f"on {len(plan)} shapes at waves {', '.join(map(str, waves))}; "

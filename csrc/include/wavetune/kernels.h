@@ -72,13 +72,16 @@ struct ProfileOptions {
   int32_t replays = 5;       // timed rounds, one replay of each config's graph per round; the median is reported
   int32_t min_launches = 8;  // launches per graph, rounded up to whole passes over the operand copies
   int64_t cold_bytes = 0;    // the rotated operand copies total at least this many bytes; 0: twice the L2
-  uint64_t seed = 1;         // operands are fresh pseudo-random values in [-1, 1) drawn from this seed
+  uint64_t seed = 1;         // operands are fresh pseudo-random values in [-1, 1) drawn from this seed, and
+                             // the order of each round of replays
+  int32_t lead_in = 0;       // untimed launches of a config's own right before each of its timed replays
 };
 
 // Median microseconds per launch of each config on D[m,n] = A[m,k] @ B[k,n], timed as inference runs
 // them: CUDA-graph replays (no host launch cost) over operand copies rotated so weights come from DRAM,
-// on a private stream of the current device, the configs' replays interleaved round by round so drift
-// in clocks affects them alike. NaN for a config that cannot run the problem.
+// on a private stream of the current device, the configs' replays interleaved round by round, each
+// round in a fresh order, so drift in clocks affects them alike. NaN for a config that cannot run the
+// problem.
 WAVETUNE_API std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayout b_layout,
                                          const std::vector<Launch>& launches, const ProfileOptions& options);
 
