@@ -81,6 +81,52 @@ struct Graph {
 constexpr int64_t kAlign = 256;
 int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
+// Median us per launch of each config's graph, NaN where it cannot run; `lead_ins` as ProfileOptions says.
+// NOTES: replays are interleaved, one of each launch per round, so that clock and power drift over the
+// measurement (long GEMMs heat the GPU and lower its clocks) falls on all launches alike instead of
+// favouring the ones measured first; launches of one problem are compared with each other. Each replay
+// then starts from the power and clock state its predecessor left, which moved a 1.4 ms kernel by up to
+// 17% with the order of the configs (H100, docs/results/launch_order_h100.jsonl). So each round runs in
+// a fresh order (seeded), and `lead_in` launches of the config's own precede each timed replay, held
+// behind a short spin so that the host has queued the timed replay before they end and no idle gap
+// falls inside the timing.
+std::vector<double> interleaved_medians(const std::vector<Graph>& graphs, const std::vector<Graph>& lead_ins,
+                                        const std::vector<bool>& runnable, int64_t per_graph,
+                                        const ProfileOptions& options, cudaStream_t stream) {
+  constexpr uint64_t kHoldNs = 30000;
+  Events events;
+  std::vector<size_t> order(graphs.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::mt19937_64 shuffler(options.seed);
+  std::vector<std::vector<double>> samples(graphs.size());
+  for (int r = 0; r < options.replays; ++r) {
+    std::shuffle(order.begin(), order.end(), shuffler);
+    for (size_t i : order) {
+      if (!runnable[i]) continue;
+      if (!lead_ins.empty()) {
+        hold<<<1, 1, 0, stream>>>(kHoldNs);
+        WAVETUNE_CUDA_CHECK(cudaGetLastError());
+        WAVETUNE_CUDA_CHECK(cudaGraphLaunch(lead_ins[i].exec, stream));
+      }
+      WAVETUNE_CUDA_CHECK(cudaEventRecord(events.start, stream));
+      WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graphs[i].exec, stream));
+      WAVETUNE_CUDA_CHECK(cudaEventRecord(events.stop, stream));
+      WAVETUNE_CUDA_CHECK(cudaEventSynchronize(events.stop));
+      float ms = 0;
+      WAVETUNE_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+      samples[i].push_back(1000.0 * ms / double(per_graph));
+    }
+  }
+  std::vector<double> result(graphs.size(), std::numeric_limits<double>::quiet_NaN());
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    if (!runnable[i]) continue;
+    std::nth_element(samples[i].begin(), samples[i].begin() + samples[i].size() / 2, samples[i].end());
+    result[i] = samples[i][samples[i].size() / 2];
+  }
+  WAVETUNE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return result;
+}
+
 }  // namespace
 
 DeviceProperties device_properties() {
@@ -107,7 +153,6 @@ std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayou
 
   DeviceBuffer buffer(size_t(copies * copy_bytes));
   StreamHandle stream;
-  Events events;
   auto* base = static_cast<char*>(buffer.ptr);
   const int64_t elements = copies * copy_bytes / 2;
   if (dtype == DType::bf16) {
@@ -157,45 +202,7 @@ std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayou
     if (options.lead_in > 0) capture(launches[i], options.lead_in * (copies - 1), options.lead_in, &lead_ins[i]);
   }
 
-  // NOTES: replays are interleaved, one of each launch per round, so that clock and power drift over the
-  // measurement (long GEMMs heat the GPU and lower its clocks) falls on all launches alike instead of
-  // favouring the ones measured first; launches of one problem are compared with each other. Each replay
-  // then starts from the power and clock state its predecessor left, which moved a 1.4 ms kernel by up to
-  // 17% with the order of the configs (H100, docs/results/launch_order_h100.jsonl). So each round runs in
-  // a fresh order (seeded), and `lead_in` launches of the config's own precede each timed replay, held
-  // behind a short spin so that the host has queued the timed replay before they end and no idle gap
-  // falls inside the timing.
-  constexpr uint64_t kHoldNs = 30000;
-  std::vector<size_t> order(launches.size());
-  std::iota(order.begin(), order.end(), size_t(0));
-  std::mt19937_64 shuffler(options.seed);
-  std::vector<std::vector<double>> samples(launches.size());
-  for (int r = 0; r < options.replays; ++r) {
-    std::shuffle(order.begin(), order.end(), shuffler);
-    for (size_t i : order) {
-      if (!runnable[i]) continue;
-      if (options.lead_in > 0) {
-        hold<<<1, 1, 0, stream.stream>>>(kHoldNs);
-        WAVETUNE_CUDA_CHECK(cudaGetLastError());
-        WAVETUNE_CUDA_CHECK(cudaGraphLaunch(lead_ins[i].exec, stream.stream));
-      }
-      WAVETUNE_CUDA_CHECK(cudaEventRecord(events.start, stream.stream));
-      WAVETUNE_CUDA_CHECK(cudaGraphLaunch(graphs[i].exec, stream.stream));
-      WAVETUNE_CUDA_CHECK(cudaEventRecord(events.stop, stream.stream));
-      WAVETUNE_CUDA_CHECK(cudaEventSynchronize(events.stop));
-      float ms = 0;
-      WAVETUNE_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-      samples[i].push_back(1000.0 * ms / double(per_graph));
-    }
-  }
-  std::vector<double> result(launches.size(), std::numeric_limits<double>::quiet_NaN());
-  for (size_t i = 0; i < launches.size(); ++i) {
-    if (!runnable[i]) continue;
-    std::nth_element(samples[i].begin(), samples[i].begin() + samples[i].size() / 2, samples[i].end());
-    result[i] = samples[i][samples[i].size() / 2];
-  }
-  WAVETUNE_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
-  return result;
+  return interleaved_medians(graphs, lead_ins, runnable, per_graph, options, stream.stream);
 }
 
 }  // namespace wavetune
