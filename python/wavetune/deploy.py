@@ -307,10 +307,10 @@ def contenders(table: Mapping, spans: Mapping[int, tuple[int, int]]) -> dict[Con
     """Each config's span for it under its table's micro rule and, where that rule is not the default
     everywhere, at the default micro parameters too.
 
-    NOTES: a table's micro rule was measured at its anchors, not at this layer's shapes. At M = 8192 of
-    Llama-3-8B's gate_up (NVIDIA H100, 2026-11-24) it launched cooperative 128x256 along M with swizzle 2
-    at 1.035x cuBLAS's time, where the default launch ran at 0.877x: measured under its rule alone, on the
-    screen and along M, the config never contended."""
+    NOTES: a table's micro rule was measured at its anchors, not at this layer's shapes. On Llama-3-8B's
+    gate_up (NVIDIA H100, 2026-11-24) it launched cooperative 128x256 along M with swizzle 2 at 1.035x
+    cuBLAS's time at M = 8192, where the default launch ran at 0.877x at M = 8324: measured under its rule
+    alone, on the screen and along M, the config never contended."""
     ruled = {cid for cid, rules in table["micro"].items() if any(tuple(r[1:]) != model.DEFAULT_MICRO for r in rules)}
     return {**{(cid, False): span for cid, span in spans.items()},
             **{(cid, True): span for cid, span in spans.items() if cid in ruled}}
@@ -338,7 +338,7 @@ def plan_layer(selector, table: Mapping, cands: Mapping[int, tuning.Candidate], 
     probes = {m: model_picks(selector, table, dtype, b_layout, m, layer.n, layer.k, top)
               for m in tuning.token_counts(layer.max_m)}
     fastest = {m: set(list(dict.fromkeys(launch[0] for launch in sorted(us, key=us.get)))[:SCREEN_TOP])
-               for m, us in screened.items()}
+               for m, us in screened.items()}  # the configs of the fastest launches, each config once
     spans = contenders(table, widest(contender_spans(probes), contender_spans(fastest)))
     by_config = {cid: coordinate_track(cands[cid], layer.n, layer.k, selector.sm_count(), layer.max_m)
                  for cid, _ in spans}
