@@ -320,6 +320,12 @@ def test_example_config_is_the_public_suites_llama3_8b():
                                                         (128256, 4096)}
 
 
+def test_example_qwen_config_at_two_ranks_gives_the_documented_layers():
+    layers = deploy.model_layers(REPO / "examples" / "qwen2.5-14b.config.json", tp=2)
+    assert [(layer.n, layer.k, layer.max_m) for layer in layers] == [
+        (3584, 5120, 16384), (5120, 2560, 16384), (13824, 5120, 16384), (5120, 6912, 16384), (76032, 5120, 512)]
+
+
 def test_quality_benchmark_judges_only_unprofiled_m():
     sys.path.insert(0, str(REPO / "benchmarks"))
     import deploy_quality
