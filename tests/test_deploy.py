@@ -240,6 +240,9 @@ class FakeLog:
     def get(self, problem, c, raster="heuristic", max_swizzle=1):
         return self.records.get((*problem, c.key, raster, max_swizzle))
 
+    def has(self, problem, c, raster="heuristic", max_swizzle=1):
+        return (*problem, c.key, raster, max_swizzle) in self.records
+
 
 def base_table(path):
     cands = tuning.candidates()

@@ -106,6 +106,13 @@ def test_an_offline_log_takes_its_own_device_and_measures_nothing(tmp_path):
     assert log.device == {"name": header["gpu_name"], "sm_count": 132, "l2_bytes": 52428800}
     with pytest.raises(ValueError, match="refit offline"):
         log.measure(("bf16", "col", 1, 8, 8), [(SimpleNamespace(key="v/data_parallel/1"), "heuristic", 1)])
+    # A run logged as unable to run the problem (us null) counts as measured: it is not tried again.
+    record = {"problem": ["bf16", "col", 1, 8, 8], "config": "v/data_parallel/1", "raster": "heuristic",
+              "max_swizzle": 1, "us": None}
+    path.write_text(json.dumps(header) + "\n" + json.dumps(record) + "\n")
+    log = tuning.MeasurementLog(path, offline=True)
+    log.measure(("bf16", "col", 1, 8, 8), [(SimpleNamespace(key="v/data_parallel/1"), "heuristic", 1)])
+    assert log.get(("bf16", "col", 1, 8, 8), SimpleNamespace(key="v/data_parallel/1")) is None
     path.write_text(json.dumps({**header, "config_space_hash": "0" * 16}) + "\n")
     with pytest.raises(ValueError, match="recorded on"):
         tuning.MeasurementLog(path, offline=True)

@@ -354,7 +354,7 @@ def measure(log, jobs: list[tuple[Layer, dict[int, list[Launch]]]], cands: Mappi
     """Profile every (layer, {M: launches}) job through the log, one interleaved call per problem."""
     problems = [((dtype, b_layout, m, layer.n, layer.k), [(cands[cid], *micro) for cid, *micro in runs])
                 for layer, by_m in jobs for m, runs in by_m.items()]
-    new = sum(log.get(problem, *run) is None for problem, runs in problems for run in runs)
+    new = sum(not log.has(problem, *run) for problem, runs in problems for run in runs)
     print(f"{desc}: {len(problems)} problems, {sum(len(runs) for _, runs in problems)} measurements, {new} not "
           f"in the log yet")
     for problem, runs in tuning.progress(problems, desc):

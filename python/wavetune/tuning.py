@@ -168,9 +168,14 @@ class MeasurementLog:
     def get(self, problem, c: Candidate, raster="heuristic", max_swizzle=1) -> float | None:
         return self.records.get(self._key(problem, c.key, raster, max_swizzle))
 
+    def has(self, problem, c: Candidate, raster="heuristic", max_swizzle=1) -> bool:
+        """Whether the run is logged, with a time or as unable to run the problem."""
+        return self._key(problem, c.key, raster, max_swizzle) in self.records
+
     def measure(self, problem: tuple, runs: list[tuple[Candidate, str, int]]) -> None:
-        """Profile the (candidate, raster, max_swizzle) runs on one problem that are not logged yet."""
-        missing = [r for r in runs if self.get(problem, *r) is None]
+        """Profile the (candidate, raster, max_swizzle) runs on one problem that are not logged yet (a run
+        logged as unable to run the problem is not tried again)."""
+        missing = [run for run in runs if not self.has(problem, *run)]
         if not missing:
             return
         if self.offline:
