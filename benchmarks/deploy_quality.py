@@ -78,13 +78,13 @@ def judge(selector, cands: list[tuning.Candidate], m: int, n: int, k: int, final
             "configs_us": {cands[i].key: round(us, 3) for us, i in timed}}
 
 
-def summary(rows: list[dict], names: list[str], field: str, label: str) -> None:
-    """Geomean and worst of ``field`` per layer and overall."""
+def summary(rows: list[dict], names: list[str], field: str, best_field: str, label: str) -> None:
+    """Geomean and worst of ``field`` per layer and overall, the worst's fastest config from ``best_field``."""
     for name in names + ["all"]:
         picked = [r for r in rows if name in ("all", r["layer"])]
         worst = min(picked, key=lambda r: r[field])
         print(f"{name}: {label} {methods.geomean([r[field] for r in picked]):.4f} geomean, {worst[field]:.3f} worst "
-              f"(M={worst['m']}: {worst['choice']} against {worst['final_best' if field == 'final_ratio' else 'best']})")
+              f"(M={worst['m']}: {worst['choice']} against {worst[best_field]})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
             f.write(json.dumps(rows[-1]) + "\n")
     print(f"{props['name']}, {args.table}: {len(rows)} shapes at unprofiled M, {len(cands)} configs each")
     names = [layer.name for layer in layers]
-    summary(rows, names, "final_ratio", f"choice / best of the {args.finalists} finalists, timed again")
-    summary(rows, names, "ratio", "choice / best, one pass")
+    summary(rows, names, "final_ratio", "final_best", f"choice / best of the {args.finalists} finalists, timed again")
+    summary(rows, names, "ratio", "best", "choice / best, one pass")
     print(f"choices from exact ranges: {sum(r['source'] == 'exact' for r in rows)} of {len(rows)}")
     spread = sorted(abs(math.log(r["repeat_us"] / r["choice_us"])) for r in rows)
     print(f"noise: the choice launched twice in each call differs by {math.expm1(spread[len(spread) // 2]):.2%} "

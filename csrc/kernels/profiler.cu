@@ -81,7 +81,8 @@ struct Graph {
 constexpr int64_t kAlign = 256;
 int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// Median us per launch of each config's graph, NaN where it cannot run; `lead_ins` as ProfileOptions says.
+// Median us per launch of each config's graph, NaN where none was captured (the config cannot run the
+// problem); `lead_ins` as ProfileOptions says.
 // NOTES: replays are interleaved, one of each launch per round, so that clock and power drift over the
 // measurement (long GEMMs heat the GPU and lower its clocks) falls on all launches alike instead of
 // favouring the ones measured first; launches of one problem are compared with each other. Each replay
@@ -91,8 +92,7 @@ int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; 
 // behind a short spin so that the host has queued the timed replay before they end and no idle gap
 // falls inside the timing.
 std::vector<double> interleaved_medians(const std::vector<Graph>& graphs, const std::vector<Graph>& lead_ins,
-                                        const std::vector<bool>& runnable, int64_t per_graph,
-                                        const ProfileOptions& options, cudaStream_t stream) {
+                                        int64_t per_graph, const ProfileOptions& options, cudaStream_t stream) {
   constexpr uint64_t kHoldNs = 30000;
   Events events;
   std::vector<size_t> order(graphs.size());
@@ -102,7 +102,7 @@ std::vector<double> interleaved_medians(const std::vector<Graph>& graphs, const 
   for (int r = 0; r < options.replays; ++r) {
     std::shuffle(order.begin(), order.end(), shuffler);
     for (size_t i : order) {
-      if (!runnable[i]) continue;
+      if (!graphs[i].exec) continue;
       if (!lead_ins.empty()) {
         hold<<<1, 1, 0, stream>>>(kHoldNs);
         WAVETUNE_CUDA_CHECK(cudaGetLastError());
@@ -119,7 +119,7 @@ std::vector<double> interleaved_medians(const std::vector<Graph>& graphs, const 
   }
   std::vector<double> result(graphs.size(), std::numeric_limits<double>::quiet_NaN());
   for (size_t i = 0; i < graphs.size(); ++i) {
-    if (!runnable[i]) continue;
+    if (!graphs[i].exec) continue;
     std::nth_element(samples[i].begin(), samples[i].begin() + samples[i].size() / 2, samples[i].end());
     result[i] = samples[i][samples[i].size() / 2];
   }
@@ -202,7 +202,7 @@ std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayou
     if (options.lead_in > 0) capture(launches[i], options.lead_in * (copies - 1), options.lead_in, &lead_ins[i]);
   }
 
-  return interleaved_medians(graphs, lead_ins, runnable, per_graph, options, stream.stream);
+  return interleaved_medians(graphs, lead_ins, per_graph, options, stream.stream);
 }
 
 }  // namespace wavetune

@@ -382,7 +382,7 @@ def exact_records(log, plan: LayerPlan, table: Mapping, cands: Mapping[int, tuni
         return contender_launch(table, key, plan.tracks[key][m - 1][0])
 
     times = logged(log, layer, plan.launches, cands, dtype, b_layout)
-    measured = {key: {m: us[launch(key, m)] for m, us in times.items() if launch(key, m) in us} for key in plan.tracks}
+    measured = {key: {m: us[run] for m, us in times.items() if (run := launch(key, m)) in us} for key in plan.tracks}
     ranges = best_ranges(plan.tracks, measured, launch)
     return [{"dtype": dtype, "b_layout": b_layout, "m_first": first, "m_last": last, "n": layer.n, "k": layer.k,
              "config_id": cid, "raster": raster, "max_swizzle": swizzle, "us": us}
