@@ -364,3 +364,21 @@ def test_vs_cublas_finalists_always_hold_the_library():
     first = {lib.key: 0.5} | {c.key: float(i) for i, c in enumerate(cutlass)}  # library fastest: not twice
     assert [c.key for c in vs_cublas.pick_finalists(first, cands, 2)] == [lib.key, cutlass[0].key]
     assert vs_cublas.pick_finalists({}, cands, 3) == []  # no screen (--finalists 0)
+
+
+def test_launch_context_takes_the_table_micro_rule_only_where_asked():
+    import launch_context
+
+    from wavetune import deploy, tablefile
+
+    table = tablefile.read_table(REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt")
+    cands = deploy.table_candidates(table, "bf16", "col")
+    ruled = [cid for cid, rules in table["micro"].items() if cid in cands and rules]
+    if not ruled:
+        pytest.skip("no compiled config of the H100 table has a micro rule")
+    key = cands[ruled[0]].key
+    m, n, k = 16384, 16384, 4096
+    runs = launch_context.launches(table, [key, key + ":rule"], m, n, k)
+    waves = cands[ruled[0]].coordinates(m, n, k, int(table["meta"]["sm_count"]))[3]
+    assert runs[key] == cands[ruled[0]].launch()
+    assert runs[key + ":rule"] == cands[ruled[0]].launch(*deploy.table_launch(table, ruled[0], waves)[1:])
