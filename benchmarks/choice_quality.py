@@ -7,7 +7,8 @@
     python benchmarks/choice_quality.py --log h100.jsonl --table tables/nvidia-h100-80gb-hbm3.wtt --split heldout
 
 Per shape of the split, the table's choice is evaluated as docs/tables.md states it (the Python reference:
-model.map_problem and model.predict, the memory and traffic floors, calibration, priors; exact records
+model.map_problem and model.predict, the memory and traffic floors, calibration, priors, the stream-K
+peer limit; exact records
 are not consulted, so the model is what is judged) and scored as the fastest of the table's configs
 measured on the shape over the measured time of the choice, both at default raster and swizzle. Also
 prints the prediction error over every (shape, config) pair.
@@ -33,7 +34,8 @@ NOMINAL_LIBRARY_TILE = SimpleNamespace(tile_m=128, tile_n=128, tile_k=64, cluste
 
 
 def table_predictor(path: Path, sm_count: int):
-    """(config keys, predict(key, m, n, k) -> us, priors [(max_m, key, margin)] by ascending max_m)."""
+    """(config keys, predict(key, m, n, k) -> us, choosable(key, m, n, k) -> bool, priors [(max_m, key,
+    margin)] by ascending max_m). ``choosable``: not a stream-K launch beyond the lookup's peer limit."""
     table = tablefile.read_table(path)
     variants = {v.name: v for v in config_space.load(REPO / "cutlass_configs" / "sm90_gemm.toml").variants}
     variants.update({name: NOMINAL_LIBRARY_TILE for name in LIBRARY_VARIANTS})
@@ -42,18 +44,25 @@ def table_predictor(path: Path, sm_count: int):
     calibration = {keys[i]: c for i, c in table["calibration"].items()}
     memory, traffic = table["memory_bytes_per_us"] or 0.0, table["traffic_bytes_per_us"] or 0.0
 
-    def predict(key: str, m: int, n: int, k: int) -> float:
+    def coordinates(key: str, m: int, n: int, k: int) -> tuple[tuple[int, int, int], tuple[int, int, int, int]]:
         name, decomposition, splits = key.split("/")
         v = variants[name]
         tile = (v.tile_m, v.tile_n, v.tile_k)
-        G, L, C, w = model.map_problem(tile, (v.cluster_m, v.cluster_n), v.swap_ab, m, n, k, decomposition,
+        return tile, model.map_problem(tile, (v.cluster_m, v.cluster_n), v.swap_ab, m, n, k, decomposition,
                                        int(splits), sm_count)
+
+    def predict(key: str, m: int, n: int, k: int) -> float:
+        tile, (G, L, C, w) = coordinates(key, m, n, k)
         t = max(model.predict(waves[key], G, L, w, C), model.memory_floor_us(m, n, k, memory),
                 model.traffic_floor_us(G, L, tile, traffic))
         return t * model.calibration_factor(calibration[key], m, n, k) if key in calibration else t
 
+    def choosable(key: str, m: int, n: int, k: int) -> bool:
+        tile, (G, L, C, w) = coordinates(key, m, n, k)
+        return not model.beyond_stream_k_peers(tile[2], key.split("/")[1], L, k)
+
     priors = sorted((p["max_m"] or float("inf"), keys[p["config_id"]], p["margin"]) for p in table["priors"])
-    return keys, predict, priors
+    return keys, predict, choosable, priors
 
 
 def choose(predicted: dict[str, float], m: int, priors: list[tuple]) -> str:
@@ -73,7 +82,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=120)
     args = p.parse_args()
     header, records = methods.read_log(args.log)
-    keys, predict, priors = table_predictor(args.table, header["sm_count"])
+    keys, predict, choosable, priors = table_predictor(args.table, header["sm_count"])
     ratios, errors, missing = [], [], 0
     for s in shape_suite.shapes(args.split, args.count):
         m, n, k = s["m"], s["n"], s["k"]
@@ -83,7 +92,8 @@ def main() -> None:
             missing += 1
             continue
         predicted = {key: predict(key, m, n, k) for key in measured}
-        ratios.append((m, min(measured.values()) / measured[choose(predicted, m, priors)]))
+        candidates = {key: t for key, t in predicted.items() if choosable(key, m, n, k)}
+        ratios.append((m, min(measured.values()) / measured[choose(candidates, m, priors)]))
         errors += [abs(predicted[key] - us) / us for key, us in measured.items()]
     print(f"{header['gpu_name']}, {args.table}, {args.split} split: {len(ratios)} shapes "
           f"({missing} not in the log), {len(keys)} configs")

@@ -9,7 +9,9 @@ of the public suite (shared/benchmarks/llm_shapes.json) are left out. Each (N, K
 split, by a hash of the pair, so the `tune` split (what design decisions may look at) and the `heldout`
 split (looked at only for final reports) share no layer. The `fresh` split holds the layers of other
 families (FRESH_FAMILIES), none of them in the first two pools: it was added once the held-out split had
-been reported, to judge the design decisions made after that report. M is drawn per shape, log-uniform
+been reported, to judge the design decisions made after that report. The `generic` suite holds no model's
+layers: problems drawn as tuning's calibration shapes are (N and K log-uniform over 256-131072 and
+128-32768, odd aspects included), with a seed of its own. In the splits, M is drawn per shape, log-uniform
 over 1-16384, so most token counts are odd or otherwise unround, as a batcher produces them (LM heads:
 1-512, one token per sequence).
 """
@@ -27,8 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 PUBLIC_SUITES = (REPO.parent / "shared" / "benchmarks" / "llm_shapes.json",
                  REPO / "shared" / "benchmarks" / "llm_shapes.json")
 HASHED_SPLITS = ("tune", "heldout")  # one pool, divided by a hash of each (N, K)
-SPLITS = (*HASHED_SPLITS, "fresh")
-SEEDS = {"tune": 1234, "heldout": 98765, "fresh": 20261124}
+SPLITS = (*HASHED_SPLITS, "fresh")  # of model layers
+SUITES = (*SPLITS, "generic")
+SEEDS = {"tune": 1234, "heldout": 98765, "fresh": 20261124, "generic": 20261125}
 M_MAX = 16384
 # NOTES: serving engines run the LM head on the last token of each sequence only, so its M is a batch size.
 LM_HEAD_M_MAX = 512
@@ -141,8 +144,13 @@ def token_count(rng: random.Random, m_max: int) -> int:
 
 def shapes(split: str, count: int) -> list[dict]:
     """``count`` shapes of a split: {"m", "n", "k", "layer"}, the same for the same arguments."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split not in SUITES:
+        raise ValueError(f"split must be one of {SUITES}, got {split!r}")
+    if split == "generic":
+        from wavetune import tuning  # numpy: only this split needs it
+
+        return [{"m": m, "n": n, "k": k, "layer": "generic"}
+                for m, n, k in tuning.calibration_shapes(count, SEEDS["generic"])]
     pairs = split_pairs(split)
     rng = random.Random(SEEDS[split])
     out = []

@@ -41,7 +41,7 @@ MAX_ERROR = 2e-2
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--suite", choices=("public", *shape_suite.SPLITS), default="public")
+    p.add_argument("--suite", choices=("public", *shape_suite.SUITES), default="public")
     p.add_argument("--count", type=int, default=150, help="shapes of a generated split")
     p.add_argument("--m", help="comma-separated M values replacing the public suite's")
     p.add_argument("--finalists", type=int, default=3,

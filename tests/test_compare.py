@@ -342,13 +342,28 @@ def test_choice_quality_evaluates_a_table_as_documented(tmp_path):
     tablefile.write_table(path, meta, [{"variant": v, "decomposition": "data_parallel", "splits": 1} for v in names],
                           {0: {1: [10.0, 0.0, 0.0, 0.0]}, 1: {1: [20.0, 0.0, 0.0, 0.0]}}, None, None,
                           priors=[{"config_id": 1, "max_m": 0, "margin": 0.5}], calibration={1: [-0.1, 0.0, 0.0, 0.0]})
-    keys, predict, priors = choice_quality.table_predictor(path, 132)
+    keys, predict, choosable, priors = choice_quality.table_predictor(path, 132)
     assert keys == [f"{v}/data_parallel/1" for v in names]
     assert predict(keys[0], 64, 4096, 4096) == 10.0
     assert predict(keys[1], 64, 4096, 4096) == pytest.approx(20.0 * math.exp(-0.1))
     assert priors == [(math.inf, keys[1], 0.5)]
     assert choice_quality.choose({keys[0]: 10.0, keys[1]: 14.0}, 64, priors) == keys[1]  # within 50%: the prior
     assert choice_quality.choose({keys[0]: 10.0, keys[1]: 16.0}, 64, priors) == keys[0]
+    assert choosable(keys[0], 1, 64, 1 << 20)  # data-parallel: no peer limit
+
+
+def test_choice_quality_passes_over_stream_k_beyond_its_peer_limit(tmp_path):
+    import choice_quality
+
+    name = "bf16_bcol_cooperative_128x64x64_1x1_stream_k"
+    meta = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "config_space_hash": "0123456789abcdef",
+            "wavetune_version": "0", "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"}
+    path = tmp_path / "t.wtt"
+    tablefile.write_table(path, meta, [{"variant": name, "decomposition": "stream_k", "splits": 1}],
+                          {0: {1: [10.0, 0.0, 0.0, 0.0]}}, None, None)
+    keys, _, choosable, _ = choice_quality.table_predictor(path, 132)
+    assert not choosable(keys[0], 128, 64, 64 * 4096)  # one tile of 4096 K steps over 132 CTAs (L = 32)
+    assert choosable(keys[0], 128 * 64, 64 * 64, 64 * 4)  # 4096 tiles
 
 
 def test_vs_cublas_finalists_always_hold_the_library():

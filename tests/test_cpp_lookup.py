@@ -220,6 +220,27 @@ def test_prior_stays_unless_the_model_predicts_more_than_its_margin(programs, tm
     assert done.returncode == 1 and "two priors for bf16 col with max-m 64" in done.stderr
 
 
+def test_stream_k_is_not_chosen_beyond_its_peer_limit(programs, tmp_path):
+    """A stream-K config predicted fastest is passed over where it would split each output tile among more
+    than STREAM_K_MAX_PEERS CTAs (few tiles, long K), and chosen where it would not."""
+    v0 = bf16_col_variants()[0]
+    sk = next((v for v in bf16_col_variants() if v.scheduler == "stream_k"), None)
+    if sk is None:
+        pytest.skip("no stream_k bf16 col variant in this build")
+    table = tmp_path / "table.wtt"
+    table.write_bytes(table_text(configs=[(v0.name, "data_parallel", 1), (sk.name, "stream_k", 1)],
+                                 waves=[(0, 1, 50.0, 0.0, 0.0, 0.0), (1, 1, 10.0, 0.0, 0.0, 0.0)]))
+    tile_m, tile_n, tile_k = sk.tile
+    # (kernel rows, kernel columns, K): one tile of 4096 K steps, shared by every CTA; 4096 tiles of 4 K steps.
+    for rows, cols, k, beyond in ((tile_m, tile_n, 4096 * tile_k, True), (64 * tile_m, 64 * tile_n, 4 * tile_k, False)):
+        m, n = (cols, rows) if sk.swap_ab else (rows, cols)
+        _, L, _, _ = map_problem(sk, m, n, k, "stream_k", 1)
+        assert reference_model.beyond_stream_k_peers(tile_k, "stream_k", L, k) == beyond
+        assert beyond == (-(-k // tile_k) > reference_model.STREAM_K_MAX_PEERS * L)
+        out = fields(run(programs["select_kernel"], table, m, n, k).stdout)
+        assert out["config"] == ("0" if beyond else "1"), (m, n, k, L)
+
+
 def test_memory_floor_bounds_every_prediction(programs, tmp_path):
     v0, v1 = bf16_col_variants()[:2]
     table = tmp_path / "table.wtt"
@@ -284,7 +305,9 @@ def test_model_matches_the_documented_formulas(programs, tmp_path):
             assert math.isclose(float(r["predicted_us"]), expected[-1], rel_tol=1e-8), (m, n, k, name, dec)
         out = fields(done.stdout)
         chosen = int(out["config"])
-        assert chosen == min(range(len(expected)), key=lambda i: (expected[i], i))
+        eligible = [i for i, (name, dec, _) in enumerate(configs) if not reference_model.beyond_stream_k_peers(
+            by_name[name].tile[2], dec, int(rows[i]["L"]), k)]
+        assert chosen == min(eligible, key=lambda i: (expected[i], i))
         # select's prepared mapping and explain's map_problem give the same prediction, digit for digit.
         assert out["predicted_us"] == rows[chosen]["predicted_us"] and out["source"] == "model"
         if configs[chosen][1] == "split_k":  # launched splits never exceed the K tiles

@@ -28,6 +28,16 @@ def test_splits_share_no_layer_and_are_fixed():
         assert sum(r["m"] % 2 for r in rows) > len(rows) / 4  # odd token counts, as a batcher makes them
 
 
+def test_generic_suite_is_fixed_and_not_the_calibration_shapes():
+    from wavetune import tuning
+
+    rows = shape_suite.shapes("generic", 50)
+    assert rows == shape_suite.shapes("generic", 50) and len(rows) == 50
+    problems = {(r["m"], r["n"], r["k"]) for r in rows}
+    assert not problems & set(tuning.calibration_shapes())
+    assert all(2.0 * m * n * k <= tuning.CALIBRATION_MAX_FLOP for m, n, k in problems)
+
+
 def test_grouped_cases_come_only_from_the_hashed_splits():
     assert shape_suite.moe_cases("tune", 4, ("balanced",))
     with pytest.raises(ValueError, match="split must be one of"):

@@ -745,6 +745,7 @@ Choice Selector::select_model(const Problem& p) const {
     if (best && least >= best_t) continue;                      // cannot be chosen
     const Coordinates x = c.mapping(spread, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
+    if (beyond_stream_k_peers(c.mapping.tile(), c.mapping.decomposition(), x, p.k)) continue;
     double t = s.floored_us(c, x, floor_us);
     assert(least_floor <= t);
     if (c.calibrated) {

@@ -265,6 +265,17 @@ def map_problem(tile: Sequence[int], cluster: Sequence[int], swap_ab: bool, m: i
     return grid, steps, capacity, ceil_div(grid, capacity)
 
 
+# NOTES: mirrors kStreamKMaxPeers (csrc/include/wavetune/mapping.h, which says why): the lookup never
+# chooses stream-K where it would split each output tile among more CTAs than this.
+STREAM_K_MAX_PEERS = 8
+
+
+def beyond_stream_k_peers(tile_k: int, decomposition: str, L: int, k: int) -> bool:
+    """Whether a problem's (G, L) under a stream-K config splits each output tile among more than
+    STREAM_K_MAX_PEERS CTAs (ceil(K / tile_k) > STREAM_K_MAX_PEERS * L): the lookup does not choose it."""
+    return decomposition == "stream_k" and k > STREAM_K_MAX_PEERS * L * tile_k
+
+
 def predict(waves: dict[int, Sequence[float]], G: int, L: int, w: int, C: int) -> float:
     """Predicted latency (us) of a problem at (G, L, w) under a config with capacity C.
 

@@ -75,4 +75,17 @@ inline Coordinates map_problem(const TileShape& t, int64_t m, int64_t n, int64_t
   return {grid, steps, capacity, detail::ceil_div(grid, capacity)};
 }
 
+// NOTES: stream-K over few output tiles hands each tile to many CTAs (its K steps over L per CTA), and the
+// deterministic fixup adds their partial tiles one after another: a serial cost that (G, L) does not see
+// and the anchors (one wave, thin problems) do not show. On the generic calibration shapes the model
+// under-predicted such launches up to 3.5x (M = 4, N = 384, K = 22400: 44 CTAs per tile). The lookup
+// does not choose stream-K beyond this many CTAs per tile (docs/model.md, section 7).
+constexpr int64_t kStreamKMaxPeers = 8;
+
+// Whether a problem's coordinates `x` under a stream-K config split its tiles among more than
+// kStreamKMaxPeers CTAs: ceil(K / tile_k) > kStreamKMaxPeers * L, without a division.
+inline bool beyond_stream_k_peers(const TileShape& t, Decomposition decomposition, const Coordinates& x, int64_t k) {
+  return decomposition == Decomposition::stream_k && k > kStreamKMaxPeers * x.k_iters * t.tile_k;
+}
+
 }  // namespace wavetune
