@@ -7,8 +7,8 @@
     python benchmarks/choice_quality.py --log h100.jsonl --table tables/nvidia-h100-80gb-hbm3.wtt --split heldout
 
 Per shape of the split, the table's choice is evaluated as docs/tables.md states it (the Python reference:
-model.map_problem and model.predict, the memory and traffic floors, calibration, priors, the stream-K
-peer limit; exact records
+model.map_problem and model.predict, the memory and traffic floors, calibration, priors, stream-K
+only where it is modeled; exact records
 are not consulted, so the model is what is judged) and scored as the fastest of the table's configs
 measured on the shape over the measured time of the choice, both at default raster and swizzle. Also
 prints the prediction error over every (shape, config) pair.
@@ -35,7 +35,8 @@ NOMINAL_LIBRARY_TILE = SimpleNamespace(tile_m=128, tile_n=128, tile_k=64, cluste
 
 def table_predictor(path: Path, sm_count: int):
     """(config keys, predict(key, m, n, k) -> us, choosable(key, m, n, k) -> bool, priors [(max_m, key,
-    margin)] by ascending max_m). ``choosable``: not a stream-K launch beyond the lookup's peer limit."""
+    margin)] by ascending max_m). ``choosable``: whether the lookup may choose the config there
+    (model.stream_k_modeled)."""
     table = tablefile.read_table(path)
     variants = {v.name: v for v in config_space.load(REPO / "cutlass_configs" / "sm90_gemm.toml").variants}
     variants.update({name: NOMINAL_LIBRARY_TILE for name in LIBRARY_VARIANTS})
@@ -44,22 +45,25 @@ def table_predictor(path: Path, sm_count: int):
     calibration = {keys[i]: c for i, c in table["calibration"].items()}
     memory, traffic = table["memory_bytes_per_us"] or 0.0, table["traffic_bytes_per_us"] or 0.0
 
-    def coordinates(key: str, m: int, n: int, k: int) -> tuple[tuple[int, int, int], tuple[int, int, int, int]]:
-        name, decomposition, splits = key.split("/")
+    def shape(key: str) -> tuple[str, tuple, tuple, bool]:
+        name, decomposition, _ = key.split("/")
         v = variants[name]
-        tile = (v.tile_m, v.tile_n, v.tile_k)
-        return tile, model.map_problem(tile, (v.cluster_m, v.cluster_n), v.swap_ab, m, n, k, decomposition,
-                                       int(splits), sm_count)
+        return decomposition, (v.tile_m, v.tile_n, v.tile_k), (v.cluster_m, v.cluster_n), v.swap_ab
 
     def predict(key: str, m: int, n: int, k: int) -> float:
-        tile, (G, L, C, w) = coordinates(key, m, n, k)
+        decomposition, tile, cluster, swap_ab = shape(key)
+        G, L, C, w = model.map_problem(tile, cluster, swap_ab, m, n, k, decomposition, int(key.split("/")[2]),
+                                       sm_count)
         t = max(model.predict(waves[key], G, L, w, C), model.memory_floor_us(m, n, k, memory),
                 model.traffic_floor_us(G, L, tile, traffic))
         return t * model.calibration_factor(calibration[key], m, n, k) if key in calibration else t
 
     def choosable(key: str, m: int, n: int, k: int) -> bool:
-        tile, (G, L, C, w) = coordinates(key, m, n, k)
-        return not model.beyond_stream_k_peers(tile[2], key.split("/")[1], L, k)
+        decomposition, tile, cluster, swap_ab = shape(key)
+        if decomposition != "stream_k":
+            return True
+        _, L, C, _ = model.map_problem(tile, cluster, swap_ab, m, n, k, decomposition, 1, sm_count)
+        return model.stream_k_modeled(*model.problem_extents(tile, cluster, swap_ab, m, n, k), L, C)
 
     priors = sorted((p["max_m"] or float("inf"), keys[p["config_id"]], p["margin"]) for p in table["priors"])
     return keys, predict, choosable, priors

@@ -352,7 +352,7 @@ def test_choice_quality_evaluates_a_table_as_documented(tmp_path):
     assert choosable(keys[0], 1, 64, 1 << 20)  # data-parallel: no peer limit
 
 
-def test_choice_quality_passes_over_stream_k_beyond_its_peer_limit(tmp_path):
+def test_choice_quality_chooses_stream_k_only_where_it_is_modeled(tmp_path):
     import choice_quality
 
     name = "bf16_bcol_cooperative_128x64x64_1x1_stream_k"
@@ -362,8 +362,10 @@ def test_choice_quality_passes_over_stream_k_beyond_its_peer_limit(tmp_path):
     tablefile.write_table(path, meta, [{"variant": name, "decomposition": "stream_k", "splits": 1}],
                           {0: {1: [10.0, 0.0, 0.0, 0.0]}}, None, None)
     keys, _, choosable, _ = choice_quality.table_predictor(path, 132)
+    assert choosable(keys[0], 128 * 64, 64 * 64, 64 * 16)  # 4096 tiles of 16 K steps: stream-K, 1 CTA a tile
     assert not choosable(keys[0], 128, 64, 64 * 4096)  # one tile of 4096 K steps over 132 CTAs (L = 32)
-    assert choosable(keys[0], 128 * 64, 64 * 64, 64 * 4)  # 4096 tiles
+    assert not choosable(keys[0], 128 * 64, 64 * 64, 64 * 8)  # 8 K steps a tile: CUTLASS runs it data-parallel
+    assert not choosable(keys[0], 128 * 12, 64 * 11, 64 * 16)  # 132 tiles, one whole wave: data-parallel too
 
 
 def test_vs_cublas_finalists_always_hold_the_library():

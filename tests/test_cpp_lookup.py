@@ -220,9 +220,10 @@ def test_prior_stays_unless_the_model_predicts_more_than_its_margin(programs, tm
     assert done.returncode == 1 and "two priors for bf16 col with max-m 64" in done.stderr
 
 
-def test_stream_k_is_not_chosen_beyond_its_peer_limit(programs, tmp_path):
-    """A stream-K config predicted fastest is passed over where it would split each output tile among more
-    than STREAM_K_MAX_PEERS CTAs (few tiles, long K), and chosen where it would not."""
+def test_stream_k_is_chosen_only_where_it_is_modeled(programs, tmp_path):
+    """A stream-K config predicted fastest is passed over where CUTLASS would run it data-parallel (at most
+    STREAM_K_MIN_STEPS K steps a tile, or whole waves of tiles) or where it would split each output tile among
+    more than STREAM_K_MAX_PEERS CTAs, and chosen elsewhere; explain says which."""
     v0 = bf16_col_variants()[0]
     sk = next((v for v in bf16_col_variants() if v.scheduler == "stream_k"), None)
     if sk is None:
@@ -231,14 +232,22 @@ def test_stream_k_is_not_chosen_beyond_its_peer_limit(programs, tmp_path):
     table.write_bytes(table_text(configs=[(v0.name, "data_parallel", 1), (sk.name, "stream_k", 1)],
                                  waves=[(0, 1, 50.0, 0.0, 0.0, 0.0), (1, 1, 10.0, 0.0, 0.0, 0.0)]))
     tile_m, tile_n, tile_k = sk.tile
-    # (kernel rows, kernel columns, K): one tile of 4096 K steps, shared by every CTA; 4096 tiles of 4 K steps.
-    for rows, cols, k, beyond in ((tile_m, tile_n, 4096 * tile_k, True), (64 * tile_m, 64 * tile_n, 4 * tile_k, False)):
+    cases = [  # (kernel tile rows, kernel tile columns, K steps, modeled)
+        (64, 64, 16, True),  # 4096 tiles of 16 K steps
+        (1, 1, 4096, False),  # one tile shared by every CTA
+        (64, 64, 8, False),  # CUTLASS runs 8 K steps a tile data-parallel
+        (12, 11, 16, False),  # 132 tiles, a whole wave: data-parallel too
+    ]
+    for tile_rows, tile_cols, steps, modeled in cases:
+        rows, cols, k = tile_rows * tile_m, tile_cols * tile_n, steps * tile_k
         m, n = (cols, rows) if sk.swap_ab else (rows, cols)
-        _, L, _, _ = map_problem(sk, m, n, k, "stream_k", 1)
-        assert reference_model.beyond_stream_k_peers(tile_k, "stream_k", L, k) == beyond
-        assert beyond == (-(-k // tile_k) > reference_model.STREAM_K_MAX_PEERS * L)
-        out = fields(run(programs["select_kernel"], table, m, n, k).stdout)
-        assert out["config"] == ("0" if beyond else "1"), (m, n, k, L)
+        _, L, C, _ = map_problem(sk, m, n, k, "stream_k", 1)
+        assert reference_model.stream_k_modeled(tile_rows * tile_cols, steps, L, C) == modeled
+        done = run(programs["select_kernel"], table, m, n, k, "--explain")
+        assert done.returncode == 0, done.stderr
+        assert fields(done.stdout)["config"] == ("1" if modeled else "0"), (m, n, k, L)
+        rows_out = [line for line in done.stdout.splitlines() if line.startswith("candidate: ")]
+        assert [r.endswith(f"choosable={int(c)}") for r, c in zip(rows_out, (True, modeled))] == [True, True]
 
 
 def test_memory_floor_bounds_every_prediction(programs, tmp_path):
@@ -305,8 +314,10 @@ def test_model_matches_the_documented_formulas(programs, tmp_path):
             assert math.isclose(float(r["predicted_us"]), expected[-1], rel_tol=1e-8), (m, n, k, name, dec)
         out = fields(done.stdout)
         chosen = int(out["config"])
-        eligible = [i for i, (name, dec, _) in enumerate(configs) if not reference_model.beyond_stream_k_peers(
-            by_name[name].tile[2], dec, int(rows[i]["L"]), k)]
+        eligible = [i for i, (name, dec, _) in enumerate(configs) if dec != "stream_k" or reference_model.stream_k_modeled(
+            *reference_model.problem_extents(by_name[name].tile, by_name[name].cluster, by_name[name].swap_ab, m, n, k),
+            int(rows[i]["L"]), int(rows[i]["C"]))]
+        assert [int(r["choosable"]) for r in rows] == [int(i in eligible) for i in range(len(configs))]
         assert chosen == min(eligible, key=lambda i: (expected[i], i))
         # select's prepared mapping and explain's map_problem give the same prediction, digit for digit.
         assert out["predicted_us"] == rows[chosen]["predicted_us"] and out["source"] == "model"

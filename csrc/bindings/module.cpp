@@ -284,6 +284,7 @@ PYBIND11_MODULE(_C, m) {
           d["capacity"] = p.coords.capacity;
           d["waves"] = p.coords.waves;
           d["predicted_us"] = p.predicted_us;
+          d["choosable"] = p.choosable;
           out.append(d);
         }
         return out;

@@ -65,11 +65,7 @@ class PreparedMapping {
 
   // `spread`: the problem's M over its groups (spread_of), computed once per decision.
   Coordinates operator()(const BalancedGroups& spread, int64_t n, int64_t k) const {
-    const int64_t m = spread.rows_each;
-    const int64_t rows = tile_.swap_ab ? n : m, cols = tile_.swap_ab ? m : n;
-    const int64_t tiles = spread.busy * cluster_m_.ceil_div(tile_m_.ceil_div(rows)) * tile_.cluster_m *
-                          cluster_n_.ceil_div(tile_n_.ceil_div(cols)) * tile_.cluster_n;
-    const int64_t k_iters = std::max<int64_t>(1, tile_k_.ceil_div(k));
+    const int64_t tiles = tile_count(spread, n), k_iters = k_steps(k);
     int64_t grid = tiles, steps = k_iters;
     if (decomposition_ == Decomposition::split_k) {
       // s = clamp(splits, 1, k_iters) (splits >= 1 here); with s = k_iters each split is one K step.
@@ -85,6 +81,11 @@ class PreparedMapping {
     return {grid, steps, capacity_, capacity_div_.ceil_div(grid)};
   }
 
+  // Whether the lookup may choose this config for the problem mapped to `x` (stream_k_modeled).
+  bool choosable(const BalancedGroups& spread, int64_t n, int64_t k, const Coordinates& x) const {
+    return decomposition_ != Decomposition::stream_k || stream_k_modeled(tile_count(spread, n), k_steps(k), x);
+  }
+
   // map_problem (map_grouped_balanced for several groups, data-parallel only) itself, for explain().
   Coordinates reference(int64_t m, int64_t n, int64_t k, int64_t groups) const {
     if (groups > 1) return map_grouped_balanced(tile_, {m, groups, n, k}, sm_count_);
@@ -96,6 +97,14 @@ class PreparedMapping {
   int32_t splits() const { return splits_; }
 
  private:
+  int64_t tile_count(const BalancedGroups& spread, int64_t n) const {
+    const int64_t m = spread.rows_each;
+    const int64_t rows = tile_.swap_ab ? n : m, cols = tile_.swap_ab ? m : n;
+    return spread.busy * cluster_m_.ceil_div(tile_m_.ceil_div(rows)) * tile_.cluster_m *
+           cluster_n_.ceil_div(tile_n_.ceil_div(cols)) * tile_.cluster_n;
+  }
+  int64_t k_steps(int64_t k) const { return std::max<int64_t>(1, tile_k_.ceil_div(k)); }
+
   TileShape tile_;
   Decomposition decomposition_;
   int32_t splits_, sm_count_;
@@ -745,7 +754,7 @@ Choice Selector::select_model(const Problem& p) const {
     if (best && least >= best_t) continue;                      // cannot be chosen
     const Coordinates x = c.mapping(spread, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
-    if (beyond_stream_k_peers(c.mapping.tile(), c.mapping.decomposition(), x, p.k)) continue;
+    if (!c.mapping.choosable(spread, p.n, p.k, x)) continue;
     double t = s.floored_us(c, x, floor_us);
     assert(least_floor <= t);
     if (c.calibrated) {
@@ -780,7 +789,8 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
   check_problem(p, impl_->grouped);
   if (impl_->attention) check_heads(p);
   const Impl& s = *impl_;
-  const double floor_us = memory_floor(p, spread_of(p), s.table.memory_bytes_per_us);
+  const BalancedGroups spread = spread_of(p);
+  const double floor_us = memory_floor(p, spread, s.table.memory_bytes_per_us);
   const LogExtents logs(p);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
@@ -792,7 +802,7 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
     }
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k, p.groups);
     const double t = s.predicted_us(c, x, floor_us, logs);
-    out.push_back({c.config, c.variant, x, t});
+    out.push_back({c.config, c.variant, x, t, c.mapping.choosable(spread, p.n, p.k, x)});
   }
   return out;
 }

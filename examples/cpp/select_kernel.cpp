@@ -105,7 +105,7 @@ int run(int argc, char** argv) {
     for (const wavetune::Prediction& x : selector.explain(p)) {
       std::cout << "candidate: config=" << x.config << " variant=" << variant_name(x.variant) << " G=" << x.coords.grid
                 << " L=" << x.coords.k_iters << " C=" << x.coords.capacity << " w=" << x.coords.waves
-                << " predicted_us=" << x.predicted_us << "\n";
+                << " predicted_us=" << x.predicted_us << " choosable=" << x.choosable << "\n";
     }
   }
   return 0;

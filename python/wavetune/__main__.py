@@ -97,10 +97,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
               f"TB/s, the fastest measured while tuning; no prediction of that config is lower")
     print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}")
     for r in rows[: args.top]:
-        print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}")
+        mark = "" if r["choosable"] else "  (not chosen: stream-K outside its model, docs/model.md section 7)"
+        print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}{mark}")
+    fastest = next((r for r in rows if r["choosable"]), None)
     if choice["source"] == "exact":
         how = "exact table: a tuned range of this layer holds this M"
-    elif rows and choice["config"] != rows[0]["config"]:
+    elif fastest and choice["config"] != fastest["config"]:
         how = "the table's prior for this M (per busy group): no config is predicted faster by more than its margin"
     else:
         how = "model: lowest predicted latency of the candidates above"

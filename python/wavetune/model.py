@@ -239,41 +239,52 @@ def fit_calibration(problems: Sequence[tuple[int, int, int]], ratios: Sequence[f
     return [float(z[0] - slopes @ mean), *map(float, slopes)]
 
 
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def problem_extents(tile: Sequence[int], cluster: Sequence[int], swap_ab: bool, m: int, n: int, k: int
+                    ) -> tuple[int, int]:
+    """(output tiles padded to whole clusters, K steps per tile) of a problem under a tile shape."""
+    tile_m, tile_n, tile_k = tile
+    cluster_m, cluster_n = cluster
+    rows, cols = (n, m) if swap_ab else (m, n)
+    tiles = (_ceil_div(_ceil_div(rows, tile_m), cluster_m) * cluster_m *
+             _ceil_div(_ceil_div(cols, tile_n), cluster_n) * cluster_n)
+    return tiles, max(1, _ceil_div(k, tile_k))
+
+
 def map_problem(tile: Sequence[int], cluster: Sequence[int], swap_ab: bool, m: int, n: int, k: int,
                 decomposition: str, splits: int, sm_count: int) -> tuple[int, int, int, int]:
     """(G, L, C, waves) of a problem under a config, as docs/model.md section 1 states the unified mapping:
     the reference that csrc/include/wavetune/mapping.h is tested against, and the mapping of tools that
     evaluate tables without the native module."""
-    def ceil_div(a: int, b: int) -> int:
-        return -(-a // b)
-
-    tile_m, tile_n, tile_k = tile
+    tiles, k_iters = problem_extents(tile, cluster, swap_ab, m, n, k)
     cluster_m, cluster_n = cluster
-    rows, cols = (n, m) if swap_ab else (m, n)
-    tiles = ceil_div(ceil_div(rows, tile_m), cluster_m) * cluster_m * ceil_div(ceil_div(cols, tile_n), cluster_n) * cluster_n
-    k_iters = max(1, ceil_div(k, tile_k))
     cluster_size = cluster_m * cluster_n
     capacity = max(cluster_size, sm_count // cluster_size * cluster_size)
     if decomposition == "split_k":
         s = min(max(splits, 1), k_iters)
-        grid, steps = tiles * s, ceil_div(k_iters, s)
+        grid, steps = tiles * s, _ceil_div(k_iters, s)
     elif decomposition == "stream_k":
         grid = min(capacity, tiles * k_iters)
-        steps = ceil_div(tiles * k_iters, grid)
+        steps = _ceil_div(tiles * k_iters, grid)
     else:
         grid, steps = tiles, k_iters
-    return grid, steps, capacity, ceil_div(grid, capacity)
+    return grid, steps, capacity, _ceil_div(grid, capacity)
 
 
-# NOTES: mirrors kStreamKMaxPeers (csrc/include/wavetune/mapping.h, which says why): the lookup never
-# chooses stream-K where it would split each output tile among more CTAs than this.
+# NOTES: mirror kStreamKMinSteps and kStreamKMaxPeers (csrc/include/wavetune/mapping.h, which says why).
+STREAM_K_MIN_STEPS = 8
 STREAM_K_MAX_PEERS = 8
 
 
-def beyond_stream_k_peers(tile_k: int, decomposition: str, L: int, k: int) -> bool:
-    """Whether a problem's (G, L) under a stream-K config splits each output tile among more than
-    STREAM_K_MAX_PEERS CTAs (ceil(K / tile_k) > STREAM_K_MAX_PEERS * L): the lookup does not choose it."""
-    return decomposition == "stream_k" and k > STREAM_K_MAX_PEERS * L * tile_k
+def stream_k_modeled(tiles: int, k_iters: int, L: int, C: int) -> bool:
+    """Whether the lookup may choose a stream-K launch over ``tiles`` output tiles of ``k_iters`` K steps,
+    mapped to L and C: CUTLASS runs it as stream-K (more than STREAM_K_MIN_STEPS K steps per tile, tiles
+    not a whole number of waves) and it splits each tile among at most STREAM_K_MAX_PEERS CTAs."""
+    runs_data_parallel = k_iters <= STREAM_K_MIN_STEPS or tiles % C == 0
+    return not runs_data_parallel and k_iters <= STREAM_K_MAX_PEERS * L
 
 
 def predict(waves: dict[int, Sequence[float]], G: int, L: int, w: int, C: int) -> float:

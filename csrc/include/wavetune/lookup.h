@@ -135,6 +135,7 @@ struct Prediction {
   int32_t variant;
   Coordinates coords;
   double predicted_us;  // at least the table's memory floor (Table::memory_bytes_per_us)
+  bool choosable = true;  // false: a stream-K launch the lookup does not choose there (stream_k_modeled)
 };
 
 class WAVETUNE_API Selector {

@@ -75,17 +75,26 @@ inline Coordinates map_problem(const TileShape& t, int64_t m, int64_t n, int64_t
   return {grid, steps, capacity, detail::ceil_div(grid, capacity)};
 }
 
-// NOTES: stream-K over few output tiles hands each tile to many CTAs (its K steps over L per CTA), and the
-// deterministic fixup adds their partial tiles one after another: a serial cost that (G, L) does not see
-// and the anchors (one wave, thin problems) do not show. On the generic calibration shapes the model
-// under-predicted such launches up to 3.5x (M = 4, N = 384, K = 22400: 44 CTAs per tile). The lookup
-// does not choose stream-K beyond this many CTAs per tile (docs/model.md, section 7).
+// NOTES: the stream-K configs' model covers only launches that run as stream-K, and only where the
+// partial tiles' fixup stays short; elsewhere the lookup does not choose them.
+// - CUTLASS's stream-K scheduler (tile_scheduler_params.h, DecompositionMode::StreamK) runs a launch
+//   data-parallel when each tile has at most kStreamKMinSteps K steps (its min_iters_per_sk_unit_) or
+//   the tiles fill whole waves. That launch is the tile's data-parallel config, whose anchors measure it;
+//   the stream-K anchors (one wave, G = C) do not.
+// - Over few tiles, stream-K hands each tile to many CTAs (ceil(K / tile_k) / L of them), and the
+//   deterministic fixup adds their partial tiles one after another: a serial cost that (G, L) does not
+//   see. On the generic calibration shapes the model under-predicted such launches up to 3.5x (M = 4,
+//   N = 384, K = 22400: 44 CTAs per tile).
+// Both rules together lifted the tables' choices on those shapes from 0.942 / 0.947 to 0.977 / 0.970 of
+// the best (H100 / H200) and left the LLM shape splits unchanged (docs/model.md, section 7).
+constexpr int64_t kStreamKMinSteps = 8;
 constexpr int64_t kStreamKMaxPeers = 8;
 
-// Whether a problem's coordinates `x` under a stream-K config split its tiles among more than
-// kStreamKMaxPeers CTAs: ceil(K / tile_k) > kStreamKMaxPeers * L, without a division.
-inline bool beyond_stream_k_peers(const TileShape& t, Decomposition decomposition, const Coordinates& x, int64_t k) {
-  return decomposition == Decomposition::stream_k && k > kStreamKMaxPeers * x.k_iters * t.tile_k;
+// Whether the lookup may choose a stream-K launch over `tiles` output tiles of `k_iters` K steps each,
+// mapped to `x`.
+inline bool stream_k_modeled(int64_t tiles, int64_t k_iters, const Coordinates& x) {
+  const bool runs_data_parallel = k_iters <= kStreamKMinSteps || tiles % x.capacity == 0;
+  return !runs_data_parallel && k_iters <= kStreamKMaxPeers * x.k_iters;
 }
 
 }  // namespace wavetune
