@@ -754,14 +754,15 @@ Choice Selector::select_model(const Problem& p) const {
     if (best && least >= best_t) continue;                      // cannot be chosen
     const Coordinates x = c.mapping(spread, p.n, p.k);
     assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
-    if (!c.mapping.choosable(spread, p.n, p.k, x)) continue;
     double t = s.floored_us(c, x, floor_us);
     assert(least_floor <= t);
     if (c.calibrated) {
       if (best && t * bound >= best_t) continue;  // cannot be chosen
       t *= std::exp(e);
     }
-    if (!best || t < best_t) best = &c, best_t = t, best_waves = x.waves;  // strict: ties keep the lower id
+    if (best && t >= best_t) continue;  // strict: ties keep the lower id
+    if (!c.mapping.choosable(spread, p.n, p.k, x)) continue;  // checked last: rarely reached
+    best = &c, best_t = t, best_waves = x.waves;
   }
   // NOTES: the prior (cuBLAS, or the M-bucket default) stays unless the model predicts a gain larger
   // than the margin, about the model's typical error on unseen shapes: a smaller predicted gain is as
