@@ -757,10 +757,12 @@ Choice Selector::select_model(const Problem& p) const {
     double t = s.floored_us(c, x, floor_us);
     assert(least_floor <= t);
     if (c.calibrated) {
-      if (best && t * bound >= best_t) continue;  // cannot be chosen
+      if (best && t * bound >= best_t) continue;                         // cannot be chosen
+      if (prior && t * bound * override_factor >= prior_t) continue;  // cannot override the prior
       t *= std::exp(e);
     }
-    if (best && t >= best_t) continue;  // strict: ties keep the lower id
+    if (best && t >= best_t) continue;                         // strict: ties keep the lower id
+    if (prior && t * override_factor >= prior_t) continue;  // cannot override the prior
     if (!c.mapping.choosable(spread, p.n, p.k, x)) continue;  // checked last: rarely reached
     best = &c, best_t = t, best_waves = x.waves;
   }
