@@ -7,9 +7,9 @@
     python benchmarks/choice_quality.py --log h100.jsonl --table tables/nvidia-h100-80gb-hbm3.wtt --split heldout
 
 Per shape of the split, the table's choice is evaluated as docs/tables.md states it (the Python reference:
-model.map_problem and model.predict, the memory and traffic floors, calibration, priors, stream-K
-only where it is modeled; exact records
-are not consulted, so the model is what is judged) and scored as the fastest of the table's configs
+model.map_problem and model.predict, the memory and traffic floors, calibration, the compute floor,
+priors, stream-K only where it is modeled; exact records are not consulted, so the model is what is
+judged) and scored as the fastest of the table's configs
 measured on the shape over the measured time of the choice, both at default raster and swizzle. Also
 prints the prediction error over every (shape, config) pair.
 """
@@ -44,6 +44,7 @@ def table_predictor(path: Path, sm_count: int):
     waves = {keys[i]: w for i, w in table["waves"].items()}
     calibration = {keys[i]: c for i, c in table["calibration"].items()}
     memory, traffic = table["memory_bytes_per_us"] or 0.0, table["traffic_bytes_per_us"] or 0.0
+    compute = table["compute_flop_per_us"] or 0.0
 
     def shape(key: str) -> tuple[str, tuple, tuple, bool]:
         name, decomposition, _ = key.split("/")
@@ -56,7 +57,8 @@ def table_predictor(path: Path, sm_count: int):
                                        sm_count)
         t = max(model.predict(waves[key], G, L, w, C), model.memory_floor_us(m, n, k, memory),
                 model.traffic_floor_us(G, L, tile, traffic))
-        return t * model.calibration_factor(calibration[key], m, n, k) if key in calibration else t
+        t = t * model.calibration_factor(calibration[key], m, n, k) if key in calibration else t
+        return max(t, model.compute_floor_us(m, n, k, compute))
 
     def choosable(key: str, m: int, n: int, k: int) -> bool:
         decomposition, tile, cluster, swap_ab = shape(key)

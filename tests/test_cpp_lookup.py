@@ -39,11 +39,12 @@ def _gpu_name() -> str:
 GPU_NAME = _gpu_name()
 
 
-def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, priors=(), memory=None) -> bytes:
+def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, priors=(), memory=None,
+               compute=None) -> bytes:
     """A table file. configs: [(variant, decomposition, splits)]; waves: [(config, w, a, b, c, d)];
     micro: [(config, w_min, raster, swizzle)];
     exact: [(dtype, layout, m_first, m_last, n, k, config, raster, swizzle, us)];
-    priors: [(config, max_m, margin)]; memory: bytes per us, or None for no memory record."""
+    priors: [(config, max_m, margin)]; memory: bytes per us, compute: flop per us (None: no record)."""
     fields = {
         "gpu_name": GPU_NAME,
         "sm_count": str(SM_COUNT),
@@ -64,6 +65,7 @@ def table_text(configs, waves, micro=(), exact=(), meta=None, comments=True, pri
     lines += ["exact " + " ".join(repr(x) if isinstance(x, float) else str(x) for x in e) for e in exact]
     lines += ["prior " + " ".join(str(x) for x in p) for p in priors]
     lines += [f"memory {memory!r}"] if memory is not None else []
+    lines += [f"compute {compute!r}"] if compute is not None else []
     body = ("\n".join(lines) + "\n").encode()
     return body + f"checksum {fnv1a64(body):016x}\n".encode()
 
@@ -279,6 +281,33 @@ def test_memory_floor_bounds_every_prediction(programs, tmp_path):
     assert fields(select(1e9))["config"] == "1"
 
 
+def test_compute_floor_bounds_every_prediction(programs, tmp_path):
+    """The compute record floors every prediction at 2*M*N*K / rate, after calibration; where it binds the
+    candidates tie and the prior (or the lower id) stays, without any candidate being mapped."""
+    v0, v1 = bf16_col_variants()[:2]
+    table = tmp_path / "table.wtt"
+    m, n, k = 16, 4096, 65536  # one wave of either tile
+    rate = 6.25e8  # flop/us: the floor of this problem is 2*16*4096*65536 / 6.25e8 = 13.7 us
+    floor = reference_model.compute_floor_us(m, n, k, rate)
+    assert 13 < floor < 14
+
+    def select(compute, priors=(), *args):
+        table.write_bytes(table_text(configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1)],
+                                     waves=[(0, 1, 12.0, 0.0, 0.0, 0.0), (1, 1, 6.0, 0.0, 0.0, 0.0)],
+                                     priors=priors, compute=compute))
+        done = run(programs["select_kernel"], table, m, n, k, *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert fields(select(None, [(0, 0, 0.2)]))["config"] == "1"  # no record: 6 us beats the prior's 12 us
+    out = fields(select(rate, [(0, 0, 0.2)]))  # both floored: a tie, the prior stays
+    assert out["config"] == "0" and float(out["predicted_us"]) == pytest.approx(floor, rel=1e-9)  # 10 digits
+    assert fields(select(rate))["config"] == "0"  # no prior: the tie goes to the lower config id
+    rows = [line for line in select(rate, (), "--explain").splitlines() if line.startswith("candidate: ")]
+    assert [float(r.split("predicted_us=")[1].split()[0]) for r in rows] == pytest.approx([floor, floor], rel=1e-6)
+    assert fields(select(1e12))["config"] == "1"  # a floor below both predictions changes nothing
+
+
 def test_model_matches_the_documented_formulas(programs, tmp_path):
     """Every candidate's coordinates and prediction (--explain) against a Python transcription of
     docs/tables.md and mapping.h, over problems that hit each wave regime; the choice is the argmin."""
@@ -328,7 +357,8 @@ def test_model_matches_the_documented_formulas(programs, tmp_path):
 
 def test_pruned_selection_is_the_argmin_of_every_prediction(programs, tmp_path):
     """select skips candidates whose lower bound (the memory floor or their least tile traffic, times their
-    least calibration factor) cannot win; its choice and prediction must be those of evaluating every
+    least calibration factor, or the compute floor) cannot win, and every candidate where the compute floor
+    alone keeps the prior; its choice and prediction must be those of evaluating every
     candidate (--explain) under the prior rule, wherever the floors bind and wherever they do not."""
     variants = bf16_col_variants()
     rng = random.Random(11)
@@ -343,7 +373,7 @@ def test_pruned_selection_is_the_argmin_of_every_prediction(programs, tmp_path):
             waves={i: {w: [rng.uniform(2, 20), rng.uniform(0, 0.05), rng.uniform(0, 0.5), rng.uniform(0, 0.002)]
                        for w in (1, 3)} for i in range(len(variants))},
             micro={}, exact=[], priors=[] if margin is None else [{"config_id": 0, "max_m": 0, "margin": margin}],
-            memory_bytes_per_us=3e6, traffic_bytes_per_us=2e7,
+            memory_bytes_per_us=3e6, traffic_bytes_per_us=2e7, compute_flop_per_us=2e8,
             calibration={i: [rng.uniform(-0.3, 0.3)] + [rng.uniform(-0.05, 0.05) for _ in range(3)]
                          for i in range(len(variants))})
         for m, n, k in problems:
@@ -412,6 +442,8 @@ def exact_line(m_first: int, m_last: int) -> bytes:
         (lambda b: b + b"traffic -1.0\n", r"table.wtt:\d+: traffic rate -1 bytes/us is not positive"),
         (lambda b: b + b"traffic 1e7\ntraffic 2e7\n", r"table.wtt:\d+: a second traffic record"),
         (lambda b: b + b"memory 1e6\nmemory 2e6\n", r"table.wtt:\d+: a second memory record"),
+        (lambda b: b + b"compute 0.0\n", r"table.wtt:\d+: compute rate 0 flop/us is not positive"),
+        (lambda b: b + b"compute 8e8\ncompute 9e8\n", r"table.wtt:\d+: a second compute record"),
         (lambda b: b + b"memory\n", r"table.wtt:\d+: memory record: expected 2 fields"),
         (lambda b: b + b"prior 0 16\n", r"table.wtt:\d+: prior record: expected 4 fields"),
         (lambda b: b + b"prior 0 16 -0.5\n", r"table.wtt:\d+: margin -0.5 is negative"),

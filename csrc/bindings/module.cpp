@@ -241,6 +241,7 @@ PYBIND11_MODULE(_C, m) {
       .def("exact_count", [](const Selector& s) { return s.table().exact.size(); })
       .def("memory_bytes_per_us", [](const Selector& s) { return s.table().memory_bytes_per_us; })
       .def("traffic_bytes_per_us", [](const Selector& s) { return s.table().traffic_bytes_per_us; })
+      .def("compute_flop_per_us", [](const Selector& s) { return s.table().compute_flop_per_us; })
       .def("skipped_configs", &Selector::skipped_configs)
       .def("sm_count", &Selector::sm_count)
       .def("select",

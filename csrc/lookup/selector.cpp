@@ -269,6 +269,14 @@ double memory_floor(const Problem& p, const BalancedGroups& spread, double bytes
   return 2 * (m * k + busy * n * k + m * n) / bytes_per_us;
 }
 
+// NOTES: nor does any kernel compute faster than the fastest arithmetic measured while tuning. This floor
+// bounds the calibrated prediction (a calibration factor below 1 may not carry a prediction under it), and
+// it is what lets select_model skip every candidate of a large compute-bound problem unmapped: none can be
+// predicted faster than the floor, so none beats a prior predicted within its margin of it.
+double compute_floor(const Problem& p, double flop_per_us) {
+  return flop_per_us > 0 ? 2 * double(p.m) * double(p.n) * double(p.k) / flop_per_us : 0;
+}
+
 // M over the problem's groups; a dense problem is one group of M rows (no division on its path).
 BalancedGroups spread_of(const Problem& p) {
   return p.groups > 1 ? balanced_groups(p.m, p.groups) : BalancedGroups{1, p.m};
@@ -420,10 +428,11 @@ struct Selector::Impl {
     return a[0] + a[1] * logs.m + a[2] * logs.n + a[3] * logs.k;
   }
 
-  // A candidate's prediction at x (docs/tables.md): floored, times its calibration.
-  double predicted_us(const Candidate& c, const Coordinates& x, double floor_us, const LogExtents& logs) const {
+  // A candidate's prediction at x (docs/tables.md): floored, times its calibration, at least compute_us.
+  double predicted_us(const Candidate& c, const Coordinates& x, double floor_us, const LogExtents& logs,
+                      double compute_us) const {
     const double t = floored_us(c, x, floor_us);
-    return c.calibrated ? t * std::exp(calibration_exponent(c, logs)) : t;
+    return std::max(compute_us, c.calibrated ? t * std::exp(calibration_exponent(c, logs)) : t);
   }
 
   void index_exact();
@@ -449,7 +458,7 @@ struct Selector::Impl {
     if (!attention_fits(c.mapping.tile(), c.mapping.splits(), p)) return false;
     int64_t launches = 1;
     *x = attention_coordinates(c.mapping.tile(), c.mapping.splits(), p, sm_count, &launches);
-    *us = double(launches) * predicted_us(c, *x, 0.0, logs);
+    *us = double(launches) * predicted_us(c, *x, 0.0, logs, 0.0);
     return true;
   }
 
@@ -725,6 +734,7 @@ Choice Selector::select_model(const Problem& p) const {
     }
   }
   const double floor_us = memory_floor(p, spread, s.table.memory_bytes_per_us);
+  const double compute_us = compute_floor(p, s.table.compute_flop_per_us);
   const LogExtents logs(p);
   const Candidate* best = nullptr;
   double best_t = 0, prior_t = 0;
@@ -732,39 +742,44 @@ Choice Selector::select_model(const Problem& p) const {
   const Candidate* prior_candidate = prior ? &list[prior->candidate] : nullptr;
   if (prior_candidate) {  // first: it bounds what the others must beat
     const Coordinates x = prior_candidate->mapping(spread, p.n, p.k);
-    prior_t = s.predicted_us(*prior_candidate, x, floor_us, logs);
+    prior_t = s.predicted_us(*prior_candidate, x, floor_us, logs, compute_us);
     prior_waves = x.waves;
     best = prior_candidate, best_t = prior_t, best_waves = x.waves;
   }
   // NOTES: a candidate is chosen only if predicted below the running best and, with a prior, below
-  // prior_t / (1 + margin). Its prediction is at least the larger of the memory floor and its least tile
-  // traffic, times the lower bound of its calibration factor: a few multiply-adds. Where that already
-  // rules it out (memory-bound problems, small tiles on large ones), its mapping and wave model are not
-  // evaluated. Ties with the prior end in the prior either way, so choices and predicted times are those
-  // of evaluating every candidate, bit for bit.
+  // prior_t / (1 + margin). Its prediction is at least the compute floor, and at least the larger of the
+  // memory floor and its least tile traffic times the lower bound of its calibration factor: a few
+  // multiply-adds. Where the compute floor rules out every candidate (a large compute-bound problem whose
+  // prior is predicted within its margin of it), none is looked at; where a candidate's bound rules it out
+  // (memory-bound problems, small tiles on large ones), its mapping and wave model are not evaluated. Ties
+  // with the prior end in the prior either way, so choices and predicted times are those of evaluating
+  // every candidate, bit for bit.
   const double override_factor = prior ? 1 + prior->margin : 0;
   const double mnk = double(p.m) * double(p.n) * double(p.k);
-  for (const Candidate& c : list) {
-    if (&c == prior_candidate) continue;
-    const double e = c.calibrated ? Impl::calibration_exponent(c, logs) : 0;
-    const double bound = c.calibrated ? exp_lower_bound(e) : 1;
-    const double least_floor = std::max(floor_us, c.traffic_per_mnk * mnk);
-    const double least = least_floor * bound;
-    if (prior && least * override_factor >= prior_t) continue;  // cannot override the prior
-    if (best && least >= best_t) continue;                      // cannot be chosen
-    const Coordinates x = c.mapping(spread, p.n, p.k);
-    assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
-    double t = s.floored_us(c, x, floor_us);
-    assert(least_floor <= t);
-    if (c.calibrated) {
-      if (best && t * bound >= best_t) continue;                         // cannot be chosen
-      if (prior && t * bound * override_factor >= prior_t) continue;  // cannot override the prior
-      t *= std::exp(e);
+  if (!prior || compute_us * override_factor < prior_t) {
+    for (const Candidate& c : list) {
+      if (&c == prior_candidate) continue;
+      const double e = c.calibrated ? Impl::calibration_exponent(c, logs) : 0;
+      const double bound = c.calibrated ? exp_lower_bound(e) : 1;
+      const double least_floor = std::max(floor_us, c.traffic_per_mnk * mnk);
+      const double least = std::max(compute_us, least_floor * bound);
+      if (prior && least * override_factor >= prior_t) continue;  // cannot override the prior
+      if (best && least >= best_t) continue;                      // cannot be chosen
+      const Coordinates x = c.mapping(spread, p.n, p.k);
+      assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
+      double t = s.floored_us(c, x, floor_us);
+      assert(least_floor <= t);
+      if (c.calibrated) {
+        if (best && t * bound >= best_t) continue;                         // cannot be chosen
+        if (prior && t * bound * override_factor >= prior_t) continue;  // cannot override the prior
+        t *= std::exp(e);
+      }
+      t = std::max(t, compute_us);
+      if (best && t >= best_t) continue;                         // strict: ties keep the lower id
+      if (prior && t * override_factor >= prior_t) continue;  // cannot override the prior
+      if (!c.mapping.choosable(spread, p.n, p.k, x)) continue;  // checked last: rarely reached
+      best = &c, best_t = t, best_waves = x.waves;
     }
-    if (best && t >= best_t) continue;                         // strict: ties keep the lower id
-    if (prior && t * override_factor >= prior_t) continue;  // cannot override the prior
-    if (!c.mapping.choosable(spread, p.n, p.k, x)) continue;  // checked last: rarely reached
-    best = &c, best_t = t, best_waves = x.waves;
   }
   // NOTES: the prior (cuBLAS, or the M-bucket default) stays unless the model predicts a gain larger
   // than the margin, about the model's typical error on unseen shapes: a smaller predicted gain is as
@@ -794,6 +809,7 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
   const Impl& s = *impl_;
   const BalancedGroups spread = spread_of(p);
   const double floor_us = memory_floor(p, spread, s.table.memory_bytes_per_us);
+  const double compute_us = compute_floor(p, s.table.compute_flop_per_us);
   const LogExtents logs(p);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
@@ -804,7 +820,7 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
       continue;
     }
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k, p.groups);
-    const double t = s.predicted_us(c, x, floor_us, logs);
+    const double t = s.predicted_us(c, x, floor_us, logs, compute_us);
     out.push_back({c.config, c.variant, x, t, c.mapping.choosable(spread, p.n, p.k, x)});
   }
   return out;

@@ -215,14 +215,16 @@ class Parser {
     return v;
   }
 
-  // A `memory` or `traffic` record: one positive rate in bytes per us, at most one per table.
-  double rate(std::string_view type, std::string_view line, std::string_view* f, size_t* seen_on) const {
-    expect_fields(type, split(line, f), 2, "<bytes-per-us>");
+  // A `memory`, `traffic` or `compute` record: one positive rate (bytes or flop per us), at most one per
+  // table.
+  double rate(std::string_view type, std::string_view line, std::string_view* f, size_t* seen_on,
+              bool flop = false) const {
+    expect_fields(type, split(line, f), 2, flop ? "<flop-per-us>" : "<bytes-per-us>");
     if (*seen_on) fail(line_, "a second ", type, " record (the first is on line ", *seen_on, ")");
-    const double bytes_per_us = real(f[1], "bytes per us");
-    if (!(bytes_per_us > 0)) fail(line_, type, " rate ", bytes_per_us, " bytes/us is not positive");
+    const double per_us = real(f[1], flop ? "flop per us" : "bytes per us");
+    if (!(per_us > 0)) fail(line_, type, " rate ", per_us, flop ? " flop/us" : " bytes/us", " is not positive");
     *seen_on = line_;
-    return bytes_per_us;
+    return per_us;
   }
 
   template <class Enum>
@@ -318,11 +320,13 @@ class Parser {
       table->memory_bytes_per_us = rate(type, line, f, &memory_line_);
     } else if (type == "traffic") {
       table->traffic_bytes_per_us = rate(type, line, f, &traffic_line_);
+    } else if (type == "compute") {
+      table->compute_flop_per_us = rate(type, line, f, &compute_line_, true);
     } else if (type == "checksum") {
       fail(line_, "a checksum record before the end of the file: the checksum must be the last line");
     } else {
       fail(line_, "unknown record type ", quoted(type),
-           " (meta, config, wave, micro, exact, prior, calibration, memory, traffic, checksum)");
+           " (meta, config, wave, micro, exact, prior, calibration, memory, traffic, compute, checksum)");
     }
   }
 
@@ -400,6 +404,7 @@ class Parser {
   std::vector<size_t> config_lines_, exact_record_lines_, prior_lines_;
   size_t memory_line_ = 0;
   size_t traffic_line_ = 0;
+  size_t compute_line_ = 0;
   std::vector<Pending<WaveModel>> waves_;
   std::vector<Pending<MicroRule>> micro_;
   std::vector<Pending<std::array<double, 4>>> calibrations_;

@@ -95,6 +95,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if rate := selector.traffic_bytes_per_us():
         print(f"traffic floor: each config's tile traffic (G*L K-steps of both operand tiles) at {rate / 1e6:.2f} "
               f"TB/s, the fastest measured while tuning; no prediction of that config is lower")
+    if rate := selector.compute_flop_per_us():
+        print(f"compute floor: {model.compute_floor_us(args.M, args.N, args.K, rate):.2f} us (2*M*N*K at "
+              f"{rate / 1e6:.0f} TFLOP/s, the fastest measured while tuning; no calibrated prediction is lower)")
     print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}")
     for r in rows[: args.top]:
         mark = "" if r["choosable"] else "  (not chosen: stream-K outside its model, docs/model.md section 7)"

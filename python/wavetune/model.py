@@ -195,6 +195,12 @@ def memory_floor_us(m: int, n: int, k: int, bytes_per_us: float, groups: int = 1
     return operand_bytes(m, n, k, groups) / bytes_per_us if bytes_per_us > 0 else 0.0
 
 
+def compute_floor_us(m: int, n: int, k: int, flop_per_us: float) -> float:
+    """The table's compute floor (docs/tables.md): 2*M*N*K at the fastest arithmetic measured while tuning;
+    no calibrated prediction is lower. 0 without a rate."""
+    return 2.0 * m * n * k / flop_per_us if flop_per_us > 0 else 0.0
+
+
 def tile_traffic_bytes(G: int, L: int, tile: Sequence[int]) -> float:
     """Bytes a config moves from L2 into shared memory: G*L K-steps, each a tile_k slice of both operand
     tiles (``tile`` = (tile_m, tile_n, tile_k)), 2 bytes per element."""

@@ -341,13 +341,15 @@ def _calibration_lines(calibration: Mapping | None, n_configs: int) -> list[str]
     return [rows[cid] for cid in sorted(rows)]
 
 
-def _rate_lines(kind: str, bytes_per_us) -> list[str]:
-    """The ``memory`` or ``traffic`` record of a rate in bytes per us (None: no record)."""
-    if bytes_per_us is None:
+def _rate_lines(kind: str, per_us) -> list[str]:
+    """The ``memory`` or ``traffic`` record of a rate in bytes per us, or the ``compute`` record of one in
+    flop per us (None: no record)."""
+    if per_us is None:
         return []
-    value = _float(bytes_per_us, f"{kind}_bytes_per_us")
+    name = "compute_flop_per_us" if kind == "compute" else f"{kind}_bytes_per_us"
+    value = _float(per_us, name)
     if not value > 0:
-        raise ValueError(f"{kind}_bytes_per_us must be > 0, got {value!r}")
+        raise ValueError(f"{name} must be > 0, got {value!r}")
     return [f"{kind} {value!r}\n"]
 
 
@@ -366,6 +368,7 @@ def format_table(
     memory_bytes_per_us: float | None = None,
     traffic_bytes_per_us: float | None = None,
     calibration: Mapping | None = None,
+    compute_flop_per_us: float | None = None,
 ) -> bytes:
     """The bytes of a table file (validated; see ``write_table``), checksum line included."""
     meta_lines = _meta_lines(meta)
@@ -374,7 +377,8 @@ def format_table(
             *_micro_lines(micro, len(variants)), *_exact_lines(exact, variants),
             *_prior_lines(priors, variants), *_calibration_lines(calibration, len(variants)),
             *_rate_lines("memory", memory_bytes_per_us),
-            *_rate_lines("traffic", traffic_bytes_per_us)]  # fmt: skip
+            *_rate_lines("traffic", traffic_bytes_per_us),
+            *_rate_lines("compute", compute_flop_per_us)]  # fmt: skip
     data = "".join(body).encode("utf-8")
     return data + f"checksum {fnv1a64(data):016x}\n".encode("ascii")
 
@@ -402,7 +406,8 @@ def read_table(path: str | os.PathLike) -> dict:
         raise ValueError(f"{path}: checksum mismatch: the file is corrupt, truncated or was edited by hand")
 
     table: dict = {"meta": {}, "configs": [], "waves": {}, "micro": {}, "exact": [], "priors": [],
-                   "memory_bytes_per_us": None, "traffic_bytes_per_us": None, "calibration": {}}  # fmt: skip
+                   "memory_bytes_per_us": None, "traffic_bytes_per_us": None, "calibration": {},
+                   "compute_flop_per_us": None}  # fmt: skip
     for number, line in enumerate(lines[1:-1], start=2):
         if line and not line.startswith("#"):
             try:
@@ -414,7 +419,7 @@ def read_table(path: str | os.PathLike) -> dict:
 
 # Fields after the record type, per record (meta: a key and the rest of the line).
 _RECORD_FIELDS = {"config": 4, "wave": 6, "micro": 4, "exact": len(EXACT_KEYS), "prior": 3, "calibration": 5,
-                  "memory": 1, "traffic": 1}
+                  "memory": 1, "traffic": 1, "compute": 1}
 
 
 def _read_record(line: str, table: dict) -> None:
@@ -444,7 +449,7 @@ def _read_record(line: str, table: dict) -> None:
     elif kind == "calibration":
         table["calibration"][int(f[0])] = [float(x) for x in f[1:]]
     else:
-        table[f"{kind}_bytes_per_us"] = float(f[0])
+        table["compute_flop_per_us" if kind == "compute" else f"{kind}_bytes_per_us"] = float(f[0])
 
 
 def write_table(
@@ -458,6 +463,7 @@ def write_table(
     memory_bytes_per_us: float | None = None,
     traffic_bytes_per_us: float | None = None,
     calibration: Mapping | None = None,
+    compute_flop_per_us: float | None = None,
 ) -> None:
     """Write a table file in the docs/tables.md format, atomically.
 
@@ -487,11 +493,13 @@ def write_table(
       each config's prediction (docs/tables.md). None: no record.
     - ``calibration``: ``{config_id: [c0, c1, c2, c3]}``: that config's prediction is multiplied by
       ``exp(c0 + c1 ln M + c2 ln N + c3 ln K)`` (docs/tables.md); configs without one keep factor 1.
+    - ``compute_flop_per_us``: the fastest arithmetic measured while tuning (> 0), the floor under every
+      calibrated prediction (docs/tables.md). None: no record.
 
     Layout (deterministic, so equal inputs give equal bytes): the magic line; meta with the required
     keys in the order above, then the others sorted by key; config lines in id order; wave lines by
     config id then w; micro lines by config id then min_wave; exact lines sorted by (dtype, b_layout, n,
-    k, m_first); prior lines by (dtype, B layout, max_m with 0 last); calibration lines by config id; the memory line, the traffic line; then ``checksum <16 hex digits>``, the
+    k, m_first); prior lines by (dtype, B layout, max_m with 0 last); calibration lines by config id; the memory line, the traffic line, the compute line; then ``checksum <16 hex digits>``, the
     FNV-1a 64 of all preceding bytes. Floats are written with ``repr`` (round-trips), integers in
     decimal. No comments are written.
 
@@ -500,7 +508,7 @@ def write_table(
     error the temporary file is removed and an existing table is left as it was.
     """
     data = format_table(meta, configs, waves, micro, exact, priors, memory_bytes_per_us, traffic_bytes_per_us,
-                        calibration)
+                        calibration, compute_flop_per_us)
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")

@@ -168,6 +168,13 @@ class MeasurementLog:
     def get(self, problem, c: Candidate, raster="heuristic", max_swizzle=1) -> float | None:
         return self.records.get(self._key(problem, c.key, raster, max_swizzle))
 
+    def fastest_compute(self, dtype: str, b_layout: str) -> float | None:
+        """The largest 2*M*N*K per us of any problem the log holds for ``dtype`` and ``b_layout`` (every
+        config, default launch; the large calibration shapes included): the table's ``compute`` record."""
+        rates = [2.0 * m * n * k / us for (d, layout, m, n, k, _, raster, swizzle), us in self.records.items()
+                 if us and (d, layout, raster, swizzle) == (dtype, b_layout, "heuristic", 1)]
+        return max(rates, default=None)
+
     def has(self, problem, c: Candidate, raster="heuristic", max_swizzle=1) -> bool:
         """Whether the run is logged, with a time or as unable to run the problem."""
         return self._key(problem, c.key, raster, max_swizzle) in self.records
@@ -326,6 +333,7 @@ def operand_traffic(c: Candidate, m: int, n: int, k: int) -> float:
     return model.operand_bytes(m, n, k)
 
 
+
 def tile_traffic(sm_count: int):
     """``fastest_rate``'s traffic function for tile traffic on a GPU of ``sm_count`` SMs."""
     def traffic(c: Candidate, m: int, n: int, k: int) -> float:
@@ -392,7 +400,9 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     for shape in progress(shapes, "calibration"):
         log.measure((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in kept])
     write_tuned_table(path, kept, **table)
-    write_tuned_table(path, kept, **table, calibration=calibration(log, path, shapes, dtype, b_layout))
+    # The compute floor bounds calibrated predictions, so the calibration is fitted without it.
+    write_tuned_table(path, kept, **table, calibration=calibration(log, path, shapes, dtype, b_layout),
+                      compute=log.fastest_compute(dtype, b_layout))
     print(f"wrote {path}: {len(kept)} configs (the working set), {len(exact)} exact shapes; this run measured "
           f"{log.measured} configs in {log.gpu_seconds:.1f} GPU-seconds (log: {log.path})")
     return path
@@ -415,7 +425,7 @@ def calibration(log: MeasurementLog, path: Path, shapes: list[tuple[int, int, in
 
 def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: dict, micro_rules: dict,
                       exact: list, dtype: str, b_layout: str, memory: float | None, traffic: float | None,
-                      calibration: dict | None = None) -> None:
+                      calibration: dict | None = None, compute: float | None = None) -> None:
     """A table of the ``kept`` configs (ids are positions in it); exact shapes of other configs are dropped."""
     index = {c.key: i for i, c in enumerate(kept)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -431,6 +441,7 @@ def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: di
         memory_bytes_per_us=memory,
         traffic_bytes_per_us=traffic,
         calibration={index[key]: coef for key, coef in (calibration or {}).items() if key in index},
+        compute_flop_per_us=compute,
     )
 
 

@@ -89,6 +89,9 @@ struct WAVETUNE_API Table {
   // config's prediction is at least its G*L K-steps, each moving a tile_k slice of both operand tiles,
   // over this rate (traffic_floor in selector.cpp). 0: no record, no floor.
   double traffic_bytes_per_us = 0;
+  // The fastest arithmetic measured while tuning, in flop per microsecond (a `compute` record): every
+  // calibrated prediction is at least 2*M*N*K / compute_flop_per_us. 0: no record, no floor.
+  double compute_flop_per_us = 0;
   std::string origin;  // the file path (or what `parse` was told), for messages
 
   // The value of a meta key; TableError naming the key and the origin when it is absent.
