@@ -252,60 +252,38 @@ def test_stream_k_is_chosen_only_where_it_is_modeled(programs, tmp_path):
         assert [r.endswith(f"choosable={int(c)}") for r, c in zip(rows_out, (True, modeled))] == [True, True]
 
 
-def test_memory_floor_bounds_every_prediction(programs, tmp_path):
+@pytest.mark.parametrize("record, problem, rate, floor_of", [
+    # bytes/us: the floor is 2*(m*k + n*k + m*n) / 2e6 = 16.9 us
+    ("memory", (16, 4096, 4096), 2e6, reference_model.memory_floor_us),
+    # flop/us: the floor is 2*m*n*k / 6.25e8 = 13.7 us, after calibration; one wave of either tile
+    ("compute", (16, 4096, 65536), 6.25e8, reference_model.compute_floor_us),
+])
+def test_floors_bound_every_prediction(programs, tmp_path, record, problem, rate, floor_of):
+    """Where a floor binds both configs' predictions they tie there and the prior (or the lower id) stays."""
     v0, v1 = bf16_col_variants()[:2]
     table = tmp_path / "table.wtt"
-    m, n, k = 16, 4096, 4096
-    bandwidth = 2e6  # bytes/us: the floor of this problem is 2*(m*k + n*k + m*n) / 2e6 = 16.9 us
-    floor = reference_model.memory_floor_us(m, n, k, bandwidth)
-    assert 16 < floor < 17
+    floor = floor_of(*problem, rate)
+    assert 13 < floor < 17
 
-    def select(memory, priors=(), *args):
+    def select(per_us, priors=(), *args):
         table.write_bytes(table_text(configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1)],
                                      waves=[(0, 1, 12.0, 0.0, 0.0, 0.0), (1, 1, 6.0, 0.0, 0.0, 0.0)],
-                                     priors=priors, memory=memory))
-        done = run(programs["select_kernel"], table, m, n, k, *args)
+                                     priors=priors, **{record: per_us}))
+        done = run(programs["select_kernel"], table, *problem, *args)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
     # Without the record the model picks config 1 (predicted 2x faster) over the prior, config 0.
     assert fields(select(None, [(0, 0, 0.2)]))["config"] == "1"
     # With it both predictions are below the floor: they tie at the floor, and the prior stays.
-    out = fields(select(bandwidth, [(0, 0, 0.2)]))
-    assert out["config"] == "0" and float(out["predicted_us"]) == pytest.approx(floor, rel=1e-12)
-    assert fields(select(bandwidth))["config"] == "0"  # no prior: the tie goes to the lower config id
-    rows = [line for line in select(bandwidth, (), "--explain").splitlines() if line.startswith("candidate: ")]
-    assert len(rows) == 2
-    assert [float(r.split("predicted_us=")[1].split()[0]) for r in rows] == pytest.approx([floor, floor], rel=1e-6)
-    # A floor below both predictions changes nothing.
-    assert fields(select(1e9))["config"] == "1"
-
-
-def test_compute_floor_bounds_every_prediction(programs, tmp_path):
-    """The compute record floors every prediction at 2*M*N*K / rate, after calibration; where it binds the
-    candidates tie and the prior (or the lower id) stays, without any candidate being mapped."""
-    v0, v1 = bf16_col_variants()[:2]
-    table = tmp_path / "table.wtt"
-    m, n, k = 16, 4096, 65536  # one wave of either tile
-    rate = 6.25e8  # flop/us: the floor of this problem is 2*16*4096*65536 / 6.25e8 = 13.7 us
-    floor = reference_model.compute_floor_us(m, n, k, rate)
-    assert 13 < floor < 14
-
-    def select(compute, priors=(), *args):
-        table.write_bytes(table_text(configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1)],
-                                     waves=[(0, 1, 12.0, 0.0, 0.0, 0.0), (1, 1, 6.0, 0.0, 0.0, 0.0)],
-                                     priors=priors, compute=compute))
-        done = run(programs["select_kernel"], table, m, n, k, *args)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
-    assert fields(select(None, [(0, 0, 0.2)]))["config"] == "1"  # no record: 6 us beats the prior's 12 us
-    out = fields(select(rate, [(0, 0, 0.2)]))  # both floored: a tie, the prior stays
+    out = fields(select(rate, [(0, 0, 0.2)]))
     assert out["config"] == "0" and float(out["predicted_us"]) == pytest.approx(floor, rel=1e-9)  # 10 digits
     assert fields(select(rate))["config"] == "0"  # no prior: the tie goes to the lower config id
     rows = [line for line in select(rate, (), "--explain").splitlines() if line.startswith("candidate: ")]
+    assert len(rows) == 2
     assert [float(r.split("predicted_us=")[1].split()[0]) for r in rows] == pytest.approx([floor, floor], rel=1e-6)
-    assert fields(select(1e12))["config"] == "1"  # a floor below both predictions changes nothing
+    # A floor below both predictions changes nothing.
+    assert fields(select(rate * 1000))["config"] == "1"
 
 
 def test_model_matches_the_documented_formulas(programs, tmp_path):
