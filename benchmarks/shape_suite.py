@@ -223,7 +223,7 @@ def moe_cases(split: str, count: int, routings: tuple[str, ...]) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--split", choices=SPLITS, default="tune")
+    p.add_argument("--split", choices=SUITES, default="tune")
     p.add_argument("--count", type=int, default=100)
     p.add_argument("--moe", action="store_true", help="grouped-GEMM cases of mixture-of-experts layers instead")
     args = p.parse_args()
