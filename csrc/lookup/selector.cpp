@@ -738,22 +738,23 @@ Choice Selector::select_model(const Problem& p) const {
   const LogExtents logs(p);
   const Candidate* best = nullptr;
   double best_t = 0, prior_t = 0;
-  int64_t best_waves = 0, prior_waves = 0;
+  int64_t best_waves = 0;
   const Candidate* prior_candidate = prior ? &list[prior->candidate] : nullptr;
   if (prior_candidate) {  // first: it bounds what the others must beat
     const Coordinates x = prior_candidate->mapping(spread, p.n, p.k);
     prior_t = s.predicted_us(*prior_candidate, x, floor_us, logs, compute_us);
-    prior_waves = x.waves;
     best = prior_candidate, best_t = prior_t, best_waves = x.waves;
   }
-  // NOTES: a candidate is chosen only if predicted below the running best and, with a prior, below
-  // prior_t / (1 + margin). Its prediction is at least the compute floor, and at least the larger of the
-  // memory floor and its least tile traffic times the lower bound of its calibration factor: a few
-  // multiply-adds. Where the compute floor rules out every candidate (a large compute-bound problem whose
-  // prior is predicted within its margin of it), none is looked at; where a candidate's bound rules it out
-  // (memory-bound problems, small tiles on large ones), its mapping and wave model are not evaluated. Ties
-  // with the prior end in the prior either way, so choices and predicted times are those of evaluating
-  // every candidate, bit for bit.
+  // NOTES: the prior (cuBLAS, or the M-bucket default) stays unless the model predicts a gain larger
+  // than the margin, about the model's typical error on unseen shapes: a smaller predicted gain is as
+  // likely the model's error as a real one (docs/model.md, section 7). So a candidate is chosen only if
+  // predicted below the running best and, with a prior, below prior_t / (1 + margin). Its prediction is
+  // at least the compute floor, and at least the larger of the memory floor and its least tile traffic
+  // times the lower bound of its calibration factor: a few multiply-adds. Where the compute floor rules
+  // out every candidate (a large compute-bound problem whose prior is predicted within its margin of it),
+  // none is looked at; where a candidate's bound rules it out (memory-bound problems, small tiles on large
+  // ones), its mapping and wave model are not evaluated. Ties with the prior end in the prior, so choices
+  // and predicted times are those of evaluating every candidate, bit for bit.
   const double override_factor = prior ? 1 + prior->margin : 0;
   const double mnk = double(p.m) * double(p.n) * double(p.k);
   if (!prior || compute_us * override_factor < prior_t) {
@@ -781,13 +782,6 @@ Choice Selector::select_model(const Problem& p) const {
       best = &c, best_t = t, best_waves = x.waves;
     }
   }
-  // NOTES: the prior (cuBLAS, or the M-bucket default) stays unless the model predicts a gain larger
-  // than the margin, about the model's typical error on unseen shapes: a smaller predicted gain is as
-  // likely the model's error as a real one (docs/model.md, section 7).
-  if (prior && prior_t <= best_t * override_factor) {
-    best = prior_candidate, best_t = prior_t, best_waves = prior_waves;
-  }
-
   // The micro record with the largest w-min <= the chosen config's wave count; none: heuristic, 1.
   const PreparedMapping& chosen = best->mapping;
   MicroParams micro{chosen.decomposition(), launch_splits(chosen.tile(), chosen.decomposition(), chosen.splits(), p.k),

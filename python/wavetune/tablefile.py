@@ -341,12 +341,16 @@ def _calibration_lines(calibration: Mapping | None, n_configs: int) -> list[str]
     return [rows[cid] for cid in sorted(rows)]
 
 
+# Rate records: the record type -> its key in ``read_table``'s dict and ``write_table``'s arguments.
+_RATE_KEYS = {"memory": "memory_bytes_per_us", "traffic": "traffic_bytes_per_us", "compute": "compute_flop_per_us"}
+
+
 def _rate_lines(kind: str, per_us) -> list[str]:
     """The ``memory`` or ``traffic`` record of a rate in bytes per us, or the ``compute`` record of one in
     flop per us (None: no record)."""
     if per_us is None:
         return []
-    name = "compute_flop_per_us" if kind == "compute" else f"{kind}_bytes_per_us"
+    name = _RATE_KEYS[kind]
     value = _float(per_us, name)
     if not value > 0:
         raise ValueError(f"{name} must be > 0, got {value!r}")
@@ -406,8 +410,7 @@ def read_table(path: str | os.PathLike) -> dict:
         raise ValueError(f"{path}: checksum mismatch: the file is corrupt, truncated or was edited by hand")
 
     table: dict = {"meta": {}, "configs": [], "waves": {}, "micro": {}, "exact": [], "priors": [],
-                   "memory_bytes_per_us": None, "traffic_bytes_per_us": None, "calibration": {},
-                   "compute_flop_per_us": None}  # fmt: skip
+                   "calibration": {}, **dict.fromkeys(_RATE_KEYS.values())}  # fmt: skip
     for number, line in enumerate(lines[1:-1], start=2):
         if line and not line.startswith("#"):
             try:
@@ -419,7 +422,7 @@ def read_table(path: str | os.PathLike) -> dict:
 
 # Fields after the record type, per record (meta: a key and the rest of the line).
 _RECORD_FIELDS = {"config": 4, "wave": 6, "micro": 4, "exact": len(EXACT_KEYS), "prior": 3, "calibration": 5,
-                  "memory": 1, "traffic": 1, "compute": 1}
+                  **dict.fromkeys(_RATE_KEYS, 1)}
 
 
 def _read_record(line: str, table: dict) -> None:
@@ -449,7 +452,7 @@ def _read_record(line: str, table: dict) -> None:
     elif kind == "calibration":
         table["calibration"][int(f[0])] = [float(x) for x in f[1:]]
     else:
-        table["compute_flop_per_us" if kind == "compute" else f"{kind}_bytes_per_us"] = float(f[0])
+        table[_RATE_KEYS[kind]] = float(f[0])
 
 
 def write_table(

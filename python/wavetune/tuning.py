@@ -333,7 +333,6 @@ def operand_traffic(c: Candidate, m: int, n: int, k: int) -> float:
     return model.operand_bytes(m, n, k)
 
 
-
 def tile_traffic(sm_count: int):
     """``fastest_rate``'s traffic function for tile traffic on a GPU of ``sm_count`` SMs."""
     def traffic(c: Candidate, m: int, n: int, k: int) -> float:
