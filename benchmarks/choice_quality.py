@@ -98,7 +98,7 @@ def main() -> None:
             missing += 1
             continue
         predicted = {key: predict(key, m, n, k) for key in measured}
-        candidates = {key: t for key, t in predicted.items() if choosable(key, m, n, k)}
+        candidates = {key: t for key, t in predicted.items() if choosable(key, m, n, k)} or predicted
         ratios.append((m, min(measured.values()) / measured[choose(candidates, m, priors)]))
         errors += [abs(predicted[key] - us) / us for key, us in measured.items()]
     print(f"{header['gpu_name']}, {args.table}, {args.split} split: {len(ratios)} shapes "

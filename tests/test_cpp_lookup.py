@@ -252,6 +252,22 @@ def test_stream_k_is_chosen_only_where_it_is_modeled(programs, tmp_path):
         assert [r.endswith(f"choosable={int(c)}") for r, c in zip(rows_out, (True, modeled))] == [True, True]
 
 
+def test_a_table_of_stream_k_configs_alone_still_chooses(programs, tmp_path):
+    """Where no candidate is modeled and no prior applies, the pick is the least predicted of them all."""
+    sk = [v for v in bf16_col_variants() if v.scheduler == "stream_k"][:2]
+    if len(sk) < 2:
+        pytest.skip("needs two stream_k bf16 col variants")
+    table = tmp_path / "table.wtt"
+    table.write_bytes(table_text(configs=[(v.name, "stream_k", 1) for v in sk],
+                                 waves=[(0, 1, 12.0, 0.0, 0.0, 0.0), (1, 1, 6.0, 0.0, 0.0, 0.0)]))
+    m, n, k = 4096, 4096, 4 * max(v.tile[2] for v in sk)  # 4 K steps a tile: CUTLASS runs both data-parallel
+    done = run(programs["select_kernel"], table, m, n, k, "--explain")
+    assert done.returncode == 0, done.stderr
+    assert all(line.endswith("choosable=0") for line in done.stdout.splitlines() if line.startswith("candidate: "))
+    out = fields(done.stdout)
+    assert out["config"] == "1" and float(out["predicted_us"]) == 6.0 and out["source"] == "model"
+
+
 @pytest.mark.parametrize("record, problem, rate, floor_of", [
     # bytes/us: the floor is 2*(m*k + n*k + m*n) / 2e6 = 16.9 us
     ("memory", (16, 4096, 4096), 2e6, reference_model.memory_floor_us),

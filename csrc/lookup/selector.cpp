@@ -782,6 +782,15 @@ Choice Selector::select_model(const Problem& p) const {
       best = &c, best_t = t, best_waves = x.waves;
     }
   }
+  // NOTES: with no prior, a table whose candidates are all stream-K launches outside their model (a
+  // stream-K-only build, short K) still has to launch one: the least predicted of them all.
+  if (!best) {
+    const std::vector<Prediction> all = explain(p);  // one per candidate of `list`, in its order
+    const auto least = std::min_element(all.begin(), all.end(), [](const Prediction& a, const Prediction& b) {
+      return a.predicted_us < b.predicted_us;  // the first of equals: the lower config id
+    });
+    best = &list[size_t(least - all.begin())], best_t = least->predicted_us, best_waves = least->coords.waves;
+  }
   // The micro record with the largest w-min <= the chosen config's wave count; none: heuristic, 1.
   const PreparedMapping& chosen = best->mapping;
   MicroParams micro{chosen.decomposition(), launch_splits(chosen.tile(), chosen.decomposition(), chosen.splits(), p.k),
