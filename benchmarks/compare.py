@@ -287,17 +287,18 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
     forced = wavetune.LaunchConfig(default if default in compiled else compiled[0])
     layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
     wavetune_layer = wnn.Linear.from_linear(layer)
-    # gemm's own arguments, prepared once: what the native call costs without the Python front end
-    native = (m, n, k, x.data_ptr(), k, w.data_ptr(), k, out.data_ptr(), n, _C.DTYPES.index("bf16"),
-              _C.B_LAYOUTS.index("col"), -1, 0, 1, 0, 1, torch.cuda.current_stream().cuda_stream,
-              torch.cuda.current_device())
+    # gemm's launch, prepared once: what the native call costs without the Python front end
+    prepared = _C.PreparedGemm(m, n, k, k, k, n, _C.DTYPES.index("bf16"), _C.B_LAYOUTS.index("col"),
+                               torch.cuda.current_device())
+    workspace = torch.empty(max(prepared.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+    native = (x.data_ptr(), w.data_ptr(), 0, out.data_ptr(), workspace.data_ptr(), torch.cuda.current_stream().cuda_stream)
     calls_by_name = {
         "torch.matmul": lambda: torch.matmul(x, w.t(), out=out),
         "F.linear": lambda: torch.nn.functional.linear(x, w),
         "wavetune.gemm (table choice)": lambda: wavetune.gemm(x, w.t(), out=out),
         "wavetune.gemm (config given)": lambda: wavetune.gemm(x, w.t(), out=out, config=forced),
         "wavetune.gemm (table choice, new output)": lambda: wavetune.gemm(x, w.t()),
-        "_C.gemm (table choice, arguments prepared)": lambda: _C.gemm(*native),
+        "_C.PreparedGemm (table choice, arguments prepared)": lambda: prepared(*native),
         "nn.Linear layer (F.linear)": lambda: layer(x),
         "wavetune.nn.Linear layer (eager: the op's kernel, called directly)": lambda: wavetune_layer(x),
         "torch.ops.wavetune.linear.default (through the dispatcher)": lambda: torch.ops.wavetune.linear.default(x, w),

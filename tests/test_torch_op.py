@@ -123,30 +123,39 @@ class TestCPU:
         with pytest.raises(ValueError, match="wavetune.gemm runs on CUDA tensors"):
             torch.ops.wavetune.gemm(tensor(5, 64, device="cpu"), tensor(64, 32, device="cpu"))
 
-    @pytest.mark.parametrize("dtype", [BF16, torch.float16])
-    def test_a_cached_launch_passes_what_gemm_works_out(self, monkeypatch, dtype):
+    @pytest.mark.parametrize("workspace_bytes", [0, 4096])
+    def test_a_planned_launch_passes_pointers_workspace_and_stream(self, monkeypatch, workspace_bytes):
         # The launch a plan makes, with the native call recorded (CPU tensors: nothing runs).
         launches = []
 
-        class Prepared:  # records what the plan fixes once and what each call passes
-            def __init__(self, *args):
-                self.args = args
+        class Prepared:  # what _C.PreparedGemm resolves once, and a record of each call
+            device = -1
 
             def __call__(self, *args):
-                launches.append((self.args, args))
+                launches.append(args)
 
-        monkeypatch.setattr(torch_ops._C, "PreparedGemm", Prepared)
+        prepared = Prepared()
+        prepared.workspace_bytes = workspace_bytes
         monkeypatch.setattr(api, "_stream_getter", lambda torch: lambda device: 7)
-        x = torch.empty(2, 5, 72, dtype=dtype)[..., :64]  # rows 72 elements apart
-        w = torch.empty(48, 64, dtype=dtype)
-        out = torch.empty(2, 5, 48, dtype=dtype)
-        plan = torch_ops._plan(x, w.t(), out)
-        result = plan.launch(x, w.data_ptr())
-        assert (result.shape, result.dtype, plan.device) == ((2, 5, 48), dtype, -1)
-        dtype_code, col = _C.DTYPES.index("bf16" if dtype == BF16 else "fp16"), _C.B_LAYOUTS.index("col")
-        # m n k, lda ldb ldd, dtype, layout, device; then per call a, b, d, stream
-        assert launches == [((10, 48, 64, 72, 64, 48, dtype_code, col, -1),
-                             (x.data_ptr(), w.data_ptr(), result.data_ptr(), 7))]
+        x, w, bias = torch.empty(2, 5, 64, dtype=BF16), torch.empty(48, 64, dtype=BF16), torch.empty(48, dtype=BF16)
+        launch = torch_ops._native_launch(prepared, torch.Size((2, 5, 48)))
+        result = launch(x, w.data_ptr(), bias)
+        assert (result.shape, result.dtype) == ((2, 5, 48), BF16)
+        (a, b, bias_ptr, d, workspace, stream), = launches
+        assert (a, b, bias_ptr, d, stream) == (x.data_ptr(), w.data_ptr(), bias.data_ptr(), result.data_ptr(), 7)
+        assert (workspace != 0) == (workspace_bytes > 0)
+        launch(x, w.data_ptr(), None)
+        assert launches[1][2] == 0  # no bias: a null pointer
+
+    def test_operand_rules_come_before_the_device(self):
+        """A user on the CPU meets the layout rules before the device rule (fix one error, then the next)."""
+        x, w = torch.empty(5, 64, dtype=BF16), torch.empty(48, 64, dtype=BF16)
+        with pytest.raises(ValueError, match="last dimension must be contiguous"):
+            api.check_operands(x.t().contiguous().t(), w.t())
+        with pytest.raises(ValueError, match="bias must be a contiguous"):
+            api.check_operands(x, w.t(), torch.empty(47, dtype=BF16))
+        with pytest.raises(ValueError, match="must be on one CUDA device"):
+            api.check_operands(x, w.t())
 
     def test_patch_swaps_eligible_layers_and_reports_the_rest(self):
         model = mixed_model()
@@ -292,10 +301,10 @@ class TestGPU:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                patched(static_tokens)  # warm-up on the capture stream: sizes any split-K workspace there
+                patched(static_tokens)  # warm-up on a side stream, as PyTorch's example does
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=side):
+            with torch.cuda.graph(graph):
                 static_logits = patched(static_tokens)
             for _ in range(2):
                 static_tokens.copy_(torch.randint(0, 1032, (8, 1), device="cuda"))
@@ -303,8 +312,20 @@ class TestGPU:
                 assert relative_error(static_logits, patched(static_tokens)) < TOLERANCE
 
     def test_repeated_calls_reuse_the_launch_and_the_native_checks_still_hold(self):
+        """Under the built-in heuristic (a CUTLASS choice: a cuBLAS choice runs torch's own operator)."""
         x, w, b = tensor(2, 40, 264, device="cuda"), tensor(520, 264, device="cuda"), tensor(520, device="cuda")
+        device = torch.cuda.current_device()
+        api.ensure_table(device)
+        _C.use_table(device, None)
         torch_ops._plans.clear()
+        try:
+            self.check_repeated_calls(x, w, b)
+        finally:
+            api._table_checked.discard(device)
+            torch_ops._plans.clear()
+
+    @staticmethod
+    def check_repeated_calls(x, w, b):
         with torch.inference_mode():
             first = torch.ops.wavetune.linear(x, w, b)
             assert len(torch_ops._plans) == 1

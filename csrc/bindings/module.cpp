@@ -73,29 +73,33 @@ std::shared_ptr<Selector> open_selector(const std::string& path, const std::stri
   }
 }
 
-// gemm with variant -1 takes the device's table's choice, or the built-in heuristic without a table.
-void launch(const GemmProblem& p, int32_t variant, MicroParams micro, int32_t device, uintptr_t stream) {
+// One problem shape's launch, resolved once: the variant and micro parameters (the device's table's choice,
+// or the built-in heuristic without a table, when none is forced) and the workspace they need. Each call
+// gives the data pointers, the workspace and the stream.
+struct PreparedGemm {
+  GemmProblem problem;  // data pointers null
+  int32_t device;
+  int32_t variant;
+  MicroParams micro;
+  size_t workspace_bytes;
+};
+
+PreparedGemm make_prepared(int32_t m, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd, int32_t dtype,
+                           int32_t b_layout, int32_t device, int32_t variant, int32_t decomposition, int32_t splits,
+                           int32_t raster, int32_t max_swizzle) {
+  const GemmProblem p = make_problem(m, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout);
+  MicroParams micro = make_micro(decomposition, splits, raster, max_swizzle);
   if (variant < 0) {
     const Selector* table = bindings::active_table(bindings::TableFamily::gemm, device);
     if (table && table->candidate_count(p.dtype, p.b_layout) > 0) {
-      Choice c = table->select({p.dtype, p.b_layout, p.m, p.n, p.k});
+      const Choice c = table->select({p.dtype, p.b_layout, p.m, p.n, p.k});
       variant = c.variant;
       micro = c.micro;
     } else {
       variant = default_variant(p);
     }
   }
-  gemm(p, variant, micro, reinterpret_cast<Stream>(stream));
-}
-
-struct PreparedGemm {
-  GemmProblem problem;  // data pointers null
-  int32_t device;
-};
-
-PreparedGemm make_prepared(int32_t m, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd, int32_t dtype,
-                           int32_t b_layout, int32_t device) {
-  return {make_problem(m, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout), device};
+  return {p, device, variant, micro, gemm_workspace_bytes(p, variant, micro)};
 }
 
 template <class Enum>
@@ -296,35 +300,35 @@ PYBIND11_MODULE(_C, m) {
         "Make launches of the table's family (gemm, grouped_gemm, attention) choose from it on a device (None: back to "
         "the built-in heuristic of `family`).");
 
-  m.def(
-      "gemm",
-      [](int32_t m_, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d,
-         int64_t ldd, int32_t dtype, int32_t b_layout, int32_t variant, int32_t decomposition, int32_t splits,
-         int32_t raster, int32_t max_swizzle, uintptr_t stream, int32_t device) {
-        launch(make_problem(m_, n, k, a, lda, b, ldb, d, ldd, dtype, b_layout), variant,
-               make_micro(decomposition, splits, raster, max_swizzle), device, stream);
-      },
-      py::call_guard<py::gil_scoped_release>(),
-      "D = A @ B on the current device (ordinal `device`) and the given stream; variant -1: the device's "
-      "table's choice, or the built-in heuristic without one.");
-
-  // NOTES: the eager hot path (torch_ops) passes only what changes between calls of one shape: a native
-  // call's host time grows with its argument count, and a decode step outside CUDA graphs waits on it.
+  // NOTES: the eager hot path (torch_ops) keeps one PreparedGemm per shape and passes only what changes
+  // between calls: a native call's host time grows with its argument count, and a decode step outside CUDA
+  // graphs waits on it.
   py::class_<PreparedGemm>(m, "PreparedGemm",
-                           "gemm's arguments for one shape, less the data pointers and the stream, which each "
-                           "call gives; each call launches the device's table's (cached) choice.")
+                           "gemm's launch for one shape and device, resolved once (variant -1: the device's table's "
+                           "choice, or the built-in heuristic without a table); each call gives the data pointers "
+                           "(bias 0: none), a workspace of at least workspace_bytes and the stream.")
       .def(py::init(&make_prepared), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("lda"), py::arg("ldb"),
-           py::arg("ldd"), py::arg("dtype"), py::arg("b_layout"), py::arg("device"))
+           py::arg("ldd"), py::arg("dtype"), py::arg("b_layout"), py::arg("device"), py::arg("variant") = -1,
+           py::arg("decomposition") = 0, py::arg("splits") = 1, py::arg("raster") = 0, py::arg("max_swizzle") = 1)
+      .def_readonly("device", &PreparedGemm::device)
+      .def_readonly("variant", &PreparedGemm::variant)
+      .def_readonly("workspace_bytes", &PreparedGemm::workspace_bytes)
+      .def_property_readonly("from_library",
+                             [](const PreparedGemm& g) { return find_variant(g.variant)->schedule == Schedule::cublas; })
       .def(
           "__call__",
-          [](const PreparedGemm& g, uintptr_t a, uintptr_t b, uintptr_t d, uintptr_t stream) {
+          [](const PreparedGemm& g, uintptr_t a, uintptr_t b, uintptr_t bias, uintptr_t d, uintptr_t workspace,
+             uintptr_t stream) {
             GemmProblem p = g.problem;
             p.a = reinterpret_cast<const void*>(a);
             p.b = reinterpret_cast<const void*>(b);
+            p.bias = reinterpret_cast<const void*>(bias);
             p.d = reinterpret_cast<void*>(d);
-            launch(p, -1, MicroParams{}, g.device, stream);
+            gemm(p, g.variant, g.micro, reinterpret_cast<void*>(workspace), g.workspace_bytes,
+                 reinterpret_cast<Stream>(stream));
           },
-          py::arg("a"), py::arg("b"), py::arg("d"), py::arg("stream"), py::call_guard<py::gil_scoped_release>());
+          py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("d"), py::arg("workspace"), py::arg("stream"),
+          py::call_guard<py::gil_scoped_release>());
 
   bindings::bind_grouped(m);
   bindings::bind_attention(m);

@@ -26,6 +26,8 @@ namespace {
 // NOTES: cublasGemmEx with torch's arguments, not cublasLtMatmul with a heuristic's first algorithm: only
 // the call torch.matmul makes is sure to run the kernel users compare against (a GPU test checks that the
 // outputs are equal bit for bit). Setting the stream and workspace per call is what torch does too.
+// NOTES: a bias is written into D first and the GEMM adds its product to it (beta = 1): cuBLAS adds in
+// fp32 and rounds once, as torch's addmm does where it does not take cuBLASLt's bias epilogue.
 using Status = int;  // cublasStatus_t, 0: success
 using Handle = void*;
 constexpr int kF16 = 2, kBF16 = 14;          // cudaDataType
@@ -110,24 +112,26 @@ std::string why_not(const GemmProblem& p, const MicroParams&, const DeviceInfo&)
          ", ldb=" + std::to_string(p.ldb) + ", ldd=" + std::to_string(p.ldd);
 }
 
+size_t workspace_bytes(const GemmProblem&, const MicroParams&, const DeviceInfo&) { return kWorkspaceBytes; }
+
 // cuBLAS is column-major, so it computes D^T[n,m] = B^T[n,k] A^T[k,m]: row-major A is A^T with ld lda,
 // row-major D is D^T with ld ldd, and B is B^T transposed (column-major B, an nn.Linear weight) or as it
 // is (row-major B).
-void run(const GemmProblem& p, const MicroParams&, const DeviceInfo& dev, Stream stream) {
+void run(const GemmProblem& p, const MicroParams&, const DeviceInfo& dev, void* workspace, Stream stream) {
   const int type = p.dtype == DType::bf16 ? kBF16 : kF16;
   const int trans_b = p.b_layout == BLayout::col ? kOpT : kOpN;
-  const float alpha = 1, beta = 0;
-  void* scratch = workspace(dev, stream, kWorkspaceBytes);
+  const float alpha = 1, beta = p.bias ? 1 : 0;
+  if (p.bias) broadcast_bias_rows(p, stream);
   DeviceHandle& h = device_handle(dev);
   std::lock_guard<std::mutex> lock(h.mutex);
   check(api()->set_stream(h.handle, stream), "stream");  // resets the workspace: set it after
-  check(api()->set_workspace(h.handle, scratch, kWorkspaceBytes), "workspace");
+  check(api()->set_workspace(h.handle, workspace, kWorkspaceBytes), "workspace");
   check(api()->gemm(h.handle, trans_b, kOpN, p.n, p.m, p.k, &alpha, p.b, type, int(p.ldb), p.a, type, int(p.lda),
                     &beta, p.d, type, int(p.ldd), kComputeF32, kDefaultTensorOpAlgo),
         "GEMM");
 }
 
-const VariantOps kOps{why_not, run};
+const VariantOps kOps{why_not, workspace_bytes, run};
 
 }  // namespace
 

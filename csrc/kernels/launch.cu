@@ -1,13 +1,11 @@
-// The CUDA side of the kernel library: device checks, workspace, and the launch entry points.
+// The CUDA side of the kernel library: device checks, the workspace contract, and the launch entry points.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
-#include <map>
-#include <memory>
+#include <cstdint>
 #include <mutex>
-#include <utility>
-#include <vector>
+#include <sstream>
 
 #include "cutlass/version.h"
 #include "variant_ops.h"
@@ -48,21 +46,6 @@ const DeviceSlot& current_device() {
   return slot;
 }
 
-// NOTES: a buffer that was handed out is never freed while the process runs. A CUDA graph captured with
-// a launch keeps that launch's workspace pointer, and replaying it after a larger eager problem had grown
-// the workspace wrote into freed memory (an "unspecified launch failure", or worse, silent corruption of
-// whatever was allocated there). Outgrown buffers are retired instead; growth at least doubles, so all
-// of them together stay below twice the largest.
-struct Workspace {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  std::vector<void*> retired;
-  ~Workspace() {  // may run after the CUDA runtime shut down at exit; nothing to report then
-    for (void* old : retired) cudaFree(old);
-    if (ptr) cudaFree(ptr);
-  }
-};
-
 }  // namespace
 
 const DeviceInfo& current_device_info() {
@@ -71,27 +54,22 @@ const DeviceInfo& current_device_info() {
   return slot.info;
 }
 
-void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, Stream>, Workspace> buffers;
-  std::lock_guard<std::mutex> lock(mutex);
-  Workspace& ws = buffers[{dev.device, stream}];
-  if (ws.bytes < bytes) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    WAVETUNE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) {
-      WAVETUNE_INVALID("this launch needs ", bytes, " bytes of workspace (split-K, stream-K or cuBLAS), which cannot be "
-                       "allocated while the stream is being captured into a CUDA graph: run the same GEMM "
-                       "once on that stream before capturing (the workspace is then reused)");
-    }
-    const size_t grown = std::max(bytes, 2 * ws.bytes);
-    void* fresh = nullptr;
-    WAVETUNE_CUDA_CHECK(cudaMalloc(&fresh, grown));
-    if (ws.ptr) ws.retired.push_back(ws.ptr);
-    ws.ptr = fresh;
-    ws.bytes = grown;
+namespace {
+// Both dtypes are 16-bit: the copy moves their bits without converting them.
+__global__ void broadcast_rows(uint16_t* d, int64_t ldd, const uint16_t* bias, int32_t m, int32_t n) {
+  const int64_t count = int64_t(m) * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    d[(i / n) * ldd + i % n] = bias[i % n];
   }
-  return ws.ptr;
+}
+}  // namespace
+
+void broadcast_bias_rows(const GemmProblem& p, Stream stream) {
+  const int64_t count = int64_t(p.m) * p.n;
+  const int blocks = int(std::min<int64_t>((count + 255) / 256, 4096));
+  broadcast_rows<<<blocks, 256, 0, stream>>>(static_cast<uint16_t*>(p.d), p.ldd, static_cast<const uint16_t*>(p.bias),
+                                            p.m, p.n);
+  WAVETUNE_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace detail
@@ -102,10 +80,11 @@ BuildInfo build_info() {
 }
 
 namespace {
-// Everything that can be said without launching: the problem, the variant, the device.
-std::string check(const GemmProblem& p, int32_t variant_id, const MicroParams& micro, const detail::DeviceSlot** dev,
-                  const detail::VariantOps** ops) {
-  std::string error = problem_error(p);
+// Everything that can be said without launching: the problem (its data pointers too, unless
+// `sizes_only`), the variant, the device.
+std::string check(const GemmProblem& p, int32_t variant_id, const MicroParams& micro, bool sizes_only,
+                  const detail::DeviceSlot** dev, const detail::VariantOps** ops) {
+  std::string error = sizes_only ? detail::shape_error(p) : problem_error(p);
   if (!error.empty()) return error;
   const VariantInfo* variant = find_variant(variant_id);
   if (!variant) {
@@ -124,16 +103,30 @@ std::string check(const GemmProblem& p, int32_t variant_id, const MicroParams& m
 std::string why_not(const GemmProblem& p, int32_t variant_id, const MicroParams& micro) {
   const detail::DeviceSlot* dev = nullptr;
   const detail::VariantOps* ops = nullptr;
-  std::string error = check(p, variant_id, micro, &dev, &ops);
+  std::string error = check(p, variant_id, micro, false, &dev, &ops);
   return error.empty() ? ops->why_not(p, micro, dev->info) : error;
 }
 
-void gemm(const GemmProblem& p, int32_t variant_id, const MicroParams& micro, Stream stream) {
+size_t gemm_workspace_bytes(const GemmProblem& p, int32_t variant_id, const MicroParams& micro) {
   const detail::DeviceSlot* dev = nullptr;
   const detail::VariantOps* ops = nullptr;
-  std::string error = check(p, variant_id, micro, &dev, &ops);
+  std::string error = check(p, variant_id, micro, true, &dev, &ops);
   if (!error.empty()) WAVETUNE_INVALID(error);
-  ops->run(p, micro, dev->info, stream);
+  return ops->workspace_bytes(p, micro, dev->info);
+}
+
+void gemm(const GemmProblem& p, int32_t variant_id, const MicroParams& micro, void* workspace, size_t workspace_bytes,
+          Stream stream) {
+  const detail::DeviceSlot* dev = nullptr;
+  const detail::VariantOps* ops = nullptr;
+  std::string error = check(p, variant_id, micro, false, &dev, &ops);
+  if (!error.empty()) WAVETUNE_INVALID(error);
+  const size_t needed = ops->workspace_bytes(p, micro, dev->info);
+  if (workspace_bytes < needed || (needed && !workspace)) {
+    WAVETUNE_INVALID("this launch needs ", needed, " bytes of workspace, got ", workspace_bytes,
+                     " (gemm_workspace_bytes gives the size)");
+  }
+  ops->run(p, micro, dev->info, workspace, stream);
 }
 
 }  // namespace wavetune

@@ -25,7 +25,9 @@ std::string why_not(const GemmProblem& p, int32_t, const MicroParams&) {
   return error.empty() ? kNoKernels : error;
 }
 
-void gemm(const GemmProblem&, int32_t, const MicroParams&, Stream) { WAVETUNE_FAIL(kNoKernels); }
+size_t gemm_workspace_bytes(const GemmProblem&, int32_t, const MicroParams&) { WAVETUNE_FAIL(kNoKernels); }
+
+void gemm(const GemmProblem&, int32_t, const MicroParams&, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
 
 DeviceProperties device_properties() { WAVETUNE_FAIL(kNoKernels); }
 

@@ -169,22 +169,29 @@ std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayou
   };
 
   std::vector<bool> runnable(launches.size());
+  size_t workspace_bytes = 0;
   for (size_t i = 0; i < launches.size(); ++i) {
     runnable[i] = why_not(problem(0), launches[i].variant, launches[i].micro).empty();
+    if (runnable[i]) {
+      workspace_bytes = std::max(workspace_bytes, gemm_workspace_bytes(problem(0), launches[i].variant, launches[i].micro));
+    }
   }
-  // Warm every launch before capturing any: the split-K/stream-K workspace only grows here, so the
-  // graphs captured below all point at its final buffer.
+  // One workspace for all launches: they run one after another on one stream.
+  DeviceBuffer workspace(std::max<size_t>(workspace_bytes, 1));
+  auto launch = [&](const Launch& l, int64_t copy) {
+    gemm(problem(copy), l.variant, l.micro, workspace.ptr, workspace_bytes, stream.stream);
+  };
   for (size_t i = 0; i < launches.size(); ++i) {
     if (!runnable[i]) continue;
-    for (int r = 0; r < options.warmup; ++r) gemm(problem(r % copies), launches[i].variant, launches[i].micro, stream.stream);
+    for (int r = 0; r < options.warmup; ++r) launch(launches[i], r % copies);
   }
   WAVETUNE_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
 
   // `count` launches of one config over the copies, from `first` on, as a graph uploaded by one replay.
-  auto capture = [&](const Launch& launch, int64_t first, int64_t count, Graph* g) {
+  auto capture = [&](const Launch& config, int64_t first, int64_t count, Graph* g) {
     WAVETUNE_CUDA_CHECK(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeThreadLocal));
     try {
-      for (int64_t j = first; j < first + count; ++j) gemm(problem(j % copies), launch.variant, launch.micro, stream.stream);
+      for (int64_t j = first; j < first + count; ++j) launch(config, j % copies);
     } catch (...) {
       cudaStreamEndCapture(stream.stream, &g->graph);
       throw;

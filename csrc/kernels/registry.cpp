@@ -47,7 +47,7 @@ const VariantInfo* find_variant(int32_t id) {
   return e ? &e->info : nullptr;
 }
 
-std::string problem_error(const GemmProblem& p) {
+std::string detail::shape_error(const GemmProblem& p) {
   std::string layout = p.b_layout == BLayout::col ? "column-major" : "row-major";
   int64_t b_min_ld = p.b_layout == BLayout::col ? p.k : p.n;
   std::ostringstream os;
@@ -62,14 +62,24 @@ std::string problem_error(const GemmProblem& p) {
   } else if (p.lda % 8 != 0 || p.ldb % 8 != 0 || p.ldd % 8 != 0) {
     os << "leading dimensions lda=" << p.lda << ", ldb=" << p.ldb << ", ldd=" << p.ldd
        << " must be multiples of 8 elements (16 bytes) for TMA; make the tensors contiguous";
-  } else if (!p.a || !p.b || !p.d) {
+  }
+  return os.str();
+}
+
+std::string problem_error(const GemmProblem& p) {
+  std::string error = detail::shape_error(p);
+  if (!error.empty()) return error;
+  const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
+  std::ostringstream os;
+  if (!p.a || !p.b || !p.d) {
     os << "null data pointer";
-  } else if (reinterpret_cast<uintptr_t>(p.a) % 16 || reinterpret_cast<uintptr_t>(p.b) % 16 ||
-             reinterpret_cast<uintptr_t>(p.d) % 16) {
-    os << "data pointers must be 16-byte aligned for TMA (A " << (reinterpret_cast<uintptr_t>(p.a) % 16 ? "is not" : "is")
-       << ", B " << (reinterpret_cast<uintptr_t>(p.b) % 16 ? "is not" : "is") << ", D "
-       << (reinterpret_cast<uintptr_t>(p.d) % 16 ? "is not" : "is") << "); a sliced view may be misaligned: "
-       << "use .contiguous() or .clone()";
+  } else if (misaligned(p.a) || misaligned(p.b) || misaligned(p.d)) {
+    os << "data pointers must be 16-byte aligned for TMA (A " << (misaligned(p.a) ? "is not" : "is") << ", B "
+       << (misaligned(p.b) ? "is not" : "is") << ", D " << (misaligned(p.d) ? "is not" : "is")
+       << "); a sliced view may be misaligned: use .contiguous() or .clone()";
+  } else if (misaligned(p.bias)) {
+    os << "the bias must be 16-byte aligned (the epilogue loads it in 16-byte vectors); use bias.contiguous() "
+       << "or .clone()";
   }
   return os.str();
 }

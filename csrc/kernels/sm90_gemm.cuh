@@ -1,5 +1,6 @@
 // The one CUTLASS template behind every variant: a Hopper TMA warp-specialized GEMM
-// D = A @ B (fp32 accumulation, D in the input type, no C operand), parameterized by the macro axes of
+// D = A @ B + bias (fp32 accumulation, an optional per-N bias added in fp32, D in the input type, no C
+// operand), parameterized by the macro axes of
 // cutlass_configs/. Generated sources instantiate it once per translation unit with
 // WAVETUNE_INSTANTIATE_VARIANT, because each instantiation takes tens of seconds to compile.
 #pragma once
@@ -55,13 +56,19 @@ struct Sm90Gemm {
 
   // ElementC = void: D = A @ B with no source operand, so the epilogue neither loads C nor reserves
   // shared memory for it, which leaves more stages to the mainloop.
+  // NOTES: the bias is one broadcast vector over the problem's N: per column of D, or per row of D^T under
+  // swap-AB. It is converted to fp32 and added to the accumulator before the one rounding to the output
+  // type, as cuBLAS's bias epilogue does (rounding the product first doubled the error of biased layers).
+  // A null bias pointer reads as zeros and loads nothing, so one kernel serves layers with and without.
   // NOTES: the automatic epilogue tile is gcd(min(32, N), N) columns wide; config_space.py admits only
   // tile N = 8 or multiples of 16, so every tile but the 8-wide decode one stores at least 16 columns
   // per TMA store (a 104- or 152-wide tile would fall to 8).
+  using BiasEpilogue = std::conditional_t<kSwapAB, cutlass::epilogue::fusion::LinCombPerRowBias<Element, float, Element>,
+                                          cutlass::epilogue::fusion::LinCombPerColBias<Element, float, Element>>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignment, Element, LayoutD,
-      kAlignment, EpilogueSchedule>::CollectiveOp;
+      kAlignment, EpilogueSchedule, BiasEpilogue>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element, LayoutB, kAlignment,
       float, TileShape, ClusterShape,
@@ -110,6 +117,7 @@ struct Sm90Gemm {
                    hw_info};
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
+    args.epilogue.thread.bias_ptr = static_cast<const Element*>(p.bias);
     args.scheduler.raster_order = micro.raster == Raster::along_m   ? RasterOrder::AlongM
                                   : micro.raster == Raster::along_n ? RasterOrder::AlongN
                                                                     : RasterOrder::Heuristic;
@@ -133,22 +141,25 @@ struct Sm90Gemm {
     return std::string("CUTLASS cannot implement it: ") + cutlassGetStatusString(status);
   }
 
-  static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, Stream stream) {
+  static size_t workspace_bytes(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
+    return Adapter::get_workspace_size(arguments(p, micro, dev));
+  }
+
+  static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, void* workspace,
+                  Stream stream) {
     Arguments args = arguments(p, micro, dev);
     cutlass::Status status = Adapter::can_implement(args);
     if (status != cutlass::Status::kSuccess) {
       WAVETUNE_INVALID("CUTLASS cannot implement M=", p.m, " N=", p.n, " K=", p.k, ": ",
                        cutlassGetStatusString(status));
     }
-    size_t workspace_bytes = Adapter::get_workspace_size(args);
-    void* ws = workspace_bytes ? workspace(dev, stream, workspace_bytes) : nullptr;
     allow_dynamic_shared_memory<Kernel>(dev.device);
-    status = Kernel::initialize_workspace(args, ws, stream);
+    status = Kernel::initialize_workspace(args, workspace, stream);
     if (status != cutlass::Status::kSuccess) {
       WAVETUNE_FAIL("CUTLASS initialize_workspace failed: ", cutlassGetStatusString(status), " (M=", p.m, " N=", p.n,
-                    " K=", p.k, ", workspace ", workspace_bytes, " bytes)");
+                    " K=", p.k, ")");
     }
-    typename Kernel::Params params = Kernel::to_underlying_arguments(args, ws);
+    typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
     status = Adapter::run(params, stream);
     cudaError_t launch = cudaGetLastError();
     if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
@@ -157,7 +168,7 @@ struct Sm90Gemm {
     }
   }
 
-  static constexpr VariantOps ops() { return {&why_not, &run}; }
+  static constexpr VariantOps ops() { return {&why_not, &workspace_bytes, &run}; }
 };
 
 }  // namespace wavetune::detail

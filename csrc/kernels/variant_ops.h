@@ -21,15 +21,18 @@ struct DeviceInfo {
 // The current device; InvalidArgument when it cannot run the kernels (not Hopper). Read once per device.
 const DeviceInfo& current_device_info();
 
-// Split-K, stream-K and cuBLAS scratch memory for a launch on `stream`: a per-(device, stream) buffer
-// that only grows, so steady-state launches never allocate. Stream order makes reuse across launches safe.
-void* workspace(const DeviceInfo& dev, Stream stream, size_t bytes);
+// Writes bias[n] into every row of D (p.m rows of p.n, leading dimension p.ldd) on `stream`: the source
+// operand of a GEMM that adds its product to D in fp32 (the cuBLAS candidate's bias).
+void broadcast_bias_rows(const GemmProblem& p, Stream stream);
 
 // What each generated variant exports; the registry holds one per compiled variant.
 struct VariantOps {
   // Empty when the variant can run the (already validated) problem with these micro parameters.
   std::string (*why_not)(const GemmProblem&, const MicroParams&, const DeviceInfo&);
-  void (*run)(const GemmProblem&, const MicroParams&, const DeviceInfo&, Stream);
+  // Scratch bytes the launch needs (kernels.h, gemm_workspace_bytes).
+  size_t (*workspace_bytes)(const GemmProblem&, const MicroParams&, const DeviceInfo&);
+  // Launches with `workspace` of at least workspace_bytes(...) bytes.
+  void (*run)(const GemmProblem&, const MicroParams&, const DeviceInfo&, void* workspace, Stream);
 };
 
 // Registry (registry.cpp): the ops of a compiled variant, nullptr when not compiled in.
@@ -40,6 +43,9 @@ const VariantOps* variant_ops(int32_t id);
 std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_id);
 const char* config_space_hash();
 const char* kernel_set_name();
+
+// problem_error without the data pointers: sizes and leading dimensions only.
+std::string shape_error(const GemmProblem& problem);
 
 // Empty when the variant's dtype, layout and tile scheduler accept the problem and micro parameters.
 std::string variant_error(const VariantInfo& variant, const GemmProblem& problem, const MicroParams& micro);

@@ -7,7 +7,8 @@
 // An engine would then launch the choice on its own stream (this example does not, so it runs on machines
 // without a GPU):
 //   wavetune::GemmProblem problem{m, n, k, a, lda, b, ldb, d, ldd, wavetune::DType::bf16, wavetune::BLayout::col};
-//   wavetune::gemm(problem, choice.variant, choice.micro, stream);
+//   size_t bytes = wavetune::gemm_workspace_bytes(problem, choice.variant, choice.micro);
+//   wavetune::gemm(problem, choice.variant, choice.micro, workspace, bytes, stream);  // workspace: the engine's
 //
 // Exits non-zero with the error message when the table is unusable (missing, corrupt, tuned against
 // another build or GPU) or has no compiled config for the problem (an engine falls back to

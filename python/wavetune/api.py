@@ -124,6 +124,8 @@ def load_table(path: str | Path | None = None, *, device: int | None = None, fam
     selector.check_device(props["name"], props["sm_count"])
     _C.use_table(device, selector)
     _checked_tables[family].add(device)
+    for callback in _table_listeners:
+        callback()
     return {"path": str(path), "configs": selector.config_count(), "exact": selector.exact_count(),
             "skipped_configs": selector.skipped_configs(), **selector.meta()}
 
@@ -136,6 +138,24 @@ def device_properties(device: int | None = None) -> dict:
 # Devices whose table was looked for already, per family: a family's first call on a device looks once.
 _table_checked: set[int] = set()
 _checked_tables = {"gemm": _table_checked, "grouped_gemm": set(), "attention": set()}
+# Called after every load_table: whatever holds a table's choice drops it.
+_table_listeners: list[Callable[[], None]] = []
+
+
+def on_table_change(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` after every ``load_table`` (of any family, on any device)."""
+    _table_listeners.append(callback)
+
+
+def table_checked(device: int, family: str = "gemm") -> bool:
+    """Whether the family's table for ``device`` was looked for already (loaded, or found missing)."""
+    return device in _checked_tables[family]
+
+
+def ensure_table(device: int, family: str = "gemm") -> None:
+    """Look for the family's tuned table for ``device`` now, once per device, so that no later call has to."""
+    if device not in _checked_tables[family]:
+        _autoload_table(device, family)
 
 
 def _autoload_table(device: int, family: str = "gemm") -> None:
@@ -278,19 +298,23 @@ def _b_layout(b, k: int, n: int) -> tuple[int, int]:
     )
 
 
-def gemm(a, b, *, out=None, config=None):
-    """``a @ b`` with a CUTLASS Hopper kernel: a drop-in for ``torch.matmul(a, b)``.
+@dataclasses.dataclass(frozen=True)
+class GemmOperands:
+    """What the native launch needs of checked ``gemm`` operands: sizes, leading dimensions, codes."""
 
-    a: [..., K] CUDA tensor, bf16 or fp16, last dimension contiguous.
-    b: [K, N] CUDA tensor of the same dtype, column-major (``W.T`` for an nn.Linear weight ``W[N, K]``)
-       or row-major.
-    out: optional [..., N] tensor to write (same dtype and device, rows contiguous).
-    config: force a variant (id, name or LaunchConfig with micro parameters); default: the tuned
-            table's choice for this GPU (the built-in heuristic where there is none).
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    dtype: int
+    b_layout: int
+    device: int
 
-    Runs on the current torch stream of ``a``'s device. K and N must be multiples of 8 and the data
-    16-byte aligned (the kernels load with TMA); the error says so otherwise.
-    """
+
+def check_operands(a, b, bias=None, out=None) -> GemmOperands:
+    """The checks ``gemm`` makes of its operands (ValueError or TypeError saying what would work), in the
+    order a user fixes them: types and shapes, dtypes, the layout rules, then devices."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         raise TypeError(f"wavetune.gemm takes torch tensors, got {type(a).__name__} and {type(b).__name__}")
@@ -302,40 +326,74 @@ def gemm(a, b, *, out=None, config=None):
     dtype_code = _dtype_codes(torch).get(a.dtype)
     if dtype_code is None or b.dtype != a.dtype:
         raise TypeError(f"a and b must both be bfloat16 or both float16, got {a.dtype} and {b.dtype}")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != a.dtype or tuple(bias.shape) != (n,)
+                             or bias.stride() != (1,)):
+        got = f"{bias.dtype} {tuple(bias.shape)} strides {bias.stride()}" if isinstance(bias, torch.Tensor) else bias
+        raise ValueError(f"bias must be a contiguous {a.dtype} tensor of shape ({n},), got {got}")
     out_shape = (*a.shape[:-1], n)
-    if out is not None:
-        if not isinstance(out, torch.Tensor) or out.dtype != a.dtype or tuple(out.shape) != out_shape:
-            got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-            raise ValueError(f"out must be a {a.dtype} tensor of shape {out_shape}, got {got}")
-    variant, decomposition, splits, raster, swizzle = _resolve(config)
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != a.dtype or tuple(out.shape) != out_shape):
+        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"out must be a {a.dtype} tensor of shape {out_shape}, got {got}")
+    m = a.numel() // k if k else int(torch.Size(a.shape[:-1]).numel())
+    lda = _row_stride(a, m, k, "a") if m and k else k
+    b_layout, ldb = _b_layout(b, k, n) if k and n else (0, k)
     # NOTES: get_device() and is_cuda read the tensors without making torch.device objects: this path is
     # per call, and host time is what decode steps outside a CUDA graph wait for (docs/benchmarks.md).
     device = a.get_device()
-    same_device = b.is_cuda and b.get_device() == device and (out is None or out.get_device() == device)
-    if not (a.is_cuda and same_device):
-        devices = [str(t.device) for t in (a, b, out) if t is not None]
-        raise ValueError(f"a, b and out must be on one CUDA device, got {', '.join(devices)}")
+    if not (a.is_cuda and all(t.is_cuda and t.get_device() == device for t in (b, bias, out) if t is not None)):
+        devices = [str(t.device) for t in (a, b, bias, out) if t is not None]
+        raise ValueError(f"a, b, bias and out must be on one CUDA device, got {', '.join(devices)}")
+    return GemmOperands(m, n, k, lda, ldb, dtype_code, b_layout, device)
 
-    m = a.numel() // k if k else int(torch.Size(a.shape[:-1]).numel())
+
+def launch_prepared(prepared, a, b, bias, out) -> None:
+    """Run a ``_C.PreparedGemm`` on operands of its shape, with a workspace from torch's caching allocator."""
+    torch = sys.modules["torch"]
+    # NOTES: the workspace comes from torch's caching allocator on the current stream, so it is stream-ordered,
+    # and under CUDA-graph capture it comes from the graph's memory pool, which keeps it for replays.
+    workspace = (torch.empty(prepared.workspace_bytes, dtype=torch.uint8, device=out.device)
+                 if prepared.workspace_bytes else None)
+    prepared(a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr(),
+             0 if workspace is None else workspace.data_ptr(), _stream_getter(torch)(out.get_device()))
+
+
+def gemm(a, b, *, bias=None, out=None, config=None):
+    """``a @ b (+ bias)`` with a CUTLASS Hopper kernel or cuBLAS: a drop-in for ``torch.matmul(a, b)``.
+
+    a: [..., K] CUDA tensor, bf16 or fp16, last dimension contiguous.
+    b: [K, N] CUDA tensor of the same dtype, column-major (``W.T`` for an nn.Linear weight ``W[N, K]``)
+       or row-major.
+    bias: optional contiguous [N] tensor of the same dtype, added to the fp32 accumulator before the one
+          rounding to the output dtype (as ``torch.addmm`` and ``F.linear`` do).
+    out: optional [..., N] tensor to write (same dtype and device, rows contiguous).
+    config: force a variant (id, name or LaunchConfig with micro parameters); default: the tuned
+            table's choice for this GPU (the built-in heuristic where there is none).
+
+    Runs on the current torch stream of ``a``'s device. K and N must be multiples of 8 and the data
+    16-byte aligned (the kernels load with TMA); the error says so otherwise.
+    """
+    torch = sys.modules.get("torch")
+    variant, decomposition, splits, raster, swizzle = _resolve(config)
+    ops = check_operands(a, b, bias, out)
+    out_shape = (*a.shape[:-1], ops.n)
     if out is None:
         out = a.new_empty(out_shape)
-        ldd = n  # fresh and contiguous
+        ldd = ops.n  # fresh and contiguous
     else:
-        ldd = _row_stride(out, m, n, "out") if m and n else n
-    if m == 0 or n == 0:
+        ldd = _row_stride(out, ops.m, ops.n, "out") if ops.m and ops.n else ops.n
+    if ops.m == 0 or ops.n == 0:
         return out
-    if k == 0:
-        return out.zero_()
-    lda = _row_stride(a, m, k, "a")
-    b_layout, ldb = _b_layout(b, k, n)
+    if ops.k == 0:
+        return out.copy_(bias.expand(out_shape)) if bias is not None else out.zero_()
 
-    if device != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            return gemm(a, b, out=out, config=config)
-    if variant < 0 and device not in _table_checked:
-        _autoload_table(device)
-    _C.gemm(m, n, k, a.data_ptr(), lda, b.data_ptr(), ldb, out.data_ptr(), ldd, dtype_code, b_layout,
-            variant, decomposition, splits, raster, swizzle, _stream_getter(torch)(device), device)
+    if ops.device != torch.cuda.current_device():
+        with torch.cuda.device(ops.device):
+            return gemm(a, b, bias=bias, out=out, config=config)
+    if variant < 0:
+        ensure_table(ops.device)
+    prepared = _C.PreparedGemm(ops.m, ops.n, ops.k, ops.lda, ops.ldb, ldd, ops.dtype, ops.b_layout, ops.device,
+                               variant, decomposition, splits, raster, swizzle)
+    launch_prepared(prepared, a, b, bias, out)
     return out
 
 

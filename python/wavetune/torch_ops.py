@@ -8,8 +8,10 @@ They are inference-only: there is no backward.
 A device's tuned table is looked for once, by ``ensure_table`` (``wavetune.patch`` calls it for a model
 already on the GPU) or by the first call there. A first call under CUDA-graph capture raises (capture
 must not read files): run one eager call first (the warm-up capture needs anyway) or patch the model
-on the GPU. Split-K/stream-K launches keep a workspace per (device, stream), sized by eager calls:
-warm up on the stream you capture on (``torch.cuda.graph(g, stream=s)``).
+on the GPU. Workspace (split-K and stream-K partials) comes from torch's caching allocator on the
+current stream, so any capture pattern works: warm-up on a side stream, a dedicated capture stream,
+pools shared between graphs. Where the table chooses cuBLAS, torch's own operator runs it (the same
+kernel, handle and workspace as ``torch.matmul`` and ``F.linear``, so the results are theirs bit for bit).
 """
 
 from __future__ import annotations
@@ -34,10 +36,12 @@ _current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device
 
 
 class _Plan(NamedTuple):
-    """How to launch a GEMM whose operands have the metadata of an earlier call that succeeded."""
+    """How to run a GEMM whose operands have the metadata of an earlier call."""
 
     device: int
-    launch: Callable[[torch.Tensor, int], torch.Tensor]  # (a, b's data pointer) -> a new output
+    # (a, b's data pointer, bias or None) -> a new output; None where the table chose cuBLAS, which torch's
+    # own operator runs.
+    launch: Callable[[torch.Tensor, int, torch.Tensor | None], torch.Tensor] | None
 
 
 # Operand metadata (shapes, strides, dtypes, devices) -> _Plan. Eager calls are the hot path of a decode
@@ -45,18 +49,18 @@ class _Plan(NamedTuple):
 # native launch, which still checks sizes and the 16-byte alignment of every pointer itself.
 _plans: dict[tuple, _Plan] = {}
 _MAX_PLANS = 4096  # one per (op, shape): a server sees many prompt lengths; start over rather than grow
+api.on_table_change(_plans.clear)  # a plan holds its table's choice
 
 
 def ensure_table(device: int) -> None:
     """Look for ``device``'s tuned table now (once per device) so that no later call has to."""
-    if device not in api._table_checked:
-        api._autoload_table(device)
+    api.ensure_table(device)
 
 
 def _prepare_device(t: torch.Tensor, op: str) -> None:
     """Refuse CPU tensors; on a CUDA device's first call, refuse CUDA-graph capture before gemm loads its table."""
     device = t.get_device()
-    if device in api._table_checked:
+    if api.table_checked(device):
         return
     if device < 0:
         raise ValueError(f"wavetune.{op} runs on CUDA tensors (a Hopper GPU), got one on {t.device}; "
@@ -67,33 +71,37 @@ def _prepare_device(t: torch.Tensor, op: str) -> None:
                            "patch the model once it is on the GPU, or call wavetune.load_table() before capturing")
 
 
-def _plan(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> _Plan:
-    """The launch that ``api.gemm(a, b)`` made into ``out``, for later operands with the same metadata."""
-    k, n = b.shape
-    m = out.numel() // n
-    lda = api._row_stride(a, m, k, "a")
-    b_layout, ldb = api._b_layout(b, k, n)
-    device, shape = a.get_device(), out.shape
-    prepared = _C.PreparedGemm(m, n, k, lda, ldb, n, api._dtype_codes(torch)[a.dtype], b_layout, device)
+def _native_launch(prepared, out_shape: torch.Size) -> Callable:
+    """A plan's launch into a new output of ``out_shape``, with a workspace where the choice needs one."""
     stream = api._stream_getter(torch)
+    device = prepared.device
+    workspace_bytes = prepared.workspace_bytes
 
-    def launch(a: torch.Tensor, b_ptr: int) -> torch.Tensor:
-        result = a.new_empty(shape)  # a's dtype and device, without parsing them (host time per call)
-        prepared(a.data_ptr(), b_ptr, result.data_ptr(), stream(device))
+    def launch(a: torch.Tensor, b_ptr: int, bias: torch.Tensor | None) -> torch.Tensor:
+        result = a.new_empty(out_shape)  # a's dtype and device, without parsing them (host time per call)
+        # NOTES: from torch's caching allocator, so a captured graph keeps it in its own pool for replays.
+        workspace = a.new_empty(workspace_bytes, dtype=torch.uint8).data_ptr() if workspace_bytes else 0
+        prepared(a.data_ptr(), b_ptr, 0 if bias is None else bias.data_ptr(), result.data_ptr(), workspace,
+                 stream(device))
         return result
 
-    return _Plan(device, launch)
+    return launch
 
 
-def _first_call(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``api.gemm(a, b)`` with all its checks; remembers the launch for the next call with ``key``."""
+def _new_plan(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> _Plan:
+    """The plan for operands of ``key`` after all of ``api.gemm``'s checks; remembered unless the problem is
+    empty (nothing to launch) or on another device than the current one."""
     _prepare_device(a, op)
-    out = api.gemm(a, b)
-    if out.numel() and a.shape[-1] and a.get_device() == _current_device():  # empty problems never launch
-        if len(_plans) >= _MAX_PLANS:
-            _plans.clear()
-        _plans[key] = _plan(a, b, out)
-    return out
+    ops = api.check_operands(a, b, bias)
+    if not (ops.m and ops.n and ops.k) or ops.device != _current_device():
+        return _Plan(ops.device, lambda a, b_ptr, bias: api.gemm(a, b, bias=bias))
+    api.ensure_table(ops.device)
+    prepared = _C.PreparedGemm(ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.n, ops.dtype, ops.b_layout, ops.device)
+    plan = _Plan(ops.device, None if prepared.from_library else _native_launch(prepared, (*a.shape[:-1], ops.n)))
+    if len(_plans) >= _MAX_PLANS:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
 
 
 def _check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -110,26 +118,23 @@ def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The kernel behind torch.ops.wavetune.gemm: ``wavetune.gemm(a, b)`` with the table's choice."""
     key = ("gemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
     plan = _plans.get(key)
-    if plan is not None and plan.device == _current_device():
-        return plan.launch(a, b.data_ptr())
-    return _first_call(key, "gemm", a, b)
+    if plan is None or plan.device != _current_device():
+        plan = _new_plan(key, "gemm", a, b, None)
+    return plan.launch(a, b.data_ptr(), None) if plan.launch else torch.matmul(a, b)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """The kernel behind torch.ops.wavetune.linear: ``F.linear(x, weight, bias)`` on wavetune's GEMM."""
+    """The kernel behind torch.ops.wavetune.linear: ``F.linear(x, weight, bias)`` on wavetune's GEMM, the bias
+    added in the GEMM's epilogue (fp32, one rounding)."""
     key = ("linear", x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
-           weight.get_device(), None if bias is None else (bias.shape, bias.dtype, bias.get_device()))
+           weight.get_device(), None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()))
     plan = _plans.get(key)
-    if plan is not None and plan.device == _current_device():
-        out = plan.launch(x, weight.data_ptr())  # weight's pointer is weight.t()'s
-    else:
+    if plan is None or plan.device != _current_device():
         _check_linear(x, weight, bias)
-        out = _first_call(key, "linear", x, weight.t())
-    if bias is not None:
-        # NOTES: one add after the GEMM (a second, memory-bound kernel): the CUTLASS variants have no bias
-        # epilogue. Inside the operator, so Inductor cannot fuse it either.
-        out.add_(bias)
-    return out
+        plan = _new_plan(key, "linear", x, weight.t(), bias)
+    if plan.launch is None:
+        return torch.nn.functional.linear(x, weight, bias)
+    return plan.launch(x, weight.data_ptr(), bias)  # weight's pointer is weight.t()'s
 
 
 @torch.library.register_fake("wavetune::gemm", lib=_LIBRARY)

@@ -1,11 +1,14 @@
 // The kernel library: list the compiled GEMM variants and launch one on a caller's stream.
 //
 //   wavetune::GemmProblem p{m, n, k, a, k, w, k, d, n, wavetune::DType::bf16, wavetune::BLayout::col};
-//   wavetune::gemm(p, wavetune::default_variant(p), {}, stream);   // D = A @ W.T
+//   const int32_t variant = wavetune::default_variant(p);
+//   size_t bytes = wavetune::gemm_workspace_bytes(p, variant, {});    // scratch memory, often 0
+//   wavetune::gemm(p, variant, {}, workspace, bytes, stream);          // D = A @ W.T
 //
 // Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -34,9 +37,17 @@ WAVETUNE_API std::string problem_error(const GemmProblem& problem);
 // Empty when `variant_id` can run `problem` with `micro` on the current device, else the reason.
 WAVETUNE_API std::string why_not(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro);
 
-// D = A @ B with the given variant and micro parameters, launched on `stream` on the current device.
-// Split-K and stream-K workspace comes from a per-(device, stream) buffer that only grows.
-WAVETUNE_API void gemm(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro, Stream stream);
+// Bytes of device scratch memory that `gemm` needs for this problem, variant and micro parameters on the
+// current device: split-K and stream-K partials, cuBLAS's workspace; 0 for most data-parallel launches.
+// It depends on the sizes, never on the data pointers.
+WAVETUNE_API size_t gemm_workspace_bytes(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro);
+
+// D = A @ B (+ bias) with the given variant and micro parameters, launched on `stream` on the current
+// device. `workspace` holds at least gemm_workspace_bytes(...) bytes of device memory (may be null when
+// that is 0) that no other work uses until this launch ends in stream order; the library allocates
+// nothing, so launches can be captured into CUDA graphs whose memory the caller's allocator owns.
+WAVETUNE_API void gemm(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro, void* workspace,
+                       size_t workspace_bytes, Stream stream);
 
 // The fallback choice when no tuned table covers the GPU: a small M-bucket heuristic (registry.cpp).
 WAVETUNE_API int32_t default_variant(const GemmProblem& problem);
@@ -68,7 +79,7 @@ struct Launch {
 };
 
 struct ProfileOptions {
-  int32_t warmup = 3;        // eager launches per config before capture (they also size the workspace)
+  int32_t warmup = 3;        // eager launches per config before capture
   int32_t replays = 5;       // timed rounds, one replay of each config's graph per round; the median is reported
   int32_t min_launches = 8;  // launches per graph, rounded up to whole passes over the operand copies
   int64_t cold_bytes = 0;    // the rotated operand copies total at least this many bytes; 0: twice the L2

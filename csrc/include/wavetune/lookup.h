@@ -5,7 +5,8 @@
 //   wavetune::Selector selector(std::move(table), wavetune::variants(), wavetune::build_info().config_space_hash);
 //   selector.check_device(props.name, props.sm_count);                     // once, for the running GPU
 //   wavetune::Choice c = selector.select({wavetune::DType::bf16, wavetune::BLayout::col, m, n, k});
-//   wavetune::gemm(problem, c.variant, c.micro, stream);                   // kernels.h
+//   size_t bytes = wavetune::gemm_workspace_bytes(problem, c.variant, c.micro);   // kernels.h
+//   wavetune::gemm(problem, c.variant, c.micro, workspace, bytes, stream);
 //
 // Table problems throw wavetune::TableError; a problem the table cannot serve throws InvalidArgument.
 #pragma once

@@ -90,8 +90,10 @@ struct MicroParams {
   int32_t max_swizzle = 1;  // 1, 2, 4 or 8 tiles
 };
 
-// D[m,n] = A[m,k] @ B[k,n]. A and D are row-major with leading dimensions lda, ldd (in elements);
-// B is column-major (ldb >= k) or row-major (ldb >= n) as b_layout says. All in `dtype`.
+// D[m,n] = A[m,k] @ B[k,n] (+ bias[n]). A and D are row-major with leading dimensions lda, ldd (in
+// elements); B is column-major (ldb >= k) or row-major (ldb >= n) as b_layout says. All in `dtype`.
+// The optional bias (n elements, 16-byte aligned) is added to the fp32 accumulator before the one
+// rounding to `dtype`, as cuBLAS's bias epilogue does.
 struct GemmProblem {
   int32_t m, n, k;
   const void* a;
@@ -102,6 +104,7 @@ struct GemmProblem {
   int64_t ldd;
   DType dtype;
   BLayout b_layout;
+  const void* bias = nullptr;
 };
 
 }  // namespace wavetune
