@@ -59,6 +59,8 @@ def test_error_within_torch_s(variant, with_bias):
         x, w, bias = operands(m, n, k, dtype)
         bias = bias if with_bias else None
         for mode in modes:
+            if mode.decomposition == "split_k" and mode.splits > -(-k // variant.tile[2]):
+                continue  # more splits than K tiles: refused, as test_gpu.py checks
             out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
             wavetune.gemm(x, w.t(), bias=bias, out=out, config=mode)
             ours, theirs = errors(out, x, w, bias)

@@ -167,7 +167,7 @@ def test_errors_on_the_gpu():
     torch.cuda.synchronize()  # no launch error was left behind
 
 
-def write_device_table(path, cands, waves, **records) -> None:
+def write_device_table(path, cands, waves, exact=None, **records) -> None:
     """A table for this GPU and build over ``cands`` with the given wave models, no micro rules, and
     ``records`` (exact, priors) as write_table takes them."""
     from wavetune import tablefile
@@ -179,7 +179,7 @@ def write_device_table(path, cands, waves, **records) -> None:
               "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "test",
               "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"},
         configs=[{"variant": c.variant.name, "decomposition": c.decomposition, "splits": c.splits} for c in cands],
-        waves=waves, micro={}, **records)
+        waves=waves, micro={}, exact=exact, **records)
 
 
 def test_gemm_follows_a_loaded_table(tmp_path):

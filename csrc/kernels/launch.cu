@@ -54,24 +54,6 @@ const DeviceInfo& current_device_info() {
   return slot.info;
 }
 
-namespace {
-// Both dtypes are 16-bit: the copy moves their bits without converting them.
-__global__ void broadcast_rows(uint16_t* d, int64_t ldd, const uint16_t* bias, int32_t m, int32_t n) {
-  const int64_t count = int64_t(m) * n;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-    d[(i / n) * ldd + i % n] = bias[i % n];
-  }
-}
-}  // namespace
-
-void broadcast_bias_rows(const GemmProblem& p, Stream stream) {
-  const int64_t count = int64_t(p.m) * p.n;
-  const int blocks = int(std::min<int64_t>((count + 255) / 256, 4096));
-  broadcast_rows<<<blocks, 256, 0, stream>>>(static_cast<uint16_t*>(p.d), p.ldd, static_cast<const uint16_t*>(p.bias),
-                                            p.m, p.n);
-  WAVETUNE_CUDA_CHECK(cudaGetLastError());
-}
-
 }  // namespace detail
 
 BuildInfo build_info() {

@@ -21,10 +21,6 @@ struct DeviceInfo {
 // The current device; InvalidArgument when it cannot run the kernels (not Hopper). Read once per device.
 const DeviceInfo& current_device_info();
 
-// Writes bias[n] into every row of D (p.m rows of p.n, leading dimension p.ldd) on `stream`: the source
-// operand of a GEMM that adds its product to D in fp32 (the cuBLAS candidate's bias).
-void broadcast_bias_rows(const GemmProblem& p, Stream stream);
-
 // What each generated variant exports; the registry holds one per compiled variant.
 struct VariantOps {
   // Empty when the variant can run the (already validated) problem with these micro parameters.
