@@ -41,6 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-table", action="store_true",
+                        help="choose by the built-in heuristic instead of the tuned table (CUTLASS for every GEMM)")
     return parser.parse_args(argv)
 
 
@@ -142,7 +144,12 @@ def main(argv=None) -> None:
     prompt = torch.randint(0, vocab, (1, args.prompt), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
     record = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
               "model": "Qwen2MoeForCausalLM (Qwen1.5-MoE-A2.7B config)", "layers": args.layers,
-              "torch": torch.__version__, "wavetune": wavetune.__version__}
+              "torch": torch.__version__, "wavetune": wavetune.__version__,
+              "choices": "built-in heuristic" if args.no_table else "tuned table",
+              "kernel_set": wavetune.build_info()["kernel_set"]}
+    if args.no_table:
+        wavetune.api.ensure_table(torch.cuda.current_device())
+        wavetune._C.use_table(torch.cuda.current_device(), None)
     with torch.inference_mode():
         reference32 = logits(fp32, prompt).float()
         unpatched = logits(model, prompt)
@@ -174,7 +181,7 @@ def main(argv=None) -> None:
                                         "speedup": times["transformers"] / times["wavetune"],
                                         "replay_relative_difference": agreement})
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"hf_capture_{device_slug()}.json"
+    path = args.out / f"hf_capture_{device_slug()}{'_heuristic' if args.no_table else ''}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({k: v for k, v in record.items() if k != "timing_ms"}, indent=1))
     print("batch tokens  transformers_ms  wavetune_ms  speedup")
