@@ -70,8 +70,13 @@ def test_without_transformers_the_own_decoder_is_built_and_said_so(monkeypatch, 
     assert "transformers is not available" in capsys.readouterr().err
 
 
+def meta_own_decoder():
+    with torch.device("meta"):  # patch leaves a CPU model alone
+        return e2e.OwnDecoder(tiny_spec("Qwen2"), 2).to(torch.bfloat16)
+
+
 def test_patched_twin_shares_the_weights_and_leaves_the_model_alone():
-    model = e2e.OwnDecoder(tiny_spec("Qwen2"), 2).to(torch.bfloat16)
+    model = meta_own_decoder()
     twin, report = e2e.patched_twin(model)
     assert len(report.patched) == 2 * 7 + 1 and not report.skipped  # q k v o gate up down per layer, lm_head
     assert "model.layers.1.self_attn.q_proj" in report.patched and "lm_head" in report.patched
@@ -82,9 +87,8 @@ def test_patched_twin_shares_the_weights_and_leaves_the_model_alone():
 
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
 def test_the_patched_twin_traces_in_one_graph(phase):
-    model = e2e.OwnDecoder(tiny_spec("Qwen2"), 2).to(torch.bfloat16)
+    model = meta_own_decoder()
     twin, _ = e2e.patched_twin(model)
-    twin.to("meta")
     graphs = []
 
     def recording_backend(gm, example_inputs):

@@ -219,7 +219,7 @@ def test_memory_floor_from_the_anchors_and_in_explain(tmp_path):
     done = run_cli("explain", "16", "4096", "4096", "--table", str(path))
     assert done.returncode == 0, done.stderr
     assert "memory floor: 20.00 us" in done.stdout
-    assert f"1 of the table's {len(cands) + 1} configs are not compiled into this build" in done.stdout
+    assert f"note: 1 of the table's {len(cands) + 1} configs are not in this build" in done.stdout
 
 
 def test_traffic_floor_from_the_anchors_bounds_each_config(tmp_path):

@@ -61,13 +61,20 @@ class CustomLinear(torch.nn.Linear):
 
 def mixed_model():
     """TinyDecoder plus layers patch must leave alone: fp32, unaligned, a subclass."""
-    model = TinyDecoder().to(BF16)
-    model.extra = torch.nn.ModuleDict({
-        "fp32": torch.nn.Linear(64, 64),
-        "unaligned": torch.nn.Linear(64, 60, dtype=BF16),
-        "subclass": CustomLinear(64, 64, dtype=BF16),
-    })
+    with torch.device("meta"):  # patch swaps layers on the meta device too (a CPU model it leaves alone)
+        model = meta_decoder()
+        model.extra = torch.nn.ModuleDict({
+            "fp32": torch.nn.Linear(64, 64),
+            "unaligned": torch.nn.Linear(64, 60, dtype=BF16),
+            "subclass": CustomLinear(64, 64, dtype=BF16),
+        })
     return model
+
+
+def meta_decoder():
+    """A TinyDecoder on the meta device, its embedding and LM head still tied."""
+    with torch.device("meta"):
+        return TinyDecoder().to(BF16)
 
 
 class TestCPU:
@@ -179,26 +186,32 @@ class TestCPU:
         assert {name: p for name, p in model.named_parameters()} == parameters
 
     def test_patch_swaps_a_layer_reached_by_two_paths_at_both(self):
-        shared = torch.nn.Linear(64, 64, dtype=BF16)
+        shared = torch.nn.Linear(64, 64, dtype=BF16, device="meta")
         model = torch.nn.ModuleDict({"a": torch.nn.Sequential(shared), "b": torch.nn.Sequential(shared)})
         assert wavetune.patch(model).patched == ["a.0", "b.0"]
         assert type(model.a[0]) is type(model.b[0]) is wnn.Linear and model.a[0].weight is model.b[0].weight
         assert wavetune.unpatch(model) == ["a.0", "b.0"]
 
-    def test_patched_model_on_cpu_refuses(self):
+    def test_patch_leaves_a_cpu_model_alone_and_says_so(self):
         model = TinyDecoder().to(BF16)
-        wavetune.patch(model)
-        tokens = torch.randint(0, 136, (2, 5))
+        report = wavetune.patch(model)
+        assert report.patched == [] and len(report.skipped) == 9
+        assert all("on cpu: wavetune runs on CUDA GPUs" in reason for reason in report.skipped.values())
+        with torch.inference_mode():
+            model(torch.randint(0, 136, (2, 5)))  # still runs, on PyTorch's kernels
+
+    def test_a_wavetune_layer_on_the_cpu_refuses(self):
+        layer = wnn.Linear.from_linear(torch.nn.Linear(64, 64, dtype=BF16))
         with torch.inference_mode(), pytest.raises(ValueError, match="runs on CUDA tensors"):
-            model(tokens)
+            layer(tensor(2, 64, device="cpu"))
         with pytest.raises(RuntimeError, match="inference-only"):
-            model(tokens)  # grad mode, parameters that require grad
+            layer(tensor(2, 64, device="cpu"))  # grad mode, parameters that require grad
 
     def test_patched_model_on_meta_tensors_infers_shapes(self):
-        model = TinyDecoder().to(BF16)
-        wavetune.patch(model)
+        model = meta_decoder()
+        assert len(wavetune.patch(model).patched) == 9
         with torch.inference_mode():
-            logits = model.to("meta")(torch.zeros(2, 5, dtype=torch.long, device="meta"))
+            logits = model(torch.zeros(2, 5, dtype=torch.long, device="meta"))
         assert (logits.shape, logits.dtype, logits.device.type) == ((2, 5, 136), BF16, "meta")
 
     def test_from_linear_rejects(self):
@@ -210,9 +223,8 @@ class TestCPU:
             wavetune.patch(torch.nn.Linear(64, 64, dtype=BF16))
 
     def test_compile_fullgraph_traces_the_op(self):
-        model = TinyDecoder().to(BF16)
-        wavetune.patch(model)
-        model.to("meta")
+        model = meta_decoder()
+        assert len(wavetune.patch(model).patched) == 9
         graphs = []
 
         def recording_backend(gm, example_inputs):

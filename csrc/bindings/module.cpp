@@ -176,6 +176,14 @@ PYBIND11_MODULE(_C, m) {
       },
       "Empty string when the problem's sizes, leading dimensions and alignment are valid, else the reason.");
 
+  m.def("no_device_reason", &no_device_reason,
+        "Why this process can use no CUDA device, in the CUDA runtime's words; empty when it can use one.");
+  m.def(
+      "shape_error",
+      [](int32_t m_, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd, int32_t dtype, int32_t b_layout) {
+        return shape_error(make_problem(m_, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout));
+      },
+      "Empty string when the problem's sizes and leading dimensions are valid, else the reason (no pointers).");
   m.def("device_properties", [] {
     DeviceProperties p = device_properties();
     py::dict d;

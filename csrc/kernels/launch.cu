@@ -66,7 +66,7 @@ namespace {
 // `sizes_only`), the variant, the device.
 std::string check(const GemmProblem& p, int32_t variant_id, const MicroParams& micro, bool sizes_only,
                   const detail::DeviceSlot** dev, const detail::VariantOps** ops) {
-  std::string error = sizes_only ? detail::shape_error(p) : problem_error(p);
+  std::string error = sizes_only ? shape_error(p) : problem_error(p);
   if (!error.empty()) return error;
   const VariantInfo* variant = find_variant(variant_id);
   if (!variant) {

@@ -31,6 +31,8 @@ void gemm(const GemmProblem&, int32_t, const MicroParams&, void*, size_t, Stream
 
 DeviceProperties device_properties() { WAVETUNE_FAIL(kNoKernels); }
 
+std::string no_device_reason() { return kNoKernels; }
+
 std::vector<double> profile(int32_t, int32_t, int32_t, DType, BLayout, const std::vector<Launch>&,
                             const ProfileOptions&) {
   WAVETUNE_FAIL(kNoKernels);

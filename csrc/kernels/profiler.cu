@@ -1,6 +1,7 @@
 // The profiler: times launch configs on one problem the way inference runs them (cold weights, no host
 // launch gaps), so that tables tuned from these numbers pick the kernels that are fast in production.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -128,6 +129,21 @@ std::vector<double> interleaved_medians(const std::vector<Graph>& graphs, const 
 }
 
 }  // namespace
+
+std::string no_device_reason() {
+  // NOTES: without a driver the runtime says "cudaErrorInsufficientDriver", which reads as an outdated
+  // driver; the missing library says what is wrong.
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!driver) return "no NVIDIA driver is installed (libcuda.so.1 cannot be loaded)";
+  dlclose(driver);
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // clear it, so the next CUDA call does not report it
+    return std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error);
+  }
+  return count > 0 ? "" : "the CUDA runtime sees no device";
+}
 
 DeviceProperties device_properties() {
   int device = 0;

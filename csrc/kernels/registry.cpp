@@ -47,7 +47,7 @@ const VariantInfo* find_variant(int32_t id) {
   return e ? &e->info : nullptr;
 }
 
-std::string detail::shape_error(const GemmProblem& p) {
+std::string shape_error(const GemmProblem& p) {
   std::string layout = p.b_layout == BLayout::col ? "column-major" : "row-major";
   int64_t b_min_ld = p.b_layout == BLayout::col ? p.k : p.n;
   std::ostringstream os;
@@ -67,7 +67,7 @@ std::string detail::shape_error(const GemmProblem& p) {
 }
 
 std::string problem_error(const GemmProblem& p) {
-  std::string error = detail::shape_error(p);
+  std::string error = shape_error(p);
   if (!error.empty()) return error;
   const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
   std::ostringstream os;

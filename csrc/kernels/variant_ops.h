@@ -40,9 +40,6 @@ std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_i
 const char* config_space_hash();
 const char* kernel_set_name();
 
-// problem_error without the data pointers: sizes and leading dimensions only.
-std::string shape_error(const GemmProblem& problem);
-
 // Empty when the variant's dtype, layout and tile scheduler accept the problem and micro parameters.
 std::string variant_error(const VariantInfo& variant, const GemmProblem& problem, const MicroParams& micro);
 

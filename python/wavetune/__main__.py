@@ -1,8 +1,13 @@
-"""Command line: ``python -m wavetune {info,tune,explain}`` and ``python -m wavetune --cmake-dir``."""
+"""Command line: ``python -m wavetune {info,tune,explain}`` and ``python -m wavetune --cmake-dir``.
+
+Errors a user can fix end the command with one line on stderr and exit status 2; ``WAVETUNE_DEBUG=1``
+shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -18,19 +23,20 @@ def cmake_dir() -> Path:
 
 def cmd_info(args: argparse.Namespace) -> int:
     build = api.build_info()
-    print(f"wavetune {api._version()}  kernel set {build['kernel_set']!r}: {len(api.configs())} variants, "
-          f"config space {build['config_space_hash']}, CUDA {build['cuda_version']}, "
-          f"CUTLASS {build['cutlass_version']}")
-    print(f"other families: {len(grouped_configs())} grouped GEMM variants, {len(attention_configs())} attention "
-          f"variants")
-    if not build["kernels_compiled"]:
-        print("no GPU kernels in this build (built without nvcc)")
+    cuda, cutlass = build["cuda_version"], build["cutlass_version"]
+    print(f"wavetune {api._version()}, kernel set {build['kernel_set']!r}, config space {build['config_space_hash']}, "
+          f"CUDA {cuda // 1000}.{cuda % 1000 // 10}, CUTLASS {cutlass // 100}.{cutlass // 10 % 10}.{cutlass % 10}")
+    families = {"gemm": api.configs(), "grouped_gemm": grouped_configs(), "attention": attention_configs()}
+    for family, variants in families.items():
+        print(f"{family}: {len(variants)} variants compiled" + (":" if variants else ""))
+        for v in variants:
+            print(f"  {v.name}")
+    print(f"shipped tables ({api.TABLE_DIR}): {', '.join(sorted(p.name for p in api.TABLE_DIR.glob('*.wtt'))) or 'none'}")
+    if (reason := api.no_gpu_reason()) is not None:
+        print(f"GPU: none ({reason}); tables can be read and explained without one: "
+              "python -m wavetune explain M N K --table PATH")
         return 0
-    try:
-        device = api.device_properties()
-    except RuntimeError as exc:
-        print(f"GPU: none usable ({exc})")
-        return 0
+    device = api.device_properties()
     print(f"GPU: {device['name']}, {device['sm_count']} SMs, L2 {device['l2_bytes'] >> 20} MiB, "
           f"sm_{''.join(map(str, device['compute_capability']))}")
     for family in api.TABLE_ENV:
@@ -69,16 +75,45 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 0
 
     exact = tuning.suite_shapes(args.exact, args.models) if args.exact else []
+    if not args.offline and (reason := api.no_gpu_reason()) is not None:
+        raise RuntimeError(f"{reason}: tune measures kernels on the GPU it tunes for; without one, "
+                           "--offline --log FILE refits a table from the measurement log of an earlier tuning")
     tuning.tune(Path(args.out or "tables"), Path(args.log), args.dtype, args.b_layout, exact,
                 micro=not args.no_micro, budget=args.budget, offline=args.offline)
     return 0
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    table = args.table or api.default_table_path(api.device_properties()["name"], args.family)
+def explain_table(args: argparse.Namespace) -> Path:
+    """--table, or the table of this GPU where there is one."""
+    if args.table:
+        return Path(args.table)
+    if (reason := api.no_gpu_reason()) is not None:
+        shipped = ", ".join(sorted(p.name for p in api.TABLE_DIR.glob("*.wtt")))
+        raise ValueError(f"{reason}: pass the table to explain with --table PATH (shipped in {api.TABLE_DIR}: {shipped})")
+    name = api.device_properties()["name"]
+    table = api.default_table_path(name, args.family)
     if table is None:
-        print("no table for this GPU: pass --table PATH", file=sys.stderr)
-        return 2
+        raise ValueError(f"no {args.family} table for {name}: pass --table PATH")
+    return table
+
+
+def left_out_note(selector, table: Path, family: str) -> str | None:
+    """What explain leaves out of a table on this build, and that its choice is then not a full install's."""
+    if not (skipped := selector.skipped_configs()):
+        return None
+    from .tablefile import read_table
+
+    cublas = sum(1 for c in read_table(table)["configs"] if c["variant"].startswith("cublas_"))
+    compiled = {c.name for c in api.configs()}
+    library = "" if not cublas or any(name.startswith("cublas_") for name in compiled) else (
+        f", {cublas} of them cuBLAS's (libcublas cannot be loaded here)")
+    return (f"note: {skipped} of the table's {selector.config_count()} configs are not in this build "
+            f"(kernel set {api.build_info()['kernel_set']!r}{library}) and are left out: the choice below is among "
+            f"the {selector.config_count() - skipped} that are, not necessarily what a full install on the GPU chooses")
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    table = explain_table(args)
     selector = api.open_table(table, args.family)
     problem = (args.dtype, args.b_layout, args.M, args.N, args.K)
     heads_q, heads_kv = (int(h) for h in args.heads.split(","))
@@ -86,8 +121,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     rows = sorted(selector.explain(*problem, args.groups, **attention), key=lambda r: r["predicted_us"])
     choice = selector.select(*problem, groups=args.groups, **attention)
     print(f"{table}: {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
-    if skipped := selector.skipped_configs():
-        print(f"{skipped} of the table's {selector.config_count()} configs are not compiled into this build: left out")
+    if note := left_out_note(selector, table, args.family):
+        print(note)
     if bandwidth := selector.memory_bytes_per_us():
         floor = model.memory_floor_us(args.M, args.N, args.K, bandwidth, args.groups)
         print(f"memory floor: {floor:.2f} us (A, B and D at {bandwidth / 1e6:.2f} TB/s, the fastest traffic "
@@ -115,7 +150,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m wavetune", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m wavetune",
+        description="wavetune: wave-aware kernel selection for LLM inference on Hopper GPUs. "
+                    "Errors end with one line and exit status 2 (WAVETUNE_DEBUG=1 shows the traceback).")
     parser.add_argument("--cmake-dir", action="store_true", help="print the CMake package directory and exit")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("info", help="GPU, compiled variants, table in use")
@@ -155,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                            "bridges the others; --exact shapes come on top")
 
     explain = sub.add_parser("explain", help="predicted latency of every config for one problem, and the choice")
-    explain.add_argument("M", type=int)
-    explain.add_argument("N", type=int)
-    explain.add_argument("K", type=int)
+    explain.add_argument("M", type=int, help="rows of A: tokens (grouped: all experts' rows; attention: query length)")
+    explain.add_argument("N", type=int, help="columns of the output: out_features (attention: KV length)")
+    explain.add_argument("K", type=int, help="the reduction: in_features (attention: head dim)")
     explain.add_argument("--table", help="table file (default: the installed one for this GPU); no GPU needed")
     explain.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     explain.add_argument("--b-layout", default="col", choices=["col", "row"])
@@ -183,7 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command not in commands:
         parser.print_help()
         return 2
-    return commands[args.command](args)
+    try:
+        return commands[args.command](args)
+    except (ValueError, OSError, RuntimeError) as exc:
+        if os.environ.get("WAVETUNE_DEBUG"):
+            raise
+        message = str(exc).removeprefix("wavetune: ")
+        print(f"wavetune {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

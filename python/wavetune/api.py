@@ -74,6 +74,18 @@ class LaunchConfig:
     raster: str = "heuristic"
     max_swizzle: int = 1
 
+    def __post_init__(self):
+        if not isinstance(self.variant, (int, str)) or isinstance(self.variant, bool):
+            raise TypeError(f"variant must be a variant id or name, got {self.variant!r}")
+        _code(_C.DECOMPOSITIONS, self.decomposition, "decomposition")
+        _code(_C.RASTERS, self.raster, "raster")
+        if not isinstance(self.splits, int) or isinstance(self.splits, bool) or self.splits < 1:
+            raise ValueError(f"splits={self.splits!r}: a positive integer (the split-K factor)")
+        if self.splits > 1 and self.decomposition != "split_k":
+            raise ValueError(f"splits={self.splits} needs decomposition='split_k', got {self.decomposition!r}")
+        if self.max_swizzle not in (1, 2, 4, 8):
+            raise ValueError(f"max_swizzle={self.max_swizzle!r} is not one of 1, 2, 4, 8")
+
 
 # Tables shipped with the package, one per GPU model and kernel family (docs/tables.md).
 TABLE_DIR = Path(__file__).parent / "tables"
@@ -100,7 +112,8 @@ def default_table_path(gpu_name: str, family: str = "gemm") -> Path | None:
 
 
 def open_table(path: str | Path, family: str = "gemm"):
-    """A table bound to this build's variants of its family, without checking the GPU (for `explain` and tools)."""
+    """A table read, checked and bound to this build's variants of its family; needs no GPU (for ``explain``,
+    tools, and checking a file). ``load_table`` then binds one to a device."""
     return _C.Selector(str(path), family)
 
 
@@ -112,15 +125,17 @@ def load_table(path: str | Path | None = None, *, device: int | None = None, fam
     Without ``path``, the default table for the device's GPU model (``default_table_path``). The table
     is refused if it was made on another GPU model, for another family or for another build's variants.
     """
+    selector = open_table(path, family) if path is not None else None  # the file's own errors first
     if device is None:
         device = _current_device()
     props = _device_properties(device)
-    path = Path(path) if path is not None else default_table_path(props["name"], family)
-    if path is None:
-        raise FileNotFoundError(f"no wavetune table for {props['name']}: looked for "
-                                f"{table_file_name(props['name'], family)} in {TABLE_DIR}; make one with "
-                                f"`python -m wavetune tune` or set {TABLE_ENV[family]}")
-    selector = open_table(path, family)
+    if selector is None:
+        path = default_table_path(props["name"], family)
+        if path is None:
+            raise FileNotFoundError(f"no wavetune table for {props['name']}: looked for "
+                                    f"{table_file_name(props['name'], family)} in {TABLE_DIR}; make one with "
+                                    f"`python -m wavetune tune` or set {TABLE_ENV[family]}")
+        selector = open_table(path, family)
     selector.check_device(props["name"], props["sm_count"])
     _C.use_table(device, selector)
     _checked_tables[family].add(device)
@@ -178,11 +193,22 @@ def _autoload_table(device: int, family: str = "gemm") -> None:
 
 def _current_device() -> int:
     torch = sys.modules.get("torch")
-    return torch.cuda.current_device() if torch is not None else 0
+    return torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
+
+
+def no_gpu_reason() -> str | None:
+    """Why wavetune cannot use a CUDA device in this process, in words for a user; None when it can."""
+    if not build_info()["kernels_compiled"]:
+        return "this wavetune build has no GPU kernels (it was built without nvcc)"
+    reason = _C.no_device_reason()
+    return f"no CUDA GPU is usable here ({reason})" if reason else None
 
 
 @functools.cache
 def _device_properties(device: int) -> dict:
+    if (reason := no_gpu_reason()) is not None:
+        raise RuntimeError(f"{reason}: this needs the GPU; tables can still be read and explained without one "
+                           "(wavetune.open_table, python -m wavetune explain --table PATH)")
     torch = sys.modules.get("torch")
     if torch is not None and device != torch.cuda.current_device():
         with torch.cuda.device(device):
@@ -337,6 +363,8 @@ def check_operands(a, b, bias=None, out=None) -> GemmOperands:
     m = a.numel() // k if k else int(torch.Size(a.shape[:-1]).numel())
     lda = _row_stride(a, m, k, "a") if m and k else k
     b_layout, ldb = _b_layout(b, k, n) if k and n else (0, k)
+    if m and n and k and (error := _C.shape_error(m, n, k, lda, ldb, n, dtype_code, b_layout)):
+        raise ValueError(error)
     # NOTES: get_device() and is_cuda read the tensors without making torch.device objects: this path is
     # per call, and host time is what decode steps outside a CUDA graph wait for (docs/benchmarks.md).
     device = a.get_device()

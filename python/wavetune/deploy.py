@@ -71,7 +71,7 @@ class Layer:
 def model_layers(path: str | Path, tp: int = 1, models: str | None = None, max_m: int = 16384) -> list[Layer]:
     """The distinct (N, K) of a shape-suite JSON ({"models": {name: {layer: [N, K]}}}, optionally only the
     comma-separated ``models``) or of a Hugging Face ``config.json`` under tensor parallelism ``tp``."""
-    data = json.loads(Path(path).read_text())
+    data = read_json(path)
     if "models" in data:
         if tp != 1:
             raise ValueError(f"{path}: --tp applies to a config.json; a shape-suite file lists (N, K) as they run")
@@ -86,6 +86,19 @@ def model_layers(path: str | Path, tp: int = 1, models: str | None = None, max_m
     return merge_layers(layers)
 
 
+def read_json(path: str | Path) -> dict:
+    """A JSON object from ``path``; ValueError naming the file when it is missing or not a JSON object."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object (a shape suite or a config.json)")
+    return data
+
+
 def config_layers(config: Mapping, tp: int, max_m: int) -> list[Layer]:
     """The linear layers of a Llama, Mistral, Qwen2 or Qwen3 ``config.json`` (and their MoE variants: the
     dense layers only) as vLLM runs them on one of ``tp`` ranks.
@@ -98,6 +111,12 @@ def config_layers(config: Mapping, tp: int, max_m: int) -> list[Layer]:
     if "kv_lora_rank" in config:
         raise ValueError("multi-head latent attention (DeepSeek) is not supported: list its (N, K) in a "
                          "shape-suite JSON instead")
+    missing = [key for key in ("hidden_size", "num_attention_heads", "vocab_size") if key not in config]
+    if not {"intermediate_size", "shared_expert_intermediate_size"} & config.keys():
+        missing.append("intermediate_size")
+    if missing:
+        raise ValueError(f"neither a shape suite ('models') nor a Llama/Mistral/Qwen config.json: no "
+                         f"{', '.join(missing)}")
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
     head_dim = config.get("head_dim") or hidden // heads
@@ -428,6 +447,7 @@ def run(shapes: Path, out: Path | None, log_path: Path, base: Path | None = None
         top: int = TOP_CANDIDATES) -> Path:
     """``python -m wavetune tune --shapes``: ``out`` is a .wtt file or a directory for ``<gpu-slug>.wtt``
     (default: the current one); ``base`` defaults to the table installed for this GPU."""
+    layers = model_layers(shapes, tp, models, max_m)  # the input's own errors before any device work
     log = tuning.MeasurementLog(log_path, precise=True)
     name = log.device["name"]
     base = base or api.default_table_path(name)
@@ -437,5 +457,4 @@ def run(shapes: Path, out: Path | None, log_path: Path, base: Path | None = None
     out = Path(out or ".")
     if out.suffix != ".wtt":
         out = out / f"{tablefile.table_slug(name)}.wtt"
-    layers = model_layers(shapes, tp, models, max_m)
     return deploy(log, Path(base), layers, out, Path(shapes).name, dtype, b_layout, top)

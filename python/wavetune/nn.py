@@ -46,6 +46,14 @@ def unsupported_reason(linear: torch.nn.Linear) -> str | None:
     return None
 
 
+def _device_reason(linear: torch.nn.Linear) -> str | None:
+    """Why patch leaves a layer where it is: wavetune runs on CUDA devices (meta tensors trace shapes)."""
+    device = linear.weight.device
+    if device.type in ("cuda", "meta"):
+        return None
+    return f"on {device}: wavetune runs on CUDA GPUs; move the model there first (model.to('cuda'))"
+
+
 def _rebuilt(cls: type, linear: torch.nn.Linear) -> torch.nn.Linear:
     """A ``cls`` module holding ``linear``'s own Parameter objects (shared, not copied: ties survive)."""
     module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
@@ -115,7 +123,9 @@ def patch(model: torch.nn.Module) -> PatchReport:
     """Swap every eligible ``nn.Linear`` of ``model`` in place for ``wavetune.nn.Linear`` (same parameters).
 
     Eligible: exactly ``nn.Linear`` (subclasses may have their own forward), bf16 or fp16 weights, in and
-    out features multiples of 8. Convert the model's dtype before patching. ``unpatch`` reverses it.
+    out features multiples of 8, on a CUDA device (or the meta device, to trace shapes). Layers on the CPU
+    are left alone and reported, so a CPU model keeps running: move the model to the GPU and convert its
+    dtype, then patch. ``unpatch`` reverses it.
     """
     if isinstance(model, torch.nn.Linear):
         raise ValueError("the model is itself an nn.Linear: use wavetune.nn.Linear.from_linear(model)")
@@ -124,7 +134,7 @@ def patch(model: torch.nn.Module) -> PatchReport:
         if isinstance(linear, Linear):
             continue  # patched already
         reason = (f"{type(linear).__qualname__} is a subclass of nn.Linear (its forward may differ)"
-                  if type(linear) is not torch.nn.Linear else unsupported_reason(linear))
+                  if type(linear) is not torch.nn.Linear else unsupported_reason(linear) or _device_reason(linear))
         if reason is not None:
             report.skipped[name] = reason
             continue

@@ -132,7 +132,7 @@ class MeasurementLog:
         self.path = Path(path)
         self.offline = offline
         self.precise = precise  # profile's
-        self.device = self._logged_device() if offline else _C.device_properties()
+        self.device = self._logged_device() if offline else api.device_properties()
         self.header = {
             "gpu_name": self.device["name"], "sm_count": self.device["sm_count"],
             "l2_bytes": self.device["l2_bytes"], "config_space_hash": _C.build_info()["config_space_hash"],
@@ -156,7 +156,8 @@ class MeasurementLog:
 
     def _logged_device(self) -> dict:
         if not self.path.exists():
-            raise ValueError(f"{self.path}: no such measurement log to refit from")
+            raise ValueError(f"{self.path}: no such measurement log to refit from (--offline refits the table "
+                             "from the log its tuning wrote: pass it with --log FILE)")
         with self.path.open() as f:
             header = json.loads(f.readline())
         return {"name": header["gpu_name"], "sm_count": header["sm_count"], "l2_bytes": header["l2_bytes"]}

@@ -33,6 +33,8 @@ WAVETUNE_API BuildInfo build_info();
 // Empty when the problem itself is valid (sizes, leading dimensions, 16-byte alignment), else the
 // reason and what would work. Needs no GPU.
 WAVETUNE_API std::string problem_error(const GemmProblem& problem);
+// The same without the data pointers: sizes and leading dimensions only.
+WAVETUNE_API std::string shape_error(const GemmProblem& problem);
 
 // Empty when `variant_id` can run `problem` with `micro` on the current device, else the reason.
 WAVETUNE_API std::string why_not(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro);
@@ -71,6 +73,10 @@ struct DeviceProperties {
 };
 // The current CUDA device.
 WAVETUNE_API DeviceProperties device_properties();
+
+// Why this process can use no CUDA device (no GPU, no driver, a driver older than the runtime, a build
+// without kernels), in the CUDA runtime's words; empty when it can use one.
+WAVETUNE_API std::string no_device_reason();
 
 // One launch configuration to time: a variant and its micro parameters.
 struct Launch {

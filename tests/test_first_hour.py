@@ -1,0 +1,224 @@
+"""What a new user meets first, on any machine: the README's commands, the build's incremental rebuilds and
+progress, and every CLI command and public entry point without a GPU (CUDA_VISIBLE_DEVICES hides any):
+each works or ends with one line saying what to do, never a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wavetune
+from wavetune import api
+
+from conftest import REPO
+
+NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+SHIPPED_TABLE = api.TABLE_DIR / "nvidia-h100-80gb-hbm3.wtt"
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wavetune", *args], capture_output=True, text=True, env=NO_GPU,
+                          cwd=cwd or REPO.parent, timeout=120)
+
+
+def one_line_error(done: subprocess.CompletedProcess, command: str) -> str:
+    """The single stderr line of a command that failed as a user error (exit status 2)."""
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"wavetune {command}: error: "), done.stderr
+    return lines[0]
+
+
+def readme_setup() -> list[str]:
+    block = re.search(r"## Set up\n\n```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    return [line.split("#")[0].strip() for line in block.splitlines()]
+
+
+def test_readme_setup_installs_pytest_and_ci_runs_it_as_written():
+    install, test = readme_setup()
+    assert (install, test) == ('pip install ".[test]"', "pytest")
+    assert any(requirement.startswith("pytest") for requirement in extra("test"))
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert f"time {install}" in ci and test in ci
+
+
+def extra(name: str) -> list[str]:
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"][name]
+
+
+LAUNCHER = REPO / "cmake" / "compile_launcher.py"
+
+
+def fake_compile(tmp_path: Path, header_text: str) -> list[str]:
+    """A compiler command the launcher recognizes: it 'compiles' x.cu into x.o, naming a header in its depfile."""
+    (tmp_path / "x.cu").write_text("kernel")
+    (tmp_path / "x.h").write_text(header_text)
+    script = ("import sys, pathlib; out, dep = sys.argv[1], sys.argv[2]; "
+              "pathlib.Path(out).write_text(pathlib.Path('x.cu').read_text() + pathlib.Path('x.h').read_text()); "
+              "pathlib.Path(dep).write_text(out + ': x.cu x.h' + chr(10)); print('compiled')")
+    return [sys.executable, "-c", script, "x.o", "x.d", "-o", "x.o", "-MF", "x.d", "-MT", "x.o", "x.cu"]
+
+
+def launch(tmp_path: Path, command: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(LAUNCHER), str(tmp_path / "state"), "7", *command],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+
+
+def test_the_launcher_reuses_an_object_only_while_its_inputs_are_unchanged(tmp_path):
+    (tmp_path / "state").mkdir()
+    assert launch(tmp_path, fake_compile(tmp_path, "v1")).stdout == "compiled\n"
+    (tmp_path / "x.o").unlink()  # what scikit-build-core does to CMakeFiles/ in a new isolated environment
+    reused = launch(tmp_path, fake_compile(tmp_path, "v1"))
+    assert reused.stdout == "" and (tmp_path / "x.o").read_text() == "kernelv1"
+    assert (tmp_path / "x.d").read_text().split() == ["x.o:", "x.cu", "\\", "x.h"]  # for ninja's deps log
+    changed = launch(tmp_path, fake_compile(tmp_path, "v2"))  # a header changed: compiled again
+    assert changed.stdout == "compiled\n" and (tmp_path / "x.o").read_text() == "kernelv2"
+
+
+def test_progress_reaches_the_terminal_and_only_the_terminal(tmp_path):
+    if shutil.which("script") is None:
+        pytest.skip("util-linux `script` (a pseudo-terminal) is not installed")
+    (tmp_path / "state").mkdir()
+    command = " ".join([sys.executable, str(LAUNCHER), str(tmp_path / "state"), "7", "echo", "compiled", "-o",
+                        "variant_a.o", "variant_a.cu"])
+    on_tty = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path)
+    assert "wavetune build: [1/7] compiling variant_a" in on_tty.stdout and "compiled" in on_tty.stdout
+    off_tty = subprocess.run(["setsid", sys.executable, str(LAUNCHER), str(tmp_path / "state"), "7", "echo", "x.cu"],
+                             capture_output=True, text=True, timeout=60)  # no controlling terminal
+    assert off_tty.stdout == "x.cu\n" and off_tty.returncode == 0
+
+
+def test_a_second_configure_from_another_cutlass_path_changes_no_compile_command(tmp_path):
+    """pip's isolated build environment puts CUTLASS under a new path each time; the compile commands (and so
+    ninja's rebuild decisions) must not follow it."""
+    needed = [shutil.which("cmake"), shutil.which("ninja"), shutil.which("nvcc"), importlib.util.find_spec("pybind11"),
+              importlib.util.find_spec("cutlass_library")]
+    if not all(needed):
+        pytest.skip("needs cmake, ninja, nvcc, pybind11 and nvidia-cutlass (pip install '.[test]' brings the last two)")
+    import pybind11
+
+    real = Path(importlib.util.find_spec("cutlass_library").submodule_search_locations[0])
+    build = tmp_path / "build"
+    commands = []
+    for env_dir in ("env_a", "env_b"):
+        (tmp_path / env_dir).mkdir()
+        (tmp_path / env_dir / "cutlass_library").symlink_to(real)
+        subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), "-G", "Ninja", "-DWAVETUNE_KERNEL_SET=ci",
+                        "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", "-DSKBUILD_PROJECT_VERSION=0.1.0",
+                        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}"],
+                       check=True, capture_output=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(tmp_path / env_dir)})
+        entries = json.loads((build / "compile_commands.json").read_text())
+        commands.append({e["file"]: e["command"] for e in entries if e["file"].endswith(".cu")})
+    assert commands[0] and commands[0] == commands[1]
+    assert all(str(tmp_path / "env_a") not in command for command in commands[0].values())
+
+
+def test_info_without_a_gpu_lists_variants_and_tables():
+    done = cli("info")
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    for config in wavetune.configs():
+        assert f"  {config.name}" in done.stdout
+    assert SHIPPED_TABLE.name in done.stdout
+    gpu_line = next(line for line in done.stdout.splitlines() if line.startswith("GPU: "))
+    assert gpu_line.startswith("GPU: none (") and "InsufficientDriver" not in gpu_line  # reads as an old driver
+
+
+def test_explain_without_a_gpu_asks_for_a_table_and_explains_one():
+    assert "--table PATH" in one_line_error(cli("explain", "16", "14336", "4096"), "explain")
+    done = cli("explain", "16", "14336", "4096", "--table", str(SHIPPED_TABLE))
+    assert done.returncode == 0 and "choice: " in done.stdout
+    skipped = api.open_table(SHIPPED_TABLE).skipped_configs()
+    assert (f"note: {skipped} of the table's" in done.stdout) == bool(skipped)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["tune", "--shapes", "missing.json"], "missing.json: no such file"),
+    (["tune", "--shapes", "{config}"], "no hidden_size"),
+    (["tune", "--offline", "--log", "missing.jsonl"], "no such measurement log"),
+    (["tune"], "tune measures kernels on the GPU"),
+    (["explain", "16", "14336", "4096", "--table", "{dir}"], "is a directory, not a table file"),
+])
+def test_cli_errors_are_one_line(tmp_path, args, says):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "num_attention_heads": 8}))
+    args = [a.format(config=config, dir=tmp_path) for a in args]
+    assert says in one_line_error(cli(*args, cwd=tmp_path), args[0])
+
+
+def test_help_is_plain_text_and_explains_m_n_k():
+    done = subprocess.run([sys.executable, "-m", "wavetune", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "``" not in done.stdout
+    done = subprocess.run([sys.executable, "-m", "wavetune", "explain", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert "rows of A: tokens" in done.stdout and "out_features" in done.stdout and "in_features" in done.stdout
+
+
+def test_load_table_checks_the_file_before_the_gpu():
+    code = ("import torch, wavetune\n"
+            "for path in ['missing.wtt', '.', {table!r}]:\n"
+            "    try:\n        wavetune.load_table(path)\n"
+            "    except (ValueError, RuntimeError) as exc:\n        print(type(exc).__name__, exc)\n")
+    if importlib.util.find_spec("torch") is None:
+        code = code.replace("import torch, ", "import ")
+    done = subprocess.run([sys.executable, "-c", code.format(table=str(SHIPPED_TABLE))], capture_output=True,
+                          text=True, env=NO_GPU, cwd=REPO.parent, timeout=120)
+    missing, directory, good = done.stdout.splitlines()
+    assert missing.startswith("ValueError") and "missing.wtt: cannot open the table file" in missing
+    assert directory.startswith("ValueError") and "is a directory" in directory
+    assert good.startswith("RuntimeError") and "no CUDA GPU is usable here" in good and "open_table" in good
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(decomposition="bogus"), "decomposition='bogus' is not one of"),
+    (dict(decomposition="split_k", splits=-3), "splits=-3: a positive integer"),
+    (dict(splits=4), "needs decomposition='split_k'"),
+    (dict(raster="sideways"), "raster='sideways' is not one of"),
+    (dict(max_swizzle=3), "max_swizzle=3 is not one of 1, 2, 4, 8"),
+])
+def test_launch_config_is_checked_when_made(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        wavetune.LaunchConfig("any_variant", **kwargs)
+    with pytest.raises(TypeError, match="variant must be a variant id or name"):
+        wavetune.LaunchConfig(1.5)
+
+
+def test_gemm_on_cpu_tensors_states_the_size_rules_first():
+    torch = pytest.importorskip("torch")
+    x, w = torch.randn(4, 60, dtype=torch.bfloat16), torch.randn(32, 60, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="K=60 and N=32 must be multiples of 8"):
+        wavetune.gemm(x, w.t())
+    with pytest.raises(ValueError, match="must be on one CUDA device"):
+        wavetune.gemm(torch.randn(4, 56, dtype=torch.bfloat16), torch.randn(32, 56, dtype=torch.bfloat16).t())
+
+
+def test_readme_explains_the_gemm_it_shows_and_docs_have_an_index():
+    readme = (REPO / "README.md").read_text()
+    x = re.search(r"x = torch.randn\((\d+), (\d+),", readme).groups()
+    w = re.search(r"W = torch.randn\((\d+), (\d+),", readme).groups()
+    m, k, n = x[0], x[1], w[0]
+    assert f"python -m wavetune explain {m} {n} {k}" in readme
+    index = (REPO / "docs" / "README.md").read_text()
+    for page in (REPO / "docs").glob("*.md"):
+        assert page.name == "README.md" or f"({page.name})" in index, f"docs/README.md does not list {page.name}"
+
+
+def test_kernels_md_states_the_ci_set_as_built():
+    from wavetune import config_space
+
+    dense, grouped, attention = (len(config_space.load(REPO / "cutlass_configs" / f"sm90_{family}.toml")
+                                     .select("ci", allow_empty=True)) for family in ("gemm", "grouped_gemm", "attention"))
+    row = next(line for line in (REPO / "docs" / "kernels.md").read_text().splitlines() if line.startswith("| `ci` |"))
+    assert f"{dense} dense + {grouped} grouped + {attention} attention" in row
