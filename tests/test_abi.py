@@ -1,0 +1,53 @@
+"""The C++ libraries' ABI version (csrc/include/wavetune/version.h) follows their public headers, and names
+the installed libraries' files and SONAMEs, so that a program built against other headers fails to load
+instead of misreading a changed struct."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import wavetune
+
+from conftest import REPO
+
+HEADERS = REPO / "csrc" / "include" / "wavetune"
+# The public headers' digest (comments and spacing aside) at each ABI version. A change to the headers
+# needs a new entry here and WAVETUNE_ABI_VERSION raised to it.
+DIGESTS = {1: "0789c750ace17363", 2: "e47642838ee02cc2"}
+
+
+def headers_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(HEADERS.glob("*.h")):
+        if path.name == "version.h":
+            continue
+        text = " ".join(re.sub(r"//[^\n]*", "", path.read_text()).split())
+        digest.update(path.name.encode() + b"\0" + text.encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def abi_version() -> int:
+    return int(re.search(r"#define WAVETUNE_ABI_VERSION (\d+)", (HEADERS / "version.h").read_text()).group(1))
+
+
+def test_the_abi_version_follows_the_headers():
+    assert max(DIGESTS) == abi_version() and len(set(DIGESTS.values())) == len(DIGESTS)
+    assert headers_digest() == DIGESTS[abi_version()], (
+        f"the public C++ headers changed (digest {headers_digest()}): raise WAVETUNE_ABI_VERSION in "
+        f"{HEADERS / 'version.h'} and add the digest to DIGESTS")
+
+
+@pytest.mark.parametrize("library", ["libwavetune_kernels", "libwavetune_lookup"])
+def test_installed_libraries_carry_it_in_name_and_soname(library):
+    path = Path(wavetune.__file__).parent / "lib" / f"{library}.so.{abi_version()}"
+    assert path.is_file(), f"{path.name} is not installed"
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf (binutils) is not installed")
+    dynamic = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    assert f"Library soname: [{path.name}]" in dynamic
