@@ -143,7 +143,7 @@ class TestCPU:
 
         prepared = Prepared()
         prepared.workspace_bytes = workspace_bytes
-        monkeypatch.setattr(api, "_stream_getter", lambda torch: lambda device: 7)
+        monkeypatch.setattr(api, "stream_getter", lambda torch: lambda device: 7)
         x, w, bias = torch.empty(2, 5, 64, dtype=BF16), torch.empty(48, 64, dtype=BF16), torch.empty(48, dtype=BF16)
         launch = torch_ops._native_launch(prepared, torch.Size((2, 5, 48)))
         result = launch(x, w.data_ptr(), bias)

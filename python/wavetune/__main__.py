@@ -24,7 +24,7 @@ def cmake_dir() -> Path:
 def cmd_info(args: argparse.Namespace) -> int:
     build = api.build_info()
     cuda, cutlass = build["cuda_version"], build["cutlass_version"]
-    print(f"wavetune {api._version()}, kernel set {build['kernel_set']!r}, config space {build['config_space_hash']}, "
+    print(f"wavetune {api.package_version()}, kernel set {build['kernel_set']!r}, config space {build['config_space_hash']}, "
           f"CUDA {cuda // 1000}.{cuda % 1000 // 10}, CUTLASS {cutlass // 100}.{cutlass // 10 % 10}.{cutlass % 10}")
     families = {"gemm": api.configs(), "grouped_gemm": grouped_configs(), "attention": attention_configs()}
     for family, variants in families.items():

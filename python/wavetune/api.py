@@ -178,7 +178,7 @@ def _autoload_table(device: int, family: str = "gemm") -> None:
     name = _device_properties(device)["name"]
     if default_table_path(name, family) is None:
         warnings.warn(f"wavetune: no tuned {family} table for {name}; kernels are chosen by the built-in "
-                      f"heuristic (run `python -m wavetune tune` to make one)", stacklevel=3)
+                      f"heuristic (run `python -m wavetune tune` to make one)", stacklevel=4)
         return
     try:
         load_table(device=device, family=family)
@@ -188,7 +188,7 @@ def _autoload_table(device: int, family: str = "gemm") -> None:
         if os.environ.get(TABLE_ENV[family]):
             raise
         warnings.warn(f"wavetune: the shipped {family} table for {name} does not fit this build ({exc}); "
-                      f"kernels are chosen by the built-in heuristic", stacklevel=3)
+                      f"kernels are chosen by the built-in heuristic", stacklevel=4)
 
 
 def _current_device() -> int:
@@ -216,7 +216,7 @@ def _device_properties(device: int) -> dict:
     return _C.device_properties()
 
 
-def _version() -> str:
+def package_version() -> str:
     from . import __version__
 
     return __version__
@@ -288,7 +288,7 @@ def family_variant_id(config, by_id: dict[int, KernelConfig], family: str, listi
 
 
 @functools.cache
-def _dtype_codes(torch) -> dict:
+def dtype_codes(torch) -> dict:
     return {torch.bfloat16: _C.DTYPES.index("bf16"), torch.float16: _C.DTYPES.index("fp16")}
 
 
@@ -349,7 +349,7 @@ def check_operands(a, b, bias=None, out=None) -> GemmOperands:
     k, n = b.shape
     if a.shape[-1] != k:
         raise ValueError(f"shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied ({a.shape[-1]} != {k})")
-    dtype_code = _dtype_codes(torch).get(a.dtype)
+    dtype_code = dtype_codes(torch).get(a.dtype)
     if dtype_code is None or b.dtype != a.dtype:
         raise TypeError(f"a and b must both be bfloat16 or both float16, got {a.dtype} and {b.dtype}")
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != a.dtype or tuple(bias.shape) != (n,)
@@ -382,7 +382,7 @@ def launch_prepared(prepared, a, b, bias, out) -> None:
     workspace = (torch.empty(prepared.workspace_bytes, dtype=torch.uint8, device=out.device)
                  if prepared.workspace_bytes else None)
     prepared(a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr(),
-             0 if workspace is None else workspace.data_ptr(), _stream_getter(torch)(out.get_device()))
+             0 if workspace is None else workspace.data_ptr(), stream_getter(torch)(out.get_device()))
 
 
 def gemm(a, b, *, bias=None, out=None, config=None):
@@ -426,8 +426,8 @@ def gemm(a, b, *, bias=None, out=None, config=None):
 
 
 @functools.cache
-def _stream_getter(torch) -> Callable[[int], int]:
-    """device -> the raw cudaStream_t of torch's current stream there."""
+def stream_getter(torch) -> Callable[[int], int]:
+    """device -> the raw cudaStream_t of torch's current stream there (for launches from Python)."""
     # NOTES: torch.cuda.current_stream() builds a Stream object per call (microseconds of host time);
     # the raw getter behind it (what Triton launches with) returns the handle alone. Public API if absent.
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 
 from . import fmha
-from .torch_ops import _STRIDES_TAG
+from .torch_library import STRIDES_TAG
 
 _LIBRARY = torch.library.Library("wavetune", "FRAGMENT")
 _LIBRARY.define("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) -> Tensor",
-                tags=(_STRIDES_TAG,))
+                tags=(STRIDES_TAG,))
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -26,7 +26,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
 @torch.library.register_fake("wavetune::attention", lib=_LIBRARY)
 def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     scale: float | None = None) -> torch.Tensor:
-    fmha._check_shapes(torch, q, k, v, None)
+    fmha.check_shapes(torch, q, k, v, None)
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 

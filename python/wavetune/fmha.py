@@ -12,7 +12,7 @@ import math
 import sys
 
 from . import _C, api
-from .api import KernelConfig, _dtype_codes, _stream_getter
+from .api import KernelConfig, dtype_codes, stream_getter
 
 
 def attention_configs() -> list[KernelConfig]:
@@ -37,7 +37,7 @@ def _workspace_bytes(sizes: tuple, splits: int) -> int:
     return _C.attention_workspace_bytes(sizes, splits)
 
 
-def _check_shapes(torch, q, k, v, out) -> None:
+def check_shapes(torch, q, k, v, out) -> None:
     """Every check that needs no GPU and no data pointer: types, ranks, sizes, dtypes, unit head-dim stride."""
     tensors = {"q": q, "k": k, "v": v}
     if torch is None or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
@@ -52,7 +52,7 @@ def _check_shapes(torch, q, k, v, out) -> None:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim")
     if k.shape[2] == 0 or q.shape[2] % k.shape[2] != 0:
         raise ValueError(f"q's {q.shape[2]} heads must be a multiple of k's {k.shape[2]} (grouped-query attention)")
-    if q.dtype not in _dtype_codes(torch) or k.dtype != q.dtype or v.dtype != q.dtype:
+    if q.dtype not in dtype_codes(torch) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k and v must all be bfloat16 or all float16, got {q.dtype}, {k.dtype} and {v.dtype}")
     if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != q.dtype or out.shape != q.shape):
         got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
@@ -85,14 +85,14 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     Runs on the current torch stream of q's device.
     """
     torch = sys.modules.get("torch")
-    _check_shapes(torch, q, k, v, out)
+    check_shapes(torch, q, k, v, out)
     variant = _resolve(config)
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    dtype_code = _dtype_codes(torch)[q.dtype]
+    dtype_code = dtype_codes(torch)[q.dtype]
     sizes = (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim)
     tensors = [_tensor_args(t) for t in (q, k, v, out)]
     if out.numel() == 0:
@@ -107,8 +107,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         with torch.cuda.device(device):
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
     if variant < 0:
-        if device not in api._checked_tables["attention"]:
-            api._autoload_table(device, "attention")
+        api.ensure_table(device, "attention")
         variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device)
         splits = chosen_splits if splits is None else splits
     splits = 1 if splits is None else splits
@@ -118,5 +117,5 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     # is stream-ordered and CUDA-graph safe.
     workspace = torch.empty(_workspace_bytes(sizes, max(splits, 1)), dtype=torch.uint8, device=q.device)
     _C.attention(sizes, *tensors, scale, causal, dtype_code, variant, splits, workspace.data_ptr(), workspace.numel(),
-                 _stream_getter(torch)(device))
+                 stream_getter(torch)(device))
     return out

@@ -11,7 +11,7 @@ import functools
 import sys
 
 from . import _C, api
-from .api import KernelConfig, _dtype_codes, _stream_getter
+from .api import KernelConfig, dtype_codes, stream_getter
 
 
 def grouped_configs() -> list[KernelConfig]:
@@ -35,7 +35,7 @@ def _workspace_bytes(experts: int) -> int:
     return _C.grouped_workspace_bytes(experts)
 
 
-def _check_shapes(torch, x, w, offsets, out) -> None:
+def check_shapes(torch, x, w, offsets, out) -> None:
     """Every check that needs no GPU and no data pointer: types, shapes, dtypes, contiguity."""
     tensors = {"x": x, "w": w, "offsets": offsets}
     if torch is None or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
@@ -49,7 +49,7 @@ def _check_shapes(torch, x, w, offsets, out) -> None:
         raise ValueError(f"x {tuple(x.shape)} and w {tuple(w.shape)} differ in K ({x.shape[1]} != {k})")
     if offsets.shape[0] != experts:
         raise ValueError(f"offsets has {offsets.shape[0]} entries for {experts} experts (one cumulative row end each)")
-    if x.dtype not in _dtype_codes(torch) or w.dtype != x.dtype:
+    if x.dtype not in dtype_codes(torch) or w.dtype != x.dtype:
         raise TypeError(f"x and w must both be bfloat16 or both float16, got {x.dtype} and {w.dtype}")
     if offsets.dtype != torch.int32:
         raise TypeError(f"offsets must be int32 (torch._grouped_mm's offs convention), got {offsets.dtype}")
@@ -80,14 +80,14 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
     with TMA; K = 0 writes zeros); all tensors contiguous.
     """
     torch = sys.modules.get("torch")
-    _check_shapes(torch, x, w, offsets, out)
+    check_shapes(torch, x, w, offsets, out)
     variant = _resolve(config)
     experts, n, k = w.shape
     rows = x.shape[0]
     tensors = [t for t in (x, w, offsets, out) if t is not None]
     if out is None:
         out = x.new_empty((rows, n))
-    dtype_code = _dtype_codes(torch)[x.dtype]
+    dtype_code = dtype_codes(torch)[x.dtype]
     pointers = (x.data_ptr(), w.data_ptr(), offsets.data_ptr(), out.data_ptr())
     has_work = out.numel() > 0 and experts > 0 and k > 0
     error = _C.grouped_problem_error(rows, experts, n, k, *pointers, dtype_code) if has_work else ""
@@ -102,12 +102,12 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return grouped_gemm(x, w, offsets, out=out, config=config)
-    if variant < 0 and device not in api._checked_tables["grouped_gemm"]:
-        api._autoload_table(device, "grouped_gemm")
+    if variant < 0:
+        api.ensure_table(device, "grouped_gemm")
     # NOTES: the workspace comes from torch's caching allocator, so it is stream-ordered and CUDA-graph
     # safe (a capture gets memory from the graph's pool); it holds the per-expert arguments the launch
     # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.
     workspace = torch.empty(_workspace_bytes(experts), dtype=torch.uint8, device=x.device)
     _C.grouped_gemm(rows, experts, n, k, *pointers, dtype_code, variant, workspace.data_ptr(), workspace.numel(),
-                    _stream_getter(torch)(device), device)
+                    stream_getter(torch)(device), device)
     return out

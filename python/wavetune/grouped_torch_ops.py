@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 
 from . import grouped
-from .torch_ops import _STRIDES_TAG
+from .torch_library import STRIDES_TAG
 
 _LIBRARY = torch.library.Library("wavetune", "FRAGMENT")
-_LIBRARY.define("grouped_gemm(Tensor x, Tensor w, Tensor offsets) -> Tensor", tags=(_STRIDES_TAG,))
+_LIBRARY.define("grouped_gemm(Tensor x, Tensor w, Tensor offsets) -> Tensor", tags=(STRIDES_TAG,))
 
 
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -23,7 +23,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> tor
 
 @torch.library.register_fake("wavetune::grouped_gemm", lib=_LIBRARY)
 def _grouped_gemm_fake(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    grouped._check_shapes(torch, x, w, offsets, None)
+    grouped.check_shapes(torch, x, w, offsets, None)
     return x.new_empty((x.shape[0], w.shape[1]))  # contiguous, like grouped_gemm's own output
 
 

@@ -21,15 +21,14 @@ from typing import Callable, NamedTuple
 import torch
 
 from . import _C, api
+from .torch_library import STRIDES_TAG
 
 # NOTES: a plain torch.library.Library with per-backend kernels, not torch.library.custom_op: custom_op
 # wraps each call in Python layers that cost several times the dispatch itself (measured on a CPU host:
-# about 15-20 us against 2-4 us per call), and this path is paid on every eager call. The exact-strides
-# tag keeps Inductor from handing the kernels re-laid-out inputs that the TMA loads cannot take.
-_STRIDES_TAG = getattr(torch.Tag, "needs_exact_strides", torch.Tag.needs_fixed_stride_order)
+# about 15-20 us against 2-4 us per call), and this path is paid on every eager call.
 _LIBRARY = torch.library.Library("wavetune", "DEF")
-_LIBRARY.define("gemm(Tensor a, Tensor b) -> Tensor", tags=(_STRIDES_TAG,))
-_LIBRARY.define("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", tags=(_STRIDES_TAG,))
+_LIBRARY.define("gemm(Tensor a, Tensor b) -> Tensor", tags=(STRIDES_TAG,))
+_LIBRARY.define("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", tags=(STRIDES_TAG,))
 
 # The device index without torch.cuda.current_device()'s Python wrapper (public API where absent).
 _current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
@@ -73,7 +72,7 @@ def _prepare_device(t: torch.Tensor, op: str) -> None:
 
 def _native_launch(prepared, out_shape: torch.Size) -> Callable:
     """A plan's launch into a new output of ``out_shape``, with a workspace where the choice needs one."""
-    stream = api._stream_getter(torch)
+    stream = api.stream_getter(torch)
     device = prepared.device
     workspace_bytes = prepared.workspace_bytes
 
@@ -160,5 +159,5 @@ for _backend in ("CUDA", "CPU"):
     _LIBRARY.impl("gemm", gemm, _backend)
     _LIBRARY.impl("linear", linear, _backend)
 
-from . import grouped_torch_ops  # noqa: E402,F401  (torch.ops.wavetune.grouped_gemm, docs/grouped.md)
-from . import attention_torch_ops  # noqa: E402,F401  (torch.ops.wavetune.attention, docs/attention.md)
+# The other families' operators, in the namespace this module defines (docs/grouped.md, docs/attention.md).
+from . import attention_torch_ops, grouped_torch_ops  # noqa: E402,F401

@@ -381,7 +381,7 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     meta = {
         "gpu_name": log.device["name"], "sm_count": sm_count, "l2_bytes": log.device["l2_bytes"],
         "config_space_hash": _C.build_info()["config_space_hash"],
-        "wavetune_version": api._version(), "cuda_version": _C.build_info()["cuda_version"],
+        "wavetune_version": api.package_version(), "cuda_version": _C.build_info()["cuda_version"],
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "timing": TIMING, "source": f"{dtype} {b_layout}: {len(plan)} anchor shapes",
         "plan_waves": ",".join(map(str, waves)),
@@ -699,7 +699,7 @@ def write_family_table(out: Path, header: dict, family: str, config_space_hash: 
     meta = {
         "gpu_name": header["gpu"], "sm_count": header["sm_count"], "family": family,
         "config_space_hash": config_space_hash,
-        "wavetune_version": api._version(), "cuda_version": _C.build_info()["cuda_version"],
+        "wavetune_version": api.package_version(), "cuda_version": _C.build_info()["cuda_version"],
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "timing": timing, "source": source,
     }
