@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One call on a GPU machine with no network: install the wheels carried in .whl/ (nvidia-cutlass, the build's
+# one missing requirement), build and install wavetune, run the test suite, then a benchmark if one is given.
+# Everything it writes goes to $OUT (default ./gpu-out): build.log, pytest.log, and the benchmark's files.
+#
+#   benchmarks/gpu_run.sh [KERNEL_SET] [PYTEST_ARGS] [-- BENCHMARK COMMAND...]
+#   benchmarks/gpu_run.sh ci "tests/test_capture.py" -- python3 benchmarks/hf_capture.py --out '$OUT'
+#
+# KERNEL_SET: ci (default; 2 minutes on 16 cores), tables (the default install; 9 minutes), full, or a name of
+# cutlass_configs/. The build tree build/gpu-<set> is reused while the machine stays up.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+export OUT=${OUT:-$repo/gpu-out} PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+kernel_set=${1:-ci}
+tests=${2:-tests}
+shift $(( $# < 2 ? $# : 2 ))
+[ "${1:-}" = "--" ] && shift
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+if ! (time python3 -m pip install --no-build-isolation --no-deps . -Ccmake.define.WAVETUNE_KERNEL_SET="$kernel_set" \
+      -Cbuild-dir="build/gpu-$kernel_set") > "$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"
+  exit 1
+fi
+tail -3 "$OUT/build.log"
+# From outside the source tree, so that tests import the installed package.
+(cd /tmp && python3 -m pytest -q $(for t in $tests; do echo "$repo/$t"; done) 2>&1 | tee "$OUT/pytest.log" | tail -15)
+if [ $# -gt 0 ]; then
+  eval "$*" 2>&1 | tee "$OUT/benchmark.log" | tail -40
+fi
