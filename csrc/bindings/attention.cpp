@@ -3,12 +3,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <array>
 #include <cstdint>
-#include <functional>
 #include <stdexcept>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 
 #include "bindings.h"
@@ -53,62 +50,6 @@ AttentionShape make_shape(const PySizes& sizes, bool causal) {
   return {batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal};
 }
 
-// NOTES: a launch with no forced config takes the built-in model's choice, unless the device's attention
-// table predicts a config that can run the problem (KV splits also depend on the strides:
-// attention_launch_error) more than kTableMargin faster than the built-in's choice, which must then be one
-// of its configs. The table's per-config fits are closer to the cases they were fitted on than the built-in
-// model (2% median error against 8%), but on other models' shapes they were sometimes far off: taken
-// outright, the table's choices ran at 0.951 of the best on the H200's held-out cases where the built-in's
-// ran at 0.965 (both read off one run's timings of every config). As an override they ran at 0.986 and 0.977
-// of the best on the held-out cases, the built-in alone at 0.976 and 0.974, in the same rounds (H100, H200,
-// 2026-11-24). The margin ranked best of 0, 0.05, 0.1, 0.2, 0.3 on the named cases the tables were fitted to. Choices are kept per thread and shape (no lock on
-// the eager path). Decode's key length grows by one each step, so its keys are counted in whole 64-key
-// tiles (from 128 keys on) and the choice is made for the rounded-down length: still valid (each split
-// keeps a whole KV tile), and reused by the next steps.
-constexpr double kTableMargin = 0.05;
-
-struct ChoiceKey {
-  std::array<int64_t, 10> fields;
-  bool operator==(const ChoiceKey& o) const { return fields == o.fields; }
-};
-struct ChoiceKeyHash {
-  size_t operator()(const ChoiceKey& k) const {
-    size_t h = 0;
-    for (int64_t f : k.fields) h = h * 1000003u ^ std::hash<int64_t>{}(f);
-    return h;
-  }
-};
-constexpr size_t kMaxCachedChoices = 4096;
-
-AttentionLaunch uncached_choice(const AttentionProblem& p, const Selector* table) {
-  const AttentionLaunch builtin = attention_default_launch(p);
-  if (!table || table->candidate_count(p.dtype, BLayout::col) == 0) return builtin;
-  const Problem q{p.dtype, BLayout::col, p.seqlen_q, p.seqlen_k, p.head_dim, p.batch, p.heads_q, p.heads_kv, p.causal};
-  double builtin_us = 0, best_us = 0;
-  AttentionLaunch best{-1, 1};
-  for (const Prediction& r : table->explain(q)) {
-    const AttentionLaunch how{r.variant, table->table().configs[r.config].splits};
-    if (how.variant == builtin.variant && how.splits == builtin.splits) builtin_us = r.predicted_us;
-    if ((best.variant < 0 || r.predicted_us < best_us) && attention_launch_error(p, how).empty()) {
-      best = how, best_us = r.predicted_us;
-    }
-  }
-  return builtin_us > (1 + kTableMargin) * best_us && best.variant >= 0 ? best : builtin;
-}
-
-AttentionLaunch attention_choice(const AttentionProblem& p, int device) {
-  thread_local std::unordered_map<ChoiceKey, AttentionLaunch, ChoiceKeyHash> cache;
-  const Selector* table = active_table(TableFamily::attention, device);
-  AttentionProblem rounded = p;
-  if (p.seqlen_q == 1 && p.seqlen_k >= 128) rounded.seqlen_k = p.seqlen_k / 64 * 64;
-  const ChoiceKey key{{device, int64_t(reinterpret_cast<uintptr_t>(table)), int64_t(p.dtype), p.batch, p.seqlen_q,
-                       rounded.seqlen_k, int64_t(p.heads_q) << 32 | p.heads_kv, p.head_dim, p.causal,
-                       attention_kv_splittable(p)}};
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cache.size() >= kMaxCachedChoices) cache.clear();
-  return cache[key] = uncached_choice(rounded, table);
-}
-
 }  // namespace
 
 void bind_attention(py::module_& m) {
@@ -142,11 +83,12 @@ void bind_attention(py::module_& m) {
       "attention_choice",
       [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
          bool causal, int32_t dtype, int device) {
-        const AttentionLaunch how = attention_choice(make_problem(sizes, q, k, v, out, scale, causal, dtype), device);
+        const AttentionLaunch how = attention_choice(make_problem(sizes, q, k, v, out, scale, causal, dtype),
+                                                     active_table(TableFamily::attention, device));
         return py::make_tuple(how.variant, how.splits);
       },
-      "(variant id, splits) a launch with no forced config runs on that device: the built-in model's choice, or "
-      "its attention table's where that predicts a clear gain; cached per thread and shape.");
+      "(variant id, splits) a launch with no forced config runs on the current device (ordinal `device`), by "
+      "attention_choice (attention.h) with that device's attention table.");
   m.def(
       "attention_mapping",
       [](const PySizes& sizes, bool causal, const PyTile& tile, int32_t splits) {

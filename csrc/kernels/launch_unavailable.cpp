@@ -46,6 +46,8 @@ void grouped_gemm(const GroupedGemmProblem&, int32_t, void*, size_t, Stream) { W
 
 AttentionLaunch attention_default_launch(const AttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
 
+AttentionLaunch attention_choice(const AttentionProblem&, const Selector*) { WAVETUNE_FAIL(kNoKernels); }
+
 void attention(const AttentionProblem&, const AttentionLaunch&, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
 
 }  // namespace wavetune

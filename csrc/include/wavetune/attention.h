@@ -2,7 +2,7 @@
 // head, with grouped-query heads, in the FlashAttention layout [batch, seq, heads, head_dim].
 //
 //   wavetune::AttentionProblem p{...};                                   // sizes, pointers, strides
-//   wavetune::AttentionLaunch how = wavetune::attention_default_launch(p);  // variant and KV splits
+//   wavetune::AttentionLaunch how = wavetune::attention_choice(p, &table);  // variant and KV splits
 //   size_t bytes = wavetune::attention_workspace_bytes(p, how.splits);      // device memory the caller owns
 //   wavetune::attention(p, how, workspace, bytes, stream);
 //
@@ -62,9 +62,17 @@ WAVETUNE_API std::string attention_launch_error(const AttentionProblem& problem,
 
 // The built-in choice for the current device (attention_heuristic.h), from the sizes only: a few
 // microseconds (it evaluates the model for every compiled variant and split count), so keep it per shape.
-// An attention table (lookup.h, family "attention") chooses from measurements instead; the Python
-// package consults the device's table first and caches either choice per thread and shape.
 WAVETUNE_API AttentionLaunch attention_default_launch(const AttentionProblem& problem);
+
+class Selector;  // lookup.h
+
+// The launch a call with no forced config makes on the current device (Python's and C++'s alike): the
+// built-in choice, unless `table` (an attention table bound to this build, lookup.h; nullptr: none) predicts
+// a config that can run the problem more than 5% faster than the built-in's choice, which must then be one
+// of its configs (docs/attention.md). A decode problem of 128 keys or more is chosen for its key count
+// rounded down to whole 64-key tiles, so one choice serves many steps of a growing cache. Choices are
+// cached per thread, device, table and shape.
+WAVETUNE_API AttentionLaunch attention_choice(const AttentionProblem& problem, const Selector* table);
 
 // Device memory an attention call needs: the log-sum-exp rows, and with splits the partial outputs.
 WAVETUNE_API size_t attention_workspace_bytes(const AttentionProblem& problem, int32_t splits);
