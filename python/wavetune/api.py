@@ -151,8 +151,8 @@ def device_properties(device: int | None = None) -> dict:
 
 
 # Devices whose table was looked for already, per family: a family's first call on a device looks once.
-_table_checked: set[int] = set()
-_checked_tables = {"gemm": _table_checked, "grouped_gemm": set(), "attention": set()}
+_checked_tables: dict[str, set[int]] = {family: set() for family in TABLE_ENV}
+_table_checked = _checked_tables["gemm"]
 # Called after every load_table: whatever holds a table's choice drops it.
 _table_listeners: list[Callable[[], None]] = []
 
