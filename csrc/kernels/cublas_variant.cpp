@@ -202,7 +202,9 @@ void run_with_bias(const GemmProblem& p, DeviceHandle& h, void* workspace, Strea
         "bias GEMM");
 }
 
-void run(const GemmProblem& p, const MicroParams&, const DeviceInfo& dev, void* workspace, Stream stream) {
+void run(const GemmProblem& p, const MicroParams&, const DeviceInfo& dev, void* workspace, size_t workspace_bytes,
+         Stream stream) {
+  require_workspace(kWorkspaceBytes, workspace, workspace_bytes);
   DeviceHandle& h = device_handle(dev);
   if (p.bias) return run_with_bias(p, h, workspace, stream);
   const int type = p.dtype == DType::bf16 ? kBF16 : kF16;

@@ -54,6 +54,13 @@ const DeviceInfo& current_device_info() {
   return slot.info;
 }
 
+void require_workspace(size_t needed, const void* workspace, size_t workspace_bytes) {
+  if (workspace_bytes < needed || (needed && !workspace)) {
+    WAVETUNE_INVALID("this launch needs ", needed, " bytes of workspace, got ", workspace_bytes,
+                     " (gemm_workspace_bytes gives the size)");
+  }
+}
+
 }  // namespace detail
 
 BuildInfo build_info() {
@@ -103,12 +110,7 @@ void gemm(const GemmProblem& p, int32_t variant_id, const MicroParams& micro, vo
   const detail::VariantOps* ops = nullptr;
   std::string error = check(p, variant_id, micro, false, &dev, &ops);
   if (!error.empty()) WAVETUNE_INVALID(error);
-  const size_t needed = ops->workspace_bytes(p, micro, dev->info);
-  if (workspace_bytes < needed || (needed && !workspace)) {
-    WAVETUNE_INVALID("this launch needs ", needed, " bytes of workspace, got ", workspace_bytes,
-                     " (gemm_workspace_bytes gives the size)");
-  }
-  ops->run(p, micro, dev->info, workspace, stream);
+  ops->run(p, micro, dev->info, workspace, workspace_bytes, stream);
 }
 
 }  // namespace wavetune

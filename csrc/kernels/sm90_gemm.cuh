@@ -146,13 +146,14 @@ struct Sm90Gemm {
   }
 
   static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, void* workspace,
-                  Stream stream) {
+                  size_t workspace_bytes, Stream stream) {
     Arguments args = arguments(p, micro, dev);
     cutlass::Status status = Adapter::can_implement(args);
     if (status != cutlass::Status::kSuccess) {
       WAVETUNE_INVALID("CUTLASS cannot implement M=", p.m, " N=", p.n, " K=", p.k, ": ",
                        cutlassGetStatusString(status));
     }
+    require_workspace(Adapter::get_workspace_size(args), workspace, workspace_bytes);
     allow_dynamic_shared_memory<Kernel>(dev.device);
     status = Kernel::initialize_workspace(args, workspace, stream);
     if (status != cutlass::Status::kSuccess) {

@@ -27,9 +27,14 @@ struct VariantOps {
   std::string (*why_not)(const GemmProblem&, const MicroParams&, const DeviceInfo&);
   // Scratch bytes the launch needs (kernels.h, gemm_workspace_bytes).
   size_t (*workspace_bytes)(const GemmProblem&, const MicroParams&, const DeviceInfo&);
-  // Launches with `workspace` of at least workspace_bytes(...) bytes.
-  void (*run)(const GemmProblem&, const MicroParams&, const DeviceInfo&, void* workspace, Stream);
+  // Launches with the caller's workspace, after checking it holds what the launch needs (require_workspace).
+  void (*run)(const GemmProblem&, const MicroParams&, const DeviceInfo&, void* workspace, size_t workspace_bytes,
+              Stream);
 };
+
+// InvalidArgument unless the caller's workspace holds `needed` bytes. The variant checks it in `run`, where
+// it has the size at hand: the launch path works out each variant's arguments once.
+void require_workspace(size_t needed, const void* workspace, size_t workspace_bytes);
 
 // Registry (registry.cpp): the ops of a compiled variant, nullptr when not compiled in.
 const VariantOps* variant_ops(int32_t id);

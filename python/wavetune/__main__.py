@@ -21,6 +21,10 @@ def cmake_dir() -> Path:
     return Path(api.__file__).parent / "share" / "cmake" / "wavetune"
 
 
+def shipped_tables() -> str:
+    return ", ".join(sorted(p.name for p in api.TABLE_DIR.glob("*.wtt"))) or "none"
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     build = api.build_info()
     cuda, cutlass = build["cuda_version"], build["cutlass_version"]
@@ -31,7 +35,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"{family}: {len(variants)} variants compiled" + (":" if variants else ""))
         for v in variants:
             print(f"  {v.name}")
-    print(f"shipped tables ({api.TABLE_DIR}): {', '.join(sorted(p.name for p in api.TABLE_DIR.glob('*.wtt'))) or 'none'}")
+    print(f"shipped tables ({api.TABLE_DIR}): {shipped_tables()}")
     if (reason := api.no_gpu_reason()) is not None:
         print(f"GPU: none ({reason}); tables can be read and explained without one: "
               "python -m wavetune explain M N K --table PATH")
@@ -88,8 +92,8 @@ def explain_table(args: argparse.Namespace) -> Path:
     if args.table:
         return Path(args.table)
     if (reason := api.no_gpu_reason()) is not None:
-        shipped = ", ".join(sorted(p.name for p in api.TABLE_DIR.glob("*.wtt")))
-        raise ValueError(f"{reason}: pass the table to explain with --table PATH (shipped in {api.TABLE_DIR}: {shipped})")
+        raise ValueError(f"{reason}: pass the table to explain with --table PATH (shipped in {api.TABLE_DIR}: "
+                         f"{shipped_tables()})")
     name = api.device_properties()["name"]
     table = api.default_table_path(name, args.family)
     if table is None:
@@ -97,7 +101,7 @@ def explain_table(args: argparse.Namespace) -> Path:
     return table
 
 
-def left_out_note(selector, table: Path, family: str) -> str | None:
+def left_out_note(selector, table: Path) -> str | None:
     """What explain leaves out of a table on this build, and that its choice is then not a full install's."""
     if not (skipped := selector.skipped_configs()):
         return None
@@ -121,7 +125,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     rows = sorted(selector.explain(*problem, args.groups, **attention), key=lambda r: r["predicted_us"])
     choice = selector.select(*problem, groups=args.groups, **attention)
     print(f"{table}: {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
-    if note := left_out_note(selector, table, args.family):
+    if note := left_out_note(selector, table):
         print(note)
     if bandwidth := selector.memory_bytes_per_us():
         floor = model.memory_floor_us(args.M, args.N, args.K, bandwidth, args.groups)
