@@ -28,7 +28,7 @@ from wavetune import config_space, model, tablefile
 REPO = Path(__file__).resolve().parents[1]
 
 
-# The cuBLAS candidates and the nominal tile they are mapped through (csrc/kernels/cublas_variant.cpp).
+# The cuBLAS candidates and the nominal tile they are mapped through (csrc/families/gemm/cublas_variant.cu).
 LIBRARY_VARIANTS = [f"cublas_{dtype}_b{layout}" for dtype in ("bf16", "fp16") for layout in ("col", "row")]
 NOMINAL_LIBRARY_TILE = SimpleNamespace(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, swap_ab=False)
 

@@ -215,7 +215,7 @@ def torch_operands(torch, problem: tuple, l2_bytes: int) -> list[tuple]:
 
 def torch_time_us(torch, launch: Callable, operands: list[tuple], options: dict) -> float:
     """Median us per launch over CUDA-graph replays of launches that rotate through the operand copies:
-    the C++ profiler's scheme (csrc/kernels/profiler.cu) with torch's graph and events."""
+    the C++ profiler's scheme (csrc/families/gemm/profiler.cu) with torch's graph and events."""
     per_graph = len(operands) * math.ceil(options["min_launches"] / len(operands))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())

@@ -117,7 +117,7 @@ def best_launch(records: dict, problem: tuple, cands: list[Candidate]) -> tuple[
 
 def rotation(m: int, n: int, k: int, l2_bytes: int, options: dict) -> tuple[int, int]:
     """(operand copies, launches per graph) of one measurement, as the C++ profiler sizes them
-    (csrc/kernels/profiler.cu): copies of A, B and D that together exceed twice the L2 (at most 64), and
+    (csrc/families/gemm/profiler.cu): copies of A, B and D that together exceed twice the L2 (at most 64), and
     at least ``min_launches`` launches in whole passes over them."""
     copy_bytes = 2 * (m * k + k * n + m * n)
     copies = min(max(math.ceil(2 * l2_bytes / copy_bytes), 1), 64)

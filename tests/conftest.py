@@ -4,6 +4,9 @@ torch with CUDA and a wavetune build with kernels are all present."""
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def cpp_program(source: Path, target: str, root: Path) -> Path:
+    """Builds the C++ project at `source` against the installed wavetune CMake package, as docs/cpp.md tells C++
+    users (the package directory as the prefix); skips when there is no cmake or C++ compiler."""
+    from wavetune.__main__ import cmake_dir
+
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not on PATH: cannot build C++ programs against the installed package")
+    if not (os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
+        pytest.skip("no C++ compiler (c++, g++, clang++ or $CXX): cannot build C++ programs")
+    assert (cmake_dir() / "wavetuneConfig.cmake").is_file(), f"no CMake package installed in {cmake_dir()}"
+    build = root / target
+    configure = ["cmake", "-S", str(source), "-B", str(build), f"-DCMAKE_PREFIX_PATH={cmake_dir()}",
+                 "-DCMAKE_BUILD_TYPE=Release"]
+    for cmd in (configure, ["cmake", "--build", str(build), "--parallel", "2"]):
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
+    return build / target

@@ -61,7 +61,7 @@ def test_token_side_tiles_cover_every_token_count_finely():
 
 def test_template_enables_the_extended_wgmma_shapes():
     """A tile N such as 152 or 208 needs CUTLASS's extended wgmma atoms, switched on before any include."""
-    template = (CONFIG_SPACE.parents[1] / "csrc" / "kernels" / "sm90_gemm.cuh").read_text()
+    template = (CONFIG_SPACE.parents[1] / "csrc" / "families" / "gemm" / "sm90_gemm.cuh").read_text()
     define = template.index("#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED")
     assert define < template.index("#include")
     default_atoms = {8, 16, 24, 32, 64, 96, 128, 192, 256}

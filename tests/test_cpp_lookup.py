@@ -8,14 +8,13 @@ import math
 import os
 import random
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 import wavetune
-from conftest import REPO
+from conftest import REPO, cpp_program
 from test_mapping import reference as map_reference
 from wavetune import model as reference_model
 from wavetune import tablefile
@@ -89,30 +88,11 @@ def predict(models, coords):
 # --- Building the C++ programs against the installed package --------------------------------------
 
 
-def _compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-
-
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-    if shutil.which("cmake") is None:
-        pytest.skip("cmake is not on PATH: cannot build the C++ example against the installed package")
-    if _compiler() is None:
-        pytest.skip("no C++ compiler (c++, g++, clang++ or $CXX): cannot build the C++ example")
-    assert (cmake_dir() / "wavetuneConfig.cmake").is_file(), f"no CMake package installed in {cmake_dir()}"
     root = tmp_path_factory.mktemp("cpp")
-    built = {}
     projects = [(REPO / "examples" / "cpp", "select_kernel"), (REPO / "benchmarks" / "cpp", "decision_time")]
-    for source, target in projects:
-        build = root / target
-        # Exactly the package directory as the prefix, as docs/cpp.md tells C++ users.
-        configure = ["cmake", "-S", str(source), "-B", str(build), f"-DCMAKE_PREFIX_PATH={cmake_dir()}",
-                     "-DCMAKE_BUILD_TYPE=Release"]
-        for cmd in (configure, ["cmake", "--build", str(build), "--parallel", "2"]):
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
-        built[target] = build / target
-    return built
+    return {target: cpp_program(source, target, root) for source, target in projects}
 
 
 def run(program, *args, timeout=30):

@@ -1,29 +1,42 @@
-// Shared by the binding files of wavetune._C (module.cpp, one file per kernel family beside it).
+// Shared by the binding files of wavetune._C: module.cpp, and each family's bindings.cpp in its folder
+// (csrc/families/<name>/), which registers itself with one FamilyBindings.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
+#include <stdexcept>
 #include <string>
 
+#include "wavetune/family.h"
 #include "wavetune/lookup.h"
 #include "wavetune/types.h"
 
 namespace wavetune::bindings {
 
-// The kernel families that launch from tables, in the order of kTableFamilies (module.cpp).
-enum class TableFamily : int { gemm = 0, grouped_gemm = 1, attention = 2 };
+// The enumerator of Enum (types.h) whose name is `name`; std::invalid_argument naming `what` otherwise.
+template <class Enum>
+Enum parse_name(const std::string& name, int count, const char* what) {
+  for (int i = 0; i < count; ++i) {
+    if (name == to_string(static_cast<Enum>(i))) return static_cast<Enum>(i);
+  }
+  throw std::invalid_argument(std::string("unknown ") + what + " '" + name + "'");
+}
 
-// The table a family's launches with no forced variant consult on a device (use_table), or nullptr.
-// A plain array read: it is on every launch's path.
-const Selector* active_table(TableFamily family, int device);
-
-// A compiled variant as the dict that python/wavetune/api.py turns into a KernelConfig.
+// A compiled variant as the dict that Python turns into a KernelConfig.
 pybind11::dict variant_dict(const VariantInfo& v);
 
-// The grouped-GEMM family (grouped.cpp).
-void bind_grouped(pybind11::module_& m);
+// Adds a kernel family's functions to wavetune._C when the module is created; `family` names the registered
+// KernelFamily (family.h) they launch.
+struct FamilyBindings {
+  FamilyBindings(const char* family, void (*bind)(pybind11::module_& m));
 
-// The attention family (attention.cpp).
-void bind_attention(pybind11::module_& m);
+  // The table the family's launches consult on a device when no config is forced (use_table), or nullptr.
+  // A plain array read: it is on every launch's path.
+  const Selector* active_table(int device) const;
+
+  const char* family;
+  void (*bind)(pybind11::module_& m);
+  size_t index = 0;  // of the family in kernel_families(), set when the module is created
+};
 
 }  // namespace wavetune::bindings

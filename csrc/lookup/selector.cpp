@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common.h"
-#include "wavetune/attention_heuristic.h"
+#include "wavetune/family.h"
 #include "wavetune/grouped_mapping.h"
 #include "wavetune/lookup.h"
 
@@ -130,7 +130,7 @@ struct Key {
   bool operator==(const Key& o) const { return lo == o.lo && hi == o.hi; }
 };
 
-constexpr int64_t kMaxGroups = int64_t(1) << 29;  // groups fill bits 2-31 of Key::hi
+static_assert(kMaxGroups == int64_t(1) << 29, "groups fill bits 2-31 of Key::hi");
 
 Key make_key(const Problem& p) {
   return {uint64_t(p.m) << 32 | uint64_t(p.n),
@@ -333,9 +333,7 @@ bool valid_enums(DType dtype, BLayout b_layout) {
   return (dtype == DType::bf16 || dtype == DType::fp16) && (b_layout == BLayout::col || b_layout == BLayout::row);
 }
 
-// `grouped`: the table is of a family other than gemm, whose problems may have several groups (for
-// attention: sequences) and, for attention, heads.
-void check_problem(const Problem& p, bool grouped) {
+void check_problem(const Problem& p, const TableFamily& family) {
   if (!valid_enums(p.dtype, p.b_layout)) {
     WAVETUNE_INVALID("problem dtype ", int32_t(p.dtype), " or B layout ", int32_t(p.b_layout), " is out of range");
   }
@@ -343,45 +341,20 @@ void check_problem(const Problem& p, bool grouped) {
     WAVETUNE_INVALID("problem sizes M=", p.m, " N=", p.n, " K=", p.k, " must each be in [1, ",
                      lookup_detail::kMaxExtent, "] with M*N*K <= 2^60");
   }
-  if (p.groups < 1 || p.groups > (grouped ? kMaxGroups : 1)) {
-    WAVETUNE_INVALID("problem groups=", p.groups, " must be ", grouped ? "in [1, 2^29]" : "1 for a gemm table");
+  if (p.groups < 1 || p.groups > family.max_groups) {
+    if (family.max_groups == 1) WAVETUNE_INVALID("problem groups=", p.groups, " must be 1 for a ", family.name, " table");
+    WAVETUNE_INVALID("problem groups=", p.groups, " must be in [1, ", family.max_groups, "] for a ", family.name,
+                     " table");
   }
-}
-
-// The heads of an attention problem (off the GEMM path, which never reads them).
-void check_heads(const Problem& p) {
-  if (p.heads_kv < 1 || p.heads_q < p.heads_kv || p.heads_q % p.heads_kv != 0 || p.heads_q > kMaxGroups) {
-    WAVETUNE_INVALID("problem heads_q=", p.heads_q, " must be a positive multiple of heads_kv=", p.heads_kv);
-  }
-}
-
-// The attention family's coordinates of a problem under a config (attention_heuristic.h): G is the CTAs of
-// one launch, L the KV tiles a CTA walks (the average, rounded), one CTA per SM; `launches` launches run
-// back to back.
-Coordinates attention_coordinates(const TileShape& t, int32_t splits, const Problem& p, int32_t sm_count,
-                                  int64_t* launches) {
-  const AttentionShape shape{p.groups, p.m, p.n, p.heads_q, p.heads_kv, p.causal};
-  const AttentionTile tile{t.tile_m, t.tile_n, t.tile_k};
-  const FmhaGrid g = fmha_grid(shape, splits);
-  const int64_t ctas = fmha_ctas(g, tile) / g.launches;
-  *launches = g.launches;
-  return {ctas, std::max<int64_t>(1, std::llround(kv_tiles_per_cta(g, tile, p.causal).first)), sm_count,
-          detail::ceil_div(ctas, sm_count)};
-}
-
-// Whether an attention config can run the problem: its head dim, and KV splits only for decode with a whole
-// KV tile per split.
-bool attention_fits(const TileShape& t, int32_t splits, const Problem& p) {
-  return t.tile_k == p.k && (splits == 1 || (p.m == 1 && p.n / splits >= t.tile_n));
+  if (family.check_problem) family.check_problem(p);
 }
 
 }  // namespace
 
 struct Selector::Impl {
   Table table;
-  std::string family;
-  bool grouped = false;    // a family other than gemm: problems have groups
-  bool attention = false;  // the attention family: its own mapping, KV splits as split_k
+  const TableFamily* family = nullptr;  // never null once constructed
+  std::string family_name;
   int32_t sm_count = 0;
   size_t skipped = 0;
   std::vector<Candidate> candidates[2][2];  // [dtype][b_layout], in config-id order
@@ -451,27 +424,27 @@ struct Selector::Impl {
     }
   }
 
-  // An attention candidate's prediction (its wave model times its launches, calibrated) and coordinates;
-  // false when the config cannot run the problem (attention_fits).
-  bool attention_prediction(const Candidate& c, const Problem& p, const LogExtents& logs, Coordinates* x,
-                            double* us) const {
-    if (!attention_fits(c.mapping.tile(), c.mapping.splits(), p)) return false;
+  // A candidate's prediction under the family's own mapping (its wave model times its launches,
+  // calibrated) and coordinates; false when the config cannot run the problem (TableFamily::fits).
+  bool own_mapping_prediction(const Candidate& c, const Problem& p, const LogExtents& logs, Coordinates* x,
+                              double* us) const {
+    if (!family->fits(c.mapping.tile(), c.mapping.splits(), p)) return false;
     int64_t launches = 1;
-    *x = attention_coordinates(c.mapping.tile(), c.mapping.splits(), p, sm_count, &launches);
+    *x = family->coordinates(c.mapping.tile(), c.mapping.splits(), p, sm_count, &launches);
     *us = double(launches) * predicted_us(c, *x, 0.0, logs, 0.0);
     return true;
   }
 
-  // The attention family's model choice: the candidate of least predicted time over the configs that fit.
-  Choice select_attention(const Problem& p) const {
-    check_heads(p);
+  // The model's choice under the family's own mapping: the candidate of least predicted time over the
+  // configs that fit.
+  Choice select_own_mapping(const Problem& p) const {
     const LogExtents logs(p);
     const Candidate* best = nullptr;
     double best_t = 0;
     for (const Candidate& c : candidates[int(p.dtype)][int(p.b_layout)]) {
       Coordinates x;
       double t;
-      if (!attention_prediction(c, p, logs, &x, &t)) continue;
+      if (!own_mapping_prediction(c, p, logs, &x, &t)) continue;
       if (!best || t < best_t) best = &c, best_t = t;  // strict: ties keep the lower id
     }
     if (!best) no_candidate(p);
@@ -495,12 +468,14 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
   const Table& t = s.table;
   const std::string& origin = t.origin;
   const auto family_meta = t.meta.find("family");
-  s.family = family_meta == t.meta.end() ? "gemm" : family_meta->second;
-  s.grouped = s.family != "gemm";
-  s.attention = s.family == "attention";
-  if (s.family != family) {
-    table_error(origin, ": a table of the ", s.family, " kernel family, but it is loaded for ", family);
+  const std::string table_family = family_meta == t.meta.end() ? "gemm" : family_meta->second;
+  if (table_family != family) {
+    table_error(origin, ": a table of the ", table_family, " kernel family, but it is loaded for ", family);
   }
+  s.family = find_table_family(family);
+  if (!s.family) table_error(origin, ": the ", family, " kernel family is not known to the lookup library");
+  const TableFamily& kind = *s.family;
+  s.family_name = family;
 
   const std::string& table_hash = t.meta_value("config_space_hash");
   if (table_hash != build_hash) {
@@ -531,11 +506,11 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
                   " (data_parallel, split_k or stream_k; splits >= 1, and 1 unless split_k)");
     }
     if (c.waves.empty()) table_error(origin, ": config ", i, " has no wave model");
-    if (s.grouped && !s.attention && c.decomposition != Decomposition::data_parallel) {
-      table_error(origin, ": config ", i, ": the ", s.family, " family runs data_parallel only");
+    if (kind.data_parallel_only && c.decomposition != Decomposition::data_parallel) {
+      table_error(origin, ": config ", i, ": the ", kind.name, " family runs data_parallel only");
     }
-    if (s.attention && c.decomposition == Decomposition::stream_k) {
-      table_error(origin, ": config ", i, ": the attention family splits the keys (split_k), it has no stream_k");
+    if (!kind.stream_k && c.decomposition == Decomposition::stream_k) {
+      table_error(origin, ": config ", i, ": the ", kind.name, " family has no stream_k");
     }
     std::vector<WaveModel> waves = c.waves;
     std::sort(waves.begin(), waves.end(), [](const WaveModel& a, const WaveModel& b) { return a.wave < b.wave; });
@@ -563,7 +538,8 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
     if (std::min({v.tile_m, v.tile_n, v.tile_k, v.cluster_m, v.cluster_n}) < 1) {
       WAVETUNE_INVALID("variant ", v.name, " has a tile or cluster extent below 1");
     }
-    if (!s.attention && v.scheduler == TileScheduler::persistent && c.decomposition != Decomposition::data_parallel) {
+    if (!kind.coordinates && v.scheduler == TileScheduler::persistent &&
+        c.decomposition != Decomposition::data_parallel) {
       table_error(origin, ": config ", i, " runs ", v.name, " with ", to_string(c.decomposition),
                   ", which needs a stream_k variant: the table contradicts the config space");
     }
@@ -618,8 +594,8 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
 void Selector::Impl::index_exact() {
   const Table& t = table;
   const std::string& origin = t.origin;
-  if (grouped && !t.exact.empty()) {
-    table_error(origin, ": exact records are for the gemm family; this is a ", family, " table");
+  if (!family->exact_records && !t.exact.empty()) {
+    table_error(origin, ": the ", family->name, " family's tables have no exact records");
   }
   size_t first = 0, second = 0;
   if (lookup_detail::find_overlapping_exact(t.exact, &first, &second)) {
@@ -696,8 +672,9 @@ void Selector::check_device(const std::string& gpu_name, int32_t sm_count) const
 }
 
 Choice Selector::select(const Problem& p) const {
-  check_problem(p, impl_->grouped);
-  if (impl_->attention) return impl_->select_attention(p);  // the cache's key has no heads or mask
+  check_problem(p, *impl_->family);
+  // NOTES: the cache's key has no fields of a family's own (heads, mask), so those families go uncached.
+  if (impl_->family->coordinates) return impl_->select_own_mapping(p);
   const Key key = make_key(p);
   const uint64_t h = hash(key);
   uint64_t words[kChoiceWords];
@@ -708,7 +685,7 @@ Choice Selector::select(const Problem& p) const {
 }
 
 Choice Selector::select_uncached(const Problem& p) const {
-  check_problem(p, impl_->grouped);
+  check_problem(p, *impl_->family);
   const Impl& s = *impl_;
   if (s.has_exact) {
     if (const Choice* c = s.find_exact(p)) return *c;
@@ -717,9 +694,9 @@ Choice Selector::select_uncached(const Problem& p) const {
 }
 
 Choice Selector::select_model(const Problem& p) const {
-  check_problem(p, impl_->grouped);
+  check_problem(p, *impl_->family);
   const Impl& s = *impl_;
-  if (s.attention) return s.select_attention(p);
+  if (s.family->coordinates) return s.select_own_mapping(p);
   const std::vector<Candidate>& list = s.candidates[int(p.dtype)][int(p.b_layout)];
   if (list.empty()) s.no_candidate(p);
 
@@ -807,8 +784,7 @@ Choice Selector::select_model(const Problem& p) const {
 }
 
 std::vector<Prediction> Selector::explain(const Problem& p) const {
-  check_problem(p, impl_->grouped);
-  if (impl_->attention) check_heads(p);
+  check_problem(p, *impl_->family);
   const Impl& s = *impl_;
   const BalancedGroups spread = spread_of(p);
   const double floor_us = memory_floor(p, spread, s.table.memory_bytes_per_us);
@@ -816,10 +792,10 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
   const LogExtents logs(p);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
-    if (s.attention) {
+    if (s.family->coordinates) {
       Coordinates x;
       double t;
-      if (s.attention_prediction(c, p, logs, &x, &t)) out.push_back({c.config, c.variant, x, t});
+      if (s.own_mapping_prediction(c, p, logs, &x, &t)) out.push_back({c.config, c.variant, x, t});
       continue;
     }
     const Coordinates x = c.mapping.reference(p.m, p.n, p.k, p.groups);
@@ -830,7 +806,7 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
 }
 
 const Table& Selector::table() const { return impl_->table; }
-const std::string& Selector::family() const { return impl_->family; }
+const std::string& Selector::family() const { return impl_->family_name; }
 size_t Selector::skipped_configs() const { return impl_->skipped; }
 int32_t Selector::sm_count() const { return impl_->sm_count; }
 

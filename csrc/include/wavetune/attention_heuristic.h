@@ -1,7 +1,7 @@
 // The attention family's (G, L) mapping and its built-in choice of tile and KV splits (docs/attention.md).
 // Plain C++17, no CUDA: the runtime, the bindings and C++ programs share it.
 //
-// How the runtime lays a problem onto CUTLASS's FMHA grid (attention_launch.cu follows fmha_grid):
+// How the runtime lays a problem onto CUTLASS's FMHA grid (csrc/families/attention/launch.cu follows fmha_grid):
 //   decode (seqlen_q == 1): the heads_q / heads_kv query heads of a KV head are the rows of one tile, so
 //     K and V are read once per KV head, not once per query head; splits cut the keys into chunks that
 //     run side by side in the same grid;

@@ -32,10 +32,7 @@ struct GroupedGemmProblem {
 // Grouped variants compiled into this build, ordered by id; b_layout is col and scheduler persistent.
 WAVETUNE_API const std::vector<VariantInfo>& grouped_variants();
 // The hash of cutlass_configs/sm90_grouped_gemm.toml as compiled: grouped tables are checked against it.
-// A Selector over a grouped table (lookup.h):
-//   wavetune::Selector s(wavetune::Table::load(path), wavetune::grouped_variants(),
-//                        wavetune::grouped_config_space_hash(), "grouped_gemm");
-//   s.select({dtype, wavetune::BLayout::col, rows, n, k, experts}).variant   // a grouped variant id
+// A grouped table bound to the compiled variants: wavetune::open_table(path, "grouped_gemm") (family.h).
 WAVETUNE_API const char* grouped_config_space_hash();
 // The grouped variant with this id, or nullptr when it is not compiled in.
 WAVETUNE_API const VariantInfo* find_grouped_variant(int32_t id);
@@ -50,6 +47,13 @@ WAVETUNE_API size_t grouped_workspace_bytes(int32_t experts);
 
 // The built-in heuristic's choice for the current device (grouped_heuristic.h), from the sizes only.
 WAVETUNE_API int32_t grouped_default_variant(const GroupedGemmProblem& problem);
+
+class Selector;  // lookup.h
+
+// The variant a call with no forced variant runs on the current device (Python's and C++'s alike): the
+// choice of `table` (a grouped table bound to this build; nullptr: none) from the sizes, else the built-in
+// heuristic's where there is no table, no rows, or none of the table's compiled configs takes the dtype.
+WAVETUNE_API int32_t grouped_choice(const GroupedGemmProblem& problem, const Selector* table);
 
 // Launches the variant on `stream`: a small kernel writes each expert's problem size, pointers and strides
 // from the offsets into `workspace`, then the grouped GEMM reads them; nothing is copied to the host.

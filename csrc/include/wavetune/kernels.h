@@ -84,6 +84,13 @@ struct Launch {
   MicroParams micro;
 };
 
+class Selector;  // lookup.h
+
+// The launch a call with no forced config makes (Python's and C++'s alike): the choice of `table` (a gemm
+// table bound to this build; nullptr: none), else default_variant with default micro parameters where there
+// is no table or none of its compiled configs takes the problem's dtype and B layout. Reads sizes only.
+WAVETUNE_API Launch gemm_choice(const GemmProblem& problem, const Selector* table);
+
 struct ProfileOptions {
   int32_t warmup = 3;        // eager launches per config before capture
   int32_t replays = 5;       // timed rounds, one replay of each config's graph per round; the median is reported

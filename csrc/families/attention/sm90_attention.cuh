@@ -165,7 +165,7 @@ struct Sm90Attention {
 
 }  // namespace wavetune::detail
 
-// Defines wavetune::detail::variant_<NAME>, which the attention registry (attention_registry.cpp) lists.
+// Defines wavetune::detail::variant_<NAME>, which the attention registry (registry.cpp) lists.
 // The config's tile M x N x K is the FMHA tile: query rows x KV rows x head dim.
 #define WAVETUNE_ATTENTION_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SWAP_AB, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER) \
   namespace wavetune::detail {                                                                                          \

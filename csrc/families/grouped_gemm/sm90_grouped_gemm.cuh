@@ -199,7 +199,7 @@ void Sm90GroupedGemm<kDType, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kCluste
 
 }  // namespace wavetune::detail
 
-// Defines wavetune::detail::variant_<NAME>, which the grouped registry (grouped_registry.cpp) lists. The
+// Defines wavetune::detail::variant_<NAME>, which the grouped registry (registry.cpp) lists. The
 // family's B layout (col) and scheduler (persistent) are fixed: config_space.py refuses other values.
 #define WAVETUNE_GROUPED_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SWAP_AB, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER) \
   namespace wavetune::detail {                                                                                       \

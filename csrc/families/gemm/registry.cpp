@@ -4,10 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "registered.h"
 #include "registry.inc"
 #include "variant_ops.h"
 #include "variant_registry.h"
 #include "wavetune/errors.h"
+#include "wavetune/family.h"
 #include "wavetune/kernels.h"
 
 namespace wavetune {
@@ -124,5 +126,10 @@ int32_t default_variant(const GemmProblem& p) {
                    "-major B (kernel set '", detail::kernel_set_name(),
                    "'); rebuild with -Ccmake.define.WAVETUNE_KERNEL_SET=full");
 }
+
+namespace {
+const KernelFamily kGemm{"gemm", &variants, &detail::config_space_hash};
+const detail::Registration<KernelFamily> registration(&kGemm);
+}  // namespace
 
 }  // namespace wavetune

@@ -9,10 +9,12 @@
 
 #include "attention_ops.h"
 #include "attention_registry.inc"
+#include "registered.h"
 #include "variant_registry.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 #include "wavetune/errors.h"
+#include "wavetune/family.h"
 
 namespace wavetune {
 namespace detail {
@@ -127,5 +129,10 @@ std::string attention_launch_error(const AttentionProblem& p, const AttentionLau
 size_t attention_workspace_bytes(const AttentionProblem& p, int32_t splits) {
   return detail::AttentionWorkspace(p, std::max(splits, 1)).total;
 }
+
+namespace {
+const KernelFamily kAttention{"attention", &attention_variants, &attention_config_space_hash};
+const detail::Registration<KernelFamily> registration(&kAttention);
+}  // namespace
 
 }  // namespace wavetune

@@ -1,11 +1,12 @@
-// Internal interface between the attention runtime (attention_registry.cpp, attention_launch.cu) and the
+// Internal interface between the attention runtime (registry.cpp, launch.cu) and the
 // generated attention variant sources (sm90_attention.cuh).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "variant_ops.h"
+#include "device.h"
+#include "variant_registry.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 
@@ -13,7 +14,7 @@ namespace wavetune::detail {
 
 // One launch of CUTLASS's Hopper FMHA kernel, in its own terms: a problem (B, H, Q, K, D) whose two batch
 // modes B and H each carry one stride per tensor (elements; the head dimension is contiguous). The
-// runtime (attention_launch.cu) maps a user's problem onto these modes: grouped-query heads, folded
+// runtime (launch.cu) maps a user's problem onto these modes: grouped-query heads, folded
 // decode heads and KV splits are all stride choices.
 struct FmhaCall {
   int32_t b, h, rows, keys, head_dim;
@@ -39,7 +40,7 @@ inline AttentionShape shape_of(const AttentionProblem& p) {
 
 // Where the parts of an attention call's workspace start (each 128-byte aligned): the log-sum-exp rows;
 // with splits the partial outputs [batch, splits, heads_q, head_dim] and, for batch > 1, the queries
-// repeated once per split in the same layout (the split is then part of the head mode, attention_launch.cu);
+// repeated once per split in the same layout (the split is then part of the head mode, launch.cu);
 // where expand_kv_heads, K and V copied out to [batch, seqlen_k, heads_q, head_dim] each.
 struct AttentionWorkspace {
   size_t lse = 0, partial = 0, queries = 0, keys = 0, values = 0, total = 0;
@@ -66,7 +67,7 @@ struct AttentionVariantOps {
   void (*run)(const FmhaCall&, const DeviceInfo&, Stream);
 };
 
-// Registry (attention_registry.cpp): the ops of a compiled attention variant, nullptr when not compiled in.
+// Registry (registry.cpp): the ops of a compiled attention variant, nullptr when not compiled in.
 const AttentionVariantOps* attention_variant_ops(int32_t id);
 
 }  // namespace wavetune::detail

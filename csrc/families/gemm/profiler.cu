@@ -1,7 +1,6 @@
 // The profiler: times launch configs on one problem the way inference runs them (cold weights, no host
 // launch gaps), so that tables tuned from these numbers pick the kernels that are fast in production.
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -129,29 +128,6 @@ std::vector<double> interleaved_medians(const std::vector<Graph>& graphs, const 
 }
 
 }  // namespace
-
-std::string no_device_reason() {
-  // NOTES: without a driver the runtime says "cudaErrorInsufficientDriver", which reads as an outdated
-  // driver; the missing library says what is wrong.
-  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!driver) return "no NVIDIA driver is installed (libcuda.so.1 cannot be loaded)";
-  dlclose(driver);
-  int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    cudaGetLastError();  // clear it, so the next CUDA call does not report it
-    return std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error);
-  }
-  return count > 0 ? "" : "the CUDA runtime sees no device";
-}
-
-DeviceProperties device_properties() {
-  int device = 0;
-  WAVETUNE_CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp prop{};
-  WAVETUNE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return {prop.name, prop.multiProcessorCount, prop.l2CacheSize, prop.major, prop.minor};
-}
 
 std::vector<double> profile(int32_t m, int32_t n, int32_t k, DType dtype, BLayout b_layout,
                             const std::vector<Launch>& launches, const ProfileOptions& options) {

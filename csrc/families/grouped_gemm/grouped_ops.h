@@ -1,10 +1,11 @@
-// Internal interface between the grouped runtime (grouped_registry.cpp, grouped_launch.cu) and the
+// Internal interface between the grouped runtime (registry.cpp, launch.cu) and the
 // generated grouped variant sources.
 #pragma once
 
 #include <cstddef>
 
-#include "variant_ops.h"
+#include "device.h"
+#include "variant_registry.h"
 #include "wavetune/grouped.h"
 
 namespace wavetune::detail {
@@ -17,7 +18,7 @@ struct GroupedVariantOps {
   void (*run)(const GroupedGemmProblem&, void* workspace, const DeviceInfo&, Stream);
 };
 
-// Registry (grouped_registry.cpp): the ops of a compiled grouped variant, nullptr when not compiled in.
+// Registry (registry.cpp): the ops of a compiled grouped variant, nullptr when not compiled in.
 const GroupedVariantOps* grouped_variant_ops(int32_t id);
 
 }  // namespace wavetune::detail

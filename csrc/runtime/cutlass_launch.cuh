@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "cutlass/device_kernel.h"
-#include "variant_ops.h"
+#include "device.h"
 #include "wavetune/errors.h"
 
 namespace wavetune::detail {

@@ -7,8 +7,10 @@
 
 #include "grouped_ops.h"
 #include "grouped_registry.inc"
+#include "registered.h"
 #include "variant_registry.h"
 #include "wavetune/errors.h"
+#include "wavetune/family.h"
 #include "wavetune/grouped.h"
 
 namespace wavetune {
@@ -58,5 +60,10 @@ std::string grouped_problem_error(const GroupedGemmProblem& p) {
   }
   return os.str();
 }
+
+namespace {
+const KernelFamily kGroupedGemm{"grouped_gemm", &grouped_variants, &grouped_config_space_hash};
+const detail::Registration<KernelFamily> registration(&kGroupedGemm);
+}  // namespace
 
 }  // namespace wavetune

@@ -1,5 +1,5 @@
 // Bindings of the grouped-GEMM family (csrc/include/wavetune/grouped.h): tensors arrive as raw pointers
-// and sizes; python/wavetune/grouped.py does the framework-level checks.
+// and sizes; the Python entry point does the framework-level checks.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -18,6 +18,9 @@ namespace py = pybind11;
 namespace wavetune::bindings {
 namespace {
 
+void bind(py::module_& m);
+FamilyBindings registration("grouped_gemm", &bind);
+
 GroupedGemmProblem make_problem(int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w,
                                 uintptr_t offsets, uintptr_t out, int32_t dtype) {
   return {rows, experts, n, k, reinterpret_cast<const void*>(x), reinterpret_cast<const void*>(w),
@@ -32,19 +35,12 @@ TileShape make_tile_shape(const PyTileShape& s) {
   return {std::get<0>(tile), std::get<1>(tile), std::get<2>(tile), std::get<0>(cluster), std::get<1>(cluster), swap_ab};
 }
 
-// What a launch with no forced variant runs on `device`: its grouped table's choice from the host-known
-// sizes, or the built-in heuristic's where no table is loaded (or none of its configs takes the dtype).
-int32_t grouped_choice(const GroupedGemmProblem& p, int device) {
-  const Selector* table = active_table(TableFamily::grouped_gemm, device);
-  if (table && p.rows > 0 && table->candidate_count(p.dtype, BLayout::col) > 0) {
-    return table->select({p.dtype, BLayout::col, p.rows, p.n, p.k, p.experts}).variant;
-  }
-  return grouped_default_variant(p);
+// What a launch with no forced variant runs on `device` (grouped_choice, with the device's table).
+int32_t choice_on(const GroupedGemmProblem& p, int device) {
+  return grouped_choice(p, registration.active_table(device));
 }
 
-}  // namespace
-
-void bind_grouped(py::module_& m) {
+void bind(py::module_& m) {
   m.def("grouped_variants", [] {
     py::list out;
     for (const VariantInfo& v : grouped_variants()) out.append(variant_dict(v));
@@ -77,7 +73,7 @@ void bind_grouped(py::module_& m) {
   m.def(
       "grouped_choice",
       [](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int device) {
-        return grouped_choice(make_problem(rows, experts, n, k, 0, 0, 0, 0, dtype), device);
+        return choice_on(make_problem(rows, experts, n, k, 0, 0, 0, 0, dtype), device);
       },
       py::arg("dtype"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"), py::arg("device"),
       "The grouped variant id a grouped_gemm call with no config launches on that device: its grouped "
@@ -114,7 +110,7 @@ void bind_grouped(py::module_& m) {
          uintptr_t out, int32_t dtype, int32_t variant, uintptr_t workspace, size_t workspace_bytes,
          uintptr_t stream, int device) {
         GroupedGemmProblem p = make_problem(rows, experts, n, k, x, w, offsets, out, dtype);
-        if (variant < 0) variant = grouped_choice(p, device);
+        if (variant < 0) variant = choice_on(p, device);
         grouped_gemm(p, variant, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
       },
       py::call_guard<py::gil_scoped_release>(),
@@ -122,4 +118,6 @@ void bind_grouped(py::module_& m) {
       "grouped_choice.");
 }
 
+
+}  // namespace
 }  // namespace wavetune::bindings

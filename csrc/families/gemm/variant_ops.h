@@ -5,21 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "device.h"
 #include "variant_registry.h"
 #include "wavetune/kernels.h"
 
 namespace wavetune::detail {
-
-// Device ordinals the runtime keeps per-device state for (properties, shared-memory limits).
-constexpr int kMaxDevices = 64;
-
-struct DeviceInfo {
-  int device;
-  int sm_count;
-};
-
-// The current device; InvalidArgument when it cannot run the kernels (not Hopper). Read once per device.
-const DeviceInfo& current_device_info();
 
 // What each generated variant exports; the registry holds one per compiled variant.
 struct VariantOps {
@@ -32,14 +22,10 @@ struct VariantOps {
               Stream);
 };
 
-// InvalidArgument unless the caller's workspace holds `needed` bytes. The variant checks it in `run`, where
-// it has the size at hand: the launch path works out each variant's arguments once.
-void require_workspace(size_t needed, const void* workspace, size_t workspace_bytes);
-
 // Registry (registry.cpp): the ops of a compiled variant, nullptr when not compiled in.
 const VariantOps* variant_ops(int32_t id);
 
-// The cuBLAS candidates (cublas_variant.cpp), ids from `first_id`; none when libcublas cannot be
+// The cuBLAS candidates (cublas_variant.cu), ids from `first_id`; none when libcublas cannot be
 // loaded or the build has no CUDA.
 std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_id);
 const char* config_space_hash();

@@ -1,5 +1,5 @@
 // Bindings of the attention family (csrc/include/wavetune/attention.h): tensors arrive as raw pointers
-// and strides; python/wavetune/fmha.py does the framework-level checks.
+// and strides; the Python entry point does the framework-level checks.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -17,6 +17,9 @@ namespace py = pybind11;
 
 namespace wavetune::bindings {
 namespace {
+
+void bind(py::module_& m);
+FamilyBindings registration("attention", &bind);
 
 // (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim) and, per tensor, (pointer, batch, seq, head strides).
 using PySizes = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
@@ -50,9 +53,7 @@ AttentionShape make_shape(const PySizes& sizes, bool causal) {
   return {batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal};
 }
 
-}  // namespace
-
-void bind_attention(py::module_& m) {
+void bind(py::module_& m) {
   m.def("attention_variants", [] {
     py::list out;
     for (const VariantInfo& v : attention_variants()) out.append(variant_dict(v));
@@ -84,7 +85,7 @@ void bind_attention(py::module_& m) {
       [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
          bool causal, int32_t dtype, int device) {
         const AttentionLaunch how = attention_choice(make_problem(sizes, q, k, v, out, scale, causal, dtype),
-                                                     active_table(TableFamily::attention, device));
+                                                     registration.active_table(device));
         return py::make_tuple(how.variant, how.splits);
       },
       "(variant id, splits) a launch with no forced config runs on the current device (ordinal `device`), by "
@@ -131,4 +132,6 @@ void bind_attention(py::module_& m) {
       py::call_guard<py::gil_scoped_release>(), "Attention forward with this variant and split count on the given stream.");
 }
 
+
+}  // namespace
 }  // namespace wavetune::bindings

@@ -1,0 +1,47 @@
+// How the lookup engine treats attention tables (family.h): a problem is a batch of sequences (groups) with
+// heads and a mask, a config's KV splits are its split_k, and the family maps problems itself
+// (attention_heuristic.h) rather than by the GEMM wave model.
+#include <algorithm>
+#include <cmath>
+
+#include "registered.h"
+#include "wavetune/attention_heuristic.h"
+#include "wavetune/errors.h"
+#include "wavetune/family.h"
+
+namespace wavetune {
+namespace {
+
+// The heads of an attention problem (off the GEMM path, which never reads them).
+void check_heads(const Problem& p) {
+  if (p.heads_kv < 1 || p.heads_q < p.heads_kv || p.heads_q % p.heads_kv != 0 || p.heads_q > kMaxGroups) {
+    WAVETUNE_INVALID("problem heads_q=", p.heads_q, " must be a positive multiple of heads_kv=", p.heads_kv);
+  }
+}
+
+// The attention family's coordinates of a problem under a config (attention_heuristic.h): G is the CTAs of
+// one launch, L the KV tiles a CTA walks (the average, rounded), one CTA per SM; `launches` launches run
+// back to back.
+Coordinates attention_coordinates(const TileShape& t, int32_t splits, const Problem& p, int32_t sm_count,
+                                  int64_t* launches) {
+  const AttentionShape shape{p.groups, p.m, p.n, p.heads_q, p.heads_kv, p.causal};
+  const AttentionTile tile{t.tile_m, t.tile_n, t.tile_k};
+  const FmhaGrid g = fmha_grid(shape, splits);
+  const int64_t ctas = fmha_ctas(g, tile) / g.launches;
+  *launches = g.launches;
+  return {ctas, std::max<int64_t>(1, std::llround(kv_tiles_per_cta(g, tile, p.causal).first)), sm_count,
+          detail::ceil_div(ctas, sm_count)};
+}
+
+// Whether an attention config can run the problem: its head dim, and KV splits only for decode with a whole
+// KV tile per split.
+bool attention_fits(const TileShape& t, int32_t splits, const Problem& p) {
+  return t.tile_k == p.k && (splits == 1 || (p.m == 1 && p.n / splits >= t.tile_n));
+}
+
+const TableFamily kAttention{"attention", kMaxGroups, false, false, false, &attention_fits, &attention_coordinates,
+                             &check_heads};
+const detail::Registration<TableFamily> registration(&kAttention);
+
+}  // namespace
+}  // namespace wavetune

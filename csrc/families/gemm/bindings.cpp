@@ -1,0 +1,162 @@
+// Bindings of the dense GEMM family (csrc/include/wavetune/kernels.h): tensors arrive as raw pointers and
+// sizes; the Python entry point does the framework-level checks.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "wavetune/kernels.h"
+#include "wavetune/lookup.h"
+#include "wavetune/mapping.h"
+
+namespace py = pybind11;
+
+namespace wavetune::bindings {
+namespace {
+
+void bind(py::module_& m);
+FamilyBindings registration("gemm", &bind);
+
+GemmProblem make_problem(int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb,
+                         uintptr_t d, int64_t ldd, int32_t dtype, int32_t b_layout) {
+  return {m, n, k, reinterpret_cast<const void*>(a), lda, reinterpret_cast<const void*>(b), ldb,
+          reinterpret_cast<void*>(d), ldd, static_cast<DType>(dtype), static_cast<BLayout>(b_layout)};
+}
+
+MicroParams make_micro(int32_t decomposition, int32_t splits, int32_t raster, int32_t max_swizzle) {
+  return {static_cast<Decomposition>(decomposition), splits, static_cast<Raster>(raster), max_swizzle};
+}
+
+// One problem shape's launch, resolved once: the variant and micro parameters (the device's table's choice,
+// or the built-in heuristic without a table, when none is forced) and the workspace they need. Each call
+// gives the data pointers, the workspace and the stream.
+struct PreparedGemm {
+  GemmProblem problem;  // data pointers null
+  int32_t device;
+  int32_t variant;
+  MicroParams micro;
+  size_t workspace_bytes;
+};
+
+PreparedGemm make_prepared(int32_t m, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd, int32_t dtype,
+                           int32_t b_layout, int32_t device, int32_t variant, int32_t decomposition, int32_t splits,
+                           int32_t raster, int32_t max_swizzle) {
+  const GemmProblem p = make_problem(m, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout);
+  MicroParams micro = make_micro(decomposition, splits, raster, max_swizzle);
+  if (variant < 0) {
+    const Launch chosen = gemm_choice(p, registration.active_table(device));
+    variant = chosen.variant;
+    micro = chosen.micro;
+  }
+  return {p, device, variant, micro, gemm_workspace_bytes(p, variant, micro)};
+}
+
+void bind(py::module_& m) {
+  m.def("variants", [] {
+    py::list out;
+    for (const VariantInfo& v : variants()) out.append(bindings::variant_dict(v));
+    return out;
+  });
+
+  m.def(
+      "problem_error",
+      [](int32_t m_, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d,
+         int64_t ldd, int32_t dtype, int32_t b_layout) {
+        return problem_error(make_problem(m_, n, k, a, lda, b, ldb, d, ldd, dtype, b_layout));
+      },
+      "Empty string when the problem's sizes, leading dimensions and alignment are valid, else the reason.");
+
+  m.def(
+      "shape_error",
+      [](int32_t m_, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd, int32_t dtype, int32_t b_layout) {
+        return shape_error(make_problem(m_, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout));
+      },
+      "Empty string when the problem's sizes and leading dimensions are valid, else the reason (no pointers).");
+  m.def(
+      "default_variant",
+      [](const std::string& dtype, const std::string& b_layout, int32_t m_, int32_t n, int32_t k) {
+        // The heuristic reads the dtype, the B layout and M only: no data pointers are needed.
+        return default_variant(make_problem(m_, n, k, 0, k, 0, k, 0, n, int32_t(parse_name<DType>(dtype, 2, "dtype")),
+                                            int32_t(parse_name<BLayout>(b_layout, 2, "B layout"))));
+      },
+      py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"),
+      "The variant id the built-in M-bucket heuristic picks (what gemm launches where no table is loaded).");
+  m.def(
+      "fallback_buckets",
+      [] {
+        py::list out;
+        for (const FallbackBucket& b : fallback_buckets()) {
+          out.append(py::make_tuple(to_string(b.dtype), to_string(b.b_layout), b.max_m, b.variant));
+        }
+        return out;
+      },
+      "The heuristic's buckets, (dtype, b_layout, max_m or 0 for any larger M, variant id), compiled only.");
+
+  m.def(
+      "map_problem",
+      [](int32_t variant, int64_t m_, int64_t n, int64_t k, int32_t decomposition, int32_t splits, int32_t sm_count) {
+        const VariantInfo* v = find_variant(variant);
+        if (!v) throw std::invalid_argument("variant id " + std::to_string(variant) + " is not compiled in");
+        Coordinates c = map_problem(tile_shape(*v), m_, n, k, static_cast<Decomposition>(decomposition), splits, sm_count);
+        return py::make_tuple(c.grid, c.k_iters, c.capacity, c.waves);
+      },
+      "(G, L, C, waves) of a problem under a compiled variant and decomposition (csrc/include/wavetune/mapping.h).");
+
+  m.def(
+      "profile",
+      [](int32_t m_, int32_t n, int32_t k, int32_t dtype, int32_t b_layout,
+         const std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>>& configs, int32_t warmup,
+         int32_t replays, int32_t min_launches, int64_t cold_bytes, uint64_t seed, int32_t lead_in) {
+        std::vector<Launch> launches;
+        for (const auto& [variant, decomposition, splits, raster, max_swizzle] : configs) {
+          launches.push_back({variant, make_micro(decomposition, splits, raster, max_swizzle)});
+        }
+        return profile(m_, n, k, static_cast<DType>(dtype), static_cast<BLayout>(b_layout), launches,
+                       {warmup, replays, min_launches, cold_bytes, seed, lead_in});
+      },
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"), py::arg("b_layout"), py::arg("configs"),
+      py::arg("warmup") = 3, py::arg("replays") = 5, py::arg("min_launches") = 8, py::arg("cold_bytes") = 0,
+      py::arg("seed") = 1, py::arg("lead_in") = 0, py::call_guard<py::gil_scoped_release>(),
+      "Median us per launch of each (variant, decomposition, splits, raster, max_swizzle) on one problem, "
+      "timed with CUDA-graph replays over cold operand copies; NaN where a config cannot run.");
+
+  // NOTES: the eager hot path (torch_ops) keeps one PreparedGemm per shape and passes only what changes
+  // between calls: a native call's host time grows with its argument count, and a decode step outside CUDA
+  // graphs waits on it.
+  py::class_<PreparedGemm>(m, "PreparedGemm",
+                           "gemm's launch for one shape and device, resolved once (variant -1: the device's table's "
+                           "choice, or the built-in heuristic without a table); each call gives the data pointers "
+                           "(bias 0: none), a workspace of at least workspace_bytes and the stream.")
+      .def(py::init(&make_prepared), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("lda"), py::arg("ldb"),
+           py::arg("ldd"), py::arg("dtype"), py::arg("b_layout"), py::arg("device"), py::arg("variant") = -1,
+           py::arg("decomposition") = 0, py::arg("splits") = 1, py::arg("raster") = 0, py::arg("max_swizzle") = 1)
+      .def_readonly("device", &PreparedGemm::device)
+      .def_readonly("variant", &PreparedGemm::variant)
+      .def_readonly("workspace_bytes", &PreparedGemm::workspace_bytes)
+      .def_property_readonly("from_library",
+                             [](const PreparedGemm& g) { return find_variant(g.variant)->schedule == Schedule::cublas; })
+      .def(
+          "__call__",
+          [](const PreparedGemm& g, uintptr_t a, uintptr_t b, uintptr_t bias, uintptr_t d, uintptr_t workspace,
+             uintptr_t stream) {
+            GemmProblem p = g.problem;
+            p.a = reinterpret_cast<const void*>(a);
+            p.b = reinterpret_cast<const void*>(b);
+            p.bias = reinterpret_cast<const void*>(bias);
+            p.d = reinterpret_cast<void*>(d);
+            gemm(p, g.variant, g.micro, reinterpret_cast<void*>(workspace), g.workspace_bytes,
+                 reinterpret_cast<Stream>(stream));
+          },
+          py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("d"), py::arg("workspace"), py::arg("stream"),
+          py::call_guard<py::gil_scoped_release>());
+
+}
+
+
+}  // namespace
+}  // namespace wavetune::bindings

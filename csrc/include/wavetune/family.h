@@ -1,0 +1,60 @@
+// Kernel families (dense GEMM, grouped GEMM, attention, ...) as the libraries know them. Each family
+// registers itself from its own folder (csrc/families/<name>/), so nothing lists the families by hand:
+// the bindings, the table loader and the selector iterate over what is registered.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wavetune/lookup.h"
+#include "wavetune/mapping.h"
+#include "wavetune/types.h"
+
+namespace wavetune {
+
+// --- lookup library (libwavetune_lookup) ---------------------------------------------------------------
+
+// The most groups (experts, sequences) or heads a problem may have (the selector's cache key holds 29 bits).
+constexpr int64_t kMaxGroups = int64_t(1) << 29;
+
+// How the lookup engine treats a family's tables and problems.
+struct TableFamily {
+  const char* name;         // as tables spell it (meta `family`)
+  int64_t max_groups;       // a problem's groups: 1 for a single GEMM, up to kMaxGroups (experts, sequences)
+  bool exact_records;       // its tables may hold exact ranges
+  bool data_parallel_only;  // its configs launch data_parallel only
+  bool stream_k;            // its configs may launch stream_k (else data_parallel or split_k)
+  // Null for the GEMM wave model (mapping.h, grouped_mapping.h) with priors and micro rules. Set for a
+  // family with its own mapping: whether a config (tile, KV splits) can run the problem, and its
+  // coordinates and the launches it takes; the selector then picks the least predicted of the configs
+  // that fit.
+  bool (*fits)(const TileShape& tile, int32_t splits, const Problem& p);
+  Coordinates (*coordinates)(const TileShape& tile, int32_t splits, const Problem& p, int32_t sm_count,
+                             int64_t* launches);
+  // Checks of the family's own problem fields (InvalidArgument), or null.
+  void (*check_problem)(const Problem& p);
+};
+
+// The registered table families, sorted by name; the one of that name, or nullptr.
+WAVETUNE_API const std::vector<const TableFamily*>& table_families();
+WAVETUNE_API const TableFamily* find_table_family(const std::string& name);
+
+// --- kernel library (libwavetune_kernels) --------------------------------------------------------------
+
+// A family's compiled kernels.
+struct KernelFamily {
+  const char* name;                               // as tables spell it
+  const std::vector<VariantInfo>& (*variants)();  // compiled, ordered by id
+  const char* (*config_space_hash)();             // of the config space they were generated from
+};
+
+// The registered kernel families, sorted by name; the one of that name, or nullptr.
+WAVETUNE_API const std::vector<const KernelFamily*>& kernel_families();
+WAVETUNE_API const KernelFamily* find_kernel_family(const std::string& name);
+
+// A table file of `family` bound to that family's compiled variants (Selector's checks apply);
+// InvalidArgument for a family that is not registered.
+WAVETUNE_API std::shared_ptr<Selector> open_table(const std::string& path, const std::string& family);
+
+}  // namespace wavetune

@@ -1,0 +1,89 @@
+// Prints the launch a call with no forced config makes, per problem read from stdin, through the public C++
+// API only (gemm_choice, grouped_choice, attention_choice), for tests/test_choice_policy.py:
+//
+//   choices [family=table.wtt ...] < problems
+//   gemm <dtype> <b_layout> <m> <n> <k>                                -> <variant> <decomposition> <splits> <raster> <swizzle>
+//   grouped_gemm <dtype> <rows> <experts> <n> <k>                      -> <variant>
+//   attention <dtype> <batch> <seqlen_q> <seqlen_k> <heads_q> <heads_kv> <head_dim> <causal>  -> <variant> <splits>
+//
+// A family without a table chooses as a call with no table does. One output line per input line; an error
+// prints "error: <message>" on that line.
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "wavetune/attention.h"
+#include "wavetune/family.h"
+#include "wavetune/grouped.h"
+#include "wavetune/kernels.h"
+
+namespace {
+
+wavetune::DType dtype_of(const std::string& s) { return s == "fp16" ? wavetune::DType::fp16 : wavetune::DType::bf16; }
+
+std::string choose(const std::string& line, const std::map<std::string, std::shared_ptr<wavetune::Selector>>& tables) {
+  std::istringstream in(line);
+  std::string family, dtype;
+  in >> family >> dtype;
+  const auto found = tables.find(family);
+  const wavetune::Selector* table = found == tables.end() ? nullptr : found->second.get();
+  std::ostringstream out;
+  if (family == "gemm") {
+    std::string layout;
+    int32_t m = 0, n = 0, k = 0;
+    in >> layout >> m >> n >> k;
+    const auto b_layout = layout == "row" ? wavetune::BLayout::row : wavetune::BLayout::col;
+    const wavetune::GemmProblem p{m, n, k, nullptr, k, nullptr, b_layout == wavetune::BLayout::col ? k : n, nullptr,
+                                  n, dtype_of(dtype), b_layout};
+    const wavetune::Launch l = wavetune::gemm_choice(p, table);
+    out << l.variant << " " << to_string(l.micro.decomposition) << " " << l.micro.splits << " "
+        << to_string(l.micro.raster) << " " << l.micro.max_swizzle;
+  } else if (family == "grouped_gemm") {
+    int32_t rows = 0, experts = 0, n = 0, k = 0;
+    in >> rows >> experts >> n >> k;
+    const wavetune::GroupedGemmProblem p{rows, experts, n, k, nullptr, nullptr, nullptr, nullptr, dtype_of(dtype)};
+    out << wavetune::grouped_choice(p, table);
+  } else if (family == "attention") {
+    wavetune::AttentionProblem p{};
+    int causal = 0;
+    in >> p.batch >> p.seqlen_q >> p.seqlen_k >> p.heads_q >> p.heads_kv >> p.head_dim >> causal;
+    p.causal = causal != 0;
+    // Contiguous [batch, seq, heads, head_dim] tensors, as torch lays them out.
+    const int64_t hd = p.head_dim;
+    p.q = p.out = {nullptr, int64_t(p.seqlen_q) * p.heads_q * hd, int64_t(p.heads_q) * hd, hd};
+    p.k = p.v = {nullptr, int64_t(p.seqlen_k) * p.heads_kv * hd, int64_t(p.heads_kv) * hd, hd};
+    p.dtype = dtype_of(dtype);
+    p.scale = 1.0f;
+    const wavetune::AttentionLaunch l = wavetune::attention_choice(p, table);
+    out << l.variant << " " << l.splits;
+  } else {
+    out << "error: unknown family '" << family << "'";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::shared_ptr<wavetune::Selector>> tables;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      const size_t eq = arg.find('=');
+      tables[arg.substr(0, eq)] = wavetune::open_table(arg.substr(eq + 1), arg.substr(0, eq));
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "choices: " << e.what() << "\n";
+    return 1;
+  }
+  for (std::string line; std::getline(std::cin, line);) {
+    try {
+      std::cout << choose(line, tables) << "\n";
+    } catch (const std::exception& e) {
+      std::cout << "error: " << e.what() << "\n";
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,123 @@
+"""The run-time choice is one policy in the kernel library (gemm_choice, grouped_choice, attention_choice), so a
+C++ program linking the installed libraries launches what a Python call launches for the same problem and
+table. The C++ side is tests/cpp/choices.cpp, built against the installed CMake package."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+
+import pytest
+
+import wavetune
+from conftest import REPO, cpp_program
+from wavetune import _C
+from wavetune.tablefile import table_slug
+
+TABLES = REPO / "tables"
+FAMILIES = ("attention", "gemm", "grouped_gemm")
+
+
+@pytest.fixture(scope="module")
+def choices(tmp_path_factory):
+    program = cpp_program(REPO / "tests" / "cpp", "choices", tmp_path_factory.mktemp("choices"))
+
+    def run(lines: list[str], **tables) -> list[str]:
+        args = [f"{family}={path}" for family, path in tables.items()]
+        done = subprocess.run([str(program), *args], input="\n".join(lines) + "\n", capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    return run
+
+
+def test_every_family_registers_itself():
+    assert _C.families() == sorted(FAMILIES)
+    with pytest.raises(ValueError, match=r"unknown kernel family 'dense' \(attention, gemm, grouped_gemm\)"):
+        _C.Selector(str(TABLES / "nvidia-h200.wtt"), "dense")
+
+
+def test_without_a_table_cpp_chooses_the_builtin_heuristic(choices):
+    rng = random.Random(7)
+    problems = [(rng.choice(["bf16", "fp16"]), rng.choice(["col", "row"]), rng.randint(1, 20000),
+                 8 * rng.randint(1, 4000), 8 * rng.randint(1, 4000)) for _ in range(300)]
+    got = choices([f"gemm {d} {layout} {m} {n} {k}" for d, layout, m, n, k in problems])
+    for (dtype, layout, m, n, k), line in zip(problems, got):
+        try:
+            expected = f"{_C.default_variant(dtype, layout, m, n, k)} heuristic 1 heuristic 1"
+        except ValueError as exc:  # no compiled variant takes the data: both refuse alike
+            expected = f"error: {exc}"
+        assert line == expected
+
+
+@pytest.mark.parametrize("table", sorted(TABLES.glob("*.grouped_gemm.wtt")), ids=lambda p: p.name)
+def test_grouped_choice_is_the_same_through_python_and_cpp(choices, table):
+    selector = _C.Selector(str(table), "grouped_gemm")
+    if selector.skipped_configs() == selector.config_count():
+        pytest.skip(f"none of {table.name}'s configs is compiled in this build (kernel set "
+                    f"{wavetune.build_info()['kernel_set']}): both sides would run the GPU heuristic")
+    rng = random.Random(11)
+    problems = [(rng.randint(1, 16384), rng.randint(1, 256), 8 * rng.randint(1, 2048), 8 * rng.randint(1, 2048))
+                for _ in range(500)]
+    device = 0
+    _C.use_table(device, selector, "grouped_gemm")
+    try:
+        python = [_C.grouped_choice(0, rows, experts, n, k, device) for rows, experts, n, k in problems]
+    finally:
+        _C.use_table(device, None, "grouped_gemm")
+    cpp = choices([f"grouped_gemm bf16 {rows} {experts} {n} {k}" for rows, experts, n, k in problems],
+                  grouped_gemm=table)
+    assert cpp == [str(v) for v in python]
+
+
+def shipped_table(family: str):
+    """The running GPU's shipped table of the family, or a skip."""
+    name = _C.device_properties()["name"]
+    path = TABLES / (f"{table_slug(name)}.wtt" if family == "gemm" else f"{table_slug(name)}.{family}.wtt")
+    if not path.is_file():
+        pytest.skip(f"no shipped {family} table for {name}")
+    return path
+
+
+@pytest.mark.gpu
+def test_gemm_choice_is_the_same_through_python_and_cpp(choices):
+    table = shipped_table("gemm")
+    _C.use_table(0, _C.Selector(str(table), "gemm"), "gemm")
+    rng = random.Random(13)
+    problems = [(rng.randint(1, 16384), 8 * rng.randint(1, 4096), 8 * rng.randint(1, 4096)) for _ in range(300)]
+    try:
+        python = [_C.PreparedGemm(m, n, k, k, k, n, 0, 0, 0).variant for m, n, k in problems]
+    finally:
+        _C.use_table(0, None, "gemm")
+    cpp = choices([f"gemm bf16 col {m} {n} {k}" for m, n, k in problems], gemm=table)
+    assert [int(line.split()[0]) for line in cpp] == python
+
+
+@pytest.mark.gpu
+def test_attention_choice_is_the_same_through_python_and_cpp(choices):
+    table = shipped_table("attention")
+    _C.use_table(0, _C.Selector(str(table), "attention"), "attention")
+    rng = random.Random(17)
+    problems = []
+    for _ in range(200):
+        heads_kv = rng.choice([1, 2, 4, 8])
+        seqlen_k = rng.randint(1, 32768)
+        seqlen_q = 1 if rng.random() < 0.5 else rng.randint(1, min(seqlen_k, 4096))
+        problems.append((rng.randint(1, 64), seqlen_q, seqlen_k, heads_kv * rng.choice([1, 4, 8]), heads_kv, 128,
+                         rng.random() < 0.5))
+
+    def contiguous(batch, seq, heads, head_dim):
+        return (0, seq * heads * head_dim, heads * head_dim, head_dim)
+
+    try:
+        python = []
+        for batch, sq, sk, hq, hkv, hd, causal in problems:
+            q = contiguous(batch, sq, hq, hd)
+            kv = contiguous(batch, sk, hkv, hd)
+            python.append(_C.attention_choice((batch, sq, sk, hq, hkv, hd), q, kv, kv, q, 1.0, causal, 0, 0))
+    finally:
+        _C.use_table(0, None, "attention")
+    cpp = choices([f"attention bf16 {b} {sq} {sk} {hq} {hkv} {hd} {int(c)}" for b, sq, sk, hq, hkv, hd, c in problems],
+                  attention=table)
+    assert cpp == [f"{variant} {splits}" for variant, splits in python]
