@@ -43,7 +43,9 @@ import shape_suite
 import vs_cublas
 from methods import geomean
 import wavetune
-from wavetune import _C, fmha, tuning
+from wavetune import _C
+from wavetune.families.attention import api as fmha
+from wavetune.families.gemm import tuning
 
 REPO = Path(__file__).resolve().parents[1]
 warnings.filterwarnings("ignore", message="For dense input")  # SDPA explaining why a backend refuses GQA
@@ -293,7 +295,7 @@ def main() -> None:
     built = {c.tile[2] for c in wavetune.attention_configs() if c.dtype == "bf16"}
     todo = [c for c in todo if kv_bytes(c) <= MAX_KV_BYTES and c["head_dim"] in built]
     random.Random(args.seed).shuffle(todo)  # a cut budget still spans the phases, models and sizes
-    table = wavetune.api.default_table_path(props["name"], "attention")
+    table = wavetune.tables.default_table_path(props["name"], "attention")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "attention_table": str(table) if table else None,
               "sm_count": props["sm_count"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -18,9 +18,9 @@ import random
 import sys
 from pathlib import Path
 
-from wavetune import api
-
-FAMILY_TABLES = {"gemm": "*.wtt", "grouped_gemm": "*.grouped_gemm.wtt", "attention": "*.attention.wtt"}
+import wavetune
+from wavetune import families
+from wavetune.runtime import tables as runtime_tables
 
 
 def problem(family: str, rng: random.Random) -> dict:
@@ -38,8 +38,8 @@ def problem(family: str, rng: random.Random) -> dict:
 def tables() -> list[tuple[str, Path]]:
     """(family, path) of every shipped table; a dense table's name has no family part."""
     found = []
-    for path in sorted(api.TABLE_DIR.glob("*.wtt")):
-        family = next((f for f in ("grouped_gemm", "attention") if path.name.endswith(f".{f}.wtt")), "gemm")
+    for path in sorted(runtime_tables.TABLE_DIR.glob("*.wtt")):
+        family = next((f.name for f in families.all() if f.name != "gemm" and path.name.endswith(f.table_suffix)), "gemm")
         found.append((family, path))
     return found
 
@@ -48,7 +48,7 @@ def choices(count: int, seed: int) -> dict:
     """Table file name -> the choices (variant name, decomposition, splits, raster, swizzle) of its problems."""
     result = {}
     for family, path in tables():
-        selector = api.open_table(path, family)
+        selector = runtime_tables.open_table(path, family)
         rng = random.Random(f"{seed}-{family}")
         picks = []
         for _ in range(count):
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     target.add_argument("--out", type=Path, help="write the choices here")
     target.add_argument("--against", type=Path, help="compare with choices written before")
     args = parser.parse_args(argv)
-    current = {"count": args.count, "seed": args.seed, "kernel_set": api.build_info()["kernel_set"],
+    current = {"count": args.count, "seed": args.seed, "kernel_set": wavetune.build_info()["kernel_set"],
                "choices": choices(args.count, args.seed)}
     if args.out:
         args.out.write_text(json.dumps(current))

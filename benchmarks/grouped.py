@@ -41,7 +41,7 @@ import vs_cublas
 from methods import geomean
 import wavetune
 from wavetune import _C
-from wavetune import grouped_mapping
+from wavetune.families.grouped_gemm import mapping as grouped_mapping
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {
@@ -241,7 +241,7 @@ def main() -> None:
     start = time.monotonic()
     props = wavetune.device_properties()
     generator = torch.Generator().manual_seed(args.seed)
-    table = wavetune.api.default_table_path(props["name"], "grouped_gemm")
+    table = wavetune.tables.default_table_path(props["name"], "grouped_gemm")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "grouped_table": str(table) if table else None, "sm_count": props["sm_count"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -147,7 +147,7 @@ def shapes(split: str, count: int) -> list[dict]:
     if split not in SUITES:
         raise ValueError(f"split must be one of {SUITES}, got {split!r}")
     if split == "generic":
-        from wavetune import tuning  # numpy: only this split needs it
+        from wavetune.families.gemm import tuning  # numpy: only this split needs it
 
         return [{"m": m, "n": n, "k": k, "layer": "generic"}
                 for m, n, k in tuning.calibration_shapes(count, SEEDS["generic"])]

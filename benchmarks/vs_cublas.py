@@ -33,7 +33,9 @@ import torch
 import methods
 import shape_suite
 import wavetune
-from wavetune import api, tuning
+from wavetune.families.gemm import api
+from wavetune.families.gemm import tuning
+from wavetune.runtime import tables
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_ERROR = 2e-2
@@ -185,7 +187,7 @@ def main() -> None:
         log.write_text(json.dumps({"gpu": props["name"], "torch": torch.__version__, "suite": args.suite,
                                    "build": wavetune.build_info()}) + "\n")
     cands = tuning.candidates("bf16", "col")
-    other = api.open_table(args.compare_table) if args.compare_table else None
+    other = tables.open_table(args.compare_table) if args.compare_table else None
     rows = list(done.values())
     for m, n, k in tuning.progress([s for s in suite(args) if s not in done], f"vs cuBLAS ({args.suite})"):
         row = measure(m, n, k, cands, args, props["l2_bytes"], other)
