@@ -35,7 +35,6 @@ import numpy as np
 import methods
 import wavetune
 from wavetune import _C
-from wavetune.families.gemm import api
 from wavetune.tuning import model
 from wavetune.families.gemm import tuning
 from wavetune.runtime import tables

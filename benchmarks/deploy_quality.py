@@ -29,7 +29,6 @@ from pathlib import Path
 import methods
 from wavetune import _C
 import wavetune
-from wavetune.families.gemm import api
 from wavetune.tuning import deploy
 from wavetune.tuning import tablefile
 from wavetune.families.gemm import tuning

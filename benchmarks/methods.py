@@ -16,7 +16,6 @@ from wavetune import _C
 from wavetune.families.gemm import api
 from wavetune.tuning import model
 from wavetune.families.gemm import tuning
-from wavetune.runtime import tables
 from wavetune.families.gemm.tuning import Candidate
 
 # The M (token count) ranges the report summarises: decode, small batches, prefill chunks, long prefill.

@@ -11,7 +11,6 @@ import pytest
 
 import wavetune
 from wavetune import _C
-from wavetune.families.gemm import api
 from wavetune.runtime import tables
 
 from test_capture import dense_choices

@@ -12,8 +12,7 @@ import pytest
 
 import wavetune
 from wavetune import _C
-from wavetune.families.gemm import api
-from wavetune import torch_ops
+from wavetune import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from wavetune.families.gemm import torch_ops as gemm_ops  # noqa: E402
 from wavetune.runtime import tables
 

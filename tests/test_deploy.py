@@ -14,7 +14,6 @@ import pytest
 
 import wavetune
 from wavetune import __main__ as cli
-from wavetune.families.gemm import api
 from wavetune.tuning import deploy
 from wavetune.tuning import tablefile
 from wavetune.families.gemm import tuning

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 import wavetune
-from wavetune.families.gemm import api
 from wavetune.runtime import tables
 
 from conftest import REPO

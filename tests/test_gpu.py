@@ -272,7 +272,6 @@ def test_profiler_lead_in_times_the_same_kernel():
 def test_tune_within_a_budget(tmp_path):
     """`python -m wavetune tune --budget` end to end, on the few fp16 row-major-B variants: it stays within
     the budget, and the table it writes loads and chooses one of them."""
-    from wavetune.families.gemm import api
     from wavetune.families.gemm import tuning
     from wavetune.runtime import tables
     from wavetune.__main__ import main
@@ -300,7 +299,6 @@ def test_deployment_tuning_covers_every_m(tmp_path):
     import json
 
     from wavetune import _C
-    from wavetune.families.gemm import api
     from wavetune.families.gemm import tuning
     from wavetune.runtime import tables
     from wavetune.__main__ import main

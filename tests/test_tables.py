@@ -12,7 +12,6 @@ import pytest
 
 import wavetune
 from wavetune import _C
-from wavetune.families.gemm import api
 from wavetune.tuning import model
 from wavetune.tuning import tablefile
 from wavetune.families.gemm import tuning

@@ -17,7 +17,7 @@ from wavetune.runtime import tables
 
 torch = pytest.importorskip("torch")
 wnn = pytest.importorskip("wavetune.nn")  # registers torch.ops.wavetune
-from wavetune import torch_ops  # noqa: E402  (after the skip: needs torch)
+from wavetune import torch_ops  # noqa: E402,F401  (after the skip: needs torch; registers the operators)
 from wavetune.families.gemm import torch_ops as gemm_ops  # noqa: E402
 
 BF16 = torch.bfloat16

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from . import torch_ops  # registers torch.ops.wavetune
+from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from .families.gemm import torch_ops as gemm_ops
 
 DTYPES = (torch.bfloat16, torch.float16)

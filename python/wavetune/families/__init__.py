@@ -45,8 +45,10 @@ class Family:
     doc: str = ""  # where it is documented
 
     def module(self, role: str) -> ModuleType:
-        """The family's module for ``role`` ("api", "torch_ops" or "tuning"), imported now if not yet."""
-        return importlib.import_module(f"{self.package}.{getattr(self, role)}")
+        """The family's module for ``role`` ("api", "torch_ops" or "tuning", as the descriptor names them; any
+        other name: that module of the subpackage), imported now if not yet."""
+        name = getattr(self, role) if role in ("api", "torch_ops", "tuning") else role
+        return importlib.import_module(f"{self.package}.{name}")
 
     def function(self, role: str, name: str) -> Callable[..., Any]:
         return getattr(self.module(role), name)

@@ -17,12 +17,12 @@ The driver's side of the contract, for a family's tuning module:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import ModuleType
 
 from tqdm import tqdm
@@ -94,10 +94,16 @@ class Measurer:
     options: dict = dataclasses.field(default_factory=dict)
     device: dict | None = None  # the GPU's properties where they were probed (several devices)
     started: float = dataclasses.field(default_factory=time.monotonic)
+    driver_module: str | None = None  # the driver (default: the family's tuning module)
 
     @property
     def driver(self) -> ModuleType:
-        return families.get(self.family).module("tuning")
+        return importlib.import_module(self.driver_name)
+
+    @property
+    def driver_name(self) -> str:
+        family = families.get(self.family)
+        return self.driver_module or f"{family.package}.{family.tuning}"
 
     @property
     def sharded(self) -> bool:
@@ -135,8 +141,9 @@ class Measurer:
                 continue
             shard_log = log.path.with_name(f"{log.path.name}.gpu{device}")
             spec = log.path.with_name(f"{log.path.name}.gpu{device}.jobs.json")
-            spec.write_text(json.dumps({"family": self.family, "jobs": jobs, "options": self.options, "desc": desc,
-                                        "device": device, "position": position, "time_budget_s": budget}))
+            spec.write_text(json.dumps({"driver": self.driver_name, "jobs": jobs, "options": self.options, "desc": desc,
+                                        "device": device, "position": position, "time_budget_s": budget,
+                                        "properties": log.device}))
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible_device(device)}
             command = [sys.executable, "-m", "wavetune.tuning.worker", str(spec), str(shard_log)]
             workers.append((device, shard_log, spec, subprocess.Popen(command, env=env)))

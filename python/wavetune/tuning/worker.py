@@ -7,6 +7,7 @@ its one GPU:
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
@@ -14,7 +15,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .. import families
 from ..runtime.device import device_properties
 
 
@@ -24,8 +24,9 @@ def main(argv: list[str]) -> int:
         return 0
     spec_path, log_path = map(Path, argv)
     spec = json.loads(spec_path.read_text())
-    driver = families.get(spec["family"]).module("tuning")
-    log = driver.open_log(log_path, **spec["options"])
+    driver = importlib.import_module(spec["driver"])
+    # The GPU's properties as the main process probed them (all devices of a run are one model).
+    log = driver.open_log(log_path, device=spec["properties"], **spec["options"])
     started, budget = time.monotonic(), spec["time_budget_s"]
     jobs = [job for job in spec["jobs"] if not driver.job_done(log, job)]
     with tqdm(total=len(spec["jobs"]), initial=len(spec["jobs"]) - len(jobs), desc=f"{spec['desc']} [GPU {spec['device']}]",
