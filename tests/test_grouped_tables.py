@@ -226,7 +226,9 @@ def test_cli_fits_a_grouped_table_from_a_log(tmp_path, capsys):
     log = tmp_path / "grouped_tune.jsonl"
     measured = cases(lambda v, coords, case: 3.0 + coords[3] * coords[1] * 0.01, shapes)
     log.write_text("\n".join(json.dumps(r) for r in [{"gpu": "NVIDIA H200", "sm_count": SM_COUNT}, *measured]) + "\n")
-    assert main(["tune", "--family", "grouped_gemm", "--offline", "--log", str(log), "--out", str(tmp_path)]) == 0
+    # The command of a benchmark's log as it was before the families measured their own cases (no --offline).
+    assert main(["tune", "--family", "grouped_gemm", "--log", str(log), "--out", str(tmp_path)]) == 0
+    assert "without measuring, as --offline does" in capsys.readouterr().err
     path = tmp_path / "nvidia-h200.grouped_gemm.wtt"
     selector = tables.open_table(path, "grouped_gemm")
     assert selector.meta()["family"] == "grouped_gemm" and selector.config_count() >= 1

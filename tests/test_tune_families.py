@@ -110,6 +110,14 @@ def test_the_default_log_is_under_out():
         "a/gemm-measurements.jsonl")
 
 
+def test_only_benchmark_logs_are_fitted_without_measuring(tmp_path):
+    bench, own = tmp_path / "bench.jsonl", tmp_path / "own.jsonl"
+    bench.write_text(json.dumps({"gpu": "NVIDIA H200", "sm_count": 132}) + "\n")
+    own.write_text(json.dumps({"gpu_name": "NVIDIA H200", "sm_count": 132, "family": "grouped_gemm"}) + "\n")
+    assert cli.is_benchmark_log(str(bench)) and not cli.is_benchmark_log(str(own))
+    assert not cli.is_benchmark_log(str(tmp_path / "missing.jsonl"))
+
+
 # ---- sharding, merging ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("count", [1, 2, 3, 8])

@@ -9,6 +9,7 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -76,18 +77,36 @@ def default_log(args: argparse.Namespace) -> Path:
     return (out.parent if out.suffix == ".wtt" else out) / f"{args.family}-measurements.jsonl"
 
 
+def is_benchmark_log(path: str) -> bool:
+    """Whether ``path`` is a log of benchmarks/grouped.py or benchmarks/attention.py (its header names the GPU
+    as ``gpu``; tuning's own logs say ``gpu_name``)."""
+    try:
+        with open(path) as f:
+            header = json.loads(f.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(header, dict) and "gpu" in header and "gpu_name" not in header
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from .tuning import runner
 
+    if args.family != "gemm" and not args.offline and args.log and all(map(is_benchmark_log, args.log.split(","))):
+        # NOTES: before the families measured their own cases, `tune --family F --log LOGS` fitted a table to
+        # benchmarks/grouped.py or benchmarks/attention.py logs; such logs are still fitted, as --offline does.
+        print(f"wavetune tune: fitting {args.log} (benchmark logs) without measuring, as --offline does",
+              file=sys.stderr)
+        args.offline = True
     args.log = str(default_log(args))
     if args.shapes:
         deploy.run(Path(args.shapes), args.out and Path(args.out), Path(args.log), args.table and Path(args.table),
                    args.dtype, args.b_layout, args.tp, args.models, args.max_m, args.top)
         return 0
+    devices = None if args.offline else runner.parse_devices(args.devices)
+    runner.pin_device(devices)  # before no_gpu_reason starts CUDA
     if not args.offline and (reason := no_gpu_reason()) is not None:
         raise RuntimeError(f"{reason}: tune measures kernels on the GPU it tunes for; without one, "
                            "--offline --log FILE refits a table from the measurement log of an earlier tuning")
-    devices = None if args.offline else runner.parse_devices(args.devices)
     measure = runner.measurer_for(args.family, devices, args.time_budget)
     families.get(args.family).module("tuning").run(args, measure)
     return 0

@@ -161,14 +161,17 @@ class Measurer:
         return sum(1 for job in pending if not self.driver.job_done(log, job))
 
 
-def measurer_for(family: str, devices: list[int] | None, time_budget_s: float | None = None,
-                 options: dict | None = None) -> Measurer:
-    """The measurer of a tuning run on ``devices`` (None: this process's current GPU). One device: measured
-    here, on that device (set before CUDA starts); several: probed to be one GPU model, then sharded."""
-    measurer = Measurer(family, devices, time_budget_s, dict(options or {}))
+def pin_device(devices: list[int] | None) -> None:
+    """With one device named, make it this process's only visible GPU; call before anything starts CUDA."""
     if devices is not None and len(devices) == 1:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(devices[0])
-    elif devices is not None:
-        props = probe_devices(devices)
-        measurer.device = props[devices[0]]
+
+
+def measurer_for(family: str, devices: list[int] | None, time_budget_s: float | None = None,
+                 options: dict | None = None) -> Measurer:
+    """The measurer of a tuning run on ``devices`` (None, or one pinned with ``pin_device``: this process's
+    GPU, measured here); several are probed to be one GPU model, then the jobs are sharded over them."""
+    measurer = Measurer(family, devices, time_budget_s, dict(options or {}))
+    if devices is not None and len(devices) > 1:
+        measurer.device = probe_devices(devices)[devices[0]]
     return measurer
