@@ -19,8 +19,10 @@ and Llama-3-70B (64 / 8) attention, whole and split by tensor parallelism 2-8, h
                backend (on [batch, heads, seq, dim] views, enable_gqa); a backend that refuses is left out
 Each method is checked against fp32 attention on a slice (the first sequence, the query heads of the first
 KV head, the last 256 queries; outputs poisoned with NaN first), then timed as
-CUDA graphs replayed round-robin (vs_cublas.interleaved_us: warm-up, interleaved rounds, medians) over
-fresh random operand copies that together exceed twice the L2, so K and V come from DRAM. Writes
+CUDA graphs replayed round-robin (warm-up, interleaved rounds, medians) over fresh random operand copies
+that together exceed twice the L2, so K and V come from DRAM: the measurement `python -m wavetune tune
+--family attention` makes of the configs (wavetune.families.attention.measure, on the named suite's cases,
+wavetune.families.attention.cases), with this script's comparisons in the same rounds. Writes
 <out>/attention_<suite>.jsonl (a header, then one record per case) and <out>/attention_<suite>.md.
 """
 
@@ -40,22 +42,16 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import shape_suite
-import vs_cublas
 from methods import geomean
 import wavetune
-from wavetune import _C, fmha, tuning
+from wavetune import _C
+from wavetune.families.attention import api as fmha
+from wavetune.families.attention import tuning
+from wavetune.families.attention.cases import SPLITS, TP, measurable, named_cases
+from wavetune.families.attention.measure import measure_case
 
 REPO = Path(__file__).resolve().parents[1]
 warnings.filterwarnings("ignore", message="For dense input")  # SDPA explaining why a backend refuses GQA
-# name: (query heads, KV heads), head dim 128.
-NAMED_MODELS = {"llama3-8b": (32, 8), "llama3-70b": (64, 8)}
-TP = (1, 2, 4, 8)
-PREFILL = ((1, 16384), (1, 2048), (4, 4096), (16, 1024), (2, 8192), (8, 512), (1, 128), (16, 128))  # (batch, tokens)
-DECODE = ((1, 131072), (64, 4096), (1, 4096), (256, 2048), (8, 32768), (32, 512), (4, 131072), (128, 8192), (1, 512))
-SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
-MAX_KV_BYTES = 8 << 30
-MAX_ERROR = 2e-2
-GRAPH_US = 300  # launches per graph: at least this long, so event timing is noise-free
 SDPA_BACKENDS = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
                  "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}
 
@@ -70,18 +66,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
     return p.parse_args()
-
-
-def named_cases(phases: list[str]) -> list[dict]:
-    out = []
-    for phase in phases:
-        for batch, tokens in PREFILL if phase == "prefill" else DECODE:
-            for model, (hq, hkv) in NAMED_MODELS.items():
-                for tp in TP:
-                    seqlen_q = tokens if phase == "prefill" else 1
-                    out.append(dict(phase=phase, model=f"{model}/tp{tp}", batch=batch, seqlen_q=seqlen_q,
-                                    seqlen_k=tokens, heads_q=hq // tp, heads_kv=hkv // tp, head_dim=128))
-    return out
 
 
 def heldout_cases(phases: list[str], count: int, seed: int) -> list[dict]:
@@ -106,21 +90,6 @@ def heldout_cases(phases: list[str], count: int, seed: int) -> list[dict]:
     return out
 
 
-def kv_bytes(c: dict) -> int:
-    return 4 * c["batch"] * c["seqlen_k"] * c["heads_kv"] * c["head_dim"]
-
-
-def operand_sets(c: dict, l2_bytes: int) -> list[tuple]:
-    """(q, k, v, out) copies that together exceed twice the L2."""
-    opts = dict(device="cuda", dtype=torch.bfloat16)
-    q_shape = (c["batch"], c["seqlen_q"], c["heads_q"], c["head_dim"])
-    kv_shape = (c["batch"], c["seqlen_k"], c["heads_kv"], c["head_dim"])
-    touched = kv_bytes(c) + 4 * math.prod(q_shape)
-    copies = min(8, max(1, math.ceil(2 * l2_bytes / touched)))
-    return [(torch.randn(q_shape, **opts), torch.randn(kv_shape, **opts), torch.randn(kv_shape, **opts),
-             torch.empty(q_shape, **opts)) for _ in range(copies)]
-
-
 def sdpa(backend, causal: bool):
     def launch(q, k, v, out):
         with sdpa_kernel(backend):
@@ -143,17 +112,19 @@ def fa_rule_splits(c: dict, variant) -> int:
 
 def choices(c: dict, operands: tuple) -> dict[str, tuple[int, int]]:
     """(variant id, splits) of wavetune.attention's own choice and of the built-in model's, on the case."""
-    args = (tuning.attention_sizes(c), *map(fmha._tensor_args, operands), 1 / math.sqrt(c["head_dim"]),
+    args = (tuning.attention_sizes(c), *map(fmha.tensor_args, operands), 1 / math.sqrt(c["head_dim"]),
             c["phase"] == "prefill", _C.DTYPES.index("bf16"))
     return {"choice": _C.attention_choice(*args, torch.cuda.current_device()),
             "builtin": _C.attention_default_launch(*args)}
 
 
-def launches(c: dict, operands: tuple) -> dict:
+def comparisons(c: dict, operands: tuple, variants: dict) -> dict:
+    """Every method timed on the case, in order: wavetune's choice, the built-in model's, FlashAttention's
+    split rule, then the configs (``variants``: the exhaustive best's candidates), then SDPA's backends."""
     causal = c["phase"] == "prefill"
-    variants = [v for v in wavetune.attention_configs() if v.dtype == "bf16" and v.tile[2] == c["head_dim"]]
-    default = next(v for v in variants if v.schedule == "cooperative" and v.scheduler == "data_parallel"
-                   and v.tile[1] == max(x.tile[1] for x in variants))
+    own = [v for v in wavetune.attention_configs() if v.dtype == "bf16" and v.tile[2] == c["head_dim"]]
+    default = next(v for v in own if v.schedule == "cooperative" and v.scheduler == "data_parallel"
+                   and v.tile[1] == max(x.tile[1] for x in own))
     methods = {"choice": lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out)}
     builtin, builtin_splits = choices(c, operands)["builtin"]
     methods["builtin"] = lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out, config=builtin,
@@ -161,74 +132,26 @@ def launches(c: dict, operands: tuple) -> dict:
     fa = fa_rule_splits(c, default)
     methods["fa_rule"] = lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out, config=default.id,
                                                                  splits=fa)
-    for variant in variants:
-        for splits in SPLITS if c["seqlen_q"] == 1 else (1,):
-            if splits == 1 or c["seqlen_k"] // splits >= variant.tile[1]:
-                methods[f"{variant.name}/{splits}"] = (
-                    lambda q, k, v, out, i=variant.id, s=splits: wavetune.attention(q, k, v, causal=causal, out=out,
-                                                                                   config=i, splits=s))
+    methods.update(variants)
     for name, backend in SDPA_BACKENDS.items():
         methods[name] = sdpa(backend, causal)
     return methods
 
 
-def reference(q, k, v, causal: bool):
-    """fp32 attention of the first sequence's first KV head and its query heads, last 256 queries (the
-    bottom-right mask keeps their positions): small enough for any case."""
-    group = q.shape[2] // k.shape[2]
-    qs, ks, vs = q[:1, -256:, :group].float(), k[:1, :, :1].float(), v[:1, :, :1].float()
-    scores = torch.einsum("bqhd,bkd->bhqk", qs, ks[:, :, 0]) / math.sqrt(q.shape[3])
-    if causal:
-        sq, sk = qs.shape[1], ks.shape[1]
-        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(diagonal=sk - sq)
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.einsum("bhqk,bkd->bqhd", scores.softmax(-1), vs[:, :, 0])
-
-
-def check(methods: dict, operands: tuple, causal: bool) -> dict:
-    """Each method's relative error against `reference`; SDPA backends that refuse the case are dropped."""
-    q, k, v, out = operands
-    ref = reference(q, k, v, causal)
-    group = q.shape[2] // k.shape[2]
-    errors = {}
-    for name, launch in list(methods.items()):
-        out.fill_(float("nan"))
-        try:
-            got = launch(*operands)
-        except RuntimeError as exc:  # an SDPA backend that does not take the case
-            if not name.startswith("sdpa"):
-                raise
-            print(f"  {name} refused: {str(exc).splitlines()[0][:120]}", file=sys.stderr)
-            del methods[name]
-            continue
-        if got.isnan().any():
-            raise RuntimeError(f"{name}: left part of the output unwritten")
-        mine = got[:1, -256:, :group].float()
-        error = ((mine - ref).norm() / ref.norm()).item()
-        if not error <= MAX_ERROR:
-            raise RuntimeError(f"{name}: relative error {error} against fp32 attention")
-        errors[name] = error
-    return errors
-
-
 def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
-    sets = operand_sets(c, l2_bytes)
-    methods = launches(c, sets[0])
-    errors = check(methods, sets[0], c["phase"] == "prefill")
-    flops = 4 * c["batch"] * c["seqlen_q"] * c["seqlen_k"] * c["heads_q"] * c["head_dim"]
-    estimate_us = max(3.0, flops / 4e8 / (2 if c["phase"] == "prefill" else 1), kv_bytes(c) / 2.5e6)
-    per_graph = len(sets) * math.ceil(min(32, max(1, GRAPH_US / estimate_us)) / len(sets))
-    times = vs_cublas.interleaved_us(methods, sets, per_graph, args.reps)
-    own = {name: us for name, us in times.items() if "/" in name}
+    operands = {}
+
+    def compose(first: tuple, variants: dict) -> dict:
+        operands["first"] = first
+        return comparisons(c, first, variants)
+
+    record, times = measure_case(c, l2_bytes, args.reps, compose, may_refuse=lambda name: name.startswith("sdpa"))
     sdpa_times = {name: us for name, us in times.items() if name.startswith("sdpa")}
-    names = {key: f"{fmha._attention_by_id()[v].name}/{s}" for key, (v, s) in choices(c, sets[0]).items()}
-    best = min(own, key=own.get)
+    names = {key: f"{fmha.attention_by_id()[v].name}/{s}" for key, (v, s) in choices(c, operands["first"]).items()}
     best_sdpa = min(sdpa_times, key=sdpa_times.get) if sdpa_times else None
-    return {**c, "copies": len(sets), "choice": names["choice"], "builtin": names["builtin"],
-            "choice_us": times["choice"], "builtin_us": times["builtin"], "fa_rule_us": times["fa_rule"],
-            "best": best, "best_us": own[best],
-            "sdpa_best": best_sdpa, "sdpa_best_us": sdpa_times.get(best_sdpa), "sdpa_us": sdpa_times,
-            "variants_us": own, "max_error": max(errors.values())}
+    return {**record, "choice": names["choice"], "builtin": names["builtin"], "choice_us": times["choice"],
+            "builtin_us": times["builtin"], "fa_rule_us": times["fa_rule"], "sdpa_best": best_sdpa,
+            "sdpa_best_us": sdpa_times.get(best_sdpa), "sdpa_us": sdpa_times}
 
 
 def host_costs() -> dict:
@@ -236,7 +159,7 @@ def host_costs() -> dict:
     same shape again), and of whole eager calls of a decode-sized problem, wavetune's and SDPA's."""
     q = torch.randn(8, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(8, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
-    args = [fmha._tensor_args(t) for t in (q, k, k, q)]
+    args = [fmha.tensor_args(t) for t in (q, k, k, q)]
     wavetune.attention(q, k, k)  # loads the GPU's attention table, as a first call does
     bf16 = _C.DTYPES.index("bf16")
 
@@ -291,9 +214,8 @@ def main() -> None:
     phases = args.phases.split(",")
     todo = named_cases(phases) if args.suite == "named" else heldout_cases(phases, args.count, args.seed)
     built = {c.tile[2] for c in wavetune.attention_configs() if c.dtype == "bf16"}
-    todo = [c for c in todo if kv_bytes(c) <= MAX_KV_BYTES and c["head_dim"] in built]
-    random.Random(args.seed).shuffle(todo)  # a cut budget still spans the phases, models and sizes
-    table = wavetune.api.default_table_path(props["name"], "attention")
+    todo = measurable(todo, built, args.seed)  # shuffled: a cut budget still spans the phases, models and sizes
+    table = wavetune.tables.default_table_path(props["name"], "attention")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "attention_table": str(table) if table else None,
               "sm_count": props["sm_count"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -23,7 +23,9 @@ from types import SimpleNamespace
 
 import methods
 import shape_suite
-from wavetune import config_space, model, tablefile
+from wavetune.codegen import config_space
+from wavetune.tuning import model
+from wavetune.tuning import tablefile
 
 REPO = Path(__file__).resolve().parents[1]
 

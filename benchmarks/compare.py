@@ -34,8 +34,11 @@ import numpy as np
 
 import methods
 import wavetune
-from wavetune import _C, api, model, tuning
-from wavetune.tuning import Candidate
+from wavetune import _C
+from wavetune.tuning import model
+from wavetune.families.gemm import tuning
+from wavetune.runtime import tables
+from wavetune.families.gemm.tuning import Candidate
 
 REPO = Path(__file__).resolve().parents[1]
 SUITES = (REPO.parent / "shared" / "benchmarks" / "llm_shapes.json", REPO / "shared" / "benchmarks" / "llm_shapes.json")
@@ -96,7 +99,7 @@ def suite(args: argparse.Namespace) -> list[tuple[int, int, int]]:
 
 
 def table_path(args: argparse.Namespace, gpu_name: str) -> Path:
-    path = args.table or api.default_table_path(gpu_name)
+    path = args.table or tables.default_table_path(gpu_name)
     if path is None:
         sys.exit(f"no wavetune table for {gpu_name}: pass --table")
     return Path(path)
@@ -154,7 +157,7 @@ def measure(args: argparse.Namespace) -> None:
     log = tuning.MeasurementLog(args.log)
     device = log.device
     cands = tuning.candidates(args.dtype, args.b_layout)
-    selector = api.open_table(table_path(args, device["name"]))
+    selector = tables.open_table(table_path(args, device["name"]))
     keys = table_keys(selector)
     shapes = suite(args)
     print(f"{device['name']}: {len(shapes)} shapes x {len(cands)} configs")
@@ -278,8 +281,8 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
     x, w = (torch.empty(rows, k, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1) for rows in (m, n))
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     try:
-        table_note = f"table {api.load_table(table)['path']}"
-        choice = api.open_table(table).select("bf16", "col", m, n, k)["name"]  # which launch path is timed
+        table_note = f"table {tables.load_table(table)['path']}"
+        choice = tables.open_table(table).select("bf16", "col", m, n, k)["name"]  # which launch path is timed
     except (ValueError, FileNotFoundError) as exc:
         table_note, choice = f"no table ({exc}); the built-in heuristic decides", None
     compiled = [c.name for c in wavetune.configs() if c.dtype == "bf16" and c.b_layout == "col"]
@@ -584,7 +587,7 @@ def report(args: argparse.Namespace) -> None:
     if not data.shapes:
         sys.exit(f"no suite shape of {args.shapes} has every candidate measured in {args.log}: run measure first")
     table = table_path(args, data.header["gpu_name"])
-    selector = api.open_table(table)
+    selector = tables.open_table(table)
     # The waves the table's plan profiled (fewer under `tune --budget`; tables before the key: all).
     waves = selector.meta().get("plan_waves")
     plan = tuning.anchor_plan(data.cands, data.sm_count, map(int, waves.split(",")) if waves else model.PLAN_WAVES)
@@ -839,7 +842,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "overhead":
         import torch
 
-        time_overhead(torch, table_path(args, api.device_properties()["name"]), args.out)
+        time_overhead(torch, table_path(args, wavetune.device_properties()["name"]), args.out)
 
 
 if __name__ == "__main__":

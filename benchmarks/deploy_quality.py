@@ -27,7 +27,12 @@ import random
 from pathlib import Path
 
 import methods
-from wavetune import _C, api, deploy, tablefile, tuning
+from wavetune import _C
+import wavetune
+from wavetune.tuning import deploy
+from wavetune.tuning import tablefile
+from wavetune.families.gemm import tuning
+from wavetune.runtime import tables
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -89,8 +94,8 @@ def summary(rows: list[dict], names: list[str], field: str, best_field: str, lab
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    selector = api.open_table(args.table)
-    props = api.device_properties()
+    selector = tables.open_table(args.table)
+    props = wavetune.device_properties()
     selector.check_device(props["name"], props["sm_count"])
     cands = list(deploy.table_candidates(tablefile.read_table(args.table), "bf16", "col").values())
     _, log = methods.read_log(args.log)

@@ -350,7 +350,7 @@ def shapes(args: argparse.Namespace) -> list[tuple[str, int, int]]:
 
 
 def device_slug() -> str:
-    from wavetune.tablefile import table_slug
+    from wavetune.tuning.tablefile import table_slug
 
     return table_slug(torch.cuda.get_device_name())
 

@@ -17,10 +17,11 @@ expert layers (benchmarks/shape_suite.py: expert and tensor parallel splits, tok
   torch       torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
   loop        torch.matmul per expert that has rows (their counts known on the host)
 (`--no-loop` leaves the loop out.) Each is checked against a float32 reference on sampled rows, then timed
-as CUDA graphs replayed round-robin (vs_cublas.interleaved_us: warm-up, interleaved rounds, medians) over
-fresh uniform(-1, 1) operands. Where one operand set would fit in the L2, sets with the same counts on
-other experts rotate, so weights come from DRAM as in a forward pass. Cases run token counts spread over the range first, so a cut budget still
-spans it. Writes <out>/grouped_<suite>.jsonl (a header, then one record per case as measured) and
+as CUDA graphs replayed round-robin (warm-up, interleaved rounds, medians) over fresh uniform(-1, 1)
+operands. Where one operand set would fit in the L2, sets with the same counts on other experts rotate, so
+weights come from DRAM as in a forward pass: the measurement `python -m wavetune tune --family grouped_gemm`
+makes of the variants (wavetune.families.grouped_gemm.measure), with this script's comparisons in the same
+rounds. Cases run token counts spread over the range first, so a cut budget still spans it. Writes <out>/grouped_<suite>.jsonl (a header, then one record per case as measured) and
 <out>/grouped_<suite>.md.
 """
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -37,11 +37,12 @@ from pathlib import Path
 import torch
 
 import shape_suite
-import vs_cublas
 from methods import geomean
 import wavetune
 from wavetune import _C
-from wavetune import grouped_mapping
+from wavetune.families.grouped_gemm import mapping as grouped_mapping
+from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS
+from wavetune.families.grouped_gemm.measure import measure_case
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {
@@ -53,12 +54,7 @@ MODELS = {
 PROJECTIONS = {"gate_up": lambda m: (2 * m["inter"], m["hidden"]), "down": lambda m: (m["hidden"], m["inter"])}
 TOKENS = (1, 2048, 128, 16384, 16, 512, 8192, 4, 64, 4096)  # in the order measured
 ROUTINGS = ("balanced", "skewed")
-GENERATED_ROUTINGS = ("balanced", "skewed", "hot")
-HOT_EXPERTS, HOT_WEIGHT = 3, 30.0
 TOKEN_BUCKETS = ((1, 16), (17, 512), (513, 4096), (4097, 16384))
-MAX_ERROR = 2e-2
-SAMPLED_ROWS = 64
-GRAPH_US = 300  # launches per graph: at least this long, so event timing is noise-free
 
 
 def parse_args() -> argparse.Namespace:
@@ -77,95 +73,34 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def route(tokens: int, experts: int, topk: int, routing: str, generator: torch.Generator) -> list[int]:
-    """Rows per expert when each of `tokens` tokens goes to `topk` distinct experts."""
-    weights = torch.ones(experts)
-    if routing == "skewed":
-        weights = (1.0 / torch.arange(1, experts + 1) ** 1.2)[torch.randperm(experts, generator=generator)]
-    elif routing == "hot":
-        weights[torch.randperm(experts, generator=generator)[:HOT_EXPERTS]] = HOT_WEIGHT
-    picks = torch.multinomial(weights.expand(tokens, experts), topk, replacement=False, generator=generator)
-    return picks.flatten().bincount(minlength=experts).tolist()
-
-
-def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int) -> list[tuple]:
-    """(x, w, offsets, out, bounds) per rotated set: the same counts on other experts, one w for all."""
-    experts, rows = len(counts), sum(counts)
-    opts = dict(device="cuda", dtype=torch.bfloat16)
-    touched = sum(1 for c in counts if c) * n * k * 2 + rows * (n + k) * 2
-    copies = min(4, max(1, math.ceil(2 * l2_bytes / touched)))
-    w = torch.empty(experts, n, k, **opts).uniform_(-1, 1)
-    sets = []
-    for c in range(copies):
-        shifted = counts[-c * experts // copies:] + counts[:-c * experts // copies] if c else counts
-        ends = torch.tensor(shifted).cumsum(0).tolist()
-        bounds = [(e, end - count, end) for e, (count, end) in enumerate(zip(shifted, ends)) if count]
-        offsets = torch.tensor(ends, dtype=torch.int32, device="cuda")
-        sets.append((torch.empty(rows, k, **opts).uniform_(-1, 1), w, offsets, torch.empty(rows, n, **opts), bounds))
-    return sets
-
-
 def per_expert_loop(x, w, offsets, out, bounds):
     for e, start, end in bounds:
         torch.matmul(x[start:end], w[e].t(), out=out[start:end])
     return out
 
 
-def launches(loop: bool) -> dict:
+def comparisons(loop: bool) -> dict:
+    """The methods timed beside the variants: wavetune's own choice, torch._grouped_mm and the loop."""
     methods = {
         "choice": lambda x, w, offsets, out, bounds: wavetune.grouped_gemm(x, w, offsets, out=out),
         "torch": lambda x, w, offsets, out, bounds: torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets),
     }
     if loop:
         methods["loop"] = per_expert_loop
-    for c in wavetune.grouped_configs():
-        if c.dtype == "bf16":
-            methods[c.name] = lambda x, w, offsets, out, bounds, c=c: wavetune.grouped_gemm(x, w, offsets, out=out,
-                                                                                            config=c.id)
     return methods
 
 
-def check(launch, operands: tuple, generator: torch.Generator) -> float:
-    """Relative error on sampled rows against float32, the output poisoned with NaN first."""
-    x, w, offsets, out, bounds = operands
-    out.fill_(float("nan"))
-    result = launch(*operands)
-    rows = torch.randint(0, x.shape[0], (SAMPLED_ROWS,), generator=generator).unique().tolist()
-    got, ref = [], []
-    for e, start, end in bounds:
-        mine = [r for r in rows if start <= r < end]
-        if mine:
-            got.append(result[mine].float())
-            ref.append(x[mine].float() @ w[e].float().t())
-    got, ref = torch.cat(got), torch.cat(ref)
-    error = (torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)).item()
-    if not error <= MAX_ERROR:  # NaN too
-        raise RuntimeError(f"relative error {error} against the float32 reference")
-    return error
-
-
 def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torch.Generator) -> dict:
-    counts = route(case["tokens"], case["experts"], case["topk"], case["routing"], generator)
-    n, k, rows = case["n"], case["k"], sum(counts)
-    sets = operand_sets(counts, n, k, l2_bytes)
-    methods = launches(not args.no_loop)
-    errors = {name: check(launch, sets[0], generator) for name, launch in methods.items()}
-    estimate_us = max(2.0, 2 * rows * n * k / 4e8)  # at 400 TFLOP/s
-    per_graph = len(sets) * math.ceil(min(48, max(1, GRAPH_US / estimate_us)) / len(sets))
-    times = vs_cublas.interleaved_us(methods, sets, per_graph, args.reps)
-    variants = [name for name in methods if name not in ("choice", "torch", "loop")]
-    best = min(variants, key=times.get)
+    record, times, counts = measure_case(case, l2_bytes, generator, args.reps, comparisons(not args.no_loop))
+    n, k, rows = case["n"], case["k"], record["rows"]
     chosen = _C.grouped_choice(_C.DTYPES.index("bf16"), rows, case["experts"], n, k, torch.cuda.current_device())
     c = next(c for c in wavetune.grouped_configs() if c.id == chosen)
     sms = wavetune.device_properties()["sm_count"]
-    return {**case, "rows": rows, "busy_experts": sum(1 for x in counts if x), "max_rows_per_expert": max(counts),
-            "copies": len(sets), "choice": c.name,
+    return {**record, "choice": c.name,
             "grid_estimate": grouped_mapping.balanced(c.tile, c.cluster, c.swap_ab, rows, case["experts"], n, k,
                                                       sms).grid,
             "grid_routed": grouped_mapping.routed(c.tile, c.cluster, c.swap_ab, counts, n, k, sms).grid,
-            "choice_us": times["choice"], "torch_us": times["torch"], "loop_us": times.get("loop"),
-            "best": best, "best_us": times[best], "variants_us": {v: times[v] for v in variants},
-            "max_error": max(errors.values())}
+            "choice_us": times["choice"], "torch_us": times["torch"], "loop_us": times.get("loop")}
 
 
 def host_costs() -> dict:
@@ -241,7 +176,7 @@ def main() -> None:
     start = time.monotonic()
     props = wavetune.device_properties()
     generator = torch.Generator().manual_seed(args.seed)
-    table = wavetune.api.default_table_path(props["name"], "grouped_gemm")
+    table = wavetune.tables.default_table_path(props["name"], "grouped_gemm")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "grouped_table": str(table) if table else None, "sm_count": props["sm_count"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

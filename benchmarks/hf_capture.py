@@ -148,7 +148,7 @@ def main(argv=None) -> None:
               "choices": "built-in heuristic" if args.no_table else "tuned table",
               "kernel_set": wavetune.build_info()["kernel_set"]}
     if args.no_table:
-        wavetune.api.ensure_table(torch.cuda.current_device())
+        wavetune.tables.ensure_table(torch.cuda.current_device())
         wavetune._C.use_table(torch.cuda.current_device(), None)
     with torch.inference_mode():
         reference32 = logits(fp32, prompt).float()

@@ -21,7 +21,9 @@ import argparse
 import json
 import time
 
-from wavetune import deploy, tablefile, tuning
+from wavetune.tuning import deploy
+from wavetune.tuning import tablefile
+from wavetune.families.gemm import tuning
 
 LIBRARY = "cublas_bf16_bcol/data_parallel/1"
 

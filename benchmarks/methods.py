@@ -12,8 +12,11 @@ import math
 import statistics
 from pathlib import Path
 
-from wavetune import _C, api, model, tuning
-from wavetune.tuning import Candidate
+from wavetune import _C
+from wavetune.families.gemm import api
+from wavetune.tuning import model
+from wavetune.families.gemm import tuning
+from wavetune.families.gemm.tuning import Candidate
 
 # The M (token count) ranges the report summarises: decode, small batches, prefill chunks, long prefill.
 M_RANGES = (("1-16", 1, 16), ("17-256", 17, 256), ("257-2048", 257, 2048), (">2048", 2049, math.inf),

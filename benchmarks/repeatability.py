@@ -15,7 +15,7 @@ from pathlib import Path
 
 import compare
 import methods
-from wavetune import tuning
+from wavetune.families.gemm import tuning
 
 
 def main() -> None:

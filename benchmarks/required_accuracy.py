@@ -23,7 +23,7 @@ import numpy as np
 
 import compare
 import methods
-from wavetune import tablefile
+from wavetune.tuning import tablefile
 
 SIGMAS = (0.0, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15)
 MARGINS = (0.0, 0.05, 0.1, 0.2)

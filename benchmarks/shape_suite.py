@@ -19,16 +19,18 @@ over 1-16384, so most token counts are odd or otherwise unround, as a batcher pr
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import math
 import random
 from pathlib import Path
+
+# The hashed splits and the grouped-GEMM cases live in the package: tuning measures the tune split.
+from wavetune.families.grouped_gemm.cases import (MOE_FAMILIES, MOE_SPLITS, MOE_TOKENS_MAX,  # noqa: F401
+                                                  moe_cases, moe_layer_pool)
+from wavetune.tuning.splits import HASHED_SPLITS, split_of, token_count
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLIC_SUITES = (REPO.parent / "shared" / "benchmarks" / "llm_shapes.json",
                  REPO / "shared" / "benchmarks" / "llm_shapes.json")
-HASHED_SPLITS = ("tune", "heldout")  # one pool, divided by a hash of each (N, K)
 SPLITS = (*HASHED_SPLITS, "fresh")  # of model layers
 SUITES = (*SPLITS, "generic")
 SEEDS = {"tune": 1234, "heldout": 98765, "fresh": 20261124, "generic": 20261125}
@@ -123,11 +125,6 @@ def layer_pool(dense: dict = DENSE_FAMILIES, moe: dict = MOE_EXPERTS) -> dict[tu
     return {nk: name for nk, name in pool.items() if nk not in public}
 
 
-def split_of(n: int, k: int) -> str:
-    digest = hashlib.sha256(f"{n}x{k}".encode()).digest()
-    return HASHED_SPLITS[digest[0] % 2]
-
-
 def split_pairs(split: str) -> list[tuple[tuple[int, int], str]]:
     """The split's ((N, K), layer name) pairs, sorted."""
     if split == "fresh":
@@ -137,17 +134,12 @@ def split_pairs(split: str) -> list[tuple[tuple[int, int], str]]:
     return sorted((nk, name) for nk, name in layer_pool().items() if split_of(*nk) == split)
 
 
-def token_count(rng: random.Random, m_max: int) -> int:
-    """A token count log-uniform over 1..m_max (odd and unround values included, as a batcher makes them)."""
-    return max(1, min(m_max, round(math.exp(rng.uniform(0.0, math.log(m_max))))))
-
-
 def shapes(split: str, count: int) -> list[dict]:
     """``count`` shapes of a split: {"m", "n", "k", "layer"}, the same for the same arguments."""
     if split not in SUITES:
         raise ValueError(f"split must be one of {SUITES}, got {split!r}")
     if split == "generic":
-        from wavetune import tuning  # numpy: only this split needs it
+        from wavetune.families.gemm import tuning  # numpy: only this split needs it
 
         return [{"m": m, "n": n, "k": k, "layer": "generic"}
                 for m, n, k in tuning.calibration_shapes(count, SEEDS["generic"])]
@@ -158,65 +150,6 @@ def shapes(split: str, count: int) -> list[dict]:
         (n, k), name = pairs[i % len(pairs)] if i < len(pairs) else rng.choice(pairs)
         m = token_count(rng, LM_HEAD_M_MAX if ".lm_head." in name else M_MAX)
         out.append({"m": m, "n": n, "k": k, "layer": name})
-    rng.shuffle(out)
-    return out
-
-
-# Mixture-of-experts layers for grouped GEMM: name -> (experts, hidden, expert intermediate, top-k), from the
-# models' published configs. The four of MOE_EXPERTS are benchmarks/grouped.py's named models and belong to
-# neither split.
-MOE_FAMILIES = {
-    "mixtral-8x22b": (8, 6144, 16384, 2),
-    "dbrx": (16, 6144, 10752, 4),
-    "grok-1": (8, 6144, 32768, 2),
-    "jamba-v0.1": (16, 4096, 14336, 2),
-    "phi-3.5-moe": (16, 4096, 6400, 2),
-    "llama4-scout": (16, 5120, 8192, 1),
-    "olmoe-1b-7b": (64, 2048, 1024, 8),
-    "qwen1.5-moe-a2.7b": (60, 2048, 1408, 4),
-    "qwen2-57b-a14b": (64, 3584, 2560, 8),
-    "deepseek-v2-lite": (64, 2048, 1408, 6),
-    "deepseek-v2": (160, 5120, 1536, 6),
-    "arctic": (128, 7168, 4864, 2),
-    "gpt-oss-20b": (32, 2880, 2880, 4),
-    "gpt-oss-120b": (128, 2880, 2880, 4),
-    "granite3-3b-a800m": (40, 1536, 512, 8),
-    "kimi-k2": (384, 7168, 2048, 8),
-    "minimax-m1": (32, 6144, 9216, 2),
-    "hunyuan-a13b": (64, 4096, 3072, 8),
-}
-# Expert parallelism divides the experts (and a token's top-k picks: a GPU gets about top-k / EP of them),
-# tensor parallelism each expert's intermediate size.
-MOE_SPLITS = ((1, 1), (1, 2), (1, 4), (4, 1), (8, 1), (2, 2))
-MOE_TOKENS_MAX = 16384
-
-
-def moe_layer_pool() -> list[dict]:
-    """Every expert layer (gate_up and down) of MOE_FAMILIES under every expert/tensor-parallel split."""
-    pool = {}
-    for name, (experts, hidden, inter, topk) in MOE_FAMILIES.items():
-        for ep, tp in MOE_SPLITS:
-            e, i = experts // ep, inter // tp
-            if experts % ep or inter % tp or i % 8 or e < 2:
-                continue
-            for layer, n, k in (("gate_up", 2 * i, hidden), ("down", hidden, i)):
-                pool.setdefault((e, n, k), {"model": f"{name}.ep{ep}.tp{tp}", "projection": layer, "experts": e,
-                                            "topk": min(e, max(1, topk // ep)), "n": n, "k": k})
-    return [pool[key] for key in sorted(pool)]
-
-
-def moe_cases(split: str, count: int, routings: tuple[str, ...]) -> list[dict]:
-    """``count`` grouped-GEMM cases of a split: an expert layer, a token count log-uniform over 1-16384 and a
-    routing; layers belong to one split by a hash of (experts, N, K), as dense shapes do."""
-    if split not in HASHED_SPLITS:
-        raise ValueError(f"split must be one of {HASHED_SPLITS}, got {split!r}")
-    layers = [c for c in moe_layer_pool() if split_of(c["n"], c["k"] * 1000003 + c["experts"]) == split]
-    rng = random.Random(SEEDS[split] + 1)
-    out = []
-    for i in range(count):
-        layer = layers[i % len(layers)] if i < len(layers) else rng.choice(layers)
-        tokens = token_count(rng, MOE_TOKENS_MAX)
-        out.append({**layer, "tokens": tokens, "routing": rng.choice(routings)})
     rng.shuffle(out)
     return out
 

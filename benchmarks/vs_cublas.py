@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -33,7 +32,9 @@ import torch
 import methods
 import shape_suite
 import wavetune
-from wavetune import api, tuning
+from wavetune.families.gemm import tuning
+from wavetune.tuning.timing import interleaved_us  # noqa: F401  (the benchmarks' timing, vs_cublas.interleaved_us)
+from wavetune.runtime import tables
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_ERROR = 2e-2
@@ -75,39 +76,6 @@ def check(launch, operands, reference) -> float:
     if not error <= MAX_ERROR:  # NaN too
         raise RuntimeError(f"relative error {error} against the float32 reference")
     return error
-
-
-def interleaved_us(launches: dict, operands: list[tuple], per_graph: int, reps: int) -> dict[str, float]:
-    """Median us per launch of each method: one CUDA graph each, replayed round-robin.
-
-    NOTES: everything runs on the one stream the graphs are captured on. A graph keeps the workspace of its
-    capture stream (split-K, stream-K, cuBLAS), so replaying it on another stream while the next method
-    warms up on the capture stream runs two kernels on one workspace at once: stream-K's tile flags then
-    never settle and the GPU hangs (seen on the H100 at M=384, N=3584, K=18944).
-    """
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graphs = {}
-    samples = {name: [] for name in launches}
-    with torch.cuda.stream(stream):
-        for name, launch in launches.items():
-            for i in range(2):  # warm-up outside the capture: workspaces are allocated here
-                launch(*operands[i % len(operands)])
-            graphs[name] = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graphs[name], stream=stream):
-                for i in range(per_graph):
-                    launch(*operands[i % len(operands)])
-            graphs[name].replay()  # the first replay uploads the graph
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(reps):
-            for name, graph in graphs.items():
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                samples[name].append(start.elapsed_time(end) * 1e3 / per_graph)
-    torch.cuda.current_stream().wait_stream(stream)
-    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 def table_launch(selector, m: int, n: int, k: int):
@@ -185,7 +153,7 @@ def main() -> None:
         log.write_text(json.dumps({"gpu": props["name"], "torch": torch.__version__, "suite": args.suite,
                                    "build": wavetune.build_info()}) + "\n")
     cands = tuning.candidates("bf16", "col")
-    other = api.open_table(args.compare_table) if args.compare_table else None
+    other = tables.open_table(args.compare_table) if args.compare_table else None
     rows = list(done.values())
     for m, n, k in tuning.progress([s for s in suite(args) if s not in done], f"vs cuBLAS ({args.suite})"):
         row = measure(m, n, k, cands, args, props["l2_bytes"], other)

@@ -16,6 +16,16 @@ CONFIG_SPACE = REPO / "cutlass_configs" / "sm90_gemm.toml"
 
 
 @functools.cache
+def family_table(family: str = "gemm") -> str:
+    """The ``[family]`` table of a shipped config-space file (``cutlass_configs/sm90_<family>.toml``), for
+    a test's own file: appended after its groups, it names the family and how its code is generated."""
+    lines = (CONFIG_SPACE.parent / f"sm90_{family}.toml").read_text().splitlines()
+    start = lines.index("[family]")
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip() or lines[i].startswith("[")), len(lines))
+    return "\n" + "\n".join(lines[start:end]) + "\n"
+
+
+@functools.cache
 def gpu_skip_reason() -> str | None:
     try:
         import torch

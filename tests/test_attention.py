@@ -8,9 +8,10 @@ import math
 import pytest
 
 import wavetune
-from wavetune import _C, config_space
+from wavetune import _C
+from wavetune.codegen import config_space
 
-from conftest import REPO
+from conftest import REPO, family_table
 
 ATTENTION_SPACE = REPO / "cutlass_configs" / "sm90_attention.toml"
 H100_SMS = 132
@@ -37,7 +38,7 @@ def test_shipped_attention_space_covers_every_head_dim_and_dtype():
 ])
 def test_attention_configs_that_cannot_build_are_refused(tmp_path, group, message):
     path = tmp_path / "attention.toml"
-    path.write_text(f'schema = 1\narch = "sm90a"\nfamily = "attention"\n[[group]]\ndtypes = ["bf16"]\n{group}\n')
+    path.write_text(f'schema = 1\narch = "sm90a"\n[[group]]\ndtypes = ["bf16"]\n{group}\n' + family_table("attention"))
     with pytest.raises(config_space.ConfigError, match=message):
         config_space.load(path)
 
@@ -45,7 +46,8 @@ def test_attention_configs_that_cannot_build_are_refused(tmp_path, group, messag
 def test_gemm_variants_refuse_the_data_parallel_scheduler(tmp_path):
     path = tmp_path / "gemm.toml"
     path.write_text('schema = 1\narch = "sm90a"\n[[group]]\ndtypes = ["bf16"]\nb_layouts = ["col"]\n'
-                    'schedule = "cooperative"\ntiles = ["128x128x64"]\nclusters = ["1x1"]\nschedulers = ["data_parallel"]\n')
+                    'schedule = "cooperative"\ntiles = ["128x128x64"]\nclusters = ["1x1"]\nschedulers = ["data_parallel"]\n'
+                    + family_table())
     with pytest.raises(config_space.ConfigError, match="run-time decomposition"):
         config_space.load(path)
 

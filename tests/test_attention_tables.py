@@ -9,7 +9,10 @@ import math
 import pytest
 
 import wavetune
-from wavetune import _C, api, tablefile, tuning
+from wavetune import _C
+from wavetune.tuning import tablefile
+from wavetune.families.attention import tuning
+from wavetune.runtime import tables
 
 SMS = 132
 
@@ -63,7 +66,7 @@ def test_fit_keeps_a_config_per_variant_and_split(tmp_path):
 def test_selector_splits_decode_of_one_sequence_and_not_prefill(tmp_path):
     v = variant()
     path, _ = write(tmp_path, v)
-    selector = api.open_table(path, "attention")
+    selector = tables.open_table(path, "attention")
     assert selector.family == "attention"
     one_sequence = selector.select("bf16", "col", 1, 65536, 128, groups=1, heads_q=32, heads_kv=8)
     assert one_sequence["variant"] == v.id and one_sequence["splits"] >= 8
@@ -82,8 +85,8 @@ def test_attention_tables_are_refused_by_other_families_and_bad_problems(tmp_pat
     v = variant()
     path, _ = write(tmp_path, v)
     with pytest.raises(ValueError, match="attention kernel family"):
-        api.open_table(path, "gemm")
-    selector = api.open_table(path, "attention")
+        tables.open_table(path, "gemm")
+    selector = tables.open_table(path, "attention")
     with pytest.raises(ValueError, match="multiple of heads_kv"):
         selector.select("bf16", "col", 1, 4096, 128, heads_q=6, heads_kv=4)
     with pytest.raises(ValueError, match="no compiled config"):
@@ -102,8 +105,8 @@ def test_tune_command_fits_a_log(tmp_path, monkeypatch):
     log = tmp_path / "attention_named.jsonl"
     header = {"gpu": "NVIDIA H100 80GB HBM3", "sm_count": SMS}
     log.write_text("\n".join(json.dumps(x) for x in [header, *cases(v)]) + "\n")
-    monkeypatch.setattr(wavetune.fmha, "attention_configs", lambda: [v])
+    monkeypatch.setattr(wavetune.families.attention.api, "attention_configs", lambda: [v])
     path = tuning.tune_attention([log], tmp_path)
     assert path.name == "nvidia-h100-80gb-hbm3.attention.wtt"
-    assert math.isfinite(api.open_table(path, "attention").select("bf16", "col", 1, 8192, 128, heads_q=32,
+    assert math.isfinite(tables.open_table(path, "attention").select("bf16", "col", 1, 8192, 128, heads_q=32,
                                                                   heads_kv=8)["predicted_us"])

@@ -10,7 +10,8 @@ import random
 import pytest
 
 import wavetune
-from wavetune import _C, api
+from wavetune import _C
+from wavetune.runtime import tables
 
 from test_capture import dense_choices
 from test_gpu import DTYPES, micro_modes, write_device_table
@@ -84,7 +85,7 @@ def test_a_cublas_choice_is_torch_s_linear_bit_for_bit(tmp_path, m, n, k):
             assert torch.equal(torch.ops.wavetune.gemm(x, w.t()), x @ w.t())
     finally:
         _C.use_table(device, None)
-        api._table_checked.discard(device)
+        tables.checked_devices().discard(device)
 
 
 def test_bias_errors():

@@ -11,7 +11,10 @@ from typing import Callable, NamedTuple
 import pytest
 
 import wavetune
-from wavetune import _C, api, torch_ops
+from wavetune import _C
+from wavetune import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
+from wavetune.families.gemm import torch_ops as gemm_ops  # noqa: E402
+from wavetune.runtime import tables
 
 from test_gpu import write_device_table
 
@@ -69,7 +72,7 @@ class Workload(NamedTuple):
 
 def dense_choices() -> dict:
     """One bf16 column-major table config of each kind this build has, by kind."""
-    from wavetune import tuning
+    from wavetune.families.gemm import tuning
 
     kinds = {}
     for v in wavetune.configs():
@@ -126,8 +129,8 @@ def workload(request, tmp_path):
         yield Workload(patched, lambda rows: [torch.randn(rows, HIDDEN, device="cuda", dtype=BF16)], reference)
         device = torch.cuda.current_device()
         _C.use_table(device, None)
-        torch_ops._plans.clear()
-        api._table_checked.discard(device)  # the next call looks for the shipped table again
+        gemm_ops._plans.clear()
+        tables.checked_devices().discard(device)  # the next call looks for the shipped table again
 
 
 def check_output(work: Workload, inputs: list, output: torch.Tensor) -> None:

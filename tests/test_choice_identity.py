@@ -42,7 +42,7 @@ def choice_dump(tmp_path_factory) -> Path:
         pytest.skip("no C++ compiler (c++, g++ or $CXX): cannot build choice_dump")
     root = tmp_path_factory.mktemp("choice_dump")
     spaces = sorted((REPO / "cutlass_configs").glob("*.toml"))
-    subprocess.run([sys.executable, str(REPO / "python" / "wavetune" / "config_space.py"), *map(str, spaces),
+    subprocess.run([sys.executable, str(REPO / "python" / "wavetune" / "codegen" / "config_space.py"), *map(str, spaces),
                     str(root / "gen"), "--kernel-set=full"], check=True, capture_output=True)
     package = Path(wavetune.__file__).parent
     (library,) = (package / "lib").glob("libwavetune_lookup.so.*")

@@ -12,7 +12,7 @@ import pytest
 import wavetune
 from conftest import REPO, cpp_program
 from wavetune import _C
-from wavetune.tablefile import table_slug
+from wavetune.tuning.tablefile import table_slug
 
 TABLES = REPO / "tables"
 FAMILIES = ("attention", "gemm", "grouped_gemm")

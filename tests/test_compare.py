@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 import wavetune
-from wavetune import config_space, tablefile, tuning
-from wavetune.api import KernelConfig
-from wavetune.tuning import Candidate
+from wavetune.codegen import config_space
+from wavetune.tuning import tablefile
+from wavetune.families.gemm import tuning
+from wavetune.families.gemm.api import KernelConfig
+from wavetune.families.gemm.tuning import Candidate
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))  # compare.py imports its sibling methods.py
@@ -386,7 +388,8 @@ def test_vs_cublas_finalists_always_hold_the_library():
 def test_launch_context_takes_the_table_micro_rule_only_where_asked():
     import launch_context
 
-    from wavetune import deploy, tablefile
+    from wavetune.tuning import deploy
+    from wavetune.tuning import tablefile
 
     table = tablefile.read_table(REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt")
     cands = deploy.table_candidates(table, "bf16", "col")

@@ -16,10 +16,10 @@ import pytest
 import wavetune
 from conftest import REPO, cpp_program
 from test_mapping import reference as map_reference
-from wavetune import model as reference_model
-from wavetune import tablefile
+from wavetune.tuning import model as reference_model
+from wavetune.tuning import tablefile
 from wavetune.__main__ import cmake_dir
-from wavetune.tablefile import fnv1a64
+from wavetune.tuning.tablefile import fnv1a64
 
 SM_COUNT = 132
 

@@ -14,7 +14,10 @@ import pytest
 
 import wavetune
 from wavetune import __main__ as cli
-from wavetune import api, deploy, tablefile, tuning
+from wavetune.tuning import deploy
+from wavetune.tuning import tablefile
+from wavetune.families.gemm import tuning
+from wavetune.runtime import tables
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
@@ -270,7 +273,7 @@ def test_deploy_writes_ranges_covering_every_m(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "screen:" in printed and "along M:" in printed and f"wrote {out}" in printed
 
-    selector = api.open_table(out)
+    selector = tables.open_table(out)
     written = tablefile.read_table(out)
     assert "model.json: 3072x1024, 1024x4096" in written["meta"]["deployment"]
     ranges = [e for e in written["exact"] if (e["n"], e["k"]) != (2048, 1024)]

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 import wavetune
-from wavetune import api
+from wavetune.runtime import tables
 
 from conftest import REPO
 
 NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-SHIPPED_TABLE = api.TABLE_DIR / "nvidia-h100-80gb-hbm3.wtt"
+SHIPPED_TABLE = tables.TABLE_DIR / "nvidia-h100-80gb-hbm3.wtt"
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -140,7 +140,7 @@ def test_explain_without_a_gpu_asks_for_a_table_and_explains_one():
     assert "--table PATH" in one_line_error(cli("explain", "16", "14336", "4096"), "explain")
     done = cli("explain", "16", "14336", "4096", "--table", str(SHIPPED_TABLE))
     assert done.returncode == 0 and "choice: " in done.stdout
-    skipped = api.open_table(SHIPPED_TABLE).skipped_configs()
+    skipped = tables.open_table(SHIPPED_TABLE).skipped_configs()
     assert (f"note: {skipped} of the table's" in done.stdout) == bool(skipped)
 
 
@@ -216,7 +216,7 @@ def test_readme_explains_the_gemm_it_shows_and_docs_have_an_index():
 
 
 def test_kernels_md_states_the_ci_set_as_built():
-    from wavetune import config_space
+    from wavetune.codegen import config_space
 
     dense, grouped, attention = (len(config_space.load(REPO / "cutlass_configs" / f"sm90_{family}.toml")
                                      .select("ci", allow_empty=True)) for family in ("gemm", "grouped_gemm", "attention"))

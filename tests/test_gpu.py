@@ -170,7 +170,7 @@ def test_errors_on_the_gpu():
 def write_device_table(path, cands, waves, exact=None, **records) -> None:
     """A table for this GPU and build over ``cands`` with the given wave models, no micro rules, and
     ``records`` (exact, priors) as write_table takes them."""
-    from wavetune import tablefile
+    from wavetune.tuning import tablefile
 
     props = wavetune.device_properties()
     tablefile.write_table(
@@ -184,7 +184,8 @@ def write_device_table(path, cands, waves, exact=None, **records) -> None:
 
 def test_gemm_follows_a_loaded_table(tmp_path):
     """Model choices (every candidate wins somewhere) and an exact range launch correct kernels."""
-    from wavetune import _C, tuning
+    from wavetune import _C
+    from wavetune.families.gemm import tuning
 
     cands = tuning.candidates()
     if not cands:
@@ -252,7 +253,8 @@ def test_graph_survives_a_larger_eager_launch():
 def test_profiler_lead_in_times_the_same_kernel():
     """Lead-in launches are untimed: the timed replays per launch stay within the run-to-run spread of
     those without them, every runnable config gets a positive time, and a bad option is refused."""
-    from wavetune import _C, tuning
+    from wavetune import _C
+    from wavetune.families.gemm import tuning
 
     cands = tuning.candidates()
     if not cands:
@@ -270,7 +272,8 @@ def test_profiler_lead_in_times_the_same_kernel():
 def test_tune_within_a_budget(tmp_path):
     """`python -m wavetune tune --budget` end to end, on the few fp16 row-major-B variants: it stays within
     the budget, and the table it writes loads and chooses one of them."""
-    from wavetune import api, tuning
+    from wavetune.families.gemm import tuning
+    from wavetune.runtime import tables
     from wavetune.__main__ import main
 
     cands = tuning.candidates("fp16", "row")
@@ -284,7 +287,7 @@ def test_tune_within_a_budget(tmp_path):
     records = log.read_text().splitlines()[1:]
     assert 0 < len(records) <= budget
     [table] = tmp_path.glob("*.wtt")
-    selector = api.open_table(table)
+    selector = tables.open_table(table)
     assert selector.meta()["plan_waves"] == ",".join(map(str, tuning.budget_plan(cands, sm_count, budget)[1]))
     choice = selector.select("fp16", "row", 4096, 4096, 4096)
     assert choice["name"] in {c.variant.name for c in cands}
@@ -295,7 +298,9 @@ def test_deployment_tuning_covers_every_m(tmp_path):
     loads on this GPU, an exact range holds every M, and gemm runs its choices correctly."""
     import json
 
-    from wavetune import _C, api, tuning
+    from wavetune import _C
+    from wavetune.families.gemm import tuning
+    from wavetune.runtime import tables
     from wavetune.__main__ import main
 
     cands = tuning.candidates()
@@ -312,7 +317,7 @@ def test_deployment_tuning_covers_every_m(tmp_path):
     log = tmp_path / "log.jsonl"
     assert main(["tune", "--shapes", str(shapes), "--table", str(base), "--max-m", "512", "--log", str(log),
                  "--out", str(out)]) == 0
-    selector = api.open_table(out)
+    selector = tables.open_table(out)
     selector.check_device(props["name"], props["sm_count"])
     assert {selector.select("bf16", "col", m, 1024, 1024)["source"] for m in range(1, 513)} == {"exact"}
     wavetune.load_table(out)

@@ -10,13 +10,13 @@ import random
 import pytest
 
 import wavetune
-from conftest import CONFIG_SPACE
+from conftest import CONFIG_SPACE, family_table
 from wavetune import _C
-from wavetune import config_space as cs
-from wavetune import grouped_mapping as gm
+from wavetune.codegen import config_space as cs
+from wavetune.families.grouped_gemm import mapping as gm
 
 GROUPED_SPACE = CONFIG_SPACE.parent / "sm90_grouped_gemm.toml"
-HEADER = 'schema = 1\narch = "sm90a"\nfamily = "grouped_gemm"\n'
+HEADER = 'schema = 1\narch = "sm90a"\n'
 GROUP = """
 [[group]]
 dtypes = ["bf16"]
@@ -27,9 +27,9 @@ clusters = ["1x1"]
 """
 
 
-def write(tmp_path, body, name="grouped.toml"):
+def write(tmp_path, body, name="grouped.toml", family=family_table("grouped_gemm")):
     path = tmp_path / name
-    path.write_text(body)
+    path.write_text(body + family)
     return path
 
 
@@ -75,7 +75,6 @@ def test_grouped_variant_names_and_fixed_axes(tmp_path):
         (HEADER + GROUP.replace("[[group]]", '[[group]]\nb_layouts = ["row"]'), "has b_layouts = \\['col'\\] only"),
         (HEADER + GROUP.replace("[[group]]", '[[group]]\nschedulers = ["stream_k"]'),
          "has schedulers = \\['persistent'\\] only"),
-        (HEADER.replace("grouped_gemm", "vision") + GROUP, "family 'vision' is not one of"),
         (HEADER + 'heuristic_variants = ["grouped_fp16_*"]\n' + GROUP, "matches no variant"),
         (HEADER + GROUP.replace('"1x1"', '"1x2"').replace('"64x32x128"', '"64x128x128"').replace(
             "swap_ab = true\n", "").replace("pingpong", "cooperative"), "cooperative tiles split M"),

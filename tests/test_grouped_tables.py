@@ -9,7 +9,13 @@ from collections import namedtuple
 import pytest
 
 import wavetune
-from wavetune import _C, api, grouped_mapping, model, tablefile, tuning
+from wavetune import _C
+from wavetune.families.grouped_gemm import mapping as grouped_mapping
+from wavetune.tuning import model
+from wavetune.tuning import tablefile
+from wavetune.families.grouped_gemm import tuning
+from wavetune.tuning import fitting
+from wavetune.runtime import tables
 
 SM_COUNT = 132
 Shape = namedtuple("Shape", "name dtype tile cluster swap_ab")
@@ -70,26 +76,26 @@ def test_benchmark_log_refuses_mixed_gpus_and_empty_logs(tmp_path):
     a.write_text(json.dumps({"gpu": "NVIDIA H100 80GB HBM3", "sm_count": 132}) + "\n" + json.dumps({"rows": 1}) + "\n")
     b.write_text(json.dumps({"gpu": "NVIDIA H200", "sm_count": 132}) + "\n")
     empty.write_text("")
-    header, measured = tuning.benchmark_log([a])
+    header, measured = fitting.benchmark_log([a])
     assert header["sm_count"] == 132 and measured == [{"rows": 1}]
     with pytest.raises(ValueError, match="measured on a NVIDIA H200"):
-        tuning.benchmark_log([a, b])
+        fitting.benchmark_log([a, b])
     with pytest.raises(ValueError, match="empty log"):
-        tuning.benchmark_log([empty])
+        fitting.benchmark_log([empty])
     with pytest.raises(ValueError, match="no measurements"):
-        tuning.benchmark_log([b])
+        fitting.benchmark_log([b])
 
 
 def test_table_file_names_per_family(monkeypatch):
-    assert api.table_file_name("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3.wtt"
-    assert api.table_file_name("NVIDIA H100 80GB HBM3", "grouped_gemm") == "nvidia-h100-80gb-hbm3.grouped_gemm.wtt"
-    assert api.table_file_name("NVIDIA H200", "attention") == "nvidia-h200.attention.wtt"
+    assert tables.table_file_name("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3.wtt"
+    assert tables.table_file_name("NVIDIA H100 80GB HBM3", "grouped_gemm") == "nvidia-h100-80gb-hbm3.grouped_gemm.wtt"
+    assert tables.table_file_name("NVIDIA H200", "attention") == "nvidia-h200.attention.wtt"
     with pytest.raises(ValueError, match="unknown kernel family"):
-        api.table_file_name("NVIDIA H200", "vision")
+        tables.table_file_name("NVIDIA H200", "vision")
     monkeypatch.setenv("WAVETUNE_GROUPED_TABLE", "/somewhere/mine.wtt")
-    assert str(api.default_table_path("NVIDIA H200", "grouped_gemm")) == "/somewhere/mine.wtt"
+    assert str(tables.default_table_path("NVIDIA H200", "grouped_gemm")) == "/somewhere/mine.wtt"
     monkeypatch.delenv("WAVETUNE_TABLE", raising=False)
-    assert api.default_table_path("NVIDIA H200", "gemm") != api.default_table_path("NVIDIA H200", "grouped_gemm")
+    assert tables.default_table_path("NVIDIA H200", "gemm") != tables.default_table_path("NVIDIA H200", "grouped_gemm")
 
 
 # ---- the C++ Selector over a grouped table ---------------------------------------------------------
@@ -118,7 +124,7 @@ def test_selector_maps_groups_as_the_balanced_mapping(tmp_path):
     variants = grouped_variants()
     path = tmp_path / "t.grouped_gemm.wtt"
     table = write_grouped_table(path, variants)
-    selector = api.open_table(path, "grouped_gemm")
+    selector = tables.open_table(path, "grouped_gemm")
     by_id = {v.id: v for v in variants}
     assert selector.family == "grouped_gemm" and selector.config_count() == len(table["configs"]) >= 1
     for rows, experts, n, k in ((1, 128, 1536, 2048), (300, 8, 28672, 4096), (5000, 256, 4096, 7168)):
@@ -153,7 +159,7 @@ def test_grouped_priors_apply_by_rows_per_busy_group(tmp_path):
     tablefile.write_table(path, meta=meta, configs=[{"variant": v.name, "decomposition": "data_parallel", "splits": 1} for v in (v0, v1)],
                           waves={0: {1: [10.0, 0, 0, 0]}, 1: {1: [5.0, 0, 0, 0]}}, micro=None, exact=None,
                           priors=[{"config_id": 0, "max_m": 16, "margin": 1e6}, {"config_id": 1, "max_m": 0, "margin": 1e6}])
-    selector = api.open_table(path, "grouped_gemm")
+    selector = tables.open_table(path, "grouped_gemm")
     for rows, groups, expected in ((100, 8, v0), (128, 8, v0), (129, 8, v1), (100, 1, v1), (16, 1, v0), (5, 256, v0)):
         assert selector.select("bf16", "col", rows, 4096, 4096, groups=groups)["variant"] == expected.id, (rows, groups)
 
@@ -163,30 +169,30 @@ def test_selector_refuses_the_wrong_family_and_groups(tmp_path):
     path = tmp_path / "t.grouped_gemm.wtt"
     write_grouped_table(path, variants)
     with pytest.raises(ValueError, match="grouped_gemm kernel family, but it is loaded for gemm"):
-        api.open_table(path)
-    selector = api.open_table(path, "grouped_gemm")
+        tables.open_table(path)
+    selector = tables.open_table(path, "grouped_gemm")
     with pytest.raises(ValueError, match=r"groups=0 must be in \[1, 536870912\] for a grouped_gemm table"):
         selector.select("bf16", "col", 10, 1536, 2048, groups=0)
     with pytest.raises(ValueError, match="grouped_gemm kernel family, but it is loaded for attention"):
-        api.open_table(path, "attention")
+        tables.open_table(path, "attention")
     with pytest.raises(ValueError, match="unknown kernel family"):
-        api.open_table(path, "vision")
+        tables.open_table(path, "vision")
     exact = [{"dtype": "bf16", "b_layout": "col", "m_first": 1, "m_last": 8, "n": 1536, "k": 2048, "config_id": 0,
               "raster": "heuristic", "max_swizzle": 1, "us": 5.0}]
     write_grouped_table(path, variants, exact=exact)
     with pytest.raises(ValueError, match="the grouped_gemm family.s tables have no exact records"):
-        api.open_table(path, "grouped_gemm")
+        tables.open_table(path, "grouped_gemm")
     write_grouped_table(path, variants, hash_="0123456789abcdef")
     with pytest.raises(ValueError, match="config space"):
-        api.open_table(path, "grouped_gemm")
+        tables.open_table(path, "grouped_gemm")
 
 
 def test_gemm_tables_take_one_group():
-    path = api.TABLE_DIR / "nvidia-h200.wtt"
+    path = tables.TABLE_DIR / "nvidia-h200.wtt"
     if not path.exists():
         pytest.skip("the shipped H200 table is not installed")
     try:
-        selector = api.open_table(path)
+        selector = tables.open_table(path)
     except ValueError as exc:
         pytest.skip(f"the shipped table does not fit this build: {exc}")
     with pytest.raises(ValueError, match="must be 1 for a gemm table"):
@@ -204,7 +210,7 @@ def test_grouped_table_round_trips_and_the_shipped_one_is_well_formed(tmp_path):
     tablefile.write_table(second, **read)
     assert first.read_bytes() == second.read_bytes()
     assert read["meta"]["family"] == "grouped_gemm" and len(read["priors"]) == 2
-    for path in api.TABLE_DIR.glob("*.grouped_gemm.wtt"):
+    for path in tables.TABLE_DIR.glob("*.grouped_gemm.wtt"):
         shipped = tablefile.read_table(path)
         assert shipped["meta"]["family"] == "grouped_gemm" and not shipped["exact"]
         assert shipped["priors"] and all(p["margin"] == tuning.GROUPED_PRIOR_MARGIN for p in shipped["priors"])
@@ -220,9 +226,11 @@ def test_cli_fits_a_grouped_table_from_a_log(tmp_path, capsys):
     log = tmp_path / "grouped_tune.jsonl"
     measured = cases(lambda v, coords, case: 3.0 + coords[3] * coords[1] * 0.01, shapes)
     log.write_text("\n".join(json.dumps(r) for r in [{"gpu": "NVIDIA H200", "sm_count": SM_COUNT}, *measured]) + "\n")
+    # The command of a benchmark's log as it was before the families measured their own cases (no --offline).
     assert main(["tune", "--family", "grouped_gemm", "--log", str(log), "--out", str(tmp_path)]) == 0
+    assert "without measuring, as --offline does" in capsys.readouterr().err
     path = tmp_path / "nvidia-h200.grouped_gemm.wtt"
-    selector = api.open_table(path, "grouped_gemm")
+    selector = tables.open_table(path, "grouped_gemm")
     assert selector.meta()["family"] == "grouped_gemm" and selector.config_count() >= 1
     choice = selector.select("bf16", "col", 64, 4096, 4096, groups=8)
     assert choice["name"] in {v.name for v in variants}

@@ -46,7 +46,7 @@ def test_bad_config_is_reported_before_any_device_work():
 
 
 def test_layout_helpers():
-    from wavetune.api import _b_layout, _row_stride
+    from wavetune.families.gemm.api import _b_layout, _row_stride
 
     w = bf16(32, 64)  # an nn.Linear weight W[N=32, K=64]
     assert _b_layout(w.t(), 64, 32) == (0, 64)  # column-major B

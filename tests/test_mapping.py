@@ -8,7 +8,8 @@ import random
 import pytest
 
 import wavetune
-from wavetune import _C, model
+from wavetune import _C
+from wavetune.tuning import model
 
 DECOMPOSITIONS = {"data_parallel": 1, "split_k": 2, "stream_k": 3}
 

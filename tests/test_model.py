@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_module(name: str):
-    """Load ``python/wavetune/<name>.py`` standalone (not as part of the wavetune package)."""
-    path = REPO / "python" / "wavetune" / f"{name}.py"
+    """Load ``python/wavetune/tuning/<name>.py`` standalone (not as part of the wavetune package)."""
+    path = REPO / "python" / "wavetune" / "tuning" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"wavetune_standalone_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

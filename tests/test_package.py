@@ -10,8 +10,9 @@ import pytest
 
 import wavetune
 from conftest import CONFIG_SPACE
-from wavetune import _C, api
-from wavetune import config_space as cs
+from wavetune import _C
+from wavetune.families.gemm import api
+from wavetune.codegen import config_space as cs
 
 
 def test_imports_without_torch_and_without_a_gpu():

@@ -29,7 +29,7 @@ def test_splits_share_no_layer_and_are_fixed():
 
 
 def test_generic_suite_is_fixed_and_not_the_calibration_shapes():
-    from wavetune import tuning
+    from wavetune.families.gemm import tuning
 
     rows = shape_suite.shapes("generic", 50)
     assert rows == shape_suite.shapes("generic", 50) and len(rows) == 50

@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 
 import wavetune
-from wavetune import _C, api, model, tablefile, tuning
+from wavetune import _C
+from wavetune.tuning import model
+from wavetune.tuning import tablefile
+from wavetune.families.gemm import tuning
+from wavetune.runtime import tables
 
 pytestmark = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf16 column-major variant")
 
@@ -50,7 +54,7 @@ def fastest_choosable(rows: list[dict]) -> dict:
 def test_python_written_table_is_evaluated_by_the_cpp_engine_like_the_reference(tmp_path):
     path = tmp_path / "t.wtt"
     cands, waves = make_table(path)
-    selector = api.open_table(path)
+    selector = tables.open_table(path)
     assert selector.config_count() == len(cands) and selector.exact_count() == 1 and selector.sm_count() == SMS
     assert selector.meta()["gpu_name"] == GPU
     for m, n, k in [(1, 4096, 4096), (16, 14336, 4096), (300, 6144, 4096), (4096, 28672, 8192), (16384, 8192, 29568)]:
@@ -70,7 +74,7 @@ def test_python_written_table_is_evaluated_by_the_cpp_engine_like_the_reference(
 def test_exact_range_and_micro_rule(tmp_path):
     path = tmp_path / "t.wtt"
     cands, _ = make_table(path)
-    selector = api.open_table(path)
+    selector = tables.open_table(path)
     for m in (60, 64, 70):
         choice = selector.select("bf16", "col", m, 4096, 4096)
         assert choice["source"] == "exact" and choice["config"] == len(cands) - 1
@@ -94,7 +98,7 @@ def test_exact_ranges_with_gaps_hold_exactly_their_m(tmp_path):
             m = last + 1 + rng.choice((0, 0, 0, 1, 50))
     path = tmp_path / "t.wtt"
     cands, _ = make_table(path, exact=ranges)
-    selector = api.open_table(path)
+    selector = tables.open_table(path)
     assert selector.exact_count() == len(ranges)
     held = {(m, n, k) for first, last, n, k in ranges for m in range(first, last + 1)}
     for n, k in layers + [(4096, 1024)]:
@@ -108,7 +112,7 @@ def test_model_only_choice_skips_the_exact_table(tmp_path):
     reports it as wavetune's model alone)."""
     path = tmp_path / "t.wtt"
     make_table(path)
-    selector = api.open_table(path)
+    selector = tables.open_table(path)
     for m in (64, 1, 4096):  # 64x4096x4096 has an exact entry
         choice = selector.select("bf16", "col", m, 4096, 4096, exact=False)
         best = min(selector.explain("bf16", "col", m, 4096, 4096), key=lambda r: (r["predicted_us"], r["config"]))
@@ -120,7 +124,7 @@ def test_model_only_choice_skips_the_exact_table(tmp_path):
 def test_refusals(tmp_path):
     path = tmp_path / "t.wtt"
     make_table(path)
-    selector = api.open_table(path)
+    selector = tables.open_table(path)
     selector.check_device(GPU, SMS)
     with pytest.raises(ValueError, match="NVIDIA H100"):
         selector.check_device("NVIDIA H100 80GB HBM3", SMS)
@@ -131,16 +135,16 @@ def test_refusals(tmp_path):
     data[len(data) // 2] ^= 0x01
     (tmp_path / "corrupt.wtt").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="checksum"):
-        api.open_table(tmp_path / "corrupt.wtt")
+        tables.open_table(tmp_path / "corrupt.wtt")
     (tmp_path / "cut.wtt").write_bytes(path.read_bytes()[: len(data) // 3])
     with pytest.raises(ValueError, match="checksum|truncated"):
-        api.open_table(tmp_path / "cut.wtt")
+        tables.open_table(tmp_path / "cut.wtt")
     with pytest.raises(ValueError, match="cannot|No such|not found|open"):
-        api.open_table(tmp_path / "missing.wtt")
+        tables.open_table(tmp_path / "missing.wtt")
 
     make_table(tmp_path / "other.wtt", hash_="0123456789abcdef")
     with pytest.raises(ValueError, match="0123456789abcdef"):
-        api.open_table(tmp_path / "other.wtt")
+        tables.open_table(tmp_path / "other.wtt")
 
 
 def test_priors_are_the_fallback_buckets_and_hold_within_their_margin(tmp_path):
@@ -159,7 +163,7 @@ def test_priors_are_the_fallback_buckets_and_hold_within_their_margin(tmp_path):
     path = tmp_path / "t.wtt"
     make_table(path)
     shapes = [(m, n, 4096) for m in (1, 16, 300, 4096) for n in (4096, 28672)]
-    rows = {shape: api.open_table(path).explain("bf16", "col", *shape) for shape in shapes}
+    rows = {shape: tables.open_table(path).explain("bf16", "col", *shape) for shape in shapes}
     ratios = {i: [r[i]["predicted_us"] / min(x["predicted_us"] for x in r) for r in rows.values()]
               for i in range(len(cands))}
     prior = max(ratios, key=lambda i: max(ratios[i]) - min(ratios[i]))
@@ -167,7 +171,7 @@ def test_priors_are_the_fallback_buckets_and_hold_within_their_margin(tmp_path):
     if not margin > 0:
         pytest.skip("the synthetic predictions do not separate the candidates")
     make_table(path, priors=[{"config_id": prior, "max_m": 0, "margin": margin}])
-    selector = api.open_table(path)
+    selector = tables.open_table(path)
     kept = 0
     for shape in shapes:
         best = fastest_choosable(rows[shape])
@@ -214,7 +218,7 @@ def test_memory_floor_from_the_anchors_and_in_explain(tmp_path):
     make_table(path, memory=bandwidth, extra_configs=["bf16_bcol_not_in_this_build"])
     floor = model.memory_floor_us(16, 4096, 4096, bandwidth)
     assert floor == pytest.approx(20.0)
-    rows = api.open_table(path).explain("bf16", "col", 16, 4096, 4096)
+    rows = tables.open_table(path).explain("bf16", "col", 16, 4096, 4096)
     assert rows and min(r["predicted_us"] for r in rows) >= floor
     done = run_cli("explain", "16", "4096", "4096", "--table", str(path))
     assert done.returncode == 0, done.stderr
@@ -237,7 +241,7 @@ def test_traffic_floor_from_the_anchors_bounds_each_config(tmp_path):
     path = tmp_path / "t.wtt"
     make_table(path)
     tablefile.write_table(path, **{**tablefile.read_table(path), "traffic_bytes_per_us": rate})
-    selector = api.open_table(path)
+    selector = tables.open_table(path)
     assert selector.traffic_bytes_per_us() == rate
     for m, n, k in [(1, 4096, 4096), (15000, 1536, 768), (4096, 4096, 4096)]:
         for r in selector.explain("bf16", "col", m, n, k):
@@ -256,10 +260,10 @@ def test_calibration_scales_each_config_as_the_reference_says(tmp_path):
     path = tmp_path / "t.wtt"
     make_table(path, exact=())
     shapes = [(m, 4096, 2048) for m in (3, 700, 5000)]
-    plain = {(r["config"], s): r["predicted_us"] for s in shapes for r in api.open_table(path).explain("bf16", "col", *s)}
+    plain = {(r["config"], s): r["predicted_us"] for s in shapes for r in tables.open_table(path).explain("bf16", "col", *s)}
     calibration = {0: [0.2, 0.1, -0.05, 0.03], 1: [-5.0, 0.0, 0.0, 0.0]}  # config 1 becomes the cheapest
     tablefile.write_table(path, **{**tablefile.read_table(path), "calibration": calibration})
-    selector = api.open_table(path)
+    selector = tables.open_table(path)
     for s in shapes:
         for r in selector.explain("bf16", "col", *s):
             factor = model.calibration_factor(calibration[r["config"]], *s) if r["config"] in calibration else 1.0
@@ -279,7 +283,7 @@ def test_calibrated_choice_is_the_argmin_of_the_calibrated_predictions(tmp_path)
     calibration = {i: [rng.uniform(-0.4, 0.4), rng.uniform(-0.05, 0.05), rng.uniform(-0.05, 0.05),
                        rng.uniform(-0.05, 0.05)] for i in range(len(cands))}
     tablefile.write_table(path, **{**tablefile.read_table(path), "calibration": calibration})
-    selector = api.open_table(path)
+    selector = tables.open_table(path)
     for _ in range(300):
         s = (rng.randint(1, 20000), 8 * rng.randint(1, 4000), 8 * rng.randint(1, 4000))
         best = fastest_choosable(selector.explain("bf16", "col", *s))

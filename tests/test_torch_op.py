@@ -10,11 +10,15 @@ import sys
 import pytest
 
 import wavetune
-from wavetune import _C, api, tuning
+from wavetune import _C
+from wavetune.families.gemm import api
+from wavetune.families.gemm import tuning
+from wavetune.runtime import tables
 
 torch = pytest.importorskip("torch")
 wnn = pytest.importorskip("wavetune.nn")  # registers torch.ops.wavetune
-from wavetune import torch_ops  # noqa: E402  (after the skip: needs torch)
+from wavetune import torch_ops  # noqa: E402,F401  (after the skip: needs torch; registers the operators)
+from wavetune.families.gemm import torch_ops as gemm_ops  # noqa: E402
 
 BF16 = torch.bfloat16
 
@@ -143,9 +147,9 @@ class TestCPU:
 
         prepared = Prepared()
         prepared.workspace_bytes = workspace_bytes
-        monkeypatch.setattr(api, "stream_getter", lambda torch: lambda device: 7)
+        monkeypatch.setattr(gemm_ops, "stream_getter", lambda torch: lambda device: 7)
         x, w, bias = torch.empty(2, 5, 64, dtype=BF16), torch.empty(48, 64, dtype=BF16), torch.empty(48, dtype=BF16)
-        launch = torch_ops._native_launch(prepared, torch.Size((2, 5, 48)))
+        launch = gemm_ops._native_launch(prepared, torch.Size((2, 5, 48)))
         result = launch(x, w.data_ptr(), bias)
         assert (result.shape, result.dtype) == ((2, 5, 48), BF16)
         (a, b, bias_ptr, d, workspace, stream), = launches
@@ -327,25 +331,25 @@ class TestGPU:
         """Under the built-in heuristic (a CUTLASS choice: a cuBLAS choice runs torch's own operator)."""
         x, w, b = tensor(2, 40, 264, device="cuda"), tensor(520, 264, device="cuda"), tensor(520, device="cuda")
         device = torch.cuda.current_device()
-        api.ensure_table(device)
+        tables.ensure_table(device)
         _C.use_table(device, None)
-        torch_ops._plans.clear()
+        gemm_ops._plans.clear()
         try:
             self.check_repeated_calls(x, w, b)
         finally:
-            api._table_checked.discard(device)
-            torch_ops._plans.clear()
+            tables.checked_devices().discard(device)
+            gemm_ops._plans.clear()
 
     @staticmethod
     def check_repeated_calls(x, w, b):
         with torch.inference_mode():
             first = torch.ops.wavetune.linear(x, w, b)
-            assert len(torch_ops._plans) == 1
+            assert len(gemm_ops._plans) == 1
             again = torch.ops.wavetune.linear(x.clone(), w, b)
-            assert len(torch_ops._plans) == 1 and torch.equal(again, first)
+            assert len(gemm_ops._plans) == 1 and torch.equal(again, first)
             strided = torch.empty(2, 40, 272, device="cuda", dtype=BF16)[..., :264].copy_(x)  # rows 272 apart
             assert relative_error(torch.ops.wavetune.linear(strided, w, b), first) < TOLERANCE
-            assert len(torch_ops._plans) == 2
+            assert len(gemm_ops._plans) == 2
             # x's shape and strides, data 2 bytes off: the cached launch reaches the native alignment check
             misaligned = torch.empty(x.numel() + 1, device="cuda", dtype=BF16)[1:].view_as(x)
             with pytest.raises(ValueError, match="16-byte aligned"):
@@ -353,19 +357,19 @@ class TestGPU:
 
     def test_patch_on_the_gpu_loads_the_table(self):
         device = torch.cuda.current_device()
-        api._table_checked.discard(device)
+        tables.checked_devices().discard(device)
         wavetune.patch(torch.nn.Sequential(torch.nn.Linear(64, 64, device="cuda", dtype=BF16)))
-        assert device in api._table_checked
+        assert device in tables.checked_devices()
 
     def test_first_call_under_capture_is_refused(self):
         x, w = tensor(8, 64, device="cuda"), tensor(64, 64, device="cuda")
         device = torch.cuda.current_device()
-        api._table_checked.discard(device)
-        torch_ops._plans.clear()
+        tables.checked_devices().discard(device)
+        gemm_ops._plans.clear()
         try:
             graph = torch.cuda.CUDAGraph()
             with pytest.raises(RuntimeError, match="under CUDA-graph capture"), torch.cuda.graph(graph):
                 torch.ops.wavetune.linear(x, w)
         finally:
             torch.ops.wavetune.linear(x, w)  # an eager call loads the table again
-        assert device in api._table_checked
+        assert device in tables.checked_devices()

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from wavetune import __main__ as cli
-from wavetune import _C, api, model, tuning
+from wavetune import _C
+from wavetune.families.gemm import api
+from wavetune.tuning import model
+from wavetune.families.gemm import tuning
 
 SMS = 132
 needs_bf16_col = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf16 column-major variant")
@@ -81,8 +84,10 @@ def test_cli_tune_passes_its_options(monkeypatch, tmp_path):
     monkeypatch.setattr(tuning, "tune", lambda *args, **kwargs: seen.update(args=args, kwargs=kwargs))
     assert cli.main(["tune", "--budget", "700", "--no-micro", "--offline", "--out", str(tmp_path),
                      "--log", str(tmp_path / "l")]) == 0
+    measure = seen["kwargs"].pop("measure")
     assert seen["kwargs"] == {"micro": False, "budget": 700, "offline": True}
     assert seen["args"][:2] == (tmp_path, tmp_path / "l")
+    assert measure.family == "gemm" and not measure.sharded
 
 
 def test_prune_variants_drops_the_redundant_and_keeps_the_required():
@@ -102,7 +107,7 @@ def test_an_offline_log_takes_its_own_device_and_measures_nothing(tmp_path):
     header = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800,
               "config_space_hash": _C.build_info()["config_space_hash"]}
     path.write_text(json.dumps(header) + "\n")
-    log = tuning.MeasurementLog(path, offline=True)
+    log = tuning.GemmLog(path, offline=True)
     assert log.device == {"name": header["gpu_name"], "sm_count": 132, "l2_bytes": 52428800}
     with pytest.raises(ValueError, match="refit offline"):
         log.measure(("bf16", "col", 1, 8, 8), [(SimpleNamespace(key="v/data_parallel/1"), "heuristic", 1)])
@@ -110,14 +115,14 @@ def test_an_offline_log_takes_its_own_device_and_measures_nothing(tmp_path):
     record = {"problem": ["bf16", "col", 1, 8, 8], "config": "v/data_parallel/1", "raster": "heuristic",
               "max_swizzle": 1, "us": None}
     path.write_text(json.dumps(header) + "\n" + json.dumps(record) + "\n")
-    log = tuning.MeasurementLog(path, offline=True)
+    log = tuning.GemmLog(path, offline=True)
     log.measure(("bf16", "col", 1, 8, 8), [(SimpleNamespace(key="v/data_parallel/1"), "heuristic", 1)])
     assert log.get(("bf16", "col", 1, 8, 8), SimpleNamespace(key="v/data_parallel/1")) is None
     path.write_text(json.dumps({**header, "config_space_hash": "0" * 16}) + "\n")
     with pytest.raises(ValueError, match="recorded on"):
-        tuning.MeasurementLog(path, offline=True)
+        tuning.GemmLog(path, offline=True)
     with pytest.raises(ValueError, match="no such measurement log"):
-        tuning.MeasurementLog(tmp_path / "missing.jsonl", offline=True)
+        tuning.GemmLog(tmp_path / "missing.jsonl", offline=True)
 
 
 @pytest.mark.parametrize("library_only", [[], [SimpleNamespace(variant=SimpleNamespace(from_library=True))]])

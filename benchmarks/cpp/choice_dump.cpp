@@ -2,7 +2,7 @@
 // were compiled: what a change of the lookup library must leave bit for bit as it was. Uses only the lookup
 // library's Selector (lookup.h), so it builds against any version of it and needs no GPU or kernels:
 //
-//   python python/wavetune/config_space.py cutlass_configs/sm90_gemm.toml <other spaces> gen --kernel-set=full
+//   python python/wavetune/codegen/config_space.py cutlass_configs/sm90_gemm.toml <other spaces> gen --kernel-set=full
 //   g++ -O2 -std=c++17 -Icsrc/include -Igen benchmarks/cpp/choice_dump.cpp <libwavetune_lookup.so.N> -o dump
 //   ./dump gemm tables/nvidia-h100-80gb-hbm3.wtt 200000 > before.txt     # and again after the change; diff
 //

@@ -456,7 +456,7 @@ std::string table_slug(const std::string& gpu_name) {
     }
   }
   // NOTES: leading and trailing runs become '-' too ("NVIDIA H100 (PCIe)" -> "nvidia-h100-pcie-"): the rule
-  // taken literally, as python/wavetune/tablefile.py does, so both sides name the same file.
+  // taken literally, as python/wavetune/tuning/tablefile.py does, so both sides name the same file.
   return slug;
 }
 

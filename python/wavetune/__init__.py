@@ -12,9 +12,13 @@ Importing needs neither torch nor a GPU: ``patch`` and ``unpatch`` import torch 
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .api import KernelConfig, LaunchConfig, build_info, configs, device_properties, gemm, load_table
-from .fmha import attention, attention_configs  # attention forward (docs/attention.md)
-from .grouped import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
+from .runtime.configs import KernelConfig, LaunchConfig
+from .runtime.device import build_info, device_properties
+from .runtime.tables import load_table
+# The kernel families' entry points (wavetune.families: one subpackage each).
+from .families.gemm.api import configs, gemm
+from .families.grouped_gemm.api import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
+from .families.attention.api import attention, attention_configs  # attention forward (docs/attention.md)
 
 try:
     __version__ = version("wavetune")

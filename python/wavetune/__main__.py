@@ -1,5 +1,7 @@
 """Command line: ``python -m wavetune {info,tune,explain}`` and ``python -m wavetune --cmake-dir``.
 
+The kernel families (``--family``) are those of the registry (``wavetune.families``).
+
 Errors a user can fix end the command with one line on stderr and exit status 2; ``WAVETUNE_DEBUG=1``
 shows the traceback instead.
 """
@@ -7,56 +9,59 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
-from . import api, deploy, model
-from .fmha import attention_configs
-from .grouped import grouped_configs
+from . import families
+from .families.gemm.api import configs
+from .runtime import tables
+from .runtime.device import build_info, device_properties, no_gpu_reason, package_version
+from .tuning import deploy, model
 
 
 def cmake_dir() -> Path:
     """The directory to put on CMAKE_PREFIX_PATH for ``find_package(wavetune)``."""
-    return Path(api.__file__).parent / "share" / "cmake" / "wavetune"
+    return Path(__file__).parent / "share" / "cmake" / "wavetune"
 
 
 def shipped_tables() -> str:
-    return ", ".join(sorted(p.name for p in api.TABLE_DIR.glob("*.wtt"))) or "none"
+    return ", ".join(sorted(p.name for p in tables.TABLE_DIR.glob("*.wtt"))) or "none"
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    build = api.build_info()
+    build = build_info()
     cuda, cutlass = build["cuda_version"], build["cutlass_version"]
-    print(f"wavetune {api.package_version()}, kernel set {build['kernel_set']!r}, config space {build['config_space_hash']}, "
+    print(f"wavetune {package_version()}, kernel set {build['kernel_set']!r}, config space {build['config_space_hash']}, "
           f"CUDA {cuda // 1000}.{cuda % 1000 // 10}, CUTLASS {cutlass // 100}.{cutlass // 10 % 10}.{cutlass % 10}")
-    families = {"gemm": api.configs(), "grouped_gemm": grouped_configs(), "attention": attention_configs()}
-    for family, variants in families.items():
-        print(f"{family}: {len(variants)} variants compiled" + (":" if variants else ""))
+    for family in families.all():
+        variants = family.list_configs()
+        print(f"{family.name}: {len(variants)} variants compiled" + (":" if variants else ""))
         for v in variants:
             print(f"  {v.name}")
-    print(f"shipped tables ({api.TABLE_DIR}): {shipped_tables()}")
-    if (reason := api.no_gpu_reason()) is not None:
+    print(f"shipped tables ({tables.TABLE_DIR}): {shipped_tables()}")
+    if (reason := no_gpu_reason()) is not None:
         print(f"GPU: none ({reason}); tables can be read and explained without one: "
               "python -m wavetune explain M N K --table PATH")
         return 0
-    device = api.device_properties()
+    device = device_properties()
     print(f"GPU: {device['name']}, {device['sm_count']} SMs, L2 {device['l2_bytes'] >> 20} MiB, "
           f"sm_{''.join(map(str, device['compute_capability']))}")
-    for family in api.TABLE_ENV:
+    for family in families.names():
         print_table(device["name"], family)
     return 0
 
 
 def print_table(gpu_name: str, family: str) -> None:
     """Which table of a family the device uses, loading it as a first call would."""
-    table = api.default_table_path(gpu_name, family)
+    table = tables.default_table_path(gpu_name, family)
     if table is None:
-        print(f"{family} table: none for this GPU (looked for {api.table_file_name(gpu_name, family)} in "
-              f"{api.TABLE_DIR} and ${api.TABLE_ENV[family]}); {family} uses the built-in heuristic")
+        print(f"{family} table: none for this GPU (looked for {tables.table_file_name(gpu_name, family)} in "
+              f"{tables.TABLE_DIR} and ${tables.table_env(family)}); {family} uses the built-in heuristic")
         return
     try:
-        info = api.load_table(table, family=family)
+        info = tables.load_table(table, family=family)
     except ValueError as exc:
         print(f"{family} table: {table} does not fit this build; {family} uses the built-in heuristic ({exc})")
         return
@@ -64,26 +69,46 @@ def print_table(gpu_name: str, family: str) -> None:
           f"{info['skipped_configs']} configs skipped as not compiled)")
 
 
-def cmd_tune(args: argparse.Namespace) -> int:
-    from . import tuning
+def default_log(args: argparse.Namespace) -> Path:
+    """--log, else ``<family>-measurements.jsonl`` in the --out directory (the current one for --shapes)."""
+    if args.log:
+        return Path(args.log)
+    out = Path(args.out or ("." if args.shapes else "tables"))
+    return (out.parent if out.suffix == ".wtt" else out) / f"{args.family}-measurements.jsonl"
 
-    if args.family == tuning.GROUPED_FAMILY:
-        tuning.tune_grouped([Path(p) for p in args.log.split(",")], Path(args.out or "tables"))
-        return 0
-    if args.family == tuning.ATTENTION_FAMILY:
-        tuning.tune_attention([Path(p) for p in args.log.split(",")], Path(args.out or "tables"))
-        return 0
+
+def is_benchmark_log(path: str) -> bool:
+    """Whether ``path`` is a log of benchmarks/grouped.py or benchmarks/attention.py (its header names the GPU
+    as ``gpu``; tuning's own logs say ``gpu_name``)."""
+    try:
+        with open(path) as f:
+            header = json.loads(f.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(header, dict) and "gpu" in header and "gpu_name" not in header
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .tuning import runner
+
+    if args.family != "gemm" and not args.offline and args.log and all(map(is_benchmark_log, args.log.split(","))):
+        # NOTES: before the families measured their own cases, `tune --family F --log LOGS` fitted a table to
+        # benchmarks/grouped.py or benchmarks/attention.py logs; such logs are still fitted, as --offline does.
+        print(f"wavetune tune: fitting {args.log} (benchmark logs) without measuring, as --offline does",
+              file=sys.stderr)
+        args.offline = True
+    args.log = str(default_log(args))
     if args.shapes:
         deploy.run(Path(args.shapes), args.out and Path(args.out), Path(args.log), args.table and Path(args.table),
                    args.dtype, args.b_layout, args.tp, args.models, args.max_m, args.top)
         return 0
-
-    exact = tuning.suite_shapes(args.exact, args.models) if args.exact else []
-    if not args.offline and (reason := api.no_gpu_reason()) is not None:
+    devices = None if args.offline else runner.parse_devices(args.devices)
+    runner.pin_device(devices)  # before no_gpu_reason starts CUDA
+    if not args.offline and (reason := no_gpu_reason()) is not None:
         raise RuntimeError(f"{reason}: tune measures kernels on the GPU it tunes for; without one, "
                            "--offline --log FILE refits a table from the measurement log of an earlier tuning")
-    tuning.tune(Path(args.out or "tables"), Path(args.log), args.dtype, args.b_layout, exact,
-                micro=not args.no_micro, budget=args.budget, offline=args.offline)
+    measure = runner.measurer_for(args.family, devices, args.time_budget)
+    families.get(args.family).module("tuning").run(args, measure)
     return 0
 
 
@@ -91,11 +116,11 @@ def explain_table(args: argparse.Namespace) -> Path:
     """--table, or the table of this GPU where there is one."""
     if args.table:
         return Path(args.table)
-    if (reason := api.no_gpu_reason()) is not None:
-        raise ValueError(f"{reason}: pass the table to explain with --table PATH (shipped in {api.TABLE_DIR}: "
+    if (reason := no_gpu_reason()) is not None:
+        raise ValueError(f"{reason}: pass the table to explain with --table PATH (shipped in {tables.TABLE_DIR}: "
                          f"{shipped_tables()})")
-    name = api.device_properties()["name"]
-    table = api.default_table_path(name, args.family)
+    name = device_properties()["name"]
+    table = tables.default_table_path(name, args.family)
     if table is None:
         raise ValueError(f"no {args.family} table for {name}: pass --table PATH")
     return table
@@ -105,20 +130,20 @@ def left_out_note(selector, table: Path) -> str | None:
     """What explain leaves out of a table on this build, and that its choice is then not a full install's."""
     if not (skipped := selector.skipped_configs()):
         return None
-    from .tablefile import read_table
+    from .tuning.tablefile import read_table
 
     cublas = sum(1 for c in read_table(table)["configs"] if c["variant"].startswith("cublas_"))
-    compiled = {c.name for c in api.configs()}
+    compiled = {c.name for c in configs()}
     library = "" if not cublas or any(name.startswith("cublas_") for name in compiled) else (
         f", {cublas} of them cuBLAS's (libcublas cannot be loaded here)")
     return (f"note: {skipped} of the table's {selector.config_count()} configs are not in this build "
-            f"(kernel set {api.build_info()['kernel_set']!r}{library}) and are left out: the choice below is among "
+            f"(kernel set {build_info()['kernel_set']!r}{library}) and are left out: the choice below is among "
             f"the {selector.config_count() - skipped} that are, not necessarily what a full install on the GPU chooses")
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     table = explain_table(args)
-    selector = api.open_table(table, args.family)
+    selector = tables.open_table(table, args.family)
     problem = (args.dtype, args.b_layout, args.M, args.N, args.K)
     heads_q, heads_kv = (int(h) for h in args.heads.split(","))
     attention = dict(heads_q=heads_q, heads_kv=heads_kv, causal=args.causal)
@@ -153,6 +178,35 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_tune_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The option combinations ``tune`` refuses, each with what to do instead (exit status 2)."""
+    if args.family != "gemm" and (args.shapes or args.exact or args.budget or args.no_micro):
+        parser.error(f"--family {args.family} measures its cases (--cases, --time-budget); --shapes, --exact, "
+                     "--budget and --no-micro are options of the gemm family")
+    if args.family == "gemm" and (args.cases is not None or args.time_budget is not None):
+        parser.error("--cases and --time-budget are options of the grouped_gemm and attention families; gemm's "
+                     "measurements are capped by --budget N")
+    if args.shapes and (args.exact or args.budget or args.no_micro or args.offline):
+        parser.error("--shapes adds a model's layers to an existing table; --exact, --budget, --no-micro and "
+                     "--offline are options of the table's own tuning")
+    if args.devices is not None and (args.offline or args.shapes):
+        parser.error("--devices spreads measurements over GPUs; --offline measures nothing and --shapes runs on "
+                     "the current GPU")
+    if args.cases is not None and args.cases < 1:
+        parser.error(f"--cases {args.cases}: at least 1")
+    if args.time_budget is not None and args.time_budget <= 0:
+        parser.error(f"--time-budget {args.time_budget}: a positive number of seconds")
+    if args.offline and args.family == "gemm" and args.log and "," in args.log:
+        parser.error("--offline refits gemm's table from one log (--log FILE)")
+    if args.devices is not None:
+        try:
+            from .tuning.runner import parse_devices
+
+            parse_devices(args.devices)
+        except ValueError as exc:
+            parser.error(str(exc))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m wavetune",
@@ -162,16 +216,27 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("info", help="GPU, compiled variants, table in use")
 
-    tune = sub.add_parser("tune", help="profile this GPU, fit the model, write a table; with --shapes, add a "
-                                       "model's layers to a table as exact ranges along M")
-    tune.add_argument("--out", help="directory for <gpu>.wtt (default: tables; with --shapes: the current "
+    tune = sub.add_parser("tune", help="profile this GPU, fit the model, write a kernel family's table; with "
+                                       "--shapes, add a model's layers to a table as exact ranges along M")
+    tune.add_argument("--family", default="gemm", choices=families.names(),
+                      help="the kernel family to tune (default: %(default)s): its table is <gpu>.wtt for gemm, "
+                           "<gpu>.<family>.wtt for the others")
+    tune.add_argument("--out", help="directory for the table (default: tables; with --shapes: the current "
                                     "directory), or with --shapes a .wtt file")
-    tune.add_argument("--log", default="wavetune-measurements.jsonl",
-                      help="measurement log; an existing log of the same GPU and build is resumed")
-    tune.add_argument("--family", default="gemm", choices=list(api.TABLE_ENV),
-                      help="grouped_gemm / attention: fit <gpu>.<family>.wtt to --log, a comma-separated list of "
-                           "benchmarks/grouped.py (--suite tune) / benchmarks/attention.py (--suite named) logs "
-                           "measured on this GPU with this build")
+    tune.add_argument("--log", help="measurement log (default: <family>-measurements.jsonl in the --out directory); "
+                                    "an existing log of the same GPU, family and build is resumed. With --offline "
+                                    "and another family than gemm: a comma-separated list of logs, this command's "
+                                    "or benchmarks/grouped.py's (--suite tune) / benchmarks/attention.py's "
+                                    "(--suite named), of one GPU model")
+    tune.add_argument("--devices", metavar="I,J,...",
+                      help="CUDA devices to measure on (default: the current one): several spread the measurements "
+                           "over GPUs of one host and one model, a worker process each, then one table is fitted")
+    tune.add_argument("--cases", type=int, metavar="N",
+                      help="grouped_gemm / attention: measure the first N cases of the family's plan (grouped_gemm: "
+                           "600 cases of the tune split; attention: the named suite's)")
+    tune.add_argument("--time-budget", type=float, metavar="SECONDS",
+                      help="grouped_gemm / attention: start no case after SECONDS and fit what is measured (a rerun "
+                           "resumes the rest)")
     tune.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     tune.add_argument("--b-layout", default="col", choices=["col", "row"])
     tune.add_argument("--exact", help="shape-suite JSON whose shapes are profiled exhaustively into the exact table")
@@ -204,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     explain.add_argument("--b-layout", default="col", choices=["col", "row"])
     explain.add_argument("--top", type=int, default=15, help="configs to list")
-    explain.add_argument("--family", default="gemm", choices=list(api.TABLE_ENV),
+    explain.add_argument("--family", default="gemm", choices=families.names(),
                          help="grouped_gemm: a grouped problem, M rows over --groups experts")
     explain.add_argument("--groups", type=int, default=1, help="with --family grouped_gemm: the expert count; "
                          "with --family attention: the batch (M, N, K are then seqlen_q, seqlen_k, head_dim)")
@@ -212,12 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--causal", action="store_true", help="with --family attention: the causal mask")
 
     args = parser.parse_args(argv)
-    if args.command == "tune" and args.family != "gemm" and (args.shapes or args.exact or args.budget):
-        parser.error(f"--family {args.family} fits a table to --log; --shapes, --exact and --budget are "
-                     "options of the gemm family")
-    if args.command == "tune" and args.shapes and (args.exact or args.budget or args.no_micro or args.offline):
-        parser.error("--shapes adds a model's layers to an existing table; --exact, --budget, --no-micro and "
-                     "--offline are options of the table's own tuning")
+    if args.command == "tune":
+        check_tune_args(parser, args)
     if args.cmake_dir:
         print(cmake_dir())
         return 0

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from . import torch_ops
+from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
+from .families.gemm import torch_ops as gemm_ops
 
 DTYPES = (torch.bfloat16, torch.float16)
 # The token counts M of the public shape suite (shared/benchmarks/llm_shapes.json): decode to prefill.
@@ -74,7 +75,7 @@ class Linear(torch.nn.Linear):
         if reason is not None:
             raise ValueError(f"wavetune cannot run this nn.Linear: {reason}")
         if linear.weight.is_cuda:  # load the tuned table now: a first call under CUDA-graph capture cannot
-            torch_ops.ensure_table(linear.weight.get_device())
+            gemm_ops.ensure_table(linear.weight.get_device())
         return _rebuilt(cls, linear)
 
     def to_linear(self) -> torch.nn.Linear:
@@ -93,7 +94,7 @@ class Linear(torch.nn.Linear):
         # (torch.compile, export, fake and other tensor subclasses) and other devices (meta: the fake
         # implementation; CPU: the refusal) get the operator.
         if not torch.compiler.is_compiling() and type(x) is torch.Tensor and x.is_cuda:
-            return torch_ops.linear(x, self.weight, self.bias)
+            return gemm_ops.linear(x, self.weight, self.bias)
         return _LINEAR_OP(x, self.weight, self.bias)
 
 

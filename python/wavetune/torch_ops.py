@@ -1,163 +1,36 @@
-"""wavetune's GEMM as PyTorch operators: ``torch.ops.wavetune.gemm(a, b)`` and
-``torch.ops.wavetune.linear(x, weight, bias=None)``.
+"""wavetune's kernels as PyTorch operators, ``torch.ops.wavetune.*``: importing this module imports torch
+and registers the operators of every kernel family (``wavetune.families``: each family's ``torch_ops``
+module), with fake (meta) implementations, so ``torch.compile(fullgraph=True)`` traces them without a
+graph break and CUDA graphs capture them. They are inference-only: there is no backward.
 
-Importing this module imports torch and registers both operators, with fake (meta) implementations, so
-``torch.compile(fullgraph=True)`` traces them without a graph break and CUDA graphs capture them.
-They are inference-only: there is no backward.
+    gemm(a, b), linear(x, weight, bias=None)          the dense GEMM (families/gemm/torch_ops.py)
+    grouped_gemm(x, w, offsets)                       mixture-of-experts layers (docs/grouped.md)
+    attention(q, k, v, causal=False, scale=None)      attention forward (docs/attention.md)
 
-A device's tuned table is looked for once, by ``ensure_table`` (``wavetune.patch`` calls it for a model
-already on the GPU) or by the first call there. A first call under CUDA-graph capture raises (capture
-must not read files): run one eager call first (the warm-up capture needs anyway) or patch the model
-on the GPU. Workspace (split-K and stream-K partials) comes from torch's caching allocator on the
-current stream, so any capture pattern works: warm-up on a side stream, a dedicated capture stream,
-pools shared between graphs. Where the table chooses cuBLAS, torch's own operator runs it (the same
-kernel, handle and workspace as ``torch.matmul`` and ``F.linear``, so the results are theirs bit for bit).
+A device's tuned table of a family is looked for once, by ``ensure_table`` (``wavetune.patch`` calls it
+for a model already on the GPU) or by the family's first call there.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from types import ModuleType
 
-import torch
+from . import families
+from .runtime import tables
+from .torch_library import LIBRARY, STRIDES_TAG
 
-from . import _C, api
-from .torch_library import STRIDES_TAG
+__all__ = ["LIBRARY", "STRIDES_TAG", "ensure_table", "family_ops"]
 
-# NOTES: a plain torch.library.Library with per-backend kernels, not torch.library.custom_op: custom_op
-# wraps each call in Python layers that cost several times the dispatch itself (measured on a CPU host:
-# about 15-20 us against 2-4 us per call), and this path is paid on every eager call.
-_LIBRARY = torch.library.Library("wavetune", "DEF")
-_LIBRARY.define("gemm(Tensor a, Tensor b) -> Tensor", tags=(STRIDES_TAG,))
-_LIBRARY.define("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", tags=(STRIDES_TAG,))
-
-# The device index without torch.cuda.current_device()'s Python wrapper (public API where absent).
-_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+# Every family's operators, registered on import; name -> its torch_ops module.
+_modules: dict[str, ModuleType] = {family.name: family.module("torch_ops") for family in families.all()}
 
 
-class _Plan(NamedTuple):
-    """How to run a GEMM whose operands have the metadata of an earlier call."""
-
-    device: int
-    # (a, b's data pointer, bias or None) -> a new output; None where the table chose cuBLAS, which torch's
-    # own operator runs.
-    launch: Callable[[torch.Tensor, int, torch.Tensor | None], torch.Tensor] | None
+def family_ops(name: str) -> ModuleType:
+    """The module of a family's operators (``families/<name>/torch_ops.py``), registered already."""
+    families.get(name)  # an unknown family: its error names the known ones
+    return _modules[name]
 
 
-# Operand metadata (shapes, strides, dtypes, devices) -> _Plan. Eager calls are the hot path of a decode
-# step run outside CUDA graphs: a known shape skips the Python-level checks and goes straight to the
-# native launch, which still checks sizes and the 16-byte alignment of every pointer itself.
-_plans: dict[tuple, _Plan] = {}
-_MAX_PLANS = 4096  # one per (op, shape): a server sees many prompt lengths; start over rather than grow
-api.on_table_change(_plans.clear)  # a plan holds its table's choice
-
-
-def ensure_table(device: int) -> None:
-    """Look for ``device``'s tuned table now (once per device) so that no later call has to."""
-    api.ensure_table(device)
-
-
-def _prepare_device(t: torch.Tensor, op: str) -> None:
-    """Refuse CPU tensors; on a CUDA device's first call, refuse CUDA-graph capture before gemm loads its table."""
-    device = t.get_device()
-    if api.table_checked(device):
-        return
-    if device < 0:
-        raise ValueError(f"wavetune.{op} runs on CUDA tensors (a Hopper GPU), got one on {t.device}; "
-                         "leave a model that runs on the CPU unpatched (wavetune.unpatch)")
-    if torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(f"wavetune.{op}: first call on cuda:{device} is under CUDA-graph capture, where the "
-                           "tuned table cannot be loaded (file I/O); run one eager call first (the usual warm-up), "
-                           "patch the model once it is on the GPU, or call wavetune.load_table() before capturing")
-
-
-def _native_launch(prepared, out_shape: torch.Size) -> Callable:
-    """A plan's launch into a new output of ``out_shape``, with a workspace where the choice needs one."""
-    stream = api.stream_getter(torch)
-    device = prepared.device
-    workspace_bytes = prepared.workspace_bytes
-
-    def launch(a: torch.Tensor, b_ptr: int, bias: torch.Tensor | None) -> torch.Tensor:
-        result = a.new_empty(out_shape)  # a's dtype and device, without parsing them (host time per call)
-        # NOTES: from torch's caching allocator, so a captured graph keeps it in its own pool for replays.
-        workspace = a.new_empty(workspace_bytes, dtype=torch.uint8).data_ptr() if workspace_bytes else 0
-        prepared(a.data_ptr(), b_ptr, 0 if bias is None else bias.data_ptr(), result.data_ptr(), workspace,
-                 stream(device))
-        return result
-
-    return launch
-
-
-def _new_plan(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> _Plan:
-    """The plan for operands of ``key`` after all of ``api.gemm``'s checks; remembered unless the problem is
-    empty (nothing to launch) or on another device than the current one."""
-    _prepare_device(a, op)
-    ops = api.check_operands(a, b, bias)
-    if not (ops.m and ops.n and ops.k) or ops.device != _current_device():
-        return _Plan(ops.device, lambda a, b_ptr, bias: api.gemm(a, b, bias=bias))
-    api.ensure_table(ops.device)
-    prepared = _C.PreparedGemm(ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.n, ops.dtype, ops.b_layout, ops.device)
-    plan = _Plan(ops.device, None if prepared.from_library else _native_launch(prepared, (*a.shape[:-1], ops.n)))
-    if len(_plans) >= _MAX_PLANS:
-        _plans.clear()
-    _plans[key] = plan
-    return plan
-
-
-def _check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """What gemm does not check itself: weight is [N, K], bias is [N] of x's dtype and device."""
-    if weight.dim() != 2:
-        raise ValueError(f"weight must be [N, K] (nn.Linear layout), got shape {tuple(weight.shape)}")
-    if bias is not None and (bias.shape != weight.shape[:1] or bias.dtype != x.dtype
-                             or bias.get_device() != x.get_device()):
-        raise ValueError(f"bias must be a {x.dtype} tensor of shape ({weight.shape[0]},) on {x.device}, "
-                         f"got {bias.dtype} {tuple(bias.shape)} on {bias.device}")
-
-
-def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The kernel behind torch.ops.wavetune.gemm: ``wavetune.gemm(a, b)`` with the table's choice."""
-    key = ("gemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
-    plan = _plans.get(key)
-    if plan is None or plan.device != _current_device():
-        plan = _new_plan(key, "gemm", a, b, None)
-    return plan.launch(a, b.data_ptr(), None) if plan.launch else torch.matmul(a, b)
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """The kernel behind torch.ops.wavetune.linear: ``F.linear(x, weight, bias)`` on wavetune's GEMM, the bias
-    added in the GEMM's epilogue (fp32, one rounding)."""
-    key = ("linear", x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
-           weight.get_device(), None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()))
-    plan = _plans.get(key)
-    if plan is None or plan.device != _current_device():
-        _check_linear(x, weight, bias)
-        plan = _new_plan(key, "linear", x, weight.t(), bias)
-    if plan.launch is None:
-        return torch.nn.functional.linear(x, weight, bias)
-    return plan.launch(x, weight.data_ptr(), bias)  # weight's pointer is weight.t()'s
-
-
-@torch.library.register_fake("wavetune::gemm", lib=_LIBRARY)
-def _gemm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.dim() < 1 or b.dim() != 2:
-        raise ValueError(f"expected a of shape [..., K] and b of shape [K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.shape[-1] != b.shape[0]:
-        raise ValueError(f"shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied ({a.shape[-1]} != {b.shape[0]})")
-    if b.dtype != a.dtype:
-        raise TypeError(f"a and b must both be bfloat16 or both float16, got {a.dtype} and {b.dtype}")
-    return a.new_empty((*a.shape[:-1], b.shape[1]))  # contiguous, like gemm's own output
-
-
-@torch.library.register_fake("wavetune::linear", lib=_LIBRARY)
-def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    _check_linear(x, weight, bias)
-    return _gemm_fake(x, weight.t())
-
-
-# NOTES: the CPU kernels exist to refuse with wavetune's message (_prepare_device) instead of the
-# dispatcher's "could not run ... with arguments from the 'CPU' backend".
-for _backend in ("CUDA", "CPU"):
-    _LIBRARY.impl("gemm", gemm, _backend)
-    _LIBRARY.impl("linear", linear, _backend)
-
-# The other families' operators, in the namespace this module defines (docs/grouped.md, docs/attention.md).
-from . import attention_torch_ops, grouped_torch_ops  # noqa: E402,F401
+def ensure_table(device: int, family: str = "gemm") -> None:
+    """Look for ``device``'s tuned table of ``family`` now (once per device) so that no later call has to."""
+    tables.ensure_table(device, family)

@@ -1,5 +1,5 @@
 // The compiled attention variants, as listed by the generated attention_registry.inc (see
-// python/wavetune/config_space.py), and the problem checks that need no GPU.
+// python/wavetune/codegen/config_space.py), and the problem checks that need no GPU.
 #include <algorithm>
 #include <cstdint>
 #include <limits>

@@ -1,4 +1,4 @@
-// The compiled variants, as listed by the generated registry.inc (see python/wavetune/config_space.py),
+// The compiled variants, as listed by the generated registry.inc (see python/wavetune/codegen/config_space.py),
 // and the problem checks that need no GPU.
 #include <cstdint>
 #include <string>

@@ -1,5 +1,5 @@
 // The compiled grouped variants, as listed by the generated grouped_registry.inc (see
-// python/wavetune/config_space.py), and the problem checks that need no GPU.
+// python/wavetune/codegen/config_space.py), and the problem checks that need no GPU.
 #include <cstdint>
 #include <sstream>
 #include <string>

@@ -18,7 +18,7 @@ namespace wavetune {
 // The same type as cudaStream_t, spelled without including the CUDA headers.
 using Stream = CUstream_st*;
 
-// Enumerator names match the vocabulary of cutlass_configs/*.toml (see python/wavetune/config_space.py):
+// Enumerator names match the vocabulary of cutlass_configs/*.toml (see python/wavetune/codegen/config_space.py):
 // generated code refers to them by those names.
 enum class DType : int32_t { bf16 = 0, fp16 = 1 };
 // col: B[K,N] column-major, i.e. an nn.Linear weight W[N,K] row-major (x @ W.T). row: B[K,N] row-major.

@@ -10,13 +10,20 @@ from __future__ import annotations
 import functools
 import sys
 
-from . import _C, api
-from .api import KernelConfig, dtype_codes, stream_getter
+from ...runtime.configs import KernelConfig, family_variant_id
+from ...runtime.device import dtype_codes, stream_getter
+from ...runtime.native import _C
+from ...runtime.tables import ensure_table
 
 
 def grouped_configs() -> list[KernelConfig]:
     """The grouped variants compiled into this build, by id (ids of their own, apart from ``configs()``)."""
     return list(_grouped_by_id().values())
+
+
+def config_space_hash() -> str:
+    """The hash of the grouped config space compiled into this build (grouped tables are checked against it)."""
+    return _C.grouped_config_space_hash()
 
 
 @functools.cache
@@ -27,7 +34,7 @@ def _grouped_by_id() -> dict[int, KernelConfig]:
 @functools.lru_cache(maxsize=256)
 def _resolve(config) -> int:
     """The grouped variant id for a ``config`` argument; -1 for the built-in heuristic's choice."""
-    return api.family_variant_id(config, _grouped_by_id(), "grouped", "grouped_configs")
+    return family_variant_id(config, _grouped_by_id(), "grouped", "grouped_configs")
 
 
 @functools.lru_cache(maxsize=256)
@@ -103,7 +110,7 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
         with torch.cuda.device(device):
             return grouped_gemm(x, w, offsets, out=out, config=config)
     if variant < 0:
-        api.ensure_table(device, "grouped_gemm")
+        ensure_table(device, "grouped_gemm")
     # NOTES: the workspace comes from torch's caching allocator, so it is stream-ordered and CUDA-graph
     # safe (a capture gets memory from the graph's pool); it holds the per-expert arguments the launch
     # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.

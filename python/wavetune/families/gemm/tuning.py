@@ -1,10 +1,13 @@
-"""Tuning: profile a sparse, wave-aware anchor plan per config, fit the latency model, write the tables.
+"""The dense GEMM's tuning: profile a sparse, wave-aware anchor plan per config, fit the latency model,
+write the table.
 
     python -m wavetune tune --out tables/            # on the GPU the table is for
+    python -m wavetune tune --out tables/ --devices 0,1,2,3   # the measurements spread over 4 GPUs of a host
 
 Every measurement goes through the C++ profiler (``_C.profile``: CUDA-graph replays over operand copies
 rotated so weights are read from DRAM) and is appended to a JSON-lines file stamped with the device, so
-an interrupted run resumes where it stopped. docs/model.md describes the method.
+an interrupted run resumes where it stopped (``GemmLog``; ``wavetune.tuning.runner`` measures the plan,
+here or over several GPUs). docs/model.md describes the method.
 """
 
 from __future__ import annotations
@@ -21,8 +24,14 @@ from typing import Iterable
 
 import numpy as np
 
-from . import _C, api, fmha, grouped, grouped_mapping, model, tablefile
-from .api import KernelConfig, configs
+from ...runtime.configs import KernelConfig
+from ...runtime.device import build_info, package_version
+from ...runtime.native import _C
+from ...runtime.tables import open_table
+from ...tuning import model, tablefile
+from ...tuning.log import MeasurementLog
+from ...tuning.runner import Measurer
+from .api import configs
 
 # Raster/swizzle options the second stage compares; ("heuristic", 1) is the default launch.
 MICRO_OPTIONS = (("heuristic", 1), ("along_m", 2), ("along_n", 2), ("along_m", 8), ("along_n", 8))
@@ -119,48 +128,28 @@ def profile(problem: tuple, launches: list[tuple], seed: int, precise: bool = Fa
                       seed=seed, **profile_options(m, n, k, precise))
 
 
-class MeasurementLog:
-    """Profiled latencies, persisted as JSON lines: a header with the device, then one record each.
+class GemmLog(MeasurementLog):
+    """Profiled latencies of dense problems (``wavetune.tuning.log``): one record per (problem, config,
+    raster, max_swizzle), its median us or null where the config cannot run the problem.
 
     Opening an existing log on another GPU or build is refused; records already there are not measured
     again, which makes tuning resumable. ``offline``: the device is the log's own and nothing is measured
     (refitting a table from its log, on any machine with the same build). ``precise``: every measurement
-    by ``profile``, precise.
+    by ``profile``, precise. ``device``: the GPU's properties, probed elsewhere (a multi-GPU run).
     """
 
-    def __init__(self, path: Path, offline: bool = False, precise: bool = False):
-        self.path = Path(path)
-        self.offline = offline
+    def __init__(self, path: Path, offline: bool = False, precise: bool = False, device: dict | None = None):
         self.precise = precise  # profile's
-        self.device = self._logged_device() if offline else api.device_properties()
-        self.header = {
-            "gpu_name": self.device["name"], "sm_count": self.device["sm_count"],
-            "l2_bytes": self.device["l2_bytes"], "config_space_hash": _C.build_info()["config_space_hash"],
-        }
-        self.records: dict[tuple, float] = {}
-        self.gpu_seconds = 0.0
-        self.measured = 0
-        if self.path.exists():
-            lines = self.path.read_text().splitlines()
-            header = json.loads(lines[0]) if lines else {}
-            if {k: header.get(k) for k in self.header} != self.header:
-                raise ValueError(f"{self.path} was recorded on {header}, not {self.header}; use another file")
-            for line in lines[1:]:
-                r = json.loads(line)
-                self.records[self._key(r["problem"], r["config"], r["raster"], r["max_swizzle"])] = r["us"]
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            precise_timing = f"; {PRECISE_REPLAYS} replays, each right after an untimed launch of its own"
-            timing = TIMING + (precise_timing if precise else "")
-            self.path.write_text(json.dumps({**self.header, "timing": timing}) + "\n")
+        precise_timing = f"; {PRECISE_REPLAYS} replays, each right after an untimed launch of its own"
+        super().__init__(path, "gemm", offline, device, TIMING + (precise_timing if precise else ""))
 
-    def _logged_device(self) -> dict:
-        if not self.path.exists():
-            raise ValueError(f"{self.path}: no such measurement log to refit from (--offline refits the table "
-                             "from the log its tuning wrote: pass it with --log FILE)")
-        with self.path.open() as f:
-            header = json.loads(f.readline())
-        return {"name": header["gpu_name"], "sm_count": header["sm_count"], "l2_bytes": header["l2_bytes"]}
+    @staticmethod
+    def key_of(record: dict) -> tuple:
+        return GemmLog._key(record["problem"], record["config"], record["raster"], record["max_swizzle"])
+
+    @staticmethod
+    def value_of(record: dict) -> float | None:
+        return record["us"]
 
     @staticmethod
     def _key(problem, config: str, raster: str, max_swizzle: int) -> tuple:
@@ -194,12 +183,8 @@ class MeasurementLog:
                         seed=len(self.records) + 1, precise=self.precise)
         self.gpu_seconds += time.perf_counter() - start
         self.measured += len(missing)
-        with self.path.open("a") as f:
-            for (c, raster, swizzle), us in zip(missing, times):
-                us = None if math.isnan(us) else us
-                self.records[self._key(problem, c.key, raster, swizzle)] = us
-                f.write(json.dumps({"problem": list(problem), "config": c.key, "raster": raster,
-                                    "max_swizzle": swizzle, "us": us}) + "\n")
+        self.add({"problem": list(problem), "config": c.key, "raster": raster, "max_swizzle": swizzle,
+                  "us": None if math.isnan(us) else us} for (c, raster, swizzle), us in zip(missing, times))
 
 
 TIMING = ("median of CUDA-graph replays (C++ profiler), warm-up first, the configs of a problem interleaved "
@@ -216,14 +201,6 @@ def suite_shapes(path: str | Path, models: str | None = None) -> list[tuple[int,
     names = models.split(",") if models else list(suite["models"])
     nks = sorted({tuple(nk) for name in names for nk in suite["models"][name].values()})
     return [(m, n, k) for n, k in nks for m in suite["M"]]
-
-
-def progress(items: list, desc: str) -> Iterable:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, desc=desc, unit="shape")
 
 
 # NOTES: the anchors say how a config's time grows with G and L; the calibration shapes say how far that
@@ -304,7 +281,7 @@ def budget_plan(cands: list[Candidate], sm_count: int, budget: int | None, micro
         waves = thinner
 
 
-def fit_candidates(log: MeasurementLog, cands: list[Candidate], plan: dict, dtype: str, b_layout: str,
+def fit_candidates(log: GemmLog, cands: list[Candidate], plan: dict, dtype: str, b_layout: str,
                    sm_count: int) -> dict[str, dict[int, list[float]]]:
     """Per candidate and wave, the bilinear coefficients fitted to its anchors."""
     points: dict[str, list[tuple[int, int, int, float]]] = defaultdict(list)
@@ -322,7 +299,7 @@ def fit_candidates(log: MeasurementLog, cands: list[Candidate], plan: dict, dtyp
     return fits
 
 
-def fastest_rate(log: MeasurementLog, plan: dict, dtype: str, b_layout: str, traffic) -> float | None:
+def fastest_rate(log: GemmLog, plan: dict, dtype: str, b_layout: str, traffic) -> float | None:
     """The largest ``traffic(c, m, n, k)`` bytes per us among the anchors: the table's ``memory`` record
     with operand bytes, its ``traffic`` record with tile traffic."""
     rates = [traffic(c, m, n, k) / us for (m, n, k), cs in plan.items() for c in cs
@@ -346,12 +323,15 @@ def tile_traffic(sm_count: int):
 
 def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
          exact_shapes: list[tuple[int, int, int]] = (), micro: bool = True, budget: int | None = None,
-         offline: bool = False) -> Path:
+         offline: bool = False, measure: Measurer | None = None) -> Path:
     """Profile the plan (and the exact shapes), fit, keep the working set, calibrate it on
     ``calibration_shapes``, and write ``out/<gpu-slug>.wtt``. ``budget`` caps the plan's measurements
     (``budget_plan``) and the calibration takes what it leaves; the exact shapes come on top of it. ``offline``: measure
-    nothing, refit from the log (``MeasurementLog``)."""
-    log = MeasurementLog(log_path, offline)
+    nothing, refit from the log (``GemmLog``). ``measure``: how the plan is measured (default: here, on the
+    current GPU; ``wavetune.tuning.runner``)."""
+    measure = measure or Measurer("gemm")
+    log = GemmLog(log_path, offline, device=measure.device)
+    logged = len(log.records)
     sm_count = log.device["sm_count"]
     cands = candidates(dtype, b_layout)
     if all(c.variant.from_library for c in cands):  # a table of the library alone has nothing to choose
@@ -360,18 +340,19 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     print(f"{log.device['name']}: {len(cands)} configs, {sum(map(len, plan.values()))} anchor measurements "
           f"on {len(plan)} shapes at waves {', '.join(map(str, waves))}; "
           f"{planned_measurements(plan, sm_count, micro)} measurements with the raster/swizzle stage")
-    for shape in progress(sorted(plan), "anchors"):
-        log.measure((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in plan[shape]])
+    measure(log, [make_job((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in plan[shape]]) for shape in sorted(plan)],
+            "anchors")
     fits = fit_candidates(log, cands, plan, dtype, b_layout, sm_count)
 
     micro_rules = {}
     if micro:
-        micro_rules = second_stage(log, plan, dtype, b_layout, sm_count)
+        micro_rules = second_stage(log, plan, dtype, b_layout, sm_count, measure)
 
     exact = []
-    for shape in progress(list(exact_shapes), "exact shapes"):
+    measure(log, [make_job((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in cands]) for shape in exact_shapes],
+            "exact shapes")
+    for shape in exact_shapes:
         problem = (dtype, b_layout, *shape)
-        log.measure(problem, [(c, "heuristic", 1) for c in cands])
         timed = [(log.get(problem, c), i) for i, c in enumerate(cands) if log.get(problem, c) is not None]
         if timed:
             us, best = min(timed)
@@ -380,8 +361,8 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     kept = [c for c in cands if c.key in fits]
     meta = {
         "gpu_name": log.device["name"], "sm_count": sm_count, "l2_bytes": log.device["l2_bytes"],
-        "config_space_hash": _C.build_info()["config_space_hash"],
-        "wavetune_version": api.package_version(), "cuda_version": _C.build_info()["cuda_version"],
+        "config_space_hash": build_info()["config_space_hash"],
+        "wavetune_version": package_version(), "cuda_version": build_info()["cuda_version"],
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "timing": TIMING, "source": f"{dtype} {b_layout}: {len(plan)} anchor shapes",
         "plan_waves": ",".join(map(str, waves)),
@@ -397,22 +378,23 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     shapes = calibration_shapes()
     if budget is not None:  # what the plan leaves of the budget
         shapes = shapes[:max(0, budget - planned_measurements(plan, sm_count, micro)) // max(1, len(kept))]
-    for shape in progress(shapes, "calibration"):
-        log.measure((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in kept])
+    measure(log, [make_job((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in kept]) for shape in shapes],
+            "calibration")
     write_tuned_table(path, kept, **table)
     # The compute floor bounds calibrated predictions, so the calibration is fitted without it.
     write_tuned_table(path, kept, **table, calibration=calibration(log, path, shapes, dtype, b_layout),
                       compute=log.fastest_compute(dtype, b_layout))
+    seconds = f" in {log.gpu_seconds:.1f} GPU-seconds" if log.measured else ""
     print(f"wrote {path}: {len(kept)} configs (the working set), {len(exact)} exact shapes; this run measured "
-          f"{log.measured} configs in {log.gpu_seconds:.1f} GPU-seconds (log: {log.path})")
+          f"{len(log.records) - logged} configs{seconds} (log: {log.path})")
     return path
 
 
-def calibration(log: MeasurementLog, path: Path, shapes: list[tuple[int, int, int]], dtype: str, b_layout: str
+def calibration(log: GemmLog, path: Path, shapes: list[tuple[int, int, int]], dtype: str, b_layout: str
                 ) -> dict[str, list[float]]:
     """Config key -> its calibration coefficients (``model.fit_calibration``): the measured latencies on the
     calibration ``shapes`` over the written table's predictions there (floors included, no calibration)."""
-    selector = api.open_table(path)
+    selector = open_table(path)
     by_key = {c.key: c for c in candidates(dtype, b_layout)}
     points: dict[str, list] = defaultdict(list)
     for shape in shapes:
@@ -475,7 +457,7 @@ WORKING_SET_WORST_LOSS = 0.05
 def grid_predictions(path: Path, dtype: str, b_layout: str, nk: Iterable[int] = WORKING_SET_NK,
                      ms: Iterable[int] = WORKING_SET_M) -> tuple[list[str], np.ndarray]:
     """Config keys of a written table and their predicted us (columns) at every (n, k, m) of the grid (rows)."""
-    selector = api.open_table(path)
+    selector = open_table(path)
     keys = [p["name"] for p in selector.explain(dtype, b_layout, 1, 8, 8)]
     column = {key: i for i, key in enumerate(keys)}
     problems = [(m, n, k) for n in nk for k in nk for m in ms]
@@ -551,11 +533,12 @@ def micro_runs(plan: dict, sm_count: int) -> dict[tuple[int, int, int], list[tup
     return runs_by_shape
 
 
-def second_stage(log: MeasurementLog, plan: dict, dtype: str, b_layout: str, sm_count: int) -> dict[str, list]:
+def second_stage(log: GemmLog, plan: dict, dtype: str, b_layout: str, sm_count: int,
+                 measure: Measurer | None = None) -> dict[str, list]:
     """Raster order and swizzle per candidate, measured at its two largest-wave anchors (docs/model.md)."""
     runs_by_shape = micro_runs(plan, sm_count)
-    for shape in progress(sorted(runs_by_shape), "micro"):
-        log.measure((dtype, b_layout, *shape), runs_by_shape[shape])
+    (measure or Measurer("gemm"))(
+        log, [make_job((dtype, b_layout, *shape), runs_by_shape[shape]) for shape in sorted(runs_by_shape)], "micro")
 
     samples: dict[str, list] = defaultdict(list)
     for shape, runs in runs_by_shape.items():
@@ -567,204 +550,36 @@ def second_stage(log: MeasurementLog, plan: dict, dtype: str, b_layout: str, sm_
 
 
 # ----------------------------------------------------------------------------------------------------
-# The grouped-GEMM family (docs/grouped.md)
-# ----------------------------------------------------------------------------------------------------
-
-# NOTES: a grouped table is fitted from benchmarks/grouped.py logs of the tune split of generated MoE cases
-# (every compiled bf16 grouped variant timed on each case, weights cold, interleaved). A case's coordinates
-# are those the run-time choice sees, map_grouped_balanced of (rows, experts, N, K), whatever its routing:
-# each fit averages over the routings measured, as the choice must, not knowing the routing.
-GROUPED_FAMILY = "grouped_gemm"
-# NOTES: the (G, L) wave model mispredicts grouped kernels: its choices ran at 0.90 of the exhaustive best
-# in a cross-validation by layer over the H100's tune split (docs/grouped.md), where the fastest variant
-# of each regime of rows per busy expert (the tile fill along the tokens) ran at 0.973. So a grouped
-# table's priors are those per-regime winners, on the edges of the tile sides the space offers along the
-# tokens (16, 64, 256), and the model never overrides them: margins 0.1 to 8 all chose worse in that
-# cross-validation (0.94 to 0.971).
-GROUPED_PRIOR_EDGES = (16, 64, 256)
-GROUPED_PRIOR_MARGIN = 1e6
-GROUPED_TIMING = ("median of interleaved CUDA-graph replays (benchmarks/grouped.py), weights cold; "
-                  "balanced, Zipf-skewed and hot-expert routings")
+# The driver's side of wavetune.tuning.runner: jobs are a problem and the runs to profile on it.
 
 
-def benchmark_log(paths: Iterable[Path]) -> tuple[dict, list[dict]]:
-    """(the first log's header, every case of all logs) of benchmarks/grouped.py or benchmarks/attention.py
-    logs of one GPU."""
-    header, cases = None, []
-    for path in paths:
-        lines = Path(path).read_text().splitlines()
-        if not lines:
-            raise ValueError(f"{path}: an empty log")
-        head = json.loads(lines[0])
-        if header is not None and head["gpu"] != header["gpu"]:
-            raise ValueError(f"{path}: measured on a {head['gpu']}, the first log on a {header['gpu']}")
-        header = header or head
-        cases += [json.loads(line) for line in lines[1:] if line.strip()]
-    if header is None or not cases:
-        raise ValueError("no measurements in the logs")
-    return header, cases
+def make_job(problem: tuple, runs: list[tuple[Candidate, str, int]]) -> dict:
+    """A measurement job of the plan as JSON: ``problem`` (dtype, b_layout, m, n, k) and its runs."""
+    return {"problem": list(problem), "runs": [[c.key, raster, swizzle] for c, raster, swizzle in runs]}
 
 
-def grouped_coordinates(v: KernelConfig, case: dict, sm_count: int) -> tuple[int, int, int, int]:
-    """(G, L, C, waves) of a case as the run-time choice maps it."""
-    return tuple(grouped_mapping.balanced(v.tile, v.cluster, v.swap_ab, case["rows"], case["experts"], case["n"],
-                                          case["k"], sm_count))
+@functools.cache
+def candidates_by_key(dtype: str, b_layout: str) -> dict[str, Candidate]:
+    return {c.key: c for c in candidates(dtype, b_layout)}
 
 
-def grouped_bytes(case: dict) -> float:
-    """Operand bytes of a case as the memory floor counts them: x, out and the busy experts' weights."""
-    return float(model.operand_bytes(case["rows"], case["n"], case["k"], case["experts"]))
+def open_log(path: Path, device: dict | None = None, precise: bool = False, **options) -> GemmLog:
+    return GemmLog(path, precise=precise, device=device)
 
 
-def grouped_prediction(fit: dict, v: KernelConfig, case: dict, sm_count: int, memory: float, traffic: float
-                       ) -> float:
-    """A config's floored prediction (docs/tables.md), without calibration."""
-    G, L, C, w = grouped_coordinates(v, case, sm_count)
-    return max(model.predict(fit, G, L, w, C), grouped_bytes(case) / memory,
-               model.traffic_floor_us(G, L, v.tile, traffic))
+def job_done(log: GemmLog, job: dict) -> bool:
+    problem = tuple(job["problem"])
+    return all(GemmLog._key(problem, key, raster, swizzle) in log.records for key, raster, swizzle in job["runs"])
 
 
-def group_rows(case: dict) -> int:
-    """Rows per busy expert, as a grouped table's priors read them."""
-    return grouped_mapping.balanced_groups(case["rows"], case["experts"])[1]
+def measure_job(log: GemmLog, job: dict, **options) -> None:
+    problem = tuple(job["problem"])
+    by_key = candidates_by_key(*problem[:2])
+    log.measure(problem, [(by_key[key], raster, swizzle) for key, raster, swizzle in job["runs"]])
 
 
-def grouped_priors(cases: list[dict], edges: Iterable[int] = GROUPED_PRIOR_EDGES) -> list[tuple[str, int]]:
-    """(variant name, max rows per busy expert; 0: any) per regime: the variant with the best geomean of
-    exhaustive best / its time over the regime's cases, adjacent regimes of one winner merged."""
-    bounds, out, low = [*edges, 0], [], 0
-    rows = [group_rows(c) for c in cases]
-    for high in bounds:
-        inside = [c for c, r in zip(cases, rows) if low < r and (high == 0 or r <= high)]
-        low = high
-        if not inside:
-            continue
-        names = set.intersection(*(set(c["variants_us"]) for c in inside))
-        score = {n: sum(math.log(min(c["variants_us"].values()) / c["variants_us"][n]) for c in inside)
-                 for n in sorted(names)}
-        winner = max(score, key=score.get)
-        if out and out[-1][0] == winner:
-            out.pop()
-        out.append((winner, high))
-    if out:
-        out[-1] = (out[-1][0], 0)  # the last regime takes every larger count
-    return out
-
-
-def fit_grouped(cases: list[dict], variants: list[KernelConfig], sm_count: int, calibrate: bool = True) -> dict:
-    """``write_table``'s keyword arguments of a grouped table fitted to ``cases`` (without meta): the
-    per-regime priors' variants (``grouped_priors``), their wave models, floors and calibration."""
-    priors = grouped_priors(cases)
-    variants = [v for v in variants if v.name in {name for name, _ in priors}]
-    timed = [(v, c, c["variants_us"][v.name]) for v in variants for c in cases if v.name in c["variants_us"]]
-    memory = max(grouped_bytes(c) / us for _, c, us in timed)
-    traffic = max(model.tile_traffic_bytes(*grouped_coordinates(v, c, sm_count)[:2], v.tile) / us
-                  for v, c, us in timed)
-    fits, calibration = {}, {}
-    for v in variants:
-        points = [(c, us) for w, c, us in timed if w is v]
-        if len(points) < 2:
-            continue
-        G, L, _, W = zip(*(grouped_coordinates(v, c, sm_count) for c, _ in points))
-        fits[v.name] = model.fit_config(G, L, W, [us for _, us in points])
-        if calibrate:
-            ratios = [us / grouped_prediction(fits[v.name], v, c, sm_count, memory, traffic) for c, us in points]
-            calibration[v.name] = model.fit_calibration([(c["rows"], c["n"], c["k"]) for c, _ in points], ratios)
-    kept = [v for v in variants if v.name in fits]
-    index = {v.name: i for i, v in enumerate(kept)}
-    return dict(configs=[{"variant": v.name, "decomposition": "data_parallel", "splits": 1} for v in kept],
-                micro=None, exact=None,
-                priors=[{"config_id": index[name], "max_m": high, "margin": GROUPED_PRIOR_MARGIN}
-                        for name, high in priors if name in index],
-                waves={i: fits[v.name] for i, v in enumerate(kept)},
-                calibration={i: calibration[v.name] for i, v in enumerate(kept) if v.name in calibration},
-                memory_bytes_per_us=memory, traffic_bytes_per_us=traffic)
-
-
-def tune_grouped(logs: list[Path], out: Path) -> Path:
-    """Fit a grouped table to benchmarks/grouped.py logs and write ``out/<gpu-slug>.grouped_gemm.wtt``."""
-    header, cases = benchmark_log(logs)
-    variants = [v for v in grouped.grouped_configs() if v.dtype == "bf16"]
-    if not variants:
-        raise ValueError("no bf16 grouped variant compiled: build with WAVETUNE_KERNEL_SET=full")
-    table = fit_grouped(cases, variants, header["sm_count"])
-    return write_family_table(out, header, GROUPED_FAMILY, _C.grouped_config_space_hash(), GROUPED_TIMING,
-                              f"bf16: {len(cases)} cases of benchmarks/grouped.py", table)
-
-
-def write_family_table(out: Path, header: dict, family: str, config_space_hash: str, timing: str, source: str,
-                       table: dict) -> Path:
-    """Write a table of another family than gemm, fitted to a benchmark log with ``header``, as
-    ``out/<gpu-slug>.<family>.wtt``."""
-    meta = {
-        "gpu_name": header["gpu"], "sm_count": header["sm_count"], "family": family,
-        "config_space_hash": config_space_hash,
-        "wavetune_version": api.package_version(), "cuda_version": _C.build_info()["cuda_version"],
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "timing": timing, "source": source,
-    }
-    path = Path(out) / f"{tablefile.table_slug(header['gpu'])}.{family}.wtt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tablefile.write_table(path, meta=meta, **table)
-    print(f"wrote {path}: {len(table['configs'])} configs fitted to {source}")
-    return path
-
-
-# ----------------------------------------------------------------------------------------------------
-# Attention tables (docs/attention.md): per config, the variant and a KV split count (split_k), wave
-# models fitted to benchmarks/attention.py's measurements of every config on each case.
-
-ATTENTION_FAMILY = "attention"
-ATTENTION_TIMING = ("median of interleaved CUDA-graph replays (benchmarks/attention.py), K and V cold over "
-                    "operand copies larger than twice the L2")
-
-
-def attention_sizes(case: dict) -> tuple[int, int, int, int, int, int]:
-    """(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim) of a benchmarks/attention.py case."""
-    return tuple(case[key] for key in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
-
-
-def attention_coordinates(v: KernelConfig, splits: int, case: dict, sm_count: int) -> tuple[int, int, int, int]:
-    """(G, L, waves, launches) of a case under a config as the C++ selector maps it: G the CTAs of one
-    launch, L the KV tiles a CTA walks (the average, rounded), one CTA per SM."""
-    ctas, tiles, _, launches = _C.attention_mapping(attention_sizes(case), case["phase"] == "prefill", v.tile, splits)
-    G = ctas // launches
-    return G, max(1, round(tiles)), -(-G // sm_count), launches
-
-
-# NOTES: no calibration records: fitted to the named cases (a power law in seqlen_q, seqlen_k and head dim
-# per config, as GEMM tables have), they lowered the held-out choice from 0.979 to 0.976 of the best (H100,
-# 2026-11-24): the per-wave fits already follow the named cases to 2% (median) and the power law
-# extrapolates to other models' lengths worse than the fits do.
-def fit_attention(cases: list[dict], variants: list[KernelConfig], sm_count: int) -> dict:
-    """``write_table``'s keyword arguments of an attention table fitted to ``cases`` (without meta): every
-    (variant, splits) measured on at least three cases, with its per-wave bilinear models of one launch's
-    time."""
-    by_name = {v.name: v for v in variants}
-    points = defaultdict(list)
-    for case in cases:
-        for key, us in case["variants_us"].items():
-            name, splits = key.rsplit("/", 1)
-            if name in by_name:
-                points[(name, int(splits))].append((case, us))
-    configs, waves = [], {}
-    for (name, splits), measured in sorted(points.items()):
-        if len(measured) < 3:
-            continue
-        G, L, W, launches = zip(*(attention_coordinates(by_name[name], splits, c, sm_count) for c, _ in measured))
-        waves[len(configs)] = model.fit_config(G, L, W, [us / n for (_, us), n in zip(measured, launches)])
-        configs.append({"variant": name, "decomposition": "split_k" if splits > 1 else "data_parallel", "splits": splits})
-    if not configs:
-        raise ValueError("no attention config was measured on three cases or more")
-    return dict(configs=configs, waves=waves, micro=None, exact=None)
-
-
-def tune_attention(logs: list[Path], out: Path) -> Path:
-    """Fit an attention table to benchmarks/attention.py logs and write ``out/<gpu-slug>.attention.wtt``."""
-    header, cases = benchmark_log(logs)
-    variants = [v for v in fmha.attention_configs() if v.dtype == "bf16"]
-    if not variants:
-        raise ValueError("no bf16 attention variant compiled: build with WAVETUNE_KERNEL_SET=full")
-    table = fit_attention(cases, variants, header["sm_count"])
-    return write_family_table(out, header, ATTENTION_FAMILY, _C.attention_config_space_hash(), ATTENTION_TIMING,
-                              f"bf16: {len(cases)} cases of benchmarks/attention.py", table)
+def run(args, measure: Measurer) -> Path:
+    """``python -m wavetune tune`` (``--family gemm``, the default): tune and write the table."""
+    exact = suite_shapes(args.exact, args.models) if args.exact else []
+    return tune(Path(args.out or "tables"), Path(args.log), args.dtype, args.b_layout, exact, micro=not args.no_micro,
+                budget=args.budget, offline=args.offline, measure=measure)

@@ -18,7 +18,12 @@ import math
 from pathlib import Path
 from typing import Hashable, Mapping, Sequence
 
-from . import api, model, tablefile, tuning
+from tqdm import tqdm
+
+from ..families.gemm import api
+from ..families.gemm import tuning
+from ..runtime.tables import default_table_path, open_table
+from . import model, tablefile
 
 # NOTES: serving engines run the LM head on the last token of each sequence only, so its M is a batch
 # size (benchmarks/shape_suite.py draws it up to 512 too); larger M there are left to the model.
@@ -376,7 +381,7 @@ def measure(log, jobs: list[tuple[Layer, dict[int, list[Launch]]]], cands: Mappi
     new = sum(not log.has(problem, *run) for problem, runs in problems for run in runs)
     print(f"{desc}: {len(problems)} problems, {sum(len(runs) for _, runs in problems)} measurements, {new} not "
           f"in the log yet")
-    for problem, runs in tuning.progress(problems, desc):
+    for problem, runs in tqdm(problems, desc=desc, unit="problem", dynamic_ncols=True):
         log.measure(problem, runs)
 
 
@@ -410,10 +415,10 @@ def exact_records(log, plan: LayerPlan, table: Mapping, cands: Mapping[int, tuni
 
 def deploy(log, base: Path, layers: list[Layer], out: Path, source: str, dtype: str = "bf16", b_layout: str = "col",
            top: int = TOP_CANDIDATES, cap: int = MAX_SAMPLES) -> Path:
-    """Measure ``layers`` along M through ``log`` (a ``tuning.MeasurementLog``) and write ``out``: the base
+    """Measure ``layers`` along M through ``log`` (a ``tuning.GemmLog``) and write ``out``: the base
     table with their exact ranges, replacing any it had for these (N, K)."""
     table = tablefile.read_table(base)
-    selector = api.open_table(base)
+    selector = open_table(base)
     selector.check_device(log.device["name"], log.device["sm_count"])
     cands = table_candidates(table, dtype, b_layout)
     print(f"{log.device['name']}: {len(layers)} (N, K) from {source}; {len(cands)} {dtype} {b_layout} configs "
@@ -448,9 +453,9 @@ def run(shapes: Path, out: Path | None, log_path: Path, base: Path | None = None
     """``python -m wavetune tune --shapes``: ``out`` is a .wtt file or a directory for ``<gpu-slug>.wtt``
     (default: the current one); ``base`` defaults to the table installed for this GPU."""
     layers = model_layers(shapes, tp, models, max_m)  # the input's own errors before any device work
-    log = tuning.MeasurementLog(log_path, precise=True)
+    log = tuning.GemmLog(log_path, precise=True)
     name = log.device["name"]
-    base = base or api.default_table_path(name)
+    base = base or default_table_path(name)
     if base is None:
         raise FileNotFoundError(f"no table for {name} to add exact ranges to: pass --table, or tune one first "
                                 f"(python -m wavetune tune)")

@@ -11,14 +11,26 @@ import functools
 import math
 import sys
 
-from . import _C, api
-from .api import KernelConfig, dtype_codes, stream_getter
+from ...runtime.configs import KernelConfig, family_variant_id
+from ...runtime.device import dtype_codes, stream_getter
+from ...runtime.native import _C
+from ...runtime.tables import ensure_table
 
 
 def attention_configs() -> list[KernelConfig]:
     """The attention variants compiled into this build, by id (ids of their own). ``tile`` is query rows x
     KV rows x head dim."""
     return list(_attention_by_id().values())
+
+
+def config_space_hash() -> str:
+    """The hash of the attention config space compiled into this build (attention tables are checked against it)."""
+    return _C.attention_config_space_hash()
+
+
+def attention_by_id() -> dict[int, KernelConfig]:
+    """The compiled attention variants by id."""
+    return _attention_by_id()
 
 
 @functools.cache
@@ -29,7 +41,7 @@ def _attention_by_id() -> dict[int, KernelConfig]:
 @functools.lru_cache(maxsize=256)
 def _resolve(config) -> int:
     """The attention variant id for a ``config`` argument; -1 for the built-in choice."""
-    return api.family_variant_id(config, _attention_by_id(), "attention", "attention_configs")
+    return family_variant_id(config, _attention_by_id(), "attention", "attention_configs")
 
 
 @functools.lru_cache(maxsize=256)
@@ -63,7 +75,7 @@ def check_shapes(torch, q, k, v, out) -> None:
                              f"pass {name}.contiguous()")
 
 
-def _tensor_args(t) -> tuple[int, int, int, int]:
+def tensor_args(t) -> tuple[int, int, int, int]:
     return (t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
 
 
@@ -94,7 +106,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     dtype_code = dtype_codes(torch)[q.dtype]
     sizes = (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim)
-    tensors = [_tensor_args(t) for t in (q, k, v, out)]
+    tensors = [tensor_args(t) for t in (q, k, v, out)]
     if out.numel() == 0:
         return out
     error = _C.attention_problem_error(sizes, *tensors, scale, causal, dtype_code)
@@ -107,7 +119,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         with torch.cuda.device(device):
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
     if variant < 0:
-        api.ensure_table(device, "attention")
+        ensure_table(device, "attention")
         variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device)
         splits = chosen_splits if splits is None else splits
     splits = 1 if splits is None else splits

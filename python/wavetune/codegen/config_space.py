@@ -1,6 +1,7 @@
 """The kernel config space: parse ``cutlass_configs/*.toml``, expand it into variants, pick a kernel
-set, and generate the CUDA sources that instantiate them. Each file describes one kernel family (its
-``family`` key, default ``gemm``); every family has its own CUDA template and runtime registry.
+set, and generate the CUDA sources that instantiate them. Each file describes one kernel family: its
+``[family]`` table names the family and says how its code is generated (CUDA template, macro prefix,
+registry list, variant names, fixed axes, rules), so no list of families is written here.
 
 This module runs in two places: inside the build (CMake calls it as a script, with only the standard
 library available) and from the installed package (tests, tools). Keep it standard-library only.
@@ -56,34 +57,23 @@ ATTENTION_BLOCK_KV = (64, 128)
 ATTENTION_MAX_KV_TILE = 128 * 128
 
 
+FAMILY_KEYS = {"name", "template", "macro_prefix", "registry", "sources_dir", "name_format", "check"}
+OPTIONAL_FAMILY_KEYS = {"fixed_axes"}
+CHECKS = ("gemm", "attention")  # the rule sets a family's variants satisfy: _check_gemm, _check_attention
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """What generation needs to know about a kernel family besides its variants."""
+    """What generation needs to know about a kernel family besides its variants: the file's ``[family]`` table."""
 
-    header: str  # the CUDA template every generated source of the family includes
+    name: str  # as the tables and the C++ family registry spell it
+    header: str  # the CUDA template every generated source of the family includes (``template``)
     macro_prefix: str  # of its instantiation macro and of its registry's macros
     registry: str  # the generated X-macro list its runtime registry includes
     sources_dir: str  # subdirectory of the generated sources
     name_format: str  # variant names; unique across families, as they become C++ symbols
     fixed_axes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # group keys the family does not vary
     check: str = "gemm"  # which rules a variant must satisfy: "gemm" (_check_gemm) or "attention"
-
-
-FAMILIES = {
-    "gemm": Family("sm90_gemm.cuh", "WAVETUNE", "registry.inc", "variants",
-                   "{dtype}_b{b_layout}{swap}_{schedule}_{tile_m}x{tile_n}x{tile_k}_{cluster_m}x{cluster_n}"
-                   "_{scheduler}"),
-    # One GEMM per expert of a mixture-of-experts layer (docs/grouped.md): the weights are nn.Linear
-    # weights (col B), and CUTLASS's grouped tile scheduler is persistent only.
-    "grouped_gemm": Family("sm90_grouped_gemm.cuh", "WAVETUNE_GROUPED", "grouped_registry.inc", "grouped_variants",
-                           "grouped_{dtype}{swap}_{schedule}_{tile_m}x{tile_n}x{tile_k}_{cluster_m}x{cluster_n}",
-                           (("b_layouts", ("col",)), ("schedulers", ("persistent",)))),
-    # Attention forward (docs/attention.md): CUTLASS's Hopper FMHA; the tile is query rows x KV rows x
-    # head dim, and B layout, swap and cluster do not apply.
-    "attention": Family("sm90_attention.cuh", "WAVETUNE_ATTENTION", "attention_registry.inc", "attention_variants",
-                        "attn_{dtype}_hd{tile_k}_{schedule}_{tile_m}x{tile_n}_{scheduler}",
-                        (("b_layouts", ("col",)), ("clusters", ("1x1",))), "attention"),
-}
 
 
 class ConfigError(ValueError):
@@ -105,11 +95,12 @@ class Variant:
     cluster_m: int
     cluster_n: int
     scheduler: str
-    family: str = "gemm"
+    family: str
+    generation: Family = dataclasses.field(repr=False, compare=False)  # its family's [family] table
 
     @property
     def name(self) -> str:
-        return FAMILIES[self.family].name_format.format(**vars(self), swap="_swapab" if self.swap_ab else "")
+        return self.generation.name_format.format(**_fields_of(self), swap="_swapab" if self.swap_ab else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,9 +111,10 @@ class ConfigSpace:
     kernel_sets: dict[str, tuple[str, ...]]
     # The built-in heuristic: (dtype, b_layout, max_m or 0 for no limit, variant) in bucket order.
     fallback: tuple[tuple[str, str, int, Variant], ...] = ()
-    family: str = "gemm"
+    family: str = "gemm"  # its [family] table's name
     # Globs over the variants a heuristic of the family chooses from at run time: compiled by `tables`.
     heuristic_variants: tuple[str, ...] = ()
+    generation: Family | None = None  # its [family] table
 
     @property
     def hash(self) -> str:
@@ -189,7 +181,7 @@ def accumulators_per_thread(v: Variant) -> int:
 
 
 def _check_variant(v: Variant, where: str) -> None:
-    if FAMILIES[v.family].check == "attention":
+    if v.generation.check == "attention":
         _check_attention(v, where)
     else:
         _check_gemm(v, where)
@@ -249,9 +241,7 @@ def load(path: str | Path) -> ConfigSpace:
         raise ConfigError(f"{path}: schema must be {SCHEMA_VERSION}, got {data.get('schema')!r}")
     if data.get("arch") != "sm90a":
         raise ConfigError(f"{path}: arch must be 'sm90a' (the only target wavetune builds), got {data.get('arch')!r}")
-    family = data.get("family", "gemm")
-    if family not in FAMILIES:
-        raise ConfigError(f"{path}: family {family!r} is not one of {', '.join(FAMILIES)}")
+    family = _parse_family(data.get("family"), path)
     groups = data.get("group")
     if not isinstance(groups, list) or not groups:
         raise ConfigError(f"{path}: no [[group]] tables")
@@ -277,7 +267,8 @@ def load(path: str | Path) -> ConfigSpace:
             _string_list(group, "schedulers", TILE_SCHEDULERS, where),
         )
         for dtype, b_layout, tile, cluster, scheduler in itertools.product(*axes):
-            v = Variant(len(variants), dtype, b_layout, swap_ab, group["schedule"], *tile, *cluster, scheduler, family)
+            v = Variant(len(variants), dtype, b_layout, swap_ab, group["schedule"], *tile, *cluster, scheduler, family.name,
+                        family)
             _check_variant(v, f"{where}: {v.name}")
             if v.name in seen:
                 raise ConfigError(f"{where}: {v.name} is already defined by {seen[v.name]}")
@@ -297,18 +288,40 @@ def load(path: str | Path) -> ConfigSpace:
     for pattern in heuristic:
         if not any(_matches(v, [pattern]) for v in variants):
             raise ConfigError(f"{path}: heuristic_variants pattern {pattern!r} matches no variant")
-    space = ConfigSpace(path, data["arch"], tuple(variants), kernel_sets, fallback, family, heuristic)
+    space = ConfigSpace(path, data["arch"], tuple(variants), kernel_sets, fallback, family.name, heuristic, family)
     for name in kernel_sets:
         space.select(name)  # a set that matches nothing is a typo: fail at parse time
     return space
 
 
-def _with_fixed_axes(group: dict, family: str, where: str) -> dict:
+def _parse_family(table: object, path: Path) -> Family:
+    """The file's ``[family]`` table: how the build generates the family's code."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: no [family] table (name, template, macro_prefix, registry, sources_dir, "
+                          f"name_format, check and optionally fixed_axes; see cutlass_configs/sm90_gemm.toml)")
+    if not FAMILY_KEYS <= set(table) <= FAMILY_KEYS | OPTIONAL_FAMILY_KEYS:
+        missing, extra = FAMILY_KEYS - set(table), set(table) - FAMILY_KEYS - OPTIONAL_FAMILY_KEYS
+        raise ConfigError(f"{path}: [family] misses keys {sorted(missing)}, has unknown keys {sorted(extra)}")
+    for key in FAMILY_KEYS:
+        if not isinstance(table[key], str) or not table[key]:
+            raise ConfigError(f"{path}: [family] {key} must be a non-empty string, got {table[key]!r}")
+    if table["check"] not in CHECKS:
+        raise ConfigError(f"{path}: [family] check {table['check']!r}; allowed: {', '.join(CHECKS)}")
+    fixed = table.get("fixed_axes", {})
+    if not isinstance(fixed, dict) or not set(fixed) <= GROUP_KEYS:
+        raise ConfigError(f"{path}: [family] fixed_axes must be a table of group keys "
+                          f"({', '.join(sorted(GROUP_KEYS))}) to lists, got {fixed!r}")
+    axes = tuple((key, tuple(_string_list(fixed, key, None, f"{path}: [family] fixed_axes"))) for key in fixed)
+    return Family(table["name"], table["template"], table["macro_prefix"], table["registry"], table["sources_dir"],
+                  table["name_format"], axes, table["check"])
+
+
+def _with_fixed_axes(group: dict, family: Family, where: str) -> dict:
     """The group with the axes its family does not vary filled in; other values for them are refused."""
-    fixed = dict(FAMILIES[family].fixed_axes)
+    fixed = dict(family.fixed_axes)
     for key, values in fixed.items():
         if key in group and group[key] != list(values):
-            raise ConfigError(f"{where}: the {family} family has {key} = {list(values)} only, got {group[key]!r}")
+            raise ConfigError(f"{where}: the {family.name} family has {key} = {list(values)} only, got {group[key]!r}")
     return {**{key: list(values) for key, values in fixed.items()}, **group}
 
 
@@ -354,14 +367,14 @@ def table_variant_names(tables_dir: Path | None) -> set[str]:
 # of the build, so they compile in parallel), and one X-macro list that the runtime registry reads.
 
 VARIANT_TEMPLATE = """\
-// Generated by python/wavetune/config_space.py from {source}. Do not edit.
+// Generated by python/wavetune/codegen/config_space.py from {source}. Do not edit.
 #include "{header}"
 
 {prefix}_INSTANTIATE_VARIANT({name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, {tile_k}, {cluster_m}, {cluster_n}, {scheduler})
 """
 
 REGISTRY_TEMPLATE = """\
-// Generated by python/wavetune/config_space.py from {source}. Do not edit.
+// Generated by python/wavetune/codegen/config_space.py from {source}. Do not edit.
 // WAVETUNE_VARIANT(id, name, dtype, b_layout, swap_ab, schedule, tile_m, tile_n, tile_k, cluster_m, cluster_n, scheduler)
 #define {prefix}_CONFIG_SPACE_HASH "{hash}"
 #define {prefix}_KERNEL_SET_NAME "{kernel_set}"
@@ -374,14 +387,18 @@ REGISTRY_TEMPLATE = """\
 """
 
 
+def _fields_of(v: Variant) -> dict[str, object]:
+    """The variant's own fields (its family's generation data left out)."""
+    return {f.name: getattr(v, f.name) for f in dataclasses.fields(v) if f.name != "generation"}
+
+
 def _fields(v: Variant) -> dict[str, object]:
     """The variant's fields as C++ tokens for the templates."""
-    return {**dataclasses.asdict(v), "swap_ab": "true" if v.swap_ab else "false", "name": v.name}
+    return {**_fields_of(v), "swap_ab": "true" if v.swap_ab else "false", "name": v.name}
 
 
 def render_variant(v: Variant, source: str) -> str:
-    family = FAMILIES[v.family]
-    return VARIANT_TEMPLATE.format(source=source, header=family.header, prefix=family.macro_prefix, **_fields(v))
+    return VARIANT_TEMPLATE.format(source=source, header=v.generation.header, prefix=v.generation.macro_prefix, **_fields(v))
 
 
 def render_registry(space: ConfigSpace, chosen: list[Variant], kernel_set: str) -> str:
@@ -393,7 +410,7 @@ def render_registry(space: ConfigSpace, chosen: list[Variant], kernel_set: str) 
     compiled = {v.id for v in chosen}
     fallback = " \\\n".join(f"  WAVETUNE_FALLBACK({dtype}, {layout}, {max_m}, {v.id})"
                              for dtype, layout, max_m, v in space.fallback if v.id in compiled)
-    return REGISTRY_TEMPLATE.format(source=space.path.name, prefix=FAMILIES[space.family].macro_prefix,
+    return REGISTRY_TEMPLATE.format(source=space.path.name, prefix=space.generation.macro_prefix,
                                     hash=space.hash, kernel_set=kernel_set, rows=rows, fallback=fallback)
 
 
@@ -409,7 +426,7 @@ def write_if_changed(path: Path, text: str) -> bool:
 def generate(space: ConfigSpace, out_dir: Path, kernel_set: str, name_filter: str, with_kernels: bool,
              tables_dir: Path | None = None, allow_empty: bool = False) -> list[Path]:
     """Write the family's registry list and (with kernels) one .cu per chosen variant; return the .cu paths."""
-    family = FAMILIES[space.family]
+    family = space.generation
     chosen = space.select(kernel_set, name_filter, tables_dir, allow_empty) if with_kernels else []
     write_if_changed(out_dir / family.registry, render_registry(space, chosen, kernel_set if with_kernels else "none"))
     sources_dir = out_dir / family.sources_dir

@@ -1,0 +1,194 @@
+"""The dense GEMM's Python front end: ``gemm`` as a drop-in for ``torch.matmul(a, b)``, and the variant listing.
+
+torch is optional: this module never imports it. ``gemm`` takes torch tensors, so torch is already
+loaded whenever a call can succeed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+
+from ...runtime.configs import KernelConfig, LaunchConfig, code
+from ...runtime.device import stream_getter, dtype_codes
+from ...runtime.native import _C
+from ...runtime.tables import ensure_table
+
+
+def configs() -> list[KernelConfig]:
+    """The variants compiled into this build, by id. Empty when it was built without nvcc."""
+    return list(_configs_by_id().values())
+
+
+def config_space_hash() -> str:
+    """The hash of the dense config space compiled into this build (tables are checked against it)."""
+    return _C.build_info()["config_space_hash"]
+
+
+@functools.cache
+def _configs_by_id() -> dict[int, KernelConfig]:
+    return {v["id"]: KernelConfig(**v) for v in _C.variants()}
+
+
+@functools.cache
+def _configs_by_name() -> dict[str, KernelConfig]:
+    return {c.name: c for c in _configs_by_id().values()}
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolve(config) -> tuple[int, int, int, int, int]:
+    """(variant id, decomposition, splits, raster, max_swizzle) codes for a ``config`` argument."""
+    if config is None:
+        return (-1, 0, 1, 0, 1)
+    if not isinstance(config, LaunchConfig):
+        if not isinstance(config, (int, str)) or isinstance(config, bool):
+            raise TypeError(f"config must be a variant id, a variant name or a LaunchConfig, got {config!r}")
+        config = LaunchConfig(config)
+    variant = config.variant
+    if isinstance(variant, str):
+        if variant not in _configs_by_name():
+            raise ValueError(f"no compiled variant named {variant!r}; wavetune.configs() lists them")
+        variant = _configs_by_name()[variant].id
+    elif variant not in _configs_by_id():
+        raise ValueError(f"no compiled variant with id {variant!r}; wavetune.configs() lists them")
+    return (
+        variant,
+        code(_C.DECOMPOSITIONS, config.decomposition, "decomposition"),
+        int(config.splits),
+        code(_C.RASTERS, config.raster, "raster"),
+        int(config.max_swizzle),
+    )
+
+
+def _row_stride(t, rows: int, cols: int, name: str) -> int:
+    """The row stride of ``t`` read as a row-major [rows, cols] matrix with unit column stride."""
+    m = t
+    if t.dim() != 2:
+        try:
+            m = t.view(rows, cols)
+        except RuntimeError:
+            raise ValueError(
+                f"{name} of shape {tuple(t.shape)} and strides {t.stride()} cannot be viewed as [{rows}, {cols}] "
+                f"rows without a copy; pass {name}.contiguous()"
+            ) from None
+    row_stride, col_stride = m.stride()
+    if cols > 1 and col_stride != 1:
+        raise ValueError(
+            f"{name}'s last dimension must be contiguous (stride 1), got strides {t.stride()}; pass {name}.contiguous()"
+        )
+    return row_stride if rows > 1 else cols
+
+
+def _b_layout(b, k: int, n: int) -> tuple[int, int]:
+    """(layout code, leading dimension) of a 2-D B[K, N]."""
+    s0, s1 = b.stride()
+    if s0 == 1 and (n == 1 or s1 >= k):
+        return _C.B_LAYOUTS.index("col"), (s1 if n > 1 else k)
+    if s1 == 1 and (k == 1 or s0 >= n):
+        return _C.B_LAYOUTS.index("row"), (s0 if k > 1 else n)
+    raise ValueError(
+        f"b [K={k}, N={n}] with strides {b.stride()} is neither column-major (an nn.Linear weight's .T, "
+        f"strides (1, >=K)) nor row-major (strides (>=N, 1)); pass b.contiguous()"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmOperands:
+    """What the native launch needs of checked ``gemm`` operands: sizes, leading dimensions, codes."""
+
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    dtype: int
+    b_layout: int
+    device: int
+
+
+def check_operands(a, b, bias=None, out=None) -> GemmOperands:
+    """The checks ``gemm`` makes of its operands (ValueError or TypeError saying what would work), in the
+    order a user fixes them: types and shapes, dtypes, the layout rules, then devices."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise TypeError(f"wavetune.gemm takes torch tensors, got {type(a).__name__} and {type(b).__name__}")
+    if a.dim() < 1 or b.dim() != 2:
+        raise ValueError(f"expected a of shape [..., K] and b of shape [K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
+    k, n = b.shape
+    if a.shape[-1] != k:
+        raise ValueError(f"shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied ({a.shape[-1]} != {k})")
+    dtype_code = dtype_codes(torch).get(a.dtype)
+    if dtype_code is None or b.dtype != a.dtype:
+        raise TypeError(f"a and b must both be bfloat16 or both float16, got {a.dtype} and {b.dtype}")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != a.dtype or tuple(bias.shape) != (n,)
+                             or bias.stride() != (1,)):
+        got = f"{bias.dtype} {tuple(bias.shape)} strides {bias.stride()}" if isinstance(bias, torch.Tensor) else bias
+        raise ValueError(f"bias must be a contiguous {a.dtype} tensor of shape ({n},), got {got}")
+    out_shape = (*a.shape[:-1], n)
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != a.dtype or tuple(out.shape) != out_shape):
+        got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"out must be a {a.dtype} tensor of shape {out_shape}, got {got}")
+    m = a.numel() // k if k else int(torch.Size(a.shape[:-1]).numel())
+    lda = _row_stride(a, m, k, "a") if m and k else k
+    b_layout, ldb = _b_layout(b, k, n) if k and n else (0, k)
+    if m and n and k and (error := _C.shape_error(m, n, k, lda, ldb, n, dtype_code, b_layout)):
+        raise ValueError(error)
+    # NOTES: get_device() and is_cuda read the tensors without making torch.device objects: this path is
+    # per call, and host time is what decode steps outside a CUDA graph wait for (docs/benchmarks.md).
+    device = a.get_device()
+    if not (a.is_cuda and all(t.is_cuda and t.get_device() == device for t in (b, bias, out) if t is not None)):
+        devices = [str(t.device) for t in (a, b, bias, out) if t is not None]
+        raise ValueError(f"a, b, bias and out must be on one CUDA device, got {', '.join(devices)}")
+    return GemmOperands(m, n, k, lda, ldb, dtype_code, b_layout, device)
+
+
+def launch_prepared(prepared, a, b, bias, out) -> None:
+    """Run a ``_C.PreparedGemm`` on operands of its shape, with a workspace from torch's caching allocator."""
+    torch = sys.modules["torch"]
+    # NOTES: the workspace comes from torch's caching allocator on the current stream, so it is stream-ordered,
+    # and under CUDA-graph capture it comes from the graph's memory pool, which keeps it for replays.
+    workspace = (torch.empty(prepared.workspace_bytes, dtype=torch.uint8, device=out.device)
+                 if prepared.workspace_bytes else None)
+    prepared(a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr(),
+             0 if workspace is None else workspace.data_ptr(), stream_getter(torch)(out.get_device()))
+
+
+def gemm(a, b, *, bias=None, out=None, config=None):
+    """``a @ b (+ bias)`` with a CUTLASS Hopper kernel or cuBLAS: a drop-in for ``torch.matmul(a, b)``.
+
+    a: [..., K] CUDA tensor, bf16 or fp16, last dimension contiguous.
+    b: [K, N] CUDA tensor of the same dtype, column-major (``W.T`` for an nn.Linear weight ``W[N, K]``)
+       or row-major.
+    bias: optional contiguous [N] tensor of the same dtype, added to the fp32 accumulator before the one
+          rounding to the output dtype (as ``torch.addmm`` and ``F.linear`` do).
+    out: optional [..., N] tensor to write (same dtype and device, rows contiguous).
+    config: force a variant (id, name or LaunchConfig with micro parameters); default: the tuned
+            table's choice for this GPU (the built-in heuristic where there is none).
+
+    Runs on the current torch stream of ``a``'s device. K and N must be multiples of 8 and the data
+    16-byte aligned (the kernels load with TMA); the error says so otherwise.
+    """
+    torch = sys.modules.get("torch")
+    variant, decomposition, splits, raster, swizzle = _resolve(config)
+    ops = check_operands(a, b, bias, out)
+    out_shape = (*a.shape[:-1], ops.n)
+    if out is None:
+        out = a.new_empty(out_shape)
+        ldd = ops.n  # fresh and contiguous
+    else:
+        ldd = _row_stride(out, ops.m, ops.n, "out") if ops.m and ops.n else ops.n
+    if ops.m == 0 or ops.n == 0:
+        return out
+    if ops.k == 0:
+        return out.copy_(bias.expand(out_shape)) if bias is not None else out.zero_()
+
+    if ops.device != torch.cuda.current_device():
+        with torch.cuda.device(ops.device):
+            return gemm(a, b, bias=bias, out=out, config=config)
+    if variant < 0:
+        ensure_table(ops.device)
+    prepared = _C.PreparedGemm(ops.m, ops.n, ops.k, ops.lda, ops.ldb, ldd, ops.dtype, ops.b_layout, ops.device,
+                               variant, decomposition, splits, raster, swizzle)
+    launch_prepared(prepared, a, b, bias, out)
+    return out

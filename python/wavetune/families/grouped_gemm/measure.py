@@ -1,0 +1,106 @@
+"""Timing every compiled grouped variant on a case (``cases``), as tuning measures the tune split and
+benchmarks/grouped.py compares against torch: each launch checked against a float32 reference on sampled
+rows, then timed as CUDA graphs replayed round-robin (``wavetune.tuning.timing.interleaved_us``: warm-up,
+interleaved rounds, medians) over fresh uniform(-1, 1) operands. Where one operand set would fit in the
+L2, sets with the same counts on other experts rotate, so weights come from DRAM as in a forward pass.
+bf16. Importing this module imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Callable
+
+import torch
+
+from ...tuning.timing import interleaved_us
+from .api import grouped_configs, grouped_gemm
+
+HOT_EXPERTS, HOT_WEIGHT = 3, 30.0  # the "hot" routing: three experts picked 30 times as often as the others
+MAX_ERROR = 2e-2
+SAMPLED_ROWS = 64
+GRAPH_US = 300  # launches per graph: at least this long, so event timing is noise-free
+REPS = 5  # interleaved rounds; the median is kept (what the shipped tables' measurements used)
+
+
+def route(tokens: int, experts: int, topk: int, routing: str, generator: torch.Generator) -> list[int]:
+    """Rows per expert when each of `tokens` tokens goes to `topk` distinct experts."""
+    weights = torch.ones(experts)
+    if routing == "skewed":
+        weights = (1.0 / torch.arange(1, experts + 1) ** 1.2)[torch.randperm(experts, generator=generator)]
+    elif routing == "hot":
+        weights[torch.randperm(experts, generator=generator)[:HOT_EXPERTS]] = HOT_WEIGHT
+    picks = torch.multinomial(weights.expand(tokens, experts), topk, replacement=False, generator=generator)
+    return picks.flatten().bincount(minlength=experts).tolist()
+
+
+def case_generator(case_key: str, seed: int) -> torch.Generator:
+    """A generator of a case's own (its routing and sampled rows do not depend on what else is measured, so
+    shards and resumed runs measure the same problem)."""
+    digest = hashlib.sha256(f"{seed}:{case_key}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int) -> list[tuple]:
+    """(x, w, offsets, out, bounds) per rotated set: the same counts on other experts, one w for all."""
+    experts, rows = len(counts), sum(counts)
+    opts = dict(device="cuda", dtype=torch.bfloat16)
+    touched = sum(1 for c in counts if c) * n * k * 2 + rows * (n + k) * 2
+    copies = min(4, max(1, math.ceil(2 * l2_bytes / touched)))
+    w = torch.empty(experts, n, k, **opts).uniform_(-1, 1)
+    sets = []
+    for c in range(copies):
+        shifted = counts[-c * experts // copies:] + counts[:-c * experts // copies] if c else counts
+        ends = torch.tensor(shifted).cumsum(0).tolist()
+        bounds = [(e, end - count, end) for e, (count, end) in enumerate(zip(shifted, ends)) if count]
+        offsets = torch.tensor(ends, dtype=torch.int32, device="cuda")
+        sets.append((torch.empty(rows, k, **opts).uniform_(-1, 1), w, offsets, torch.empty(rows, n, **opts), bounds))
+    return sets
+
+
+def variant_launches() -> dict[str, Callable]:
+    """wavetune.grouped_gemm forced to each compiled bf16 grouped variant, by name: the fastest of them on a
+    case is the exhaustive best."""
+    return {c.name: (lambda x, w, offsets, out, bounds, c=c: grouped_gemm(x, w, offsets, out=out, config=c.id))
+            for c in grouped_configs() if c.dtype == "bf16"}
+
+
+def check(launch, operands: tuple, generator: torch.Generator) -> float:
+    """Relative error on sampled rows against float32, the output poisoned with NaN first."""
+    x, w, offsets, out, bounds = operands
+    out.fill_(float("nan"))
+    result = launch(*operands)
+    rows = torch.randint(0, x.shape[0], (SAMPLED_ROWS,), generator=generator).unique().tolist()
+    got, ref = [], []
+    for e, start, end in bounds:
+        mine = [r for r in rows if start <= r < end]
+        if mine:
+            got.append(result[mine].float())
+            ref.append(x[mine].float() @ w[e].float().t())
+    got, ref = torch.cat(got), torch.cat(ref)
+    error = (torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)).item()
+    if not error <= MAX_ERROR:  # NaN too
+        raise RuntimeError(f"relative error {error} against the float32 reference")
+    return error
+
+
+def measure_case(case: dict, l2_bytes: int, generator: torch.Generator, reps: int = REPS,
+                 extra: dict[str, Callable] | None = None) -> tuple[dict, dict[str, float], list[int]]:
+    """(the case's record, every method's median us, rows per expert): every compiled bf16 variant timed on
+    the case, with ``extra`` methods (a benchmark's comparisons) first in the same interleaved rounds. The
+    record is what a grouped table is fitted to: the case, its rows, ``variants_us``, the best variant."""
+    counts = route(case["tokens"], case["experts"], case["topk"], case["routing"], generator)
+    n, k, rows = case["n"], case["k"], sum(counts)
+    sets = operand_sets(counts, n, k, l2_bytes)
+    variants = variant_launches()
+    methods = {**(extra or {}), **variants}
+    errors = {name: check(launch, sets[0], generator) for name, launch in methods.items()}
+    estimate_us = max(2.0, 2 * rows * n * k / 4e8)  # at 400 TFLOP/s
+    per_graph = len(sets) * math.ceil(min(48, max(1, GRAPH_US / estimate_us)) / len(sets))
+    times = interleaved_us(methods, sets, per_graph, reps)
+    best = min(variants, key=times.get)
+    record = {**case, "rows": rows, "busy_experts": sum(1 for x in counts if x), "max_rows_per_expert": max(counts),
+              "copies": len(sets), "best": best, "best_us": times[best], "variants_us": {v: times[v] for v in variants},
+              "max_error": max(errors.values())}
+    return record, times, counts

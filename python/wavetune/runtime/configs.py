@@ -1,0 +1,79 @@
+"""Compiled variants and launches as Python values: ``KernelConfig`` (every family's variant listing),
+``LaunchConfig`` (a dense GEMM launch with its run-time parameters), and resolving a family's ``config``
+argument to a variant id."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .native import _C
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """A compiled GEMM variant: its compile-time ("macro") parameters."""
+
+    id: int
+    name: str
+    dtype: str  # "bf16" | "fp16"
+    b_layout: str  # "col" (B[K,N] column-major, an nn.Linear weight's .T) | "row"
+    swap_ab: bool  # computes D^T = B^T A^T: tile M runs over N, tile N over M (tokens)
+    schedule: str  # "cooperative" | "pingpong" | "cublas" (cuBLAS picks its kernel per problem)
+    tile: tuple[int, int, int]  # CTA tile M, N, K (cublas: a nominal 128x128x64, for the model's mapping)
+    cluster: tuple[int, int]  # thread-block cluster M, N
+    scheduler: str  # "persistent" | "stream_k"
+
+    @property
+    def from_library(self) -> bool:
+        """The cuBLAS candidate: its kernel, tile and tile order are cuBLAS's choice, so run-time
+        options (raster, swizzle) do not apply and its tile is nominal."""
+        return self.schedule == "cublas"
+
+
+def code(names: list[str], value: str, what: str) -> int:
+    """The position of ``value`` in a native vocabulary (``_C.DECOMPOSITIONS``, ...); a ValueError naming it."""
+    if value not in names:
+        raise ValueError(f"{what}={value!r} is not one of {names}")
+    return names.index(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """A variant (id or name) plus the run-time ("micro") parameters of its launch.
+
+    decomposition: "heuristic" | "data_parallel" | "split_k" | "stream_k" (the last two need a
+    ``stream_k`` variant); splits: the split-K factor (with "split_k"); raster: "heuristic" |
+    "along_m" | "along_n"; max_swizzle: 1, 2, 4 or 8.
+    """
+
+    variant: int | str
+    decomposition: str = "heuristic"
+    splits: int = 1
+    raster: str = "heuristic"
+    max_swizzle: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.variant, (int, str)) or isinstance(self.variant, bool):
+            raise TypeError(f"variant must be a variant id or name, got {self.variant!r}")
+        code(_C.DECOMPOSITIONS, self.decomposition, "decomposition")
+        code(_C.RASTERS, self.raster, "raster")
+        if not isinstance(self.splits, int) or isinstance(self.splits, bool) or self.splits < 1:
+            raise ValueError(f"splits={self.splits!r}: a positive integer (the split-K factor)")
+        if self.splits > 1 and self.decomposition != "split_k":
+            raise ValueError(f"splits={self.splits} needs decomposition='split_k', got {self.decomposition!r}")
+        if self.max_swizzle not in (1, 2, 4, 8):
+            raise ValueError(f"max_swizzle={self.max_swizzle!r} is not one of 1, 2, 4, 8")
+
+
+def family_variant_id(config, by_id: dict[int, KernelConfig], family: str, listing: str) -> int:
+    """The id of a kernel family's variant given as ``config`` (an id or a name of ``by_id``); -1 for None
+    (the family's own choice). ``listing`` names the function that lists the family's variants."""
+    if config is None:
+        return -1
+    if isinstance(config, str) and (found := next((c.id for c in by_id.values() if c.name == config), None)) is not None:
+        return found
+    if isinstance(config, int) and not isinstance(config, bool) and config in by_id:
+        return config
+    if not isinstance(config, (int, str)) or isinstance(config, bool):
+        raise TypeError(f"config must be a {family} variant id or name, got {config!r}")
+    raise ValueError(f"no compiled {family} variant {config!r}; wavetune.{listing}() lists them")

@@ -1,0 +1,68 @@
+"""Devices, streams, dtypes and the build: what every family's launch path and tools ask of the GPU and
+of the native module."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable
+
+from .native import _C
+
+
+def build_info() -> dict:
+    """How this build was made: kernels compiled or not, kernel set, config-space hash, versions."""
+    return _C.build_info()
+
+
+def package_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def current_device() -> int:
+    """torch's current CUDA device where torch is loaded and has one; else 0."""
+    torch = sys.modules.get("torch")
+    return torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
+
+
+def no_gpu_reason() -> str | None:
+    """Why wavetune cannot use a CUDA device in this process, in words for a user; None when it can."""
+    if not build_info()["kernels_compiled"]:
+        return "this wavetune build has no GPU kernels (it was built without nvcc)"
+    reason = _C.no_device_reason()
+    return f"no CUDA GPU is usable here ({reason})" if reason else None
+
+
+@functools.cache
+def properties(device: int) -> dict:
+    """``device_properties`` of a device given by index (cached)."""
+    if (reason := no_gpu_reason()) is not None:
+        raise RuntimeError(f"{reason}: this needs the GPU; tables can still be read and explained without one "
+                           "(wavetune.open_table, python -m wavetune explain --table PATH)")
+    torch = sys.modules.get("torch")
+    if torch is not None and device != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return _C.device_properties()
+    return _C.device_properties()
+
+
+def device_properties(device: int | None = None) -> dict:
+    """Name, SM count, L2 size and compute capability of a CUDA device (default: the current one)."""
+    return properties(current_device() if device is None else device)
+
+
+@functools.cache
+def dtype_codes(torch) -> dict:
+    """torch dtype -> the native dtype code, for the dtypes the kernels take."""
+    return {torch.bfloat16: _C.DTYPES.index("bf16"), torch.float16: _C.DTYPES.index("fp16")}
+
+
+@functools.cache
+def stream_getter(torch) -> Callable[[int], int]:
+    """device -> the raw cudaStream_t of torch's current stream there (for launches from Python)."""
+    # NOTES: torch.cuda.current_stream() builds a Stream object per call (microseconds of host time);
+    # the raw getter behind it (what Triton launches with) returns the handle alone. Public API if absent.
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw if raw is not None else (lambda device: torch.cuda.current_stream(device).cuda_stream)

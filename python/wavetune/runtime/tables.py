@@ -1,0 +1,131 @@
+"""Tuned tables at run time, for every kernel family: where a family's table for a GPU model is
+(shipped, or named by the family's environment variable), reading and binding one to a device
+(``load_table``), and looking for it once per device on a family's first call (``ensure_table``).
+
+A family's table file name and variable come from its descriptor (``wavetune.families``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from .. import families
+from .device import current_device, properties
+from .native import _C
+
+# Tables shipped with the package, one per GPU model and kernel family (docs/tables.md).
+TABLE_DIR = Path(__file__).resolve().parents[1] / "tables"
+
+
+def table_env(family: str = "gemm") -> str:
+    """The environment variable that names a table to use instead of the shipped one, for a family."""
+    return families.get(family).table_env
+
+
+def table_envs() -> dict[str, str]:
+    """family -> its table variable, for every registered family."""
+    return {f.name: f.table_env for f in families.all()}
+
+
+def table_file_name(gpu_name: str, family: str = "gemm") -> str:
+    """``<slug>.wtt`` for the dense GEMM's table, ``<slug>.<family>.wtt`` for another family's."""
+    from ..tuning.tablefile import table_slug
+
+    return families.get(family).table_file_name(table_slug(gpu_name))
+
+
+def default_table_path(gpu_name: str, family: str = "gemm") -> Path | None:
+    """The table named by the family's variable (``table_env``) if set, else the shipped table for this GPU
+    model and family, else None."""
+    path = TABLE_DIR / table_file_name(gpu_name, family)
+    if os.environ.get(table_env(family)):
+        return Path(os.environ[table_env(family)])
+    return path if path.exists() else None
+
+
+def open_table(path: str | Path, family: str = "gemm"):
+    """A table read, checked and bound to this build's variants of its family; needs no GPU (for ``explain``,
+    tools, and checking a file). ``load_table`` then binds one to a device."""
+    return _C.Selector(str(path), family)
+
+
+def load_table(path: str | Path | None = None, *, device: int | None = None, family: str = "gemm") -> dict:
+    """Use a table for the choices of a kernel family (``wavetune.gemm``'s by default, ``"grouped_gemm"`` for
+    ``wavetune.grouped_gemm``'s, ``"attention"`` for ``wavetune.attention``'s) on a CUDA device (default:
+    the current one).
+
+    Without ``path``, the default table for the device's GPU model (``default_table_path``). The table
+    is refused if it was made on another GPU model, for another family or for another build's variants.
+    """
+    checked = checked_devices(family)
+    selector = open_table(path, family) if path is not None else None  # the file's own errors first
+    if device is None:
+        device = current_device()
+    props = properties(device)
+    if selector is None:
+        path = default_table_path(props["name"], family)
+        if path is None:
+            raise FileNotFoundError(f"no wavetune table for {props['name']}: looked for "
+                                    f"{table_file_name(props['name'], family)} in {TABLE_DIR}; make one with "
+                                    f"`python -m wavetune tune` or set {table_env(family)}")
+        selector = open_table(path, family)
+    selector.check_device(props["name"], props["sm_count"])
+    _C.use_table(device, selector)
+    checked.add(device)
+    for callback in _table_listeners:
+        callback()
+    return {"path": str(path), "configs": selector.config_count(), "exact": selector.exact_count(),
+            "skipped_configs": selector.skipped_configs(), **selector.meta()}
+
+
+# Devices whose table was looked for already, per family: a family's first call on a device looks once.
+_checked_tables: dict[str, set[int]] = {}
+# Called after every load_table: whatever holds a table's choice drops it.
+_table_listeners: list[Callable[[], None]] = []
+
+
+def checked_devices(family: str = "gemm") -> set[int]:
+    """The devices whose table of ``family`` was looked for already (the set itself: ``ensure_table`` adds)."""
+    checked = _checked_tables.get(family)
+    if checked is None:
+        families.get(family)  # an unknown family: a ValueError naming the known ones
+        checked = _checked_tables.setdefault(family, set())
+    return checked
+
+
+def on_table_change(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` after every ``load_table`` (of any family, on any device)."""
+    _table_listeners.append(callback)
+
+
+def table_checked(device: int, family: str = "gemm") -> bool:
+    """Whether the family's table for ``device`` was looked for already (loaded, or found missing)."""
+    return device in checked_devices(family)
+
+
+def ensure_table(device: int, family: str = "gemm") -> None:
+    """Look for the family's tuned table for ``device`` now, once per device, so that no later call has to."""
+    checked = _checked_tables.get(family)
+    if checked is None or device not in checked:
+        _autoload_table(device, family)
+
+
+def _autoload_table(device: int, family: str = "gemm") -> None:
+    checked_devices(family).add(device)
+    name = properties(device)["name"]
+    if default_table_path(name, family) is None:
+        warnings.warn(f"wavetune: no tuned {family} table for {name}; kernels are chosen by the built-in "
+                      f"heuristic (run `python -m wavetune tune --family {family}` to make one)", stacklevel=4)
+        return
+    try:
+        load_table(device=device, family=family)
+    except ValueError as exc:
+        # NOTES: a shipped table tuned for another config space (a changed cutlass_configs/) must not stop
+        # gemm from working; a table the user named in WAVETUNE_TABLE is theirs to fix, so that one raises.
+        if os.environ.get(table_env(family)):
+            raise
+        warnings.warn(f"wavetune: the shipped {family} table for {name} does not fit this build ({exc}); "
+                      f"kernels are chosen by the built-in heuristic", stacklevel=4)

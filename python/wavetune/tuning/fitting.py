@@ -1,0 +1,61 @@
+"""What the fits of case-measured families (grouped GEMM, attention) share: reading their case logs (the
+tuning's own, ``log.CaseLog``, or the benchmarks' of benchmarks/grouped.py and benchmarks/attention.py),
+and writing a family's table."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Iterable
+
+from .. import families
+from ..runtime.device import build_info, package_version
+from . import tablefile
+
+
+def log_gpu(header: dict) -> str:
+    """The GPU model a case log was measured on: ``gpu_name`` in tuning's logs, ``gpu`` in the benchmarks'."""
+    return header["gpu_name"] if "gpu_name" in header else header["gpu"]
+
+
+def benchmark_log(paths: Iterable[Path], family: str | None = None) -> tuple[dict, list[dict]]:
+    """(the first log's header, every case of all logs) of case logs of one GPU. ``family``: refuse a
+    tuning log (one with a ``config_space_hash``) of another family or of another build's config space."""
+    header, cases = None, []
+    for path in paths:
+        lines = Path(path).read_text().splitlines()
+        if not lines:
+            raise ValueError(f"{path}: an empty log")
+        head = json.loads(lines[0])
+        if header is not None and log_gpu(head) != log_gpu(header):
+            raise ValueError(f"{path}: measured on a {log_gpu(head)}, the first log on a {log_gpu(header)}")
+        if family is not None and "config_space_hash" in head:
+            expected = {"family": family, "config_space_hash": families.get(family).compiled_hash()}
+            if {key: head.get(key) for key in expected} != expected:
+                raise ValueError(f"{path}: a log of family {head.get('family')!r} and config space "
+                                 f"{head.get('config_space_hash')}, not of this build's {family} ({expected['config_space_hash']})")
+        header = header or head
+        cases += [json.loads(line) for line in lines[1:] if line.strip()]
+    if header is None or not cases:
+        raise ValueError("no measurements in the logs")
+    return header, cases
+
+
+def write_family_table(out: Path, header: dict, family: str, config_space_hash: str, timing: str, source: str,
+                       table: dict) -> Path:
+    """Write a table of another family than gemm, fitted to a case log with ``header``, as
+    ``out/<gpu-slug>.<family>.wtt``."""
+    gpu = log_gpu(header)
+    meta = {
+        "gpu_name": gpu, "sm_count": header["sm_count"], "family": family,
+        "config_space_hash": config_space_hash,
+        "wavetune_version": package_version(), "cuda_version": build_info()["cuda_version"],
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "timing": timing, "source": source,
+    }
+    path = Path(out) / families.get(family).table_file_name(tablefile.table_slug(gpu))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tablefile.write_table(path, meta=meta, **table)
+    print(f"wrote {path}: {len(table['configs'])} configs fitted to {source}")
+    return path
