@@ -1,0 +1,53 @@
+"""A kernel family is a folder on each side (docs/architecture.md, "What a kernel family touches"): its C++ in
+csrc/families/<name>/, its Python in python/wavetune/families/<name>/, its config space in cutlass_configs/
+with a [family] table naming it; the build, the registries and the bindings find them, so no file outside a
+family's folders lists the families. Read from the tree; needs neither a build nor a GPU."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+from conftest import REPO
+
+CPP_FAMILIES = REPO / "csrc" / "families"
+PY_FAMILIES = REPO / "python" / "wavetune" / "families"
+# What each C++ folder holds: its registry (KernelFamily), launch (CUDA), bindings (FamilyBindings), table rules
+# (TableFamily) and the launch stubs of a build without nvcc.
+CPP_FILES = {"registry.cpp", "launch.cu", "bindings.cpp", "table_rules.cpp", "unavailable.cpp"}
+PY_MODULES = {"__init__.py", "api.py", "torch_ops.py", "tuning.py"}
+
+
+def config_space_families() -> set[str]:
+    return {tomllib.loads(p.read_text())["family"]["name"] for p in (REPO / "cutlass_configs").glob("*.toml")}
+
+
+def test_each_family_has_a_cpp_folder_a_python_folder_and_a_config_space():
+    cpp = {p.name for p in CPP_FAMILIES.iterdir() if p.is_dir()}
+    python = {p.name for p in PY_FAMILIES.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert cpp == python == config_space_families()
+    for name in cpp:
+        assert CPP_FILES <= {p.name for p in (CPP_FAMILIES / name).iterdir()}, name
+        assert PY_MODULES <= {p.name for p in (PY_FAMILIES / name).iterdir()}, name
+
+
+def test_each_folder_registers_its_family_once_under_its_own_name():
+    for folder in CPP_FAMILIES.iterdir():
+        registrations = {
+            "KernelFamily": (folder / "registry.cpp", r'KernelFamily \w+\{"(\w+)"'),
+            "TableFamily": (folder / "table_rules.cpp", r'TableFamily \w+\{"(\w+)"'),
+            "FamilyBindings": (folder / "bindings.cpp", r'FamilyBindings registration\("(\w+)"'),
+        }
+        for kind, (path, pattern) in registrations.items():
+            assert re.findall(pattern, path.read_text()) == [folder.name], f"{path}: one {kind} named {folder.name}"
+    for folder in PY_FAMILIES.iterdir():
+        if (folder / "__init__.py").is_file():
+            text = (folder / "__init__.py").read_text()
+            assert re.findall(r'register\(Family\(\s*name="(\w+)"', text) == [folder.name], folder
+
+
+def test_the_build_names_no_family():
+    cmake = (REPO / "CMakeLists.txt").read_text()
+    code = "\n".join(line for line in cmake.splitlines() if not line.lstrip().startswith("#"))
+    for name in config_space_families():
+        assert not re.search(rf"\b{name}\b", code), f"CMakeLists.txt names the {name} family"
