@@ -4,6 +4,7 @@ torch with CUDA and a wavetune build with kernels are all present."""
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,14 @@ def gpu_skip_reason() -> str | None:
     if not wavetune.build_info()["kernels_compiled"]:
         return "this wavetune build has no kernels (built without nvcc)"
     return None
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_kernel_cache(tmp_path_factory):
+    """The suite neither compiles variants in the background nor loads the user's compiled ones, which would
+    change what the tests see mid-run (tests/test_jit.py turns both on in processes of its own)."""
+    os.environ["WAVETUNE_JIT"] = "0"
+    os.environ["WAVETUNE_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernel-cache"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -19,6 +19,7 @@
 #include "wavetune/kernels.h"
 #include "wavetune/lookup.h"
 #include "wavetune/mapping.h"
+#include "wavetune/variant_library.h"
 
 namespace py = pybind11;
 using namespace wavetune;
@@ -337,6 +338,20 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("d"), py::arg("workspace"), py::arg("stream"),
           py::call_guard<py::gil_scoped_release>());
+
+  m.def(
+      "load_variant_library",
+      [](const std::string& path) {
+        LoadedVariants loaded;
+        {
+          py::gil_scoped_release release;  // dlopen runs the library's static initializers: other threads go on
+          loaded = load_variant_library(path);
+        }
+        return py::make_tuple(loaded.family, loaded.names, loaded.added);
+      },
+      py::arg("path"),
+      "Load a variant library compiled at run time (python/wavetune/jit.py) and register its variants with their "
+      "family: (family, variant names, how many were new). ValueError when it does not fit this build.");
 
   bindings::bind_grouped(m);
   bindings::bind_attention(m);

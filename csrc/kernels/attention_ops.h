@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "variant_ops.h"
 #include "wavetune/attention.h"
@@ -68,5 +69,7 @@ struct AttentionVariantOps {
 
 // Registry (attention_registry.cpp): the ops of a compiled attention variant, nullptr when not compiled in.
 const AttentionVariantOps* attention_variant_ops(int32_t id);
+// Registers attention variants of a variant library (variant_library.cpp); returns how many were new.
+int32_t add_attention_variants(const std::vector<VariantRegistry<AttentionVariantOps>::Entry>& entries);
 
 }  // namespace wavetune::detail

@@ -22,8 +22,8 @@ WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-const VariantRegistry<AttentionVariantOps>& registry() {
-  static const VariantRegistry<AttentionVariantOps> list(
+VariantRegistry<AttentionVariantOps>& registry() {
+  static VariantRegistry<AttentionVariantOps> list(
       {WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
   return list;
 }
@@ -32,6 +32,10 @@ const VariantRegistry<AttentionVariantOps>& registry() {
 const AttentionVariantOps* attention_variant_ops(int32_t id) {
   const auto* e = registry().find(id);
   return e ? e->ops : nullptr;
+}
+
+int32_t add_attention_variants(const std::vector<VariantRegistry<AttentionVariantOps>::Entry>& entries) {
+  return registry().add(entries);
 }
 
 }  // namespace detail

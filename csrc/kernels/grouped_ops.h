@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "variant_ops.h"
 #include "wavetune/grouped.h"
@@ -19,5 +20,7 @@ struct GroupedVariantOps {
 
 // Registry (grouped_registry.cpp): the ops of a compiled grouped variant, nullptr when not compiled in.
 const GroupedVariantOps* grouped_variant_ops(int32_t id);
+// Registers grouped variants of a variant library (variant_library.cpp); returns how many were new.
+int32_t add_grouped_variants(const std::vector<VariantRegistry<GroupedVariantOps>::Entry>& entries);
 
 }  // namespace wavetune::detail

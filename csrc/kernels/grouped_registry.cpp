@@ -19,8 +19,8 @@ WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-const VariantRegistry<GroupedVariantOps>& registry() {
-  static const VariantRegistry<GroupedVariantOps> list({WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
+VariantRegistry<GroupedVariantOps>& registry() {
+  static VariantRegistry<GroupedVariantOps> list({WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
   return list;
 }
 }  // namespace
@@ -28,6 +28,10 @@ const VariantRegistry<GroupedVariantOps>& registry() {
 const GroupedVariantOps* grouped_variant_ops(int32_t id) {
   const auto* e = registry().find(id);
   return e ? e->ops : nullptr;
+}
+
+int32_t add_grouped_variants(const std::vector<VariantRegistry<GroupedVariantOps>::Entry>& entries) {
+  return registry().add(entries);
 }
 
 }  // namespace detail

@@ -33,11 +33,14 @@ struct VariantOps {
 };
 
 // InvalidArgument unless the caller's workspace holds `needed` bytes. The variant checks it in `run`, where
-// it has the size at hand: the launch path works out each variant's arguments once.
-void require_workspace(size_t needed, const void* workspace, size_t workspace_bytes);
+// it has the size at hand: the launch path works out each variant's arguments once. Exported: variant
+// libraries compiled at run time call it too.
+WAVETUNE_API void require_workspace(size_t needed, const void* workspace, size_t workspace_bytes);
 
 // Registry (registry.cpp): the ops of a compiled variant, nullptr when not compiled in.
 const VariantOps* variant_ops(int32_t id);
+// Registers variants of a variant library (variant_library.cpp); returns how many were new.
+int32_t add_variants(const std::vector<VariantRegistry<VariantOps>::Entry>& entries);
 
 // The cuBLAS candidates (cublas_variant.cpp), ids from `first_id`; none when libcublas cannot be
 // loaded or the build has no CUDA.

@@ -26,6 +26,9 @@ def _attention_by_id() -> dict[int, KernelConfig]:
     return {v["id"]: KernelConfig(**v) for v in _C.attention_variants()}
 
 
+api.on_variants_added(_attention_by_id.cache_clear)  # variants added at run time join the listing
+
+
 @functools.lru_cache(maxsize=256)
 def _resolve(config) -> int:
     """The attention variant id for a ``config`` argument; -1 for the built-in choice."""

@@ -35,6 +35,11 @@ def _workspace_bytes(experts: int) -> int:
     return _C.grouped_workspace_bytes(experts)
 
 
+# Variants added at run time join the listing and the workspace size (the largest any variant needs).
+api.on_variants_added(_grouped_by_id.cache_clear)
+api.on_variants_added(_workspace_bytes.cache_clear)
+
+
 def check_shapes(torch, x, w, offsets, out) -> None:
     """Every check that needs no GPU and no data pointer: types, shapes, dtypes, contiguity."""
     tensors = {"x": x, "w": w, "offsets": offsets}
