@@ -140,14 +140,28 @@ def test_a_failed_compile_leaves_no_entry(tmp_path):
 
 def test_threads_asking_for_one_entry_compile_it_once(tmp_path):
     cache, calls, results = KernelCache(KEY, tmp_path), [], []
-    threads = [threading.Thread(target=lambda: results.append(cache.load("v", fake_compile(b"x", calls, 0.3), read_back)))
-               for _ in range(4)]
+    def ask() -> None:
+        results.append(cache.load("v", fake_compile(b"x", calls, 0.3), read_back))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert len(calls) == 1
     assert sorted(compiled for _, compiled in results) == [False, False, False, True]
+
+
+def test_loading_from_the_cache_never_waits_for_a_compile(tmp_path):
+    cache, calls = KernelCache(KEY, tmp_path), []
+    compiling = threading.Thread(target=cache.load, args=("v", fake_compile(b"x", calls, 1.0), read_back))
+    compiling.start()
+    while not calls:
+        time.sleep(0.01)
+    start = time.monotonic()
+    assert cache.load_cached("v", read_back) is None and time.monotonic() - start < 0.5
+    compiling.join()
+    assert cache.load_cached("v", read_back) == b"x"
 
 
 def test_processes_asking_for_one_entry_compile_it_once(tmp_path):
@@ -170,6 +184,21 @@ print(KernelCache(key, Path({str(tmp_path / 'cache')!r})).load("v", compile, lam
     assert all(p.returncode == 0 for p in processes)
     assert outputs == ["False", "False", "True"]
     assert counter.read_text().count("compile") == 1
+
+
+def test_the_portable_set_gives_every_dtype_and_layout_a_kernel():
+    """What `pip install .` compiles: a variant for each dtype and B layout of every family (attention at head
+    dim 128), and the dense fallback heuristic has a compiled bucket for each."""
+    for path in sorted((REPO / "cutlass_configs").glob("*.toml")):
+        space = cs.load(path)
+        portable = space.select("portable")
+        kinds = {(v.dtype, v.b_layout) for v in space.variants}
+        assert {(v.dtype, v.b_layout) for v in portable} == kinds, path.name
+        if space.family == "attention":
+            assert {v.tile_k for v in portable} == {128}
+        if space.fallback:
+            assert {(d, layout) for d, layout, _, v in space.fallback if v in portable} == kinds
+    assert len([v for s in map(cs.load, (REPO / "cutlass_configs").glob("*.toml")) for v in s.select("portable")]) == 8
 
 
 @pytest.mark.parametrize("table", sorted((REPO / "tables").glob("*.wtt")), ids=lambda p: p.name)

@@ -45,7 +45,9 @@ std::string library_error(const detail::VariantLibrary& lib) {
   }
   for (int32_t i = 0; error.empty() && i < lib.count; ++i) {
     const VariantInfo& v = lib.infos[i];
-    if (v.id < 0 || v.id >= kLibraryVariantIds || !v.name || !lib.ops[i]) error = "variant " + std::to_string(i) + " is malformed";
+    if (v.id < 0 || v.id >= kLibraryVariantIds || !v.name || !lib.ops[i]) {
+      error = "variant " + std::to_string(i) + " is malformed";
+    }
   }
   return error;
 }
@@ -72,8 +74,8 @@ LoadedVariants load_variant_library(const std::string& path) {
   if (!handle) WAVETUNE_INVALID("cannot load the variant library ", path, ": ", dlerror());
   const auto entry = reinterpret_cast<detail::VariantLibraryEntryPoint>(dlsym(handle, kSymbol));
   const detail::VariantLibrary* lib = entry ? entry() : nullptr;
-  const std::string error = !lib ? std::string("it exports no ") + kSymbol + " (another ABI version, or not a variant library)"
-                                 : library_error(*lib);
+  const std::string error = lib ? library_error(*lib)
+                                : std::string("it exports no ") + kSymbol + " (another ABI version, or not a variant library)";
   if (!error.empty()) {
     dlclose(handle);
     WAVETUNE_INVALID("variant library ", path, " does not fit this build: ", error,

@@ -36,8 +36,8 @@ class VariantRegistry {
     const Snapshot& now = *current_.load(std::memory_order_relaxed);
     std::vector<Entry> merged = now.entries;
     for (const Entry& e : entries) {
-      const bool known = std::any_of(merged.begin(), merged.end(), [&](const Entry& m) { return m.info.id == e.info.id; });
-      if (!known) merged.push_back(e);
+      const auto same_id = [&](const Entry& m) { return m.info.id == e.info.id; };
+      if (std::none_of(merged.begin(), merged.end(), same_id)) merged.push_back(e);
     }
     const auto added = int32_t(merged.size() - now.entries.size());
     if (added == 0) return 0;

@@ -113,7 +113,8 @@ def left_out_note(selector, table: Path) -> str | None:
         f", {cublas} of them cuBLAS's (libcublas cannot be loaded here)")
     return (f"note: {skipped} of the table's {selector.config_count()} configs are not in this build "
             f"(kernel set {api.build_info()['kernel_set']!r}{library}) and are left out: the choice below is among "
-            f"the {selector.config_count() - skipped} that are, not necessarily what a full install on the GPU chooses")
+            f"the {selector.config_count() - skipped} that are, not necessarily what a full install on the GPU chooses "
+            f"(python -m wavetune build --table {table} compiles the others)")
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import _C, api, config_space
-from .kernel_cache import CacheKey, KernelCache
+from .kernel_cache import CacheError, CacheKey, KernelCache
 
 JIT_ENV = "WAVETUNE_JIT"
 ARCH = "sm_90a"
@@ -91,7 +91,10 @@ def toolchain() -> Toolchain:
     nvcc = find_nvcc()
     if nvcc is None:
         raise JitUnavailable("no nvcc (a CUDA 12.x or 13.x toolkit: put nvcc on PATH or set CUDACXX)")
-    output = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    try:
+        output = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise JitUnavailable(f"{nvcc} --version failed ({exc})") from exc
     release = re.search(r"release (\d+)\.(\d+)", output)
     if release is None or int(release.group(1)) not in SUPPORTED_CUDA:
         raise JitUnavailable(f"{nvcc} is not the nvcc of a CUDA 12.x or 13.x toolkit ({output.strip()[-60:]!r})")
@@ -205,7 +208,14 @@ def compile_command(tools: Toolchain, source: Path, output: Path) -> list[str]:
 
 # nvcc processes running now, ended when the interpreter exits (a compile cut short is redone later).
 _running: set[subprocess.Popen] = set()
-atexit.register(lambda: [process.kill() for process in list(_running)])
+_exiting = threading.Event()
+
+
+@atexit.register
+def stop_compiles() -> None:
+    _exiting.set()
+    for process in list(_running):
+        process.kill()
 
 
 def run_compiler(command: list[str], what: str) -> None:
@@ -255,7 +265,8 @@ def build(family: str, variants: list[config_space.Variant], *, jobs: int | None
     if built:
         api.variants_added(family)
     if failed:
-        raise CompileError(f"{len(failed)} of {len(variants)} {family} variants failed to compile:\n" + "\n".join(failed))
+        raise CompileError(f"{len(failed)} of {len(variants)} {family} variants failed to compile:\n"
+                           + "\n".join(failed))
     return sorted(built, key=lambda b: b.name)
 
 
@@ -292,6 +303,11 @@ def prepare_table(table: Path, family: str) -> bool:
         reason = unavailable_reason() if missing else None
     except JitUnavailable as exc:
         missing, reason = config_space.table_file_variant_names(table) - compiled_names(family), str(exc)
+    if reason is None and missing:
+        try:
+            cache_for(family)
+        except CacheError as exc:  # refused for compiles and loads alike; the call goes on without them
+            reason = str(exc)
     if reason is not None:
         warn_once(family, f"wavetune: the {family} table {table} names variants that are not compiled into this "
                           f"build ({len(missing)}), and they cannot be compiled here: {reason}; its choices fall "
@@ -330,4 +346,5 @@ def background_worker(jobs: queue.Queue) -> None:
         try:
             build(family, variants)
         except Exception as exc:  # noqa: BLE001 - a background failure must not end the thread; it is reported
-            log.warning("wavetune: background compile of %s variants failed: %s", family, exc)
+            if not _exiting.is_set():  # else the compiles were stopped as the process exits
+                log.warning("wavetune: background compile of %s variants failed: %s", family, exc)

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 CACHE_ENV = "WAVETUNE_CACHE_DIR"
 
@@ -104,10 +104,14 @@ class KernelCache:
             return None
 
     def load_cached(self, name: str, load: Callable[[Path], Loaded]) -> Loaded | None:
-        """``load(library)`` of the entry if the cache holds it verified and it loads, else None (nothing is
-        compiled). ``load`` raises ValueError for a library that does not load."""
-        with self._lock(name):
-            return self._load_verified(name, load)
+        """``load(library)`` of the entry if the cache holds it verified and it loads, else None; nothing is
+        compiled, and an entry being compiled now (its lock is held) is not waited for. ``load`` raises
+        ValueError for a library that does not load."""
+        try:
+            with self._lock(name, timeout=0):
+                return self._load_verified(name, load)
+        except Timeout:
+            return None
 
     def load(self, name: str, compile: Callable[[Path], dict], load: Callable[[Path], Loaded]) -> tuple[Loaded, bool]:
         """``load(library)`` of the entry, compiled first by ``compile(output)`` unless the cache holds it verified
@@ -118,10 +122,10 @@ class KernelCache:
                 return loaded, False
             return load(self._compile(name, compile)), True
 
-    def _lock(self, name: str) -> FileLock:
+    def _lock(self, name: str, timeout: float = -1) -> FileLock:
         # NOTES: one lock file per entry, so different variants compile in parallel. A new FileLock each time
         # takes the lock through a file descriptor of its own, which also excludes other threads of this process.
-        return FileLock(str(self.dir / f"{name}.lock"))
+        return FileLock(str(self.dir / f"{name}.lock"), timeout=timeout)
 
     def _load_verified(self, name: str, load: Callable[[Path], Loaded]) -> Loaded | None:
         if (library := self.verified(name)) is None:
