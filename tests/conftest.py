@@ -43,6 +43,14 @@ def gpu_skip_reason() -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_kernel_cache(tmp_path_factory):
+    """The suite neither compiles variants in the background nor loads the user's compiled ones, which would
+    change what the tests see mid-run (tests/test_jit.py turns both on in processes of its own)."""
+    os.environ["WAVETUNE_JIT"] = "0"
+    os.environ["WAVETUNE_CACHE_DIR"] = str(tmp_path_factory.mktemp("kernel-cache"))
+
+
 def pytest_collection_modifyitems(config, items):
     reason = gpu_skip_reason()
     if reason is None:

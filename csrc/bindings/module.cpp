@@ -3,22 +3,21 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <stdexcept>
-#include <tuple>
-
+#include <algorithm>
 #include <array>
-#include <iterator>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "bindings.h"
-#include "wavetune/attention.h"
-#include "wavetune/grouped.h"
+#include "wavetune/family.h"
 #include "wavetune/kernels.h"
 #include "wavetune/lookup.h"
-#include "wavetune/mapping.h"
+#include "wavetune/variant_library.h"
 
 namespace py = pybind11;
 using namespace wavetune;
@@ -198,6 +197,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("use_table", &use_table, py::arg("device"), py::arg("selector").none(true), py::arg("family") = "gemm",
         "Make launches of the table's family (families()) choose from it on a device (None: back to "
         "the built-in heuristic of `family`).");
+
+  m.def(
+      "load_variant_library",
+      [](const std::string& path) {
+        LoadedVariants loaded;
+        {
+          py::gil_scoped_release release;  // dlopen runs the library's static initializers: other threads go on
+          loaded = load_variant_library(path);
+        }
+        return py::make_tuple(loaded.family, loaded.names, loaded.added);
+      },
+      py::arg("path"),
+      "Load a variant library compiled at run time (the Python package's on-demand compiles) and register its "
+      "variants with their family: (family, variant names, how many were new). ValueError when it does not fit "
+      "this build.");
 
   m.def("families", [] {
     py::list out;

@@ -3,6 +3,8 @@
 
 #include <cstddef>
 
+#include "wavetune/types.h"
+
 namespace wavetune::detail {
 
 // Device ordinals the runtime keeps per-device state for (properties, shared-memory limits).
@@ -20,7 +22,8 @@ const DeviceInfo& current_device_info();
 const char* current_device_error();
 
 // InvalidArgument unless the caller's workspace holds `needed` bytes. The variant checks it in `run`, where
-// it has the size at hand: the launch path works out each variant's arguments once.
-void require_workspace(size_t needed, const void* workspace, size_t workspace_bytes);
+// it has the size at hand: the launch path works out each variant's arguments once. Exported: variant
+// libraries compiled at run time (variant_library.h) call it too.
+WAVETUNE_API void require_workspace(size_t needed, const void* workspace, size_t workspace_bytes);
 
 }  // namespace wavetune::detail

@@ -1,9 +1,13 @@
-// A kernel family's compiled variants, built from its generated X-macro list (registry.inc,
-// grouped_registry.inc): lookups by id and the list of their descriptions, shared by every family.
+// A kernel family's variants, built from its generated X-macro list (registry.inc, grouped_registry.inc)
+// and extended at run time by variant libraries (variant_library.cpp): lookups by id and the list of
+// their descriptions, shared by every family.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -20,26 +24,70 @@ class VariantRegistry {
   };
 
   // `entries` sorted by id: the generator emits the space in order.
-  explicit VariantRegistry(std::vector<Entry> entries) : entries_(std::move(entries)) {
-    for (const Entry& e : entries_) infos_.push_back(e.info);
+  explicit VariantRegistry(std::vector<Entry> entries) { publish(std::move(entries)); }
+
+  const Entry* find(int32_t id) const { return find_in(*current_.load(std::memory_order_acquire), id); }
+
+  const std::vector<VariantInfo>& infos() const { return current_.load(std::memory_order_acquire)->infos; }
+
+  // Registers the variants (ops[i]: an Ops of infos[i]) whose ids are not registered yet; returns how many.
+  // Safe beside lookups.
+  int32_t add(const VariantInfo* infos, const void* const* ops, int32_t count) {
+    std::vector<Entry> entries;
+    for (int32_t i = 0; i < count; ++i) entries.push_back({infos[i], static_cast<const Ops*>(ops[i])});
+    return add(entries);
   }
 
-  const Entry* find(int32_t id) const {
-    auto it = std::lower_bound(entries_.begin(), entries_.end(), id,
-                               [](const Entry& e, int32_t v) { return e.info.id < v; });
-    return it != entries_.end() && it->info.id == id ? &*it : nullptr;
+  int32_t add(const std::vector<Entry>& entries) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Snapshot& now = *current_.load(std::memory_order_relaxed);
+    std::vector<Entry> merged = now.entries;
+    for (const Entry& e : entries) {
+      const auto same_id = [&](const Entry& m) { return m.info.id == e.info.id; };
+      if (std::none_of(merged.begin(), merged.end(), same_id)) merged.push_back(e);
+    }
+    const auto added = int32_t(merged.size() - now.entries.size());
+    if (added == 0) return 0;
+    std::sort(merged.begin(), merged.end(), [](const Entry& a, const Entry& b) { return a.info.id < b.info.id; });
+    publish(std::move(merged));
+    return added;
   }
-
-  const std::vector<VariantInfo>& infos() const { return infos_; }
 
  private:
-  std::vector<Entry> entries_;
-  std::vector<VariantInfo> infos_;
+  struct Snapshot {
+    std::vector<Entry> entries;
+    std::vector<VariantInfo> infos;
+  };
+
+  static const Entry* find_in(const Snapshot& s, int32_t id) {
+    auto it = std::lower_bound(s.entries.begin(), s.entries.end(), id,
+                               [](const Entry& e, int32_t v) { return e.info.id < v; });
+    return it != s.entries.end() && it->info.id == id ? &*it : nullptr;
+  }
+
+  // NOTES: the launch path reads the current snapshot with one atomic load and no lock; an addition publishes
+  // a new one. Every snapshot is kept for the process, so what infos() returned and the VariantInfo pointers
+  // a Selector holds stay valid after later additions.
+  void publish(std::vector<Entry> entries) {
+    auto next = std::make_unique<Snapshot>();
+    next->entries = std::move(entries);
+    for (const Entry& e : next->entries) next->infos.push_back(e.info);
+    current_.store(next.get(), std::memory_order_release);
+    snapshots_.push_back(std::move(next));
+  }
+
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<const Snapshot>> snapshots_;
+  std::atomic<const Snapshot*> current_{nullptr};
 };
 
 }  // namespace wavetune::detail
 
+// A variant's description from its X-macro row (the generated registry lists and variant libraries).
+#define WAVETUNE_VARIANT_INFO(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS) \
+  ::wavetune::VariantInfo {                                                          \
+    ID, #NAME, ::wavetune::DType::DT, ::wavetune::BLayout::BL, SWAP, ::wavetune::Schedule::SCHED, TM, TN, TK, CM, CN, \
+        ::wavetune::TileScheduler::TS                                                \
+  }
 // One registry entry per X-macro row; `variant_<NAME>` is the variant's ops object.
-#define WAVETUNE_REGISTRY_ENTRY(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS)                     \
-  {{ID, #NAME, DType::DT, BLayout::BL, SWAP, Schedule::SCHED, TM, TN, TK, CM, CN, TileScheduler::TS}, \
-   &variant_##NAME},
+#define WAVETUNE_REGISTRY_ENTRY(ID, NAME, ...) {WAVETUNE_VARIANT_INFO(ID, NAME, __VA_ARGS__), &variant_##NAME},

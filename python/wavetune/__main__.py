@@ -1,4 +1,4 @@
-"""Command line: ``python -m wavetune {info,tune,explain}`` and ``python -m wavetune --cmake-dir``.
+"""Command line: ``python -m wavetune {info,tune,explain,build}`` and ``python -m wavetune --cmake-dir``.
 
 The kernel families (``--family``) are those of the registry (``wavetune.families``).
 
@@ -138,7 +138,8 @@ def left_out_note(selector, table: Path) -> str | None:
         f", {cublas} of them cuBLAS's (libcublas cannot be loaded here)")
     return (f"note: {skipped} of the table's {selector.config_count()} configs are not in this build "
             f"(kernel set {build_info()['kernel_set']!r}{library}) and are left out: the choice below is among "
-            f"the {selector.config_count() - skipped} that are, not necessarily what a full install on the GPU chooses")
+            f"the {selector.config_count() - skipped} that are, not necessarily what a full install on the GPU chooses "
+            f"(python -m wavetune build --table {table} compiles the others)")
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -205,6 +206,31 @@ def check_tune_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parse_devices(args.devices)
         except ValueError as exc:
             parser.error(str(exc))
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from .runtime import jit
+
+    chosen = [option for option in ("table", "family", "all") if getattr(args, option)]
+    if len(chosen) != 1:
+        raise ValueError("say what to compile with one of --table PATH, --family F or --all")
+    if args.family:
+        jit.check_family(args.family)
+    if (reason := jit.unavailable_reason()) is not None:
+        raise RuntimeError(f"variants cannot be compiled here: {reason}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    for family, variants in jit.build_requests(args.table and Path(args.table), args.family, args.all):
+        if not variants:
+            print(f"{family}: every variant asked for is compiled already")
+            continue
+        built = jit.build(family, variants, jobs=args.jobs, progress=True)
+        compiled = sum(b.compiled for b in built)
+        print(f"{family}: {compiled} compiled, {len(built) - compiled} found in the cache "
+              f"({jit.cache_for(family).dir}):")
+        for b in built:
+            print(f"  {b.name}{'' if b.compiled else ' (cached)'}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,13 +302,20 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--heads", default="1,1", help="with --family attention: query heads,KV heads")
     explain.add_argument("--causal", action="store_true", help="with --family attention: the causal mask")
 
+    build = sub.add_parser("build", help="compile variants outside the installed kernel set into the kernel cache "
+                                         "(docs/kernels.md), so that no call waits for them")
+    build.add_argument("--table", metavar="PATH", help="the variants the table's configs name (its working set)")
+    build.add_argument("--family", choices=families.names(), help="every variant of a kernel family")
+    build.add_argument("--all", action="store_true", help="every variant of every family")
+    build.add_argument("--jobs", type=int, help="nvcc processes at once (default: the cores)")
+
     args = parser.parse_args(argv)
     if args.command == "tune":
         check_tune_args(parser, args)
     if args.cmake_dir:
         print(cmake_dir())
         return 0
-    commands = {"info": cmd_info, "tune": cmd_tune, "explain": cmd_explain}
+    commands = {"info": cmd_info, "tune": cmd_tune, "explain": cmd_explain, "build": cmd_build}
     if args.command not in commands:
         parser.print_help()
         return 2

@@ -235,7 +235,8 @@ AttentionLaunch attention_default_launch(const AttentionProblem& p) {
   }
   if (ids.empty()) {
     WAVETUNE_INVALID("no compiled attention variant takes ", to_string(p.dtype), " with head_dim ", p.head_dim,
-                     " (build with the default kernel set, or with -Ccmake.define.WAVETUNE_KERNEL_SET=full)");
+                     " in this build: compile some with python -m wavetune build "
+                     "(--table PATH: what a table chooses; --family attention: every variant)");
   }
   const int32_t limit = attention_kv_splittable(p) ? kMaxAttentionSplits : 1;
   const AttentionChoice choice = choose_attention(tiles, detail::shape_of(p), detail::current_device_info().sm_count, limit);

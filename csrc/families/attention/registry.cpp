@@ -24,8 +24,8 @@ WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-const VariantRegistry<AttentionVariantOps>& registry() {
-  static const VariantRegistry<AttentionVariantOps> list(
+VariantRegistry<AttentionVariantOps>& registry() {
+  static VariantRegistry<AttentionVariantOps> list(
       {WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
   return list;
 }
@@ -131,7 +131,10 @@ size_t attention_workspace_bytes(const AttentionProblem& p, int32_t splits) {
 }
 
 namespace {
-const KernelFamily kAttention{"attention", &attention_variants, &attention_config_space_hash};
+const KernelFamily kAttention{"attention", &attention_variants, &attention_config_space_hash,
+                              [](const VariantInfo* infos, const void* const* ops, int32_t count) {
+                                return detail::registry().add(infos, ops, count);
+                              }};
 const detail::Registration<KernelFamily> registration(&kAttention);
 }  // namespace
 

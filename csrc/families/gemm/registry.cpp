@@ -21,8 +21,8 @@ WAVETUNE_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 
 namespace {
 // The generated CUTLASS variants, then the cuBLAS ones (larger ids: the list stays sorted).
-const VariantRegistry<VariantOps>& registry() {
-  static const VariantRegistry<VariantOps> list([] {
+VariantRegistry<VariantOps>& registry() {
+  static VariantRegistry<VariantOps> list([] {
     std::vector<VariantRegistry<VariantOps>::Entry> entries{WAVETUNE_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};
     const auto library = library_variants(kLibraryVariantIds);
     entries.insert(entries.end(), library.begin(), library.end());
@@ -124,11 +124,15 @@ int32_t default_variant(const GemmProblem& p) {
   }
   WAVETUNE_INVALID("no compiled variant takes ", to_string(p.dtype), " with ", to_string(p.b_layout),
                    "-major B (kernel set '", detail::kernel_set_name(),
-                   "'); rebuild with -Ccmake.define.WAVETUNE_KERNEL_SET=full");
+                   "'): compile some with python -m wavetune build "
+                   "(--table PATH: what a table chooses; --family gemm: every variant)");
 }
 
 namespace {
-const KernelFamily kGemm{"gemm", &variants, &detail::config_space_hash};
+const KernelFamily kGemm{"gemm", &variants, &detail::config_space_hash,
+                         [](const VariantInfo* infos, const void* const* ops, int32_t count) {
+                           return detail::registry().add(infos, ops, count);
+                         }};
 const detail::Registration<KernelFamily> registration(&kGemm);
 }  // namespace
 

@@ -29,7 +29,8 @@ int32_t grouped_default_variant(const GroupedGemmProblem& p) {
   }
   if (ids.empty()) {
     WAVETUNE_INVALID("no compiled grouped variant takes ", to_string(p.dtype),
-                     " (build with the default kernel set, or with -Ccmake.define.WAVETUNE_KERNEL_SET=full)");
+                     " in this build: compile some with python -m wavetune build "
+                     "(--table PATH: what a table chooses; --family grouped_gemm: every variant)");
   }
   const GroupedShape shape{p.rows, p.experts, p.n, p.k};
   return ids[choose_grouped(shapes, shape, detail::current_device_info().sm_count)];

@@ -21,8 +21,8 @@ WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-const VariantRegistry<GroupedVariantOps>& registry() {
-  static const VariantRegistry<GroupedVariantOps> list({WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
+VariantRegistry<GroupedVariantOps>& registry() {
+  static VariantRegistry<GroupedVariantOps> list({WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
   return list;
 }
 }  // namespace
@@ -62,7 +62,10 @@ std::string grouped_problem_error(const GroupedGemmProblem& p) {
 }
 
 namespace {
-const KernelFamily kGroupedGemm{"grouped_gemm", &grouped_variants, &grouped_config_space_hash};
+const KernelFamily kGroupedGemm{"grouped_gemm", &grouped_variants, &grouped_config_space_hash,
+                                [](const VariantInfo* infos, const void* const* ops, int32_t count) {
+                                  return detail::registry().add(infos, ops, count);
+                                }};
 const detail::Registration<KernelFamily> registration(&kGroupedGemm);
 }  // namespace
 

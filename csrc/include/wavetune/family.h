@@ -47,6 +47,9 @@ struct KernelFamily {
   const char* name;                               // as tables spell it
   const std::vector<VariantInfo>& (*variants)();  // compiled, ordered by id
   const char* (*config_space_hash)();             // of the config space they were generated from
+  // Registers variants compiled after the build (variant_library.h): ops[i] is the family's ops object of
+  // infos[i]. Returns how many were not registered before.
+  int32_t (*add_variants)(const VariantInfo* infos, const void* const* ops, int32_t count);
 };
 
 // The registered kernel families, sorted by name; the one of that name, or nullptr.

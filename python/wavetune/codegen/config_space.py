@@ -354,12 +354,13 @@ def _parse_fallback(table: object, by_name: dict[str, Variant], path: Path) -> t
 
 def table_variant_names(tables_dir: Path | None) -> set[str]:
     """Variant names in the `config` records of the tables in a directory (docs/tables.md)."""
-    names = set()
-    for table in sorted(Path(tables_dir).glob("*.wtt")) if tables_dir else []:
-        for line in table.read_text().splitlines():
-            if line.startswith("config "):
-                names.add(line.split()[2])
-    return names
+    tables = sorted(Path(tables_dir).glob("*.wtt")) if tables_dir else []
+    return set().union(*(table_file_variant_names(table) for table in tables))
+
+
+def table_file_variant_names(table: Path) -> set[str]:
+    """Variant names in the `config` records of one table file."""
+    return {line.split()[2] for line in Path(table).read_text().splitlines() if line.startswith("config ")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -401,17 +402,36 @@ def render_variant(v: Variant, source: str) -> str:
     return VARIANT_TEMPLATE.format(source=source, header=v.generation.header, prefix=v.generation.macro_prefix, **_fields(v))
 
 
+_REGISTRY_ROW = ("  WAVETUNE_VARIANT({id}, {name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, "
+                 "{tile_k}, {cluster_m}, {cluster_n}, {scheduler})")
+
+
 def render_registry(space: ConfigSpace, chosen: list[Variant], kernel_set: str) -> str:
-    row = (
-        "  WAVETUNE_VARIANT({id}, {name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, {tile_k}, "
-        "{cluster_m}, {cluster_n}, {scheduler})"
-    )
-    rows = " \\\n".join(row.format(**_fields(v)) for v in chosen)
+    rows = " \\\n".join(_REGISTRY_ROW.format(**_fields(v)) for v in chosen)
     compiled = {v.id for v in chosen}
     fallback = " \\\n".join(f"  WAVETUNE_FALLBACK({dtype}, {layout}, {max_m}, {v.id})"
                              for dtype, layout, max_m, v in space.fallback if v.id in compiled)
     return REGISTRY_TEMPLATE.format(source=space.path.name, prefix=space.generation.macro_prefix,
                                     hash=space.hash, kernel_set=kernel_set, rows=rows, fallback=fallback)
+
+
+VARIANT_LIBRARY_TEMPLATE = """\
+// A variant library (csrc/include/wavetune/variant_library.h): the variants above, for loading at run time.
+#include "variant_library_abi.h"
+
+#define WAVETUNE_LIBRARY_VARIANTS(WAVETUNE_VARIANT) \\
+{rows}
+
+WAVETUNE_DEFINE_VARIANT_LIBRARY("{family}", "{hash}", WAVETUNE_LIBRARY_VARIANTS)
+"""
+
+
+def render_variant_library(space: ConfigSpace, chosen: list[Variant]) -> str:
+    """The source of a shared object holding ``chosen`` (compiled at run time, python/wavetune/jit.py): each
+    variant's source as the build generates it, then the entry point that lists them."""
+    sources = "\n".join(render_variant(v, space.path.name) for v in chosen)
+    rows = " \\\n".join(_REGISTRY_ROW.format(**_fields(v)) for v in chosen)
+    return sources + "\n" + VARIANT_LIBRARY_TEMPLATE.format(rows=rows, family=space.family, hash=space.hash)
 
 
 def write_if_changed(path: Path, text: str) -> bool:

@@ -8,6 +8,7 @@ A family's table file name and variable come from its descriptor (``wavetune.fam
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -73,7 +74,13 @@ def load_table(path: str | Path | None = None, *, device: int | None = None, fam
                                     f"`python -m wavetune tune` or set {table_env(family)}")
         selector = open_table(path, family)
     selector.check_device(props["name"], props["sm_count"])
-    _C.use_table(device, selector)
+    from . import jit
+
+    if jit.prepare_table(Path(path), family):  # variants of the table compiled earlier, registered now
+        selector = open_table(path, family)
+    _C.use_table(device, selector, family)
+    _loaded_tables.setdefault(family, {})[device] = str(path)
+    _pending_tables.pop((family, device), None)
     checked.add(device)
     for callback in _table_listeners:
         callback()
@@ -85,6 +92,12 @@ def load_table(path: str | Path | None = None, *, device: int | None = None, fam
 _checked_tables: dict[str, set[int]] = {}
 # Called after every load_table: whatever holds a table's choice drops it.
 _table_listeners: list[Callable[[], None]] = []
+# Each device's loaded table per family (its path), and the tables bound again after variants were added at
+# run time, waiting for the family's next call on their device (the swap, in ensure_table).
+_loaded_tables: dict[str, dict[int, str]] = {}
+_pending_tables: dict[tuple[str, int], object] = {}
+# Called when variants were added at run time: whatever lists the compiled variants forgets them.
+_variant_listeners: list[Callable[[], None]] = []
 
 
 def checked_devices(family: str = "gemm") -> set[int]:
@@ -97,8 +110,40 @@ def checked_devices(family: str = "gemm") -> set[int]:
 
 
 def on_table_change(callback: Callable[[], None]) -> None:
-    """Call ``callback()`` after every ``load_table`` (of any family, on any device)."""
+    """Call ``callback()`` after every ``load_table`` (of any family, on any device), and when a table bound to
+    variants added at run time is about to replace one (``variants_added``)."""
     _table_listeners.append(callback)
+
+
+def on_variants_added(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` whenever variants were added at run time (``runtime.jit``)."""
+    _variant_listeners.append(callback)
+
+
+def variants_added(family: str) -> None:
+    """After variants of ``family`` were added at run time: listings forget what they held, and each loaded
+    table of the family is bound again to the compiled variants, to be swapped in by the family's next call on
+    its device (never a call in progress, never under CUDA-graph capture)."""
+    for callback in _variant_listeners:
+        callback()
+    for device, path in list(_loaded_tables.get(family, {}).items()):
+        _pending_tables[(family, device)] = open_table(path, family)
+    for callback in _table_listeners:
+        callback()  # plans built from the old table are dropped, so the next call reaches ensure_table
+
+
+def table_swap_pending(device: int, family: str = "gemm") -> bool:
+    """Whether a table bound to variants added at run time waits to replace the family's table on ``device``."""
+    return (family, device) in _pending_tables
+
+
+def _swap_pending_table(device: int, family: str) -> None:
+    torch = sys.modules.get("torch")
+    if (family, device) not in _pending_tables or (torch is not None and torch.cuda.is_current_stream_capturing()):
+        return
+    _C.use_table(device, _pending_tables.pop((family, device)), family)
+    for callback in _table_listeners:
+        callback()
 
 
 def table_checked(device: int, family: str = "gemm") -> bool:
@@ -107,10 +152,13 @@ def table_checked(device: int, family: str = "gemm") -> bool:
 
 
 def ensure_table(device: int, family: str = "gemm") -> None:
-    """Look for the family's tuned table for ``device`` now, once per device, so that no later call has to."""
+    """Look for the family's tuned table for ``device`` now, once per device, so that no later call has to; swap
+    in the table bound to variants added at run time where one waits."""
     checked = _checked_tables.get(family)
     if checked is None or device not in checked:
         _autoload_table(device, family)
+    elif _pending_tables:
+        _swap_pending_table(device, family)
 
 
 def _autoload_table(device: int, family: str = "gemm") -> None:

@@ -14,7 +14,7 @@ import sys
 from ...runtime.configs import KernelConfig, family_variant_id
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
-from ...runtime.tables import ensure_table
+from ...runtime.tables import ensure_table, on_variants_added
 
 
 def attention_configs() -> list[KernelConfig]:
@@ -36,6 +36,9 @@ def attention_by_id() -> dict[int, KernelConfig]:
 @functools.cache
 def _attention_by_id() -> dict[int, KernelConfig]:
     return {v["id"]: KernelConfig(**v) for v in _C.attention_variants()}
+
+
+on_variants_added(_attention_by_id.cache_clear)  # variants added at run time join the listing
 
 
 @functools.lru_cache(maxsize=256)

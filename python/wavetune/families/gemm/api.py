@@ -13,7 +13,7 @@ import sys
 from ...runtime.configs import KernelConfig, LaunchConfig, code
 from ...runtime.device import stream_getter, dtype_codes
 from ...runtime.native import _C
-from ...runtime.tables import ensure_table
+from ...runtime.tables import ensure_table, on_variants_added
 
 
 def configs() -> list[KernelConfig]:
@@ -34,6 +34,11 @@ def _configs_by_id() -> dict[int, KernelConfig]:
 @functools.cache
 def _configs_by_name() -> dict[str, KernelConfig]:
     return {c.name: c for c in _configs_by_id().values()}
+
+
+# Variants added at run time join the listings.
+on_variants_added(_configs_by_id.cache_clear)
+on_variants_added(_configs_by_name.cache_clear)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -96,6 +96,8 @@ def _new_plan(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch
     tables.ensure_table(ops.device)
     prepared = _C.PreparedGemm(ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.n, ops.dtype, ops.b_layout, ops.device)
     plan = _Plan(ops.device, None if prepared.from_library else _native_launch(prepared, (*a.shape[:-1], ops.n)))
+    if tables.table_swap_pending(ops.device):
+        return plan  # made under capture from a table about to be replaced: a later call takes the new one
     if len(_plans) >= _MAX_PLANS:
         _plans.clear()
     _plans[key] = plan

@@ -429,7 +429,7 @@ def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: di
 
 # NOTES: the working set is chosen on a generic grid: N and K from 256 to 64K, every M up to 64 and then
 # about 6% apart up to 16384, odd values included. It is not a shape suite, so no suite decides what the
-# default build compiles. Variants are dropped one at a time, the one whose loss of predicted speed over
+# `tables` kernel set compiles. Variants are dropped one at a time, the one whose loss of predicted speed over
 # the grid is least, while the grid's geomean loss stays within WORKING_SET_GEOMEAN_LOSS of the whole
 # catalog and no point loses more than WORKING_SET_WORST_LOSS: many tiles differ by a step of 16 tokens
 # and win by a percent or two, less than the model's error, and each costs a compile in every install.

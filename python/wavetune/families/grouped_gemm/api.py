@@ -13,7 +13,7 @@ import sys
 from ...runtime.configs import KernelConfig, family_variant_id
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
-from ...runtime.tables import ensure_table
+from ...runtime.tables import ensure_table, on_variants_added
 
 
 def grouped_configs() -> list[KernelConfig]:
@@ -40,6 +40,11 @@ def _resolve(config) -> int:
 @functools.lru_cache(maxsize=256)
 def _workspace_bytes(experts: int) -> int:
     return _C.grouped_workspace_bytes(experts)
+
+
+# Variants added at run time join the listing and the workspace size (the largest any variant needs).
+on_variants_added(_grouped_by_id.cache_clear)
+on_variants_added(_workspace_bytes.cache_clear)
 
 
 def check_shapes(torch, x, w, offsets, out) -> None:

@@ -1,0 +1,365 @@
+"""Variants compiled when needed (docs/kernels.md): a variant outside the installed kernel set is compiled
+with nvcc into the per-user cache (``kernel_cache``), one shared object per variant, and added to the kernel
+library at run time; the family's loaded tables are then bound again so that they can choose it.
+
+A loaded table's missing variants (its working set minus what is compiled) compile in a background thread
+while its calls run the best compiled candidate; ``python -m wavetune build`` compiles ahead of time.
+``WAVETUNE_JIT=0`` turns the background compiles off (variants the cache already holds still load).
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import dataclasses
+import functools
+import hashlib
+import importlib.util
+import logging
+import os
+import queue
+import re
+import shutil
+import subprocess
+import threading
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from .. import families
+from ..codegen import config_space
+from . import tables
+from .kernel_cache import CacheError, CacheKey, KernelCache
+from .native import _C
+
+JIT_ENV = "WAVETUNE_JIT"
+ARCH = "sm_90a"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# Installed by CMakeLists.txt: the shared runtime headers and each family's folder (templates, private
+# headers), the config spaces, and the CUTLASS headers the build compiled with.
+KERNEL_SOURCES = PACKAGE_DIR / "data" / "csrc"
+CONFIG_SPACES = PACKAGE_DIR / "data" / "cutlass_configs"
+PACKAGED_CUTLASS = PACKAGE_DIR / "data" / "cutlass"
+INCLUDE_DIR = PACKAGE_DIR / "include"
+LIBRARY_DIR = PACKAGE_DIR / "lib"
+SUPPORTED_CUDA = (12, 13)
+
+log = logging.getLogger("wavetune")
+
+
+class JitUnavailable(RuntimeError):
+    """Variants cannot be compiled here; the message says what is missing."""
+
+
+class CompileError(RuntimeError):
+    """nvcc failed on a variant; the message holds the end of its output."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Toolchain:
+    nvcc: str
+    cuda_version: str  # "13.0"
+    cutlass_dir: Path  # CUTLASS's include/, tools/util/include/ and examples/ (the package's own copy)
+    cutlass_version: str  # "4.2.0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """A variant compiled into the cache (or found there) and registered."""
+
+    name: str
+    library: Path
+    compiled: bool  # False: taken from the cache
+
+
+def jit_enabled() -> bool:
+    """Whether loaded tables' missing variants compile in the background (``WAVETUNE_JIT``, default on)."""
+    return os.environ.get(JIT_ENV, "1") != "0"
+
+
+def find_nvcc() -> str | None:
+    """``$CUDACXX``, else ``$CUDA_HOME/bin/nvcc``, else nvcc on PATH (the build's order, CMake's)."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    candidates = [os.environ.get("CUDACXX"), home and str(Path(home) / "bin" / "nvcc"), shutil.which("nvcc")]
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+@functools.cache
+def toolchain() -> Toolchain:
+    """nvcc and the CUTLASS headers a compile uses; JitUnavailable naming what is missing."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise JitUnavailable("no nvcc (a CUDA 12.x or 13.x toolkit: put nvcc on PATH or set CUDACXX)")
+    try:
+        output = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise JitUnavailable(f"{nvcc} --version failed ({exc})") from exc
+    release = re.search(r"release (\d+)\.(\d+)", output)
+    if release is None or int(release.group(1)) not in SUPPORTED_CUDA:
+        raise JitUnavailable(f"{nvcc} is not the nvcc of a CUDA 12.x or 13.x toolkit ({output.strip()[-60:]!r})")
+    cutlass = cutlass_dir()
+    if cutlass is None:
+        raise JitUnavailable(f"no CUTLASS headers: not in {PACKAGED_CUTLASS} (reinstall wavetune) nor an "
+                             "nvidia-cutlass package (pip install nvidia-cutlass==4.2.0.0)")
+    version = (cutlass / "include" / "cutlass" / "version.h").read_text()
+    parts = [re.search(rf"#define CUTLASS_{part} (\d+)", version).group(1) for part in ("MAJOR", "MINOR", "PATCH")]
+    return Toolchain(nvcc, f"{release.group(1)}.{release.group(2)}", cutlass, ".".join(parts))
+
+
+def cutlass_dir() -> Path | None:
+    """The CUTLASS headers the build compiled with (installed with the package), else those of an installed
+    nvidia-cutlass package, else None."""
+    spec = importlib.util.find_spec("cutlass_library")
+    package = Path(spec.submodule_search_locations[0]) / "source" if spec else None
+    return next((d for d in (PACKAGED_CUTLASS, package) if d and (d / "include" / "cutlass" / "version.h").exists()),
+                None)
+
+
+def unavailable_reason() -> str | None:
+    """Why no variant can be compiled here, or None when they can."""
+    if not _C.build_info()["kernels_compiled"]:
+        return "this wavetune build has no GPU kernels (it was built without nvcc)"
+    try:
+        config_spaces()
+        toolchain()
+    except JitUnavailable as exc:
+        return str(exc)
+    return None
+
+
+@functools.cache
+def config_spaces() -> dict[str, config_space.ConfigSpace]:
+    """The installed config spaces by family; each must be the one the build was compiled from."""
+    if not KERNEL_SOURCES.is_dir() or not CONFIG_SPACES.is_dir():
+        raise JitUnavailable(f"the kernel sources are not installed with this package (no {KERNEL_SOURCES})")
+    spaces = {space.family: space for space in map(config_space.load, sorted(CONFIG_SPACES.glob("*.toml")))}
+    for family in families.all():
+        build_hash = family.compiled_hash()
+        if family.name not in spaces or spaces[family.name].hash != build_hash:
+            raise JitUnavailable(f"the installed {family.name} config space ({CONFIG_SPACES}) is not the one this "
+                                 f"build was compiled from (config space {build_hash}): reinstall wavetune")
+    return spaces
+
+
+def check_family(family: str) -> str:
+    return families.get(family).name  # an unknown family: a ValueError naming the known ones
+
+
+def compiled_names(family: str) -> set[str]:
+    return {c.name for c in families.get(family).list_configs()}
+
+
+def missing_variants(family: str, names: set[str] | None = None) -> list[config_space.Variant]:
+    """The family's variants not compiled yet (of ``names`` only, where given; other names, such as cuBLAS's,
+    are not variants of the config space and are left out)."""
+    compiled = compiled_names(family)
+    return [v for v in config_spaces()[family].variants
+            if v.name not in compiled and (names is None or v.name in names)]
+
+
+def working_set(table: Path, family: str) -> list[config_space.Variant]:
+    """The variants a table's configs name that are not compiled yet."""
+    return missing_variants(family, config_space.table_file_variant_names(table))
+
+
+def build_requests(table: Path | None, family: str | None, everything: bool) -> list[tuple[str, list]]:
+    """(family, variants not compiled yet) for ``python -m wavetune build``: a table's working set, a family's
+    variants, or every family's."""
+    if table is not None:
+        from ..tuning.tablefile import read_table
+
+        family = read_table(table)["meta"].get("family", "gemm")  # ValueError naming the file if it is not a table
+        return [(family, working_set(table, check_family(family)))]
+    names = families.names() if everything else [check_family(family)]
+    return [(f, missing_variants(f)) for f in names]
+
+
+@functools.cache
+def sources_digest() -> str:
+    """Of everything a variant's object is compiled from besides CUTLASS: the templates, the headers and the
+    generator's source templates."""
+    digest = hashlib.sha256(config_space.VARIANT_TEMPLATE.encode() + config_space.VARIANT_LIBRARY_TEMPLATE.encode())
+    sources = [p for p in KERNEL_SOURCES.rglob("*") if p.is_file()]
+    for path in sorted([*sources, *(INCLUDE_DIR / "wavetune").iterdir()]):
+        digest.update(str(path.relative_to(PACKAGE_DIR)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def abi_version() -> int:
+    text = (INCLUDE_DIR / "wavetune" / "version.h").read_text()
+    return int(re.search(r"#define WAVETUNE_ABI_VERSION (\d+)", text).group(1))
+
+
+@functools.cache
+def cache_for(family: str) -> KernelCache:
+    """The cache directory of the family's variants as this installation and toolchain compile them."""
+    tools, space = toolchain(), config_spaces()[check_family(family)]
+    return KernelCache(CacheKey(family, space.hash, ARCH, tools.cuda_version, tools.cutlass_version, abi_version(),
+                                sources_digest()))
+
+
+def source_dirs() -> list[Path]:
+    """The include directories of the installed kernel sources: the shared runtime and every family's folder
+    (the build's, CMakeLists.txt)."""
+    return [KERNEL_SOURCES / "runtime", *sorted(p for p in (KERNEL_SOURCES / "families").iterdir() if p.is_dir())]
+
+
+def compile_command(tools: Toolchain, source: Path, output: Path) -> list[str]:
+    """nvcc with the build's flags (CMakeLists.txt: Release, sm_90a, hidden symbols), linked as a shared object
+    against the kernel library the process has loaded."""
+    cutlass = tools.cutlass_dir
+    return [
+        tools.nvcc, "-forward-unknown-to-host-compiler", "-O3", "-DNDEBUG", "-std=c++17",
+        "--generate-code=arch=compute_90a,code=[sm_90a]", "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden",
+        "--expt-relaxed-constexpr", f"-I{INCLUDE_DIR}", *(f"-I{d}" for d in source_dirs()),
+        "-isystem", str(cutlass / "include"),
+        "-isystem", str(cutlass / "tools" / "util" / "include"), "-isystem", str(cutlass / "examples"),
+        "-shared", "-x", "cu", str(source), "-o", str(output), f"-L{LIBRARY_DIR}",
+        f"-l:libwavetune_kernels.so.{abi_version()}", f"-Xlinker=-rpath,{LIBRARY_DIR}",
+        # NOTES: as the kernel library: a static C++ runtime stays private (CMakeLists.txt says why).
+        "-Xlinker=--exclude-libs,ALL",
+    ]
+
+
+# nvcc processes running now, ended when the interpreter exits (a compile cut short is redone later).
+_running: set[subprocess.Popen] = set()
+_exiting = threading.Event()
+
+
+@atexit.register
+def stop_compiles() -> None:
+    _exiting.set()
+    for process in list(_running):
+        process.kill()
+
+
+def run_compiler(command: list[str], what: str) -> None:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _running.add(process)
+    try:
+        output, _ = process.communicate()
+    finally:
+        _running.discard(process)
+    if process.returncode != 0:
+        raise CompileError(f"nvcc failed on {what} (status {process.returncode}):\n{output[-4000:]}")
+
+
+def compiler_of(family: str, variant: config_space.Variant, cache: KernelCache) -> Callable[[Path], dict]:
+    """``compile(output)`` for ``KernelCache.load``: the variant's library source, written beside the entry,
+    compiled to ``output``."""
+    def compile(output: Path) -> dict:
+        source = cache.dir / f"{variant.name}.cu"
+        source.write_text(config_space.render_variant_library(config_spaces()[family], [variant]))
+        command = compile_command(toolchain(), source, output)
+        run_compiler(command, variant.name)
+        return {"command": command, "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest()}
+
+    return compile
+
+
+def register(library: Path) -> tuple:
+    """Add a variant library's variants to the kernel library (ValueError when it does not load)."""
+    return _C.load_variant_library(str(library))
+
+
+def build(family: str, variants: list[config_space.Variant], *, jobs: int | None = None,
+          progress: bool = False) -> list[Built]:
+    """Compile ``variants`` of ``family`` into the cache where it does not hold them yet, ``jobs`` nvcc at once
+    (default: the cores), register them, and bind the family's loaded tables again. Raises CompileError
+    after the others are done where some failed."""
+    cache = cache_for(family)
+    built, failed = [], []
+    with concurrent.futures.ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
+        futures = {pool.submit(cache.load, v.name, compiler_of(family, v, cache), register): v for v in variants}
+        for future in progress_bar(concurrent.futures.as_completed(futures), len(futures), family, progress):
+            name = futures[future].name
+            try:
+                built.append(Built(name, cache.library(name), future.result()[1]))
+            except (CompileError, ValueError, OSError) as exc:
+                failed.append(f"{name}: {exc}")
+    if built:
+        tables.variants_added(family)
+    if failed:
+        raise CompileError(f"{len(failed)} of {len(variants)} {family} variants failed to compile:\n"
+                           + "\n".join(failed))
+    return sorted(built, key=lambda b: b.name)
+
+
+def progress_bar(items, total: int, family: str, shown: bool):
+    if not shown:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, total=total, desc=f"compiling {family} variants", unit="variant")
+
+
+def load_cached(family: str, variants: list[config_space.Variant]) -> list[config_space.Variant]:
+    """Register the variants the cache holds verified; returns those it does not (nothing is compiled)."""
+    cache = cache_for(family)
+    rest = [v for v in variants if cache.load_cached(v.name, register) is None]
+    if len(rest) < len(variants):
+        tables.variants_added(family)
+    return rest
+
+
+_background: queue.Queue | None = None
+_queued: set[tuple[str, str]] = set()
+_warned: set[str] = set()
+
+
+def prepare_table(table: Path, family: str) -> bool:
+    """As a table of ``family`` is loaded: register the variants of its working set that the cache holds, and
+    queue the others for a background compile (unless WAVETUNE_JIT=0). True when variants were registered,
+    so the caller binds the table again. Where they cannot be compiled, a one-time warning says why."""
+    if not _C.build_info()["kernels_compiled"]:
+        return False  # launches say why nothing runs
+    try:
+        missing = working_set(table, family)
+        reason = unavailable_reason() if missing else None
+    except JitUnavailable as exc:
+        missing, reason = config_space.table_file_variant_names(table) - compiled_names(family), str(exc)
+    if reason is None and missing:
+        try:
+            cache_for(family)
+        except CacheError as exc:  # refused for compiles and loads alike; the call goes on without them
+            reason = str(exc)
+    if reason is not None:
+        warn_once(family, f"wavetune: the {family} table {table} names variants that are not compiled into this "
+                          f"build ({len(missing)}), and they cannot be compiled here: {reason}; its choices fall "
+                          "back to the best compiled candidate")
+        return False
+    rest = load_cached(family, missing) if missing else []
+    if rest and jit_enabled():
+        compile_in_background(family, rest)
+    return len(rest) < len(missing)
+
+
+def warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, stacklevel=3)
+
+
+def compile_in_background(family: str, variants: list[config_space.Variant]) -> None:
+    """Queue variants for the background thread (started on first use); each batch is registered and the
+    family's tables bound again when it is done."""
+    global _background
+    fresh = [v for v in variants if (family, v.name) not in _queued]
+    if not fresh:
+        return
+    _queued.update((family, v.name) for v in fresh)
+    if _background is None:
+        _background = queue.Queue()
+        threading.Thread(target=background_worker, args=(_background,), name="wavetune-jit", daemon=True).start()
+    _background.put((family, fresh))
+
+
+def background_worker(jobs: queue.Queue) -> None:
+    while True:
+        family, variants = jobs.get()
+        log.info("wavetune: compiling %d %s variants in the background", len(variants), family)
+        try:
+            build(family, variants)
+        except Exception as exc:  # noqa: BLE001 - a background failure must not end the thread; it is reported
+            if not _exiting.is_set():  # else the compiles were stopped as the process exits
+                log.warning("wavetune: background compile of %s variants failed: %s", family, exc)

@@ -1,0 +1,386 @@
+"""Variants compiled when needed (docs/kernels.md): the per-user cache (keys, ownership, integrity, locks),
+the working set of a table, the build command; with nvcc, a real compile into the cache; on a GPU, a table
+whose choice is compiled at run time."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import wavetune
+from conftest import REPO, gpu_skip_reason
+from wavetune import __main__ as cli
+from wavetune import families
+from wavetune.codegen import config_space as cs
+from wavetune.runtime import jit, kernel_cache, tables
+from wavetune.runtime.jit import JIT_ENV
+from wavetune.runtime.kernel_cache import CacheError, CacheKey, KernelCache
+from wavetune.tuning import tablefile
+
+KEY = CacheKey("gemm", "0123456789abcdef", "sm_90a", "13.0", "4.2.0", 3, "fedcba9876543210")
+
+
+def fake_compile(content: bytes, calls: list | None = None, delay: float = 0.0):
+    """A compile that writes ``content`` (and counts its calls) in place of nvcc."""
+    def compile(output: Path) -> dict:
+        if calls is not None:
+            calls.append(output)
+        time.sleep(delay)
+        output.write_bytes(content)
+        return {"command": ["fake"]}
+
+    return compile
+
+
+def read_back(library: Path) -> bytes:
+    return library.read_bytes()
+
+
+def test_the_cache_key_changes_with_each_input():
+    names = {KEY.dirname}
+    for field in dataclasses.fields(CacheKey):
+        value = getattr(KEY, field.name)
+        other = dataclasses.replace(KEY, **{field.name: value + 1 if isinstance(value, int) else value + "x"})
+        names.add(other.dirname)
+    assert len(names) == 1 + len(dataclasses.fields(CacheKey))
+
+
+def test_the_cache_root_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv(kernel_cache.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert kernel_cache.cache_root() == tmp_path / "xdg" / "wavetune"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert kernel_cache.cache_root() == Path.home() / ".cache" / "wavetune"
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(tmp_path / "mine"))
+    assert kernel_cache.cache_root() == tmp_path / "mine"
+
+
+def test_directories_are_created_for_this_user_only(tmp_path):
+    cache = KernelCache(KEY, tmp_path / "cache")
+    for directory in (tmp_path / "cache", cache.dir):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    assert cache.dir == tmp_path / "cache" / KEY.dirname
+
+
+def test_a_directory_others_can_write_is_refused(tmp_path):
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    root.chmod(0o770)
+    with pytest.raises(CacheError, match=rf"{root} is writable by group or others.*chmod go-w"):
+        KernelCache(KEY, root)
+
+
+def test_a_directory_of_another_user_is_refused(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    monkeypatch.setattr(kernel_cache.os, "geteuid", lambda: root.stat().st_uid + 1)
+    with pytest.raises(CacheError, match=rf"{root} belongs to user id .*{kernel_cache.CACHE_ENV}"):
+        KernelCache(KEY, root)
+
+
+def test_an_entry_is_compiled_once_and_its_manifest_records_it(tmp_path):
+    cache, calls = KernelCache(KEY, tmp_path), []
+    assert cache.load("v", fake_compile(b"library", calls), read_back) == (b"library", True)
+    assert cache.load("v", fake_compile(b"other", calls), read_back) == (b"library", False)
+    assert len(calls) == 1
+    manifest = json.loads(cache.manifest("v").read_text())
+    assert manifest["sha256"] == kernel_cache.file_sha256(cache.library("v"))
+    assert manifest["key"] == dataclasses.asdict(KEY) and manifest["command"] == ["fake"]
+    assert not list(cache.dir.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt", "no manifest"])
+def test_a_damaged_entry_is_compiled_again(tmp_path, damage):
+    cache = KernelCache(KEY, tmp_path)
+    cache.load("v", fake_compile(b"library v1"), read_back)
+    if damage == "truncated":
+        cache.library("v").write_bytes(b"lib")
+    elif damage == "corrupt":
+        cache.library("v").write_bytes(b"LIBRARY v1")
+    else:
+        cache.manifest("v").unlink()
+    assert cache.verified("v") is None
+    assert cache.load_cached("v", read_back) is None
+    assert cache.load("v", fake_compile(b"library v2"), read_back) == (b"library v2", True)
+
+
+def test_an_entry_that_does_not_load_is_compiled_again(tmp_path):
+    cache = KernelCache(KEY, tmp_path)
+    cache.load("v", fake_compile(b"stale"), read_back)
+
+    def load(library: Path) -> bytes:
+        if library.read_bytes() == b"stale":
+            raise ValueError("does not fit this build")
+        return library.read_bytes()
+
+    assert cache.load_cached("v", load) is None
+    assert cache.load("v", fake_compile(b"fresh"), load) == (b"fresh", True)
+
+
+def test_a_failed_compile_leaves_no_entry(tmp_path):
+    cache = KernelCache(KEY, tmp_path)
+
+    def failing(output: Path) -> dict:
+        output.write_bytes(b"half")
+        raise jit.CompileError("nvcc failed")
+
+    with pytest.raises(jit.CompileError):
+        cache.load("v", failing, read_back)
+    assert not cache.library("v").exists() and not cache.manifest("v").exists()
+    assert not list(cache.dir.glob("*.tmp"))
+
+
+def test_threads_asking_for_one_entry_compile_it_once(tmp_path):
+    cache, calls, results = KernelCache(KEY, tmp_path), [], []
+    def ask() -> None:
+        results.append(cache.load("v", fake_compile(b"x", calls, 0.3), read_back))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert sorted(compiled for _, compiled in results) == [False, False, False, True]
+
+
+def test_loading_from_the_cache_never_waits_for_a_compile(tmp_path):
+    cache, calls = KernelCache(KEY, tmp_path), []
+    compiling = threading.Thread(target=cache.load, args=("v", fake_compile(b"x", calls, 1.0), read_back))
+    compiling.start()
+    while not calls:
+        time.sleep(0.01)
+    start = time.monotonic()
+    assert cache.load_cached("v", read_back) is None and time.monotonic() - start < 0.5
+    compiling.join()
+    assert cache.load_cached("v", read_back) == b"x"
+
+
+def test_processes_asking_for_one_entry_compile_it_once(tmp_path):
+    counter = tmp_path / "compiles"
+    code = f"""
+import sys, time
+from pathlib import Path
+from wavetune.runtime.kernel_cache import CacheKey, KernelCache
+key = CacheKey(*{list(dataclasses.astuple(KEY))!r})
+def compile(output):
+    with open({str(counter)!r}, "a") as f:
+        f.write("compile\\n")
+    time.sleep(0.5)
+    output.write_bytes(b"library")
+    return {{}}
+print(KernelCache(key, Path({str(tmp_path / 'cache')!r})).load("v", compile, lambda p: p.read_bytes())[1])
+"""
+    processes = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = sorted(p.communicate()[0].strip() for p in processes)
+    assert all(p.returncode == 0 for p in processes)
+    assert outputs == ["False", "False", "True"]
+    assert counter.read_text().count("compile") == 1
+
+
+def test_the_portable_set_gives_every_dtype_and_layout_a_kernel():
+    """What `pip install .` compiles: a variant for each dtype and B layout of every family (attention at head
+    dim 128), and the dense fallback heuristic has a compiled bucket for each."""
+    for path in sorted((REPO / "cutlass_configs").glob("*.toml")):
+        space = cs.load(path)
+        portable = space.select("portable")
+        kinds = {(v.dtype, v.b_layout) for v in space.variants}
+        assert {(v.dtype, v.b_layout) for v in portable} == kinds, path.name
+        if space.family == "attention":
+            assert {v.tile_k for v in portable} == {128}
+        if space.fallback:
+            assert {(d, layout) for d, layout, _, v in space.fallback if v in portable} == kinds
+    assert len([v for s in map(cs.load, (REPO / "cutlass_configs").glob("*.toml")) for v in s.select("portable")]) == 8
+
+
+@pytest.mark.parametrize("table", sorted((REPO / "tables").glob("*.wtt")), ids=lambda p: p.name)
+def test_the_working_set_of_a_shipped_table(table):
+    family = tablefile.read_table(table)["meta"].get("family", "gemm")
+    named = {c["variant"] for c in tablefile.read_table(table)["configs"]}
+    space = next(s for s in map(cs.load, (REPO / "cutlass_configs").glob("*.toml")) if s.family == family)
+    compiled = jit.compiled_names(family)
+    expected = {v.name for v in space.variants if v.name in named and v.name not in compiled}
+    assert {v.name for v in jit.working_set(table, family)} == expected
+    assert all(not name.startswith("cublas_") for name in expected)
+    if wavetune.build_info()["kernel_set"] != "full" and family == "gemm":
+        assert expected, "the shipped gemm tables choose more than a small build compiles"
+
+
+def test_a_table_chooses_among_compiled_variants_only():
+    """Where its best config is not compiled, the selector's choice is the best compiled candidate."""
+    for table in sorted((REPO / "tables").glob("nvidia-h100*.wtt")):
+        family = tablefile.read_table(table)["meta"].get("family", "gemm")
+        selector = tables.open_table(table, family)
+        compiled = jit.compiled_names(family)
+        if not selector.config_count() - selector.skipped_configs():
+            continue  # no config of this table is compiled in: launches use the built-in heuristic
+        head_dim = 128 if family == "attention" else 4096
+        for m in (1, 16, 300, 4096):
+            choice = selector.select("bf16", "col", m, 4096, head_dim)
+            rows = selector.explain("bf16", "col", m, 4096, head_dim)
+            assert choice["name"] in compiled | {"cublas_bf16_bcol"}
+            assert {r["variant"] for r in rows} <= {c.id for c in families.get(family).list_configs()}
+
+
+def test_a_table_bound_to_added_variants_waits_for_a_call_outside_capture(monkeypatch):
+    """variants_added binds the loaded tables again; the family's next call swaps one in, never under capture."""
+    torch = pytest.importorskip("torch")
+    capturing, dropped = [True], []
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setitem(tables._loaded_tables, "gemm", {7: str(REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt")})
+    monkeypatch.setitem(tables._checked_tables, "gemm", {7})
+    monkeypatch.setattr(api, "_table_listeners", [lambda: dropped.append(1)])
+    try:
+        tables.variants_added("gemm")
+        assert tables.table_swap_pending(7) and len(dropped) == 1  # plans dropped, so calls reach ensure_table
+        tables.ensure_table(7)
+        assert tables.table_swap_pending(7) and len(dropped) == 1  # under capture: not now
+        capturing[0] = False
+        tables.ensure_table(7)
+        assert not tables.table_swap_pending(7) and len(dropped) == 2
+    finally:
+        tables._pending_tables.pop(("gemm", 7), None)
+        wavetune._C.use_table(7, None)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "one of --table PATH, --family F or --all"),
+    (["--family", "gemm", "--all"], "one of --table PATH, --family F or --all"),
+    (["--family", "nope"], "unknown kernel family 'nope'"),
+    (["--table", "/nonexistent/table.wtt"], "/nonexistent/table.wtt"),
+    (["--all", "--jobs", "0"], "--jobs must be at least 1"),
+])
+def test_build_argument_errors_are_one_line(argv, message, capsys, monkeypatch):
+    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
+    assert cli.main(["build", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("wavetune build: error: ") and message in err
+
+
+def test_build_says_why_nothing_can_compile(capsys, monkeypatch):
+    monkeypatch.setattr(jit, "unavailable_reason", lambda: "no nvcc (a CUDA 12.x or 13.x toolkit)")
+    assert cli.main(["build", "--all"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "variants cannot be compiled here: no nvcc" in err
+
+
+def test_a_variant_library_of_another_build_is_refused(tmp_path):
+    not_a_library = tmp_path / "x.so"
+    not_a_library.write_bytes(b"\x7fELF truncated")
+    with pytest.raises(ValueError, match="cannot load the variant library"):
+        jit.register(not_a_library)
+
+
+def compile_skip_reason() -> str | None:
+    """The real compile (about 100 s of a core) runs on the GPU tier or with WAVETUNE_TEST_COMPILE=1."""
+    if os.environ.get("WAVETUNE_TEST_COMPILE") != "1" and gpu_skip_reason() is not None:
+        return f"a compile of about 100 s: GPU tier ({gpu_skip_reason()}) or WAVETUNE_TEST_COMPILE=1"
+    return jit.unavailable_reason()
+
+
+def run_isolated(call: str, tmp_path: Path, jit: str = "0") -> str:
+    """Run a call of a function below in a fresh interpreter with a cache of its own (and WAVETUNE_JIT=jit), so
+    that the variants it registers and its environment stay out of this process; returns its output."""
+    env = {**os.environ, kernel_cache.CACHE_ENV: str(tmp_path / "cache"), JIT_ENV: jit,
+           "PYTHONPATH": str(Path(__file__).parent)}
+    call = call if call.endswith(")") else call + "()"
+    done = subprocess.run([sys.executable, "-c", f"import test_jit; test_jit.{call}"], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def uncompiled_variant() -> cs.Variant | None:
+    """A gemm variant this build lacks, a 64-row ping-pong tile first (among the quickest to compile)."""
+    missing = jit.missing_variants("gemm")
+    quick = [v for v in missing if fnmatch.fnmatchcase(v.name, "bf16_bcol_pingpong_64x*_1x1_persistent")]
+    return (quick or missing or [None])[0]
+
+
+def test_nvcc_compiles_a_variant_into_the_cache(tmp_path):
+    if (reason := compile_skip_reason()) is not None:
+        pytest.skip(reason)
+    if uncompiled_variant() is None:
+        pytest.skip("every gemm variant is compiled into this build")
+    print(run_isolated("compile_a_variant", tmp_path))
+
+
+def compile_a_variant() -> None:
+    variant = uncompiled_variant()
+    (built,) = jit.build("gemm", [variant])
+    assert built.name == variant.name and built.compiled
+    assert built.library.parent.parent == Path(os.environ[kernel_cache.CACHE_ENV])
+    assert built.library.parent.name.startswith(f"gemm-{wavetune.build_info()['config_space_hash']}-sm_90a-cuda")
+    manifest = json.loads(built.library.with_suffix(".json").read_text())
+    assert manifest["sha256"] == kernel_cache.file_sha256(built.library)
+    assert "--generate-code=arch=compute_90a,code=[sm_90a]" in manifest["command"]
+    assert variant.name in {c.name for c in wavetune.configs()}
+    assert jit.register(built.library) == ("gemm", [variant.name], 0)  # registered once
+    assert jit.build("gemm", [variant])[0].compiled is False  # the cache holds it
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["build", "background"])
+def test_a_table_choice_compiled_at_run_time(tmp_path, how):
+    """A table prefers a variant the build lacks: the first call runs the best compiled candidate; once the
+    working set is compiled (by the build function, or in the background as the table loads), a later call
+    runs the table's variant; every result is right."""
+    if (reason := jit.unavailable_reason()) is not None:
+        pytest.skip(reason)
+    if uncompiled_variant() is None or compiled_fallback() is None:
+        pytest.skip("needs a compiled bf16 column-major variant and one that is not compiled")
+    print(run_isolated(f"table_choice_compiled_at_run_time(background={how == 'background'})", tmp_path,
+                       jit="1" if how == "background" else "0"))
+
+
+def compiled_fallback() -> wavetune.KernelConfig | None:
+    return next((c for c in wavetune.configs() if (c.dtype, c.b_layout, c.scheduler) == ("bf16", "col", "persistent")
+                 and not c.from_library), None)
+
+
+def table_choice_compiled_at_run_time(background: bool) -> None:
+    import torch
+
+    wanted, fallback = uncompiled_variant(), compiled_fallback()
+    props = wavetune.device_properties()
+    table = Path("table.wtt")
+    tablefile.write_table(
+        table, meta={"gpu_name": props["name"], "sm_count": props["sm_count"],
+                     "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "test",
+                     "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"},
+        configs=[{"variant": v.name, "decomposition": "data_parallel", "splits": 1} for v in (wanted, fallback)],
+        waves={0: {1: [1.0, 0.0, 0.0, 0.0]}, 1: {1: [5.0, 0.0, 0.0, 0.0]}}, micro={}, exact=None)
+    m, n, k = 200, 1024, 512
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    reference = x.float() @ w.float().T
+
+    def chosen() -> str:
+        prepared = wavetune._C.PreparedGemm(m, n, k, k, k, n, 0, 0, torch.cuda.current_device())
+        return next(c.name for c in wavetune.configs() if c.id == prepared.variant)
+
+    start = time.monotonic()
+    wavetune.load_table(table)  # with WAVETUNE_JIT=1 the working set starts compiling in the background
+    torch.testing.assert_close(wavetune.gemm(x, w.t()).float(), reference, rtol=2e-2, atol=2e-1)
+    assert chosen() == fallback.name
+    assert [v.name for v in jit.working_set(table, "gemm")] == [wanted.name]
+    if background:
+        while chosen() != wanted.name and time.monotonic() - start < 600:
+            time.sleep(1)
+            torch.testing.assert_close(wavetune.gemm(x, w.t()).float(), reference, rtol=2e-2, atol=2e-1)
+    else:
+        jit.build("gemm", jit.working_set(table, "gemm"))
+        torch.testing.assert_close(wavetune.gemm(x, w.t()).float(), reference, rtol=2e-2, atol=2e-1)
+    print(f"{wanted.name} compiled and chosen after {time.monotonic() - start:.0f} s")
+    assert chosen() == wanted.name
+    assert tables.open_table(table).select("bf16", "col", m, n, k)["name"] == wanted.name
