@@ -239,7 +239,7 @@ def test_a_table_bound_to_added_variants_waits_for_a_call_outside_capture(monkey
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
     monkeypatch.setitem(tables._loaded_tables, "gemm", {7: str(REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt")})
     monkeypatch.setitem(tables._checked_tables, "gemm", {7})
-    monkeypatch.setattr(api, "_table_listeners", [lambda: dropped.append(1)])
+    monkeypatch.setattr(tables, "_table_listeners", [lambda: dropped.append(1)])
     try:
         tables.variants_added("gemm")
         assert tables.table_swap_pending(7) and len(dropped) == 1  # plans dropped, so calls reach ensure_table
@@ -292,7 +292,7 @@ def run_isolated(call: str, tmp_path: Path, jit: str = "0") -> str:
     """Run a call of a function below in a fresh interpreter with a cache of its own (and WAVETUNE_JIT=jit), so
     that the variants it registers and its environment stay out of this process; returns its output."""
     env = {**os.environ, kernel_cache.CACHE_ENV: str(tmp_path / "cache"), JIT_ENV: jit,
-           "PYTHONPATH": str(Path(__file__).parent)}
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))}
     call = call if call.endswith(")") else call + "()"
     done = subprocess.run([sys.executable, "-c", f"import test_jit; test_jit.{call}"], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=900)

@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="compile variants outside the installed kernel set into the kernel cache "
                                          "(docs/kernels.md), so that no call waits for them")
     build.add_argument("--table", metavar="PATH", help="the variants the table's configs name (its working set)")
-    build.add_argument("--family", choices=families.names(), help="every variant of a kernel family")
+    build.add_argument("--family", help=f"every variant of a kernel family ({', '.join(families.names())})")
     build.add_argument("--all", action="store_true", help="every variant of every family")
     build.add_argument("--jobs", type=int, help="nvcc processes at once (default: the cores)")
 
