@@ -9,6 +9,8 @@ import random
 
 import pytest
 
+torch = pytest.importorskip("torch")  # before the modules below, which import it
+
 import wavetune
 from wavetune import _C
 from wavetune.runtime import tables
@@ -17,7 +19,6 @@ from test_capture import dense_choices
 from test_gpu import DTYPES, micro_modes, write_device_table
 
 pytestmark = pytest.mark.gpu
-torch = pytest.importorskip("torch")
 
 RATIO = 1.1  # wavetune's error over torch's, both against fp32
 

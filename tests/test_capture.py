@@ -10,6 +10,8 @@ from typing import Callable, NamedTuple
 
 import pytest
 
+torch = pytest.importorskip("torch")  # before the modules below, which import it
+
 import wavetune
 from wavetune import _C
 from wavetune import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
@@ -19,7 +21,6 @@ from wavetune.runtime import tables
 from test_gpu import write_device_table
 
 pytestmark = pytest.mark.gpu
-torch = pytest.importorskip("torch")
 
 BF16 = torch.bfloat16
 HIDDEN, FFN = 256, 520  # K = 256 is four 64-deep k-tiles: room for three splits

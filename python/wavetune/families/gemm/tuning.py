@@ -472,6 +472,8 @@ def prune_variants(keys: list[str], times: np.ndarray, required: set[str]) -> se
     """Variant names left after dropping, one at a time, the variant (not in ``required``) whose loss is
     least, while the loss against all of them stays within the working-set bounds."""
     names = sorted({key.split("/")[0] for key in keys})
+    if len(names) < 2:
+        return set(names)  # nothing to drop: a variant is only dropped for another
     variant_of = np.array([key.split("/")[0] for key in keys])
     best = np.stack([times[:, variant_of == v].min(axis=1) for v in names], axis=1)  # per variant
     best = best[np.isfinite(best.min(axis=1))]
