@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .. import families
 from ..runtime.device import build_info, package_version
@@ -59,3 +59,23 @@ def write_family_table(out: Path, header: dict, family: str, config_space_hash: 
     tablefile.write_table(path, meta=meta, **table)
     print(f"wrote {path}: {len(table['configs'])} configs fitted to {source}")
     return path
+
+
+def case_done(log, job: dict) -> bool:
+    """Whether a case-measured family's job (a case of its plan) is in its log already."""
+    return job["case_key"] in log
+
+
+def measure_cases_and_fit(log, plan: list[dict], measure, what: str,
+                          fit_and_write: Callable[[list[dict], str], Path]) -> Path:
+    """Measure the cases of ``plan`` (``what`` says which) that ``log`` lacks, resuming it, then fit the table to
+    the plan's measured cases: ``fit_and_write(cases, source)``."""
+    print(f"{log.device['name']}: {len(plan)} cases of {what}; {sum(1 for c in plan if c['case_key'] in log)} in "
+          f"{log.path} already")
+    left = measure(log, plan, "cases")
+    wanted = {c["case_key"] for c in plan}
+    measured = [r for r in log.cases() if r["case_key"] in wanted]
+    if not measured:
+        raise ValueError(f"no case measured in {log.path}: nothing to fit")
+    note = f" ({left} left unmeasured: a rerun resumes them)" if left else ""
+    return fit_and_write(measured, f"bf16: {len(measured)} cases of {what}{note}")

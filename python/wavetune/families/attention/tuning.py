@@ -17,7 +17,7 @@ from pathlib import Path
 from ...runtime.configs import KernelConfig
 from ...runtime.native import _C
 from ...tuning import model
-from ...tuning.fitting import benchmark_log, write_family_table
+from ...tuning.fitting import benchmark_log, case_done, measure_cases_and_fit, write_family_table
 from ...tuning.log import CaseLog
 from ...tuning.runner import Measurer
 from . import FAMILY, cases as plan_cases
@@ -90,8 +90,7 @@ def open_log(path: Path, device: dict | None = None, **options) -> CaseLog:
     return CaseLog(path, FAMILY.name, device=device, timing=ATTENTION_TIMING)
 
 
-def job_done(log: CaseLog, job: dict) -> bool:
-    return job["case_key"] in log
+job_done = case_done
 
 
 def measure_job(log: CaseLog, job: dict, reps: int | None = None, **options) -> None:
@@ -112,13 +111,6 @@ def run(args, measure: Measurer) -> Path:
         raise ValueError("no bf16 attention variant compiled: build with WAVETUNE_KERNEL_SET=full")
     log = CaseLog(args.log, FAMILY.name, device=measure.device, timing=ATTENTION_TIMING)
     plan = plan_cases.tune_plan(head_dims, args.cases)
-    print(f"{log.device['name']}: {len(plan)} cases of the named suite (head dims "
-          f"{', '.join(map(str, sorted(head_dims)))}); {sum(1 for c in plan if c['case_key'] in log)} in "
-          f"{log.path} already")
-    left = measure(log, plan, "cases")
-    wanted = {c["case_key"] for c in plan}
-    measured = [r for r in log.cases() if r["case_key"] in wanted]
-    if not measured:
-        raise ValueError(f"no case measured in {log.path}: nothing to fit")
-    note = f" ({left} left unmeasured: a rerun resumes them)" if left else ""
-    return fit_and_write(log.header, measured, out, f"bf16: {len(measured)} cases of the named suite{note}")
+    what = f"the named suite (head dims {', '.join(map(str, sorted(head_dims)))})"
+    return measure_cases_and_fit(log, plan, measure, what,
+                                 lambda measured, source: fit_and_write(log.header, measured, out, source))
