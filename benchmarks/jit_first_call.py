@@ -3,8 +3,9 @@ when needed"), in one run:
 
     python benchmarks/jit_first_call.py --out $OUT        # on a build without the table's variants (portable, ci)
 
-1. Before: the table is bound to the compiled variants, so each shape of the public suite (bf16, nn.Linear
-   weights) runs the best compiled candidate; its choice is recorded.
+1. Before: the table is bound to the compiled variants, so each shape of the held-out split (--count LLM
+   layers no table was fitted on, benchmarks/shape_suite.py; bf16, nn.Linear weights) runs the best compiled
+   candidate; its choice is recorded.
 2. `python -m wavetune build --table <the GPU's table>`'s work (jit.build of the table's working set), timed;
    the family's table is bound again and swapped in by the next call.
 3. After: the table's own choice per shape. For the shapes whose choice changed, torch.matmul, the choice
@@ -40,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--count", type=int, default=150, help="held-out shapes")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--jobs", type=int, help="nvcc processes at once (default: the cores)")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
@@ -69,7 +71,7 @@ def main() -> None:
     args = parse_args()
     props = wavetune.device_properties()
     table = tables.default_table_path(props["name"])
-    shapes = methods.load_shapes(next(p for p in shape_suite.PUBLIC_SUITES if p.exists()))
+    shapes = [(s["m"], s["n"], s["k"]) for s in shape_suite.shapes("heldout", args.count)]
     tables.ensure_table(torch.cuda.current_device())
     before_selector = tables.open_table(table)
     before = choices(before_selector, shapes)
