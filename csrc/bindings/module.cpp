@@ -120,6 +120,9 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
 
+  m.def("set_programmatic_launch", &set_programmatic_launch, py::arg("on"),
+        "Programmatic dependent launch of the dense GEMM's CUTLASS variants on or off (kernels.h).");
+  m.def("programmatic_launch", &programmatic_launch, "Whether programmatic dependent launch is on.");
   m.def("no_device_reason", &no_device_reason,
         "Why this process can use no CUDA device, in the CUDA runtime's words; empty when it can use one.");
   m.def("device_properties", [] {

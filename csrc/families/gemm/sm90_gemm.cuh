@@ -161,7 +161,7 @@ struct Sm90Gemm {
                     " K=", p.k, ")");
     }
     typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-    status = Adapter::run(params, stream);
+    status = Adapter::run(params, stream, nullptr, programmatic_launch());
     cudaError_t launch = cudaGetLastError();
     if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
       WAVETUNE_FAIL("kernel launch failed: ", cutlassGetStatusString(status), ", ", cudaGetErrorString(launch),
