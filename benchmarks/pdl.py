@@ -39,8 +39,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def cutlass_variant() -> str:
-    """A compiled bf16 column-major CUTLASS variant for decode: swap-AB where the build has one."""
-    found = [c for c in wavetune.configs() if (c.dtype, c.b_layout) == ("bf16", "col") and not c.from_library]
+    """A compiled bf16 column-major persistent CUTLASS variant (stream-K ones launch without PDL) for decode:
+    swap-AB where the build has one."""
+    found = [c for c in wavetune.configs()
+             if (c.dtype, c.b_layout, c.scheduler) == ("bf16", "col", "persistent") and not c.from_library]
     if not found:
         raise SystemExit("no bf16 column-major CUTLASS variant in this build")
     return next((c for c in found if c.swap_ab), found[0]).name

@@ -14,6 +14,14 @@
 
 #include <type_traits>
 
+// NOTES: programmatic dependent launch (kernels.h) needs the kernels' grid-dependency instructions
+// (CUTLASS_ENABLE_GDC_FOR_SM90: wait before the first load, release dependents after the mainloop). CUTLASS
+// 4.2's stream-K scheduler does not compile with them (sm90_tile_scheduler_stream_k.hpp, is_last_tile), so
+// stream-K variants are built and launched without (the generated source names its scheduler first).
+#ifndef WAVETUNE_VARIANT_SCHEDULER_stream_k
+#define CUTLASS_ENABLE_GDC_FOR_SM90
+#endif
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -161,7 +169,7 @@ struct Sm90Gemm {
                     " K=", p.k, ")");
     }
     typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-    status = Adapter::run(params, stream, nullptr, programmatic_launch());
+    status = Adapter::run(params, stream, nullptr, !kStreamK && programmatic_launch());
     cudaError_t launch = cudaGetLastError();
     if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
       WAVETUNE_FAIL("kernel launch failed: ", cutlassGetStatusString(status), ", ", cudaGetErrorString(launch),

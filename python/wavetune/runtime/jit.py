@@ -211,7 +211,7 @@ def compile_command(tools: Toolchain, source: Path, output: Path) -> list[str]:
     return [
         tools.nvcc, "-forward-unknown-to-host-compiler", "-O3", "-DNDEBUG", "-std=c++17",
         "--generate-code=arch=compute_90a,code=[sm_90a]", "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden",
-        "--expt-relaxed-constexpr", "-DCUTLASS_ENABLE_GDC_FOR_SM90", f"-I{INCLUDE_DIR}", *(f"-I{d}" for d in source_dirs()),
+        "--expt-relaxed-constexpr", f"-I{INCLUDE_DIR}", *(f"-I{d}" for d in source_dirs()),
         "-isystem", str(cutlass / "include"),
         "-isystem", str(cutlass / "tools" / "util" / "include"), "-isystem", str(cutlass / "examples"),
         "-shared", "-x", "cu", str(source), "-o", str(output), f"-L{LIBRARY_DIR}",
