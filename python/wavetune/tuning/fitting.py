@@ -79,3 +79,19 @@ def measure_cases_and_fit(log, plan: list[dict], measure, what: str,
         raise ValueError(f"no case measured in {log.path}: nothing to fit")
     note = f" ({left} left unmeasured: a rerun resumes them)" if left else ""
     return fit_and_write(measured, f"bf16: {len(measured)} cases of {what}{note}")
+
+
+def fit_case_table(family: str, header: dict, measured: list[dict], out: Path, source: str, fit, timing: str) -> Path:
+    """Fit a case-measured family's table over its compiled bf16 variants (``fit(cases, variants, sm_count)``
+    gives the table's records) and write it as ``out/<gpu-slug>.<family>.wtt``."""
+    kind = families.get(family)
+    variants = [v for v in kind.list_configs() if v.dtype == "bf16"]
+    if not variants:
+        raise ValueError(f"no bf16 {family} variant compiled: build with WAVETUNE_KERNEL_SET=full")
+    table = fit(measured, variants, header["sm_count"])
+    return write_family_table(out, header, family, kind.compiled_hash(), timing, source, table)
+
+
+def logs_source(logs: list[Path], measured: list[dict]) -> str:
+    """How a table fitted to case logs names what it was fitted to."""
+    return f"bf16: {len(measured)} cases of {', '.join(Path(p).name for p in logs)}"

@@ -17,11 +17,11 @@ from pathlib import Path
 from ...runtime.configs import KernelConfig
 from ...runtime.native import _C
 from ...tuning import model
-from ...tuning.fitting import benchmark_log, case_done, measure_cases_and_fit, write_family_table
+from ...tuning.fitting import benchmark_log, case_done, fit_case_table, logs_source, measure_cases_and_fit
 from ...tuning.log import CaseLog
 from ...tuning.runner import Measurer
 from . import FAMILY, cases as plan_cases
-from .api import attention_configs, config_space_hash
+from .api import attention_configs
 
 ATTENTION_TIMING = ("median of interleaved CUDA-graph replays (wavetune.families.attention.measure, as "
                     "benchmarks/attention.py times), K and V cold over operand copies larger than twice the L2")
@@ -71,15 +71,11 @@ def tune_attention(logs: list[Path], out: Path) -> Path:
     """Fit an attention table to case logs (this tuning's, or benchmarks/attention.py's) and write
     ``out/<gpu-slug>.attention.wtt``."""
     header, measured = benchmark_log(logs, FAMILY.name)
-    return fit_and_write(header, measured, out, f"bf16: {len(measured)} cases of {', '.join(Path(p).name for p in logs)}")
+    return fit_and_write(header, measured, out, logs_source(logs, measured))
 
 
 def fit_and_write(header: dict, measured: list[dict], out: Path, source: str) -> Path:
-    variants = [v for v in attention_configs() if v.dtype == "bf16"]
-    if not variants:
-        raise ValueError("no bf16 attention variant compiled: build with WAVETUNE_KERNEL_SET=full")
-    table = fit_attention(measured, variants, header["sm_count"])
-    return write_family_table(out, header, FAMILY.name, config_space_hash(), ATTENTION_TIMING, source, table)
+    return fit_case_table(FAMILY.name, header, measured, out, source, fit_attention, ATTENTION_TIMING)
 
 
 # ----------------------------------------------------------------------------------------------------

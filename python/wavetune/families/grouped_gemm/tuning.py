@@ -17,11 +17,11 @@ from typing import Iterable
 
 from ...runtime.configs import KernelConfig
 from ...tuning import model
-from ...tuning.fitting import benchmark_log, case_done, measure_cases_and_fit, write_family_table
+from ...tuning.fitting import benchmark_log, case_done, fit_case_table, logs_source, measure_cases_and_fit
 from ...tuning.log import CaseLog
 from ...tuning.runner import Measurer
 from . import FAMILY, cases as plan_cases, mapping
-from .api import config_space_hash, grouped_configs
+from .api import grouped_configs
 
 # NOTES: a grouped table is fitted to measurements of the tune split of generated MoE cases
 # (every compiled bf16 grouped variant timed on each case, weights cold, interleaved). A case's coordinates
@@ -119,15 +119,11 @@ def tune_grouped(logs: list[Path], out: Path) -> Path:
     """Fit a grouped table to case logs (this tuning's, or benchmarks/grouped.py's) and write
     ``out/<gpu-slug>.grouped_gemm.wtt``."""
     header, measured = benchmark_log(logs, FAMILY.name)
-    return fit_and_write(header, measured, out, f"bf16: {len(measured)} cases of {', '.join(Path(p).name for p in logs)}")
+    return fit_and_write(header, measured, out, logs_source(logs, measured))
 
 
 def fit_and_write(header: dict, measured: list[dict], out: Path, source: str) -> Path:
-    variants = [v for v in grouped_configs() if v.dtype == "bf16"]
-    if not variants:
-        raise ValueError("no bf16 grouped variant compiled: build with WAVETUNE_KERNEL_SET=full")
-    table = fit_grouped(measured, variants, header["sm_count"])
-    return write_family_table(out, header, FAMILY.name, config_space_hash(), GROUPED_TIMING, source, table)
+    return fit_case_table(FAMILY.name, header, measured, out, source, fit_grouped, GROUPED_TIMING)
 
 
 # ----------------------------------------------------------------------------------------------------
