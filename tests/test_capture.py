@@ -81,6 +81,8 @@ def dense_choices() -> dict:
             continue
         if v.from_library:
             kinds.setdefault("cublas", tuning.Candidate(v))
+        elif v.schedule == "decode":
+            kinds.setdefault("decode", tuning.Candidate(v, "split_k", 4))
         elif v.scheduler == "stream_k":
             kinds.setdefault("split_k", tuning.Candidate(v, "split_k", 3))
         elif v.scheduler == "persistent":
@@ -111,7 +113,8 @@ def attention_inputs(batch: int) -> list:
     return [q, *(torch.randn(batch, 300, 2, 128, device="cuda", dtype=BF16) for _ in range(2))]
 
 
-@pytest.fixture(params=["dense-cublas", "dense-split_k", "dense-data_parallel", "grouped_gemm", "attention"])
+@pytest.fixture(params=["dense-cublas", "dense-split_k", "dense-data_parallel", "dense-decode", "grouped_gemm",
+                        "attention"])
 def workload(request, tmp_path):
     family, _, kind = request.param.partition("-")
     if family == "grouped_gemm":

@@ -1,6 +1,7 @@
 """Programmatic dependent launch (kernels.h, set_programmatic_launch): a chain of dense GEMMs, each reading
 the one before it, gives the same bits with and without it, eagerly, replayed from a CUDA graph and under
-torch.compile, for a data-parallel and a split-K CUTLASS config. GPU tier."""
+torch.compile, for a data-parallel and a split-K CUTLASS config and the decode GEMM split over a cluster.
+GPU tier."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def runs(x, weights) -> dict:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["data_parallel", "split_k"])
+@pytest.mark.parametrize("kind", ["data_parallel", "split_k", "decode"])
 @pytest.mark.parametrize("tokens", [1, 16, 300])
 def test_results_are_identical_with_and_without_it(kind, tokens, tmp_path, pdl):
     use_one_config_table(kind, tmp_path / "table.wtt")

@@ -33,8 +33,8 @@ def test_planned_measurements_count_anchors_and_the_micro_runs():
     assert tuning.planned_measurements(plan, SMS, micro=False) == anchors
     assert tuning.planned_measurements(plan, SMS) == anchors + extra
     # Each data-parallel CUTLASS candidate gets every non-default option at its two largest-wave anchors;
-    # cuBLAS orders its tiles itself.
-    data_parallel = [c for c in cands if c.decomposition == "data_parallel" and not c.variant.from_library]
+    # cuBLAS and the decode GEMM order their tiles themselves.
+    data_parallel = [c for c in cands if c.decomposition == "data_parallel" and not c.variant.fixed_tile_order]
     assert extra == 2 * (len(tuning.MICRO_OPTIONS) - 1) * len(data_parallel)
 
 

@@ -34,7 +34,7 @@ std::string library_error(const detail::VariantLibrary& lib) {
   }
   for (int32_t i = 0; error.empty() && i < lib.count; ++i) {
     const VariantInfo& v = lib.infos[i];
-    if (v.id < 0 || v.id >= kLibraryVariantIds || !v.name || !lib.ops[i]) {
+    if (v.id < 0 || v.id >= kDecodeVariantIds || !v.name || !lib.ops[i]) {
       error = "variant " + std::to_string(i) + " is malformed";
     }
   }

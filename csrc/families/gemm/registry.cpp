@@ -20,12 +20,13 @@ WAVETUNE_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-// The generated CUTLASS variants, then the cuBLAS ones (larger ids: the list stays sorted).
+// The generated CUTLASS variants, the decode ones, then cuBLAS (ascending ids: the list stays sorted).
 VariantRegistry<VariantOps>& registry() {
   static VariantRegistry<VariantOps> list([] {
     std::vector<VariantRegistry<VariantOps>::Entry> entries{WAVETUNE_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};
-    const auto library = library_variants(kLibraryVariantIds);
-    entries.insert(entries.end(), library.begin(), library.end());
+    for (const auto& more : {decode_variants(kDecodeVariantIds), library_variants(kLibraryVariantIds)}) {
+      entries.insert(entries.end(), more.begin(), more.end());
+    }
     return entries;
   }());
   return list;

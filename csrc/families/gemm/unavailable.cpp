@@ -1,4 +1,4 @@
-// Stands in for the dense family's launch.cu, profiler.cu and cublas_variant.cu when the build found no
+// Stands in for the dense family's launch.cu, profiler.cu, cublas_variant.cu and decode_variants.cu when the build found no
 // CUDA compiler.
 #include "unavailable.h"
 #include "variant_ops.h"
@@ -9,6 +9,7 @@ namespace wavetune {
 
 namespace detail {
 std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t) { return {}; }
+std::vector<VariantRegistry<VariantOps>::Entry> decode_variants(int32_t) { return {}; }
 }  // namespace detail
 
 using detail::kNoKernels;

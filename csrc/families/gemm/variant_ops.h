@@ -28,6 +28,8 @@ const VariantOps* variant_ops(int32_t id);
 // The cuBLAS candidates (cublas_variant.cu), ids from `first_id`; none when libcublas cannot be
 // loaded or the build has no CUDA.
 std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_id);
+// The decode GEMM's variants (decode_variants.cu), ids from `first_id`; none without CUDA.
+std::vector<VariantRegistry<VariantOps>::Entry> decode_variants(int32_t first_id);
 const char* config_space_hash();
 const char* kernel_set_name();
 

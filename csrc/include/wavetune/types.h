@@ -23,8 +23,9 @@ using Stream = CUstream_st*;
 enum class DType : int32_t { bf16 = 0, fp16 = 1 };
 // col: B[K,N] column-major, i.e. an nn.Linear weight W[N,K] row-major (x @ W.T). row: B[K,N] row-major.
 enum class BLayout : int32_t { col = 0, row = 1 };
-// cublas: the cuBLAS candidate, whose kernel and schedule cuBLAS picks per problem.
-enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublas = 2 };
+// cublas: the cuBLAS candidate, whose kernel and schedule cuBLAS picks per problem. decode: the decode
+// GEMM (few tokens; its K splits are one thread-block cluster).
+enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublas = 2, decode = 3 };
 // data_parallel: one CTA per tile, scheduled by the hardware (the attention family's non-persistent kernels).
 enum class TileScheduler : int32_t { persistent = 0, stream_k = 1, data_parallel = 2 };
 
@@ -39,6 +40,7 @@ inline const char* to_string(Schedule v) {
   switch (v) {
     case Schedule::cooperative: return "cooperative";
     case Schedule::pingpong: return "pingpong";
+    case Schedule::decode: return "decode";
     default: return "cublas";
   }
 }
@@ -66,9 +68,11 @@ inline const char* to_string(Raster v) {
 }
 
 // A compiled kernel. `id` is the variant's position in the config space, stable across kernel sets; ids
-// from kLibraryVariantIds on are the cuBLAS candidates (present when libcublas can be loaded).
+// from kDecodeVariantIds on are the decode GEMM's, from kLibraryVariantIds on the cuBLAS candidates
+// (present when libcublas can be loaded).
 // With swap_ab the kernel computes D^T = B^T A^T: its tile M runs over the problem's N and its tile N
 // over the problem's M, so a few tokens (decode) sit on a narrow tile side instead of wasting a wide one.
+constexpr int32_t kDecodeVariantIds = 1 << 19;
 constexpr int32_t kLibraryVariantIds = 1 << 20;
 
 struct VariantInfo {

@@ -18,16 +18,27 @@ class KernelConfig:
     dtype: str  # "bf16" | "fp16"
     b_layout: str  # "col" (B[K,N] column-major, an nn.Linear weight's .T) | "row"
     swap_ab: bool  # computes D^T = B^T A^T: tile M runs over N, tile N over M (tokens)
-    schedule: str  # "cooperative" | "pingpong" | "cublas" (cuBLAS picks its kernel per problem)
+    schedule: str  # "cooperative" | "pingpong" | "cublas" (cuBLAS picks its kernel per problem) | "decode"
     tile: tuple[int, int, int]  # CTA tile M, N, K (cublas: a nominal 128x128x64, for the model's mapping)
     cluster: tuple[int, int]  # thread-block cluster M, N
-    scheduler: str  # "persistent" | "stream_k"
+    scheduler: str  # "persistent" | "stream_k" | "data_parallel" (one CTA per tile and split: decode)
 
     @property
     def from_library(self) -> bool:
         """The cuBLAS candidate: its kernel, tile and tile order are cuBLAS's choice, so run-time
         options (raster, swizzle) do not apply and its tile is nominal."""
         return self.schedule == "cublas"
+
+    @property
+    def built_in(self) -> bool:
+        """cuBLAS and the decode GEMM: in every build, never compiled on demand."""
+        return self.schedule in ("cublas", "decode")
+
+    @property
+    def fixed_tile_order(self) -> bool:
+        """Raster order and swizzle do not apply: cuBLAS orders its own tiles, the decode GEMM's CTAs are
+        scheduled by the hardware."""
+        return self.schedule in ("cublas", "decode")
 
 
 def code(names: list[str], value: str, what: str) -> int:

@@ -49,6 +49,8 @@ PRIOR_MARGIN = 0.1
 # (docs/model.md, section 7). Deployment
 # tuning's exact entries, measured, take the catalog's gains where they exist.
 LIBRARY_PRIOR_MARGIN = 0.5
+# The decode GEMM's split counts the tables score beside its unsplit launch (its cluster holds up to 8).
+DECODE_SPLITS = (2, 4, 8)
 STREAM_K_PLAN = dict(waves=(1,), fills=(1.0,), k_steps=(2, 4, 8, 16, 32, 64, 128, 256), interior=7)
 
 
@@ -84,6 +86,8 @@ def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
     suite shape was never more than 0.05% (geomean) ahead of the best launch without it, stream-K
     covers the same shapes (few tiles, long K), and the model mispredicts split-K's partial-sum
     traffic: with it, choices were worse (docs/tuning.md). It stays available to explicit launches.
+    The decode GEMM is the exception: its splits are one cluster summed on chip, and each split count
+    is a config of its own (DECODE_SPLITS).
     """
     variants = [v for v in configs() if v.dtype == dtype and v.b_layout == b_layout]
     persistent = {v.name for v in variants if v.scheduler == "persistent"}
@@ -94,6 +98,8 @@ def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
             out.append(Candidate(v))
         if v.scheduler == "stream_k":
             out.append(Candidate(v, "stream_k"))
+        if v.schedule == "decode":
+            out += [Candidate(v, "split_k", s) for s in DECODE_SPLITS]
     return out
 
 
@@ -494,10 +500,10 @@ def prune_variants(keys: list[str], times: np.ndarray, required: set[str]) -> se
 
 def working_set(path: Path, dtype: str, b_layout: str, **grid) -> set[str]:
     """Keys of a written table's configs whose variants survive ``prune_variants`` on the grid (``grid``:
-    ``grid_predictions``'s); the built-in default's variants (compiled in every build) and cuBLAS (no
-    compile at all) always survive."""
+    ``grid_predictions``'s); the built-in default's variants, the decode GEMM's (compiled in every build)
+    and cuBLAS (no compile at all) always survive."""
     keys, times = grid_predictions(path, dtype, b_layout, **grid)
-    free = {v.name for v in configs() if v.from_library or any(v.id == b[3] for b in _C.fallback_buckets())}
+    free = {v.name for v in configs() if v.built_in or any(v.id == b[3] for b in _C.fallback_buckets())}
     survivors = prune_variants(keys, times, free)
     return {key for key in keys if key.split("/")[0] in survivors}
 
@@ -523,8 +529,8 @@ def micro_runs(plan: dict, sm_count: int) -> dict[tuple[int, int, int], list[tup
     multi_wave: dict[Candidate, list[tuple[int, tuple]]] = defaultdict(list)
     for shape, cs in plan.items():
         for c in cs:
-            if c.decomposition == "stream_k" or c.variant.from_library:
-                continue  # stream-K runs a single wave; cuBLAS orders its tiles itself
+            if c.decomposition == "stream_k" or c.variant.fixed_tile_order:
+                continue  # stream-K runs a single wave; cuBLAS and the decode GEMM order their tiles themselves
             w = c.coordinates(*shape, sm_count)[3]
             if w >= MICRO_MIN_WAVE:
                 multi_wave[c].append((w, shape))

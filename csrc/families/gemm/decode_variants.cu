@@ -1,0 +1,137 @@
+// The decode GEMM's variants (sm90_decode_gemm.cuh): one per dtype, token tile and warp layout, for
+// column-major B (an nn.Linear weight). Each compiles in seconds, so every build has all of them, and
+// they sit in the dense family's tables beside the CUTLASS variants and cuBLAS (docs/kernels.md, "Decode").
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "sm90_decode_gemm.cuh"
+#include "variant_ops.h"
+#include "wavetune/errors.h"
+#include "wavetune/kernels.h"
+#include "wavetune/mapping.h"
+
+namespace wavetune::detail {
+namespace {
+
+// The splits the heuristic launch aims for: enough CTAs to keep each SM streaming (several per SM
+// resident), no more K splits than leave each worker a few loop steps.
+constexpr int64_t kTargetCtasPerSm = 4;
+constexpr int64_t kMinStepsPerSplit = 2;
+
+template <DType kDType, int kTokens, int kWarpsN, int kWarpsK>
+struct DecodeVariant {
+  using Element = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
+  static constexpr int kUnroll = 4;
+  using K = decode::Kernel<Element, kTokens, kWarpsN, kWarpsK, kUnroll>;
+
+  static TileShape shape() { return {K::kTileRows, kTokens, K::kTileK, 1, 1, true}; }
+
+  static int32_t splits(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
+    if (micro.decomposition == Decomposition::split_k) return micro.splits;
+    if (micro.decomposition != Decomposition::heuristic) return 1;
+    const int64_t tiles = cluster_padded_tiles(shape(), p.n, p.m);
+    const int64_t steps = wavetune::detail::ceil_div(p.k, K::kTileK);
+    int32_t s = 1;
+    while (s < decode::kMaxSplits && tiles * s * 2 <= kTargetCtasPerSm * dev.sm_count &&
+           steps >= kMinStepsPerSplit * s * 2) {
+      s *= 2;
+    }
+    return s;
+  }
+
+  static std::string why_not(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
+    if (micro.decomposition == Decomposition::stream_k) {
+      return "the decode kernel runs data-parallel or split-K (its splits are one cluster), not stream-K";
+    }
+    const int32_t s = splits(p, micro, dev);
+    if (s > decode::kMaxSplits) {
+      return "the decode kernel sums its K splits within one cluster: at most " +
+             std::to_string(decode::kMaxSplits) + " splits, got " + std::to_string(s);
+    }
+    if (p.lda % 8 != 0 || p.ldb % 8 != 0) return "the decode kernel loads A and B in 16-byte vectors";
+    return {};
+  }
+
+  static size_t workspace_bytes(const GemmProblem&, const MicroParams&, const DeviceInfo&) { return 0; }
+
+  static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, void*, size_t,
+                  Stream stream) {
+    const std::string error = why_not(p, micro, dev);
+    if (!error.empty()) WAVETUNE_INVALID(error, " (M=", p.m, " N=", p.n, " K=", p.k, ")");
+    const int32_t s = splits(p, micro, dev);
+    const int total_chunks = int(wavetune::detail::ceil_div(p.k, decode::kChunk));
+    const int workers = s * kWarpsK;
+    // Whole loop steps per worker, so that only the last worker has a partial step.
+    const int per_worker = int(wavetune::detail::round_up(wavetune::detail::ceil_div(total_chunks, workers), kUnroll));
+    const decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, per_worker};
+
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(unsigned(wavetune::detail::ceil_div(p.n, K::kTileRows)),
+                          unsigned(wavetune::detail::ceil_div(p.m, kTokens)), unsigned(s));
+    config.blockDim = dim3(K::kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attributes[2];
+    attributes[0].id = cudaLaunchAttributeClusterDimension;
+    attributes[0].val.clusterDim.x = 1;
+    attributes[0].val.clusterDim.y = 1;
+    attributes[0].val.clusterDim.z = unsigned(s);
+    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[1].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attributes;
+    config.numAttrs = programmatic_launch() ? 2 : 1;
+    const cudaError_t status = cudaLaunchKernelEx(&config, decode::decode_gemm_kernel<K>, params);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      WAVETUNE_FAIL("decode kernel launch failed: ", cudaGetErrorString(status), " (M=", p.m, " N=", p.n, " K=",
+                    p.k, ", ", s, " splits)");
+    }
+  }
+
+  static constexpr VariantOps kOps{&why_not, &workspace_bytes, &run};
+
+  static VariantRegistry<VariantOps>::Entry entry(int32_t id, const char* name) {
+    return {{id, name, kDType, BLayout::col, true, Schedule::decode, K::kTileRows, kTokens, K::kTileK, 1, 1,
+             TileScheduler::data_parallel},
+            &kOps};
+  }
+};
+
+// The catalog, as data: (dtype, tokens per CTA, warps along N, warps along K). 4 warps per CTA: several
+// CTAs share an SM, and 64-row tiles for wide layers, 16-row tiles (K split over the warps) for narrow
+// ones. Ids are positions here: append to keep them stable.
+#define WAVETUNE_DECODE_VARIANTS(X)                 \
+  X(bf16, 8, 4, 1, "bf16_bcol_decode_64x8_4x1")     \
+  X(bf16, 16, 4, 1, "bf16_bcol_decode_64x16_4x1")   \
+  X(bf16, 32, 4, 1, "bf16_bcol_decode_64x32_4x1")   \
+  X(bf16, 64, 4, 1, "bf16_bcol_decode_64x64_4x1")   \
+  X(bf16, 8, 1, 4, "bf16_bcol_decode_16x8_1x4")     \
+  X(bf16, 16, 1, 4, "bf16_bcol_decode_16x16_1x4")   \
+  X(bf16, 32, 1, 4, "bf16_bcol_decode_16x32_1x4")   \
+  X(bf16, 64, 1, 4, "bf16_bcol_decode_16x64_1x4")   \
+  X(fp16, 8, 4, 1, "fp16_bcol_decode_64x8_4x1")     \
+  X(fp16, 16, 4, 1, "fp16_bcol_decode_64x16_4x1")   \
+  X(fp16, 32, 4, 1, "fp16_bcol_decode_64x32_4x1")   \
+  X(fp16, 64, 4, 1, "fp16_bcol_decode_64x64_4x1")   \
+  X(fp16, 8, 1, 4, "fp16_bcol_decode_16x8_1x4")     \
+  X(fp16, 16, 1, 4, "fp16_bcol_decode_16x16_1x4")   \
+  X(fp16, 32, 1, 4, "fp16_bcol_decode_16x32_1x4")   \
+  X(fp16, 64, 1, 4, "fp16_bcol_decode_16x64_1x4")
+
+}  // namespace
+
+std::vector<VariantRegistry<VariantOps>::Entry> decode_variants(int32_t first_id) {
+  std::vector<VariantRegistry<VariantOps>::Entry> out;
+#define WAVETUNE_DECODE_ENTRY(DT, TOKENS, WN, WK, NAME) \
+  out.push_back(DecodeVariant<DType::DT, TOKENS, WN, WK>::entry(first_id + int32_t(out.size()), NAME));
+  WAVETUNE_DECODE_VARIANTS(WAVETUNE_DECODE_ENTRY)
+#undef WAVETUNE_DECODE_ENTRY
+  return out;
+}
+
+}  // namespace wavetune::detail

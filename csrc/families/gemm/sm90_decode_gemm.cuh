@@ -1,0 +1,230 @@
+// The decode GEMM: D[M,N] = X[M,K] @ W[N,K]^T (+ bias) for a few tokens (M up to a 64-token tile per CTA
+// row), where the time is the time to read W once. Hand-written rather than a CUTLASS collective:
+//
+// NOTES: why not CUTLASS. Its sm90 kernels stage both operands through TMA into shared memory and feed
+// wgmma, whose smallest N is 8 and whose M is 64 per warpgroup: at M <= 16 tokens every weight byte goes
+// HBM -> shared -> wgmma with 4-8x of the MMA wasted, and its split-K/stream-K reduce partial tiles through
+// a global workspace (a second pass, and an initialized workspace per launch). Here each warp loads its
+// weight rows straight into registers (16-byte loads that bypass L1), feeds them to mma.sync as the A
+// operand (swap-AB: weight rows are the MMA's M, tokens its N of 8), and the K splits of one output tile
+// run as one thread-block cluster that sums its partial tiles through distributed shared memory: one
+// kernel, no workspace, and a fixed summation order (bit-identical results run to run).
+//
+// NOTES: the K permutation. mma.m16n8k16 wants thread (g = lane / 4, t = lane % 4) to hold A[g][2t..2t+1],
+// A[g][2t+8..2t+9] (and row g + 8) and B[2t..2t+1][g], B[2t+8..2t+9][g]. Any permutation of K applied to
+// both operands leaves the product unchanged, so thread t takes the 8 consecutive elements 8t..8t+7 of
+// a 32-wide K chunk, one 16-byte load per row and per token, as logical K {2t, 2t+1, 2t+8, 2t+9} of one
+// MMA and the same four of a second: no shuffles, no shared-memory staging of the weights.
+//
+// NOTES: programmatic dependent launch. W is not written by the kernel before this one in a model's
+// stream, but a caller may compute B in the previous kernel, so nothing is read before
+// griddepcontrol.wait; the first weight lines are only prefetched into L2, which the previous kernel's
+// writes pass through, so the prefetch cannot see stale data. Dependents are released at the start: the
+// next kernel's CTAs then launch as this grid's last CTAs run.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace wavetune::detail::decode {
+
+constexpr int kChunk = 32;        // K elements per thread group per load: 4 threads x 8 elements
+constexpr int kRowsPerWarp = 16;  // the MMA's M
+constexpr int kMaxSplits = 8;     // the portable cluster size
+constexpr int kPrefetchSteps = 4; // loop steps of weights each thread prefetches into L2 before the wait
+
+struct Params {
+  const void* x;  // [M, K] row-major, ldx
+  const void* w;  // [N, K] row-major, ldw
+  void* d;        // [M, N] row-major, ldd
+  const void* bias;
+  int64_t ldx, ldw, ldd;
+  int m, n, k;
+  int chunks_per_worker;  // K chunks each (split, warp-K) worker sums
+};
+
+__device__ __forceinline__ uint4 load_streaming(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint4 load_cached(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return __float2half_rn(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else {
+    return __half2float(v);
+  }
+}
+
+// One CTA: kWarpsN x kWarpsK warps; warp (wn, wk) owns weight rows [16 wn, 16 wn + 16) of the CTA's
+// 16 kWarpsN rows and the K chunks of worker (cluster rank, wk); the CTA's tokens are blockIdx.y's
+// kTokens. blockIdx.z is the split, and the splits of one tile form one cluster (1, 1, splits).
+template <typename T, int kTokens, int kWarpsN, int kWarpsK, int kUnroll>
+struct Kernel {
+  static constexpr int kThreads = 32 * kWarpsN * kWarpsK;
+  static constexpr int kFragments = kTokens / 8;  // n8 MMA tiles along the tokens
+  static constexpr int kTileRows = kRowsPerWarp * kWarpsN;
+  static constexpr int kTileK = kChunk * kUnroll * kWarpsK;  // K per CTA per loop step (the mapping's tile K)
+  // Per warp, its partial tile in the accumulator layout: kFragments x 4 floats per lane.
+  static constexpr int kPartialFloats = kFragments * 4 * 32;
+  static_assert(kTokens % 8 == 0 && kTokens <= 64, "token tiles of 8 to 64");
+
+  struct SharedStorage {
+    float partial[kWarpsN * kWarpsK][kPartialFloats];
+  };
+
+  __device__ static void run(const Params& p) {
+    __shared__ SharedStorage smem;
+    namespace cg = cooperative_groups;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int warp_n = warp % kWarpsN, warp_k = warp / kWarpsN;
+    const int g = lane / 4, t = lane % 4;
+    const int splits = gridDim.z, split = blockIdx.z;
+    const int row0 = blockIdx.x * kTileRows + warp_n * kRowsPerWarp + g;  // and row0 + 8
+    const int token0 = blockIdx.y * kTokens;
+
+    // Rows past N read row N - 1 (valid memory, results dropped); chunks past K read nothing.
+    const auto* w = static_cast<const T*>(p.w);
+    const T* w_lo = w + int64_t(min(row0, p.n - 1)) * p.ldw + 8 * t;
+    const T* w_hi = w + int64_t(min(row0 + 8, p.n - 1)) * p.ldw + 8 * t;
+    const int worker = split * kWarpsK + warp_k;
+    const int total_chunks = (p.k + kChunk - 1) / kChunk;
+    const int first = min(worker * p.chunks_per_worker, total_chunks);
+    const int last = min(first + p.chunks_per_worker, total_chunks);
+    const auto chunk_valid = [&](int c) { return c < last && c * kChunk + 8 * t < p.k; };
+
+    for (int s = 0; s < kPrefetchSteps * kUnroll; ++s) {
+      const int c = first + s;
+      if (chunk_valid(c)) {
+        prefetch_l2(w_lo + c * kChunk);
+        prefetch_l2(w_hi + c * kChunk);
+      }
+    }
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+
+    float acc[kFragments][4] = {};
+    const auto* x = static_cast<const T*>(p.x);
+    uint4 a_lo[kUnroll], a_hi[kUnroll];
+    const auto load_weights = [&](int c0) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const bool valid = chunk_valid(c0 + u);
+        a_lo[u] = valid ? load_streaming(w_lo + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
+        a_hi[u] = valid ? load_streaming(w_hi + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
+      }
+    };
+    load_weights(first);
+    for (int c0 = first; c0 < last; c0 += kUnroll) {
+      uint4 cur_lo[kUnroll], cur_hi[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) cur_lo[u] = a_lo[u], cur_hi[u] = a_hi[u];
+      if (c0 + kUnroll < last) load_weights(c0 + kUnroll);  // the next step's weights, in flight meanwhile
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u;
+        const bool valid = chunk_valid(c);
+#pragma unroll
+        for (int f = 0; f < kFragments; ++f) {
+          const int token = token0 + f * 8 + g;
+          const uint4 b = valid && token < p.m ? load_cached(x + int64_t(token) * p.ldx + c * kChunk + 8 * t)
+                                               : make_uint4(0, 0, 0, 0);
+          mma<T>(acc[f], cur_lo[u].x, cur_hi[u].x, cur_lo[u].y, cur_hi[u].y, b.x, b.y);
+          mma<T>(acc[f], cur_lo[u].z, cur_hi[u].z, cur_lo[u].w, cur_hi[u].w, b.z, b.w);
+        }
+      }
+    }
+
+    // Partial tiles: every warp's to its CTA's shared memory, then the cluster's rank 0 sums all of them
+    // in a fixed order (splits, then warp K) and writes the tile.
+#pragma unroll
+    for (int f = 0; f < kFragments; ++f) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) smem.partial[warp][(f * 4 + i) * 32 + lane] = acc[f][i];
+    }
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (cluster.block_rank() == 0 && warp_k == 0) {
+      for (int f = 0; f < kFragments; ++f) {
+        for (int i = 0; i < 4; ++i) acc[f][i] = 0;
+      }
+      for (int r = 0; r < splits; ++r) {
+        const SharedStorage* peer = cluster.map_shared_rank(&smem, r);
+        for (int wk = 0; wk < kWarpsK; ++wk) {
+          const float* part = peer->partial[wk * kWarpsN + warp_n];
+#pragma unroll
+          for (int f = 0; f < kFragments; ++f) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[f][i] += part[(f * 4 + i) * 32 + lane];
+          }
+        }
+      }
+      store(p, acc, row0, token0, t);
+    }
+    cluster.sync();  // peers' shared memory stays alive until rank 0 has read it
+  }
+
+  // Accumulator (f, i) of lane (g, t) is D^T[row0 + 8 (i / 2)][token0 + 8 f + 2 t + i % 2].
+  __device__ static void store(const Params& p, const float (&acc)[kFragments][4], int row0, int token0, int t) {
+    auto* d = static_cast<T*>(p.d);
+    const auto* bias = static_cast<const T*>(p.bias);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = row0 + 8 * (i / 2);
+      if (row >= p.n) continue;
+      const float b = bias ? to_float(bias[row]) : 0.0f;
+#pragma unroll
+      for (int f = 0; f < kFragments; ++f) {
+        const int token = token0 + 8 * f + 2 * t + i % 2;
+        if (token < p.m) d[int64_t(token) * p.ldd + row] = from_float<T>(acc[f][i] + b);
+      }
+    }
+  }
+};
+
+template <class K>
+__global__ void __launch_bounds__(K::kThreads) decode_gemm_kernel(const Params p) {
+  K::run(p);
+}
+
+}  // namespace wavetune::detail::decode

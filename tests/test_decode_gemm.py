@@ -1,0 +1,102 @@
+"""The decode GEMM (csrc/families/gemm/decode_variants.cu): its variants in the listing and the tables'
+candidates (CPU tier), and every variant against an fp32 reference with random data, odd M and N at
+tile edges, poisoned outputs, unsplit and split, with and without programmatic dependent launch (GPU tier)."""
+
+from __future__ import annotations
+
+import pytest
+
+import wavetune
+from wavetune import _C
+from wavetune.families.gemm import tuning
+
+
+def decode_variants():
+    return [c for c in wavetune.configs() if c.schedule == "decode"]
+
+
+def test_decode_variants_are_built_in_candidates_with_every_split():
+    variants = decode_variants()
+    if not variants:
+        pytest.skip("built without nvcc: no decode variant")
+    assert {(v.dtype, v.b_layout) for v in variants} == {("bf16", "col"), ("fp16", "col")}
+    for v in variants:
+        assert v.built_in and v.fixed_tile_order and v.swap_ab and v.scheduler == "data_parallel"
+    keys = {c.key for c in tuning.candidates("bf16", "col")}
+    for v in variants:
+        if v.dtype == "bf16":
+            assert f"{v.name}/data_parallel/1" in keys
+            assert {f"{v.name}/split_k/{s}" for s in tuning.DECODE_SPLITS} <= keys
+
+
+def test_the_mapping_counts_ctas_and_loop_steps_per_split():
+    v = next((v for v in decode_variants() if v.name == "bf16_bcol_decode_64x8_4x1"), None)
+    if v is None:
+        pytest.skip("built without nvcc: no decode variant")
+    tile_rows, tokens, tile_k = v.tile
+    m, n, k = 5, 4096 + 8, 4096
+    for splits in (1, 2, 8):
+        grid, steps, _, _ = tuning.Candidate(v, "split_k", splits).coordinates(m, n, k, 132)
+        assert grid == -(-n // tile_rows) * -(-m // tokens) * splits
+        assert steps == -(-(-(-k // tile_k)) // splits)
+
+
+torch = pytest.importorskip("torch")
+
+
+def reference(x, w, bias):
+    out = x.float() @ w.float().t()
+    return out + bias.float() if bias is not None else out
+
+
+@pytest.fixture
+def pdl():
+    before = _C.programmatic_launch()
+    yield
+    _C.set_programmatic_launch(before)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl_on", [False, True])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_variant_matches_fp32_split_and_unsplit(dtype, pdl_on, pdl):
+    _C.set_programmatic_launch(pdl_on)
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    variants = [v for v in decode_variants() if v.dtype == dtype]
+    assert variants, "a CUDA build has the decode variants"
+    # Odd M (one token, a partial token tile, more than one tile), N off every tile edge, K not a multiple
+    # of the 32-wide chunk, a long K for 8 splits.
+    for m, n, k in [(1, 1000, 4096), (13, 72, 1032), (37, 2056, 520), (70, 136, 8200)]:
+        x = torch.rand(m, k, device="cuda", dtype=torch_dtype, generator=generator) * 2 - 1
+        w = torch.rand(n, k, device="cuda", dtype=torch_dtype, generator=generator) * 2 - 1
+        bias = torch.rand(n, device="cuda", dtype=torch_dtype, generator=generator)
+        for with_bias in (False, True):
+            b = bias if with_bias else None
+            ref = reference(x, w, b)
+            for v in variants:
+                k_steps = -(-k // v.tile[2])
+                for splits in [s for s in (1, 2, 3, 8) if s <= k_steps]:
+                    config = wavetune.LaunchConfig(v.name, "split_k" if splits > 1 else "data_parallel", splits)
+                    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype)
+                    wavetune.gemm(x, w.t(), out=out, bias=b, config=config)
+                    torch.cuda.synchronize()
+                    error = ((out.float() - ref).norm() / ref.norm()).item()
+                    assert error < 5e-3, (v.name, splits, m, n, k, with_bias, error)
+                    # Fixed summation order: a second launch gives the same bits.
+                    again = torch.full_like(out, float("nan"))
+                    wavetune.gemm(x, w.t(), out=again, bias=b, config=config)
+                    assert torch.equal(out, again), (v.name, splits, m, n, k)
+
+
+@pytest.mark.gpu
+def test_heuristic_splits_and_refusals():
+    v = next(v for v in decode_variants() if v.name == "bf16_bcol_decode_64x8_4x1")
+    x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(512, 4096, device="cuda", dtype=torch.bfloat16)
+    out = wavetune.gemm(x, w.t(), config=wavetune.LaunchConfig(v.name, "heuristic"))
+    torch.testing.assert_close(out.float(), reference(x, w, None), rtol=2e-2, atol=0.5)
+    with pytest.raises(ValueError, match="at most 8 splits"):
+        wavetune.gemm(x, w.t(), config=wavetune.LaunchConfig(v.name, "split_k", 16))
+    with pytest.raises(ValueError, match="not stream-K"):
+        wavetune.gemm(x, w.t(), config=wavetune.LaunchConfig(v.name, "stream_k"))
