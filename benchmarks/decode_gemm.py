@@ -8,8 +8,8 @@ models at tensor-parallel degrees 1, 2, 4 and 8, each at --per-shape token count
 1-16 and from 17-64, odd ones included. The held-out models are ones no design decision of wavetune
 looked at; the design split is the public shape suite's models.
 
-Per problem, one CUDA graph each of: F.linear (cuBLAS, what torch calls), wavetune (torch.ops.wavetune.linear,
-the table's choice) and every decode candidate of the table (each variant unsplit and at each split count),
+Per problem, one CUDA graph each of: torch.matmul (cuBLAS, what torch calls), wavetune (wavetune.gemm, the
+table's choice) and every decode candidate of the table (each variant unsplit and at each split count),
 replayed round-robin (--reps rounds, medians); weights cold (copies rotated past twice the L2 size).
 Every candidate's output is checked against an fp32 reference first. Writes <out>/decode_gemm_<split>.jsonl
 (one row per problem) and prints geomeans per M range, the worst case, and achieved TB/s of the weights.
@@ -26,7 +26,6 @@ import statistics
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 import wavetune
 from wavetune import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
@@ -103,7 +102,7 @@ def launches(cands: list[tuning.Candidate]) -> dict:
         torch.matmul(x, w.t(), out=out)
 
     def chosen(x, w, out):
-        out.copy_(torch.ops.wavetune.linear(x, w))
+        wavetune.gemm(x, w.t(), out=out)
 
     def config(c):
         return wavetune.LaunchConfig(c.variant.name, c.decomposition, c.splits)

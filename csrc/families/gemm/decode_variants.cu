@@ -24,11 +24,10 @@ namespace {
 constexpr int64_t kTargetCtasPerSm = 4;
 constexpr int64_t kMinStepsPerSplit = 2;
 
-template <DType kDType, int kTokens, int kWarpsN, int kWarpsK>
+template <DType kDType, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll>
 struct DecodeVariant {
   using Element = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
-  static constexpr int kUnroll = 4;
-  using K = decode::Kernel<Element, kTokens, kWarpsN, kWarpsK, kUnroll>;
+  using K = decode::Kernel<Element, kTokens, kRowTiles, kWarpsN, kWarpsK, kUnroll>;
 
   static TileShape shape() { return {K::kTileRows, kTokens, K::kTileK, 1, 1, true}; }
 
@@ -68,7 +67,8 @@ struct DecodeVariant {
     const int total_chunks = int(wavetune::detail::ceil_div(p.k, decode::kChunk));
     const int workers = s * kWarpsK;
     // Whole loop steps per worker, so that only the last worker has a partial step.
-    const int per_worker = int(wavetune::detail::round_up(wavetune::detail::ceil_div(total_chunks, workers), kUnroll));
+    const int per_worker =
+        int(wavetune::detail::round_up(wavetune::detail::ceil_div(total_chunks, workers), kUnroll));
     const decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, per_worker};
 
     cudaLaunchConfig_t config{};
@@ -102,33 +102,35 @@ struct DecodeVariant {
   }
 };
 
-// The catalog, as data: (dtype, tokens per CTA, warps along N, warps along K). 4 warps per CTA: several
-// CTAs share an SM, and 64-row tiles for wide layers, 16-row tiles (K split over the warps) for narrow
-// ones. Ids are positions here: append to keep them stable.
-#define WAVETUNE_DECODE_VARIANTS(X)                 \
-  X(bf16, 8, 4, 1, "bf16_bcol_decode_64x8_4x1")     \
-  X(bf16, 16, 4, 1, "bf16_bcol_decode_64x16_4x1")   \
-  X(bf16, 32, 4, 1, "bf16_bcol_decode_64x32_4x1")   \
-  X(bf16, 64, 4, 1, "bf16_bcol_decode_64x64_4x1")   \
-  X(bf16, 8, 1, 4, "bf16_bcol_decode_16x8_1x4")     \
-  X(bf16, 16, 1, 4, "bf16_bcol_decode_16x16_1x4")   \
-  X(bf16, 32, 1, 4, "bf16_bcol_decode_16x32_1x4")   \
-  X(bf16, 64, 1, 4, "bf16_bcol_decode_16x64_1x4")   \
-  X(fp16, 8, 4, 1, "fp16_bcol_decode_64x8_4x1")     \
-  X(fp16, 16, 4, 1, "fp16_bcol_decode_64x16_4x1")   \
-  X(fp16, 32, 4, 1, "fp16_bcol_decode_64x32_4x1")   \
-  X(fp16, 64, 4, 1, "fp16_bcol_decode_64x64_4x1")   \
-  X(fp16, 8, 1, 4, "fp16_bcol_decode_16x8_1x4")     \
-  X(fp16, 16, 1, 4, "fp16_bcol_decode_16x16_1x4")   \
-  X(fp16, 32, 1, 4, "fp16_bcol_decode_16x32_1x4")   \
-  X(fp16, 64, 1, 4, "fp16_bcol_decode_16x64_1x4")
+// The catalog, as data: (dtype, tokens per CTA, 16-row tiles per warp, warps along N, warps along K,
+// K chunks per loop step). 4 warps per CTA, so that several CTAs share an SM; 16-row CTAs that split K
+// over their warps for narrow layers; more rows per warp for wider token tiles (sm90_decode_gemm.cuh
+// says why), with fewer chunks per step to stay within the registers. Ids are positions here: append to
+// keep them stable.
+#define WAVETUNE_DECODE_VARIANTS(X)                       \
+  X(bf16, 8, 1, 4, 1, 4, "bf16_bcol_decode_64x8_4x1")     \
+  X(bf16, 8, 2, 4, 1, 4, "bf16_bcol_decode_128x8_4x1")    \
+  X(bf16, 8, 1, 1, 4, 4, "bf16_bcol_decode_16x8_1x4")     \
+  X(bf16, 16, 1, 4, 1, 4, "bf16_bcol_decode_64x16_4x1")   \
+  X(bf16, 16, 2, 4, 1, 4, "bf16_bcol_decode_128x16_4x1")  \
+  X(bf16, 16, 1, 1, 4, 4, "bf16_bcol_decode_16x16_1x4")   \
+  X(bf16, 32, 2, 4, 1, 2, "bf16_bcol_decode_128x32_4x1")  \
+  X(bf16, 64, 2, 4, 1, 2, "bf16_bcol_decode_128x64_4x1")  \
+  X(fp16, 8, 1, 4, 1, 4, "fp16_bcol_decode_64x8_4x1")     \
+  X(fp16, 8, 2, 4, 1, 4, "fp16_bcol_decode_128x8_4x1")    \
+  X(fp16, 8, 1, 1, 4, 4, "fp16_bcol_decode_16x8_1x4")     \
+  X(fp16, 16, 1, 4, 1, 4, "fp16_bcol_decode_64x16_4x1")   \
+  X(fp16, 16, 2, 4, 1, 4, "fp16_bcol_decode_128x16_4x1")  \
+  X(fp16, 16, 1, 1, 4, 4, "fp16_bcol_decode_16x16_1x4")   \
+  X(fp16, 32, 2, 4, 1, 2, "fp16_bcol_decode_128x32_4x1")  \
+  X(fp16, 64, 2, 4, 1, 2, "fp16_bcol_decode_128x64_4x1")
 
 }  // namespace
 
 std::vector<VariantRegistry<VariantOps>::Entry> decode_variants(int32_t first_id) {
   std::vector<VariantRegistry<VariantOps>::Entry> out;
-#define WAVETUNE_DECODE_ENTRY(DT, TOKENS, WN, WK, NAME) \
-  out.push_back(DecodeVariant<DType::DT, TOKENS, WN, WK>::entry(first_id + int32_t(out.size()), NAME));
+#define WAVETUNE_DECODE_ENTRY(DT, TOKENS, ROW_TILES, WN, WK, UNROLL, NAME) \
+  out.push_back(DecodeVariant<DType::DT, TOKENS, ROW_TILES, WN, WK, UNROLL>::entry(first_id + int32_t(out.size()), NAME));
   WAVETUNE_DECODE_VARIANTS(WAVETUNE_DECODE_ENTRY)
 #undef WAVETUNE_DECODE_ENTRY
   return out;

@@ -96,22 +96,27 @@ __device__ __forceinline__ float to_float(T v) {
   }
 }
 
-// One CTA: kWarpsN x kWarpsK warps; warp (wn, wk) owns weight rows [16 wn, 16 wn + 16) of the CTA's
-// 16 kWarpsN rows and the K chunks of worker (cluster rank, wk); the CTA's tokens are blockIdx.y's
-// kTokens. blockIdx.z is the split, and the splits of one tile form one cluster (1, 1, splits).
-template <typename T, int kTokens, int kWarpsN, int kWarpsK, int kUnroll>
+// One CTA: kWarpsN x kWarpsK warps; warp (wn, wk) owns kRowTiles tiles of 16 weight rows, rows
+// [16 kRowTiles wn, 16 kRowTiles (wn + 1)) of the CTA's kTileRows, and the K chunks of worker
+// (cluster rank, wk); the CTA's tokens are blockIdx.y's kTokens. blockIdx.z is the split, and the splits
+// of one tile form one cluster (1, 1, splits).
+// NOTES: a warp's token fragment is loaded once per K chunk and used by all its row tiles: with tokens
+// T and R rows per CTA, the CTA reads T/R bytes of activations (from L1/L2) per weight byte, so wide
+// token tiles take more rows per warp.
+template <typename T, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll>
 struct Kernel {
   static constexpr int kThreads = 32 * kWarpsN * kWarpsK;
   static constexpr int kFragments = kTokens / 8;  // n8 MMA tiles along the tokens
-  static constexpr int kTileRows = kRowsPerWarp * kWarpsN;
+  static constexpr int kTileRows = kRowsPerWarp * kRowTiles * kWarpsN;
   static constexpr int kTileK = kChunk * kUnroll * kWarpsK;  // K per CTA per loop step (the mapping's tile K)
-  // Per warp, its partial tile in the accumulator layout: kFragments x 4 floats per lane.
-  static constexpr int kPartialFloats = kFragments * 4 * 32;
+  // Per warp, its partial tile in the accumulator layout: kRowTiles x kFragments x 4 floats per lane.
+  static constexpr int kPartialFloats = kRowTiles * kFragments * 4 * 32;
   static_assert(kTokens % 8 == 0 && kTokens <= 64, "token tiles of 8 to 64");
 
   struct SharedStorage {
     float partial[kWarpsN * kWarpsK][kPartialFloats];
   };
+  using Accumulators = float[kRowTiles][kFragments][4];
 
   __device__ static void run(const Params& p) {
     __shared__ SharedStorage smem;
@@ -120,13 +125,17 @@ struct Kernel {
     const int warp_n = warp % kWarpsN, warp_k = warp / kWarpsN;
     const int g = lane / 4, t = lane % 4;
     const int splits = gridDim.z, split = blockIdx.z;
-    const int row0 = blockIdx.x * kTileRows + warp_n * kRowsPerWarp + g;  // and row0 + 8
+    // Row tile r of this warp: rows row0 + 16 r (lanes' g) and + 8.
+    const int row0 = blockIdx.x * kTileRows + warp_n * kRowsPerWarp * kRowTiles + g;
     const int token0 = blockIdx.y * kTokens;
 
     // Rows past N read row N - 1 (valid memory, results dropped); chunks past K read nothing.
     const auto* w = static_cast<const T*>(p.w);
-    const T* w_lo = w + int64_t(min(row0, p.n - 1)) * p.ldw + 8 * t;
-    const T* w_hi = w + int64_t(min(row0 + 8, p.n - 1)) * p.ldw + 8 * t;
+    const T* rows[kRowTiles][2];
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r) {
+      for (int h = 0; h < 2; ++h) rows[r][h] = w + int64_t(min(row0 + 16 * r + 8 * h, p.n - 1)) * p.ldw + 8 * t;
+    }
     const int worker = split * kWarpsK + warp_k;
     const int total_chunks = (p.k + kChunk - 1) / kChunk;
     const int first = min(worker * p.chunks_per_worker, total_chunks);
@@ -135,30 +144,38 @@ struct Kernel {
 
     for (int s = 0; s < kPrefetchSteps * kUnroll; ++s) {
       const int c = first + s;
-      if (chunk_valid(c)) {
-        prefetch_l2(w_lo + c * kChunk);
-        prefetch_l2(w_hi + c * kChunk);
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) {
+        if (chunk_valid(c)) prefetch_l2(rows[r][0] + c * kChunk), prefetch_l2(rows[r][1] + c * kChunk);
       }
     }
     asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
-    float acc[kFragments][4] = {};
+    Accumulators acc = {};
     const auto* x = static_cast<const T*>(p.x);
-    uint4 a_lo[kUnroll], a_hi[kUnroll];
+    uint4 next[kUnroll][kRowTiles][2];
     const auto load_weights = [&](int c0) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const bool valid = chunk_valid(c0 + u);
-        a_lo[u] = valid ? load_streaming(w_lo + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
-        a_hi[u] = valid ? load_streaming(w_hi + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            next[u][r][h] = valid ? load_streaming(rows[r][h] + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
+          }
+        }
       }
     };
     load_weights(first);
     for (int c0 = first; c0 < last; c0 += kUnroll) {
-      uint4 cur_lo[kUnroll], cur_hi[kUnroll];
+      uint4 a[kUnroll][kRowTiles][2];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) cur_lo[u] = a_lo[u], cur_hi[u] = a_hi[u];
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r) a[u][r][0] = next[u][r][0], a[u][r][1] = next[u][r][1];
+      }
       if (c0 + kUnroll < last) load_weights(c0 + kUnroll);  // the next step's weights, in flight meanwhile
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
@@ -169,54 +186,66 @@ struct Kernel {
           const int token = token0 + f * 8 + g;
           const uint4 b = valid && token < p.m ? load_cached(x + int64_t(token) * p.ldx + c * kChunk + 8 * t)
                                                : make_uint4(0, 0, 0, 0);
-          mma<T>(acc[f], cur_lo[u].x, cur_hi[u].x, cur_lo[u].y, cur_hi[u].y, b.x, b.y);
-          mma<T>(acc[f], cur_lo[u].z, cur_hi[u].z, cur_lo[u].w, cur_hi[u].w, b.z, b.w);
+#pragma unroll
+          for (int r = 0; r < kRowTiles; ++r) {
+            const uint4 lo = a[u][r][0], hi = a[u][r][1];
+            mma<T>(acc[r][f], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+            mma<T>(acc[r][f], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+          }
         }
       }
     }
 
     // Partial tiles: every warp's to its CTA's shared memory, then the cluster's rank 0 sums all of them
     // in a fixed order (splits, then warp K) and writes the tile.
+    float* mine = smem.partial[warp];
 #pragma unroll
-    for (int f = 0; f < kFragments; ++f) {
+    for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) smem.partial[warp][(f * 4 + i) * 32 + lane] = acc[f][i];
+      for (int f = 0; f < kFragments; ++f) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) mine[((r * kFragments + f) * 4 + i) * 32 + lane] = acc[r][f][i];
+      }
     }
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     if (cluster.block_rank() == 0 && warp_k == 0) {
-      for (int f = 0; f < kFragments; ++f) {
-        for (int i = 0; i < 4; ++i) acc[f][i] = 0;
-      }
-      for (int r = 0; r < splits; ++r) {
-        const SharedStorage* peer = cluster.map_shared_rank(&smem, r);
+      Accumulators sum = {};
+      for (int rank = 0; rank < splits; ++rank) {
+        const SharedStorage* peer = cluster.map_shared_rank(&smem, rank);
         for (int wk = 0; wk < kWarpsK; ++wk) {
           const float* part = peer->partial[wk * kWarpsN + warp_n];
 #pragma unroll
-          for (int f = 0; f < kFragments; ++f) {
+          for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) acc[f][i] += part[(f * 4 + i) * 32 + lane];
+            for (int f = 0; f < kFragments; ++f) {
+#pragma unroll
+              for (int i = 0; i < 4; ++i) sum[r][f][i] += part[((r * kFragments + f) * 4 + i) * 32 + lane];
+            }
           }
         }
       }
-      store(p, acc, row0, token0, t);
+      store(p, sum, row0, token0, t);
     }
     cluster.sync();  // peers' shared memory stays alive until rank 0 has read it
   }
 
-  // Accumulator (f, i) of lane (g, t) is D^T[row0 + 8 (i / 2)][token0 + 8 f + 2 t + i % 2].
-  __device__ static void store(const Params& p, const float (&acc)[kFragments][4], int row0, int token0, int t) {
+  // Accumulator (r, f, i) of lane (g, t) is D^T[row0 + 16 r + 8 (i / 2)][token0 + 8 f + 2 t + i % 2].
+  __device__ static void store(const Params& p, const Accumulators& acc, int row0, int token0, int t) {
     auto* d = static_cast<T*>(p.d);
     const auto* bias = static_cast<const T*>(p.bias);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = row0 + 8 * (i / 2);
-      if (row >= p.n) continue;
-      const float b = bias ? to_float(bias[row]) : 0.0f;
+    for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
-      for (int f = 0; f < kFragments; ++f) {
-        const int token = token0 + 8 * f + 2 * t + i % 2;
-        if (token < p.m) d[int64_t(token) * p.ldd + row] = from_float<T>(acc[f][i] + b);
+      for (int i = 0; i < 4; ++i) {
+        const int row = row0 + 16 * r + 8 * (i / 2);
+        if (row >= p.n) continue;
+        const float b = bias ? to_float(bias[row]) : 0.0f;
+#pragma unroll
+        for (int f = 0; f < kFragments; ++f) {
+          const int token = token0 + 8 * f + 2 * t + i % 2;
+          if (token < p.m) d[int64_t(token) * p.ldd + row] = from_float<T>(acc[r][f][i] + b);
+        }
       }
     }
   }

@@ -49,8 +49,11 @@ PRIOR_MARGIN = 0.1
 # (docs/model.md, section 7). Deployment
 # tuning's exact entries, measured, take the catalog's gains where they exist.
 LIBRARY_PRIOR_MARGIN = 0.5
-# The decode GEMM's split counts the tables score beside its unsplit launch (its cluster holds up to 8).
+# The decode GEMM's split counts the tables score beside its unsplit launch (its cluster holds up to 8),
+# and the tokens it is for: its anchors and calibration shapes stay within them.
 DECODE_SPLITS = (2, 4, 8)
+DECODE_MAX_M = 64
+DECODE_PLAN = dict(token_range=(1, DECODE_MAX_M))
 STREAM_K_PLAN = dict(waves=(1,), fills=(1.0,), k_steps=(2, 4, 8, 16, 32, 64, 128, 256), interior=7)
 
 
@@ -241,7 +244,7 @@ def calibration_shapes(count: int = CALIBRATION_SHAPES, seed: int = CALIBRATION_
 def config_anchors(c: Candidate, sm_count: int) -> tuple[tuple[int, int, int, int], ...]:
     """(m, n, k, wave) of one candidate's anchors: ``model.plan_anchors_detailed`` through its mapping."""
     # Stream-K always runs one wave (G = C): sample that wave densely in L instead.
-    options = STREAM_K_PLAN if c.decomposition == "stream_k" else {}
+    options = STREAM_K_PLAN if c.decomposition == "stream_k" else DECODE_PLAN if c.variant.schedule == "decode" else {}
     detailed = model.plan_anchors_detailed(lambda m, n, k: c.coordinates(m, n, k, sm_count), **options)
     return tuple((a["m"], a["n"], a["k"], a["w"]) for a in detailed)
 
@@ -384,8 +387,8 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     shapes = calibration_shapes()
     if budget is not None:  # what the plan leaves of the budget
         shapes = shapes[:max(0, budget - planned_measurements(plan, sm_count, micro)) // max(1, len(kept))]
-    measure(log, [make_job((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in kept]) for shape in shapes],
-            "calibration")
+    measure(log, [make_job((dtype, b_layout, *shape), [(c, "heuristic", 1) for c in kept if serves(c, shape[0])])
+                  for shape in shapes], "calibration")
     write_tuned_table(path, kept, **table)
     # The compute floor bounds calibrated predictions, so the calibration is fitted without it.
     write_tuned_table(path, kept, **table, calibration=calibration(log, path, shapes, dtype, b_layout),
@@ -394,6 +397,11 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
     print(f"wrote {path}: {len(kept)} configs (the working set), {len(exact)} exact shapes; this run measured "
           f"{len(log.records) - logged} configs{seconds} (log: {log.path})")
     return path
+
+
+def serves(c: Candidate, m: int) -> bool:
+    """Whether ``c`` is meant for ``m`` tokens: the decode GEMM is for up to DECODE_MAX_M."""
+    return c.variant.schedule != "decode" or m <= DECODE_MAX_M
 
 
 def calibration(log: GemmLog, path: Path, shapes: list[tuple[int, int, int]], dtype: str, b_layout: str
