@@ -57,7 +57,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--split", choices=tuple(MODELS), default="heldout")
     p.add_argument("--per-shape", type=int, default=1, help="token counts per shape and M range")
-    p.add_argument("--limit", type=int, help="at most this many problems (a quick look)")
+    p.add_argument("--limit", type=int, help="a seeded random sample of this many problems (a quick look)")
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
@@ -176,7 +176,9 @@ def main() -> None:
     cands = decode_candidates()
     if not cands:
         raise SystemExit("this build has no decode variant")
-    todo = problems(args.split, args.per_shape, args.seed)[: args.limit]
+    todo = problems(args.split, args.per_shape, args.seed)
+    if args.limit:
+        todo = sorted(random.Random(args.seed).sample(todo, min(args.limit, len(todo))), key=todo.index)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"decode_gemm_{args.split}.jsonl"
     rows = []
