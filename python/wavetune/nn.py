@@ -1,6 +1,7 @@
 """wavetune in a PyTorch model: ``Linear`` (an ``nn.Linear`` that runs wavetune's GEMM), ``patch`` and
-``unpatch`` (swap a model's eligible ``nn.Linear`` layers in place and back), and the model's GEMM shapes
-as a shape-suite JSON for ``python -m wavetune tune --exact``.
+``unpatch`` (swap a model's eligible ``nn.Linear`` layers in place and back; a ``transformers`` model's
+experts and attention too, ``wavetune.hf``), and the model's GEMM shapes as a shape-suite JSON for
+``python -m wavetune tune --exact``.
 
     import wavetune
     report = wavetune.patch(model)        # model on bf16/fp16 weights; report.skipped says what stayed
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from . import hf
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from .families.gemm import torch_ops as gemm_ops
 
@@ -100,13 +102,17 @@ class Linear(torch.nn.Linear):
 
 @dataclasses.dataclass
 class PatchReport:
-    """What ``patch`` did: the layers it swapped, and those it left alone with the reason."""
+    """What ``patch`` did: the layers it swapped, those it left alone with the reason, and, for a
+    transformers model, the implementations it switched to ``"wavetune"`` with the ones they replace
+    (``{"attention": "sdpa", "experts": "grouped_mm"}``; ``wavetune.hf``)."""
 
     patched: list[str]
     skipped: dict[str, str]
+    switched: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [f"wavetune: patched {len(self.patched)} nn.Linear layers, skipped {len(self.skipped)}"]
+        lines += [f"  {kind}: {previous} -> {hf.IMPLEMENTATION}" for kind, previous in self.switched.items()]
         lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped.items()]
         return "\n".join(lines)
 
@@ -126,7 +132,8 @@ def patch(model: torch.nn.Module) -> PatchReport:
     Eligible: exactly ``nn.Linear`` (subclasses may have their own forward), bf16 or fp16 weights, in and
     out features multiples of 8, on a CUDA device (or the meta device, to trace shapes). Layers on the CPU
     are left alone and reported, so a CPU model keeps running: move the model to the GPU and convert its
-    dtype, then patch. ``unpatch`` reverses it.
+    dtype, then patch. A ``transformers`` model also gets wavetune's attention and, with routed experts,
+    wavetune's experts (``wavetune.hf.patch_model``). ``unpatch`` reverses it.
     """
     if isinstance(model, torch.nn.Linear):
         raise ValueError("the model is itself an nn.Linear: use wavetune.nn.Linear.from_linear(model)")
@@ -141,16 +148,22 @@ def patch(model: torch.nn.Module) -> PatchReport:
             continue
         setattr(parent, attribute, Linear.from_linear(linear))
         report.patched.append(name)
+    if hf.transformers_model(model):
+        report.switched = hf.patch_model(model)
     return report
 
 
 def unpatch(model: torch.nn.Module) -> list[str]:
-    """Swap every ``wavetune.nn.Linear`` of ``model`` back to ``nn.Linear`` (same parameters); their names."""
+    """Swap every ``wavetune.nn.Linear`` of ``model`` back to ``nn.Linear`` (same parameters), and a
+    transformers model's implementations back to the ones ``patch`` replaced; their names (layers, then
+    ``"attention"``, ``"experts"``)."""
     restored = []
     for name, parent, attribute, linear in _linear_children(model):
         if isinstance(linear, Linear):
             setattr(parent, attribute, linear.to_linear())
             restored.append(name)
+    if hf.transformers_model(model):
+        restored += list(hf.unpatch_model(model))
     return restored
 
 

@@ -1,0 +1,177 @@
+"""wavetune inside Hugging Face ``transformers`` model classes (the ``wavetune[hf]`` extra).
+
+``register()`` adds an implementation named ``"wavetune"`` to transformers' own registries: an experts
+forward (``ExpertsInterface``: every class decorated with ``use_experts_implementation``, e.g. Mixtral,
+Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3) that runs the routed experts through ``wavetune.grouped_gemm``,
+and an attention function (``AttentionInterface``, with the SDPA mask function) that runs
+``wavetune.attention``. ``wavetune.patch`` calls ``patch_model`` for a transformers model: it registers
+them, switches the model to them and reports what it switched.
+
+Each falls back, per call, to the implementation the model had before the patch where wavetune's kernels
+do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, an
+attention mask (padding, a static cache's unfilled slots, a sliding window that binds), dropout in
+training, soft-capping or attention sinks. Which of these a model hits is a property of its inputs, so the
+patch report names the implementations, and ``fallback_reason`` says why a call would fall back.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
+
+IMPLEMENTATION = "wavetune"
+# Where a patched model keeps the implementations it had, for the fallbacks and for unpatch.
+PREVIOUS = "_wavetune_previous"
+HEAD_DIMS = (64, 128, 256)
+
+
+def transformers_model(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a transformers ``PreTrainedModel`` (transformers is then imported already)."""
+    transformers = sys.modules.get("transformers")
+    return transformers is not None and isinstance(model, transformers.PreTrainedModel)
+
+
+# The kernels, through their torch operators (CUDA graphs, torch.compile).
+grouped_gemm = torch.ops.wavetune.grouped_gemm
+attention = torch.ops.wavetune.attention
+
+
+def register() -> None:
+    """Add ``"wavetune"`` to transformers' experts, attention and attention-mask registries (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.integrations.moe import ExpertsInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    ExpertsInterface.register(IMPLEMENTATION, experts_forward)
+    AttentionInterface.register(IMPLEMENTATION, attention_forward)
+    # NOTES: the SDPA mask function returns no mask where a causal flag says the same (no padding, the
+    # queries the newest tokens), the case wavetune.attention runs; elsewhere its mask sends the call to
+    # the fallback.
+    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+
+
+def _has_experts(model: torch.nn.Module) -> bool:
+    return any(hasattr(type(m).forward, "__wrapped__") and hasattr(m, "has_gate") for m in model.modules())
+
+
+def patch_model(model: torch.nn.Module) -> dict[str, str]:
+    """Switch a transformers model's attention (and its experts, if it has any) to ``"wavetune"``; returns
+    ``{"attention": previous, "experts": previous}`` for what it switched, and keeps the previous ones on
+    the config for the fallbacks and ``unpatch_model``."""
+    register()
+    config = model.config
+    previous = dict(getattr(config, PREVIOUS, {}))
+    if config._attn_implementation != IMPLEMENTATION:
+        previous["attention"] = config._attn_implementation or "sdpa"
+        model.set_attn_implementation(IMPLEMENTATION)
+    if _has_experts(model) and config._experts_implementation != IMPLEMENTATION:
+        previous["experts"] = config._experts_implementation or "eager"
+        model.set_experts_implementation(IMPLEMENTATION)
+    for module in model.modules():  # sub-models' configs (a vision tower, say) share the record
+        if hasattr(module, "config") and getattr(module.config, "_attn_implementation", None) == IMPLEMENTATION:
+            setattr(module.config, PREVIOUS, previous)
+    return previous
+
+
+def unpatch_model(model: torch.nn.Module) -> dict[str, str]:
+    """Restore the implementations ``patch_model`` switched; returns them."""
+    previous = dict(getattr(model.config, PREVIOUS, {}))
+    if "attention" in previous:
+        model.set_attn_implementation(previous["attention"])
+    if "experts" in previous:
+        model.set_experts_implementation(previous["experts"])
+    for module in model.modules():
+        if hasattr(module, "config") and hasattr(module.config, PREVIOUS):
+            delattr(module.config, PREVIOUS)
+    return previous
+
+
+def _previous(config, kind: str, default: str) -> str:
+    return getattr(config, PREVIOUS, {}).get(kind, default)
+
+
+def experts_fallback_reason(experts: torch.nn.Module, hidden_states: torch.Tensor) -> str | None:
+    """Why ``experts_forward`` would run the previous implementation for these inputs; None: it runs
+    wavetune.grouped_gemm."""
+    weights = experts.gate_up_proj if experts.has_gate else experts.up_proj
+    if not hidden_states.is_cuda:
+        return f"hidden states on {hidden_states.device}"
+    if hidden_states.dtype not in (torch.bfloat16, torch.float16) or weights.dtype != hidden_states.dtype:
+        return f"{hidden_states.dtype} hidden states with {weights.dtype} experts (bf16 or fp16, the same)"
+    if experts.has_bias:
+        return "the experts have biases"
+    if experts.is_transposed or not experts.is_concatenated:
+        return "expert weights not stored as [experts, out, in] with gate and up concatenated"
+    if any(d % 8 for d in (*weights.shape[1:], experts.down_proj.shape[1])):
+        return "expert widths must be multiples of 8"
+    return None
+
+
+def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                    top_k_weights: torch.Tensor) -> torch.Tensor:
+    """transformers' experts forward on wavetune.grouped_gemm: the (token, expert) pairs sorted by expert,
+    offsets counted on the GPU (no host synchronization: CUDA graphs capture it), gate/up and down as two
+    grouped GEMMs, then the routing weights and the sum over each token's experts in fp32."""
+    if experts_fallback_reason(self, hidden_states) is not None:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+        eager = type(self).forward.__wrapped__
+        fallback = ALL_EXPERTS_FUNCTIONS.get_interface(_previous(self.config, "experts", "eager"), eager)
+        return fallback(self, hidden_states, top_k_index, top_k_weights)
+    tokens, top_k = top_k_index.shape
+    expert_ids, order = torch.sort(top_k_index.reshape(-1))
+    rows = hidden_states[order // top_k]
+    counts = torch.bincount(expert_ids, minlength=self.num_experts)  # on the GPU, capturable
+    offsets = counts.cumsum(0, dtype=torch.int32)
+    up = grouped_gemm(rows, self.gate_up_proj if self.has_gate else self.up_proj, offsets)
+    up = self._apply_gate(up) if self.has_gate else self.act_fn(up)
+    down = grouped_gemm(up.contiguous(), self.down_proj, offsets)
+    weighted = down.float() * top_k_weights.reshape(-1)[order].unsqueeze(-1).float()
+    out = torch.empty_like(weighted).index_copy_(0, order, weighted)  # each pair back to its token's slot
+    return out.view(tokens, top_k, -1).sum(dim=1).to(hidden_states.dtype)
+
+
+def attention_fallback_reason(module: torch.nn.Module, query: torch.Tensor, attention_mask, dropout: float,
+                              **kwargs) -> str | None:
+    """Why ``attention_forward`` would run the previous implementation for these inputs; None: it runs
+    wavetune.attention."""
+    if not query.is_cuda:
+        return f"query on {query.device}"
+    if query.dtype not in (torch.bfloat16, torch.float16):
+        return f"{query.dtype} query (bf16 or fp16)"
+    if query.shape[-1] not in HEAD_DIMS:
+        return f"head dim {query.shape[-1]} (wavetune.attention takes {', '.join(map(str, HEAD_DIMS))})"
+    if attention_mask is not None:
+        return "an attention mask (padding, a static cache's unfilled slots or a sliding window)"
+    if dropout and module.training:
+        return "dropout in training"
+    for name in ("softcap", "s_aux", "sinks", "position_bias"):
+        if kwargs.get(name) is not None:
+            return f"{name} (not supported by wavetune.attention)"
+    return None
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask, dropout: float = 0.0, scaling: float | None = None,
+                      is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function interface on wavetune.attention: q, k, v of [batch, heads, tokens,
+    head dim] read in place as [batch, tokens, heads, head dim]; returns that layout, as SDPA's does."""
+    if attention_fallback_reason(module, query, attention_mask, dropout, **kwargs) is not None:
+        from transformers import AttentionInterface
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        fallback = AttentionInterface().get(_previous(module.config, "attention", "sdpa"), sdpa_attention_forward)
+        return fallback(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                        is_causal=is_causal, **kwargs)
+    q_length, kv_length = query.shape[2], key.shape[2]
+    # As SDPA's integration: no mask and several queries means causal, the queries filling the keys from the
+    # start (a prefill into an empty static cache passes its whole buffer: the keys past the queries are cut).
+    causal = q_length > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    if causal and kv_length > q_length:
+        key, value = key[:, :, :q_length], value[:, :, :q_length]
+    out = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
+                    scale=scaling)
+    return out, None

@@ -1,0 +1,172 @@
+"""wavetune.patch on Hugging Face transformers model classes (wavetune.hf): three dense and three
+mixture-of-experts classes from tiny configs with random weights. CPU tier: what patch switches and
+reports, that every call falls back where the kernels do not apply (CPU tensors: logits unchanged), and
+unpatch. GPU tier: logits against the unpatched model and greedy generation, in bf16."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+if not hasattr(transformers.integrations, "moe") or not hasattr(transformers.integrations.moe, "ExpertsInterface"):
+    pytest.skip(f"transformers {transformers.__version__} has no experts registry (wavetune[hf] pins 5.17)",
+                allow_module_level=True)
+
+import wavetune  # noqa: E402
+from wavetune import hf  # noqa: E402
+
+COMMON = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=512)
+MOE = dict(num_local_experts=8, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=64,
+           shared_expert_intermediate_size=64, decoder_sparse_step=1, mlp_only_layers=[])
+CLASSES = {
+    "LlamaForCausalLM": ("LlamaConfig", {}),
+    "Qwen2ForCausalLM": ("Qwen2Config", {}),
+    "MistralForCausalLM": ("MistralConfig", {"sliding_window": None}),
+    "MixtralForCausalLM": ("MixtralConfig", MOE),
+    "Qwen3MoeForCausalLM": ("Qwen3MoeConfig", MOE),
+    "Qwen2MoeForCausalLM": ("Qwen2MoeConfig", MOE),
+}
+MOE_CLASSES = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"}
+
+
+def build(name: str, device="cpu", dtype=torch.float32, **overrides) -> torch.nn.Module:
+    config_name, extra = CLASSES[name]
+    config = getattr(transformers, config_name)(**{**COMMON, **extra, **overrides})
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = getattr(transformers, name)(config).to(dtype).eval()
+    if name in MOE_CLASSES:
+        model.set_experts_implementation("grouped_mm")  # transformers' capturable default for serving
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_patch_switches_and_reports_and_a_cpu_model_runs_as_before(name):
+    model = build(name, dtype=torch.bfloat16)
+    tokens = torch.randint(0, COMMON["vocab_size"], (2, 9))
+    with torch.no_grad():
+        before = model(tokens).logits
+    report = wavetune.patch(model)
+    expected = {"attention": "sdpa", **({"experts": "grouped_mm"} if name in MOE_CLASSES else {})}
+    assert report.switched == expected
+    assert model.config._attn_implementation == hf.IMPLEMENTATION
+    # Every layer stays on the CPU; Qwen2-MoE's one-output shared-expert gates also have a width wavetune
+    # does not run.
+    assert report.skipped and not report.patched
+    assert all("on cpu" in reason or "multiples of 8" in reason for reason in report.skipped.values())
+    assert "attention: sdpa -> wavetune" in str(report)
+    with torch.no_grad():
+        after = model(tokens).logits
+    assert torch.equal(after, before)  # every call fell back: CPU tensors
+    assert wavetune.patch(model).switched == expected  # patching twice keeps the first record
+    restored = wavetune.unpatch(model)
+    assert restored == list(expected)
+    assert model.config._attn_implementation == "sdpa"
+    if name in MOE_CLASSES:
+        assert model.config._experts_implementation == "grouped_mm"
+    assert not hasattr(model.config, hf.PREVIOUS)
+
+
+def test_why_a_call_falls_back():
+    model = build("MixtralForCausalLM")
+    experts = next(m for m in model.modules() if hasattr(m, "gate_up_proj"))
+    attention = model.model.layers[0].self_attn
+    x = torch.zeros(3, COMMON["hidden_size"])
+    q = torch.zeros(1, 4, 5, 32)
+    assert "cpu" in hf.experts_fallback_reason(experts, x)
+    assert "cpu" in hf.attention_fallback_reason(attention, q, None, 0.0)
+    meta = torch.zeros(1, 4, 5, 32, device="meta", dtype=torch.bfloat16)
+    assert "meta" in hf.attention_fallback_reason(attention, meta, None, 0.0)
+
+
+def reference_grouped_gemm(x, w, offsets):
+    """wavetune.grouped_gemm's contract on the CPU: rows of expert e times w[e].T."""
+    out, start = torch.zeros(x.shape[0], w.shape[1], dtype=x.dtype), 0
+    for e, end in enumerate(offsets.tolist()):
+        out[start:end] = x[start:end] @ w[e].t()
+        start = end
+    return out
+
+
+def reference_attention(q, k, v, causal, scale):
+    """wavetune.attention's contract ([batch, tokens, heads, dim], bottom-right causal) on the CPU."""
+    q, k, v = (t.transpose(1, 2).float() for t in (q, k, v))
+    k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    scores = q @ k.transpose(-1, -2) * scale
+    if causal:
+        rows, cols = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(rows, cols).tril(cols - rows) == 0, float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2).to(q.dtype)
+
+
+@pytest.mark.parametrize("name", ["MixtralForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"])
+def test_the_wavetune_paths_compute_what_the_model_does(name, monkeypatch):
+    """The experts' sorting, gating and routing weights and the attention's layouts, masks and cache
+    handling, with the kernels replaced by their contracts on the CPU (the GPU tier runs the kernels)."""
+    model = build(name)
+    tokens = torch.randint(0, COMMON["vocab_size"], (2, 11))
+    with torch.no_grad():
+        before = model(tokens).logits
+        cached = model.generate(tokens[:1], max_new_tokens=6, do_sample=False)
+    wavetune.patch(model)
+    monkeypatch.setattr(hf, "grouped_gemm", reference_grouped_gemm)
+    monkeypatch.setattr(hf, "attention", lambda q, k, v, causal, scale: reference_attention(q, k, v, causal, scale))
+    monkeypatch.setattr(hf, "experts_fallback_reason", lambda *args: None)
+    monkeypatch.setattr(hf, "attention_fallback_reason", lambda module, q, mask, *args, **kwargs:
+                        None if mask is None else "a mask")
+    with torch.no_grad():
+        after = model(tokens).logits
+        generated = model.generate(tokens[:1], max_new_tokens=6, do_sample=False)
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+    assert torch.equal(generated, cached)  # prefill, then decode steps over a dynamic cache
+
+
+def test_a_meta_model_gets_its_linear_layers_patched():
+    model = build("Qwen3MoeForCausalLM", device="meta", dtype=torch.bfloat16)
+    report = wavetune.patch(model)
+    assert "lm_head" in report.patched and any(".self_attn.q_proj" in name for name in report.patched)
+    assert report.switched == {"attention": "sdpa", "experts": "grouped_mm"}
+
+
+def bf16_pair(name: str, **overrides):
+    """The model in bf16 on the GPU, and a patched copy of it."""
+    import copy
+
+    model = build(name, device="cuda", dtype=torch.bfloat16, **overrides)
+    patched = copy.deepcopy(model)
+    report = wavetune.patch(patched)
+    assert report.patched and all("multiples of 8" in reason for reason in report.skipped.values()), report
+    return model, patched
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_logits_match_the_unpatched_model(name):
+    model, patched = bf16_pair(name, hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+                               num_key_value_heads=2, moe_intermediate_size=256)
+    tokens = torch.randint(0, COMMON["vocab_size"], (2, 37), device="cuda")
+    attention = patched.model.layers[0].self_attn
+    q = torch.empty(2, 8, 37, 64, device="cuda", dtype=torch.bfloat16)
+    assert hf.attention_fallback_reason(attention, q, None, 0.0) is None
+    with torch.no_grad():
+        reference, logits = model(tokens).logits.float(), patched(tokens).logits.float()
+    # bf16 tolerance: both round every GEMM and attention output to bf16 (different kernels, different sums).
+    error = ((logits - reference).norm() / reference.norm()).item()
+    assert error < 2e-2, error
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["LlamaForCausalLM", "Qwen3MoeForCausalLM"])
+def test_greedy_generation_follows_the_unpatched_model(name):
+    model, patched = bf16_pair(name)
+    prompt = torch.randint(0, COMMON["vocab_size"], (1, 16), device="cuda")
+    options = dict(max_new_tokens=32, do_sample=False, min_new_tokens=32)
+    with torch.no_grad():
+        expected, generated = model.generate(prompt, **options), patched.generate(prompt, **options)
+    # Random weights make near-ties likely, and a tie broken the other way changes every later token: the
+    # first 8 new tokens must agree, and at least 3/4 of all 32.
+    new_expected, new_generated = expected[0, 16:], generated[0, 16:]
+    assert torch.equal(new_expected[:8], new_generated[:8])
+    assert (new_expected == new_generated).float().mean().item() >= 0.75
