@@ -117,6 +117,7 @@ NAMES_FAMILIES = {
     "__init__.py": "the public API: each family's entry points, by name",
     "codegen/config_space.py": "its rule sets (a [family] table's check) are named after the kernels they check",
     "tuning/tablefile.py": "the table format's per-family rules, as the C++ reader has them (docs/tables.md)",
+    "hf.py": "transformers' vocabulary: the attention and experts implementations of its model classes",
 }
 
 
