@@ -4,17 +4,21 @@
     python benchmarks/e2e.py --out $OUT --models qwen2.5-7b --modes eager,max-autotune --lengths 2048
     python benchmarks/e2e.py --out $OUT --plot               # no GPU: table, JSON, picture from the JSONL
 
-Models: Llama-3-8B and Qwen2.5-7B architectures, built from their configs (Hugging Face transformers'
-LlamaConfig / Qwen2Config with the real sizes; nothing is downloaded) with random bf16 weights and
---layers of their decoder layers (all linear layers keep their real shapes; fewer layers keep memory and
-compile time down). Without transformers, a minimal decoder of the same shapes is used and the output
-says so. Attention is SDPA in both (context_attention below).
+Models (--models): Llama-3-8B, Qwen2.5-7B and Mistral-7B (dense), Mixtral-8x7B, Qwen3-30B-A3B and
+Qwen1.5-MoE-A2.7B (mixture of experts), each its transformers class (LlamaForCausalLM, Qwen2ForCausalLM,
+MistralForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM) built from the real
+config's sizes (nothing is downloaded) with random bf16 weights and --layers of its decoder layers (every
+linear layer and expert keeps its real shape; fewer layers keep memory and compile time down). Experts run
+transformers' default for these classes (``grouped_mm``: torch._grouped_mm). Without transformers, the
+dense models use a minimal decoder of the same shapes and the output says so; the MoE models need it.
 
 Methods: PyTorch eager, torch.compile (default mode) and torch.compile with max-autotune (Inductor's own
-GEMM autotuning; its CUDA graphs off, since every method is captured the same way), each also with
-wavetune.patch applied to a twin of the model sharing its weights ("+wavetune"), and with `--wavetune
-gemm,attention` also with attention routed through torch.ops.wavetune.attention instead of SDPA, on a twin
-whose linear layers stay PyTorch's ("+wavetune-attention"), so the two parts are told apart. Phases:
+GEMM autotuning; its CUDA graphs off, since every method is captured the same way), each also on twins of
+the model sharing its weights with wavetune's parts added one at a time (--wavetune): ``+wavetune`` its
+GEMMs (``wavetune.patch(attention=False, experts=False)``), ``+grouped`` its GEMMs and its experts
+(``wavetune.grouped_gemm``; MoE models), ``+attention`` all of those and its attention
+(torch.ops.wavetune.attention). Attention: SDPA for the rest (context_attention below). Phases:
+Phases:
 - prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
 - decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens.
 Each (phase, batch, length) is one shape. Per shape every method runs eagerly (compiling where it does,
@@ -45,7 +49,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-# Real sizes (the models' config.json values); the shapes match shared/benchmarks/llm_shapes.json.
+# Real sizes (the models' config.json values); the dense shapes match shared/benchmarks/llm_shapes.json.
 MODELS = {
     "llama3-8b": dict(family="Llama", qkv_bias=False, sizes=dict(
         hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
@@ -53,12 +57,32 @@ MODELS = {
     "qwen2.5-7b": dict(family="Qwen2", qkv_bias=True, sizes=dict(
         hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4,
         vocab_size=152064, rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=32768)),
+    "mistral-7b": dict(family="Mistral", qkv_bias=False, sizes=dict(
+        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=32768, rms_norm_eps=1e-5, rope_theta=1000000.0, max_position_embeddings=32768,
+        sliding_window=None)),
+    "mixtral-8x7b": dict(family="Mixtral", moe=True, sizes=dict(
+        hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=32000, rms_norm_eps=1e-5, rope_theta=1000000.0, max_position_embeddings=32768,
+        num_local_experts=8, num_experts_per_tok=2, sliding_window=None)),
+    "qwen3-30b-a3b": dict(family="Qwen3Moe", moe=True, sizes=dict(
+        hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_attention_heads=32,
+        num_key_value_heads=4, head_dim=128, vocab_size=151936, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        max_position_embeddings=40960, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
+        decoder_sparse_step=1, mlp_only_layers=[])),
+    "qwen1.5-moe-a2.7b": dict(family="Qwen2Moe", moe=True, sizes=dict(
+        hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
+        num_attention_heads=16, num_key_value_heads=16, vocab_size=151936, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, max_position_embeddings=8192, num_experts=60, num_experts_per_tok=4,
+        decoder_sparse_step=1, mlp_only_layers=[])),
 }
 # Method prefix -> torch.compile mode (None: eager). Inductor's CUDA graphs are off in both compiled
 # modes: every method is captured the same way, by this script.
 MODES = {"eager": None, "compile": "default", "max-autotune": "max-autotune-no-cudagraphs"}
-WAVETUNE = "+wavetune"
-WAVETUNE_ATTENTION = "+wavetune-attention"
+WAVETUNE, GROUPED, WAVETUNE_ATTENTION = "+wavetune", "+grouped", "+attention"
+# --wavetune part -> the twin's suffix and what it adds (cumulative, in this order).
+PARTS = {"gemm": WAVETUNE, "grouped": GROUPED, "attention": WAVETUNE_ATTENTION}
+SUFFIXES = tuple(PARTS.values())
 ATTENTION = "wavetune_e2e_sdpa"  # the name context_attention is registered under in transformers
 WARMUP = 3  # eager calls per method before capture (the first compiles)
 MAX_ERROR = 5e-2  # relative error of a method's logits against eager's above which the report flags it
@@ -82,18 +106,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--context", type=int, default=1024, help="cached tokens each decode step attends to")
     p.add_argument("--reps", type=int, default=15, help="interleaved replays per method and shape")
     p.add_argument("--time-budget-s", type=float, default=360.0, help="start no new shape after this")
-    p.add_argument("--wavetune", default="gemm",
-                   help=f"comma-separated parts to compare: gemm ({WAVETUNE}), attention ({WAVETUNE_ATTENTION})")
+    p.add_argument("--wavetune", default="gemm,grouped",
+                   help="comma-separated twins to compare, each adding a part of wavetune to the one before: "
+                        + ", ".join(f"{part} ({suffix})" for part, suffix in PARTS.items()))
     args = p.parse_args(argv)
     args.models, modes = args.models.split(","), {"eager", *args.modes.split(",")}
     unknown = [m for m in args.models if m not in MODELS] + sorted(modes - set(MODES))
     if unknown:
         p.error(f"unknown model or mode: {', '.join(unknown)}")
     args.modes = [m for m in MODES if m in modes]
-    parts = {"gemm": WAVETUNE, "attention": WAVETUNE_ATTENTION}
-    if not set(args.wavetune.split(",")) <= set(parts):
-        p.error(f"--wavetune takes {', '.join(parts)}, got {args.wavetune}")
-    args.suffixes = [parts[part] for part in args.wavetune.split(",")]
+    if not set(args.wavetune.split(",")) <= set(PARTS):
+        p.error(f"--wavetune takes {', '.join(PARTS)}, got {args.wavetune}")
+    args.suffixes = [suffix for part, suffix in PARTS.items() if part in args.wavetune.split(",")]
     return args
 
 
@@ -200,6 +224,8 @@ def build_model(spec: dict, layers: int, device: str) -> tuple[torch.nn.Module, 
         import transformers
         from transformers import AttentionInterface
     except ImportError as exc:
+        if spec.get("moe"):
+            raise SystemExit(f"the {spec['family']} model needs transformers ({exc})") from None
         print(f"transformers is not available ({exc}): using this script's own {spec['family']}-shaped decoder "
               "(same linear layers, RMSNorm, rotary positions, SDPA)", file=sys.stderr)
         builder, source = (lambda: OwnDecoder(spec, layers)), "own decoder (transformers missing)"
@@ -219,23 +245,19 @@ def twin_of(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
 
 
-def patched_twin(model: torch.nn.Module):
-    """A twin of ``model`` patched with wavetune; and the patch report."""
+def patched_twin(model: torch.nn.Module, suffix: str = WAVETUNE):
+    """A twin of ``model`` with wavetune's parts up to ``suffix``'s (PARTS); and the patch report.
+    Attention stays this script's context_attention, on wavetune's kernel from ``+attention`` on (its
+    mark), since a decode step attends to the static context it is given."""
     import wavetune
 
     twin = twin_of(model)
-    return twin, wavetune.patch(twin)
-
-
-def attention_twin(model: torch.nn.Module) -> torch.nn.Module:
-    """A twin of ``model`` whose attention runs wavetune's kernels (context_attention reads the mark)."""
-    import wavetune.torch_ops  # noqa: F401  (registers torch.ops.wavetune.attention)
-
-    twin = twin_of(model)
-    for module in twin.modules():
-        if hasattr(module, "layer_idx"):
-            module.wavetune_attention = True
-    return twin
+    report = wavetune.patch(twin, attention=False, experts=suffix != WAVETUNE)
+    if suffix == WAVETUNE_ATTENTION:
+        for module in twin.modules():
+            if hasattr(module, "layer_idx"):
+                module.wavetune_attention = True
+    return twin, report
 
 
 def step_function(model: torch.nn.Module):
@@ -268,7 +290,7 @@ def shape_inputs(spec: dict, layers: int, phase: str, batch: int, length: int) -
     s, device = spec["sizes"], "cuda"
     if phase == "prefill":
         return dict(input_ids=torch.randint(0, s["vocab_size"], (batch, length), device=device))
-    head_dim = s["hidden_size"] // s["num_attention_heads"]
+    head_dim = s.get("head_dim", s["hidden_size"] // s["num_attention_heads"])
     cache = (batch, s["num_key_value_heads"], length + 1, head_dim)
     return dict(input_ids=torch.randint(0, s["vocab_size"], (batch, 1), device=device),
                 position_ids=torch.full((batch, 1), length, device=device),
@@ -379,9 +401,14 @@ def shape_key(record: dict) -> tuple:
     return record["model"], record["layers"], record["phase"], record["batch"], record["length"]
 
 
+def model_suffixes(args: argparse.Namespace, spec: dict) -> list[str]:
+    """The twins a model gets of those asked for: +grouped only with experts (else it is +wavetune)."""
+    return [suffix for suffix in args.suffixes if suffix != GROUPED or spec.get("moe")]
+
+
 def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple[str, int, int]]:
     """The shapes of model ``name`` that no record has measured with every requested method yet."""
-    wanted = {mode + suffix for mode in args.modes for suffix in ("", *args.suffixes)}
+    wanted = {mode + suffix for mode in args.modes for suffix in ("", *model_suffixes(args, MODELS[name]))}
     measured: dict[tuple, set] = {}
     for r in done:
         if r["model"] == name and r["layers"] == args.layers:
@@ -394,11 +421,9 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
     spec = MODELS[name]
     model, source = build_model(spec, args.layers, "cuda")
     twins = {}
-    if WAVETUNE in args.suffixes:
-        twins[WAVETUNE], report = patched_twin(model)
-        print(f"{name} ({source}, {args.layers} layers): {report}", flush=True)
-    if WAVETUNE_ATTENTION in args.suffixes:
-        twins[WAVETUNE_ATTENTION] = attention_twin(model)
+    for suffix in model_suffixes(args, spec):
+        twins[suffix], report = patched_twin(model, suffix)
+        print(f"{name} ({source}, {args.layers} layers) {suffix}: {report}", flush=True)
     steps = methods(model, twins, args.modes)
     for phase, batch, length in todo:
         if time.monotonic() > deadline:
@@ -448,7 +473,7 @@ def merged(records: list[dict]) -> dict:
             entry["ms"][method], entry["error"][method] = ms, r["error"][method]
             if "eager" in r["ms"]:
                 entry["speedup"][method] = r["ms"]["eager"] / ms
-            for suffix in (WAVETUNE, WAVETUNE_ATTENTION):
+            for suffix in SUFFIXES:
                 if method.endswith(suffix) and (base := method.removesuffix(suffix)) in r["ms"]:
                     entry["gain"].setdefault(suffix, {})[base] = r["ms"][base] / ms
     return table
@@ -456,7 +481,7 @@ def merged(records: list[dict]) -> dict:
 
 def method_order(table: dict) -> list[str]:
     present = {m for entry in table.values() for m in (*entry["ms"], *entry["failed"])}
-    return [m + s for m in MODES for s in ("", WAVETUNE, WAVETUNE_ATTENTION) if m + s in present]
+    return [m + s for m in MODES for s in ("", *SUFFIXES) if m + s in present]
 
 
 PHASES = {"prefill": "prompt length", "decode": "context"}  # report order, and what `length` is
@@ -470,8 +495,8 @@ def markdown(headers: list[dict], table: dict) -> str:
              f"transformers {h['transformers']}, wavetune {h['wavetune']}.", "",
              "Median ms per step over interleaved CUDA-graph replays, and in brackets the speedup over PyTorch "
              "eager (above 1: faster). Prefill: the prompt's forward up to the next token's logits (TTFT); decode: "
-             "one token per sequence after `context` cached tokens. `+wavetune`: the same model after "
-             "`wavetune.patch`. Errors: relative error of a method's logits against eager's; "
+             "one token per sequence after `context` cached tokens. `+wavetune`: the same model with wavetune's "
+             "GEMMs; `+grouped`: and its experts; `+attention`: and its attention. Errors: relative error of a method's logits against eager's; "
              f"flagged (!) above {MAX_ERROR} or where eager failed; the JSON has them, the compile times and "
              "why a method failed.", ""]
     groups = sorted({k[:3] for k in table}, key=lambda g: (g[0], g[1], list(PHASES).index(g[2])))
@@ -485,9 +510,10 @@ def markdown(headers: list[dict], table: dict) -> str:
 
 
 def wavetune_summary(entries: list[dict]) -> list[str]:
-    """Per mode, how wavetune (its GEMMs; its attention) changes its time over the shapes (merged's "gain")."""
+    """Per mode, how wavetune (its GEMMs; + experts; + attention) changes its time over the shapes (merged's
+    "gain")."""
     lines = []
-    for suffix in (WAVETUNE, WAVETUNE_ATTENTION):
+    for suffix in SUFFIXES:
         for mode in MODES:
             ratios = [e["gain"][suffix][mode] for e in entries if mode in e["gain"].get(suffix, {})]
             if ratios:

@@ -105,6 +105,24 @@ def test_the_patched_twin_traces_in_one_graph(phase):
     assert [str(n.target) for n in graphs[0].graph.nodes].count("wavetune.linear.default") == 15
 
 
+@pytest.mark.parametrize("name", sorted(e2e.MODELS))
+def test_every_model_builds_as_its_transformers_class(name):
+    """The real configs' sizes are accepted by their classes (on the meta device: no memory), and each
+    twin adds its part: experts from +grouped on (MoE models), the attention mark from +attention."""
+    pytest.importorskip("transformers")
+    spec = e2e.MODELS[name]
+    model, source = e2e.build_model(spec, 1, "meta")
+    assert source.endswith(f"{spec['family']}ForCausalLM")
+    assert model.lm_head.weight.shape == (spec["sizes"]["vocab_size"], spec["sizes"]["hidden_size"])
+    twin, report = e2e.patched_twin(model, e2e.WAVETUNE)
+    assert "lm_head" in report.patched and report.switched == {}
+    twin, report = e2e.patched_twin(model, e2e.GROUPED)
+    assert report.switched == ({"experts": "grouped_mm"} if spec.get("moe") else {})
+    assert model.config._experts_implementation != "wavetune"  # the twin's own config changed, not the model's
+    twin, _ = e2e.patched_twin(model, e2e.WAVETUNE_ATTENTION)
+    assert all(m.wavetune_attention for m in twin.modules() if hasattr(m, "layer_idx"))
+
+
 def test_options():
     args = e2e.parse_args(["--modes", "max-autotune,compile", "--decode-batches", "", "--lengths", "128,4096"])
     assert args.modes == ["eager", "compile", "max-autotune"]  # eager always: the reference
@@ -112,6 +130,10 @@ def test_options():
     assert e2e.shapes(args) == [("prefill", 1, 128), ("prefill", 1, 4096)]
     with pytest.raises(SystemExit):
         e2e.parse_args(["--models", "gpt-5"])
+    assert e2e.parse_args([]).suffixes == [e2e.WAVETUNE, e2e.GROUPED]
+    assert e2e.parse_args(["--wavetune", "attention,gemm"]).suffixes == [e2e.WAVETUNE, e2e.WAVETUNE_ATTENTION]
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--wavetune", "fp8"])
 
 
 def record(phase, batch, length, ms, **extra):
@@ -214,7 +236,8 @@ def test_wavetune_attention_twin_matches_sdpa(phase):
     spec["sizes"].update(hidden_size=256, num_attention_heads=4, num_key_value_heads=2)
     model, _ = e2e.build_model(spec, 2, "cuda")
     inputs = e2e.shape_inputs(spec, 2, phase, 2, 200)
-    result = e2e.measure_shape(e2e.methods(model, {e2e.WAVETUNE_ATTENTION: e2e.attention_twin(model)}, ["eager"]),
-                               inputs, 3, torch.cuda.Stream())
+    twin, _ = e2e.patched_twin(model, e2e.WAVETUNE_ATTENTION)
+    result = e2e.measure_shape(e2e.methods(model, {e2e.WAVETUNE_ATTENTION: twin}, ["eager"]), inputs, 3,
+                               torch.cuda.Stream())
     assert result["failed"] == {}
     assert result["error"]["eager" + e2e.WAVETUNE_ATTENTION] < e2e.MAX_ERROR, result["error"]

@@ -69,6 +69,16 @@ def test_patch_switches_and_reports_and_a_cpu_model_runs_as_before(name):
     assert not hasattr(model.config, hf.PREVIOUS)
 
 
+def test_patch_switches_only_what_it_is_asked_to():
+    model = build("Qwen3MoeForCausalLM", dtype=torch.bfloat16)
+    assert wavetune.patch(model, attention=False).switched == {"experts": "grouped_mm"}
+    assert model.config._attn_implementation == "sdpa" and model.config._experts_implementation == hf.IMPLEMENTATION
+    assert wavetune.patch(model, experts=False).switched == {"experts": "grouped_mm", "attention": "sdpa"}
+    assert wavetune.unpatch(model)[-2:] == ["experts", "attention"]
+    assert (model.config._attn_implementation, model.config._experts_implementation) == ("sdpa", "grouped_mm")
+    assert wavetune.patch(build("LlamaForCausalLM"), attention=False, experts=False).switched == {}
+
+
 def test_why_a_call_falls_back():
     model = build("MixtralForCausalLM")
     experts = next(m for m in model.modules() if hasattr(m, "gate_up_proj"))

@@ -57,21 +57,22 @@ def _has_experts(model: torch.nn.Module) -> bool:
     return any(hasattr(type(m).forward, "__wrapped__") and hasattr(m, "has_gate") for m in model.modules())
 
 
-def patch_model(model: torch.nn.Module) -> dict[str, str]:
-    """Switch a transformers model's attention (and its experts, if it has any) to ``"wavetune"``; returns
-    ``{"attention": previous, "experts": previous}`` for what it switched, and keeps the previous ones on
-    the config for the fallbacks and ``unpatch_model``."""
+def patch_model(model: torch.nn.Module, *, attention: bool = True, experts: bool = True) -> dict[str, str]:
+    """Switch a transformers model's attention (``attention``) and its experts, if it has any
+    (``experts``), to ``"wavetune"``; returns ``{"attention": previous, "experts": previous}`` for what is
+    switched, and keeps the previous ones on the config for the fallbacks and ``unpatch_model``."""
     register()
     config = model.config
     previous = dict(getattr(config, PREVIOUS, {}))
-    if config._attn_implementation != IMPLEMENTATION:
+    if attention and config._attn_implementation != IMPLEMENTATION:
         previous["attention"] = config._attn_implementation or "sdpa"
         model.set_attn_implementation(IMPLEMENTATION)
-    if _has_experts(model) and config._experts_implementation != IMPLEMENTATION:
+    if experts and _has_experts(model) and config._experts_implementation != IMPLEMENTATION:
         previous["experts"] = config._experts_implementation or "eager"
         model.set_experts_implementation(IMPLEMENTATION)
     for module in model.modules():  # sub-models' configs (a vision tower, say) share the record
-        if hasattr(module, "config") and getattr(module.config, "_attn_implementation", None) == IMPLEMENTATION:
+        if hasattr(module, "config") and IMPLEMENTATION in (getattr(module.config, "_attn_implementation", None),
+                                                            getattr(module.config, "_experts_implementation", None)):
             setattr(module.config, PREVIOUS, previous)
     return previous
 

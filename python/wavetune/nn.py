@@ -126,14 +126,14 @@ def _linear_children(model: torch.nn.Module):
             yield name, model.get_submodule(parent_name), attribute, module
 
 
-def patch(model: torch.nn.Module) -> PatchReport:
+def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = True) -> PatchReport:
     """Swap every eligible ``nn.Linear`` of ``model`` in place for ``wavetune.nn.Linear`` (same parameters).
 
     Eligible: exactly ``nn.Linear`` (subclasses may have their own forward), bf16 or fp16 weights, in and
     out features multiples of 8, on a CUDA device (or the meta device, to trace shapes). Layers on the CPU
     are left alone and reported, so a CPU model keeps running: move the model to the GPU and convert its
-    dtype, then patch. A ``transformers`` model also gets wavetune's attention and, with routed experts,
-    wavetune's experts (``wavetune.hf.patch_model``). ``unpatch`` reverses it.
+    dtype, then patch. A ``transformers`` model also gets wavetune's attention (``attention``) and, with
+    routed experts, wavetune's experts (``experts``; ``wavetune.hf.patch_model``). ``unpatch`` reverses it.
     """
     if isinstance(model, torch.nn.Linear):
         raise ValueError("the model is itself an nn.Linear: use wavetune.nn.Linear.from_linear(model)")
@@ -149,7 +149,7 @@ def patch(model: torch.nn.Module) -> PatchReport:
         setattr(parent, attribute, Linear.from_linear(linear))
         report.patched.append(name)
     if hf.transformers_model(model):
-        report.switched = hf.patch_model(model)
+        report.switched = hf.patch_model(model, attention=attention, experts=experts)
     return report
 
 
