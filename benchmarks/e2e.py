@@ -20,7 +20,10 @@ GEMMs (``wavetune.patch(attention=False, experts=False)``), ``+grouped`` its GEM
 (torch.ops.wavetune.attention). Attention: SDPA for the rest (context_attention below). Phases:
 Phases:
 - prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
-- decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens.
+- decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens
+  (a static cache, every slot filled: no mask). With --layers 1 its time is the time per output token
+  (TPOT) of one decoder layer; --tp N makes the model one tensor-parallel rank's slice, and --profile adds
+  the share of kernel time in GEMMs.
 Each (phase, batch, length) is one shape. Per shape every method runs eagerly (compiling where it does,
 and checked against eager's logits), is captured as a CUDA graph on one stream, and the graphs are
 replayed interleaved (the order rotating) --reps times between CUDA events; the median is kept. Compiles
@@ -40,6 +43,7 @@ import copy
 import datetime
 import json
 import math
+import re
 import statistics
 import sys
 import time
@@ -105,6 +109,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decode-batches", type=ints, default=[1, 16, 64], help="decode batch sizes (empty: none)")
     p.add_argument("--context", type=int, default=1024, help="cached tokens each decode step attends to")
     p.add_argument("--reps", type=int, default=15, help="interleaved replays per method and shape")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree: the model is one rank's slice "
+                   "(query and KV heads, MLP and expert widths and the vocabulary divided; no all-reduce)")
+    p.add_argument("--profile", action="store_true",
+                   help="also replay each method's graph once under torch.profiler: its kernel time in GEMMs, "
+                        "attention and the rest")
     p.add_argument("--time-budget-s", type=float, default=360.0, help="start no new shape after this")
     p.add_argument("--wavetune", default="gemm,grouped",
                    help="comma-separated twins to compare, each adding a part of wavetune to the one before: "
@@ -216,6 +225,28 @@ class OwnDecoder(torch.nn.Module):
         super().__init__()
         self.model = OwnBody(spec["sizes"], spec["qkv_bias"], layers)
         self.lm_head = torch.nn.Linear(spec["sizes"]["hidden_size"], spec["sizes"]["vocab_size"], bias=False)
+
+
+def sliced(spec: dict, tp: int) -> dict:
+    """``spec`` as one of ``tp`` tensor-parallel ranks holds it (Megatron's split: column-parallel q/k/v,
+    gate/up, experts' gate/up and the LM head; row-parallel o and down): heads, KV heads (at least one),
+    MLP and expert widths and the vocabulary divided by ``tp``; the head dim kept."""
+    if tp == 1:
+        return spec
+    s = dict(spec["sizes"])
+    s.setdefault("head_dim", s["hidden_size"] // s["num_attention_heads"])
+    for key in ("num_attention_heads", "intermediate_size", "moe_intermediate_size",
+                "shared_expert_intermediate_size", "vocab_size"):
+        if key in s:
+            if s[key] % tp:
+                raise SystemExit(f"{key}={s[key]} does not split over {tp} ranks")
+            s[key] //= tp
+    s["num_key_value_heads"] = max(1, s["num_key_value_heads"] // tp)
+    return {**spec, "sizes": s}
+
+
+def model_label(name: str, tp: int) -> str:
+    return name if tp == 1 else f"{name}.tp{tp}"
 
 
 def build_model(spec: dict, layers: int, device: str) -> tuple[torch.nn.Module, str]:
@@ -356,10 +387,41 @@ def time_interleaved(graphs: dict, reps: int, stream) -> dict:
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-def measure_shape(steps: dict, inputs: dict, reps: int, stream) -> dict:
+# What a kernel's name says it is, for --profile: GEMMs (cuBLAS's nvjet/xmma/gemm kernels, CUTLASS's,
+# wavetune's decode and grouped kernels, Inductor's matmul templates), attention (FlashAttention, cuDNN,
+# CUTLASS's FMHA), and the rest (norms, rotary, activations, copies).
+KERNEL_KINDS = (("gemm", re.compile(r"gemm|gemv|nvjet|xmma|cutlass|decode_gemm|tem_fused_.*mm|_mm_", re.I)),
+                ("attention", re.compile(r"attention|flash|fmha|cudnn|sdpa", re.I)))
+
+
+def kernel_kind(name: str) -> str:
+    return next((kind for kind, pattern in KERNEL_KINDS if pattern.search(name)), "other")
+
+
+def kernel_ms(graphs: dict, stream) -> dict:
+    """Per method, ms of GPU kernel time in one replay of its graph by kernel kind (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    with torch.cuda.stream(stream):
+        for name, graph in graphs.items():
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                graph.replay()
+                stream.synchronize()
+            kinds = dict.fromkeys(("gemm", "attention", "other"), 0.0)
+            for event in prof.events():
+                if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
+                    kinds[kernel_kind(event.name)] += event.device_time / 1e3
+            out[name] = kinds
+    return out
+
+
+def measure_shape(steps: dict, inputs: dict, reps: int, stream, profile: bool = False) -> dict:
     with torch.inference_mode():
         graphs, fields = capture_all(steps, inputs, stream)
         ms = time_interleaved(graphs, reps, stream) if graphs else {}
+        if profile and graphs:
+            fields["kernel_ms"] = kernel_ms(graphs, stream)
     del graphs
     torch._dynamo.reset()  # static compiles: drop this shape's code (and keep under the recompile limit)
     torch.cuda.empty_cache()
@@ -407,35 +469,36 @@ def model_suffixes(args: argparse.Namespace, spec: dict) -> list[str]:
 
 
 def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple[str, int, int]]:
-    """The shapes of model ``name`` that no record has measured with every requested method yet."""
+    """The shapes of model ``name`` (at --tp) that no record has measured with every requested method yet."""
     wanted = {mode + suffix for mode in args.modes for suffix in ("", *model_suffixes(args, MODELS[name]))}
     measured: dict[tuple, set] = {}
     for r in done:
-        if r["model"] == name and r["layers"] == args.layers:
+        if r["model"] == model_label(name, args.tp) and r["layers"] == args.layers:
             measured.setdefault(shape_key(r)[2:], set()).update(r["ms"])
     return [shape for shape in shapes(args) if not wanted <= measured.get(shape, set())]
 
 
 def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, stream, deadline: float) -> None:
     """Build the model and its patched twin, then measure and append each shape until the deadline."""
-    spec = MODELS[name]
+    spec, label = sliced(MODELS[name], args.tp), model_label(name, args.tp)
     model, source = build_model(spec, args.layers, "cuda")
     twins = {}
     for suffix in model_suffixes(args, spec):
         twins[suffix], report = patched_twin(model, suffix)
-        print(f"{name} ({source}, {args.layers} layers) {suffix}: {report}", flush=True)
+        print(f"{label} ({source}, {args.layers} layers) {suffix}: {report}", flush=True)
     steps = methods(model, twins, args.modes)
     for phase, batch, length in todo:
         if time.monotonic() > deadline:
             print(f"time budget of {args.time_budget_s:.0f} s spent: not starting {name} {phase} batch {batch} "
                   f"length {length} or later shapes", flush=True)
             return
-        result = measure_shape(steps, shape_inputs(spec, args.layers, phase, batch, length), args.reps, stream)
-        record = {"type": "shape", "model": name, "source": source, "layers": args.layers, "phase": phase,
+        result = measure_shape(steps, shape_inputs(spec, args.layers, phase, batch, length), args.reps, stream,
+                               args.profile)
+        record = {"type": "shape", "model": label, "source": source, "layers": args.layers, "phase": phase,
                   "batch": batch, "length": length, "reps": args.reps, **result}
         with path.open("a") as log:
             log.write(json.dumps(record) + "\n")
-        print(f"{name} {phase} batch {batch} length {length}: " +
+        print(f"{label} {phase} batch {batch} length {length}: " +
               ", ".join(f"{m} {t:.3f} ms" for m, t in result["ms"].items()), flush=True)
 
 
@@ -467,8 +530,10 @@ def merged(records: list[dict]) -> dict:
     ratios only within one record (interleaved measurements)."""
     table: dict[tuple, dict] = {}
     for r in records:
-        entry = table.setdefault(shape_key(r), {"ms": {}, "speedup": {}, "gain": {}, "error": {}, "failed": {}})
+        entry = table.setdefault(shape_key(r), {"ms": {}, "speedup": {}, "gain": {}, "error": {}, "failed": {},
+                                                "kernel_ms": {}})
         entry["failed"].update(r.get("failed", {}))
+        entry["kernel_ms"].update(r.get("kernel_ms", {}))
         for method, ms in r["ms"].items():
             entry["ms"][method], entry["error"][method] = ms, r["error"][method]
             if "eager" in r["ms"]:
@@ -505,8 +570,21 @@ def markdown(headers: list[dict], table: dict) -> str:
         lines += [f"## {model}, {layers} layers, {phase}", "",
                   f"| batch | {PHASES[phase]} | " + " | ".join(methods_) + " |", "|---|---|" + "---|" * len(methods_)]
         lines += [f"| {k[3]} | {k[4]} | " + " | ".join(cell(table[k], m) for m in methods_) + " |" for k in keys]
-        lines += ["", *wavetune_summary([table[k] for k in keys]), ""]
+        lines += ["", *wavetune_summary([table[k] for k in keys]), *gemm_shares([table[k] for k in keys]), ""]
     return "\n".join(lines)
+
+
+def gemm_shares(entries: list[dict]) -> list[str]:
+    """Per method, the share of its kernel time spent in GEMMs (--profile), over the shapes that have it."""
+    shares: dict[str, list[float]] = {}
+    for e in entries:
+        for method, kinds in e.get("kernel_ms", {}).items():
+            if sum(kinds.values()) > 0:
+                shares.setdefault(method, []).append(kinds["gemm"] / sum(kinds.values()))
+    if not shares:
+        return []
+    return ["- GEMMs' share of kernel time (one profiled replay per shape): " + ", ".join(
+        f"{method} {100 * statistics.fmean(v):.0f}%" for method, v in shares.items())]
 
 
 def wavetune_summary(entries: list[dict]) -> list[str]:

@@ -123,6 +123,30 @@ def test_every_model_builds_as_its_transformers_class(name):
     assert all(m.wavetune_attention for m in twin.modules() if hasattr(m, "layer_idx"))
 
 
+def test_a_tensor_parallel_slice_keeps_the_head_dim():
+    pytest.importorskip("transformers")
+    spec = e2e.sliced(e2e.MODELS["llama3-8b"], 4)
+    model, _ = e2e.build_model(spec, 1, "meta")
+    attention, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    assert attention.q_proj.weight.shape == (8 * 128, 4096) and attention.k_proj.weight.shape == (2 * 128, 4096)
+    assert attention.o_proj.weight.shape == (4096, 1024) and mlp.down_proj.weight.shape == (4096, 3584)
+    assert model.lm_head.weight.shape == (128256 // 4, 4096)
+    assert e2e.sliced(e2e.MODELS["qwen3-30b-a3b"], 8)["sizes"]["num_key_value_heads"] == 1  # 4 KV heads, 8 ranks
+    assert e2e.model_label("llama3-8b", 4) == "llama3-8b.tp4" and e2e.model_label("llama3-8b", 1) == "llama3-8b"
+    with pytest.raises(SystemExit):
+        e2e.sliced(e2e.MODELS["qwen2.5-7b"], 8)  # 28 heads
+
+
+def test_kernel_names_are_sorted_into_gemm_attention_and_the_rest():
+    assert [e2e.kernel_kind(n) for n in (
+        "nvjet_tst_128x64_64x6_2x1_v_bz_coopA_TNN", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+        "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<...>>",
+        "void wavetune::detail::decode::decode_gemm_kernel<...>", "triton_tem_fused_mm_0",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop", "void flash::flash_fwd_kernel<...>",
+        "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "void at::native::elementwise_kernel<...>")] == [
+        "gemm", "gemm", "gemm", "gemm", "gemm", "attention", "attention", "other", "other"]
+
+
 def test_options():
     args = e2e.parse_args(["--modes", "max-autotune,compile", "--decode-batches", "", "--lengths", "128,4096"])
     assert args.modes == ["eager", "compile", "max-autotune"]  # eager always: the reference
@@ -178,7 +202,7 @@ def test_run_appends_each_shape_resumes_and_keeps_to_the_budget(tmp_path, monkey
     """run's bookkeeping with the GPU parts replaced: the model is built on the CPU and not run."""
     measured = []
 
-    def measure(steps, inputs, reps, stream):
+    def measure(steps, inputs, reps, stream, profile):
         measured.append(sorted(steps))
         return {"ms": {m: 1.0 for m in steps}, "error": {m: 0.0 for m in steps}, "warmup_s": {m: 0.0 for m in steps}}
 
