@@ -172,7 +172,9 @@ def test_report_from_a_jsonl(tmp_path):
     records = [
         record("prefill", 1, 128, {"eager": 2.0, "eager+wavetune": 2.5}),
         record("prefill", 1, 2048, {"eager": 10.0, "eager+wavetune": 8.0}),
-        record("decode", 16, 1024, {"eager": 1.0, "eager+wavetune": 0.9}, failed={"compile": "RuntimeError: ..."}),
+        record("decode", 16, 1024, {"eager": 1.0, "eager+wavetune": 0.9}, failed={"compile": "RuntimeError: ..."},
+               kernel_ms={"eager": {"gemm": 0.6, "attention": 0.1, "other": 0.3},
+                          "eager+wavetune": {"gemm": 0.5, "attention": 0.1, "other": 0.3}}),
         # a later run adds compile at 2048, interleaved with its own eager
         record("prefill", 1, 2048, {"eager": 11.0, "compile": 10.0, "compile+wavetune": 5.5}),
     ]
@@ -193,6 +195,7 @@ def test_report_from_a_jsonl(tmp_path):
     assert "- compile+wavetune against compile: 1.818x geomean" in markdown
     assert "| 1 | 128 | 2.000 | 2.500 (0.80x) (!) |  |  |" in markdown  # slower, and its error flagged
     assert "| 16 | 1024 | 1.000 | 0.900 (1.11x) | failed |  |" in markdown
+    assert "- GEMMs' share of kernel time (one profiled replay per shape): eager 60%, eager+wavetune 56%" in markdown
     shapes = json.loads(path.with_suffix(".json").read_text())["shapes"]
     assert [(s["phase"], s["length"]) for s in shapes] == [("decode", 1024), ("prefill", 128), ("prefill", 2048)]
     assert path.with_suffix(".png").exists() == (importlib.util.find_spec("matplotlib") is not None)
