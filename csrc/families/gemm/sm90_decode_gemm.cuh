@@ -78,24 +78,6 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 }
 #undef WAVETUNE_DECODE_MMA
 
-template <typename T>
-__device__ __forceinline__ T from_float(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else {
-    return __float2half_rn(v);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(v);
-  } else {
-    return __half2float(v);
-  }
-}
-
 // One CTA: kWarpsN x kWarpsK warps; warp (wn, wk) owns kRowTiles tiles of 16 weight rows, rows
 // [16 kRowTiles wn, 16 kRowTiles (wn + 1)) of the CTA's kTileRows, and the K chunks of worker
 // (cluster rank, wk); the CTA's tokens are blockIdx.y's kTokens. blockIdx.z is the split, and the splits
@@ -240,11 +222,11 @@ struct Kernel {
       for (int i = 0; i < 4; ++i) {
         const int row = row0 + 16 * r + 8 * (i / 2);
         if (row >= p.n) continue;
-        const float b = bias ? to_float(bias[row]) : 0.0f;
+        const float b = bias ? static_cast<float>(bias[row]) : 0.0f;
 #pragma unroll
         for (int f = 0; f < kFragments; ++f) {
           const int token = token0 + 8 * f + 2 * t + i % 2;
-          if (token < p.m) d[int64_t(token) * p.ldd + row] = from_float<T>(acc[r][f][i] + b);
+          if (token < p.m) d[int64_t(token) * p.ldd + row] = static_cast<T>(acc[r][f][i] + b);  // round to nearest
         }
       }
     }
