@@ -9,7 +9,8 @@ Model: ``Qwen2MoeForCausalLM`` (transformers) from Qwen1.5-MoE-A2.7B's public co
 expert. --layers decoder layers (default 4) with random weights: matrices N(0, 0.02), biases N(0, 1) (the
 size of the products, where rounding the product before adding the bias shows), norms 1. Experts run
 transformers' ``grouped_mm`` implementation (no host synchronization, so the model can be captured); wavetune
-patches the model's nn.Linear layers (attention projections, shared expert, LM head).
+patches the model's nn.Linear layers only (attention projections, shared expert, LM head:
+``wavetune.patch(model, attention=False, experts=False)``; benchmarks/e2e.py adds the experts and attention).
 
 Shapes are (batch, tokens) forwards without a KV cache: (B, 1) has the GEMM shapes of a decode step of B
 sequences, (1, T) a prompt of T tokens. Each is captured once per method and the graphs are replayed
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 
 import wavetune
+from wavetune.tuning.timing import capture_documented
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples" / "qwen1.5-moe-a2.7b.config.json"
 SHAPES = [(1, 1), (8, 1), (64, 1), (1, 128), (1, 1024), (4, 1024)]
@@ -103,20 +105,6 @@ def compare_greedy(reference: tuple, patched: tuple) -> dict:
     return result
 
 
-def capture_documented(model, ids: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-    """PyTorch's CUDA-graph example: three warm-up forwards on a side stream, then torch.cuda.graph(g)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            logits(model, ids)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = logits(model, ids)
-    return graph, out
-
-
 def time_interleaved(graphs: dict, ids: torch.Tensor, vocab: int, reps: int) -> dict:
     """Median ms per replay of each graph, replays interleaved and the order rotating."""
     names, samples = list(graphs), {name: [] for name in graphs}
@@ -159,9 +147,10 @@ def main(argv=None) -> None:
         static = {shape: torch.randint(0, vocab, shape, device="cuda") for shape in SHAPES}
         for shape in SHAPES:
             graphs[shape], outputs[shape] = {}, {}
-            graphs[shape]["transformers"], outputs[shape]["transformers"] = capture_documented(model, static[shape])
+            graphs[shape]["transformers"], outputs[shape]["transformers"] = capture_documented(
+                logits, model, static[shape])
 
-        report = wavetune.patch(model)
+        report = wavetune.patch(model, attention=False, experts=False)  # its nn.Linear layers (the docstring)
         record["patched_layers"], record["skipped_layers"] = len(report.patched), report.skipped
         patched = logits(model, prompt)
         record["accuracy"] = {"prompt_tokens": args.prompt,
@@ -170,7 +159,7 @@ def main(argv=None) -> None:
                               "patched_vs_unpatched": errors(patched, unpatched)}
         record["greedy"] = compare_greedy(reference_greedy, greedy(model, prompt, args.new_tokens))
         for shape in SHAPES:
-            graphs[shape]["wavetune"], outputs[shape]["wavetune"] = capture_documented(model, static[shape])
+            graphs[shape]["wavetune"], outputs[shape]["wavetune"] = capture_documented(logits, model, static[shape])
         record["timing_ms"] = []
         for shape in SHAPES:
             times = time_interleaved(graphs[shape], static[shape], vocab, args.reps)

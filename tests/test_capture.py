@@ -17,6 +17,7 @@ from wavetune import _C
 from wavetune import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from wavetune.families.gemm import torch_ops as gemm_ops  # noqa: E402
 from wavetune.runtime import tables
+from wavetune.tuning.timing import capture_documented
 
 from test_gpu import write_device_table
 
@@ -158,15 +159,7 @@ def check_replays(work: Workload, graph, static_inputs: list, static_output, rep
 def test_documented_pattern(workload):
     """PyTorch's CUDA-graph example: warm-up on a side stream, then torch.cuda.graph(g) on its own stream."""
     static_inputs = workload.inputs(8)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            workload.module(*static_inputs)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_output = workload.module(*static_inputs)
+    graph, static_output = capture_documented(workload.module, *static_inputs)
     check_replays(workload, graph, static_inputs, static_output)
 
 

@@ -13,6 +13,7 @@ from wavetune import _C  # noqa: E402
 from wavetune import torch_ops  # noqa: E402,F401  (registers torch.ops.wavetune)
 from wavetune.families.gemm import torch_ops as gemm_ops  # noqa: E402
 from wavetune.runtime import tables  # noqa: E402
+from wavetune.tuning.timing import capture_documented  # noqa: E402
 
 from test_capture import use_one_config_table  # noqa: E402
 
@@ -36,15 +37,7 @@ def chain(x, weights):
 def runs(x, weights) -> dict:
     """The chain's output eagerly, replayed from a CUDA graph (PyTorch's documented pattern) and compiled."""
     eager = chain(x, weights)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            chain(x, weights)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = chain(x, weights)
+    graph, captured = capture_documented(chain, x, weights, warmup=2)
     captured.fill_(float("nan"))
     graph.replay()
     compiled = torch.compile(chain, fullgraph=True)(x, weights)

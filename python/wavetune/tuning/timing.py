@@ -1,6 +1,7 @@
 """Timing launches through torch: CUDA graphs of launches over rotated operand copies, replayed
 round-robin. What the grouped-GEMM and attention tuning measure with, and the benchmarks compare with
-(the dense GEMM's tuning times through the C++ profiler instead). Importing this module imports torch."""
+(the dense GEMM's tuning times through the C++ profiler instead); and PyTorch's documented way to capture
+a graph, which the tests and benchmarks of graph capture use. Importing this module imports torch."""
 
 from __future__ import annotations
 
@@ -40,3 +41,18 @@ def interleaved_us(launches: dict, operands: list[tuple], per_graph: int, reps: 
                 samples[name].append(start.elapsed_time(end) * 1e3 / per_graph)
     torch.cuda.current_stream().wait_stream(stream)
     return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def capture_documented(fn, *args, warmup: int = 3):
+    """PyTorch's CUDA-graph example: ``warmup`` calls of ``fn(*args)`` on a side stream, then
+    ``torch.cuda.graph(g)``; returns the graph and its static output."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(*args)
+    return graph, out
