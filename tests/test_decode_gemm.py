@@ -21,12 +21,14 @@ def test_decode_variants_are_built_in_candidates_with_every_split():
         pytest.skip("built without nvcc: no decode variant")
     assert {(v.dtype, v.b_layout) for v in variants} == {("bf16", "col"), ("fp16", "col")}
     for v in variants:
-        assert v.built_in and v.fixed_tile_order and v.swap_ab and v.scheduler == "data_parallel"
+        assert v.built_in and v.fixed_tile_order and v.swap_ab
+        assert v.scheduler == ("persistent" if v.name.endswith("_persistent") else "data_parallel")
     keys = {c.key for c in tuning.candidates("bf16", "col")}
     for v in variants:
         if v.dtype == "bf16":
             assert f"{v.name}/data_parallel/1" in keys
-            assert {f"{v.name}/split_k/{s}" for s in tuning.DECODE_SPLITS} <= keys
+            split = {f"{v.name}/split_k/{s}" for s in tuning.DECODE_SPLITS}
+            assert split <= keys if v.scheduler == "data_parallel" else not split & keys  # persistent: no splits
 
 
 def test_the_mapping_counts_ctas_and_loop_steps_per_split():
@@ -66,8 +68,10 @@ def test_every_variant_matches_fp32_split_and_unsplit(dtype, pdl_on, pdl):
     variants = [v for v in decode_variants() if v.dtype == dtype]
     assert variants, "a CUDA build has the decode variants"
     # Odd M (one token, a partial token tile, more than one tile), N off every tile edge, K not a multiple
-    # of the 32-wide chunk, a long K for 8 splits.
-    for m, n, k in [(1, 1000, 4096), (13, 72, 1032), (37, 2056, 520), (70, 136, 8200)]:
+    # of the 32-wide chunk, a long K for 8 splits; more tiles than CTAs resident, so that persistent CTAs
+    # walk several, within one loop step of K and over many.
+    for m, n, k in [(1, 1000, 4096), (13, 72, 1032), (37, 2056, 520), (70, 136, 8200), (9, 65544, 64),
+                    (17, 16392, 1032)]:
         x = torch.rand(m, k, device="cuda", dtype=torch_dtype, generator=generator) * 2 - 1
         w = torch.rand(n, k, device="cuda", dtype=torch_dtype, generator=generator) * 2 - 1
         bias = torch.rand(n, device="cuda", dtype=torch_dtype, generator=generator)
@@ -76,7 +80,7 @@ def test_every_variant_matches_fp32_split_and_unsplit(dtype, pdl_on, pdl):
             ref = reference(x, w, b)
             for v in variants:
                 k_steps = -(-k // v.tile[2])
-                for splits in [s for s in (1, 2, 3, 8) if s <= k_steps]:
+                for splits in [s for s in (1, 2, 3, 8) if s <= k_steps and (s == 1 or v.scheduler != "persistent")]:
                     config = wavetune.LaunchConfig(v.name, "split_k" if splits > 1 else "data_parallel", splits)
                     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch_dtype)
                     wavetune.gemm(x, w.t(), out=out, bias=b, config=config)
@@ -100,3 +104,6 @@ def test_heuristic_splits_and_refusals():
         wavetune.gemm(x, w.t(), config=wavetune.LaunchConfig(v.name, "split_k", 16))
     with pytest.raises(ValueError, match="not stream-K"):
         wavetune.gemm(x, w.t(), config=wavetune.LaunchConfig(v.name, "stream_k"))
+    persistent = next(v for v in decode_variants() if v.scheduler == "persistent")
+    with pytest.raises(ValueError, match="persistent"):
+        wavetune.gemm(x, w.t(), config=wavetune.LaunchConfig(persistent.name, "split_k", 2))

@@ -252,7 +252,7 @@ def test_a_rerun_with_a_complete_log_measures_nothing(tmp_path, monkeypatch, cap
     calls = []
     monkeypatch.setattr(gemm_tuning, "profile", synthetic_profile(calls))
     measure = runner.Measurer("gemm", device=DEVICE)
-    path = gemm_tuning.tune(tmp_path, tmp_path / "log.jsonl", budget=400, measure=measure)
+    path = gemm_tuning.tune(tmp_path, tmp_path / "log.jsonl", budget=800, measure=measure)
     first = calls.copy()
     assert first and path.name == "nvidia-h100-80gb-hbm3.wtt"
     err = capsys.readouterr().err
@@ -260,7 +260,7 @@ def test_a_rerun_with_a_complete_log_measures_nothing(tmp_path, monkeypatch, cap
     lines = (tmp_path / "log.jsonl").read_text()
     written = tablefile.read_table(path)
     calls.clear()
-    again = gemm_tuning.tune(tmp_path, tmp_path / "log.jsonl", budget=400, measure=runner.Measurer("gemm", device=DEVICE))
+    again = gemm_tuning.tune(tmp_path, tmp_path / "log.jsonl", budget=800, measure=runner.Measurer("gemm", device=DEVICE))
     assert calls == [] and (tmp_path / "log.jsonl").read_text() == lines
     rewritten = tablefile.read_table(again)
     assert {k: v for k, v in rewritten.items() if k != "meta"} == {k: v for k, v in written.items() if k != "meta"}

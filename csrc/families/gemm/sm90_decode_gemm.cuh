@@ -80,8 +80,12 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 
 // One CTA: kWarpsN x kWarpsK warps; warp (wn, wk) owns kRowTiles tiles of 16 weight rows, rows
 // [16 kRowTiles wn, 16 kRowTiles (wn + 1)) of the CTA's kTileRows, and the K chunks of worker
-// (cluster rank, wk); the CTA's tokens are blockIdx.y's kTokens. blockIdx.z is the split, and the splits
-// of one tile form one cluster (1, 1, splits).
+// (cluster rank, wk); the CTA's tokens are a tile of kTokens. Two schedules:
+//   split (run): blockIdx.x is the row tile, blockIdx.y the token tile, blockIdx.z the split; the splits
+//     of one tile form one cluster (1, 1, splits) and sum their partial tiles on chip;
+//   persistent (run_persistent, kWarpsK == 1, no splits): every CTA stays resident and walks the tiles
+//     gridDim.x apart, each warp streaming its next tile's first weights while it finishes the last one,
+//     so the loads never pause between tiles and no CTA starts or ends mid-layer.
 // NOTES: a warp's token fragment is loaded once per K chunk and used by all its row tiles: with tokens
 // T and R rows per CTA, the CTA reads T/R bytes of activations (from L1/L2) per weight byte, so wide
 // token tiles take more rows per warp.
@@ -99,117 +103,203 @@ struct Kernel {
     float partial[kWarpsN * kWarpsK][kPartialFloats];
   };
   using Accumulators = float[kRowTiles][kFragments][4];
+  using Rows = const T* [kRowTiles][2];         // a lane's weight rows: tile r, rows + 0 and + 8
+  using Weights = uint4[kUnroll][kRowTiles][2];  // a loop step's weight fragments
 
-  __device__ static void run(const Params& p) {
-    __shared__ SharedStorage smem;
-    namespace cg = cooperative_groups;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int warp_n = warp % kWarpsN, warp_k = warp / kWarpsN;
-    const int g = lane / 4, t = lane % 4;
-    const int splits = gridDim.z, split = blockIdx.z;
-    // Row tile r of this warp: rows row0 + 16 r (lanes' g) and + 8.
-    const int row0 = blockIdx.x * kTileRows + warp_n * kRowsPerWarp * kRowTiles + g;
-    const int token0 = blockIdx.y * kTokens;
+  // This thread's place: its warp's row tiles and K worker, its MMA row g and K quarter t.
+  struct Lane {
+    int lane, warp, warp_n, warp_k, g, t;
+    __device__ Lane()
+        : lane(threadIdx.x % 32), warp(threadIdx.x / 32), warp_n(warp % kWarpsN), warp_k(warp / kWarpsN),
+          g(lane / 4), t(lane % 4) {}
+    // The first of its weight rows in the CTA tile of row tile `tile` (then + 16 r and + 8).
+    __device__ int row0(int tile) const { return tile * kTileRows + warp_n * kRowsPerWarp * kRowTiles + g; }
+  };
 
-    // Rows past N read row N - 1 (valid memory, results dropped); chunks past K read nothing.
+  // K chunks [first, last) of one worker; a chunk past K reads nothing.
+  struct Chunks {
+    int first, last;
+    __device__ bool valid(const Params& p, int c, int t) const { return c < last && c * kChunk + 8 * t < p.k; }
+  };
+
+  // Rows past N read row N - 1 (valid memory, results dropped).
+  __device__ static void point_at(const Params& p, int row0, int t, Rows& rows) {
     const auto* w = static_cast<const T*>(p.w);
-    const T* rows[kRowTiles][2];
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r) {
       for (int h = 0; h < 2; ++h) rows[r][h] = w + int64_t(min(row0 + 16 * r + 8 * h, p.n - 1)) * p.ldw + 8 * t;
     }
-    const int worker = split * kWarpsK + warp_k;
-    const int total_chunks = (p.k + kChunk - 1) / kChunk;
-    const int first = min(worker * p.chunks_per_worker, total_chunks);
-    const int last = min(first + p.chunks_per_worker, total_chunks);
-    const auto chunk_valid = [&](int c) { return c < last && c * kChunk + 8 * t < p.k; };
+  }
 
+  // The first kPrefetchSteps loop steps of weights into L2: before griddepcontrol.wait, nothing else is read.
+  __device__ static void prefetch(const Params& p, const Rows& rows, const Chunks& chunks, int t) {
     for (int s = 0; s < kPrefetchSteps * kUnroll; ++s) {
-      const int c = first + s;
+      const int c = chunks.first + s;
 #pragma unroll
       for (int r = 0; r < kRowTiles; ++r) {
-        if (chunk_valid(c)) prefetch_l2(rows[r][0] + c * kChunk), prefetch_l2(rows[r][1] + c * kChunk);
+        if (chunks.valid(p, c, t)) prefetch_l2(rows[r][0] + c * kChunk), prefetch_l2(rows[r][1] + c * kChunk);
       }
     }
+  }
+
+  __device__ static void load(const Params& p, const Rows& rows, const Chunks& chunks, int c0, int t, Weights& w) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool valid = chunks.valid(p, c0 + u, t);
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          w[u][r][h] = valid ? load_streaming(rows[r][h] + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+  }
+
+  // acc += the loop step at chunk c0: each token fragment loaded once, multiplied by every row tile.
+  __device__ static void multiply(const Params& p, const Weights& a, const Chunks& chunks, int c0, int token0,
+                                  const Lane& l, Accumulators& acc) {
+    const auto* x = static_cast<const T*>(p.x);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u;
+      const bool valid = chunks.valid(p, c, l.t);
+#pragma unroll
+      for (int f = 0; f < kFragments; ++f) {
+        const int token = token0 + f * 8 + l.g;
+        const uint4 b = valid && token < p.m ? load_cached(x + int64_t(token) * p.ldx + c * kChunk + 8 * l.t)
+                                             : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r) {
+          const uint4 lo = a[u][r][0], hi = a[u][r][1];
+          mma<T>(acc[r][f], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+          mma<T>(acc[r][f], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+        }
+      }
+    }
+  }
+
+  __device__ static void copy(const Weights& from, Weights& to) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) to[u][r][0] = from[u][r][0], to[u][r][1] = from[u][r][1];
+    }
+  }
+
+  __device__ static void run(const Params& p) {
+    __shared__ SharedStorage smem;
+    const Lane l;
+    const int row0 = l.row0(blockIdx.x), token0 = blockIdx.y * kTokens;
+    Rows rows;
+    point_at(p, row0, l.t, rows);
+    const int worker = blockIdx.z * kWarpsK + l.warp_k;
+    const int total_chunks = (p.k + kChunk - 1) / kChunk;
+    const int first = min(worker * p.chunks_per_worker, total_chunks);
+    const Chunks chunks{first, min(first + p.chunks_per_worker, total_chunks)};
+    prefetch(p, rows, chunks, l.t);
     asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
     Accumulators acc = {};
-    const auto* x = static_cast<const T*>(p.x);
-    uint4 next[kUnroll][kRowTiles][2];
-    const auto load_weights = [&](int c0) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const bool valid = chunk_valid(c0 + u);
-#pragma unroll
-        for (int r = 0; r < kRowTiles; ++r) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            next[u][r][h] = valid ? load_streaming(rows[r][h] + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
-          }
-        }
-      }
-    };
-    load_weights(first);
-    for (int c0 = first; c0 < last; c0 += kUnroll) {
-      uint4 a[kUnroll][kRowTiles][2];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-        for (int r = 0; r < kRowTiles; ++r) a[u][r][0] = next[u][r][0], a[u][r][1] = next[u][r][1];
-      }
-      if (c0 + kUnroll < last) load_weights(c0 + kUnroll);  // the next step's weights, in flight meanwhile
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u;
-        const bool valid = chunk_valid(c);
-#pragma unroll
-        for (int f = 0; f < kFragments; ++f) {
-          const int token = token0 + f * 8 + g;
-          const uint4 b = valid && token < p.m ? load_cached(x + int64_t(token) * p.ldx + c * kChunk + 8 * t)
-                                               : make_uint4(0, 0, 0, 0);
-#pragma unroll
-          for (int r = 0; r < kRowTiles; ++r) {
-            const uint4 lo = a[u][r][0], hi = a[u][r][1];
-            mma<T>(acc[r][f], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-            mma<T>(acc[r][f], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
-          }
-        }
-      }
+    Weights next;
+    load(p, rows, chunks, chunks.first, l.t, next);
+    for (int c0 = chunks.first; c0 < chunks.last; c0 += kUnroll) {
+      Weights a;
+      copy(next, a);
+      if (c0 + kUnroll < chunks.last) load(p, rows, chunks, c0 + kUnroll, l.t, next);  // in flight meanwhile
+      multiply(p, a, chunks, c0, token0, l, acc);
     }
+    reduce_and_store(p, smem, l, acc, row0, token0);
+  }
 
-    // Partial tiles: every warp's to its CTA's shared memory, then the cluster's rank 0 sums all of them
-    // in a fixed order (splits, then warp K) and writes the tile.
-    float* mine = smem.partial[warp];
+  // Partial tiles: every warp's to its CTA's shared memory, then the cluster's rank 0 sums all of them in a
+  // fixed order (splits, then warp K) and writes the tile.
+  __device__ static void reduce_and_store(const Params& p, SharedStorage& smem, const Lane& l,
+                                         const Accumulators& acc, int row0, int token0) {
+    namespace cg = cooperative_groups;
+    float* mine = smem.partial[l.warp];
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
       for (int f = 0; f < kFragments; ++f) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) mine[((r * kFragments + f) * 4 + i) * 32 + lane] = acc[r][f][i];
+        for (int i = 0; i < 4; ++i) mine[((r * kFragments + f) * 4 + i) * 32 + l.lane] = acc[r][f][i];
       }
     }
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
-    if (cluster.block_rank() == 0 && warp_k == 0) {
+    if (cluster.block_rank() == 0 && l.warp_k == 0) {
       Accumulators sum = {};
-      for (int rank = 0; rank < splits; ++rank) {
+      for (int rank = 0; rank < int(gridDim.z); ++rank) {
         const SharedStorage* peer = cluster.map_shared_rank(&smem, rank);
         for (int wk = 0; wk < kWarpsK; ++wk) {
-          const float* part = peer->partial[wk * kWarpsN + warp_n];
+          const float* part = peer->partial[wk * kWarpsN + l.warp_n];
 #pragma unroll
           for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
             for (int f = 0; f < kFragments; ++f) {
 #pragma unroll
-              for (int i = 0; i < 4; ++i) sum[r][f][i] += part[((r * kFragments + f) * 4 + i) * 32 + lane];
+              for (int i = 0; i < 4; ++i) sum[r][f][i] += part[((r * kFragments + f) * 4 + i) * 32 + l.lane];
             }
           }
         }
       }
-      store(p, sum, row0, token0, t);
+      store(p, sum, row0, token0, l.t);
     }
     cluster.sync();  // peers' shared memory stays alive until rank 0 has read it
+  }
+
+  // Tile `item` of the persistent walk: row tiles first, then token tiles.
+  __device__ static void place(const Params& p, int item, const Lane& l, Rows& rows, int* row0, int* token0) {
+    const int row_tiles = (p.n + kTileRows - 1) / kTileRows;
+    *row0 = l.row0(item % row_tiles), *token0 = item / row_tiles * kTokens;
+    point_at(p, *row0, l.t, rows);
+  }
+
+  __device__ static void run_persistent(const Params& p) {
+    static_assert(kWarpsK == 1, "a persistent warp sums whole rows: no K split");
+    const Lane l;
+    const int total_chunks = (p.k + kChunk - 1) / kChunk;
+    const int items = (p.n + kTileRows - 1) / kTileRows * ((p.m + kTokens - 1) / kTokens);
+    const Chunks chunks{0, total_chunks};
+    int item = blockIdx.x, row0, token0;
+    Rows rows;
+    if (item < items) place(p, item, l, rows, &row0, &token0), prefetch(p, rows, chunks, l.t);
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (item >= items) return;
+
+    Accumulators acc = {};
+    Weights next;
+    load(p, rows, chunks, 0, l.t, next);
+    for (int c0 = 0;;) {
+      Weights a;
+      copy(next, a);
+      // The next step: this tile's next chunks, or the next tile's first ones.
+      int next_item = item, next_c0 = c0 + kUnroll, next_row0 = row0, next_token0 = token0;
+      Rows next_rows;
+      if (next_c0 >= total_chunks) next_item += gridDim.x, next_c0 = 0;
+      if (next_item < items) {
+        if (next_item != item) {
+          place(p, next_item, l, next_rows, &next_row0, &next_token0);
+          load(p, next_rows, chunks, 0, l.t, next);
+        } else {
+          load(p, rows, chunks, next_c0, l.t, next);
+        }
+      }
+      multiply(p, a, chunks, c0, token0, l, acc);
+      if (next_item != item) {
+        store(p, acc, row0, token0, l.t);
+        if (next_item >= items) return;
+        for (auto& per_row : acc) {
+          for (auto& per_token : per_row) per_token[0] = per_token[1] = per_token[2] = per_token[3] = 0;
+        }
+        item = next_item, row0 = next_row0, token0 = next_token0;
+        for (int r = 0; r < kRowTiles; ++r) rows[r][0] = next_rows[r][0], rows[r][1] = next_rows[r][1];
+      }
+      c0 = next_c0;
+    }
   }
 
   // Accumulator (r, f, i) of lane (g, t) is D^T[row0 + 16 r + 8 (i / 2)][token0 + 8 f + 2 t + i % 2].
@@ -236,6 +326,11 @@ struct Kernel {
 template <class K>
 __global__ void __launch_bounds__(K::kThreads) decode_gemm_kernel(const Params p) {
   K::run(p);
+}
+
+template <class K>
+__global__ void __launch_bounds__(K::kThreads) persistent_decode_gemm_kernel(const Params p) {
+  K::run_persistent(p);
 }
 
 }  // namespace wavetune::detail::decode

@@ -97,11 +97,11 @@ def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
     out = []
     for v in variants:
         twin = v.name.removesuffix("_stream_k") + "_persistent"
-        if v.scheduler == "persistent" or twin not in persistent:
+        if v.scheduler != "stream_k" or twin not in persistent:
             out.append(Candidate(v))
         if v.scheduler == "stream_k":
             out.append(Candidate(v, "stream_k"))
-        if v.schedule == "decode":
+        if v.schedule == "decode" and v.scheduler == "data_parallel":
             out += [Candidate(v, "split_k", s) for s in DECODE_SPLITS]
     return out
 
