@@ -133,6 +133,26 @@ def test_the_wavetune_paths_compute_what_the_model_does(name, monkeypatch):
     assert torch.equal(generated, cached)  # prefill, then decode steps over a dynamic cache
 
 
+def test_experts_drop_the_pairs_routed_past_the_experts(monkeypatch):
+    """Expert parallelism marks the pairs another rank serves with an id past this rank's experts: they add
+    nothing, as in transformers' own grouped_mm path (the grouped GEMM leaves their rows unwritten)."""
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    def unwritten_past_the_offsets(x, w, offsets):
+        out = reference_grouped_gemm(x, w, offsets)
+        out[int(offsets[-1]):] = float("nan")
+        return out
+
+    monkeypatch.setattr(hf, "grouped_gemm", unwritten_past_the_offsets)
+    monkeypatch.setattr(hf, "experts_fallback_reason", lambda *args: None)
+    experts = next(m for m in build("MixtralForCausalLM").modules() if hasattr(m, "gate_up_proj"))
+    x = torch.randn(5, COMMON["hidden_size"])
+    index = torch.tensor([[0, 3], [8, 1], [2, 8], [7, 7], [5, 0]])  # 8: another rank's expert
+    weights = torch.rand(5, 2)
+    expected = grouped_mm_experts_forward(experts, x, index, weights)
+    torch.testing.assert_close(hf.experts_forward(experts, x, index, weights), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_a_meta_model_gets_its_linear_layers_patched():
     model = build("Qwen3MoeForCausalLM", device="meta", dtype=torch.bfloat16)
     report = wavetune.patch(model)

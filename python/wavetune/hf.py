@@ -125,11 +125,16 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     tokens, top_k = top_k_index.shape
     expert_ids, order = torch.sort(top_k_index.reshape(-1))
     rows = hidden_states[order // top_k]
-    counts = torch.bincount(expert_ids, minlength=self.num_experts)  # on the GPU, capturable
+    # NOTES: histc, not bincount, whose output size depends on the data (a host synchronization, which
+    # CUDA-graph capture refuses). Ids past the experts (expert parallelism's sentinels) sort last and
+    # fall outside the bins, so the grouped GEMMs leave their rows unwritten; they are zeroed below.
+    ids = expert_ids.int() if expert_ids.is_cuda else expert_ids.float()  # what histc takes on each device
+    counts = torch.histc(ids, bins=self.num_experts, min=0, max=self.num_experts - 1)
     offsets = counts.cumsum(0, dtype=torch.int32)
     up = grouped_gemm(rows, self.gate_up_proj if self.has_gate else self.up_proj, offsets)
     up = self._apply_gate(up) if self.has_gate else self.act_fn(up)
     down = grouped_gemm(up.contiguous(), self.down_proj, offsets)
+    down = down.masked_fill((expert_ids >= self.num_experts).unsqueeze(-1), 0)
     weighted = down.float() * top_k_weights.reshape(-1)[order].unsqueeze(-1).float()
     out = torch.empty_like(weighted).index_copy_(0, order, weighted)  # each pair back to its token's slot
     return out.view(tokens, top_k, -1).sum(dim=1).to(hidden_states.dtype)
