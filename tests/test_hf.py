@@ -174,11 +174,12 @@ def bf16_pair(name: str, **overrides):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(CLASSES))
 def test_logits_match_the_unpatched_model(name):
-    model, patched = bf16_pair(name, hidden_size=512, intermediate_size=1024, num_attention_heads=8,
-                               num_key_value_heads=2, moe_intermediate_size=256)
+    # Head dim 128: the one every kernel set compiles.
+    model, patched = bf16_pair(name, hidden_size=1024, intermediate_size=1024, num_attention_heads=8,
+                               num_key_value_heads=2, moe_intermediate_size=256, head_dim=128)
     tokens = torch.randint(0, COMMON["vocab_size"], (2, 37), device="cuda")
     attention = patched.model.layers[0].self_attn
-    q = torch.empty(2, 8, 37, 64, device="cuda", dtype=torch.bfloat16)
+    q = torch.empty(2, 8, 37, 128, device="cuda", dtype=torch.bfloat16)
     assert hf.attention_fallback_reason(attention, q, None, 0.0) is None
     with torch.no_grad():
         reference, logits = model(tokens).logits.float(), patched(tokens).logits.float()
@@ -190,7 +191,7 @@ def test_logits_match_the_unpatched_model(name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["LlamaForCausalLM", "Qwen3MoeForCausalLM"])
 def test_greedy_generation_follows_the_unpatched_model(name):
-    model, patched = bf16_pair(name)
+    model, patched = bf16_pair(name, num_attention_heads=2, num_key_value_heads=1, head_dim=128)
     prompt = torch.randint(0, COMMON["vocab_size"], (1, 16), device="cuda")
     options = dict(max_new_tokens=32, do_sample=False, min_new_tokens=32)
     with torch.no_grad():

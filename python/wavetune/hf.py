@@ -8,19 +8,21 @@ and an attention function (``AttentionInterface``, with the SDPA mask function) 
 them, switches the model to them and reports what it switched.
 
 Each falls back, per call, to the implementation the model had before the patch where wavetune's kernels
-do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, an
-attention mask (padding, a static cache's unfilled slots, a sliding window that binds), dropout in
-training, soft-capping or attention sinks. Which of these a model hits is a property of its inputs, so the
+do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, a
+head dim no compiled attention variant takes, an attention mask (padding, a static cache's unfilled slots,
+a sliding window that binds), dropout in training, soft-capping or attention sinks. Which of these a model hits is a property of its inputs, so the
 patch report names the implementations, and ``fallback_reason`` says why a call would fall back.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
 
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
+from .runtime.tables import on_variants_added
 
 IMPLEMENTATION = "wavetune"
 # Where a patched model keeps the implementations it had, for the fallbacks and for unpatch.
@@ -150,6 +152,9 @@ def attention_fallback_reason(module: torch.nn.Module, query: torch.Tensor, atte
         return f"{query.dtype} query (bf16 or fp16)"
     if query.shape[-1] not in HEAD_DIMS:
         return f"head dim {query.shape[-1]} (wavetune.attention takes {', '.join(map(str, HEAD_DIMS))})"
+    if query.shape[-1] not in compiled_head_dims(query.dtype):
+        return (f"no compiled attention variant for head dim {query.shape[-1]} (python -m wavetune build "
+                "--family attention compiles them)")
     if attention_mask is not None:
         return "an attention mask (padding, a static cache's unfilled slots or a sliding window)"
     if dropout and module.training:
@@ -158,6 +163,18 @@ def attention_fallback_reason(module: torch.nn.Module, query: torch.Tensor, atte
         if kwargs.get(name) is not None:
             return f"{name} (not supported by wavetune.attention)"
     return None
+
+
+@functools.cache
+def compiled_head_dims(dtype: torch.dtype) -> frozenset[int]:
+    """The head dims this build's attention variants take in ``dtype``."""
+    from .families.attention.api import attention_configs
+
+    name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
+    return frozenset(c.tile[2] for c in attention_configs() if c.dtype == name)
+
+
+on_variants_added(compiled_head_dims.cache_clear)  # variants compiled at run time count from then on
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
