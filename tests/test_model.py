@@ -591,30 +591,3 @@ def test_fit_calibration_recovers_a_power_law_and_round_trips_in_a_table(tmp_pat
     with pytest.raises(ValueError, match="calibration config id"):
         tablefile.format_table(meta, configs, {0: {1: [5.0, 0.0, 0.0, 0.0]}}, calibration={3: coef})
 
-
-MERGE_META = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "config_space_hash": "0123456789abcdef",
-              "wavetune_version": "0.4.0", "cuda_version": 13000, "created": "2026-11-25T00:00:00+00:00"}
-
-def test_a_table_takes_configs_of_another_with_their_models(tmp_path):
-    base = dict(meta=dict(MERGE_META), configs=[{"variant": "cublas_bf16_bcol", "decomposition": "data_parallel",
-                                           "splits": 1}],
-                waves={0: {1: [1.0, 0.0, 0.0, 0.0]}}, micro=None, exact=None,
-                priors=[{"config_id": 0, "max_m": 0, "margin": 0.5}])
-    extra = dict(meta=dict(MERGE_META), configs=[{"variant": "cublas_bf16_bcol", "decomposition": "data_parallel",
-                                            "splits": 1},
-                                           {"variant": "bf16_bcol_decode_64x8_4x1", "decomposition": "split_k",
-                                            "splits": 2}],
-                 waves={0: {1: [9.0, 0.0, 0.0, 0.0]}, 1: {1: [2.0, 0.5, 0.0, 0.0], 2: [3.0, 0.5, 0.0, 0.0]}},
-                 micro=None, exact=None, calibration={1: [0.1, 0.0, 0.0, 0.0]})
-    for name, t in (("base", base), ("extra", extra)):
-        tablefile.write_table(tmp_path / f"{name}.wtt", **t)
-    merged = tablefile.with_configs_of(tablefile.read_table(tmp_path / "base.wtt"),
-                                       tablefile.read_table(tmp_path / "extra.wtt"), lambda c: True)
-    assert [c["variant"] for c in merged["configs"]] == ["cublas_bf16_bcol", "bf16_bcol_decode_64x8_4x1"]
-    assert merged["waves"] == {0: {1: [1.0, 0.0, 0.0, 0.0]}, 1: extra["waves"][1]}  # the base keeps its own
-    assert merged["calibration"] == {1: [0.1, 0.0, 0.0, 0.0]} and merged["priors"] == base["priors"]
-    tablefile.write_table(tmp_path / "merged.wtt", **merged)
-    other_gpu = tablefile.read_table(tmp_path / "extra.wtt")
-    other_gpu["meta"]["gpu_name"] = "NVIDIA H200"
-    with pytest.raises(ValueError, match="one GPU only"):
-        tablefile.with_configs_of(tablefile.read_table(tmp_path / "base.wtt"), other_gpu, lambda c: True)

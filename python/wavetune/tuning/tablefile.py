@@ -536,24 +536,3 @@ def write_table(
             pass
         raise
 
-
-def with_configs_of(table: Mapping, other: Mapping, keep) -> dict:
-    """``table`` (``read_table``'s dict) plus the configs of ``other`` for which ``keep(config)`` holds, with
-    their wave models, micro rules and calibrations; their ids follow ``table``'s. Both tables must be of
-    one GPU. Their rate records stay ``table``'s (the floors of the configs it adds were measured on the
-    same GPU; docs/tables.md)."""
-    if table["meta"]["gpu_name"] != other["meta"]["gpu_name"]:
-        raise ValueError(f"tables of {table['meta']['gpu_name']!r} and {other['meta']['gpu_name']!r}: one GPU only")
-    configs = [dict(c) for c in table["configs"]]
-    waves, micro, calibration = dict(table["waves"]), dict(table["micro"]), dict(table["calibration"])
-    present = {(c["variant"], c["decomposition"], c["splits"]) for c in configs}
-    for c in other["configs"]:
-        if not keep(c) or (c["variant"], c["decomposition"], c["splits"]) in present:
-            continue
-        new_id = len(configs)
-        configs.append({**c, "id": new_id})
-        waves[new_id] = other["waves"][c["id"]]
-        for source, into in ((other["micro"], micro), (other["calibration"], calibration)):
-            if c["id"] in source:
-                into[new_id] = source[c["id"]]
-    return {**table, "configs": configs, "waves": waves, "micro": micro, "calibration": calibration}
