@@ -10,8 +10,9 @@ them, switches the model to them and reports what it switched.
 Each falls back, per call, to the implementation the model had before the patch where wavetune's kernels
 do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, a
 head dim no compiled attention variant takes, an attention mask (padding, a static cache's unfilled slots,
-a sliding window that binds), dropout in training, soft-capping or attention sinks. Which of these a model hits is a property of its inputs, so the
-patch report names the implementations, and ``fallback_reason`` says why a call would fall back.
+a sliding window that binds), dropout in training, soft-capping or attention sinks. Which of these a
+model hits depends on its inputs, so the patch report names the implementations switched, and
+``experts_fallback_reason`` / ``attention_fallback_reason`` say why a call would fall back.
 """
 
 from __future__ import annotations
