@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 
 import wavetune
-from wavetune import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from wavetune.families.gemm import tuning
 from wavetune.tuning.timing import interleaved_us
 
@@ -161,10 +160,11 @@ def summary(rows: list[dict]) -> str:
                      f"best decode candidate {geomean([r['best_speedup'] for r in part]):.3f}x")
     big = [r for r in rows if r["weight_mb"] >= 256]
     if big:
-        lines.append(f"weights >= 256 MB ({len(big)}): wavetune {statistics.median(r['wavetune_tbps'] for r in big):.2f} "
+        median = statistics.median
+        lines.append(f"weights >= 256 MB ({len(big)}): wavetune {median(r['wavetune_tbps'] for r in big):.2f} "
                      f"TB/s median (min {min(r['wavetune_tbps'] for r in big):.2f}), cuBLAS "
-                     f"{statistics.median(r['cublas_tbps'] for r in big):.2f}, best decode "
-                     f"{statistics.median(r['best_tbps'] for r in big):.2f}")
+                     f"{median(r['cublas_tbps'] for r in big):.2f}, best decode "
+                     f"{median(r['best_tbps'] for r in big):.2f}")
     return "\n".join(lines)
 
 

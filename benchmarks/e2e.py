@@ -561,7 +561,8 @@ def markdown(headers: list[dict], table: dict) -> str:
              "Median ms per step over interleaved CUDA-graph replays, and in brackets the speedup over PyTorch "
              "eager (above 1: faster). Prefill: the prompt's forward up to the next token's logits (TTFT); decode: "
              "one token per sequence after `context` cached tokens. `+wavetune`: the same model with wavetune's "
-             "GEMMs; `+grouped`: and its experts; `+attention`: and its attention. Errors: relative error of a method's logits against eager's; "
+             "GEMMs; `+grouped`: and its experts; `+attention`: and its attention. Errors: relative error of a "
+             "method's logits against eager's; "
              f"flagged (!) above {MAX_ERROR} or where eager failed; the JSON has them, the compile times and "
              "why a method failed.", ""]
     groups = sorted({k[:3] for k in table}, key=lambda g: (g[0], g[1], list(PHASES).index(g[2])))
