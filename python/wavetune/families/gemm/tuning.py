@@ -243,8 +243,13 @@ def calibration_shapes(count: int = CALIBRATION_SHAPES, seed: int = CALIBRATION_
 @functools.cache
 def config_anchors(c: Candidate, sm_count: int) -> tuple[tuple[int, int, int, int], ...]:
     """(m, n, k, wave) of one candidate's anchors: ``model.plan_anchors_detailed`` through its mapping."""
-    # Stream-K always runs one wave (G = C): sample that wave densely in L instead.
-    options = STREAM_K_PLAN if c.decomposition == "stream_k" else DECODE_PLAN if c.variant.schedule == "decode" else {}
+    # Stream-K always runs one wave (G = C): sample that wave densely in L instead. The decode GEMM is
+    # sampled within the tokens it serves.
+    options = {}
+    if c.decomposition == "stream_k":
+        options = STREAM_K_PLAN
+    elif c.variant.schedule == "decode":
+        options = DECODE_PLAN
     detailed = model.plan_anchors_detailed(lambda m, n, k: c.coordinates(m, n, k, sm_count), **options)
     return tuple((a["m"], a["n"], a["k"], a["w"]) for a in detailed)
 
