@@ -1,14 +1,14 @@
 // The decode GEMM: D[M,N] = X[M,K] @ W[N,K]^T (+ bias) for a few tokens (M up to a 64-token tile per CTA
 // row), where the time is the time to read W once. Hand-written rather than a CUTLASS collective:
 //
-// NOTES: why not CUTLASS. Its sm90 kernels stage both operands through TMA into shared memory and feed
-// wgmma, whose smallest N is 8 and whose M is 64 per warpgroup: at M <= 16 tokens every weight byte goes
-// HBM -> shared -> wgmma with 4-8x of the MMA wasted, and its split-K/stream-K reduce partial tiles through
-// a global workspace (a second pass, and an initialized workspace per launch). Here each warp loads its
-// weight rows straight into registers (16-byte loads that bypass L1), feeds them to mma.sync as the A
-// operand (swap-AB: weight rows are the MMA's M, tokens its N of 8), and the K splits of one output tile
-// run as one thread-block cluster that sums its partial tiles through distributed shared memory: one
-// kernel, no workspace, and a fixed summation order (bit-identical results run to run).
+// NOTES: why not CUTLASS. Its sm90 kernels stage both operands through TMA into shared memory for wgmma,
+// whose tiles hold 64 weight rows per warpgroup (fewer, larger CTAs than a narrow layer wants), and its
+// split-K/stream-K sum partial tiles through a global workspace (a second pass over them, and a workspace
+// initialized per launch). Here each warp loads 16-row tiles of weights straight into registers (16-byte
+// loads that bypass L1) and feeds them to mma.sync as the A operand (swap-AB: weight rows are the MMA's
+// M, tokens its N of 8), and the K splits of one output tile run as one thread-block cluster that sums
+// its partial tiles through distributed shared memory: one kernel, no workspace, and a fixed summation
+// order (bit-identical results run to run).
 //
 // NOTES: the K permutation. mma.m16n8k16 wants thread (g = lane / 4, t = lane % 4) to hold A[g][2t..2t+1],
 // A[g][2t+8..2t+9] (and row g + 8) and B[2t..2t+1][g], B[2t+8..2t+9][g]. Any permutation of K applied to
