@@ -121,8 +121,8 @@ def test_the_wavetune_paths_compute_what_the_model_does(name, monkeypatch):
         before = model(tokens).logits
         cached = model.generate(tokens[:1], max_new_tokens=6, do_sample=False)
     wavetune.patch(model)
-    monkeypatch.setattr(hf, "grouped_gemm", reference_grouped_gemm)
-    monkeypatch.setattr(hf, "attention", lambda q, k, v, causal, scale: reference_attention(q, k, v, causal, scale))
+    monkeypatch.setattr(hf, "run_grouped_gemm", reference_grouped_gemm)
+    monkeypatch.setattr(hf, "run_attention", reference_attention)
     monkeypatch.setattr(hf, "experts_fallback_reason", lambda *args: None)
     monkeypatch.setattr(hf, "attention_fallback_reason", lambda module, q, mask, *args, **kwargs:
                         None if mask is None else "a mask")
@@ -143,7 +143,7 @@ def test_experts_drop_the_pairs_routed_past_the_experts(monkeypatch):
         out[int(offsets[-1]):] = float("nan")
         return out
 
-    monkeypatch.setattr(hf, "grouped_gemm", unwritten_past_the_offsets)
+    monkeypatch.setattr(hf, "run_grouped_gemm", unwritten_past_the_offsets)
     monkeypatch.setattr(hf, "experts_fallback_reason", lambda *args: None)
     experts = next(m for m in build("MixtralForCausalLM").modules() if hasattr(m, "gate_up_proj"))
     x = torch.randn(5, COMMON["hidden_size"])

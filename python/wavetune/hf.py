@@ -38,8 +38,8 @@ def transformers_model(model: torch.nn.Module) -> bool:
 
 
 # The kernels, through their torch operators (CUDA graphs, torch.compile).
-grouped_gemm = torch.ops.wavetune.grouped_gemm
-attention = torch.ops.wavetune.attention
+run_grouped_gemm = torch.ops.wavetune.grouped_gemm
+run_attention = torch.ops.wavetune.attention
 
 
 def register() -> None:
@@ -134,9 +134,9 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     ids = expert_ids.int() if expert_ids.is_cuda else expert_ids.float()  # what histc takes on each device
     counts = torch.histc(ids, bins=self.num_experts, min=0, max=self.num_experts - 1)
     offsets = counts.cumsum(0, dtype=torch.int32)
-    up = grouped_gemm(rows, self.gate_up_proj if self.has_gate else self.up_proj, offsets)
+    up = run_grouped_gemm(rows, self.gate_up_proj if self.has_gate else self.up_proj, offsets)
     up = self._apply_gate(up) if self.has_gate else self.act_fn(up)
-    down = grouped_gemm(up.contiguous(), self.down_proj, offsets)
+    down = run_grouped_gemm(up.contiguous(), self.down_proj, offsets)
     down = down.masked_fill((expert_ids >= self.num_experts).unsqueeze(-1), 0)
     weighted = down.float() * top_k_weights.reshape(-1)[order].unsqueeze(-1).float()
     out = torch.empty_like(weighted).index_copy_(0, order, weighted)  # each pair back to its token's slot
@@ -196,6 +196,6 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     causal = q_length > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True))
     if causal and kv_length > q_length:
         key, value = key[:, :, :q_length], value[:, :, :q_length]
-    out = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
-                    scale=scaling)
+    out = run_attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
+                        scale=scaling)
     return out, None
