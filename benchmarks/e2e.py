@@ -22,8 +22,8 @@ Phases:
 - prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
 - decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens
   (a static cache, every slot filled: no mask). With --layers 1 its time is the time per output token
-  (TPOT) of one decoder layer; --tp N makes the model one tensor-parallel rank's slice, and --profile adds
-  the share of kernel time in GEMMs.
+  (TPOT) of one decoder layer; --tp N makes the model one tensor-parallel rank's slice, --profile adds
+  the share of kernel time in GEMMs, and --pdl-off the fullest twin without programmatic dependent launch.
 Each (phase, batch, length) is one shape. Per shape every method runs eagerly (compiling where it does,
 and checked against eager's logits), is captured as a CUDA graph on one stream, and the graphs are
 replayed interleaved (the order rotating) --reps times between CUDA events; the median is kept. Compiles
@@ -87,6 +87,7 @@ WAVETUNE, GROUPED, WAVETUNE_ATTENTION = "+wavetune", "+grouped", "+attention"
 # --wavetune part -> the twin's suffix and what it adds (cumulative, in this order).
 PARTS = {"gemm": WAVETUNE, "grouped": GROUPED, "attention": WAVETUNE_ATTENTION}
 SUFFIXES = tuple(PARTS.values())
+NO_PDL = "-pdl"  # --pdl-off: the fullest twin again, captured with programmatic dependent launch off
 ATTENTION = "wavetune_e2e_sdpa"  # the name context_attention is registered under in transformers
 WARMUP = 3  # eager calls per method before capture (the first compiles)
 MAX_ERROR = 5e-2  # relative error of a method's logits against eager's above which the report flags it
@@ -111,6 +112,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=15, help="interleaved replays per method and shape")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree: the model is one rank's slice "
                    "(query and KV heads, MLP and expert widths and the vocabulary divided; no all-reduce)")
+    p.add_argument("--pdl-off", action="store_true",
+                   help=f"also capture the fullest wavetune twin with programmatic dependent launch off (suffix "
+                        f"{NO_PDL}): what PDL alone brings")
     p.add_argument("--profile", action="store_true",
                    help="also replay each method's graph once under torch.profiler: its kernel time in GEMMs, "
                         "attention and the rest")
@@ -307,8 +311,24 @@ def methods(model, twins: dict, modes: list[str]) -> dict:
     for mode in modes:
         for suffix, m in (("", model), *twins.items()):
             step = step_function(m)
-            steps[mode + suffix] = step if MODES[mode] is None else torch.compile(step, mode=MODES[mode], dynamic=False)
+            step = step if MODES[mode] is None else torch.compile(step, mode=MODES[mode], dynamic=False)
+            steps[mode + suffix] = without_pdl(step) if suffix.endswith(NO_PDL) else step
     return steps
+
+
+def without_pdl(step):
+    """``step`` with wavetune's programmatic dependent launch off while it runs (and is captured)."""
+    from wavetune import _C
+
+    def run(**inputs):
+        before = _C.programmatic_launch()
+        _C.set_programmatic_launch(False)
+        try:
+            return step(**inputs)
+        finally:
+            _C.set_programmatic_launch(before)
+
+    return run
 
 
 # ------------------------------------------------------------------------------------------------
@@ -464,8 +484,10 @@ def shape_key(record: dict) -> tuple:
 
 
 def model_suffixes(args: argparse.Namespace, spec: dict) -> list[str]:
-    """The twins a model gets of those asked for: +grouped only with experts (else it is +wavetune)."""
-    return [suffix for suffix in args.suffixes if suffix != GROUPED or spec.get("moe")]
+    """The twins a model gets of those asked for: +grouped only with experts (else it is +wavetune); with
+    --pdl-off, the last of them again without PDL."""
+    suffixes = [suffix for suffix in args.suffixes if suffix != GROUPED or spec.get("moe")]
+    return suffixes + [suffixes[-1] + NO_PDL] if args.pdl_off and suffixes else suffixes
 
 
 def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple[str, int, int]]:
@@ -484,6 +506,9 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
     model, source = build_model(spec, args.layers, "cuda")
     twins = {}
     for suffix in model_suffixes(args, spec):
+        if suffix.endswith(NO_PDL):
+            twins[suffix] = twins[suffix.removesuffix(NO_PDL)]  # the same twin; methods() turns PDL off
+            continue
         twins[suffix], report = patched_twin(model, suffix)
         print(f"{label} ({source}, {args.layers} layers) {suffix}: {report}", flush=True)
     steps = methods(model, twins, args.modes)
@@ -541,12 +566,14 @@ def merged(records: list[dict]) -> dict:
             for suffix in SUFFIXES:
                 if method.endswith(suffix) and (base := method.removesuffix(suffix)) in r["ms"]:
                     entry["gain"].setdefault(suffix, {})[base] = r["ms"][base] / ms
+            if method.endswith(NO_PDL) and (with_pdl := method.removesuffix(NO_PDL)) in r["ms"]:
+                entry["gain"].setdefault(NO_PDL, {})[with_pdl] = ms / r["ms"][with_pdl]
     return table
 
 
 def method_order(table: dict) -> list[str]:
     present = {m for entry in table.values() for m in (*entry["ms"], *entry["failed"])}
-    return [m + s for m in MODES for s in ("", *SUFFIXES) if m + s in present]
+    return [m + s for m in MODES for s in ("", *SUFFIXES, *(x + NO_PDL for x in SUFFIXES)) if m + s in present]
 
 
 PHASES = {"prefill": "prompt length", "decode": "context"}  # report order, and what `length` is
@@ -599,6 +626,11 @@ def wavetune_summary(entries: list[dict]) -> list[str]:
                 geomean = math.exp(statistics.fmean(map(math.log, ratios)))
                 lines.append(f"- {mode}{suffix} against {mode}: {geomean:.3f}x geomean, from {min(ratios):.2f}x "
                              f"to {max(ratios):.2f}x over {len(ratios)} shapes (above 1: wavetune faster)")
+    for method in sorted({m for e in entries for m in e["gain"].get(NO_PDL, {})}):
+        ratios = [e["gain"][NO_PDL][method] for e in entries if method in e["gain"].get(NO_PDL, {})]
+        geomean = math.exp(statistics.fmean(map(math.log, ratios)))
+        lines.append(f"- PDL in {method}: {geomean:.3f}x geomean over {method}{NO_PDL}, from {min(ratios):.2f}x to "
+                     f"{max(ratios):.2f}x over {len(ratios)} shapes")
     return lines
 
 
