@@ -1,6 +1,6 @@
-// The decode GEMM's variants (sm90_decode_gemm.cuh): one per dtype, token tile and warp layout, for
-// column-major B (an nn.Linear weight). Each compiles in seconds, so every build has all of them, and
-// they sit in the dense family's tables beside the CUTLASS variants and cuBLAS (docs/kernels.md, "Decode").
+// The decode GEMM's variants (sm90_decode_gemm.cuh): one per dtype, token tile, warp layout and schedule,
+// for column-major B (an nn.Linear weight). Each compiles in seconds, so every build has all of them;
+// they are dense-table candidates beside the CUTLASS variants and cuBLAS (docs/kernels.md, "Decode GEMM").
 #include <cuda_runtime.h>
 
 #include <algorithm>
