@@ -3,6 +3,8 @@
     import torch, wavetune
     y = wavetune.gemm(x, W.t())          # like torch.matmul(x, W.t()) / F.linear(x, W)
     o = wavetune.attention(q, k, v, causal=True)   # [batch, seq, heads, head_dim], GQA, KV splits
+    xq, sx = wavetune.quantize_fp8(x)    # e4m3 per token; then FP8 x @ W.T like torch._scaled_mm:
+    y = wavetune.scaled_gemm(xq, Wq.t(), sx, sw)
     wavetune.configs()                   # the compiled CUTLASS variants
     wavetune.load_table("my-gpu.wtt")    # choices from a table made by `python -m wavetune tune`
     report = wavetune.patch(model)       # a model's nn.Linear layers on wavetune (wavetune.nn)
@@ -19,6 +21,7 @@ from .runtime.tables import load_table
 from .families.gemm.api import configs, gemm
 from .families.grouped_gemm.api import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
 from .families.attention.api import attention, attention_configs  # attention forward (docs/attention.md)
+from .families.scaled_gemm.api import quantize_fp8, scaled_gemm, scaled_gemm_configs  # FP8 (docs/scaled_gemm.md)
 
 try:
     __version__ = version("wavetune")
@@ -27,7 +30,8 @@ except PackageNotFoundError:  # imported from an unusual location
 
 __all__ = [
     "KernelConfig", "LaunchConfig", "attention", "attention_configs", "build_info", "configs", "device_properties", "gemm", "grouped_configs",
-    "grouped_gemm", "load_table", "patch", "unpatch", "__version__",
+    "grouped_gemm", "load_table", "patch", "quantize_fp8", "scaled_gemm", "scaled_gemm_configs", "unpatch",
+    "__version__",
 ]
 
 

@@ -91,6 +91,9 @@ def is_benchmark_log(path: str) -> bool:
 def cmd_tune(args: argparse.Namespace) -> int:
     from .tuning import runner
 
+    if not families.get(args.family).tuning:
+        raise ValueError(f"the {args.family} family has no tuning driver: its variants are chosen by its built-in "
+                         "wave model")
     if args.family != "gemm" and not args.offline and args.log and all(map(is_benchmark_log, args.log.split(","))):
         # NOTES: before the families measured their own cases, `tune --family F --log LOGS` fitted a table to
         # benchmarks/grouped.py or benchmarks/attention.py logs; such logs are still fitted, as --offline does.

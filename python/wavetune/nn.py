@@ -1,6 +1,7 @@
-"""wavetune in a PyTorch model: ``Linear`` (an ``nn.Linear`` that runs wavetune's GEMM), ``patch`` and
-``unpatch`` (swap a model's eligible ``nn.Linear`` layers in place and back; a ``transformers`` model's
-experts and attention too, ``wavetune.hf``), and the model's GEMM shapes as a shape-suite JSON for
+"""wavetune in a PyTorch model: ``Linear`` (an ``nn.Linear`` that runs wavetune's GEMM), ``FP8Linear`` (FP8
+weights with per-channel scales on ``wavetune.scaled_gemm``) and ``quantize_model``, ``patch`` and ``unpatch``
+(swap a model's eligible ``nn.Linear`` layers in place and back; a ``transformers`` model's experts and
+attention too, ``wavetune.hf``), and the model's GEMM shapes as a shape-suite JSON for
 ``python -m wavetune tune --exact``.
 
     import wavetune
@@ -98,6 +99,64 @@ class Linear(torch.nn.Linear):
         if not torch.compiler.is_compiling() and type(x) is torch.Tensor and x.is_cuda:
             return gemm_ops.linear(x, self.weight, self.bias)
         return _LINEAR_OP(x, self.weight, self.bias)
+
+
+class FP8Linear(torch.nn.Module):
+    """A linear layer on FP8 (e4m3) weights with one fp32 scale per output channel, the layout of
+    per-channel FP8 checkpoints (``weight`` [N, K], ``weight_scale`` [N, 1]): each call quantizes its input
+    per token (``wavetune.quantize_fp8``) and runs ``wavetune.scaled_gemm``, whose kernels take up to 64
+    tokens and hand more to ``torch._scaled_mm``. ``input_scale`` (one fp32 value) makes the activation scale
+    static. Output and bias in ``dtype`` (bf16 or fp16). Inference only."""
+
+    def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
+                 input_scale: torch.Tensor | None = None, dtype: torch.dtype = torch.bfloat16):
+        super().__init__()
+        if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
+            raise ValueError(f"weight must be a 2-D torch.float8_e4m3fn tensor, got {weight.dtype} {tuple(weight.shape)}")
+        if weight_scale.dtype != torch.float32 or weight_scale.numel() not in (1, weight.shape[0]):
+            raise ValueError(f"weight_scale must be float32 with one value or one per output channel "
+                             f"({weight.shape[0]}), got {weight_scale.dtype} {tuple(weight_scale.shape)}")
+        self.out_features, self.in_features = weight.shape
+        self.dtype = dtype
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+        self.weight_scale = torch.nn.Parameter(weight_scale.reshape(-1, 1).contiguous(), requires_grad=False)
+        self.bias = None if bias is None else torch.nn.Parameter(bias.to(dtype), requires_grad=False)
+        self.input_scale = None if input_scale is None else torch.nn.Parameter(input_scale.float().reshape(()),
+                                                                              requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear) -> FP8Linear:
+        """``linear`` quantized to e4m3 per output channel (scale = the row's largest magnitude / 448)."""
+        weight = linear.weight.detach().float()
+        scale = (weight.abs().amax(dim=1, keepdim=True) / 448).clamp(min=torch.finfo(torch.float32).tiny)
+        bias = None if linear.bias is None else linear.bias.detach()
+        return cls((weight / scale).to(torch.float8_e4m3fn), scale, bias, dtype=linear.weight.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"activations={'static' if self.input_scale is not None else 'per token'}, gemm=wavetune fp8")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1]).to(self.dtype)
+        q, scale = torch.ops.wavetune.quantize_fp8(rows, self.input_scale)
+        weight_scale = self.weight_scale.view(1, -1) if self.weight_scale.numel() > 1 else self.weight_scale.view(())
+        out = torch.ops.wavetune.scaled_gemm(q, self.weight.t(), scale.reshape(-1, 1) if scale.numel() > 1
+                                             else scale.reshape(()), weight_scale, self.bias, self.dtype)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def quantize_model(model: torch.nn.Module) -> list[str]:
+    """Replace every plain ``nn.Linear`` of ``model`` that wavetune can run (``unsupported_reason``) by an
+    ``FP8Linear`` quantized from it, in place, except a transformers model's output head (kept in bf16, as
+    FP8 checkpoints keep it); returns the layers' names. Lossy: for FP8 serving experiments."""
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    done = []
+    for name, parent, attribute, linear in _linear_children(model):
+        if type(linear) is torch.nn.Linear and linear is not head and unsupported_reason(linear) is None \
+                and linear.in_features % 16 == 0:
+            setattr(parent, attribute, FP8Linear.from_linear(linear))
+            done.append(name)
+    return done
 
 
 @dataclasses.dataclass

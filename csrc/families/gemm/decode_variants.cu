@@ -3,10 +3,7 @@
 // they are dense-table candidates beside the CUTLASS variants and cuBLAS (docs/kernels.md, "Decode GEMM").
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <array>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,29 +16,10 @@
 namespace wavetune::detail {
 namespace {
 
-// The splits the heuristic launch aims for: enough CTAs to keep each SM streaming (several per SM
-// resident), no more K splits than leave each worker a few loop steps.
-constexpr int64_t kTargetCtasPerSm = 4;
-constexpr int64_t kMinStepsPerSplit = 2;
-
-// CTAs of `kernel` (kThreads each) resident per SM on the current device, read once per device.
-template <class K>
-int resident_ctas_per_sm(int device, const void* kernel) {
-  static std::array<std::once_flag, kMaxDevices> done;
-  static std::array<int, kMaxDevices> ctas{};
-  std::call_once(done.at(device), [&] {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas[device], kernel, K::kThreads, 0) != cudaSuccess) {
-      cudaGetLastError();
-      ctas[device] = 1;
-    }
-  });
-  return std::max(ctas[device], 1);
-}
-
 template <DType kDType, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll, TileScheduler kScheduler>
 struct DecodeVariant {
   using Element = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
-  using K = decode::Kernel<Element, kTokens, kRowTiles, kWarpsN, kWarpsK, kUnroll>;
+  using K = decode::Kernel<Element, Element, kTokens, kRowTiles, kWarpsN, kWarpsK, kUnroll>;
   static constexpr bool kPersistent = kScheduler == TileScheduler::persistent;
 
   static TileShape shape() { return {K::kTileRows, kTokens, K::kTileK, 1, 1, true}; }
@@ -49,14 +27,7 @@ struct DecodeVariant {
   static int32_t splits(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
     if (micro.decomposition == Decomposition::split_k) return micro.splits;
     if (kPersistent || micro.decomposition != Decomposition::heuristic) return 1;
-    const int64_t tiles = cluster_padded_tiles(shape(), p.n, p.m);
-    const int64_t steps = wavetune::detail::ceil_div(p.k, K::kTileK);
-    int32_t s = 1;
-    while (s < decode::kMaxSplits && tiles * s * 2 <= kTargetCtasPerSm * dev.sm_count &&
-           steps >= kMinStepsPerSplit * s * 2) {
-      s *= 2;
-    }
-    return s;
+    return decode::heuristic_splits<K>(p.m, p.n, p.k, dev.sm_count);
   }
 
   static std::string why_not(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
@@ -79,37 +50,9 @@ struct DecodeVariant {
     const std::string error = why_not(p, micro, dev);
     if (!error.empty()) WAVETUNE_INVALID(error, " (M=", p.m, " N=", p.n, " K=", p.k, ")");
     const int32_t s = splits(p, micro, dev);
-    const int total_chunks = int(wavetune::detail::ceil_div(p.k, decode::kChunk));
-    // Whole loop steps per worker, so that only the last worker has a partial step.
-    const int per_worker =
-        int(wavetune::detail::round_up(wavetune::detail::ceil_div(total_chunks, s * kWarpsK), kUnroll));
-    const decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, per_worker};
-    const int64_t row_tiles = wavetune::detail::ceil_div(p.n, K::kTileRows);
-    const int64_t token_tiles = wavetune::detail::ceil_div(p.m, kTokens);
-
-    cudaLaunchConfig_t config{};
-    config.blockDim = dim3(K::kThreads);
-    config.stream = stream;
-    cudaLaunchAttribute attributes[2];
-    attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[0].val.programmaticStreamSerializationAllowed = 1;
-    attributes[1].id = cudaLaunchAttributeClusterDimension;
-    attributes[1].val.clusterDim.x = 1;
-    attributes[1].val.clusterDim.y = 1;
-    attributes[1].val.clusterDim.z = unsigned(s);
-    config.attrs = programmatic_launch() ? attributes : attributes + 1;
-    config.numAttrs = (programmatic_launch() ? 1 : 0) + (kPersistent ? 0 : 1);
-    cudaError_t status;
-    if constexpr (kPersistent) {
-      void (*const kernel)(decode::Params) = decode::persistent_decode_gemm_kernel<K>;
-      const int64_t resident = int64_t(resident_ctas_per_sm<K>(dev.device, reinterpret_cast<const void*>(kernel))) *
-                               dev.sm_count;
-      config.gridDim = dim3(unsigned(std::min(row_tiles * token_tiles, resident)));
-      status = cudaLaunchKernelEx(&config, kernel, params);
-    } else {
-      config.gridDim = dim3(unsigned(row_tiles), unsigned(token_tiles), unsigned(s));
-      status = cudaLaunchKernelEx(&config, decode::decode_gemm_kernel<K>, params);
-    }
+    const decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, 0};
+    const cudaError_t status =
+        decode::launch<K, kPersistent>(params, s, dev.device, dev.sm_count, programmatic_launch(), stream);
     if (status != cudaSuccess) {
       cudaGetLastError();
       WAVETUNE_FAIL("decode kernel launch failed: ", cudaGetErrorString(status), " (M=", p.m, " N=", p.n, " K=",

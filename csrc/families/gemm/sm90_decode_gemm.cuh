@@ -1,5 +1,7 @@
 // The decode GEMM: D[M,N] = X[M,K] @ W[N,K]^T (+ bias) for a few tokens (M up to a 64-token tile per CTA
-// row), where the time is the time to read W once. Hand-written rather than a CUTLASS collective:
+// row), where the time is the time to read W once; in bf16 or fp16, or in e4m3 with fp32 scales per tensor
+// or per row (D = sx[m] sw[n] X W^T + bias: the scaled GEMM family). Hand-written rather than a CUTLASS
+// collective:
 //
 // NOTES: why not CUTLASS. Its sm90 kernels stage both operands through TMA into shared memory for wgmma,
 // whose tiles hold 64 weight rows per warpgroup (fewer, larger CTAs than a narrow layer wants), and its
@@ -14,7 +16,9 @@
 // A[g][2t+8..2t+9] (and row g + 8) and B[2t..2t+1][g], B[2t+8..2t+9][g]. Any permutation of K applied to
 // both operands leaves the product unchanged, so thread t takes the 8 consecutive elements 8t..8t+7 of
 // a 32-wide K chunk, one 16-byte load per row and per token, as logical K {2t, 2t+1, 2t+8, 2t+9} of one
-// MMA and the same four of a second: no shuffles, no shared-memory staging of the weights.
+// MMA and the same four of a second: no shuffles, no shared-memory staging of the weights. e4m3's
+// m16n8k32 has the same register pattern with 4 elements per register (A[g][4t..4t+3], A[g][4t+16..4t+19];
+// B likewise), so its thread takes 16 consecutive elements of a 64-wide chunk the same way.
 //
 // NOTES: programmatic dependent launch. W is not written by the kernel before this one in a model's
 // stream, but a caller may compute B in the previous kernel, so nothing is read before
@@ -26,14 +30,19 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
+
+#include "device.h"  // kMaxDevices
 
 namespace wavetune::detail::decode {
 
-constexpr int kChunk = 32;        // K elements per thread group per load: 4 threads x 8 elements
 constexpr int kRowsPerWarp = 16;  // the MMA's M
 constexpr int kMaxSplits = 8;     // the portable cluster size
 constexpr int kPrefetchSteps = 4; // loop steps of weights each thread prefetches into L2 before the wait
@@ -46,6 +55,18 @@ struct Params {
   int64_t ldx, ldw, ldd;
   int m, n, k;
   int chunks_per_worker;  // K chunks each (split, warp-K) worker sums
+  // Scales of the products (the scaled GEMM; null: none): token m's is scale_x[m * scale_x_step], row n's
+  // scale_w[n * scale_w_step]; a step of 0 is one scale for the whole operand.
+  const float* scale_x = nullptr;
+  const float* scale_w = nullptr;
+  int scale_x_step = 0, scale_w_step = 0;
+};
+
+// What the kernel needs of an input type: its elements per 16-byte load and its MMA.
+template <typename T>
+struct Operand {
+  static constexpr int kElementsPerLoad = 16 / int(sizeof(T));
+  static constexpr int kChunk = 4 * kElementsPerLoad;  // K per MMA pair: 4 threads x one load each
 };
 
 __device__ __forceinline__ uint4 load_streaming(const void* p) {
@@ -60,9 +81,9 @@ __device__ __forceinline__ uint4 load_cached(const void* p) { return __ldg(stati
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// D += A B for one m16n8k16 tile; TYPE is the PTX name of the inputs (bf16, f16).
-#define WAVETUNE_DECODE_MMA(TYPE)                                                                            \
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE                                        \
+// D += A B for one m16n8k16 (16-bit inputs) or m16n8k32 (e4m3) tile; SHAPE and TYPE are PTX names.
+#define WAVETUNE_DECODE_MMA(SHAPE, TYPE)                                                                     \
+  asm volatile("mma.sync.aligned." SHAPE ".row.col.f32." TYPE "." TYPE                                       \
                ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                  \
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                              \
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
@@ -71,9 +92,12 @@ template <typename T>
 __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                     uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    WAVETUNE_DECODE_MMA("bf16");
+    WAVETUNE_DECODE_MMA("m16n8k16", "bf16");
+  } else if constexpr (std::is_same_v<T, __half>) {
+    WAVETUNE_DECODE_MMA("m16n8k16", "f16");
   } else {
-    WAVETUNE_DECODE_MMA("f16");
+    static_assert(std::is_same_v<T, __nv_fp8_e4m3>, "bf16, fp16 or e4m3 inputs");
+    WAVETUNE_DECODE_MMA("m16n8k32", "e4m3");
   }
 }
 #undef WAVETUNE_DECODE_MMA
@@ -89,9 +113,14 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 // NOTES: a warp's token fragment is loaded once per K chunk and used by all its row tiles: with tokens
 // T and R rows per CTA, the CTA reads T/R bytes of activations (from L1/L2) per weight byte, so wide
 // token tiles take more rows per warp.
-template <typename T, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll>
+// T: the inputs' type; Out: the output's (and the bias's).
+template <typename T, typename Out, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll>
 struct Kernel {
+  static constexpr int kChunk = Operand<T>::kChunk;
+  static constexpr int kElementsPerLoad = Operand<T>::kElementsPerLoad;
   static constexpr int kThreads = 32 * kWarpsN * kWarpsK;
+  // The template's parameters, for the host-side launch.
+  static constexpr int kTokensPerTile = kTokens, kWarpsAlongK = kWarpsK, kChunksPerStep = kUnroll;
   static constexpr int kFragments = kTokens / 8;  // n8 MMA tiles along the tokens
   static constexpr int kTileRows = kRowsPerWarp * kRowTiles * kWarpsN;
   static constexpr int kTileK = kChunk * kUnroll * kWarpsK;  // K per CTA per loop step (the mapping's tile K)
@@ -119,7 +148,9 @@ struct Kernel {
   // K chunks [first, last) of one worker; a chunk past K reads nothing.
   struct Chunks {
     int first, last;
-    __device__ bool valid(const Params& p, int c, int t) const { return c < last && c * kChunk + 8 * t < p.k; }
+    __device__ bool valid(const Params& p, int c, int t) const {
+      return c < last && c * kChunk + kElementsPerLoad * t < p.k;
+    }
   };
 
   // Rows past N read row N - 1 (valid memory, results dropped).
@@ -127,7 +158,9 @@ struct Kernel {
     const auto* w = static_cast<const T*>(p.w);
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r) {
-      for (int h = 0; h < 2; ++h) rows[r][h] = w + int64_t(min(row0 + 16 * r + 8 * h, p.n - 1)) * p.ldw + 8 * t;
+      for (int h = 0; h < 2; ++h) {
+        rows[r][h] = w + int64_t(min(row0 + 16 * r + 8 * h, p.n - 1)) * p.ldw + kElementsPerLoad * t;
+      }
     }
   }
 
@@ -167,8 +200,9 @@ struct Kernel {
 #pragma unroll
       for (int f = 0; f < kFragments; ++f) {
         const int token = token0 + f * 8 + l.g;
-        const uint4 b = valid && token < p.m ? load_cached(x + int64_t(token) * p.ldx + c * kChunk + 8 * l.t)
-                                             : make_uint4(0, 0, 0, 0);
+        const uint4 b = valid && token < p.m
+                            ? load_cached(x + int64_t(token) * p.ldx + c * kChunk + kElementsPerLoad * l.t)
+                            : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int r = 0; r < kRowTiles; ++r) {
           const uint4 lo = a[u][r][0], hi = a[u][r][1];
@@ -304,8 +338,8 @@ struct Kernel {
 
   // Accumulator (r, f, i) of lane (g, t) is D^T[row0 + 16 r + 8 (i / 2)][token0 + 8 f + 2 t + i % 2].
   __device__ static void store(const Params& p, const Accumulators& acc, int row0, int token0, int t) {
-    auto* d = static_cast<T*>(p.d);
-    const auto* bias = static_cast<const T*>(p.bias);
+    auto* d = static_cast<Out*>(p.d);
+    const auto* bias = static_cast<const Out*>(p.bias);
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
@@ -313,10 +347,13 @@ struct Kernel {
         const int row = row0 + 16 * r + 8 * (i / 2);
         if (row >= p.n) continue;
         const float b = bias ? static_cast<float>(bias[row]) : 0.0f;
+        const float row_scale = p.scale_w ? p.scale_w[int64_t(row) * p.scale_w_step] : 1.0f;
 #pragma unroll
         for (int f = 0; f < kFragments; ++f) {
           const int token = token0 + 8 * f + 2 * t + i % 2;
-          if (token < p.m) d[int64_t(token) * p.ldd + row] = static_cast<T>(acc[r][f][i] + b);  // round to nearest
+          if (token >= p.m) continue;
+          const float scale = p.scale_x ? row_scale * p.scale_x[int64_t(token) * p.scale_x_step] : row_scale;
+          d[int64_t(token) * p.ldd + row] = static_cast<Out>(acc[r][f][i] * scale + b);  // round to nearest
         }
       }
     }
@@ -331,6 +368,73 @@ __global__ void __launch_bounds__(K::kThreads) decode_gemm_kernel(const Params p
 template <class K>
 __global__ void __launch_bounds__(K::kThreads) persistent_decode_gemm_kernel(const Params p) {
   K::run_persistent(p);
+}
+
+// --- Host side: what every family's decode variants share -------------------------------------------
+
+// The splits the heuristic launch aims for: enough CTAs to keep each SM streaming (several per SM
+// resident), no more K splits than leave each worker a few loop steps.
+constexpr int64_t kTargetCtasPerSm = 4;
+constexpr int64_t kMinStepsPerSplit = 2;
+
+template <class K>
+int32_t heuristic_splits(int64_t m, int64_t n, int64_t k, int32_t sm_count) {
+  const int64_t tiles = (n + K::kTileRows - 1) / K::kTileRows * ((m + K::kTokensPerTile - 1) / K::kTokensPerTile);
+  const int64_t steps = (k + K::kTileK - 1) / K::kTileK;
+  int32_t s = 1;
+  while (s < kMaxSplits && tiles * s * 2 <= kTargetCtasPerSm * sm_count && steps >= kMinStepsPerSplit * s * 2) {
+    s *= 2;
+  }
+  return s;
+}
+
+// CTAs of `kernel` (kThreads each) resident per SM on `device`, read once per device.
+template <class K>
+int resident_ctas_per_sm(int device, const void* kernel) {
+  static std::array<std::once_flag, kMaxDevices> done;
+  static std::array<int, kMaxDevices> ctas{};
+  std::call_once(done.at(device), [&] {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas[device], kernel, K::kThreads, 0) != cudaSuccess) {
+      cudaGetLastError();
+      ctas[device] = 1;
+    }
+  });
+  return std::max(ctas[device], 1);
+}
+
+// One launch of `params` (chunks_per_worker is filled in here) with `splits` K splits (1 when persistent);
+// programmatic dependent launch when `pdl`.
+template <class K, bool kPersistent>
+cudaError_t launch(Params params, int32_t splits, int device, int32_t sm_count, bool pdl, cudaStream_t stream) {
+  const int total_chunks = (params.k + K::kChunk - 1) / K::kChunk;
+  // Whole loop steps per worker, so that only the last worker has a partial step.
+  const int workers = splits * K::kWarpsAlongK;
+  const int steps_per_worker = ((total_chunks + workers - 1) / workers + K::kChunksPerStep - 1) / K::kChunksPerStep;
+  params.chunks_per_worker = steps_per_worker * K::kChunksPerStep;
+  const int64_t row_tiles = (params.n + K::kTileRows - 1) / K::kTileRows;
+  const int64_t token_tiles = (params.m + K::kTokensPerTile - 1) / K::kTokensPerTile;
+
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(K::kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2];
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = 1;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = unsigned(splits);
+  config.attrs = pdl ? attributes : attributes + 1;
+  config.numAttrs = (pdl ? 1 : 0) + (kPersistent ? 0 : 1);
+  if constexpr (kPersistent) {
+    void (*const kernel)(Params) = persistent_decode_gemm_kernel<K>;
+    const int64_t resident = int64_t(resident_ctas_per_sm<K>(device, reinterpret_cast<const void*>(kernel))) * sm_count;
+    config.gridDim = dim3(unsigned(std::min(row_tiles * token_tiles, resident)));
+    return cudaLaunchKernelEx(&config, kernel, params);
+  } else {
+    config.gridDim = dim3(unsigned(row_tiles), unsigned(token_tiles), unsigned(splits));
+    return cudaLaunchKernelEx(&config, decode_gemm_kernel<K>, params);
+  }
 }
 
 }  // namespace wavetune::detail::decode

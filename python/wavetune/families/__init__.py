@@ -31,7 +31,7 @@ class Family:
     family's subpackage (``package``), imported on first use."""
 
     name: str  # as the tables and the C++ family registry spell it: "gemm", "grouped_gemm", "attention"
-    config_space: str  # its file in cutlass_configs/, e.g. "sm90_gemm.toml"
+    config_space: str  # its file in cutlass_configs/, e.g. "sm90_gemm.toml"; "": built-in variants only
     table_suffix: str  # its tables are <gpu-slug><table_suffix>: ".wtt", ".grouped_gemm.wtt", ...
     table_env: str  # the environment variable naming a table to use instead of the shipped one
     entry_points: tuple[str, ...]  # public functions of ``api``, exported as wavetune.<name>
@@ -41,7 +41,7 @@ class Family:
     package: str  # the subpackage, e.g. "wavetune.families.gemm"
     api: str = "api"  # module of the entry points (needs the native module, not torch)
     torch_ops: str = "torch_ops"  # module registering its torch.ops.wavetune operators (imports torch)
-    tuning: str = "tuning"  # module of its tuning driver (``python -m wavetune tune --family NAME``)
+    tuning: str = "tuning"  # module of its tuning driver (``python -m wavetune tune --family NAME``); "": none
     doc: str = ""  # where it is documented
 
     def module(self, role: str) -> ModuleType:

@@ -133,7 +133,7 @@ def config_spaces() -> dict[str, config_space.ConfigSpace]:
     if not KERNEL_SOURCES.is_dir() or not CONFIG_SPACES.is_dir():
         raise JitUnavailable(f"the kernel sources are not installed with this package (no {KERNEL_SOURCES})")
     spaces = {space.family: space for space in map(config_space.load, sorted(CONFIG_SPACES.glob("*.toml")))}
-    for family in families.all():
+    for family in (f for f in families.all() if f.config_space):  # the others have built-in variants only
         build_hash = family.compiled_hash()
         if family.name not in spaces or spaces[family.name].hash != build_hash:
             raise JitUnavailable(f"the installed {family.name} config space ({CONFIG_SPACES}) is not the one this "
@@ -152,6 +152,8 @@ def compiled_names(family: str) -> set[str]:
 def missing_variants(family: str, names: set[str] | None = None) -> list[config_space.Variant]:
     """The family's variants not compiled yet (of ``names`` only, where given; other names, such as cuBLAS's,
     are not variants of the config space and are left out)."""
+    if not families.get(family).config_space:
+        return []  # built-in variants only: every one is compiled
     compiled = compiled_names(family)
     return [v for v in config_spaces()[family].variants
             if v.name not in compiled and (names is None or v.name in names)]

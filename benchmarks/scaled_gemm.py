@@ -1,0 +1,241 @@
+"""FP8 scaled GEMMs (e4m3 weights and activations, fp32 scales) against torch._scaled_mm, in one interleaved run:
+
+    python benchmarks/scaled_gemm.py --out $OUT                             # held-out layers, M 1-16384
+    python benchmarks/scaled_gemm.py --split design --max-m 16 --out $OUT   # what the choice is fitted on
+
+Shapes are the decoder-layer projections (qkv, o, gate_up, down) of the split's models at tensor-parallel
+degrees 1-8, each at token counts drawn (seeded) from 1-8, 9-16, 17-64, 65-1024 and 1025-16384, odd ones
+included. The held-out models are ones no design decision of the scaled GEMM looked at. Per problem, one CUDA graph each of:
+  torch_rowwise / torch_tensor      torch._scaled_mm, per-token x per-channel scales / per-tensor scales
+  wavetune_rowwise / wavetune_tensor  wavetune.scaled_gemm, its wave model's choice
+  bucket                            an M-bucket rule over wavetune's catalog (vLLM's kind of dispatch: a fixed
+                                    tile per range of M, wave-aware splits), rowwise
+  bf16                              torch.matmul on bf16 copies of the weights (cuBLAS), for reference
+  <variant>/<splits>                every variant of the catalog at 1, 2, 4 and 8 K splits (M <= 64), rowwise
+replayed round-robin (--reps rounds, medians); weights cold (copies rotated past twice the L2 size), inputs
+random. Every method's output is checked against the fp32 reference of the dequantized operands first
+(output poisoned). Writes <out>/scaled_gemm.jsonl, prints geomeans per M range and TB/s of the weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import wavetune
+from decode_gemm import geomean, layer_shapes
+from wavetune.tuning.timing import interleaved_us
+
+REPO = Path(__file__).resolve().parents[1]
+# (hidden, intermediate, query heads, KV heads, head dim, vocabulary)
+MODELS = {
+    "heldout": {
+        "qwen2.5-32b": (5120, 27648, 40, 8, 128, 152064),
+        "mistral-nemo-12b": (5120, 14336, 32, 8, 128, 131072),
+        "gemma-2-27b": (4608, 36864, 32, 16, 128, 256000),
+        "internlm2.5-20b": (6144, 16384, 48, 8, 128, 92544),
+    },
+    # What the scaled GEMM's choice (launch.cu, its wave model's constants) was fitted on.
+    "design": {
+        "llama3-8b": (4096, 14336, 32, 8, 128, 128256),
+        "qwen2.5-7b": (3584, 18944, 28, 4, 128, 152064),
+        "llama3-70b": (8192, 28672, 64, 8, 128, 128256),
+        "qwen2.5-14b": (5120, 13824, 40, 8, 128, 152064),
+    },
+}
+TP = (1, 2, 4, 8)
+M_RANGES = (("1-8", 1, 8), ("9-16", 9, 16), ("17-64", 17, 64), ("65-1024", 65, 1024), ("1025-16384", 1025, 16384))
+SPLITS = (1, 2, 4, 8)
+FP8 = torch.float8_e4m3fn
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--split", choices=tuple(MODELS), default="heldout")
+    p.add_argument("--max-m", type=int, default=16384, help="leave out M ranges above this")
+    p.add_argument("--limit", type=int, help="a seeded random sample of this many problems")
+    p.add_argument("--reps", type=int, default=12)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-budget-s", type=float, default=420.0, help="start no new problem after this")
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
+    return p.parse_args()
+
+
+def problems(split: str, max_m: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for model, dims in MODELS[split].items():
+        for tp in TP:
+            for layer, (n, k) in layer_shapes(*dims, tp).items():
+                if layer == "lm_head" or k % 16:
+                    continue  # FP8 checkpoints keep the LM head in bf16
+                for _, lo, hi in M_RANGES:
+                    if lo <= max_m:
+                        out.append(dict(model=model, tp=tp, layer=layer, m=rng.randint(lo, min(hi, max_m)), n=n, k=k))
+    return out
+
+
+def operands(m: int, n: int, k: int, l2_bytes: int) -> list[dict]:
+    """Copies of every operand, together past twice the L2 size: each launch reads its weights from DRAM."""
+    copies = min(max(math.ceil(2 * l2_bytes / (n * k)), 2), 32)
+    out = []
+    for _ in range(copies):
+        w = (torch.rand(n, k, device="cuda") * 2 - 1) * 0.05
+        x = torch.rand(m, k, device="cuda", dtype=torch.bfloat16) * 2 - 1
+        sw = w.abs().amax(1, keepdim=True) / 448
+        xq, sx = wavetune.quantize_fp8(x)
+        out.append(dict(x=xq, w=(w / sw).to(FP8), sx=sx, sw=sw.t().contiguous(), sx1=sx.amax().reshape(()),
+                        sw1=sw.amax().reshape(()), w16=w.to(torch.bfloat16), x16=x,
+                        out=torch.empty(m, n, device="cuda", dtype=torch.bfloat16)))
+    return out
+
+
+def bucket_variant(m: int) -> str:
+    """A fixed tile per range of M, as hand-written FP8 dispatchers do."""
+    return "e4m3_bf16_decode_64x8_4x1" if m <= 8 else "e4m3_bf16_decode_128x16_4x1"
+
+
+def launches(m: int) -> dict:
+    # Each returns its output: torch's allocate theirs (from the graph's pool: no cost at replay).
+    def torch_rowwise(o):
+        return torch._scaled_mm(o["x"], o["w"].t(), o["sx"], o["sw"], out_dtype=torch.bfloat16)
+
+    def torch_tensor(o):
+        return torch._scaled_mm(o["x"], o["w"].t(), o["sx1"], o["sw1"], out_dtype=torch.bfloat16)
+
+    def wavetune_rowwise(o):
+        return wavetune.scaled_gemm(o["x"], o["w"].t(), o["sx"], o["sw"], out=o["out"])
+
+    def wavetune_tensor(o):
+        return wavetune.scaled_gemm(o["x"], o["w"].t(), o["sx1"], o["sw1"], out=o["out"])
+
+    def bf16(o):
+        return torch.matmul(o["x16"], o["w16"].t(), out=o["out"])
+
+    found = dict(torch_rowwise=torch_rowwise, torch_tensor=torch_tensor, wavetune_rowwise=wavetune_rowwise,
+                 wavetune_tensor=wavetune_tensor, bf16=bf16)
+    if m > wavetune._C.scaled_gemm_max_tokens():
+        return found
+    found["bucket"] = lambda o, v=bucket_variant(m): wavetune.scaled_gemm(o["x"], o["w"].t(), o["sx"], o["sw"],
+                                                                         out=o["out"], config=v)
+    for c in wavetune.scaled_gemm_configs():
+        if c.dtype != "bf16":
+            continue
+        for s in (SPLITS if c.scheduler == "data_parallel" else (1,)):
+            found[f"{c.name}/{s}"] = lambda o, v=c.name, s=s: wavetune.scaled_gemm(
+                o["x"], o["w"].t(), o["sx"], o["sw"], out=o["out"], config=v, splits=s)
+    return found
+
+
+def runnable(name: str, launch, o: dict) -> bool:
+    """Whether ``launch`` runs the problem and matches the fp32 reference (poisoned output first)."""
+    o["out"].fill_(float("nan"))
+    try:
+        out = launch(o)
+    except (ValueError, RuntimeError):
+        if name.startswith(("torch", "wavetune", "bf16", "bucket")):
+            raise
+        return False
+    torch.cuda.synchronize()
+    if name == "bf16":
+        ref = o["x16"].float() @ o["w16"].float().t()
+    elif name.endswith("_tensor"):
+        ref = (o["x"].float() @ o["w"].float().t()) * (o["sx1"] * o["sw1"])
+    else:
+        ref = (o["x"].float() * o["sx"]) @ (o["w"].float() * o["sw"].t()).t()
+    error = ((out.float() - ref).norm() / ref.norm()).item()
+    if not error < 1e-2:
+        raise AssertionError(f"{name}: error {error} (NaN: output not written)")
+    return True
+
+
+def measure(problem: dict, reps: int, l2_bytes: int) -> dict:
+    m, n, k = problem["m"], problem["n"], problem["k"]
+    ops = operands(m, n, k, l2_bytes)
+    methods = {name: fn for name, fn in launches(m).items() if runnable(name, fn, ops[0])}
+    us = interleaved_us(methods, [(o,) for o in ops], per_graph=max(len(ops), 8), reps=reps)
+    variants = {name: t for name, t in us.items() if "/" in name}
+    best = min(variants, key=variants.get) if variants else None
+    fp8_bytes = n * k
+    limit_us = max(fp8_bytes / 3.35e6, 2 * m * n * k / 989e6 / 2)  # HBM3 or dense FP8 tensor peak (H100 SXM)
+    row = {**problem, "us": us, "weight_mb": fp8_bytes / 1e6, "limit_us": limit_us,
+           "rowwise_speedup": us["torch_rowwise"] / us["wavetune_rowwise"],
+           "tensor_speedup": us["torch_tensor"] / us["wavetune_tensor"],
+           "torch_rowwise_of_limit": limit_us / us["torch_rowwise"],
+           "wavetune_rowwise_tbps": fp8_bytes / us["wavetune_rowwise"] / 1e6,
+           "torch_rowwise_tbps": fp8_bytes / us["torch_rowwise"] / 1e6}
+    if best:
+        chosen = wavetune._C.scaled_gemm_choice(m, n, k, 0, True, True)
+        row.update(best=best, best_us=us[best], choice_vs_best=us[best] / us["wavetune_rowwise"],
+                   chosen=wavetune.scaled_gemm_configs()[chosen].name if chosen >= 0 else "torch._scaled_mm",
+                   bucket_vs_best=us[best] / us["bucket"], best_tbps=fp8_bytes / us[best] / 1e6)
+    return row
+
+
+def summary(rows: list[dict]) -> str:
+    lines = []
+    for label, lo, hi in M_RANGES:
+        part = [r for r in rows if lo <= r["m"] <= hi]
+        if not part:
+            continue
+        worst = min(part, key=lambda r: r["rowwise_speedup"])
+        line = (f"M {label}: {len(part)} problems; rowwise {geomean([r['rowwise_speedup'] for r in part]):.3f}x "
+                f"torch._scaled_mm (min {worst['rowwise_speedup']:.3f}: {worst['model']} tp{worst['tp']} "
+                f"{worst['layer']} M={worst['m']}), per-tensor {geomean([r['tensor_speedup'] for r in part]):.3f}x; "
+                f"torch rowwise at {geomean([r['torch_rowwise_of_limit'] for r in part]):.2f} of the limit")
+        if "choice_vs_best" in part[0]:
+            line += (f"; choice {geomean([r['choice_vs_best'] for r in part]):.3f} of the best variant (min "
+                     f"{min(r['choice_vs_best'] for r in part):.3f}), bucket rule "
+                     f"{geomean([r['bucket_vs_best'] for r in part]):.3f}")
+        lines.append(line)
+    lines.append(f"all: rowwise {geomean([r['rowwise_speedup'] for r in rows]):.3f}x, min "
+                 f"{min(r['rowwise_speedup'] for r in rows):.3f}")
+    big = [r for r in rows if r["weight_mb"] >= 100 and r["m"] <= 64]
+    if big:
+        lines.append(f"M <= 64, weights >= 100 MB ({len(big)}): wavetune "
+                     f"{statistics.median(r['wavetune_rowwise_tbps'] for r in big):.2f} TB/s median (min "
+                     f"{min(r['wavetune_rowwise_tbps'] for r in big):.2f}), torch._scaled_mm "
+                     f"{statistics.median(r['torch_rowwise_tbps'] for r in big):.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = parse_args()
+    torch.manual_seed(args.seed)
+    props = torch.cuda.get_device_properties(0)
+    todo = problems(args.split, args.max_m, args.seed)
+    if args.limit:
+        todo = sorted(random.Random(args.seed).sample(todo, min(args.limit, len(todo))), key=todo.index)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"scaled_gemm_{args.split}.jsonl"
+    rows = []
+    started = time.monotonic()
+    with path.open("w") as f:
+        f.write(json.dumps({"device": props.name, "torch": torch.__version__, "wavetune": wavetune.__version__,
+                            "pdl": wavetune._C.programmatic_launch(), "split": args.split, "reps": args.reps}) + "\n")
+        for i, problem in enumerate(todo):
+            if time.monotonic() - started > args.time_budget_s:
+                print(f"time budget spent: {len(todo) - i} problems left out")
+                break
+            row = measure(problem, args.reps, props.L2_cache_size)
+            rows.append(row)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            print(f"[{i + 1}/{len(todo)}] {row['model']} tp{row['tp']} {row['layer']} M={row['m']} N={row['n']} "
+                  f"K={row['k']}: torch {row['us']['torch_rowwise']:.1f} us ({row['torch_rowwise_tbps']:.2f} TB/s), "
+                  f"wavetune {row['us']['wavetune_rowwise']:.1f} ({row['rowwise_speedup']:.2f}x"
+                  + (f", {row['chosen']}; best {row['best']} {row['best_us']:.1f}" if "best" in row else "")
+                  + f"), per-tensor {row['tensor_speedup']:.2f}x, bf16 {row['us']['bf16']:.1f}", flush=True)
+    print(summary(rows))
+
+
+if __name__ == "__main__":
+    main()

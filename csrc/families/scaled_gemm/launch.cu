@@ -1,0 +1,214 @@
+// The scaled GEMM's variants (the decode GEMM's kernel with e4m3 inputs), its wave-aware choice, its launch,
+// and the activation quantizer (scaled_gemm.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "scaled_ops.h"
+#include "scaled_variants.h"
+#include "sm90_decode_gemm.cuh"
+#include "wavetune/errors.h"
+#include "wavetune/kernels.h"
+
+namespace wavetune {
+namespace detail {
+namespace {
+
+template <DType kOut, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll, TileScheduler kScheduler>
+struct ScaledVariant {
+  using Out = std::conditional_t<kOut == DType::bf16, __nv_bfloat16, __half>;
+  using K = decode::Kernel<__nv_fp8_e4m3, Out, kTokens, kRowTiles, kWarpsN, kWarpsK, kUnroll>;
+  static constexpr bool kPersistent = kScheduler == TileScheduler::persistent;
+
+  static int32_t splits(const ScaledGemmProblem& p, int32_t splits, const DeviceInfo& dev) {
+    if (kPersistent) return 1;
+    return splits > 0 ? splits : decode::heuristic_splits<K>(p.m, p.n, p.k, dev.sm_count);
+  }
+
+  static std::string why_not(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
+    if (p.out_dtype != kOut) return std::string("the variant writes ") + to_string(kOut);
+    if (kPersistent && requested > 1) return "a persistent variant does not split K";
+    const int32_t s = splits(p, requested, dev);
+    if (s > decode::kMaxSplits) {
+      return "the K splits of a tile are one cluster: at most " + std::to_string(decode::kMaxSplits) + ", got " +
+             std::to_string(s);
+    }
+    return {};
+  }
+
+  static void run(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev, Stream stream) {
+    const int32_t s = splits(p, requested, dev);
+    decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, 0};
+    params.scale_x = p.scale_a, params.scale_x_step = p.scale_a_per_row ? 1 : 0;
+    params.scale_w = p.scale_b, params.scale_w_step = p.scale_b_per_row ? 1 : 0;
+    const cudaError_t status =
+        decode::launch<K, kPersistent>(params, s, dev.device, dev.sm_count, programmatic_launch(), stream);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      WAVETUNE_FAIL("scaled GEMM launch failed: ", cudaGetErrorString(status), " (M=", p.m, " N=", p.n, " K=", p.k,
+                    ", ", s, " splits)");
+    }
+  }
+
+  static constexpr ScaledVariantOps kOps{&splits, &why_not, &run};
+
+  static VariantRegistry<ScaledVariantOps>::Entry entry(int32_t id, const char* name) {
+    return {{id, name, kOut, BLayout::col, true, Schedule::decode, K::kTileRows, kTokens, K::kTileK, 1, 1,
+             kScheduler},
+            &kOps};
+  }
+};
+
+// NOTES: the wave model of a decode launch, without a table: a CTA's time is its weight bytes (tile rows x
+// K / splits), the GPU runs ceil(G / C) waves of CTAs with C = kTargetCtasPerSm per SM, so the cost is
+// waves x bytes per CTA. It prefers the token tile that wastes the fewest tokens, and among row tiles and
+// warp layouts the one whose whole waves leave the fewest SMs idle.
+double predicted_cost(const VariantInfo& v, const ScaledGemmProblem& p, int32_t splits, int32_t sm_count) {
+  const int64_t token_tiles = (p.m + v.tile_n - 1) / v.tile_n;
+  const int64_t grid = (p.n + v.tile_m - 1) / v.tile_m * token_tiles * splits;
+  const int64_t capacity = decode::kTargetCtasPerSm * sm_count;
+  const int64_t waves = (grid + capacity - 1) / capacity;
+  return double(waves) * double(v.tile_m) * double(p.k) / splits;
+}
+
+}  // namespace
+
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries() {
+  std::vector<VariantRegistry<ScaledVariantOps>::Entry> out;
+#define WAVETUNE_SCALED_ENTRY(OUT, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME)                       \
+  out.push_back(ScaledVariant<DType::OUT, TOKENS, ROW_TILES, WN, WK, UNROLL, TileScheduler::SCHEDULER>::entry( \
+      int32_t(out.size()), NAME));
+  WAVETUNE_SCALED_GEMM_VARIANTS(WAVETUNE_SCALED_ENTRY)
+#undef WAVETUNE_SCALED_ENTRY
+  return out;
+}
+
+}  // namespace detail
+
+int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
+  if (p.m > kScaledGemmMaxTokens || (!p.scale_a_per_row && !p.scale_b_per_row)) return -1;
+  if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
+  const detail::DeviceInfo& dev = detail::current_device_info();
+  int32_t best = -1;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (const VariantInfo& v : scaled_gemm_variants()) {
+    if (v.dtype != p.out_dtype || v.scheduler != TileScheduler::data_parallel) continue;
+    const int32_t splits = detail::scaled_variant_ops(v.id)->splits(p, 0, dev);
+    const double cost = detail::predicted_cost(v, p, splits, dev.sm_count);
+    if (cost < best_cost) best = v.id, best_cost = cost;
+  }
+  return best;
+}
+
+void scaled_gemm(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits, Stream stream) {
+  std::string error = scaled_gemm_problem_error(p);
+  if (!error.empty()) WAVETUNE_INVALID(error);
+  const detail::ScaledVariantOps* ops = detail::scaled_variant_ops(variant_id);
+  if (!ops) WAVETUNE_INVALID("scaled GEMM variant id ", variant_id, " is not compiled into this build");
+  if (splits < 0) WAVETUNE_INVALID("splits must be >= 0 (0: the variant's own), got ", splits);
+  if (const char* device_error = detail::current_device_error()) WAVETUNE_INVALID(device_error);
+  const detail::DeviceInfo& dev = detail::current_device_info();
+  error = ops->why_not(p, splits, dev);
+  if (!error.empty()) WAVETUNE_INVALID(error, " (M=", p.m, " N=", p.n, " K=", p.k, ")");
+  ops->run(p, splits, dev, stream);
+}
+
+// --- The activation quantizer ---------------------------------------------------------------------------
+
+namespace detail {
+namespace {
+
+constexpr int kQuantizeThreads = 256;
+constexpr float kE4m3Max = 448.0f;
+
+// One CTA per row: the row's largest magnitude (unless the scale is given), then the row scaled and
+// rounded to e4m3 with saturation; 8 elements per thread per step (16-byte loads, 8-byte stores).
+template <typename T>
+__global__ void __launch_bounds__(kQuantizeThreads)
+    quantize_rows_kernel(const T* x, int64_t ldx, int k, __nv_fp8_e4m3* q, float* scale, const float* static_scale) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const T* row = x + int64_t(blockIdx.x) * ldx;
+  __nv_fp8_e4m3* out = q + int64_t(blockIdx.x) * k;
+  float s;
+  if (static_scale) {
+    s = *static_scale;
+  } else {
+    float amax = 0.0f;
+    for (int i = 8 * threadIdx.x; i < k; i += 8 * kQuantizeThreads) {
+      const uint4 v = *reinterpret_cast<const uint4*>(row + i);
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(static_cast<float>(e[j])));
+    }
+    __shared__ float warp_max[kQuantizeThreads / 32];
+    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+    __syncthreads();
+    amax = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kQuantizeThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+    // An all-zero row gets scale 1 (any scale reproduces it); otherwise its largest magnitude maps to 448.
+    s = amax > 0.0f ? amax / kE4m3Max : 1.0f;
+    if (threadIdx.x == 0) scale[blockIdx.x] = s;
+  }
+  const float inverse = 1.0f / s;
+  for (int i = 8 * threadIdx.x; i < k; i += 8 * kQuantizeThreads) {
+    const uint4 v = *reinterpret_cast<const uint4*>(row + i);
+    const T* e = reinterpret_cast<const T*>(&v);
+    __align__(8) __nv_fp8_e4m3 packed[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) packed[j] = __nv_fp8_e4m3(static_cast<float>(e[j]) * inverse);  // saturates
+    *reinterpret_cast<uint2*>(out + i) = *reinterpret_cast<const uint2*>(packed);
+  }
+}
+
+template <typename T>
+cudaError_t launch_quantize(const void* x, int64_t ldx, int32_t m, int32_t k, void* q, float* scale,
+                            const float* static_scale, Stream stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(m));
+  config.blockDim = dim3(kQuantizeThreads);
+  config.stream = stream;
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &pdl;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, quantize_rows_kernel<T>, static_cast<const T*>(x), ldx, int(k),
+                            static_cast<__nv_fp8_e4m3*>(q), scale, static_scale);
+}
+
+}  // namespace
+}  // namespace detail
+
+void quantize_fp8(const void* x, int64_t ldx, DType x_dtype, int32_t m, int32_t k, void* q, float* scale,
+                  const float* static_scale, Stream stream) {
+  if (m < 0 || k < 0 || k % 8 != 0 || ldx < k || ldx % 8 != 0) {
+    WAVETUNE_INVALID("quantize_fp8 takes m, k >= 0 with k and the row stride multiples of 8 (16-byte loads), got m=",
+                     m, " k=", k, " ldx=", ldx);
+  }
+  if (!x || !q || (!scale && !static_scale)) WAVETUNE_INVALID("quantize_fp8: null pointer");
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(q) % 8 != 0) {
+    WAVETUNE_INVALID("quantize_fp8: x must be 16-byte aligned and q 8-byte aligned");
+  }
+  if (m == 0 || k == 0) return;
+  if (const char* device_error = detail::current_device_error()) WAVETUNE_INVALID(device_error);
+  const cudaError_t status =
+      x_dtype == DType::bf16
+          ? detail::launch_quantize<__nv_bfloat16>(x, ldx, m, k, q, scale, static_scale, stream)
+          : detail::launch_quantize<__half>(x, ldx, m, k, q, scale, static_scale, stream);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    WAVETUNE_FAIL("quantize_fp8 launch failed: ", cudaGetErrorString(status));
+  }
+}
+
+}  // namespace wavetune

@@ -1,0 +1,82 @@
+// The scaled GEMM's compiled variants, the catalog's hash and the problem checks that need no GPU.
+#include <cstdint>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "registered.h"
+#include "scaled_ops.h"
+#include "scaled_variants.h"
+#include "variant_registry.h"
+#include "wavetune/errors.h"
+#include "wavetune/family.h"
+#include "wavetune/scaled_gemm.h"
+
+namespace wavetune {
+namespace detail {
+namespace {
+VariantRegistry<ScaledVariantOps>& registry() {
+  static VariantRegistry<ScaledVariantOps> list(scaled_variant_entries());
+  return list;
+}
+
+// FNV-1a over the catalog's names in id order: a build with another catalog gets another hash.
+std::string catalog_hash() {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const char* name) {
+    for (const char* c = name; *c; ++c) h = (h ^ uint8_t(*c)) * 1099511628211ull;
+    h = (h ^ '\n') * 1099511628211ull;
+  };
+#define WAVETUNE_SCALED_NAME(OUT, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME) mix(NAME);
+  WAVETUNE_SCALED_GEMM_VARIANTS(WAVETUNE_SCALED_NAME)
+#undef WAVETUNE_SCALED_NAME
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+}  // namespace
+
+const ScaledVariantOps* scaled_variant_ops(int32_t id) {
+  const auto* e = registry().find(id);
+  return e ? e->ops : nullptr;
+}
+
+}  // namespace detail
+
+const std::vector<VariantInfo>& scaled_gemm_variants() { return detail::registry().infos(); }
+
+const char* scaled_gemm_config_space_hash() {
+  static const std::string hash = detail::catalog_hash();
+  return hash.c_str();
+}
+
+std::string scaled_gemm_problem_error(const ScaledGemmProblem& p) {
+  auto misaligned = [](const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; };
+  std::ostringstream os;
+  if (p.m < 1 || p.n < 1 || p.k < 1) {
+    os << "M, N, K must be positive, got M=" << p.m << " N=" << p.n << " K=" << p.k;
+  } else if (p.k % 16 != 0) {
+    os << "K=" << p.k << " must be a multiple of 16: the kernels load 16 e4m3 values at a time";
+  } else if (p.lda < p.k || p.ldb < p.k || p.ldd < p.n || p.lda % 16 != 0 || p.ldb % 16 != 0) {
+    os << "leading dimensions must cover the rows (lda, ldb >= K, ldd >= N) and lda, ldb be multiples of 16, got "
+       << "lda=" << p.lda << " ldb=" << p.ldb << " ldd=" << p.ldd;
+  } else if (p.out_dtype != DType::bf16 && p.out_dtype != DType::fp16) {
+    os << "the output must be bf16 or fp16";
+  } else if (!p.a || !p.b || !p.d || !p.scale_a || !p.scale_b) {
+    os << "null data or scale pointer";
+  } else if (misaligned(p.a, 16) || misaligned(p.b, 16)) {
+    os << "a and b must be 16-byte aligned (16-byte loads); a sliced view may be misaligned: use .contiguous()";
+  } else if (misaligned(p.d, 2) || misaligned(p.bias, 2) || misaligned(p.scale_a, 4) || misaligned(p.scale_b, 4)) {
+    os << "the output and bias must be 2-byte and the scales 4-byte aligned";
+  }
+  return os.str();
+}
+
+namespace {
+const KernelFamily kScaledGemm{"scaled_gemm", &scaled_gemm_variants, &scaled_gemm_config_space_hash,
+                               [](const VariantInfo*, const void* const*, int32_t) { return int32_t(0); }};
+const detail::Registration<KernelFamily> registration(&kScaledGemm);
+}  // namespace
+
+}  // namespace wavetune

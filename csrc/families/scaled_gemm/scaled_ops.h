@@ -1,0 +1,28 @@
+// Internal interface between the scaled GEMM's launch (launch.cu) and its host-only parts (registry.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <vector>
+
+#include "device.h"
+#include "variant_registry.h"
+#include "wavetune/scaled_gemm.h"
+
+namespace wavetune::detail {
+
+struct ScaledVariantOps {
+  // The K splits a launch with `splits` (0: the variant's own choice) runs.
+  int32_t (*splits)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&);
+  // Empty when the variant runs the (valid) problem with that many splits.
+  std::string (*why_not)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&);
+  void (*run)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&, Stream);
+};
+
+// The compiled variants (launch.cu), ids from 0; none without CUDA.
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries();
+// Registry (registry.cpp): the ops of a variant, nullptr when not compiled in.
+const ScaledVariantOps* scaled_variant_ops(int32_t id);
+
+}  // namespace wavetune::detail

@@ -1,0 +1,25 @@
+// Stands in for the scaled GEMM's launch.cu when the build found no CUDA compiler.
+#include "scaled_ops.h"
+#include "unavailable.h"
+#include "wavetune/errors.h"
+
+namespace wavetune {
+
+namespace detail {
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries() { return {}; }
+}  // namespace detail
+
+using detail::kNoKernels;
+
+int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
+  if (p.m > kScaledGemmMaxTokens || (!p.scale_a_per_row && !p.scale_b_per_row)) return -1;
+  WAVETUNE_FAIL(kNoKernels);
+}
+
+void scaled_gemm(const ScaledGemmProblem&, int32_t, int32_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
+
+void quantize_fp8(const void*, int64_t, DType, int32_t, int32_t, void*, float*, const float*, Stream) {
+  WAVETUNE_FAIL(kNoKernels);
+}
+
+}  // namespace wavetune

@@ -1,0 +1,63 @@
+// FP8 scaled GEMM (docs/scaled_gemm.md): D[m, n] = sa[m] sb[n] (A[m, :] . B[n, :]) (+ bias[n]) with A and B in
+// e4m3 (OCP FP8), fp32 scales per tensor or per row of either operand, and D and bias in bf16 or fp16: what
+// torch._scaled_mm computes with a column-major B, i.e. x @ W.T for an nn.Linear weight W.
+//
+//   wavetune::ScaledGemmProblem p{m, n, k, a, k, b, k, d, n, wavetune::DType::bf16, sa, 1, sb, 1};
+//   int32_t variant = wavetune::scaled_gemm_choice(p);  // -1: no variant takes M; run another GEMM
+//   wavetune::scaled_gemm(p, variant, 0, stream);
+//
+// Its variants are the decode GEMM's kernel with e4m3 inputs (8 or 16 tokens per tile), with ids of their
+// own. Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "wavetune/types.h"
+
+namespace wavetune {
+
+// The most tokens (M) the default choice gives the variants: beyond, each CTA's activation loads cost as much
+// as its weight loads and torch._scaled_mm's tensor-core kernels were faster (docs/scaled_gemm.md).
+constexpr int32_t kScaledGemmMaxTokens = 8;
+
+struct ScaledGemmProblem {
+  int32_t m, n, k;
+  const void* a;  // [m, k] e4m3, row-major, leading dimension lda
+  int64_t lda;
+  const void* b;  // [n, k] e4m3, row-major (an nn.Linear weight; torch._scaled_mm's column-major B)
+  int64_t ldb;
+  void* d;  // [m, n] row-major in out_dtype
+  int64_t ldd;
+  DType out_dtype;         // bf16 or fp16; the bias's too
+  const float* scale_a;    // 1 value (per tensor) or m (per row), as scale_a_per_row says
+  int32_t scale_a_per_row;
+  const float* scale_b;    // 1 value or n
+  int32_t scale_b_per_row;
+  const void* bias = nullptr;  // n values, or null
+};
+
+// Variants compiled into this build, ordered by id; dtype is the output's.
+WAVETUNE_API const std::vector<VariantInfo>& scaled_gemm_variants();
+// Identifies the compiled catalog (scaled GEMM tables are checked against it).
+WAVETUNE_API const char* scaled_gemm_config_space_hash();
+
+// Empty when the sizes, pointers and alignment are valid, else the reason. Needs no GPU.
+WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& problem);
+
+// The variant a call with no forced variant runs on the current device, from the sizes alone (a wave model
+// of the launch); -1 when M > kScaledGemmMaxTokens or both scales are per tensor (cuBLASLt's per-tensor FP8
+// kernels were faster): callers run another GEMM (torch._scaled_mm).
+WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
+
+// Launches the variant on `stream` with `splits` K splits (0: the variant's own wave-aware count); no
+// workspace. Programmatic dependent launch follows set_programmatic_launch (kernels.h).
+WAVETUNE_API void scaled_gemm(const ScaledGemmProblem& problem, int32_t variant_id, int32_t splits, Stream stream);
+
+// x [m, k] (bf16 or fp16, row-major, leading dimension ldx) to e4m3 q [m, k] (contiguous): per row, with
+// scale[r] = max|x[r, :]| / 448 written to `scale` (m floats), or, when `static_scale` is set, one given
+// scale for all (`scale` unused). q = x / scale, saturated to the e4m3 range.
+WAVETUNE_API void quantize_fp8(const void* x, int64_t ldx, DType x_dtype, int32_t m, int32_t k, void* q,
+                               float* scale, const float* static_scale, Stream stream);
+
+}  // namespace wavetune

@@ -1,0 +1,15 @@
+"""The FP8 scaled GEMM family: ``wavetune.scaled_gemm`` (e4m3 operands with fp32 scales per tensor or per
+row, as ``torch._scaled_mm`` takes them), ``wavetune.quantize_fp8`` (the activation quantizer), their torch
+operators, and the variant listing (docs/scaled_gemm.md).
+
+Modules: ``api`` (entry points, variant listing), ``torch_ops`` (operators; imports torch). Its variants are
+built in (no config space to generate from, nothing compiled on demand) and chosen by a wave model of the
+launch; it has no tuned tables yet, so no tuning driver.
+"""
+
+from .. import Family, register
+
+FAMILY = register(Family(
+    name="scaled_gemm", config_space="", table_suffix=".scaled_gemm.wtt", table_env="WAVETUNE_SCALED_GEMM_TABLE",
+    entry_points=("scaled_gemm", "quantize_fp8"), configs="scaled_gemm_configs", config_space_hash="config_space_hash",
+    input_checks="check_operands", package=__name__, tuning="", doc="docs/scaled_gemm.md"))

@@ -1,0 +1,174 @@
+"""FP8 scaled GEMM: ``scaled_gemm``, ``quantize_fp8`` and the variant listing (docs/scaled_gemm.md).
+
+torch is optional: this module never imports it. Both entry points take torch tensors, so torch is
+already loaded whenever a call can succeed.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from ...runtime.configs import KernelConfig, family_variant_id
+from ...runtime.device import dtype_codes, stream_getter
+from ...runtime.native import _C
+
+
+def scaled_gemm_configs() -> list[KernelConfig]:
+    """The scaled GEMM variants compiled into this build, by id (ids of their own; ``dtype`` is the output's)."""
+    return list(_by_id().values())
+
+
+def config_space_hash() -> str:
+    """Identifies the compiled scaled GEMM catalog."""
+    return _C.scaled_gemm_config_space_hash()
+
+
+@functools.cache
+def _by_id() -> dict[int, KernelConfig]:
+    return {v["id"]: KernelConfig(**v) for v in _C.scaled_gemm_variants()}
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve(config) -> int:
+    return family_variant_id(config, _by_id(), "scaled_gemm", "scaled_gemm_configs")
+
+
+def _per_row(torch, scale, shape: tuple, name: str) -> bool:
+    """Whether ``scale`` holds one value per row (True) or one for the tensor (False); errors name the problem."""
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
+        got = scale.dtype if isinstance(scale, torch.Tensor) else type(scale).__name__
+        raise TypeError(f"{name} must be a float32 tensor (torch._scaled_mm's convention), got {got}")
+    if scale.numel() == 1:
+        return False
+    if tuple(scale.shape) != shape or not scale.is_contiguous():
+        raise ValueError(f"{name} must hold one value (per tensor) or be a contiguous {shape} tensor (per row), "
+                         f"got shape {tuple(scale.shape)}")
+    return True
+
+
+def check_operands(torch, a, b, scale_a, scale_b, out_dtype=None, bias=None, out=None) -> tuple[bool, bool]:
+    """Every check that needs no GPU and no data pointer; returns whether each scale is per row."""
+    if torch is None or not all(isinstance(t, torch.Tensor) for t in (a, b)):
+        raise TypeError(f"wavetune.scaled_gemm takes torch tensors a and b, got {type(a).__name__} and "
+                        f"{type(b).__name__}")
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    if a.dtype != fp8 or b.dtype != fp8:
+        raise TypeError(f"a and b must be torch.float8_e4m3fn (quantize with wavetune.quantize_fp8), got {a.dtype} "
+                        f"and {b.dtype}")
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"expected a [M, K] and b [K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
+    m, k = a.shape
+    n = b.shape[1]
+    if a.stride(1) != 1 or (m > 1 and a.stride(0) < k):
+        raise ValueError(f"a must be row-major, got strides {a.stride()}; pass a.contiguous()")
+    if b.stride(0) != 1 or (n > 1 and b.stride(1) < k):
+        raise ValueError(f"b must be column-major, as torch._scaled_mm takes it (b = weight.t() for an nn.Linear "
+                         f"weight [N, K]), got strides {b.stride()}")
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    if out_dtype not in dtype_codes(torch):
+        raise TypeError(f"out_dtype must be torch.bfloat16 or torch.float16, got {out_dtype}")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != out_dtype
+                             or tuple(bias.shape) != (n,) or not bias.is_contiguous()):
+        got = f"{bias.dtype} {tuple(bias.shape)}" if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise ValueError(f"bias must be a contiguous {out_dtype} tensor of shape ({n},), got {got}")
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != out_dtype or tuple(out.shape) != (m, n)
+                            or out.stride(1) != 1):
+        got = f"{out.dtype} {tuple(out.shape)} strides {out.stride()}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"out must be a row-major {out_dtype} tensor of shape ({m}, {n}), got {got}")
+    return _per_row(torch, scale_a, (m, 1), "scale_a"), _per_row(torch, scale_b, (1, n), "scale_b")
+
+
+def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, config=None, splits: int = 0):
+    """FP8 GEMM with scales: ``out = (a * scale_a) @ (b * scale_b) (+ bias)``, as ``torch._scaled_mm``.
+
+    a: [M, K] torch.float8_e4m3fn, row-major (activations; ``quantize_fp8`` makes them from bf16/fp16).
+    b: [K, N] torch.float8_e4m3fn, column-major: ``weight.t()`` for an nn.Linear weight [N, K] in e4m3.
+    scale_a: float32, one value (per tensor) or [M, 1] (per token); scale_b: one value or [1, N] (per
+        output channel). Any mix of the two kinds.
+    out_dtype: torch.bfloat16 (default) or torch.float16; bias: optional [N] in out_dtype; out: optional
+        [M, N] row-major output.
+    config, splits: force a variant (id or name, ``scaled_gemm_configs()``) and its K splits (0: its own).
+        Default: the variant a wave model of the launch picks from the sizes.
+
+    Up to ``wavetune._C.scaled_gemm_max_tokens()`` tokens with a per-row scale run wavetune's kernels, which
+    read the weights once at the speed of HBM; more tokens, or per-tensor scales on both sides, run
+    ``torch._scaled_mm`` (the same arguments, into ``out``), which was faster there (docs/scaled_gemm.md). K
+    must be a multiple of 16.
+    """
+    torch = sys.modules.get("torch")
+    a_per_row, b_per_row = check_operands(torch, a, b, scale_a, scale_b, out_dtype, bias, out)
+    out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+    m, k = a.shape
+    n = b.shape[1]
+    tensors = [t for t in (a, b, scale_a, scale_b, bias, out) if t is not None]
+    device = a.get_device()
+    if not all(t.is_cuda and t.get_device() == device for t in tensors):
+        raise ValueError(f"a, b, the scales, bias and out must be on one CUDA device, got "
+                         f"{', '.join(str(t.device) for t in tensors)}")
+    variant = _resolve(config)
+    if out is None:
+        out = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    if m == 0 or n == 0 or k == 0:
+        return out.zero_() if k == 0 else out
+    if device != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            return scaled_gemm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias, out=out, config=config,
+                               splits=splits)
+    code = dtype_codes(torch)[out_dtype]
+    if variant < 0:
+        variant = _C.scaled_gemm_choice(m, n, k, code, a_per_row, b_per_row)
+    if variant < 0:
+        return _torch_scaled_mm(torch, a, b, scale_a, scale_b, a_per_row or b_per_row, out_dtype, bias, out)
+    args = (m, n, k, a.data_ptr(), a.stride(0) if m > 1 else k, b.data_ptr(), b.stride(1) if n > 1 else k,
+            out.data_ptr(), out.stride(0) if m > 1 else n, code, scale_a.data_ptr(), a_per_row, scale_b.data_ptr(),
+            b_per_row, bias.data_ptr() if bias is not None else 0)
+    error = _C.scaled_gemm_problem_error(*args)
+    if error:
+        raise ValueError(f"wavetune.scaled_gemm: {error}")
+    _C.scaled_gemm(*args, variant, splits, stream_getter(torch)(device))
+    return out
+
+
+def _torch_scaled_mm(torch, a, b, scale_a, scale_b, rowwise, out_dtype, bias, out):
+    """Where the variants are not chosen: torch._scaled_mm into ``out``, with both scales per row if either is (what it
+    takes)."""
+    if rowwise:
+        scale_a = scale_a.reshape(-1, 1).expand(a.shape[0], 1).contiguous()
+        scale_b = scale_b.reshape(1, -1).expand(1, b.shape[1]).contiguous()
+    else:
+        scale_a, scale_b = scale_a.reshape(()), scale_b.reshape(())
+    return torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, out=out)
+
+
+def quantize_fp8(x, scale=None):
+    """``x`` (bf16 or fp16, [..., K], K a multiple of 8) to e4m3 for ``scaled_gemm``: returns ``(q, scale)``.
+
+    scale None: per row (token), ``scale = max|row| / 448`` as float32 [..., 1], one kernel that reads x
+    once from HBM. scale given (a float32 tensor of one value, a static activation scale): ``x / scale``.
+    Values beyond the e4m3 range saturate to +-448.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor) or x.dtype not in dtype_codes(torch):
+        got = x.dtype if torch is not None and isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"wavetune.quantize_fp8 takes a bf16 or fp16 torch tensor, got {got}")
+    if x.dim() < 1 or x.stride(-1) != 1:
+        raise ValueError(f"x must have a contiguous last dimension, got shape {tuple(x.shape)} strides {x.stride()}")
+    if scale is not None and (not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32
+                              or scale.numel() != 1 or scale.device != x.device):
+        raise ValueError("scale must be a float32 tensor of one value on x's device (a static activation scale)")
+    if not x.is_cuda:
+        raise ValueError(f"x must be a CUDA tensor, got {x.device}")
+    k = x.shape[-1]
+    rows = x.reshape(-1, k) if x.numel() else x.new_empty((0, k))
+    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    out_scale = scale if scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
+                                                             device=x.device)
+    if rows.shape[0] == 0 or k == 0:
+        return q, out_scale.fill_(1.0) if scale is None else out_scale
+    device = x.get_device()
+    with torch.cuda.device(device):
+        _C.quantize_fp8(rows.data_ptr(), rows.stride(0), dtype_codes(torch)[x.dtype], rows.shape[0], k, q.data_ptr(),
+                        0 if scale is not None else out_scale.data_ptr(), scale.data_ptr() if scale is not None else 0,
+                        stream_getter(torch)(device))
+    return q, out_scale

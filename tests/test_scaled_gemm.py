@@ -1,0 +1,253 @@
+"""The FP8 scaled GEMM family (csrc/families/scaled_gemm, wavetune.scaled_gemm, wavetune.quantize_fp8): input
+checks and the family's registration (CPU tier); every variant against an fp32 reference of the dequantized
+operands (random data, odd M and N at tile edges, K not a whole chunk, poisoned outputs, unsplit and split,
+every mix of per-tensor and per-row scales, with and without programmatic dependent launch), the fallback to
+torch._scaled_mm above the decode tiles, the quantizer, CUDA graphs and torch.compile (GPU tier)."""
+
+from __future__ import annotations
+
+import pytest
+
+import wavetune
+from wavetune import _C, families
+
+torch = pytest.importorskip("torch")
+
+FP8 = torch.float8_e4m3fn
+
+
+def test_the_family_is_registered_with_its_entry_points():
+    family = families.get("scaled_gemm")
+    assert family.entry_points == ("scaled_gemm", "quantize_fp8")
+    assert wavetune.scaled_gemm is family.function("api", "scaled_gemm")
+    assert not family.config_space and not family.tuning  # built-in variants, chosen by the wave model
+    names = [c.name for c in wavetune.scaled_gemm_configs()]
+    if wavetune.build_info()["kernels_compiled"]:
+        assert names and all(n.startswith("e4m3_") for n in names)
+        assert {c.dtype for c in wavetune.scaled_gemm_configs()} == {"bf16", "fp16"}
+    else:
+        assert names == []
+    # torch._scaled_mm's cases, decided without asking the GPU: past the decode tiles, per-tensor scales.
+    assert _C.scaled_gemm_choice(_C.scaled_gemm_max_tokens() + 1, 4096, 4096, 0, True, True) == -1
+    assert _C.scaled_gemm_choice(1, 4096, 4096, 0, False, False) == -1
+
+
+def test_tune_refuses_a_family_without_a_tuning_driver(capsys):
+    from wavetune.__main__ import main
+
+    assert main(["tune", "--family", "scaled_gemm", "--offline", "--log", "none.jsonl"]) == 2
+    assert "the scaled_gemm family has no tuning driver" in capsys.readouterr().err
+
+
+def operands(m=4, n=32, k=64, device="cpu"):
+    a = torch.zeros(m, k, device=device).to(FP8)
+    w = torch.zeros(n, k, device=device).to(FP8)
+    return a, w.t(), torch.ones(m, 1, device=device), torch.ones(1, n, device=device)
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (lambda a, b, sa, sb: (a.float(), b, sa, sb), TypeError, "float8_e4m3fn"),
+    (lambda a, b, sa, sb: (a, b.t().contiguous().t()[:16], sa, sb), ValueError, r"a \[M, K\] and b \[K, N\]"),
+    (lambda a, b, sa, sb: (a, b.contiguous(), sa, sb), ValueError, "column-major"),
+    (lambda a, b, sa, sb: (a.t().contiguous().t(), b, sa, sb), ValueError, "row-major"),
+    (lambda a, b, sa, sb: (a, b, sa.double(), sb), TypeError, "scale_a must be a float32"),
+    (lambda a, b, sa, sb: (a, b, sa, sb.t()), ValueError, r"scale_b must hold one value .* \(1, 32\)"),
+    (lambda a, b, sa, sb: (a, b, sa[:2], sb), ValueError, r"scale_a must hold one value .* \(4, 1\)"),
+])
+def test_bad_operands_name_the_problem(change, error, match):
+    with pytest.raises(error, match=match):
+        wavetune.scaled_gemm(*change(*operands()))
+
+
+def test_bad_options_name_the_problem():
+    a, b, sa, sb = operands()
+    with pytest.raises(TypeError, match="out_dtype"):
+        wavetune.scaled_gemm(a, b, sa, sb, out_dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"bias must be a contiguous torch.bfloat16 tensor of shape \(32,\)"):
+        wavetune.scaled_gemm(a, b, sa, sb, bias=torch.zeros(32))
+    with pytest.raises(ValueError, match=r"out must be a row-major torch.float16 tensor of shape \(4, 32\)"):
+        wavetune.scaled_gemm(a, b, sa, sb, out_dtype=torch.float16, out=torch.empty(4, 32, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="one CUDA device"):
+        wavetune.scaled_gemm(a, b, sa, sb)  # CPU tensors
+    with pytest.raises(TypeError, match="bf16 or fp16"):
+        wavetune.quantize_fp8(torch.zeros(2, 16))
+    with pytest.raises(ValueError, match="static activation scale"):
+        wavetune.quantize_fp8(torch.zeros(2, 16, dtype=torch.bfloat16), torch.ones(2))
+
+
+def test_the_operators_trace_with_fake_tensors():
+    import wavetune.torch_ops  # noqa: F401 (registers the operators)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.empty(3, 64, dtype=torch.bfloat16)
+        q, s = torch.ops.wavetune.quantize_fp8(x)
+        assert q.dtype == FP8 and q.shape == x.shape and s.shape == (3, 1) and s.dtype == torch.float32
+        w = torch.empty(48, 64).to(FP8)
+        out = torch.ops.wavetune.scaled_gemm(q, w.t(), s, torch.empty(1, 48), None, torch.float16)
+        assert out.shape == (3, 48) and out.dtype == torch.float16
+        with pytest.raises(ValueError, match="column-major"):
+            torch.ops.wavetune.scaled_gemm(q, w.t().contiguous(), s, torch.empty(1, 48))
+
+
+# --- GPU tier -----------------------------------------------------------------------------------------------
+
+def random_fp8(rows, cols, generator):
+    """Values spread over e4m3's range (not only small ones), never all zero."""
+    x = torch.randn(rows, cols, device="cuda", generator=generator) * 64
+    return x.clamp(-448, 448).to(FP8)
+
+
+def scales(kind, count, shape, generator):
+    if kind == "tensor":
+        return torch.rand(1, device="cuda", generator=generator) * 0.01 + 0.001
+    return (torch.rand(count, device="cuda", generator=generator) * 0.01 + 0.001).reshape(shape)
+
+
+def reference(a, b, sa, sb, bias):
+    out = (a.float() * sa.reshape(-1, 1)) @ (b.float() * sb.reshape(1, -1))
+    return out + bias.float() if bias is not None else out
+
+
+def check_close(out, ref):
+    # One rounding of the fp32 result to bf16/fp16 (relative 2^-8 at worst), plus summation order.
+    tolerance = 8e-3 * ref.abs() + 1e-4 * ref.abs().max()
+    bad = (out.float() - ref).abs() > tolerance
+    assert not bad.any(), f"{int(bad.sum())} of {bad.numel()} elements off; first at {bad.nonzero()[0].tolist()}"
+
+
+def variants_by_kind():
+    return {"split": [c for c in wavetune.scaled_gemm_configs() if c.scheduler == "data_parallel"],
+            "persistent": [c for c in wavetune.scaled_gemm_configs() if c.scheduler == "persistent"]}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(1, 200, 1040), (7, 264, 2048), (33, 136, 528), (64, 1024, 4096)])
+def test_every_variant_matches_fp32_with_poisoned_outputs(m, n, k):
+    g = torch.Generator(device="cuda").manual_seed(m * 7 + n)
+    a, w = random_fp8(m, k, g), random_fp8(n, k, g)
+    for ka, kb in (("row", "row"), ("tensor", "tensor"), ("tensor", "row"), ("row", "tensor")):
+        sa, sb = scales(ka, m, (m, 1), g), scales(kb, n, (1, n), g)
+        for out_dtype in (torch.bfloat16, torch.float16):
+            bias = torch.randn(n, device="cuda", generator=g).to(out_dtype) if kb == "row" else None
+            ref = reference(a, w.t(), sa, sb, bias)
+            wide = torch.full((m, n + 24), float("nan"), dtype=out_dtype, device="cuda")
+            for c in wavetune.scaled_gemm_configs():
+                if c.dtype != {torch.bfloat16: "bf16", torch.float16: "fp16"}[out_dtype]:
+                    continue
+                for splits in ((0, 1, 2, 3, 8) if c.scheduler == "data_parallel" else (0,)):
+                    wide.fill_(float("nan"))
+                    out = wavetune.scaled_gemm(a, w.t(), sa, sb, out_dtype=out_dtype, bias=bias, out=wide[:, :n],
+                                               config=c.name, splits=splits)
+                    check_close(out, ref)
+                    assert wide[:, n:].isnan().all(), f"{c.name} wrote past N"
+
+
+@pytest.mark.gpu
+def test_the_default_choice_runs_and_large_m_runs_torch_scaled_mm():
+    g = torch.Generator(device="cuda").manual_seed(3)
+    n, k = 4096, 4096
+    w = random_fp8(n, k, g)
+    sb = scales("row", n, (1, n), g)
+    limit = _C.scaled_gemm_max_tokens()
+    for m in (1, limit, limit + 1, 300):
+        a, sa = random_fp8(m, k, g), scales("row", m, (m, 1), g)
+        out = wavetune.scaled_gemm(a, w.t(), sa, sb)
+        if m > limit:  # torch's own kernel, into a given output too
+            expected = torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
+            assert torch.equal(out, expected)
+            given = torch.full_like(out, float("nan"))
+            assert wavetune.scaled_gemm(a, w.t(), sa, sb, out=given) is given and torch.equal(given, expected)
+        else:
+            check_close(out, reference(a, w.t(), sa, sb, None))
+            assert _C.scaled_gemm_choice(m, n, k, 0, True, True) >= 0
+    a, sa = random_fp8(1, k, g), scales("tensor", 1, (1, 1), g)
+    sb1 = sb[:, :1].reshape(())
+    assert torch.equal(wavetune.scaled_gemm(a, w.t(), sa, sb1), torch._scaled_mm(a, w.t(), sa, sb1,
+                                                                                 out_dtype=torch.bfloat16))
+
+
+@pytest.mark.gpu
+def test_programmatic_launch_gives_the_same_bits():
+    g = torch.Generator(device="cuda").manual_seed(5)
+    m, n, k = 9, 3072, 4096
+    x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    w, sb = random_fp8(n, k, g), scales("row", n, (1, n), g)
+    before = _C.programmatic_launch()
+    results = {}
+    try:
+        for on in (True, False):
+            _C.set_programmatic_launch(on)
+            q, sx = wavetune.quantize_fp8(x)
+            results[on] = wavetune.scaled_gemm(q, w.t(), sx, sb, splits=4)
+        torch.cuda.synchronize()
+    finally:
+        _C.set_programmatic_launch(before)
+    assert torch.equal(results[True], results[False])
+
+
+@pytest.mark.gpu
+def test_quantize_fp8_per_row_and_static():
+    g = torch.Generator(device="cuda").manual_seed(11)
+    for dtype in (torch.bfloat16, torch.float16):
+        x = torch.randn(5, 3, 1000 + 8, device="cuda", generator=g).to(dtype) * 3
+        x[1, 2] = 0  # an all-zero row
+        q, s = wavetune.quantize_fp8(x)
+        assert q.shape == x.shape and q.dtype == FP8 and s.shape == (5, 3, 1)
+        amax = x.float().abs().amax(-1, keepdim=True)
+        torch.testing.assert_close(s, torch.where(amax > 0, amax / 448, torch.ones_like(amax)))
+        assert q.float().abs().amax(-1).max() <= 448
+        # Each value within half an e4m3 step (relative 2^-4) of x / scale.
+        err = (q.float() * s - x.float()).abs()
+        assert (err <= x.float().abs() * 2**-4 + s * 2**-9).all()
+        static = torch.tensor([0.01], device="cuda")
+        qs, same = wavetune.quantize_fp8(x, static)
+        assert same is static
+        expected = (x.float() / 0.01).clamp(-448, 448)
+        assert ((qs.float() - expected).abs() <= expected.abs() * 2**-4 + 2**-9).all()
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_as_pytorch_documents_it():
+    import wavetune.torch_ops  # noqa: F401
+
+    g = torch.Generator(device="cuda").manual_seed(13)
+    n, k = 2048, 1024
+    w, sb = random_fp8(n, k, g), scales("row", n, (1, n), g)
+    x = torch.randn(8, k, device="cuda", generator=g, dtype=torch.bfloat16)
+
+    def step(x):
+        q, sx = torch.ops.wavetune.quantize_fp8(x)
+        return torch.ops.wavetune.scaled_gemm(q, w.t(), sx, sb)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = step(x)
+    x.copy_(torch.randn(8, k, device="cuda", generator=g, dtype=torch.bfloat16))
+    y.fill_(float("nan"))
+    graph.replay()
+    assert torch.equal(y, step(x))
+
+
+@pytest.mark.gpu
+def test_torch_compile_fullgraph():
+    import wavetune.torch_ops  # noqa: F401
+
+    g = torch.Generator(device="cuda").manual_seed(17)
+    n, k = 1024, 512
+    w, sb = random_fp8(n, k, g), scales("row", n, (1, n), g)
+    bias = torch.randn(n, device="cuda", generator=g, dtype=torch.bfloat16)
+
+    def layer(x):
+        q, sx = torch.ops.wavetune.quantize_fp8(x)
+        return torch.ops.wavetune.scaled_gemm(q, w.t(), sx, sb, bias, torch.bfloat16)
+
+    compiled = torch.compile(layer, fullgraph=True)
+    x = torch.randn(4, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    assert torch.equal(compiled(x), layer(x))
