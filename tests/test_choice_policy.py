@@ -15,7 +15,7 @@ from wavetune import _C
 from wavetune.tuning.tablefile import table_slug
 
 TABLES = REPO / "tables"
-FAMILIES = ("attention", "gemm", "grouped_gemm")
+FAMILIES = ("attention", "gemm", "grouped_gemm", "scaled_gemm")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def choices(tmp_path_factory):
 
 def test_every_family_registers_itself():
     assert _C.families() == sorted(FAMILIES)
-    with pytest.raises(ValueError, match=r"unknown kernel family 'dense' \(attention, gemm, grouped_gemm\)"):
+    with pytest.raises(ValueError, match=r"unknown kernel family 'dense' \(attention, gemm, grouped_gemm, scaled_gemm\)"):
         _C.Selector(str(TABLES / "nvidia-h200.wtt"), "dense")
 
 

@@ -1,6 +1,7 @@
 """A kernel family is a folder on each side (docs/architecture.md, "What a kernel family touches"): its C++ in
-csrc/families/<name>/, its Python in python/wavetune/families/<name>/, its config space in cutlass_configs/
-with a [family] table naming it; the build, the registries and the bindings find them, so no file outside a
+csrc/families/<name>/, its Python in python/wavetune/families/<name>/, and either a config space in
+cutlass_configs/ with a [family] table naming it (generated variants, tuned tables) or a catalog of built-in
+variants in its C++ folder; the build, the registries and the bindings find them, so no file outside a
 family's folders lists the families. Read from the tree; needs neither a build nor a GPU."""
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ CPP_FAMILIES = REPO / "csrc" / "families"
 PY_FAMILIES = REPO / "python" / "wavetune" / "families"
 # What each C++ folder holds: its registry (KernelFamily), launch (CUDA), bindings (FamilyBindings), table rules
 # (TableFamily) and the launch stubs of a build without nvcc.
-CPP_FILES = {"registry.cpp", "launch.cu", "bindings.cpp", "table_rules.cpp", "unavailable.cpp"}
-PY_MODULES = {"__init__.py", "api.py", "torch_ops.py", "tuning.py"}
+CPP_FILES = {"registry.cpp", "launch.cu", "bindings.cpp", "unavailable.cpp"}
+PY_MODULES = {"__init__.py", "api.py", "torch_ops.py"}
+# What a family with a config space has besides: its tables' rules (TableFamily) and its tuning driver.
+TABLE_CPP_FILES, TABLE_PY_MODULES = {"table_rules.cpp"}, {"tuning.py"}
 
 
 def config_space_families() -> set[str]:
@@ -25,10 +28,13 @@ def config_space_families() -> set[str]:
 def test_each_family_has_a_cpp_folder_a_python_folder_and_a_config_space():
     cpp = {p.name for p in CPP_FAMILIES.iterdir() if p.is_dir()}
     python = {p.name for p in PY_FAMILIES.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
-    assert cpp == python == config_space_families()
+    assert cpp == python and config_space_families() <= cpp
     for name in cpp:
-        assert CPP_FILES <= {p.name for p in (CPP_FAMILIES / name).iterdir()}, name
-        assert PY_MODULES <= {p.name for p in (PY_FAMILIES / name).iterdir()}, name
+        tuned = name in config_space_families()
+        assert CPP_FILES | (TABLE_CPP_FILES if tuned else set()) <= {p.name for p in (CPP_FAMILIES / name).iterdir()}
+        assert PY_MODULES | (TABLE_PY_MODULES if tuned else set()) <= {p.name for p in (PY_FAMILIES / name).iterdir()}
+        declared = re.search(r'config_space="([^"]*)"', (PY_FAMILIES / name / "__init__.py").read_text()).group(1)
+        assert bool(declared) == tuned, f"{name}: config_space={declared!r} but cutlass_configs/ says {tuned}"
 
 
 def test_each_folder_registers_its_family_once_under_its_own_name():
@@ -39,6 +45,8 @@ def test_each_folder_registers_its_family_once_under_its_own_name():
             "FamilyBindings": (folder / "bindings.cpp", r'FamilyBindings registration\("(\w+)"'),
         }
         for kind, (path, pattern) in registrations.items():
+            if kind == "TableFamily" and not path.exists():
+                continue  # built-in variants only: no tables yet
             assert re.findall(pattern, path.read_text()) == [folder.name], f"{path}: one {kind} named {folder.name}"
     for folder in PY_FAMILIES.iterdir():
         if (folder / "__init__.py").is_file():
