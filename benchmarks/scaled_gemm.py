@@ -2,6 +2,7 @@
 
     python benchmarks/scaled_gemm.py --out $OUT                             # held-out layers, M 1-16384
     python benchmarks/scaled_gemm.py --split design --max-m 16 --out $OUT   # what the choice is fitted on
+    python benchmarks/scaled_gemm.py --scales block --max-m 16 --out $OUT   # 128-block scales
 
 Shapes are the decoder-layer projections (qkv, o, gate_up, down) of the split's models at tensor-parallel
 degrees 1-8, each at token counts drawn (seeded) from 1-8, 9-16, 17-64, 65-1024 and 1025-16384, odd ones
@@ -12,6 +13,11 @@ included. The held-out models are ones no design decision of the scaled GEMM loo
                                     tile per range of M, wave-aware splits), rowwise
   bf16                              torch.matmul on bf16 copies of the weights (cuBLAS), for reference
   <variant>/<splits>                every variant of the catalog at 1, 2, 4 and 8 K splits (M <= 64), rowwise
+With --scales block (1x128 activation groups, 128x128 weight blocks), from bf16 activations each:
+  wavetune                          wavetune.quantize_fp8(x, group_size=128), then wavetune.scaled_gemm
+  dequant                           the weights dequantized to bf16, then torch.matmul (plain PyTorch)
+  transformers                      transformers' finegrained FP8 linear (its Triton kernels), where importable
+  <variant>/<splits>                wavetune's quantizer, then each block-scaled variant
 replayed round-robin (--reps rounds, medians); weights cold (copies rotated past twice the L2 size), inputs
 random. Every method's output is checked against the fp32 reference of the dequantized operands first
 (output poisoned). Writes <out>/scaled_gemm.jsonl, prints geomeans per M range and TB/s of the weights.
@@ -60,6 +66,7 @@ FP8 = torch.float8_e4m3fn
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--split", choices=tuple(MODELS), default="heldout")
+    p.add_argument("--scales", choices=("rowwise", "block"), default="rowwise")
     p.add_argument("--max-m", type=int, default=16384, help="leave out M ranges above this")
     p.add_argument("--limit", type=int, help="a seeded random sample of this many problems")
     p.add_argument("--reps", type=int, default=12)
@@ -83,17 +90,21 @@ def problems(split: str, max_m: int, seed: int) -> list[dict]:
     return out
 
 
-def operands(m: int, n: int, k: int, l2_bytes: int) -> list[dict]:
+def operands(m: int, n: int, k: int, l2_bytes: int, block: bool) -> list[dict]:
     """Copies of every operand, together past twice the L2 size: each launch reads its weights from DRAM."""
+    from wavetune.nn import FP8Linear
+
     copies = min(max(math.ceil(2 * l2_bytes / (n * k)), 2), 32)
     out = []
     for _ in range(copies):
-        w = (torch.rand(n, k, device="cuda") * 2 - 1) * 0.05
+        linear = torch.nn.Linear(k, n, bias=False, device="cuda")
+        torch.nn.init.uniform_(linear.weight, -0.05, 0.05)
         x = torch.rand(m, k, device="cuda", dtype=torch.bfloat16) * 2 - 1
-        sw = w.abs().amax(1, keepdim=True) / 448
-        xq, sx = wavetune.quantize_fp8(x)
-        out.append(dict(x=xq, w=(w / sw).to(FP8), sx=sx, sw=sw.t().contiguous(), sx1=sx.amax().reshape(()),
-                        sw1=sw.amax().reshape(()), w16=w.to(torch.bfloat16), x16=x,
+        layer = FP8Linear.from_linear(linear, block_scales=block)
+        xq, sx = wavetune.quantize_fp8(x, group_size=128 if block else None)
+        sw = layer.weight_scale if block else layer.weight_scale.view(1, -1)
+        out.append(dict(x=xq, w=layer.weight, sx=sx, sw=sw, sx1=sx.amax().reshape(()), sw1=sw.amax().reshape(()),
+                        w16=linear.weight.to(torch.bfloat16), x16=x,
                         out=torch.empty(m, n, device="cuda", dtype=torch.bfloat16)))
     return out
 
@@ -101,6 +112,40 @@ def operands(m: int, n: int, k: int, l2_bytes: int) -> list[dict]:
 def bucket_variant(m: int) -> str:
     """A fixed tile per range of M, as hand-written FP8 dispatchers do."""
     return "e4m3_bf16_decode_64x8_4x1" if m <= 8 else "e4m3_bf16_decode_128x16_4x1"
+
+
+def block_launches(m: int) -> dict:
+    """--scales block: every method from bf16 activations (a layer's input)."""
+    def quantized(o):
+        return wavetune.quantize_fp8(o["x16"], group_size=128)
+
+    def wavetune_block(o):
+        q, s = quantized(o)
+        return wavetune.scaled_gemm(q, o["w"].t(), s, o["sw"], out=o["out"], block_scales=True)
+
+    def dequant(o):
+        n, k = o["w"].shape
+        w = (o["w"].float() * o["sw"].repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]).bfloat16()
+        return torch.matmul(o["x16"], w.t(), out=o["out"])
+
+    found = dict(wavetune=wavetune_block, dequant=dequant)
+    try:
+        from transformers.integrations.finegrained_fp8 import finegrained_fp8_linear
+
+        found["transformers"] = lambda o: finegrained_fp8_linear(o["x16"], o["w"], o["sw"], [128, 128], None, None)
+    except ImportError:
+        pass
+    if m <= wavetune._C.scaled_gemm_max_tokens():
+        for c in wavetune.scaled_gemm_configs():
+            if c.dtype != "bf16" or "_block128_" not in c.name:
+                continue
+            for s in (SPLITS if c.scheduler == "data_parallel" else (1,)):
+                def variant(o, v=c.name, s=s):
+                    q, scale = quantized(o)
+                    return wavetune.scaled_gemm(q, o["w"].t(), scale, o["sw"], out=o["out"], block_scales=True,
+                                                config=v, splits=s)
+                found[f"{c.name}/{s}"] = variant
+    return found
 
 
 def launches(m: int) -> dict:
@@ -127,7 +172,7 @@ def launches(m: int) -> dict:
     found["bucket"] = lambda o, v=bucket_variant(m): wavetune.scaled_gemm(o["x"], o["w"].t(), o["sx"], o["sw"],
                                                                          out=o["out"], config=v)
     for c in wavetune.scaled_gemm_configs():
-        if c.dtype != "bf16":
+        if c.dtype != "bf16" or "_block128_" in c.name:
             continue
         for s in (SPLITS if c.scheduler == "data_parallel" else (1,)):
             found[f"{c.name}/{s}"] = lambda o, v=c.name, s=s: wavetune.scaled_gemm(
@@ -135,36 +180,53 @@ def launches(m: int) -> dict:
     return found
 
 
-def runnable(name: str, launch, o: dict) -> bool:
+def runnable(name: str, launch, o: dict, block: bool) -> bool:
     """Whether ``launch`` runs the problem and matches the fp32 reference (poisoned output first)."""
     o["out"].fill_(float("nan"))
     try:
         out = launch(o)
     except (ValueError, RuntimeError):
-        if name.startswith(("torch", "wavetune", "bf16", "bucket")):
+        if "/" not in name:
             raise
         return False
     torch.cuda.synchronize()
+    if block:  # the bf16 layer: FP8 rounding of weights and activations is within the tolerance
+        ref, tolerance = o["x16"].float() @ o["w16"].float().t(), 6e-2
+    else:
+        ref, tolerance = reference(name, o), 1e-2
+    error = ((out.float() - ref).norm() / ref.norm()).item()
+    if not error < tolerance:
+        raise AssertionError(f"{name}: error {error} (NaN: output not written)")
+    return True
+
+
+def reference(name: str, o: dict):
     if name == "bf16":
         ref = o["x16"].float() @ o["w16"].float().t()
     elif name.endswith("_tensor"):
         ref = (o["x"].float() @ o["w"].float().t()) * (o["sx1"] * o["sw1"])
     else:
         ref = (o["x"].float() * o["sx"]) @ (o["w"].float() * o["sw"].t()).t()
-    error = ((out.float() - ref).norm() / ref.norm()).item()
-    if not error < 1e-2:
-        raise AssertionError(f"{name}: error {error} (NaN: output not written)")
-    return True
+    return ref
 
 
-def measure(problem: dict, reps: int, l2_bytes: int) -> dict:
+def measure(problem: dict, reps: int, l2_bytes: int, block: bool) -> dict:
     m, n, k = problem["m"], problem["n"], problem["k"]
-    ops = operands(m, n, k, l2_bytes)
-    methods = {name: fn for name, fn in launches(m).items() if runnable(name, fn, ops[0])}
+    ops = operands(m, n, k, l2_bytes, block)
+    methods = {name: fn for name, fn in (block_launches if block else launches)(m).items()
+               if runnable(name, fn, ops[0], block)}
     us = interleaved_us(methods, [(o,) for o in ops], per_graph=max(len(ops), 8), reps=reps)
     variants = {name: t for name, t in us.items() if "/" in name}
     best = min(variants, key=variants.get) if variants else None
     fp8_bytes = n * k
+    if block:
+        row = {**problem, "us": us, "weight_mb": fp8_bytes / 1e6, "dequant_speedup": us["dequant"] / us["wavetune"],
+               "wavetune_tbps": fp8_bytes / us["wavetune"] / 1e6}
+        if "transformers" in us:
+            row["transformers_speedup"] = us["transformers"] / us["wavetune"]
+        if best:
+            row.update(best=best, best_us=us[best], choice_vs_best=us[best] / us["wavetune"])
+        return row
     limit_us = max(fp8_bytes / 3.35e6, 2 * m * n * k / 989e6 / 2)  # HBM3 or dense FP8 tensor peak (H100 SXM)
     row = {**problem, "us": us, "weight_mb": fp8_bytes / 1e6, "limit_us": limit_us,
            "rowwise_speedup": us["torch_rowwise"] / us["wavetune_rowwise"],
@@ -173,11 +235,28 @@ def measure(problem: dict, reps: int, l2_bytes: int) -> dict:
            "wavetune_rowwise_tbps": fp8_bytes / us["wavetune_rowwise"] / 1e6,
            "torch_rowwise_tbps": fp8_bytes / us["torch_rowwise"] / 1e6}
     if best:
-        chosen = wavetune._C.scaled_gemm_choice(m, n, k, 0, True, True)
+        chosen = wavetune._C.scaled_gemm_choice(m, n, k, 0, 1, 1)  # per-row scales
         row.update(best=best, best_us=us[best], choice_vs_best=us[best] / us["wavetune_rowwise"],
                    chosen=wavetune.scaled_gemm_configs()[chosen].name if chosen >= 0 else "torch._scaled_mm",
                    bucket_vs_best=us[best] / us["bucket"], best_tbps=fp8_bytes / us[best] / 1e6)
     return row
+
+
+def block_summary(rows: list[dict]) -> str:
+    lines = []
+    for label, lo, hi in M_RANGES:
+        part = [r for r in rows if lo <= r["m"] <= hi]
+        if not part:
+            continue
+        line = (f"M {label}: {len(part)} problems; vs dequantize + bf16 GEMM "
+                f"{geomean([r['dequant_speedup'] for r in part]):.3f}x (min {min(r['dequant_speedup'] for r in part):.3f})")
+        if all("transformers_speedup" in r for r in part):
+            line += (f", vs transformers' Triton {geomean([r['transformers_speedup'] for r in part]):.3f}x (min "
+                     f"{min(r['transformers_speedup'] for r in part):.3f})")
+        if all("choice_vs_best" in r for r in part):
+            line += f"; choice {geomean([r['choice_vs_best'] for r in part]):.3f} of the best variant"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def summary(rows: list[dict]) -> str:
@@ -215,26 +294,34 @@ def main() -> None:
     if args.limit:
         todo = sorted(random.Random(args.seed).sample(todo, min(args.limit, len(todo))), key=todo.index)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"scaled_gemm_{args.split}.jsonl"
+    block = args.scales == "block"
+    path = args.out / f"scaled_gemm_{args.split}{'_block' if block else ''}.jsonl"
     rows = []
     started = time.monotonic()
     with path.open("w") as f:
         f.write(json.dumps({"device": props.name, "torch": torch.__version__, "wavetune": wavetune.__version__,
-                            "pdl": wavetune._C.programmatic_launch(), "split": args.split, "reps": args.reps}) + "\n")
+                            "pdl": wavetune._C.programmatic_launch(), "split": args.split, "scales": args.scales,
+                            "reps": args.reps}) + "\n")
         for i, problem in enumerate(todo):
             if time.monotonic() - started > args.time_budget_s:
                 print(f"time budget spent: {len(todo) - i} problems left out")
                 break
-            row = measure(problem, args.reps, props.L2_cache_size)
+            row = measure(problem, args.reps, props.L2_cache_size, block)
             rows.append(row)
             f.write(json.dumps(row) + "\n")
             f.flush()
+            if block:
+                print(f"[{i + 1}/{len(todo)}] {row['model']} tp{row['tp']} {row['layer']} M={row['m']} N={row['n']} "
+                      f"K={row['k']}: " + ", ".join(f"{name} {row['us'][name]:.1f} us" for name in
+                                                    ("wavetune", "dequant", "transformers") if name in row["us"]),
+                      flush=True)
+                continue
             print(f"[{i + 1}/{len(todo)}] {row['model']} tp{row['tp']} {row['layer']} M={row['m']} N={row['n']} "
                   f"K={row['k']}: torch {row['us']['torch_rowwise']:.1f} us ({row['torch_rowwise_tbps']:.2f} TB/s), "
                   f"wavetune {row['us']['wavetune_rowwise']:.1f} ({row['rowwise_speedup']:.2f}x"
                   + (f", {row['chosen']}; best {row['best']} {row['best_us']:.1f}" if "best" in row else "")
                   + f"), per-tensor {row['tensor_speedup']:.2f}x, bf16 {row['us']['bf16']:.1f}", flush=True)
-    print(summary(rows))
+    print(block_summary(rows) if block else summary(rows))
 
 
 if __name__ == "__main__":

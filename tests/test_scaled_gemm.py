@@ -59,6 +59,16 @@ def test_bad_operands_name_the_problem(change, error, match):
         wavetune.scaled_gemm(*change(*operands()))
 
 
+def test_block_scales_take_their_own_shapes():
+    a, b, sa, sb = operands(m=4, n=300, k=272)
+    with pytest.raises(ValueError, match=r"with block_scales, scale_a must be a contiguous \(4, 3\) tensor"):
+        wavetune.scaled_gemm(a, b, sa, sb, block_scales=True)
+    with pytest.raises(ValueError, match=r"with block_scales, scale_b must be a contiguous \(3, 3\) tensor"):
+        wavetune.scaled_gemm(a, b, torch.ones(4, 3), sb, block_scales=True)
+    with pytest.raises(ValueError, match="group_size must be None"):
+        wavetune.quantize_fp8(torch.zeros(2, 16, dtype=torch.bfloat16), group_size=64)
+
+
 def test_bad_options_name_the_problem():
     a, b, sa, sb = operands()
     with pytest.raises(TypeError, match="out_dtype"):
@@ -86,6 +96,11 @@ def test_the_operators_trace_with_fake_tensors():
         w = torch.empty(48, 64).to(FP8)
         out = torch.ops.wavetune.scaled_gemm(q, w.t(), s, torch.empty(1, 48), None, torch.float16)
         assert out.shape == (3, 48) and out.dtype == torch.float16
+        qb, sg = torch.ops.wavetune.quantize_fp8(torch.empty(3, 272, dtype=torch.bfloat16), None, 128)
+        assert sg.shape == (3, 3)
+        wb = torch.empty(200, 272).to(FP8)
+        out = torch.ops.wavetune.scaled_gemm(qb, wb.t(), sg, torch.empty(2, 3), None, None, True)
+        assert out.shape == (3, 200) and out.dtype == torch.bfloat16
         with pytest.raises(ValueError, match="column-major"):
             torch.ops.wavetune.scaled_gemm(q, w.t().contiguous(), s, torch.empty(1, 48))
 
@@ -141,6 +156,70 @@ def test_every_variant_matches_fp32_with_poisoned_outputs(m, n, k):
                                                config=c.name, splits=splits)
                     check_close(out, ref)
                     assert wide[:, n:].isnan().all(), f"{c.name} wrote past N"
+
+
+def expand_blocks(scale, rows, cols):
+    """[ceil(rows/128), ceil(cols/128)] or [rows, ceil(cols/128)] block scales as one scale per element."""
+    if scale.shape[0] != rows:
+        scale = scale.repeat_interleave(128, 0)
+    return scale[:rows].repeat_interleave(128, 1)[:, :cols]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(1, 200, 1040), (5, 392, 2048), (13, 136, 4096)])
+def test_every_block_scaled_variant_matches_fp32(m, n, k):
+    g = torch.Generator(device="cuda").manual_seed(m + n)
+    a, w = random_fp8(m, k, g), random_fp8(n, k, g)
+    sa = torch.rand(m, -(-k // 128), device="cuda", generator=g) * 0.01 + 1e-3
+    sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda", generator=g) * 0.01 + 1e-3
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+    ref = (a.float() * expand_blocks(sa, m, k)) @ (w.float() * expand_blocks(sb, n, k)).t() + bias.float()
+    block = [c for c in wavetune.scaled_gemm_configs() if "_block128_" in c.name]
+    assert block, "no block-scaled variant compiled"
+    wide = torch.empty((m, n + 8), dtype=torch.bfloat16, device="cuda")
+    for out_dtype in (torch.bfloat16, torch.float16):
+        for c in block:
+            if c.dtype != {torch.bfloat16: "bf16", torch.float16: "fp16"}[out_dtype]:
+                continue
+            for splits in ((0, 1, 3, 8) if c.scheduler == "data_parallel" else (0,)):
+                wide = wide.to(out_dtype).fill_(float("nan"))
+                out = wavetune.scaled_gemm(a, w.t(), sa, sb, out_dtype=out_dtype, bias=bias.to(out_dtype),
+                                           out=wide[:, :n], block_scales=True, config=c.name, splits=splits)
+                check_close(out, ref)
+                assert wide[:, n:].isnan().all(), f"{c.name} wrote past N"
+        with pytest.raises(ValueError, match="takes per-tensor or per-row scales"):
+            wavetune.scaled_gemm(a, w.t(), sa, sb, block_scales=True, config="e4m3_bf16_decode_64x8_4x1")
+    default = wavetune.scaled_gemm(a, w.t(), sa, sb, bias=bias, block_scales=True)  # M > 8: dequantized
+    check_close(default, ref)
+
+
+@pytest.mark.gpu
+def test_quantize_fp8_per_group_of_128():
+    g = torch.Generator(device="cuda").manual_seed(23)
+    for k in (1008, 4096, 136):
+        x = torch.randn(3, k, device="cuda", generator=g, dtype=torch.bfloat16) * 5
+        x[1, 128:256] = 0  # a zero group
+        q, s = wavetune.quantize_fp8(x, group_size=128)
+        assert s.shape == (3, -(-k // 128))
+        padded = torch.nn.functional.pad(x.float().abs(), (0, -k % 128)).reshape(3, -1, 128).amax(-1)
+        torch.testing.assert_close(s, torch.where(padded > 0, padded / 448, torch.ones_like(padded)))
+        err = (q.float() * expand_blocks(s, 3, k) - x.float()).abs()
+        assert (err <= x.float().abs() * 2**-4 + expand_blocks(s, 3, k) * 2**-9).all()
+
+
+@pytest.mark.gpu
+def test_fp8_linear_per_channel_and_block_against_the_bf16_layer():
+    from wavetune.nn import FP8Linear
+
+    g = torch.Generator(device="cuda").manual_seed(29)
+    linear = torch.nn.Linear(1024, 520, bias=True, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2, 3, 1024, device="cuda", generator=g, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        want = linear(x).float()
+        for block in (False, True):
+            got = FP8Linear.from_linear(linear, block_scales=block)(x).float()
+            assert got.shape == want.shape
+            assert ((got - want).norm() / want.norm()).item() < 0.05, block  # e4m3's 3 mantissa bits, twice
 
 
 @pytest.mark.gpu

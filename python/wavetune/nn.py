@@ -102,59 +102,83 @@ class Linear(torch.nn.Linear):
 
 
 class FP8Linear(torch.nn.Module):
-    """A linear layer on FP8 (e4m3) weights with one fp32 scale per output channel, the layout of
-    per-channel FP8 checkpoints (``weight`` [N, K], ``weight_scale`` [N, 1]): each call quantizes its input
-    per token (``wavetune.quantize_fp8``) and runs ``wavetune.scaled_gemm``, whose kernels take up to 64
-    tokens and hand more to ``torch._scaled_mm``. ``input_scale`` (one fp32 value) makes the activation scale
-    static. Output and bias in ``dtype`` (bf16 or fp16). Inference only."""
+    """A linear layer on FP8 (e4m3) weights, ``weight`` [N, K], with fp32 ``weight_scale`` of one of the
+    layouts of FP8 checkpoints: one value, one per output channel ([N, 1]), or one per 128x128 block
+    ([ceil(N/128), ceil(K/128)], as block-quantized checkpoints' ``weight_scale_inv``). Each call quantizes
+    its input per token, or per 128-group of a token for block scales (``wavetune.quantize_fp8``), and runs
+    ``wavetune.scaled_gemm``. ``input_scale`` (one fp32 value) makes the activation scale static (not with
+    block scales). Output and bias in ``dtype`` (bf16 or fp16). Inference only."""
 
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
                  input_scale: torch.Tensor | None = None, dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
             raise ValueError(f"weight must be a 2-D torch.float8_e4m3fn tensor, got {weight.dtype} {tuple(weight.shape)}")
-        if weight_scale.dtype != torch.float32 or weight_scale.numel() not in (1, weight.shape[0]):
-            raise ValueError(f"weight_scale must be float32 with one value or one per output channel "
-                             f"({weight.shape[0]}), got {weight_scale.dtype} {tuple(weight_scale.shape)}")
-        self.out_features, self.in_features = weight.shape
+        n, k = weight.shape
+        blocks = (-(-n // 128), -(-k // 128))
+        self.block_scales = weight_scale.dim() == 2 and tuple(weight_scale.shape) == blocks and weight_scale.numel() > 1
+        if weight_scale.dtype != torch.float32 or not (self.block_scales or weight_scale.numel() in (1, n)):
+            raise ValueError(f"weight_scale must be float32 with one value, one per output channel ({n}) or one per "
+                             f"128x128 block {blocks}, got {weight_scale.dtype} {tuple(weight_scale.shape)}")
+        if self.block_scales and input_scale is not None:
+            raise ValueError("block scales quantize activations per 128-group: no static input_scale")
+        self.out_features, self.in_features = n, k
         self.dtype = dtype
         self.weight = torch.nn.Parameter(weight, requires_grad=False)
-        self.weight_scale = torch.nn.Parameter(weight_scale.reshape(-1, 1).contiguous(), requires_grad=False)
+        self.weight_scale = torch.nn.Parameter(
+            (weight_scale if self.block_scales else weight_scale.reshape(-1, 1)).contiguous(), requires_grad=False)
         self.bias = None if bias is None else torch.nn.Parameter(bias.to(dtype), requires_grad=False)
         self.input_scale = None if input_scale is None else torch.nn.Parameter(input_scale.float().reshape(()),
                                                                               requires_grad=False)
 
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear) -> FP8Linear:
-        """``linear`` quantized to e4m3 per output channel (scale = the row's largest magnitude / 448)."""
+    def from_linear(cls, linear: torch.nn.Linear, *, block_scales: bool = False) -> FP8Linear:
+        """``linear`` quantized to e4m3 per output channel, or per 128x128 block: scale = the largest magnitude
+        / 448 of each."""
         weight = linear.weight.detach().float()
-        scale = (weight.abs().amax(dim=1, keepdim=True) / 448).clamp(min=torch.finfo(torch.float32).tiny)
+        tiny = torch.finfo(torch.float32).tiny
         bias = None if linear.bias is None else linear.bias.detach()
-        return cls((weight / scale).to(torch.float8_e4m3fn), scale, bias, dtype=linear.weight.dtype)
+        if not block_scales:
+            scale = (weight.abs().amax(dim=1, keepdim=True) / 448).clamp(min=tiny)
+            return cls((weight / scale).to(torch.float8_e4m3fn), scale, bias, dtype=linear.weight.dtype)
+        n, k = weight.shape
+        padded = torch.nn.functional.pad(weight.abs(), (0, -k % 128, 0, -n % 128))
+        scale = (padded.reshape(-(-n // 128), 128, -(-k // 128), 128).amax(dim=(1, 3)) / 448).clamp(min=tiny)
+        expanded = scale.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+        return cls((weight / expanded).to(torch.float8_e4m3fn), scale, bias, dtype=linear.weight.dtype)
 
     def extra_repr(self) -> str:
+        activations = "static" if self.input_scale is not None else "per 128-group" if self.block_scales else "per token"
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"activations={'static' if self.input_scale is not None else 'per token'}, gemm=wavetune fp8")
+                f"weights={'128x128 blocks' if self.block_scales else 'per channel'}, activations={activations}, "
+                "gemm=wavetune fp8")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).to(self.dtype)
-        q, scale = torch.ops.wavetune.quantize_fp8(rows, self.input_scale)
-        weight_scale = self.weight_scale.view(1, -1) if self.weight_scale.numel() > 1 else self.weight_scale.view(())
-        out = torch.ops.wavetune.scaled_gemm(q, self.weight.t(), scale.reshape(-1, 1) if scale.numel() > 1
-                                             else scale.reshape(()), weight_scale, self.bias, self.dtype)
+        if self.block_scales:
+            q, scale = torch.ops.wavetune.quantize_fp8(rows, None, 128)
+            out = torch.ops.wavetune.scaled_gemm(q, self.weight.t(), scale, self.weight_scale, self.bias, self.dtype,
+                                                 True)
+        else:
+            q, scale = torch.ops.wavetune.quantize_fp8(rows, self.input_scale)
+            per_channel = self.weight_scale.numel() > 1
+            out = torch.ops.wavetune.scaled_gemm(
+                q, self.weight.t(), scale.reshape(-1, 1) if scale.numel() > 1 else scale.reshape(()),
+                self.weight_scale.view(1, -1) if per_channel else self.weight_scale.view(()), self.bias, self.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def quantize_model(model: torch.nn.Module) -> list[str]:
+def quantize_model(model: torch.nn.Module, *, block_scales: bool = False) -> list[str]:
     """Replace every plain ``nn.Linear`` of ``model`` that wavetune can run (``unsupported_reason``) by an
-    ``FP8Linear`` quantized from it, in place, except a transformers model's output head (kept in bf16, as
-    FP8 checkpoints keep it); returns the layers' names. Lossy: for FP8 serving experiments."""
+    ``FP8Linear`` quantized from it (per channel, or per 128x128 block), in place, except a transformers
+    model's output head (kept in bf16, as FP8 checkpoints keep it); returns the layers' names. Lossy: for FP8
+    serving experiments."""
     head = getattr(model, "get_output_embeddings", lambda: None)()
     done = []
     for name, parent, attribute, linear in _linear_children(model):
         if type(linear) is torch.nn.Linear and linear is not head and unsupported_reason(linear) is None \
                 and linear.in_features % 16 == 0:
-            setattr(parent, attribute, FP8Linear.from_linear(linear))
+            setattr(parent, attribute, FP8Linear.from_linear(linear, block_scales=block_scales))
             done.append(name)
     return done
 

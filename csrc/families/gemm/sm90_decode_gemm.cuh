@@ -1,6 +1,7 @@
 // The decode GEMM: D[M,N] = X[M,K] @ W[N,K]^T (+ bias) for a few tokens (M up to a 64-token tile per CTA
-// row), where the time is the time to read W once; in bf16 or fp16, or in e4m3 with fp32 scales per tensor
-// or per row (D = sx[m] sw[n] X W^T + bias: the scaled GEMM family). Hand-written rather than a CUTLASS
+// row), where the time is the time to read W once; in bf16 or fp16, or in e4m3 with fp32 scales per tensor,
+// per row (D = sx[m] sw[n] X W^T + bias) or per 128-block (1x128 groups of X, 128x128 blocks of W): the
+// scaled GEMM family. Hand-written rather than a CUTLASS
 // collective:
 //
 // NOTES: why not CUTLASS. Its sm90 kernels stage both operands through TMA into shared memory for wgmma,
@@ -55,12 +56,16 @@ struct Params {
   int64_t ldx, ldw, ldd;
   int m, n, k;
   int chunks_per_worker;  // K chunks each (split, warp-K) worker sums
-  // Scales of the products (the scaled GEMM; null: none): token m's is scale_x[m * scale_x_step], row n's
-  // scale_w[n * scale_w_step]; a step of 0 is one scale for the whole operand.
+  // Scales of the products (the scaled GEMM; null: none). Per tensor or row: token m's is
+  // scale_x[m * scale_x_step], row n's scale_w[n * scale_w_step] (a step of 0: one for the operand). Per
+  // 128-block (kBlockScaled kernels): scale_x[m * scale_x_step + k / 128], scale_w[n / 128 * scale_w_step +
+  // k / 128].
   const float* scale_x = nullptr;
   const float* scale_w = nullptr;
   int scale_x_step = 0, scale_w_step = 0;
 };
+
+constexpr int kScaleBlock = 128;  // the K (and W row) extent of a block scale
 
 // What the kernel needs of an input type: its elements per 16-byte load and its MMA.
 template <typename T>
@@ -113,11 +118,14 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 // NOTES: a warp's token fragment is loaded once per K chunk and used by all its row tiles: with tokens
 // T and R rows per CTA, the CTA reads T/R bytes of activations (from L1/L2) per weight byte, so wide
 // token tiles take more rows per warp.
-// T: the inputs' type; Out: the output's (and the bias's).
-template <typename T, typename Out, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll>
+// T: the inputs' type; Out: the output's (and the bias's); kBlockScaled: scales per 128-block, applied to
+// each K chunk's product (else per tensor or row, applied once to the sum).
+template <typename T, typename Out, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll,
+          bool kBlockScaled = false>
 struct Kernel {
   static constexpr int kChunk = Operand<T>::kChunk;
   static constexpr int kElementsPerLoad = Operand<T>::kElementsPerLoad;
+  static_assert(!kBlockScaled || kScaleBlock % kChunk == 0, "a chunk lies within one scale block");
   static constexpr int kThreads = 32 * kWarpsN * kWarpsK;
   // The template's parameters, for the host-side launch.
   static constexpr int kTokensPerTile = kTokens, kWarpsAlongK = kWarpsK, kChunksPerStep = kUnroll;
@@ -189,14 +197,17 @@ struct Kernel {
     }
   }
 
-  // acc += the loop step at chunk c0: each token fragment loaded once, multiplied by every row tile.
-  __device__ static void multiply(const Params& p, const Weights& a, const Chunks& chunks, int c0, int token0,
-                                  const Lane& l, Accumulators& acc) {
+  // acc += the loop step at chunk c0: each token fragment loaded once, multiplied by every row tile. Block
+  // scaled: each chunk's product goes to `part` first, then into acc times its block's scales.
+  __device__ static void multiply(const Params& p, const Weights& a, const Chunks& chunks, int c0, int row0,
+                                  int token0, const Lane& l, Accumulators& acc) {
     const auto* x = static_cast<const T*>(p.x);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u;
       const bool valid = chunks.valid(p, c, l.t);
+      Accumulators part = {};
+      Accumulators& into = kBlockScaled ? part : acc;
 #pragma unroll
       for (int f = 0; f < kFragments; ++f) {
         const int token = token0 + f * 8 + l.g;
@@ -206,9 +217,38 @@ struct Kernel {
 #pragma unroll
         for (int r = 0; r < kRowTiles; ++r) {
           const uint4 lo = a[u][r][0], hi = a[u][r][1];
-          mma<T>(acc[r][f], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
-          mma<T>(acc[r][f], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+          mma<T>(into[r][f], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+          mma<T>(into[r][f], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
         }
+      }
+      if constexpr (kBlockScaled) {
+        if (c < chunks.last && c * kChunk < p.k) {
+          add_block_scaled(p, part, c * kChunk / kScaleBlock, row0, token0, l, acc);
+        }
+      }
+    }
+  }
+
+  // acc += part x the scales of K block `block`: row tile r's weight block, each token's activation group.
+  __device__ static void add_block_scaled(const Params& p, const Accumulators& part, int block, int row0, int token0,
+                                          const Lane& l, Accumulators& acc) {
+    float token_scale[kFragments][2];
+#pragma unroll
+    for (int f = 0; f < kFragments; ++f) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int token = token0 + 8 * f + 2 * l.t + j;
+        token_scale[f][j] = token < p.m ? __ldg(p.scale_x + int64_t(token) * p.scale_x_step + block) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r) {
+      const int tile_row = min(row0 - l.g + 16 * r, p.n - 1);  // a tile's 16 rows share one weight block
+      const float row_scale = __ldg(p.scale_w + int64_t(tile_row / kScaleBlock) * p.scale_w_step + block);
+#pragma unroll
+      for (int f = 0; f < kFragments; ++f) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[r][f][i] += part[r][f][i] * row_scale * token_scale[f][i % 2];
       }
     }
   }
@@ -242,7 +282,7 @@ struct Kernel {
       Weights a;
       copy(next, a);
       if (c0 + kUnroll < chunks.last) load(p, rows, chunks, c0 + kUnroll, l.t, next);  // in flight meanwhile
-      multiply(p, a, chunks, c0, token0, l, acc);
+      multiply(p, a, chunks, c0, row0, token0, l, acc);
     }
     reduce_and_store(p, smem, l, acc, row0, token0);
   }
@@ -322,7 +362,7 @@ struct Kernel {
           load(p, rows, chunks, next_c0, l.t, next);
         }
       }
-      multiply(p, a, chunks, c0, token0, l, acc);
+      multiply(p, a, chunks, c0, row0, token0, l, acc);
       if (next_item != item) {
         store(p, acc, row0, token0, l.t);
         if (next_item >= items) return;
@@ -347,12 +387,13 @@ struct Kernel {
         const int row = row0 + 16 * r + 8 * (i / 2);
         if (row >= p.n) continue;
         const float b = bias ? static_cast<float>(bias[row]) : 0.0f;
-        const float row_scale = p.scale_w ? p.scale_w[int64_t(row) * p.scale_w_step] : 1.0f;
+        const bool scaled = !kBlockScaled && p.scale_w;  // block scales are in acc already
+        const float row_scale = scaled ? p.scale_w[int64_t(row) * p.scale_w_step] : 1.0f;
 #pragma unroll
         for (int f = 0; f < kFragments; ++f) {
           const int token = token0 + 8 * f + 2 * t + i % 2;
           if (token >= p.m) continue;
-          const float scale = p.scale_x ? row_scale * p.scale_x[int64_t(token) * p.scale_x_step] : row_scale;
+          const float scale = scaled ? row_scale * p.scale_x[int64_t(token) * p.scale_x_step] : row_scale;
           d[int64_t(token) * p.ldd + row] = static_cast<Out>(acc[r][f][i] * scale + b);  // round to nearest
         }
       }

@@ -15,11 +15,11 @@ namespace {
 void bind(py::module_& m);
 FamilyBindings registration("scaled_gemm", &bind);
 
-// Sizes, pointers and scale kinds as Python passes them: (m, n, k, a, lda, b, ldb, d, ldd, out_dtype,
-// scale_a, scale_a_per_row, scale_b, scale_b_per_row, bias).
+// Sizes, pointers and scale kinds (ScaleKind codes) as Python passes them: (m, n, k, a, lda, b, ldb, d, ldd,
+// out_dtype, scale_a, scale_a_kind, scale_b, scale_b_kind, bias).
 ScaledGemmProblem make_problem(int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb,
-                               uintptr_t d, int64_t ldd, int32_t out_dtype, uintptr_t scale_a, bool a_per_row,
-                               uintptr_t scale_b, bool b_per_row, uintptr_t bias) {
+                               uintptr_t d, int64_t ldd, int32_t out_dtype, uintptr_t scale_a, int32_t a_kind,
+                               uintptr_t scale_b, int32_t b_kind, uintptr_t bias) {
   return {m,
           n,
           k,
@@ -31,9 +31,9 @@ ScaledGemmProblem make_problem(int32_t m, int32_t n, int32_t k, uintptr_t a, int
           ldd,
           static_cast<DType>(out_dtype),
           reinterpret_cast<const float*>(scale_a),
-          a_per_row,
+          static_cast<ScaleKind>(a_kind),
           reinterpret_cast<const float*>(scale_b),
-          b_per_row,
+          static_cast<ScaleKind>(b_kind),
           reinterpret_cast<const void*>(bias)};
 }
 
@@ -46,30 +46,32 @@ void bind(py::module_& m) {
   m.def("scaled_gemm_config_space_hash", &scaled_gemm_config_space_hash,
         "Identifies the compiled scaled GEMM catalog (its tables are checked against it).");
   m.def("scaled_gemm_max_tokens", [] { return kScaledGemmMaxTokens; });
+  m.def("scale_kinds", [] { return py::make_tuple("tensor", "row", "block128"); },
+        "The ScaleKind names, by code.");
   m.def(
       "scaled_gemm_problem_error",
       [](int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d, int64_t ldd,
-         int32_t out_dtype, uintptr_t scale_a, bool a_per_row, uintptr_t scale_b, bool b_per_row, uintptr_t bias) {
+         int32_t out_dtype, uintptr_t scale_a, int32_t a_kind, uintptr_t scale_b, int32_t b_kind, uintptr_t bias) {
         return scaled_gemm_problem_error(
-            make_problem(m, n, k, a, lda, b, ldb, d, ldd, out_dtype, scale_a, a_per_row, scale_b, b_per_row, bias));
+            make_problem(m, n, k, a, lda, b, ldb, d, ldd, out_dtype, scale_a, a_kind, scale_b, b_kind, bias));
       },
       "Empty string when a scaled GEMM's sizes, pointers and alignment are valid, else the reason.");
   m.def(
       "scaled_gemm_choice",
-      [](int32_t m, int32_t n, int32_t k, int32_t out_dtype, bool a_per_row, bool b_per_row) {
+      [](int32_t m, int32_t n, int32_t k, int32_t out_dtype, int32_t a_kind, int32_t b_kind) {
         // The choice reads the sizes, the output dtype and the kinds of scales only.
-        return scaled_gemm_choice(make_problem(m, n, k, 0, k, 0, k, 0, n, out_dtype, 0, a_per_row, 0, b_per_row, 0));
+        return scaled_gemm_choice(make_problem(m, n, k, 0, k, 0, k, 0, n, out_dtype, 0, a_kind, 0, b_kind, 0));
       },
-      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("out_dtype"), py::arg("scale_a_per_row"),
-      py::arg("scale_b_per_row"),
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("out_dtype"), py::arg("scale_a_kind"),
+      py::arg("scale_b_kind"),
       "The variant a scaled_gemm call with no config runs on the current device; -1: torch._scaled_mm runs it.");
   m.def(
       "scaled_gemm",
       [](int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d, int64_t ldd,
-         int32_t out_dtype, uintptr_t scale_a, bool a_per_row, uintptr_t scale_b, bool b_per_row, uintptr_t bias,
+         int32_t out_dtype, uintptr_t scale_a, int32_t a_kind, uintptr_t scale_b, int32_t b_kind, uintptr_t bias,
          int32_t variant, int32_t splits, uintptr_t stream) {
         const ScaledGemmProblem p =
-            make_problem(m, n, k, a, lda, b, ldb, d, ldd, out_dtype, scale_a, a_per_row, scale_b, b_per_row, bias);
+            make_problem(m, n, k, a, lda, b, ldb, d, ldd, out_dtype, scale_a, a_kind, scale_b, b_kind, bias);
         scaled_gemm(p, variant, splits, reinterpret_cast<Stream>(stream));
       },
       py::call_guard<py::gil_scoped_release>(),
@@ -77,14 +79,15 @@ void bind(py::module_& m) {
       "device and the given stream.");
   m.def(
       "quantize_fp8",
-      [](uintptr_t x, int64_t ldx, int32_t dtype, int32_t rows, int32_t k, uintptr_t q, uintptr_t scale,
-         uintptr_t static_scale, uintptr_t stream) {
-        quantize_fp8(reinterpret_cast<const void*>(x), ldx, static_cast<DType>(dtype), rows, k,
+      [](uintptr_t x, int64_t ldx, int32_t dtype, int32_t rows, int32_t k, int32_t group_size, uintptr_t q,
+         uintptr_t scale, uintptr_t static_scale, uintptr_t stream) {
+        quantize_fp8(reinterpret_cast<const void*>(x), ldx, static_cast<DType>(dtype), rows, k, group_size,
                      reinterpret_cast<void*>(q), reinterpret_cast<float*>(scale),
                      reinterpret_cast<const float*>(static_scale), reinterpret_cast<Stream>(stream));
       },
       py::call_guard<py::gil_scoped_release>(),
-      "x (bf16/fp16) to e4m3 per row (scale written) or with one static scale, on the given stream.");
+      "x (bf16/fp16) to e4m3 per row or per 128-group (scales written) or with one static scale, on the given "
+      "stream.");
 }
 
 }  // namespace

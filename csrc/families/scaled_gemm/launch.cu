@@ -21,10 +21,11 @@ namespace wavetune {
 namespace detail {
 namespace {
 
-template <DType kOut, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll, TileScheduler kScheduler>
+template <DType kOut, bool kBlockScaled, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll,
+          TileScheduler kScheduler>
 struct ScaledVariant {
   using Out = std::conditional_t<kOut == DType::bf16, __nv_bfloat16, __half>;
-  using K = decode::Kernel<__nv_fp8_e4m3, Out, kTokens, kRowTiles, kWarpsN, kWarpsK, kUnroll>;
+  using K = decode::Kernel<__nv_fp8_e4m3, Out, kTokens, kRowTiles, kWarpsN, kWarpsK, kUnroll, kBlockScaled>;
   static constexpr bool kPersistent = kScheduler == TileScheduler::persistent;
 
   static int32_t splits(const ScaledGemmProblem& p, int32_t splits, const DeviceInfo& dev) {
@@ -34,6 +35,9 @@ struct ScaledVariant {
 
   static std::string why_not(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
     if (p.out_dtype != kOut) return std::string("the variant writes ") + to_string(kOut);
+    if (kBlockScaled != (p.scale_a_kind == ScaleKind::block128)) {
+      return kBlockScaled ? "the variant takes 128-block scales" : "the variant takes per-tensor or per-row scales";
+    }
     if (kPersistent && requested > 1) return "a persistent variant does not split K";
     const int32_t s = splits(p, requested, dev);
     if (s > decode::kMaxSplits) {
@@ -46,8 +50,10 @@ struct ScaledVariant {
   static void run(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev, Stream stream) {
     const int32_t s = splits(p, requested, dev);
     decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, 0};
-    params.scale_x = p.scale_a, params.scale_x_step = p.scale_a_per_row ? 1 : 0;
-    params.scale_w = p.scale_b, params.scale_w_step = p.scale_b_per_row ? 1 : 0;
+    const int k_blocks = (p.k + decode::kScaleBlock - 1) / decode::kScaleBlock;
+    params.scale_x = p.scale_a, params.scale_w = p.scale_b;
+    params.scale_x_step = kBlockScaled ? k_blocks : p.scale_a_kind == ScaleKind::row ? 1 : 0;
+    params.scale_w_step = kBlockScaled ? k_blocks : p.scale_b_kind == ScaleKind::row ? 1 : 0;
     const cudaError_t status =
         decode::launch<K, kPersistent>(params, s, dev.device, dev.sm_count, programmatic_launch(), stream);
     if (status != cudaSuccess) {
@@ -82,9 +88,9 @@ double predicted_cost(const VariantInfo& v, const ScaledGemmProblem& p, int32_t 
 
 std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries() {
   std::vector<VariantRegistry<ScaledVariantOps>::Entry> out;
-#define WAVETUNE_SCALED_ENTRY(OUT, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME)                       \
-  out.push_back(ScaledVariant<DType::OUT, TOKENS, ROW_TILES, WN, WK, UNROLL, TileScheduler::SCHEDULER>::entry( \
-      int32_t(out.size()), NAME));
+#define WAVETUNE_SCALED_ENTRY(OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME)                \
+  out.push_back(ScaledVariant<DType::OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, TileScheduler::SCHEDULER>:: \
+                    entry(int32_t(out.size()), NAME));
   WAVETUNE_SCALED_GEMM_VARIANTS(WAVETUNE_SCALED_ENTRY)
 #undef WAVETUNE_SCALED_ENTRY
   return out;
@@ -93,14 +99,17 @@ std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries() {
 }  // namespace detail
 
 int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
-  if (p.m > kScaledGemmMaxTokens || (!p.scale_a_per_row && !p.scale_b_per_row)) return -1;
+  if (p.m > kScaledGemmMaxTokens || (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) {
+    return -1;
+  }
   if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();
   int32_t best = -1;
   double best_cost = std::numeric_limits<double>::infinity();
   for (const VariantInfo& v : scaled_gemm_variants()) {
-    if (v.dtype != p.out_dtype || v.scheduler != TileScheduler::data_parallel) continue;
-    const int32_t splits = detail::scaled_variant_ops(v.id)->splits(p, 0, dev);
+    const detail::ScaledVariantOps* ops = detail::scaled_variant_ops(v.id);
+    if (v.scheduler != TileScheduler::data_parallel || !ops->why_not(p, 0, dev).empty()) continue;
+    const int32_t splits = ops->splits(p, 0, dev);
     const double cost = detail::predicted_cost(v, p, splits, dev.sm_count);
     if (cost < best_cost) best = v.id, best_cost = cost;
   }
@@ -126,52 +135,87 @@ namespace detail {
 namespace {
 
 constexpr int kQuantizeThreads = 256;
+constexpr int kGroupThreads = decode::kScaleBlock / 8;  // threads of one 128-element group, 8 elements each
 constexpr float kE4m3Max = 448.0f;
 
-// One CTA per row: the row's largest magnitude (unless the scale is given), then the row scaled and
-// rounded to e4m3 with saturation; 8 elements per thread per step (16-byte loads, 8-byte stores).
 template <typename T>
+__device__ __forceinline__ float magnitude(const uint4& v) {
+  const T* e = reinterpret_cast<const T*>(&v);
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(static_cast<float>(e[j])));
+  return amax;
+}
+
+// 8 elements of x times `inverse`, rounded to e4m3 with saturation, stored as 8 bytes.
+template <typename T>
+__device__ __forceinline__ void store_scaled(const uint4& v, float inverse, __nv_fp8_e4m3* out) {
+  const T* e = reinterpret_cast<const T*>(&v);
+  __align__(8) __nv_fp8_e4m3 packed[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) packed[j] = __nv_fp8_e4m3(static_cast<float>(e[j]) * inverse);  // saturates
+  *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(packed);
+}
+
+__device__ __forceinline__ float scale_of(float amax) { return amax > 0.0f ? amax / kE4m3Max : 1.0f; }
+
+// The largest magnitude over the CTA (row scales).
+__device__ float block_max(float amax) {
+  __shared__ float warp_max[kQuantizeThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kQuantizeThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  return amax;
+}
+
+// One CTA per row, 8 elements per thread per step (16-byte loads, 8-byte stores). Per row: the row's
+// largest magnitude first (or the given scale), then the scaled row. Per group: each group of 128 is 16
+// threads' one step, so its scale is known after one shuffle and the row is read once.
+template <typename T, bool kGroups>
 __global__ void __launch_bounds__(kQuantizeThreads)
     quantize_rows_kernel(const T* x, int64_t ldx, int k, __nv_fp8_e4m3* q, float* scale, const float* static_scale) {
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const T* row = x + int64_t(blockIdx.x) * ldx;
   __nv_fp8_e4m3* out = q + int64_t(blockIdx.x) * k;
-  float s;
-  if (static_scale) {
-    s = *static_scale;
-  } else {
-    float amax = 0.0f;
-    for (int i = 8 * threadIdx.x; i < k; i += 8 * kQuantizeThreads) {
-      const uint4 v = *reinterpret_cast<const uint4*>(row + i);
-      const T* e = reinterpret_cast<const T*>(&v);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(static_cast<float>(e[j])));
+  if constexpr (kGroups) {
+    const int groups = (k + decode::kScaleBlock - 1) / decode::kScaleBlock;
+    // Whole warps step together (the shuffles take all 32 lanes); lanes past k load zeros and store nothing.
+    for (int i = 8 * threadIdx.x; i - 8 * int(threadIdx.x % 32) < k; i += 8 * kQuantizeThreads) {
+      const uint4 v = i < k ? *reinterpret_cast<const uint4*>(row + i) : make_uint4(0, 0, 0, 0);
+      float amax = magnitude<T>(v);
+      for (int offset = kGroupThreads / 2; offset > 0; offset /= 2) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+      }
+      const float s = scale_of(amax);
+      if (threadIdx.x % kGroupThreads == 0 && i < k) {
+        scale[int64_t(blockIdx.x) * groups + i / decode::kScaleBlock] = s;
+      }
+      if (i < k) store_scaled<T>(v, 1.0f / s, out + i);
     }
-    __shared__ float warp_max[kQuantizeThreads / 32];
-    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
-    __syncthreads();
-    amax = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kQuantizeThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-    // An all-zero row gets scale 1 (any scale reproduces it); otherwise its largest magnitude maps to 448.
-    s = amax > 0.0f ? amax / kE4m3Max : 1.0f;
-    if (threadIdx.x == 0) scale[blockIdx.x] = s;
-  }
-  const float inverse = 1.0f / s;
-  for (int i = 8 * threadIdx.x; i < k; i += 8 * kQuantizeThreads) {
-    const uint4 v = *reinterpret_cast<const uint4*>(row + i);
-    const T* e = reinterpret_cast<const T*>(&v);
-    __align__(8) __nv_fp8_e4m3 packed[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) packed[j] = __nv_fp8_e4m3(static_cast<float>(e[j]) * inverse);  // saturates
-    *reinterpret_cast<uint2*>(out + i) = *reinterpret_cast<const uint2*>(packed);
+  } else {
+    float s;
+    if (static_scale) {
+      s = *static_scale;
+    } else {
+      float amax = 0.0f;
+      for (int i = 8 * threadIdx.x; i < k; i += 8 * kQuantizeThreads) {
+        amax = fmaxf(amax, magnitude<T>(*reinterpret_cast<const uint4*>(row + i)));
+      }
+      s = scale_of(block_max(amax));
+      if (threadIdx.x == 0) scale[blockIdx.x] = s;
+    }
+    for (int i = 8 * threadIdx.x; i < k; i += 8 * kQuantizeThreads) {
+      store_scaled<T>(*reinterpret_cast<const uint4*>(row + i), 1.0f / s, out + i);
+    }
   }
 }
 
 template <typename T>
-cudaError_t launch_quantize(const void* x, int64_t ldx, int32_t m, int32_t k, void* q, float* scale,
+cudaError_t launch_quantize(const void* x, int64_t ldx, int32_t m, int32_t k, bool groups, void* q, float* scale,
                             const float* static_scale, Stream stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(m));
@@ -182,18 +226,23 @@ cudaError_t launch_quantize(const void* x, int64_t ldx, int32_t m, int32_t k, vo
   pdl.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &pdl;
   config.numAttrs = programmatic_launch() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, quantize_rows_kernel<T>, static_cast<const T*>(x), ldx, int(k),
-                            static_cast<__nv_fp8_e4m3*>(q), scale, static_scale);
+  auto* kernel = groups ? quantize_rows_kernel<T, true> : quantize_rows_kernel<T, false>;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(x), ldx, int(k), static_cast<__nv_fp8_e4m3*>(q),
+                            scale, static_scale);
 }
 
 }  // namespace
 }  // namespace detail
 
-void quantize_fp8(const void* x, int64_t ldx, DType x_dtype, int32_t m, int32_t k, void* q, float* scale,
-                  const float* static_scale, Stream stream) {
+void quantize_fp8(const void* x, int64_t ldx, DType x_dtype, int32_t m, int32_t k, int32_t group_size, void* q,
+                  float* scale, const float* static_scale, Stream stream) {
   if (m < 0 || k < 0 || k % 8 != 0 || ldx < k || ldx % 8 != 0) {
     WAVETUNE_INVALID("quantize_fp8 takes m, k >= 0 with k and the row stride multiples of 8 (16-byte loads), got m=",
                      m, " k=", k, " ldx=", ldx);
+  }
+  if (group_size != 0 && (group_size != detail::decode::kScaleBlock || static_scale)) {
+    WAVETUNE_INVALID("quantize_fp8 groups rows by 128 (block-scaled activations) or not at all (0), with no static "
+                     "scale; got group_size=", group_size);
   }
   if (!x || !q || (!scale && !static_scale)) WAVETUNE_INVALID("quantize_fp8: null pointer");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(q) % 8 != 0) {
@@ -201,10 +250,11 @@ void quantize_fp8(const void* x, int64_t ldx, DType x_dtype, int32_t m, int32_t 
   }
   if (m == 0 || k == 0) return;
   if (const char* device_error = detail::current_device_error()) WAVETUNE_INVALID(device_error);
+  const bool groups = group_size != 0;
   const cudaError_t status =
       x_dtype == DType::bf16
-          ? detail::launch_quantize<__nv_bfloat16>(x, ldx, m, k, q, scale, static_scale, stream)
-          : detail::launch_quantize<__half>(x, ldx, m, k, q, scale, static_scale, stream);
+          ? detail::launch_quantize<__nv_bfloat16>(x, ldx, m, k, groups, q, scale, static_scale, stream)
+          : detail::launch_quantize<__half>(x, ldx, m, k, groups, q, scale, static_scale, stream);
   if (status != cudaSuccess) {
     cudaGetLastError();
     WAVETUNE_FAIL("quantize_fp8 launch failed: ", cudaGetErrorString(status));

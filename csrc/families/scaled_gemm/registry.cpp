@@ -28,7 +28,7 @@ std::string catalog_hash() {
     for (const char* c = name; *c; ++c) h = (h ^ uint8_t(*c)) * 1099511628211ull;
     h = (h ^ '\n') * 1099511628211ull;
   };
-#define WAVETUNE_SCALED_NAME(OUT, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME) mix(NAME);
+#define WAVETUNE_SCALED_NAME(OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME) mix(NAME);
   WAVETUNE_SCALED_GEMM_VARIANTS(WAVETUNE_SCALED_NAME)
 #undef WAVETUNE_SCALED_NAME
   char text[17];
@@ -52,6 +52,7 @@ const char* scaled_gemm_config_space_hash() {
 }
 
 std::string scaled_gemm_problem_error(const ScaledGemmProblem& p) {
+  auto valid_kind = [](ScaleKind kind) { return int32_t(kind) >= 0 && int32_t(kind) <= int32_t(ScaleKind::block128); };
   auto misaligned = [](const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; };
   std::ostringstream os;
   if (p.m < 1 || p.n < 1 || p.k < 1) {
@@ -63,6 +64,11 @@ std::string scaled_gemm_problem_error(const ScaledGemmProblem& p) {
        << "lda=" << p.lda << " ldb=" << p.ldb << " ldd=" << p.ldd;
   } else if (p.out_dtype != DType::bf16 && p.out_dtype != DType::fp16) {
     os << "the output must be bf16 or fp16";
+  } else if (!valid_kind(p.scale_a_kind) || !valid_kind(p.scale_b_kind)) {
+    os << "unknown scale kind (tensor, row or block128)";
+  } else if ((p.scale_a_kind == ScaleKind::block128) != (p.scale_b_kind == ScaleKind::block128)) {
+    os << "128-block scales go with 128-block scales: scale_a [M, ceil(K/128)] and scale_b [ceil(N/128), "
+       << "ceil(K/128)] both, or neither";
   } else if (!p.a || !p.b || !p.d || !p.scale_a || !p.scale_b) {
     os << "null data or scale pointer";
   } else if (misaligned(p.a, 16) || misaligned(p.b, 16)) {

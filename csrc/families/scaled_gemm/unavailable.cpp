@@ -12,13 +12,15 @@ std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries() {
 using detail::kNoKernels;
 
 int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
-  if (p.m > kScaledGemmMaxTokens || (!p.scale_a_per_row && !p.scale_b_per_row)) return -1;
+  if (p.m > kScaledGemmMaxTokens || (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) {
+    return -1;
+  }
   WAVETUNE_FAIL(kNoKernels);
 }
 
 void scaled_gemm(const ScaledGemmProblem&, int32_t, int32_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
 
-void quantize_fp8(const void*, int64_t, DType, int32_t, int32_t, void*, float*, const float*, Stream) {
+void quantize_fp8(const void*, int64_t, DType, int32_t, int32_t, int32_t, void*, float*, const float*, Stream) {
   WAVETUNE_FAIL(kNoKernels);
 }
 

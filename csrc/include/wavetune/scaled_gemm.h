@@ -1,8 +1,10 @@
 // FP8 scaled GEMM (docs/scaled_gemm.md): D[m, n] = sa[m] sb[n] (A[m, :] . B[n, :]) (+ bias[n]) with A and B in
-// e4m3 (OCP FP8), fp32 scales per tensor or per row of either operand, and D and bias in bf16 or fp16: what
-// torch._scaled_mm computes with a column-major B, i.e. x @ W.T for an nn.Linear weight W.
+// e4m3 (OCP FP8), fp32 scales per tensor or per row of either operand, or per 128-block of both, and D and
+// bias in bf16 or fp16: what torch._scaled_mm computes with a column-major B, i.e. x @ W.T for an nn.Linear
+// weight W.
 //
-//   wavetune::ScaledGemmProblem p{m, n, k, a, k, b, k, d, n, wavetune::DType::bf16, sa, 1, sb, 1};
+//   wavetune::ScaledGemmProblem p{m, n, k, a, k, b, k, d, n, wavetune::DType::bf16,
+//                                 sa, wavetune::ScaleKind::row, sb, wavetune::ScaleKind::row};
 //   int32_t variant = wavetune::scaled_gemm_choice(p);  // -1: no variant takes M; run another GEMM
 //   wavetune::scaled_gemm(p, variant, 0, stream);
 //
@@ -21,6 +23,11 @@ namespace wavetune {
 // as its weight loads and torch._scaled_mm's tensor-core kernels were faster (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmMaxTokens = 8;
 
+// How a scale tensor covers its operand. block128: A's scales are [m, ceil(k / 128)] (1x128 groups of a
+// token), B's [ceil(n / 128), ceil(k / 128)] (128x128 blocks of the weight, as FP8 checkpoints store them);
+// both operands or neither.
+enum class ScaleKind : int32_t { tensor = 0, row = 1, block128 = 2 };
+
 struct ScaledGemmProblem {
   int32_t m, n, k;
   const void* a;  // [m, k] e4m3, row-major, leading dimension lda
@@ -30,10 +37,10 @@ struct ScaledGemmProblem {
   void* d;  // [m, n] row-major in out_dtype
   int64_t ldd;
   DType out_dtype;         // bf16 or fp16; the bias's too
-  const float* scale_a;    // 1 value (per tensor) or m (per row), as scale_a_per_row says
-  int32_t scale_a_per_row;
-  const float* scale_b;    // 1 value or n
-  int32_t scale_b_per_row;
+  const float* scale_a;  // row-major, as scale_a_kind says
+  ScaleKind scale_a_kind;
+  const float* scale_b;
+  ScaleKind scale_b_kind;
   const void* bias = nullptr;  // n values, or null
 };
 
@@ -47,17 +54,19 @@ WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& prob
 
 // The variant a call with no forced variant runs on the current device, from the sizes alone (a wave model
 // of the launch); -1 when M > kScaledGemmMaxTokens or both scales are per tensor (cuBLASLt's per-tensor FP8
-// kernels were faster): callers run another GEMM (torch._scaled_mm).
+// kernels were faster): callers run another GEMM (torch._scaled_mm, or a dequantizing one for 128-blocks).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 
 // Launches the variant on `stream` with `splits` K splits (0: the variant's own wave-aware count); no
 // workspace. Programmatic dependent launch follows set_programmatic_launch (kernels.h).
 WAVETUNE_API void scaled_gemm(const ScaledGemmProblem& problem, int32_t variant_id, int32_t splits, Stream stream);
 
-// x [m, k] (bf16 or fp16, row-major, leading dimension ldx) to e4m3 q [m, k] (contiguous): per row, with
-// scale[r] = max|x[r, :]| / 448 written to `scale` (m floats), or, when `static_scale` is set, one given
-// scale for all (`scale` unused). q = x / scale, saturated to the e4m3 range.
-WAVETUNE_API void quantize_fp8(const void* x, int64_t ldx, DType x_dtype, int32_t m, int32_t k, void* q,
-                               float* scale, const float* static_scale, Stream stream);
+// x [m, k] (bf16 or fp16, row-major, leading dimension ldx) to e4m3 q [m, k] (contiguous), scaled per row
+// (group_size 0) or per group of 128 elements of a row (group_size 128: block-scaled activations), the
+// scales written to `scale` (m floats, or m x ceil(k / 128) row-major): scale = max|group| / 448, 1 for a
+// zero group. With `static_scale` set, one given scale for all (`scale` unused, group_size 0).
+// q = x / scale, saturated to the e4m3 range.
+WAVETUNE_API void quantize_fp8(const void* x, int64_t ldx, DType x_dtype, int32_t m, int32_t k, int32_t group_size,
+                               void* q, float* scale, const float* static_scale, Stream stream);
 
 }  // namespace wavetune

@@ -34,21 +34,32 @@ def _resolve(config) -> int:
     return family_variant_id(config, _by_id(), "scaled_gemm", "scaled_gemm_configs")
 
 
-def _per_row(torch, scale, shape: tuple, name: str) -> bool:
-    """Whether ``scale`` holds one value per row (True) or one for the tensor (False); errors name the problem."""
+BLOCK = 128  # the extent of a block scale along K (and along N for the weights)
+TENSOR, ROW, BLOCK128 = range(3)  # ScaleKind codes (scaled_gemm.h)
+
+
+def _scale_kind(torch, scale, row_shape: tuple, block_shape: tuple | None, name: str) -> int:
+    """The ScaleKind of ``scale``: one value, ``row_shape`` or, with block scales, ``block_shape``; errors name
+    the problem."""
     if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
         got = scale.dtype if isinstance(scale, torch.Tensor) else type(scale).__name__
         raise TypeError(f"{name} must be a float32 tensor (torch._scaled_mm's convention), got {got}")
+    if block_shape is not None:
+        if tuple(scale.shape) != block_shape or not scale.is_contiguous():
+            raise ValueError(f"with block_scales, {name} must be a contiguous {block_shape} tensor (one scale per "
+                             f"128-block), got shape {tuple(scale.shape)}")
+        return BLOCK128
     if scale.numel() == 1:
-        return False
-    if tuple(scale.shape) != shape or not scale.is_contiguous():
-        raise ValueError(f"{name} must hold one value (per tensor) or be a contiguous {shape} tensor (per row), "
+        return TENSOR
+    if tuple(scale.shape) != row_shape or not scale.is_contiguous():
+        raise ValueError(f"{name} must hold one value (per tensor) or be a contiguous {row_shape} tensor (per row), "
                          f"got shape {tuple(scale.shape)}")
-    return True
+    return ROW
 
 
-def check_operands(torch, a, b, scale_a, scale_b, out_dtype=None, bias=None, out=None) -> tuple[bool, bool]:
-    """Every check that needs no GPU and no data pointer; returns whether each scale is per row."""
+def check_operands(torch, a, b, scale_a, scale_b, out_dtype=None, bias=None, out=None,
+                   block_scales: bool = False) -> tuple[int, int]:
+    """Every check that needs no GPU and no data pointer; returns each scale's ScaleKind code."""
     if torch is None or not all(isinstance(t, torch.Tensor) for t in (a, b)):
         raise TypeError(f"wavetune.scaled_gemm takes torch tensors a and b, got {type(a).__name__} and "
                         f"{type(b).__name__}")
@@ -76,28 +87,34 @@ def check_operands(torch, a, b, scale_a, scale_b, out_dtype=None, bias=None, out
                             or out.stride(1) != 1):
         got = f"{out.dtype} {tuple(out.shape)} strides {out.stride()}" if isinstance(out, torch.Tensor) else type(out).__name__
         raise ValueError(f"out must be a row-major {out_dtype} tensor of shape ({m}, {n}), got {got}")
-    return _per_row(torch, scale_a, (m, 1), "scale_a"), _per_row(torch, scale_b, (1, n), "scale_b")
+    blocks = -(-k // BLOCK)
+    return (_scale_kind(torch, scale_a, (m, 1), (m, blocks) if block_scales else None, "scale_a"),
+            _scale_kind(torch, scale_b, (1, n), (-(-n // BLOCK), blocks) if block_scales else None, "scale_b"))
 
 
-def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, config=None, splits: int = 0):
+def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, block_scales: bool = False,
+                config=None, splits: int = 0):
     """FP8 GEMM with scales: ``out = (a * scale_a) @ (b * scale_b) (+ bias)``, as ``torch._scaled_mm``.
 
     a: [M, K] torch.float8_e4m3fn, row-major (activations; ``quantize_fp8`` makes them from bf16/fp16).
     b: [K, N] torch.float8_e4m3fn, column-major: ``weight.t()`` for an nn.Linear weight [N, K] in e4m3.
     scale_a: float32, one value (per tensor) or [M, 1] (per token); scale_b: one value or [1, N] (per
         output channel). Any mix of the two kinds.
+    block_scales: scales per 128-block instead, as block-quantized checkpoints (DeepSeek-V3, Qwen3 FP8) hold
+        them: scale_a [M, ceil(K/128)] (``quantize_fp8(x, group_size=128)``), scale_b [ceil(N/128),
+        ceil(K/128)] (the weight's ``weight_scale_inv``).
     out_dtype: torch.bfloat16 (default) or torch.float16; bias: optional [N] in out_dtype; out: optional
         [M, N] row-major output.
     config, splits: force a variant (id or name, ``scaled_gemm_configs()``) and its K splits (0: its own).
         Default: the variant a wave model of the launch picks from the sizes.
 
-    Up to ``wavetune._C.scaled_gemm_max_tokens()`` tokens with a per-row scale run wavetune's kernels, which
-    read the weights once at the speed of HBM; more tokens, or per-tensor scales on both sides, run
-    ``torch._scaled_mm`` (the same arguments, into ``out``), which was faster there (docs/scaled_gemm.md). K
-    must be a multiple of 16.
+    Up to ``wavetune._C.scaled_gemm_max_tokens()`` tokens with per-row or block scales run wavetune's kernels,
+    which read the weights once at the speed of HBM; more tokens, or per-tensor scales on both sides, run
+    ``torch._scaled_mm`` (the same arguments, into ``out``), which was faster there (docs/scaled_gemm.md),
+    and block scales beyond the tokens run a dequantized bf16/fp16 GEMM. K must be a multiple of 16.
     """
     torch = sys.modules.get("torch")
-    a_per_row, b_per_row = check_operands(torch, a, b, scale_a, scale_b, out_dtype, bias, out)
+    kind_a, kind_b = check_operands(torch, a, b, scale_a, scale_b, out_dtype, bias, out, block_scales)
     out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
     m, k = a.shape
     n = b.shape[1]
@@ -113,16 +130,18 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
         return out.zero_() if k == 0 else out
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
-            return scaled_gemm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias, out=out, config=config,
-                               splits=splits)
+            return scaled_gemm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias, out=out,
+                               block_scales=block_scales, config=config, splits=splits)
     code = dtype_codes(torch)[out_dtype]
     if variant < 0:
-        variant = _C.scaled_gemm_choice(m, n, k, code, a_per_row, b_per_row)
+        variant = _C.scaled_gemm_choice(m, n, k, code, kind_a, kind_b)
+    if variant < 0 and block_scales:
+        return _dequantized_gemm(torch, a, b, scale_a, scale_b, bias, out)
     if variant < 0:
-        return _torch_scaled_mm(torch, a, b, scale_a, scale_b, a_per_row or b_per_row, out_dtype, bias, out)
+        return _torch_scaled_mm(torch, a, b, scale_a, scale_b, ROW in (kind_a, kind_b), out_dtype, bias, out)
     args = (m, n, k, a.data_ptr(), a.stride(0) if m > 1 else k, b.data_ptr(), b.stride(1) if n > 1 else k,
-            out.data_ptr(), out.stride(0) if m > 1 else n, code, scale_a.data_ptr(), a_per_row, scale_b.data_ptr(),
-            b_per_row, bias.data_ptr() if bias is not None else 0)
+            out.data_ptr(), out.stride(0) if m > 1 else n, code, scale_a.data_ptr(), kind_a, scale_b.data_ptr(),
+            kind_b, bias.data_ptr() if bias is not None else 0)
     error = _C.scaled_gemm_problem_error(*args)
     if error:
         raise ValueError(f"wavetune.scaled_gemm: {error}")
@@ -141,12 +160,25 @@ def _torch_scaled_mm(torch, a, b, scale_a, scale_b, rowwise, out_dtype, bias, ou
     return torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, out=out)
 
 
-def quantize_fp8(x, scale=None):
+def _dequantized_gemm(torch, a, b, scale_a, scale_b, bias, out):
+    """Block scales beyond the tokens the variants take: both operands dequantized to ``out``'s dtype, then
+    torch.matmul (cuBLAS) into ``out``."""
+    k = a.shape[1]
+    x = (a.float() * scale_a.repeat_interleave(BLOCK, dim=1)[:, :k]).to(out.dtype)
+    w = b.t()
+    weight_scales = scale_b.repeat_interleave(BLOCK, dim=0)[: w.shape[0]].repeat_interleave(BLOCK, dim=1)[:, :k]
+    torch.matmul(x, (w.float() * weight_scales).to(out.dtype).t(), out=out)
+    return out.add_(bias) if bias is not None else out
+
+
+def quantize_fp8(x, scale=None, *, group_size=None):
     """``x`` (bf16 or fp16, [..., K], K a multiple of 8) to e4m3 for ``scaled_gemm``: returns ``(q, scale)``.
 
     scale None: per row (token), ``scale = max|row| / 448`` as float32 [..., 1], one kernel that reads x
-    once from HBM. scale given (a float32 tensor of one value, a static activation scale): ``x / scale``.
-    Values beyond the e4m3 range saturate to +-448.
+    once from HBM; with ``group_size=128``, per group of 128 elements of a row, scales [..., ceil(K/128)]
+    (for ``scaled_gemm(..., block_scales=True)``). scale given (a float32 tensor of one value, a static
+    activation scale): ``x / scale``. A zero row or group gets scale 1. Values beyond the e4m3 range
+    saturate to +-448.
     """
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(x, torch.Tensor) or x.dtype not in dtype_codes(torch):
@@ -157,18 +189,23 @@ def quantize_fp8(x, scale=None):
     if scale is not None and (not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32
                               or scale.numel() != 1 or scale.device != x.device):
         raise ValueError("scale must be a float32 tensor of one value on x's device (a static activation scale)")
+    if group_size not in (None, BLOCK) or (group_size and scale is not None):
+        raise ValueError(f"group_size must be None (per row) or {BLOCK} (block scales), with no static scale; "
+                         f"got {group_size}")
     if not x.is_cuda:
         raise ValueError(f"x must be a CUDA tensor, got {x.device}")
     k = x.shape[-1]
     rows = x.reshape(-1, k) if x.numel() else x.new_empty((0, k))
     q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-    out_scale = scale if scale is not None else torch.empty((*x.shape[:-1], 1), dtype=torch.float32,
+    scales_per_row = -(-k // BLOCK) if group_size else 1
+    out_scale = scale if scale is not None else torch.empty((*x.shape[:-1], scales_per_row), dtype=torch.float32,
                                                              device=x.device)
     if rows.shape[0] == 0 or k == 0:
         return q, out_scale.fill_(1.0) if scale is None else out_scale
     device = x.get_device()
     with torch.cuda.device(device):
-        _C.quantize_fp8(rows.data_ptr(), rows.stride(0), dtype_codes(torch)[x.dtype], rows.shape[0], k, q.data_ptr(),
+        _C.quantize_fp8(rows.data_ptr(), rows.stride(0), dtype_codes(torch)[x.dtype], rows.shape[0], k,
+                        group_size or 0, q.data_ptr(),
                         0 if scale is not None else out_scale.data_ptr(), scale.data_ptr() if scale is not None else 0,
                         stream_getter(torch)(device))
     return q, out_scale
