@@ -185,9 +185,11 @@ def runnable(name: str, launch, o: dict, block: bool) -> bool:
     o["out"].fill_(float("nan"))
     try:
         out = launch(o)
-    except (ValueError, RuntimeError):
-        if "/" not in name:
+    except (ValueError, RuntimeError, ImportError) as exc:
+        if "/" not in name and name != "transformers":
             raise
+        if name == "transformers":
+            print(f"transformers' FP8 linear left out: {exc}")
         return False
     torch.cuda.synchronize()
     if block:  # the bf16 layer: FP8 rounding of weights and activations is within the tolerance

@@ -148,7 +148,7 @@ def test_every_variant_matches_fp32_with_poisoned_outputs(m, n, k):
             ref = reference(a, w.t(), sa, sb, bias)
             wide = torch.full((m, n + 24), float("nan"), dtype=out_dtype, device="cuda")
             for c in wavetune.scaled_gemm_configs():
-                if c.dtype != {torch.bfloat16: "bf16", torch.float16: "fp16"}[out_dtype]:
+                if c.dtype != {torch.bfloat16: "bf16", torch.float16: "fp16"}[out_dtype] or "_block128_" in c.name:
                     continue
                 for splits in ((0, 1, 2, 3, 8) if c.scheduler == "data_parallel" else (0,)):
                     wide.fill_(float("nan"))
@@ -189,8 +189,11 @@ def test_every_block_scaled_variant_matches_fp32(m, n, k):
                 assert wide[:, n:].isnan().all(), f"{c.name} wrote past N"
         with pytest.raises(ValueError, match="takes per-tensor or per-row scales"):
             wavetune.scaled_gemm(a, w.t(), sa, sb, block_scales=True, config="e4m3_bf16_decode_64x8_4x1")
-    default = wavetune.scaled_gemm(a, w.t(), sa, sb, bias=bias, block_scales=True)  # M > 8: dequantized
-    check_close(default, ref)
+    default = wavetune.scaled_gemm(a, w.t(), sa, sb, bias=bias, block_scales=True)
+    if m <= _C.scaled_gemm_max_tokens():
+        check_close(default, ref)
+    else:  # operands dequantized to bf16 first: two more roundings of 2^-9 per product
+        assert ((default.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
 @pytest.mark.gpu
