@@ -88,6 +88,8 @@ WAVETUNE, GROUPED, WAVETUNE_ATTENTION = "+wavetune", "+grouped", "+attention"
 PARTS = {"gemm": WAVETUNE, "grouped": GROUPED, "attention": WAVETUNE_ATTENTION}
 SUFFIXES = tuple(PARTS.values())
 NO_PDL = "-pdl"  # --pdl-off: the fullest twin again, captured with programmatic dependent launch off
+# --fp8: the model's linear layers (not the LM head) quantized to e4m3, run by PyTorch and by wavetune.
+FP8_TORCH, FP8 = "+fp8-torch", "+fp8"
 ATTENTION = "wavetune_e2e_sdpa"  # the name context_attention is registered under in transformers
 WARMUP = 3  # eager calls per method before capture (the first compiles)
 MAX_ERROR = 5e-2  # relative error of a method's logits against eager's above which the report flags it
@@ -119,6 +121,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also replay each method's graph once under torch.profiler: its kernel time in GEMMs, "
                         "attention and the rest")
     p.add_argument("--time-budget-s", type=float, default=360.0, help="start no new shape after this")
+    p.add_argument("--fp8", choices=("rowwise", "block"),
+                   help=f"also twins with FP8 linear layers (per-channel weights and per-token activations, or "
+                        f"128-blocks): {FP8_TORCH} runs them as PyTorch does (torch._scaled_mm; block scales: "
+                        f"weights dequantized to bf16 per call), {FP8} on wavetune.nn.FP8Linear")
     p.add_argument("--wavetune", default="gemm,grouped",
                    help="comma-separated twins to compare, each adding a part of wavetune to the one before: "
                         + ", ".join(f"{part} ({suffix})" for part, suffix in PARTS.items()))
@@ -293,6 +299,44 @@ def patched_twin(model: torch.nn.Module, suffix: str = WAVETUNE):
             if hasattr(module, "layer_idx"):
                 module.wavetune_attention = True
     return twin, report
+
+
+class TorchFP8Linear(torch.nn.Module):
+    """The PyTorch way to run an FP8 layer (wavetune.nn.FP8Linear's parameters, shared): per-token activation
+    scales from torch ops and torch._scaled_mm; with 128-block scales, the weight dequantized to bf16 on each
+    call and F.linear (what transformers' FP8 layer falls back to without its kernels)."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.weight, self.weight_scale, self.bias, self.block = layer.weight, layer.weight_scale, layer.bias, \
+            layer.block_scales
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, k = self.weight.shape
+        if self.block:
+            scale = self.weight_scale.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+            return torch.nn.functional.linear(x, (self.weight.to(x.dtype) * scale.to(x.dtype)), self.bias)
+        rows = x.reshape(-1, k)
+        scale = (rows.abs().amax(dim=-1, keepdim=True).float() / 448).clamp(min=1e-12)
+        q = (rows / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+        out = torch._scaled_mm(q, self.weight.t(), scale, self.weight_scale.view(1, -1), bias=self.bias,
+                               out_dtype=x.dtype)
+        return out.reshape(*x.shape[:-1], n)
+
+
+def fp8_twins(model: torch.nn.Module, block: bool) -> dict:
+    """{FP8_TORCH: ..., FP8: ...}: twins of ``model`` whose linear layers (LM head aside) hold the same e4m3
+    weights and scales, run by PyTorch and by wavetune."""
+    import wavetune.nn
+
+    fast = twin_of(model)
+    wavetune.nn.quantize_model(fast, block_scales=block)
+    plain = twin_of(fast)
+    for name, module in list(plain.named_modules()):
+        if isinstance(module, wavetune.nn.FP8Linear):
+            parent, _, attribute = name.rpartition(".")
+            setattr(plain.get_submodule(parent), attribute, TorchFP8Linear(module))
+    return {FP8_TORCH: plain, FP8: fast}
 
 
 def step_function(model: torch.nn.Module):
@@ -492,7 +536,8 @@ def model_suffixes(args: argparse.Namespace, spec: dict) -> list[str]:
 
 def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple[str, int, int]]:
     """The shapes of model ``name`` (at --tp) that no record has measured with every requested method yet."""
-    wanted = {mode + suffix for mode in args.modes for suffix in ("", *model_suffixes(args, MODELS[name]))}
+    fp8 = (FP8_TORCH, FP8) if args.fp8 else ()
+    wanted = {mode + suffix for mode in args.modes for suffix in ("", *model_suffixes(args, MODELS[name]), *fp8)}
     measured: dict[tuple, set] = {}
     for r in done:
         if r["model"] == model_label(name, args.tp) and r["layers"] == args.layers:
@@ -511,6 +556,8 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
             continue
         twins[suffix], report = patched_twin(model, suffix)
         print(f"{label} ({source}, {args.layers} layers) {suffix}: {report}", flush=True)
+    if args.fp8:
+        twins.update(fp8_twins(model, args.fp8 == "block"))
     steps = methods(model, twins, args.modes)
     for phase, batch, length in todo:
         if time.monotonic() > deadline:
@@ -568,12 +615,15 @@ def merged(records: list[dict]) -> dict:
                     entry["gain"].setdefault(suffix, {})[base] = r["ms"][base] / ms
             if method.endswith(NO_PDL) and (with_pdl := method.removesuffix(NO_PDL)) in r["ms"]:
                 entry["gain"].setdefault(NO_PDL, {})[with_pdl] = ms / r["ms"][with_pdl]
+            if method.endswith(FP8) and (plain := method.removesuffix(FP8) + FP8_TORCH) in r["ms"]:
+                entry["gain"].setdefault(FP8, {})[method.removesuffix(FP8)] = r["ms"][plain] / ms
     return table
 
 
 def method_order(table: dict) -> list[str]:
     present = {m for entry in table.values() for m in (*entry["ms"], *entry["failed"])}
-    return [m + s for m in MODES for s in ("", *SUFFIXES, *(x + NO_PDL for x in SUFFIXES)) if m + s in present]
+    return [m + s for m in MODES for s in ("", *SUFFIXES, *(x + NO_PDL for x in SUFFIXES), FP8_TORCH, FP8)
+            if m + s in present]
 
 
 PHASES = {"prefill": "prompt length", "decode": "context"}  # report order, and what `length` is
@@ -588,7 +638,8 @@ def markdown(headers: list[dict], table: dict) -> str:
              "Median ms per step over interleaved CUDA-graph replays, and in brackets the speedup over PyTorch "
              "eager (above 1: faster). Prefill: the prompt's forward up to the next token's logits (TTFT); decode: "
              "one token per sequence after `context` cached tokens. `+wavetune`: the same model with wavetune's "
-             "GEMMs; `+grouped`: and its experts; `+attention`: and its attention. Errors: relative error of a "
+             "GEMMs; `+grouped`: and its experts; `+attention`: and its attention; `+fp8-torch` and `+fp8`: the model's "
+             "linear layers in FP8 (e4m3), run by PyTorch and by wavetune. Errors: relative error of a "
              "method's logits against eager's; "
              f"flagged (!) above {MAX_ERROR} or where eager failed; the JSON has them, the compile times and "
              "why a method failed.", ""]
@@ -626,6 +677,12 @@ def wavetune_summary(entries: list[dict]) -> list[str]:
                 geomean = math.exp(statistics.fmean(map(math.log, ratios)))
                 lines.append(f"- {mode}{suffix} against {mode}: {geomean:.3f}x geomean, from {min(ratios):.2f}x "
                              f"to {max(ratios):.2f}x over {len(ratios)} shapes (above 1: wavetune faster)")
+    for mode in MODES:
+        ratios = [e["gain"][FP8][mode] for e in entries if mode in e["gain"].get(FP8, {})]
+        if ratios:
+            geomean = math.exp(statistics.fmean(map(math.log, ratios)))
+            lines.append(f"- {mode}{FP8} against {mode}{FP8_TORCH}: {geomean:.3f}x geomean, from {min(ratios):.2f}x "
+                         f"to {max(ratios):.2f}x over {len(ratios)} shapes (FP8 layers on wavetune against PyTorch)")
     for method in sorted({m for e in entries for m in e["gain"].get(NO_PDL, {})}):
         ratios = [e["gain"][NO_PDL][method] for e in entries if method in e["gain"].get(NO_PDL, {})]
         geomean = math.exp(statistics.fmean(map(math.log, ratios)))

@@ -274,3 +274,18 @@ def test_wavetune_attention_twin_matches_sdpa(phase):
                                torch.cuda.Stream())
     assert result["failed"] == {}
     assert result["error"]["eager" + e2e.WAVETUNE_ATTENTION] < e2e.MAX_ERROR, result["error"]
+
+
+def test_fp8_twins_share_one_set_of_fp8_weights():
+    from wavetune.nn import FP8Linear
+
+    model = e2e.OwnDecoder(tiny_spec("Qwen2"), 2).to(torch.bfloat16)
+    for block in (False, True):
+        twins = e2e.fp8_twins(model, block)
+        fast, plain = twins[e2e.FP8], twins[e2e.FP8_TORCH]
+        layers = [m for m in fast.modules() if isinstance(m, FP8Linear)]
+        baselines = [m for m in plain.modules() if isinstance(m, e2e.TorchFP8Linear)]
+        assert len(layers) == len(baselines) == 2 * 7 and all(m.block_scales == block for m in layers)
+        assert all(a.weight is b.weight and a.weight_scale is b.weight_scale for a, b in zip(layers, baselines))
+        assert type(fast.lm_head) is torch.nn.Linear  # the head stays in bf16, as FP8 checkpoints keep it
+        assert all(type(m) is torch.nn.Linear for m in model.modules() if isinstance(m, torch.nn.Linear))

@@ -201,3 +201,46 @@ def test_greedy_generation_follows_the_unpatched_model(name):
     new_expected, new_generated = expected[0, 16:], generated[0, 16:]
     assert torch.equal(new_expected[:8], new_generated[:8])
     assert (new_expected == new_generated).float().mean().item() >= 0.75
+
+
+def fp8_checkpoint_layers(device: str):
+    """A block-scaled fine-grained FP8 layer and an fbgemm per-channel one, as transformers builds them."""
+    from transformers.integrations.fbgemm_fp8 import FbgemmFp8Linear
+    from transformers.integrations.finegrained_fp8 import FP8Linear as FineGrainedFP8Linear
+
+    with torch.device(device):
+        block = FineGrainedFP8Linear(384, 272, block_size=(128, 128))
+        channel = FbgemmFp8Linear(256, 384, bias=True)
+    return torch.nn.Sequential(block, torch.nn.ReLU(), channel)
+
+
+def test_fp8_checkpoint_layers_are_swapped_and_restored():
+    model = fp8_checkpoint_layers("meta")
+    originals = list(model)
+    report = wavetune.patch(model)
+    assert report.patched == ["0", "2"] and not report.skipped
+    block, channel = model[0], model[2]
+    assert isinstance(block, wavetune.nn.FP8Linear) and block.block_scales and block.weight_scale.shape == (3, 3)
+    assert isinstance(channel, wavetune.nn.FP8Linear) and not channel.block_scales and channel.bias is not None
+    assert wavetune.unpatch(model) == ["0", "2"] and list(model) == originals
+    unsupported = fp8_checkpoint_layers("meta")
+    unsupported[0].block_size = (64, 64)
+    assert hf.fp8_layer_parameters(unsupported[0]) is None
+    assert "subclass of nn.Linear" in wavetune.patch(unsupported).skipped["0"]
+
+
+@pytest.mark.gpu
+def test_a_patched_fp8_checkpoint_layer_computes_the_dequantized_product():
+    model = fp8_checkpoint_layers("cuda")
+    block = model[0]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    with torch.no_grad():
+        block.weight.copy_((torch.randn(272, 384, device="cuda", generator=g) * 100).clamp(-448, 448).to(torch.float8_e4m3fn))
+        block.weight_scale_inv.copy_(torch.rand(3, 3, device="cuda", generator=g) * 1e-3 + 1e-4)
+    scales = block.weight_scale_inv.repeat_interleave(128, 0)[:272].repeat_interleave(128, 1)[:, :384]
+    x = torch.randn(5, 384, device="cuda", generator=g, dtype=torch.bfloat16)
+    want = x.float() @ (block.weight.float() * scales).t()
+    wavetune.patch(model)
+    with torch.inference_mode():
+        got = model[0](x).float()
+    assert ((got - want).norm() / want.norm()).item() < 0.05  # activations rounded to e4m3 per 128-group

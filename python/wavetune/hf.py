@@ -13,6 +13,10 @@ head dim no compiled attention variant takes, an attention mask (padding, a stat
 a sliding window that binds), dropout in training, soft-capping or attention sinks. Which of these a
 model hits depends on its inputs, so the patch report names the implementations switched, and
 ``experts_fallback_reason`` / ``attention_fallback_reason`` say why a call would fall back.
+
+FP8 checkpoints' linear layers (``fp8_layer_parameters``: the fine-grained FP8 ``FP8Linear`` with 128x128
+block or per-tensor scales, fbgemm's ``FbgemmFp8Linear``) are swapped by ``wavetune.patch`` for
+``wavetune.nn.FP8Linear`` on their own tensors.
 """
 
 from __future__ import annotations
@@ -141,6 +145,27 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     weighted = down.float() * top_k_weights.reshape(-1)[order].unsqueeze(-1).float()
     out = torch.empty_like(weighted).index_copy_(0, order, weighted)  # each pair back to its token's slot
     return out.view(tokens, top_k, -1).sum(dim=1).to(hidden_states.dtype)
+
+
+def fp8_layer_parameters(module: torch.nn.Module) -> tuple | None:
+    """(weight, weight_scale, bias, input_scale) of a transformers FP8 checkpoint layer that
+    ``wavetune.nn.FP8Linear`` runs as it is: ``FP8Linear`` of the fine-grained FP8 integration (e4m3 weights,
+    float32 scales per 128x128 block or per tensor, dynamic activations or a static per-tensor scale) and
+    fbgemm's ``FbgemmFp8Linear`` (per-channel scales, dynamic per-token activations; its activation-scale
+    upper bound is not applied); None for anything else."""
+    kind = f"{type(module).__module__}.{type(module).__qualname__}"
+    if getattr(module, "weight", None) is None or module.weight.dtype != torch.float8_e4m3fn:
+        return None
+    if kind.endswith("finegrained_fp8.FP8Linear"):
+        block = tuple(module.block_size) if module.block_size is not None else None
+        static = getattr(module, "activation_scale", None)
+        scales = module.weight_scale_inv
+        if scales.dtype != torch.float32 or block not in (None, (128, 128)) or (block and static is not None):
+            return None
+        return module.weight, scales, module.bias, static
+    if kind.endswith("fbgemm_fp8.FbgemmFp8Linear"):
+        return module.weight, module.weight_scale.float(), module.bias, None
+    return None
 
 
 def attention_fallback_reason(module: torch.nn.Module, query: torch.Tensor, attention_mask, dropout: float,

@@ -130,6 +130,17 @@ class FP8Linear(torch.nn.Module):
         self.bias = None if bias is None else torch.nn.Parameter(bias.to(dtype), requires_grad=False)
         self.input_scale = None if input_scale is None else torch.nn.Parameter(input_scale.float().reshape(()),
                                                                               requires_grad=False)
+        self.replaced = None  # the checkpoint's own layer, for unpatch (replacing)
+
+    @classmethod
+    def replacing(cls, layer: torch.nn.Module, weight, weight_scale, bias, input_scale) -> FP8Linear:
+        """An FP8Linear on a checkpoint layer's own tensors (``wavetune.hf.fp8_layer_parameters``), in the
+        model's bf16 (fp16 where its bias is); ``unpatch`` puts ``layer`` back."""
+        dtype = torch.float16 if bias is not None and bias.dtype == torch.float16 else torch.bfloat16
+        module = cls(weight.detach(), weight_scale.detach(), None if bias is None else bias.detach(),
+                     None if input_scale is None else input_scale.detach(), dtype=dtype)
+        object.__setattr__(module, "replaced", layer)  # not a submodule: its tensors are this module's
+        return module
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, *, block_scales: bool = False) -> FP8Linear:
@@ -224,6 +235,10 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
     for name, parent, attribute, linear in _linear_children(model):
         if isinstance(linear, Linear):
             continue  # patched already
+        if (fp8 := hf.fp8_layer_parameters(linear)) is not None and _device_reason(linear) is None:
+            setattr(parent, attribute, FP8Linear.replacing(linear, *fp8))
+            report.patched.append(name)
+            continue
         reason = (f"{type(linear).__qualname__} is a subclass of nn.Linear (its forward may differ)"
                   if type(linear) is not torch.nn.Linear else unsupported_reason(linear) or _device_reason(linear))
         if reason is not None:
@@ -244,6 +259,11 @@ def unpatch(model: torch.nn.Module) -> list[str]:
     for name, parent, attribute, linear in _linear_children(model):
         if isinstance(linear, Linear):
             setattr(parent, attribute, linear.to_linear())
+            restored.append(name)
+    for name, module in list(model.named_modules()):
+        if isinstance(module, FP8Linear) and module.replaced is not None:
+            parent, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(parent), attribute, module.replaced)
             restored.append(name)
     if hf.transformers_model(model):
         restored += list(hf.unpatch_model(model))
