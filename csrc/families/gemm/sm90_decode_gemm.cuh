@@ -110,7 +110,7 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 // One CTA: kWarpsN x kWarpsK warps; warp (wn, wk) owns kRowTiles tiles of 16 weight rows, rows
 // [16 kRowTiles wn, 16 kRowTiles (wn + 1)) of the CTA's kTileRows, and the K chunks of worker
 // (cluster rank, wk); the CTA's tokens are a tile of kTokens. Two schedules:
-//   split (run): blockIdx.x is the row tile, blockIdx.y the token tile, blockIdx.z the split; the splits
+//   split (run): blockIdx.x is the token tile, blockIdx.y the row tile, blockIdx.z the split; the splits
 //     of one tile form one cluster (1, 1, splits) and sum their partial tiles on chip;
 //   persistent (run_persistent, kWarpsK == 1, no splits): every CTA stays resident and walks the tiles
 //     gridDim.x apart, each warp streaming its next tile's first weights while it finishes the last one,
@@ -118,6 +118,9 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 // NOTES: a warp's token fragment is loaded once per K chunk and used by all its row tiles: with tokens
 // T and R rows per CTA, the CTA reads T/R bytes of activations (from L1/L2) per weight byte, so wide
 // token tiles take more rows per warp.
+// NOTES: token tiles vary fastest (blockIdx.x, and the persistent walk's item order), so the CTAs that
+// read the same weights run at the same time: the first brings them from HBM, the others find them in L2,
+// and more tokens than one tile holds cost little more HBM traffic than one tile.
 // T: the inputs' type; Out: the output's (and the bias's); kBlockScaled: scales per 128-block, applied to
 // each K chunk's product (else per tensor or row, applied once to the sum).
 template <typename T, typename Out, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll,
@@ -264,7 +267,7 @@ struct Kernel {
   __device__ static void run(const Params& p) {
     __shared__ SharedStorage smem;
     const Lane l;
-    const int row0 = l.row0(blockIdx.x), token0 = blockIdx.y * kTokens;
+    const int row0 = l.row0(blockIdx.y), token0 = blockIdx.x * kTokens;
     Rows rows;
     point_at(p, row0, l.t, rows);
     const int worker = blockIdx.z * kWarpsK + l.warp_k;
@@ -324,10 +327,10 @@ struct Kernel {
     cluster.sync();  // peers' shared memory stays alive until rank 0 has read it
   }
 
-  // Tile `item` of the persistent walk: row tiles first, then token tiles.
+  // Tile `item` of the persistent walk: token tiles first, then row tiles.
   __device__ static void place(const Params& p, int item, const Lane& l, Rows& rows, int* row0, int* token0) {
-    const int row_tiles = (p.n + kTileRows - 1) / kTileRows;
-    *row0 = l.row0(item % row_tiles), *token0 = item / row_tiles * kTokens;
+    const int token_tiles = (p.m + kTokens - 1) / kTokens;
+    *row0 = l.row0(item / token_tiles), *token0 = item % token_tiles * kTokens;
     point_at(p, *row0, l.t, rows);
   }
 
@@ -473,7 +476,7 @@ cudaError_t launch(Params params, int32_t splits, int device, int32_t sm_count, 
     config.gridDim = dim3(unsigned(std::min(row_tiles * token_tiles, resident)));
     return cudaLaunchKernelEx(&config, kernel, params);
   } else {
-    config.gridDim = dim3(unsigned(row_tiles), unsigned(token_tiles), unsigned(splits));
+    config.gridDim = dim3(unsigned(token_tiles), unsigned(row_tiles), unsigned(splits));
     return cudaLaunchKernelEx(&config, decode_gemm_kernel<K>, params);
   }
 }
