@@ -92,6 +92,7 @@ def problems(split: str, max_m: int, seed: int) -> list[dict]:
     return out
 
 
+@torch.no_grad()
 def operands(m: int, n: int, k: int, l2_bytes: int, block: bool) -> list[dict]:
     """Copies of every operand, together past twice the L2 size: each launch reads its weights from DRAM."""
     from wavetune.nn import FP8Linear
