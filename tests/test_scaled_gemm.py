@@ -30,6 +30,8 @@ def test_the_family_is_registered_with_its_entry_points():
     # torch._scaled_mm's cases, decided without asking the GPU: past the decode tiles, per-tensor scales.
     assert _C.scaled_gemm_choice(_C.scaled_gemm_max_tokens() + 1, 4096, 4096, 0, True, True) == -1
     assert _C.scaled_gemm_choice(1, 4096, 4096, 0, False, False) == -1
+    assert _C.scaled_gemm_choice(_C.scaled_gemm_max_tokens(True) + 1, 4096, 4096, 0, 2, 2) == -1
+    assert _C.scaled_gemm_max_tokens(True) >= _C.scaled_gemm_max_tokens()
 
 
 def test_tune_refuses_a_family_without_a_tuning_driver(capsys):
@@ -166,7 +168,7 @@ def expand_blocks(scale, rows, cols):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m, n, k", [(1, 200, 1040), (5, 392, 2048), (13, 136, 4096)])
+@pytest.mark.parametrize("m, n, k", [(1, 200, 1040), (5, 392, 2048), (13, 136, 4096), (70, 264, 1024)])
 def test_every_block_scaled_variant_matches_fp32(m, n, k):
     g = torch.Generator(device="cuda").manual_seed(m + n)
     a, w = random_fp8(m, k, g), random_fp8(n, k, g)
@@ -190,7 +192,7 @@ def test_every_block_scaled_variant_matches_fp32(m, n, k):
         with pytest.raises(ValueError, match="takes per-tensor or per-row scales"):
             wavetune.scaled_gemm(a, w.t(), sa, sb, block_scales=True, config="e4m3_bf16_decode_64x8_4x1")
     default = wavetune.scaled_gemm(a, w.t(), sa, sb, bias=bias, block_scales=True)
-    if m <= _C.scaled_gemm_max_tokens():
+    if m <= _C.scaled_gemm_max_tokens(True):
         check_close(default, ref)
     else:  # operands dequantized to bf16 first: two more roundings of 2^-9 per product
         assert ((default.float() - ref).norm() / ref.norm()).item() < 1e-2

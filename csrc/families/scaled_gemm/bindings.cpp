@@ -45,7 +45,10 @@ void bind(py::module_& m) {
   });
   m.def("scaled_gemm_config_space_hash", &scaled_gemm_config_space_hash,
         "Identifies the compiled scaled GEMM catalog (its tables are checked against it).");
-  m.def("scaled_gemm_max_tokens", [] { return kScaledGemmMaxTokens; });
+  m.def(
+      "scaled_gemm_max_tokens",
+      [](bool block_scales) { return block_scales ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens; },
+      py::arg("block_scales") = false, "The most tokens the default choice gives the variants.");
   m.def("scale_kinds", [] { return py::make_tuple("tensor", "row", "block128"); },
         "The ScaleKind names, by code.");
   m.def(

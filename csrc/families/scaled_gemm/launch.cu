@@ -5,6 +5,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -72,16 +74,28 @@ struct ScaledVariant {
   }
 };
 
-// NOTES: the wave model of a decode launch, without a table: a CTA's time is its weight bytes (tile rows x
-// K / splits), the GPU runs ceil(G / C) waves of CTAs with C = kTargetCtasPerSm per SM, so the cost is
-// waves x bytes per CTA. It prefers the token tile that wastes the fewest tokens, and among row tiles and
-// warp layouts the one whose whole waves leave the fewest SMs idle.
+// NOTES: the wave model of a decode launch, without a table. A CTA's time is the weight bytes it reads
+// (tile rows x K / splits); CTAs run C = kTargetCtasPerSm per SM at a time, so a data-parallel launch of G
+// CTAs takes ceil(G / C) waves and a persistent one streams G / C tiles per CTA (at least one), with no
+// tail. Token tiles sharing a row tile read its weights once from HBM and then from L2, but each CTA still
+// spends its time on them, so they count in G.
 double predicted_cost(const VariantInfo& v, const ScaledGemmProblem& p, int32_t splits, int32_t sm_count) {
-  const int64_t token_tiles = (p.m + v.tile_n - 1) / v.tile_n;
-  const int64_t grid = (p.n + v.tile_m - 1) / v.tile_m * token_tiles * splits;
-  const int64_t capacity = decode::kTargetCtasPerSm * sm_count;
-  const int64_t waves = (grid + capacity - 1) / capacity;
-  return double(waves) * double(v.tile_m) * double(p.k) / splits;
+  const int64_t tiles = (p.n + v.tile_m - 1) / v.tile_m * ((p.m + v.tile_n - 1) / v.tile_n);
+  const double capacity = double(decode::kTargetCtasPerSm) * sm_count;
+  const double bytes_per_cta = double(v.tile_m) * double(p.k) / splits;
+  if (v.scheduler == TileScheduler::persistent) return std::max(double(tiles) / capacity, 1.0) * bytes_per_cta;
+  return std::ceil(double(tiles * splits) / capacity) * bytes_per_cta;
+}
+
+// The token tile the choice considers: the smallest that holds M (fewest tokens computed for nothing),
+// else the largest.
+int32_t token_tile_for(const ScaledGemmProblem& p) {
+  int32_t fitting = 0, largest = 0;
+  for (const VariantInfo& v : scaled_gemm_variants()) {
+    largest = std::max(largest, v.tile_n);
+    if (v.tile_n >= p.m && (fitting == 0 || v.tile_n < fitting)) fitting = v.tile_n;
+  }
+  return fitting ? fitting : largest;
 }
 
 }  // namespace
@@ -99,18 +113,20 @@ std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries() {
 }  // namespace detail
 
 int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
-  if (p.m > kScaledGemmMaxTokens || (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) {
+  const bool blocks = p.scale_a_kind == ScaleKind::block128;
+  if (p.m > (blocks ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens) ||
+      (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) {
     return -1;
   }
   if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();
+  const int32_t tokens = detail::token_tile_for(p);
   int32_t best = -1;
   double best_cost = std::numeric_limits<double>::infinity();
   for (const VariantInfo& v : scaled_gemm_variants()) {
     const detail::ScaledVariantOps* ops = detail::scaled_variant_ops(v.id);
-    if (v.scheduler != TileScheduler::data_parallel || !ops->why_not(p, 0, dev).empty()) continue;
-    const int32_t splits = ops->splits(p, 0, dev);
-    const double cost = detail::predicted_cost(v, p, splits, dev.sm_count);
+    if (v.tile_n != tokens || !ops->why_not(p, 0, dev).empty()) continue;
+    const double cost = detail::predicted_cost(v, p, ops->splits(p, 0, dev), dev.sm_count);
     if (cost < best_cost) best = v.id, best_cost = cost;
   }
   return best;

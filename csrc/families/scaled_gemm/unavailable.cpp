@@ -12,9 +12,8 @@ std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries() {
 using detail::kNoKernels;
 
 int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
-  if (p.m > kScaledGemmMaxTokens || (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) {
-    return -1;
-  }
+  const int32_t limit = p.scale_a_kind == ScaleKind::block128 ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens;
+  if (p.m > limit || (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) return -1;
   WAVETUNE_FAIL(kNoKernels);
 }
 

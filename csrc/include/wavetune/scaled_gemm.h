@@ -22,6 +22,9 @@ namespace wavetune {
 // The most tokens (M) the default choice gives the variants: beyond, each CTA's activation loads cost as much
 // as its weight loads and torch._scaled_mm's tensor-core kernels were faster (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmMaxTokens = 8;
+// The same with 128-block scales, where the alternative dequantizes the weights first: 4.5x slower than the
+// variants at 33-64 tokens (docs/scaled_gemm.md).
+constexpr int32_t kScaledGemmMaxBlockTokens = 64;
 
 // How a scale tensor covers its operand. block128: A's scales are [m, ceil(k / 128)] (1x128 groups of a
 // token), B's [ceil(n / 128), ceil(k / 128)] (128x128 blocks of the weight, as FP8 checkpoints store them);
@@ -53,8 +56,9 @@ WAVETUNE_API const char* scaled_gemm_config_space_hash();
 WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& problem);
 
 // The variant a call with no forced variant runs on the current device, from the sizes alone (a wave model
-// of the launch); -1 when M > kScaledGemmMaxTokens or both scales are per tensor (cuBLASLt's per-tensor FP8
-// kernels were faster): callers run another GEMM (torch._scaled_mm, or a dequantizing one for 128-blocks).
+// of the launch); -1 when M > kScaledGemmMaxTokens (kScaledGemmMaxBlockTokens with 128-block scales) or
+// both scales are per tensor (cuBLASLt's per-tensor FP8 kernels were faster): callers run another GEMM
+// (torch._scaled_mm, or a dequantizing one for 128-blocks).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 
 // Launches the variant on `stream` with `splits` K splits (0: the variant's own wave-aware count); no
