@@ -18,7 +18,7 @@ FP8 = torch.float8_e4m3fn
 
 def test_the_family_is_registered_with_its_entry_points():
     family = families.get("scaled_gemm")
-    assert family.entry_points == ("scaled_gemm", "quantize_fp8")
+    assert family.entry_points == ("scaled_gemm", "quantize_fp8", "dequantize_fp8")
     assert wavetune.scaled_gemm is family.function("api", "scaled_gemm")
     assert not family.config_space and not family.tuning  # built-in variants, chosen by the wave model
     names = [c.name for c in wavetune.scaled_gemm_configs()]
@@ -69,6 +69,19 @@ def test_block_scales_take_their_own_shapes():
         wavetune.scaled_gemm(a, b, torch.ones(4, 3), sb, block_scales=True)
     with pytest.raises(ValueError, match="group_size must be None"):
         wavetune.quantize_fp8(torch.zeros(2, 16, dtype=torch.bfloat16), group_size=64)
+
+
+def test_dequantize_fp8_takes_every_scale_layout():
+    q = (torch.arange(300 * 260, dtype=torch.float32).reshape(300, 260) % 7 - 3).to(FP8)
+    blocks = torch.rand(3, 3)
+    expected = q.float() * blocks.repeat_interleave(128, 0)[:300].repeat_interleave(128, 1)[:, :260]
+    torch.testing.assert_close(wavetune.dequantize_fp8(q, blocks, dtype=torch.float32), expected)
+    groups = torch.rand(300, 3)
+    torch.testing.assert_close(wavetune.dequantize_fp8(q, groups, dtype=torch.float32),
+                               q.float() * groups.repeat_interleave(128, 1)[:, :260])
+    rows = torch.rand(300, 1)
+    torch.testing.assert_close(wavetune.dequantize_fp8(q, rows, dtype=torch.float32), q.float() * rows)
+    assert wavetune.dequantize_fp8(q, torch.tensor(2.0)).dtype == torch.bfloat16
 
 
 def test_bad_options_name_the_problem():

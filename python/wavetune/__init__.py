@@ -21,7 +21,8 @@ from .runtime.tables import load_table
 from .families.gemm.api import configs, gemm
 from .families.grouped_gemm.api import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
 from .families.attention.api import attention, attention_configs  # attention forward (docs/attention.md)
-from .families.scaled_gemm.api import quantize_fp8, scaled_gemm, scaled_gemm_configs  # FP8 (docs/scaled_gemm.md)
+from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
+    dequantize_fp8, quantize_fp8, scaled_gemm, scaled_gemm_configs)
 
 try:
     __version__ = version("wavetune")
@@ -29,7 +30,8 @@ except PackageNotFoundError:  # imported from an unusual location
     __version__ = "0+unknown"
 
 __all__ = [
-    "KernelConfig", "LaunchConfig", "attention", "attention_configs", "build_info", "configs", "device_properties", "gemm", "grouped_configs",
+    "KernelConfig", "LaunchConfig", "attention", "attention_configs", "build_info", "configs", "dequantize_fp8",
+    "device_properties", "gemm", "grouped_configs",
     "grouped_gemm", "load_table", "patch", "quantize_fp8", "scaled_gemm", "scaled_gemm_configs", "unpatch",
     "__version__",
 ]

@@ -87,11 +87,12 @@ double predicted_cost(const VariantInfo& v, const ScaledGemmProblem& p, int32_t 
   return std::ceil(double(tiles * splits) / capacity) * bytes_per_cta;
 }
 
-// The token tile the choice considers: the smallest that holds M (fewest tokens computed for nothing),
-// else the largest.
-int32_t token_tile_for(const ScaledGemmProblem& p) {
+// The token tile the choice considers, of the variants that take the problem: the smallest that holds M
+// (fewest tokens computed for nothing), else the largest.
+int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   int32_t fitting = 0, largest = 0;
   for (const VariantInfo& v : scaled_gemm_variants()) {
+    if (!scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) continue;
     largest = std::max(largest, v.tile_n);
     if (v.tile_n >= p.m && (fitting == 0 || v.tile_n < fitting)) fitting = v.tile_n;
   }
@@ -120,7 +121,7 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   }
   if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();
-  const int32_t tokens = detail::token_tile_for(p);
+  const int32_t tokens = detail::token_tile_for(p, dev);
   int32_t best = -1;
   double best_cost = std::numeric_limits<double>::infinity();
   for (const VariantInfo& v : scaled_gemm_variants()) {

@@ -161,14 +161,25 @@ def _torch_scaled_mm(torch, a, b, scale_a, scale_b, rowwise, out_dtype, bias, ou
     return torch._scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype, out=out)
 
 
+def dequantize_fp8(q, scale, *, dtype=None):
+    """An e4m3 matrix ``q`` [rows, cols] times its fp32 scales, in ``dtype`` (default bf16), computed in
+    ``dtype``: one scale, one per row ([rows, 1]), or one per 128-block of a row ([rows, ceil(cols/128)],
+    activations) or of the matrix ([ceil(rows/128), ceil(cols/128)], weights)."""
+    torch = sys.modules.get("torch")
+    dtype = torch.bfloat16 if dtype is None else dtype
+    rows, cols = q.shape
+    if scale.numel() > 1 and scale.shape[-1] == -(-cols // BLOCK) and scale.shape != (rows, 1):
+        if scale.shape[0] != rows:
+            scale = scale.repeat_interleave(BLOCK, dim=0)[:rows]
+        scale = scale.repeat_interleave(BLOCK, dim=1)[:, :cols]
+    return q.to(dtype) * scale.to(dtype)
+
+
 def _dequantized_gemm(torch, a, b, scale_a, scale_b, bias, out):
     """Block scales beyond the tokens the variants take: both operands dequantized to ``out``'s dtype, then
     torch.matmul (cuBLAS) into ``out``."""
-    k = a.shape[1]
-    x = (a.float() * scale_a.repeat_interleave(BLOCK, dim=1)[:, :k]).to(out.dtype)
-    w = b.t()
-    weight_scales = scale_b.repeat_interleave(BLOCK, dim=0)[: w.shape[0]].repeat_interleave(BLOCK, dim=1)[:, :k]
-    torch.matmul(x, (w.float() * weight_scales).to(out.dtype).t(), out=out)
+    x = dequantize_fp8(a, scale_a, dtype=out.dtype)
+    torch.matmul(x, dequantize_fp8(b.t(), scale_b, dtype=out.dtype).t(), out=out)
     return out.add_(bias) if bias is not None else out
 
 
