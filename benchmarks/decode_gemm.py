@@ -32,20 +32,25 @@ from wavetune.families.gemm import tuning
 from wavetune.tuning.timing import interleaved_us
 
 REPO = Path(__file__).resolve().parents[1]
-# (hidden, intermediate, query heads, KV heads, head dim, vocabulary)
+# (hidden, intermediate, query heads, KV heads, head dim, vocabulary) of the models the GEMM benchmarks draw
+# their layers from (benchmarks/scaled_gemm.py too).
+DIMS = {
+    "llama3-8b": (4096, 14336, 32, 8, 128, 128256),
+    "qwen2.5-7b": (3584, 18944, 28, 4, 128, 152064),
+    "llama3-70b": (8192, 28672, 64, 8, 128, 128256),
+    "qwen2.5-14b": (5120, 13824, 40, 8, 128, 152064),
+    "qwen2.5-32b": (5120, 27648, 40, 8, 128, 152064),
+    "gemma-2-9b": (3584, 14336, 16, 8, 256, 256000),
+    "gemma-2-27b": (4608, 36864, 32, 16, 128, 256000),
+    "mistral-small-24b": (5120, 32768, 32, 8, 128, 131072),
+    "mistral-nemo-12b": (5120, 14336, 32, 8, 128, 131072),
+    "phi-3-medium": (5120, 17920, 40, 10, 128, 32064),
+    "yi-1.5-34b": (7168, 20480, 56, 8, 128, 64000),
+    "internlm2.5-20b": (6144, 16384, 48, 8, 128, 92544),
+}
 MODELS = {
-    "heldout": {
-        "qwen2.5-14b": (5120, 13824, 40, 8, 128, 152064),
-        "gemma-2-9b": (3584, 14336, 16, 8, 256, 256000),
-        "mistral-small-24b": (5120, 32768, 32, 8, 128, 131072),
-        "phi-3-medium": (5120, 17920, 40, 10, 128, 32064),
-        "yi-1.5-34b": (7168, 20480, 56, 8, 128, 64000),
-    },
-    "design": {
-        "llama3-8b": (4096, 14336, 32, 8, 128, 128256),
-        "qwen2.5-7b": (3584, 18944, 28, 4, 128, 152064),
-        "llama3-70b": (8192, 28672, 64, 8, 128, 128256),
-    },
+    "heldout": ("qwen2.5-14b", "gemma-2-9b", "mistral-small-24b", "phi-3-medium", "yi-1.5-34b"),
+    "design": ("llama3-8b", "qwen2.5-7b", "llama3-70b"),
 }
 TP = (1, 2, 4, 8)
 M_RANGES = (("1-16", 1, 16), ("17-64", 17, 64))
@@ -75,7 +80,8 @@ def layer_shapes(hidden: int, inter: int, heads: int, kv_heads: int, head_dim: i
 def problems(split: str, per_shape: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     out = []
-    for model, dims in MODELS[split].items():
+    for model in MODELS[split]:
+        dims = DIMS[model]
         for tp in TP:
             for layer, (n, k) in layer_shapes(*dims, tp).items():
                 for _, lo, hi in M_RANGES:

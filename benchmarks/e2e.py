@@ -670,19 +670,14 @@ def wavetune_summary(entries: list[dict]) -> list[str]:
     """Per mode, how wavetune (its GEMMs; + experts; + attention) changes its time over the shapes (merged's
     "gain")."""
     lines = []
-    for suffix in SUFFIXES:
+    for suffix, against, meaning in [*((s, "", "above 1: wavetune faster") for s in SUFFIXES),
+                                     (FP8, FP8_TORCH, "FP8 layers on wavetune against PyTorch")]:
         for mode in MODES:
             ratios = [e["gain"][suffix][mode] for e in entries if mode in e["gain"].get(suffix, {})]
             if ratios:
                 geomean = math.exp(statistics.fmean(map(math.log, ratios)))
-                lines.append(f"- {mode}{suffix} against {mode}: {geomean:.3f}x geomean, from {min(ratios):.2f}x "
-                             f"to {max(ratios):.2f}x over {len(ratios)} shapes (above 1: wavetune faster)")
-    for mode in MODES:
-        ratios = [e["gain"][FP8][mode] for e in entries if mode in e["gain"].get(FP8, {})]
-        if ratios:
-            geomean = math.exp(statistics.fmean(map(math.log, ratios)))
-            lines.append(f"- {mode}{FP8} against {mode}{FP8_TORCH}: {geomean:.3f}x geomean, from {min(ratios):.2f}x "
-                         f"to {max(ratios):.2f}x over {len(ratios)} shapes (FP8 layers on wavetune against PyTorch)")
+                lines.append(f"- {mode}{suffix} against {mode}{against}: {geomean:.3f}x geomean, from "
+                             f"{min(ratios):.2f}x to {max(ratios):.2f}x over {len(ratios)} shapes ({meaning})")
     for method in sorted({m for e in entries for m in e["gain"].get(NO_PDL, {})}):
         ratios = [e["gain"][NO_PDL][method] for e in entries if method in e["gain"].get(NO_PDL, {})]
         geomean = math.exp(statistics.fmean(map(math.log, ratios)))

@@ -38,25 +38,14 @@ from pathlib import Path
 import torch
 
 import wavetune
-from decode_gemm import geomean, layer_shapes
+from decode_gemm import DIMS, geomean, layer_shapes
 from wavetune.tuning.timing import interleaved_us
 
 REPO = Path(__file__).resolve().parents[1]
-# (hidden, intermediate, query heads, KV heads, head dim, vocabulary)
 MODELS = {
-    "heldout": {
-        "qwen2.5-32b": (5120, 27648, 40, 8, 128, 152064),
-        "mistral-nemo-12b": (5120, 14336, 32, 8, 128, 131072),
-        "gemma-2-27b": (4608, 36864, 32, 16, 128, 256000),
-        "internlm2.5-20b": (6144, 16384, 48, 8, 128, 92544),
-    },
-    # What the scaled GEMM's choice (launch.cu, its wave model's constants) was fitted on.
-    "design": {
-        "llama3-8b": (4096, 14336, 32, 8, 128, 128256),
-        "qwen2.5-7b": (3584, 18944, 28, 4, 128, 152064),
-        "llama3-70b": (8192, 28672, 64, 8, 128, 128256),
-        "qwen2.5-14b": (5120, 13824, 40, 8, 128, 152064),
-    },
+    "heldout": ("qwen2.5-32b", "mistral-nemo-12b", "gemma-2-27b", "internlm2.5-20b"),
+    # What the scaled GEMM's choice (launch.cu: its token limits and wave model) was decided on.
+    "design": ("llama3-8b", "qwen2.5-7b", "llama3-70b", "qwen2.5-14b"),
 }
 TP = (1, 2, 4, 8)
 M_RANGES = (("1-8", 1, 8), ("9-16", 9, 16), ("17-64", 17, 64), ("65-1024", 65, 1024), ("1025-16384", 1025, 16384))
@@ -81,9 +70,9 @@ def parse_args() -> argparse.Namespace:
 def problems(split: str, max_m: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     out = []
-    for model, dims in MODELS[split].items():
+    for model in MODELS[split]:
         for tp in TP:
-            for layer, (n, k) in layer_shapes(*dims, tp).items():
+            for layer, (n, k) in layer_shapes(*DIMS[model], tp).items():
                 if layer == "lm_head" or k % 16:
                     continue  # FP8 checkpoints keep the LM head in bf16
                 for _, lo, hi in M_RANGES:
