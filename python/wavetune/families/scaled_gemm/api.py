@@ -38,6 +38,12 @@ BLOCK = 128  # the extent of a block scale along K (and along N for the weights)
 TENSOR, ROW, BLOCK128 = range(3)  # ScaleKind codes (scaled_gemm.h)
 
 
+@functools.lru_cache(maxsize=4096)
+def _choice(device: int, m: int, n: int, k: int, code: int, kind_a: int, kind_b: int) -> int:
+    """scaled_gemm_choice on ``device`` (the current one), once per problem: the C++ choice checks every variant."""
+    return _C.scaled_gemm_choice(m, n, k, code, kind_a, kind_b)
+
+
 def _scale_kind(torch, scale, row_shape: tuple, block_shape: tuple | None, name: str) -> int:
     """The ScaleKind of ``scale``: one value, ``row_shape`` or, with block scales, ``block_shape``; errors name
     the problem."""
@@ -135,7 +141,7 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
                                block_scales=block_scales, config=config, splits=splits)
     code = dtype_codes(torch)[out_dtype]
     if variant < 0:
-        variant = _C.scaled_gemm_choice(m, n, k, code, kind_a, kind_b)
+        variant = _choice(device, m, n, k, code, kind_a, kind_b)
     if variant < 0 and block_scales:
         return _dequantized_gemm(torch, a, b, scale_a, scale_b, bias, out)
     if variant < 0:
