@@ -3,17 +3,21 @@
 # one missing requirement), build and install wavetune, run the test suite, then a benchmark if one is given.
 # Everything it writes goes to $OUT (default ./gpu-out): build.log, pytest.log, and the benchmark's files.
 #
-#   benchmarks/gpu_run.sh [KERNEL_SET] [PYTEST_ARGS] [-- BENCHMARK COMMAND...]
+#   benchmarks/gpu_run.sh [KERNEL_SET[:FILTER]] [PYTEST_ARGS] [-- BENCHMARK COMMAND...]
 #   benchmarks/gpu_run.sh ci "tests/test_capture.py" -- python3 benchmarks/hf_capture.py --out '$OUT'
+#   benchmarks/gpu_run.sh "tables:grouped_bf16_*" "tests/test_grouped_gpu.py"
 #
-# KERNEL_SET: ci (default; 2 minutes on 16 cores), tables (the default install; 9 minutes), full, or a name of
-# cutlass_configs/. The build tree build/gpu-<set> is reused while the machine stays up.
+# KERNEL_SET: ci (default; 2 minutes on 16 cores), tables (the default install; 8 minutes), full, or a name of
+# cutlass_configs/; FILTER: comma-separated name patterns (WAVETUNE_KERNEL_FILTER) that narrow it. The build
+# tree build/gpu-<set> is reused while the machine stays up.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 export OUT=${OUT:-$repo/gpu-out} PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 kernel_set=${1:-ci}
+kernel_filter=""
+case "$kernel_set" in *:*) kernel_filter=${kernel_set#*:}; kernel_set=${kernel_set%%:*} ;; esac
 tests=${2:-tests}
 shift $(( $# < 2 ? $# : 2 ))
 [ "${1:-}" = "--" ] && shift
@@ -24,7 +28,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if ! (time python3 -m pip install --no-build-isolation --no-deps . -Ccmake.define.WAVETUNE_KERNEL_SET="$kernel_set" \
-      -Cbuild-dir="build/gpu-$kernel_set") > "$OUT/build.log" 2>&1; then
+      -Ccmake.define.WAVETUNE_KERNEL_FILTER="$kernel_filter" -Cbuild-dir="build/gpu-$kernel_set") \
+      > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"
   exit 1
 fi
