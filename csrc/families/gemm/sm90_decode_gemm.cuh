@@ -1,8 +1,7 @@
 // The decode GEMM: D[M,N] = X[M,K] @ W[N,K]^T (+ bias) for a few tokens (M up to a 64-token tile per CTA
 // row), where the time is the time to read W once; in bf16 or fp16, or in e4m3 with fp32 scales per tensor,
 // per row (D = sx[m] sw[n] X W^T + bias) or per 128-block (1x128 groups of X, 128x128 blocks of W): the
-// scaled GEMM family. Hand-written rather than a CUTLASS
-// collective:
+// scaled GEMM family. Hand-written rather than a CUTLASS collective:
 //
 // NOTES: why not CUTLASS. Its sm90 kernels stage both operands through TMA into shared memory for wgmma,
 // whose tiles hold 64 weight rows per warpgroup (fewer, larger CTAs than a narrow layer wants), and its
