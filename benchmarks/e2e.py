@@ -638,8 +638,8 @@ def markdown(headers: list[dict], table: dict) -> str:
              "Median ms per step over interleaved CUDA-graph replays, and in brackets the speedup over PyTorch "
              "eager (above 1: faster). Prefill: the prompt's forward up to the next token's logits (TTFT); decode: "
              "one token per sequence after `context` cached tokens. `+wavetune`: the same model with wavetune's "
-             "GEMMs; `+grouped`: and its experts; `+attention`: and its attention; `+fp8-torch` and `+fp8`: the model's "
-             "linear layers in FP8 (e4m3), run by PyTorch and by wavetune. Errors: relative error of a "
+             "GEMMs; `+grouped`: and its experts; `+attention`: and its attention; `+fp8-torch` and `+fp8`: the "
+             "model's linear layers in FP8 (e4m3), run by PyTorch and by wavetune. Errors: relative error of a "
              "method's logits against eager's; "
              f"flagged (!) above {MAX_ERROR} or where eager failed; the JSON has them, the compile times and "
              "why a method failed.", ""]

@@ -6,7 +6,8 @@
 
 Shapes are the decoder-layer projections (qkv, o, gate_up, down) of the split's models at tensor-parallel
 degrees 1-8, each at token counts drawn (seeded) from 1-8, 9-16, 17-64, 65-1024 and 1025-16384, odd ones
-included. The held-out models are ones no design decision of the scaled GEMM looked at. Per problem, one CUDA graph each of:
+included. The held-out models are ones no design decision of the scaled GEMM looked at. Per problem, one
+CUDA graph each of:
   torch_rowwise / torch_tensor      torch._scaled_mm, per-token x per-channel scales / per-tensor scales
   wavetune_rowwise / wavetune_tensor  wavetune.scaled_gemm, its wave model's choice
   bucket                            an M-bucket rule over wavetune's catalog (vLLM's kind of dispatch: a fixed
@@ -242,8 +243,9 @@ def block_summary(rows: list[dict]) -> str:
         part = [r for r in rows if lo <= r["m"] <= hi]
         if not part:
             continue
-        line = (f"M {label}: {len(part)} problems; vs dequantize + bf16 GEMM "
-                f"{geomean([r['dequant_speedup'] for r in part]):.3f}x (min {min(r['dequant_speedup'] for r in part):.3f})")
+        speedups = [r["dequant_speedup"] for r in part]
+        line = (f"M {label}: {len(part)} problems; vs dequantize + bf16 GEMM {geomean(speedups):.3f}x "
+                f"(min {min(speedups):.3f})")
         if all("transformers_speedup" in r for r in part):
             line += (f", vs transformers' Triton {geomean([r['transformers_speedup'] for r in part]):.3f}x (min "
                      f"{min(r['transformers_speedup'] for r in part):.3f})")

@@ -235,7 +235,8 @@ def test_a_patched_fp8_checkpoint_layer_computes_the_dequantized_product():
     block = model[0]
     g = torch.Generator(device="cuda").manual_seed(3)
     with torch.no_grad():
-        block.weight.copy_((torch.randn(272, 384, device="cuda", generator=g) * 100).clamp(-448, 448).to(torch.float8_e4m3fn))
+        weight = (torch.randn(272, 384, device="cuda", generator=g) * 100).clamp(-448, 448)
+        block.weight.copy_(weight.to(torch.float8_e4m3fn))
         block.weight_scale_inv.copy_(torch.rand(3, 3, device="cuda", generator=g) * 1e-3 + 1e-4)
     scales = block.weight_scale_inv.repeat_interleave(128, 0)[:272].repeat_interleave(128, 1)[:, :384]
     x = torch.randn(5, 384, device="cuda", generator=g, dtype=torch.bfloat16)

@@ -114,7 +114,8 @@ class FP8Linear(torch.nn.Module):
                  input_scale: torch.Tensor | None = None, dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         if weight.dtype != torch.float8_e4m3fn or weight.dim() != 2:
-            raise ValueError(f"weight must be a 2-D torch.float8_e4m3fn tensor, got {weight.dtype} {tuple(weight.shape)}")
+            raise ValueError(f"weight must be a 2-D torch.float8_e4m3fn tensor, got {weight.dtype} "
+                             f"{tuple(weight.shape)}")
         n, k = weight.shape
         blocks = (-(-n // 128), -(-k // 128))
         self.block_scales = weight_scale.dim() == 2 and tuple(weight_scale.shape) == blocks and weight_scale.numel() > 1
@@ -160,7 +161,8 @@ class FP8Linear(torch.nn.Module):
         return cls((weight / expanded).to(torch.float8_e4m3fn), scale, bias, dtype=linear.weight.dtype)
 
     def extra_repr(self) -> str:
-        activations = "static" if self.input_scale is not None else "per 128-group" if self.block_scales else "per token"
+        activations = ("static" if self.input_scale is not None else "per 128-group" if self.block_scales
+                       else "per token")
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"weights={'128x128 blocks' if self.block_scales else 'per channel'}, activations={activations}, "
                 "gemm=wavetune fp8")

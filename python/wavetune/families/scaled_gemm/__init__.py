@@ -11,5 +11,6 @@ from .. import Family, register
 
 FAMILY = register(Family(
     name="scaled_gemm", config_space="", table_suffix=".scaled_gemm.wtt", table_env="WAVETUNE_SCALED_GEMM_TABLE",
-    entry_points=("scaled_gemm", "quantize_fp8", "dequantize_fp8"), configs="scaled_gemm_configs", config_space_hash="config_space_hash",
+    entry_points=("scaled_gemm", "quantize_fp8", "dequantize_fp8"), configs="scaled_gemm_configs",
+    config_space_hash="config_space_hash",
     input_checks="check_operands", package=__name__, tuning="", doc="docs/scaled_gemm.md"))

@@ -91,7 +91,8 @@ def check_operands(torch, a, b, scale_a, scale_b, out_dtype=None, bias=None, out
         raise ValueError(f"bias must be a contiguous {out_dtype} tensor of shape ({n},), got {got}")
     if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != out_dtype or tuple(out.shape) != (m, n)
                             or out.stride(1) != 1):
-        got = f"{out.dtype} {tuple(out.shape)} strides {out.stride()}" if isinstance(out, torch.Tensor) else type(out).__name__
+        got = (f"{out.dtype} {tuple(out.shape)} strides {out.stride()}" if isinstance(out, torch.Tensor)
+               else type(out).__name__)
         raise ValueError(f"out must be a row-major {out_dtype} tensor of shape ({m}, {n}), got {got}")
     blocks = -(-k // BLOCK)
     return (_scale_kind(torch, scale_a, (m, 1), (m, blocks) if block_scales else None, "scale_a"),
