@@ -307,15 +307,17 @@ class TorchFP8Linear(torch.nn.Module):
     call and F.linear (what transformers' FP8 layer falls back to without its kernels)."""
 
     def __init__(self, layer):
+        import wavetune
+
         super().__init__()
+        self.dequantize = wavetune.dequantize_fp8  # plain torch ops, in the activations' dtype
         self.weight, self.weight_scale, self.bias, self.block = layer.weight, layer.weight_scale, layer.bias, \
             layer.block_scales
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, k = self.weight.shape
         if self.block:
-            scale = self.weight_scale.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
-            return torch.nn.functional.linear(x, (self.weight.to(x.dtype) * scale.to(x.dtype)), self.bias)
+            return F.linear(x, self.dequantize(self.weight, self.weight_scale, dtype=x.dtype), self.bias)
         rows = x.reshape(-1, k)
         scale = (rows.abs().amax(dim=-1, keepdim=True).float() / 448).clamp(min=1e-12)
         q = (rows / scale).clamp(-448, 448).to(torch.float8_e4m3fn)

@@ -30,9 +30,9 @@ struct ScaledVariant {
   using K = decode::Kernel<__nv_fp8_e4m3, Out, kTokens, kRowTiles, kWarpsN, kWarpsK, kUnroll, kBlockScaled>;
   static constexpr bool kPersistent = kScheduler == TileScheduler::persistent;
 
-  static int32_t splits(const ScaledGemmProblem& p, int32_t splits, const DeviceInfo& dev) {
+  static int32_t splits(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
     if (kPersistent) return 1;
-    return splits > 0 ? splits : decode::heuristic_splits<K>(p.m, p.n, p.k, dev.sm_count);
+    return requested > 0 ? requested : decode::heuristic_splits<K>(p.m, p.n, p.k, dev.sm_count);
   }
 
   static std::string why_not(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {

@@ -35,7 +35,7 @@ def _resolve(config) -> int:
 
 
 BLOCK = 128  # the extent of a block scale along K (and along N for the weights)
-TENSOR, ROW, BLOCK128 = range(3)  # ScaleKind codes (scaled_gemm.h)
+TENSOR, ROW, BLOCK128 = (_C.scale_kinds().index(kind) for kind in ("tensor", "row", "block128"))  # ScaleKind codes
 
 
 @functools.lru_cache(maxsize=4096)
