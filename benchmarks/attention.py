@@ -8,8 +8,12 @@ and Llama-3-70B (64 / 8) attention, whole and split by tensor parallelism 2-8, h
 (causal, query length = KV length, 128-16384 tokens, batch 1-16) and decode (one query token, KV length
 512-131072, batch 1-256). `--suite heldout`: the same phases for other models' head counts and head dims
 (benchmarks/shape_suite.py's dense families), at random lengths and batches, odd ones included. Methods:
-  choice       wavetune.attention with no config: its choice of tile and KV splits (the GPU's attention
-               table's, else the built-in wave model's)
+  choice       wavetune.attention with no config: on prefill its choice of tile and KV splits (the GPU's
+               attention table's, else the built-in wave model's); on decode the paged attention kernel over
+               the dense cache, with its wave model's split count
+  fmha         decode: the FMHA variant and split count the table or built-in model chooses, forced
+  paged        decode: wavetune.paged_attention over a copy of K and V in 16-token pages in shuffled order
+               (a block table, vLLM's layout) with each sequence's length in a GPU tensor
   builtin      the built-in wave model's choice (attention_heuristic.h), forced
   fa_rule      the family's default kernel for the head dim with FlashAttention's split rule
                (num_splits_heuristic, attention_heuristic.h) instead of wavetune's
@@ -118,6 +122,32 @@ def choices(c: dict, operands: tuple) -> dict[str, tuple[int, int]]:
             "builtin": _C.attention_default_launch(*args)}
 
 
+PAGE_SIZE = 16
+
+
+def paged_launch():
+    """wavetune.paged_attention over each operand set's K and V copied into shuffled pages (made once per set)."""
+    made = {}
+
+    def launch(q, k, v, out):
+        if k.data_ptr() not in made:
+            batch, seqlen, heads, dim = k.shape
+            per_seq = -(-seqlen // PAGE_SIZE)
+            table = torch.randperm(batch * per_seq, device="cuda").view(batch, per_seq).int()
+            caches = []
+            for t in (k, v):
+                padded = torch.zeros(batch, per_seq * PAGE_SIZE, heads, dim, device="cuda", dtype=t.dtype)
+                padded[:, :seqlen] = t
+                pool = torch.empty(batch * per_seq, PAGE_SIZE, heads, dim, device="cuda", dtype=t.dtype)
+                pool[table.flatten().long()] = padded.view(-1, PAGE_SIZE, heads, dim)
+                caches.append(pool)
+            made[k.data_ptr()] = (*caches, table, torch.full((batch,), seqlen, dtype=torch.int32, device="cuda"))
+        k_cache, v_cache, table, lens = made[k.data_ptr()]
+        wavetune.paged_attention(q[:, 0], k_cache, v_cache, table, lens, max_seq_len=k.shape[1], out=out[:, 0])
+        return out
+    return launch
+
+
 def comparisons(c: dict, operands: tuple, variants: dict) -> dict:
     """Every method timed on the case, in order: wavetune's choice, the built-in model's, FlashAttention's
     split rule, then the configs (``variants``: the exhaustive best's candidates), then SDPA's backends."""
@@ -129,6 +159,10 @@ def comparisons(c: dict, operands: tuple, variants: dict) -> dict:
     builtin, builtin_splits = choices(c, operands)["builtin"]
     methods["builtin"] = lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out, config=builtin,
                                                                  splits=builtin_splits)
+    if not causal:
+        fmha, fmha_splits = choices(c, operands)["choice"]
+        methods["fmha"] = lambda q, k, v, out: wavetune.attention(q, k, v, out=out, config=fmha, splits=fmha_splits)
+        methods["paged"] = paged_launch()
     fa = fa_rule_splits(c, default)
     methods["fa_rule"] = lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out, config=default.id,
                                                                  splits=fa)
@@ -149,9 +183,21 @@ def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
     sdpa_times = {name: us for name, us in times.items() if name.startswith("sdpa")}
     names = {key: f"{fmha.attention_by_id()[v].name}/{s}" for key, (v, s) in choices(c, operands["first"]).items()}
     best_sdpa = min(sdpa_times, key=sdpa_times.get) if sdpa_times else None
+    if c["phase"] == "decode":
+        names["choice"] = f"paged/{_C.paged_attention_splits(*paged_problem(c), _C.DTYPES.index('bf16'))}"
     return {**record, "choice": names["choice"], "builtin": names["builtin"], "choice_us": times["choice"],
             "builtin_us": times["builtin"], "fa_rule_us": times["fa_rule"], "sdpa_best": best_sdpa,
-            "sdpa_best_us": sdpa_times.get(best_sdpa), "sdpa_us": sdpa_times}
+            "sdpa_best_us": sdpa_times.get(best_sdpa), "sdpa_us": sdpa_times,
+            **{f"{name}_us": times[name] for name in ("fmha", "paged") if name in times}}
+
+
+def paged_problem(c: dict) -> tuple:
+    """The arguments of _C.paged_attention_splits for a decode case on a dense cache (contiguous layouts)."""
+    heads_kv, dim = c["heads_kv"], c["head_dim"]
+    sizes = (c["batch"], c["heads_q"], heads_kv, dim, c["seqlen_k"], c["seqlen_k"])
+    q = (16, c["heads_q"] * dim, dim)  # any aligned non-null pointer: the split count reads sizes only
+    caches = (16, 16, c["seqlen_k"] * heads_kv * dim, heads_kv * dim, dim)
+    return sizes, q, caches, (0, 0), 0, q, 1 / math.sqrt(dim)
 
 
 def host_costs() -> dict:
@@ -190,6 +236,34 @@ def summary(rows: list[dict], header: dict) -> str:
              f"decode call {host['attention_call_us']:.1f} us (SDPA cuDNN {host['sdpa_call_us']:.1f} us).", "",
              "| cases | n | choice vs SDPA: geomean | worst | choice vs FA split rule | worst | choice / own best "
              "| worst | built-in model / own best | worst |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += group_lines(rows) + paged_summary([r for r in rows if r["phase"] == "decode"])
+    return "\n".join(lines)
+
+
+def paged_summary(rows: list[dict]) -> list[str]:
+    """Decode: the paged kernel on the dense cache (choice) and on shuffled pages, against SDPA's best backend
+    and against the FMHA path's choice, per batch range."""
+    if not rows:
+        return []
+    lines = ["", "Decode, by batch: the paged attention kernel on the dense cache (`choice`) and on 16-token pages "
+             "in shuffled order (`paged`), against SDPA's fastest backend and wavetune's FMHA decode (`fmha`).", "",
+             "| batch | n | choice vs SDPA | worst | paged vs SDPA | worst | choice vs fmha | worst |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for low, high in ((1, 1), (2, 16), (17, 64), (65, 256)):
+        rs = [r for r in rows if low <= r["batch"] <= high and r["sdpa_best_us"]]
+        if not rs:
+            continue
+        cells = []
+        for num, den in (("sdpa_best_us", "choice_us"), ("sdpa_best_us", "paged_us"), ("fmha_us", "choice_us")):
+            ratios = [r[num] / r[den] for r in rs]
+            cells.append(f"{geomean(ratios):.3f}x | {min(ratios):.2f}x")
+        lines.append(f"| {low}-{high} | {len(rs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def group_lines(rows: list[dict]) -> list[str]:
+    """One table row per group of cases: all, each phase, each model."""
+    lines = []
     groups = {"all": rows}
     for key in ("phase", "model"):
         for value in dict.fromkeys(r[key] for r in rows):
@@ -202,7 +276,7 @@ def summary(rows: list[dict], header: dict) -> str:
         sdpa_cells = f"{geomean(vs_sdpa):.3f}x | {min(vs_sdpa):.2f}x" if vs_sdpa else "- | -"
         lines.append(f"| {label} | {len(rs)} | {sdpa_cells} | {geomean(vs_fa):.3f}x | {min(vs_fa):.2f}x | "
                      f"{geomean(quality):.3f} | {min(quality):.2f} | {geomean(builtin):.3f} | {min(builtin):.2f} |")
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:

@@ -29,11 +29,11 @@ DEVICE = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800
 # ---- the registry -----------------------------------------------------------------------------------
 
 def test_the_registry_finds_every_family_subpackage():
-    assert families.names() == ["gemm", "attention", "grouped_gemm", "scaled_gemm"]
+    assert families.names() == ["gemm", "attention", "grouped_gemm", "paged_attention", "scaled_gemm"]
     assert [f.name for f in families.all()] == families.names()
     assert {f.name: f.table_env for f in families.all()} == {
         "gemm": "WAVETUNE_TABLE", "grouped_gemm": "WAVETUNE_GROUPED_TABLE", "attention": "WAVETUNE_ATTENTION_TABLE",
-        "scaled_gemm": "WAVETUNE_SCALED_GEMM_TABLE"}
+        "paged_attention": "WAVETUNE_PAGED_ATTENTION_TABLE", "scaled_gemm": "WAVETUNE_SCALED_GEMM_TABLE"}
     assert tables.table_envs()["grouped_gemm"] == "WAVETUNE_GROUPED_TABLE"
     assert tables.table_file_name("NVIDIA H200", "attention") == "nvidia-h200.attention.wtt"
     assert tables.table_file_name("NVIDIA H200") == "nvidia-h200.wtt"
@@ -46,13 +46,13 @@ def test_the_registry_finds_every_family_subpackage():
         assert callable(family.function("api", family.input_checks))
         assert isinstance(family.list_configs(), list) and len(family.compiled_hash()) == 16
         if not family.tuning:
-            continue  # built-in variants only (wavetune.families.scaled_gemm)
+            continue  # built-in variants only (scaled_gemm, paged_attention)
         driver = family.module("tuning")
         assert all(callable(getattr(driver, f)) for f in ("open_log", "job_done", "measure_job", "run"))
 
 
 def test_an_unknown_family_is_named_with_the_known_ones():
-    known = "one of gemm, attention, grouped_gemm, scaled_gemm"
+    known = "one of gemm, attention, grouped_gemm, paged_attention, scaled_gemm"
     with pytest.raises(ValueError, match=f"unknown kernel family 'conv' \\({known}\\)"):
         families.get("conv")
     with pytest.raises(ValueError, match="unknown kernel family"):
@@ -94,7 +94,7 @@ def test_tune_refuses_bad_arguments(argv, message, capsys):
 def test_family_choices_come_from_the_registry(capsys):
     with pytest.raises(SystemExit):
         cli.main(["tune", "--help"])
-    assert "{gemm,attention,grouped_gemm,scaled_gemm}" in capsys.readouterr().out
+    assert "{gemm,attention,grouped_gemm,paged_attention,scaled_gemm}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("family", ["gemm", "grouped_gemm", "attention"])

@@ -3,6 +3,7 @@
     import torch, wavetune
     y = wavetune.gemm(x, W.t())          # like torch.matmul(x, W.t()) / F.linear(x, W)
     o = wavetune.attention(q, k, v, causal=True)   # [batch, seq, heads, head_dim], GQA, KV splits
+    o = wavetune.paged_attention(q, k_cache, v_cache, block_table, seq_lens)  # decode on a paged KV cache
     xq, sx = wavetune.quantize_fp8(x)    # e4m3 per token; then FP8 x @ W.T like torch._scaled_mm:
     y = wavetune.scaled_gemm(xq, Wq.t(), sx, sw)
     wavetune.configs()                   # the compiled CUTLASS variants
@@ -21,6 +22,7 @@ from .runtime.tables import load_table
 from .families.gemm.api import configs, gemm
 from .families.grouped_gemm.api import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
 from .families.attention.api import attention, attention_configs  # attention forward (docs/attention.md)
+from .families.paged_attention.api import paged_attention, paged_attention_configs  # decode on a paged KV cache
 from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
     dequantize_fp8, quantize_fp8, scaled_gemm, scaled_gemm_configs)
 
@@ -31,8 +33,8 @@ except PackageNotFoundError:  # imported from an unusual location
 
 __all__ = [
     "KernelConfig", "LaunchConfig", "attention", "attention_configs", "build_info", "configs", "dequantize_fp8",
-    "device_properties", "gemm", "grouped_configs",
-    "grouped_gemm", "load_table", "patch", "quantize_fp8", "scaled_gemm", "scaled_gemm_configs", "unpatch",
+    "device_properties", "gemm", "grouped_configs", "grouped_gemm", "load_table", "paged_attention",
+    "paged_attention_configs", "patch", "quantize_fp8", "scaled_gemm", "scaled_gemm_configs", "unpatch",
     "__version__",
 ]
 

@@ -15,6 +15,7 @@ from ...runtime.configs import KernelConfig, family_variant_id
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
+from ..paged_attention.api import paged_attention
 
 
 def attention_configs() -> list[KernelConfig]:
@@ -96,6 +97,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     config, splits: force an attention variant (id or name, ``attention_configs()``) and a KV split count
         (decode only: seqlen_q == 1); default: both chosen from the sizes by the GPU's attention table
         (``tables/<gpu>.attention.wtt``, or $WAVETUNE_ATTENTION_TABLE), else by the built-in wave model.
+        Decode (seqlen_q == 1) with neither forced runs ``paged_attention``'s kernel on the dense cache
+        when K and V share their strides: it was faster than every variant there (docs/attention.md).
 
     Runs on the current torch stream of q's device.
     """
@@ -121,6 +124,9 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
+    if seqlen_q == 1 and variant < 0 and splits is None and k.stride() == v.stride():
+        paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0])
+        return out
     if variant < 0:
         ensure_table(device, "attention")
         variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device)

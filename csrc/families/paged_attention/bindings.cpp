@@ -1,0 +1,98 @@
+// Bindings of the paged attention family (csrc/include/wavetune/paged_attention.h): tensors arrive as raw
+// pointers and strides; the Python entry point does the framework-level checks.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <tuple>
+
+#include "bindings.h"
+#include "wavetune/paged_attention.h"
+
+namespace py = pybind11;
+
+namespace wavetune::bindings {
+namespace {
+
+void bind(py::module_& m);
+FamilyBindings registration("paged_attention", &bind);
+
+// (batch, heads_q, heads_kv, head_dim, page_size, max_seq_len); (pointer, batch stride, head stride) of q and
+// out; (k pointer, v pointer, page, row and head strides) of the caches; (pointer, row stride) of the table.
+using PySizes = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
+using PyRows = std::tuple<uintptr_t, int64_t, int64_t>;
+using PyCaches = std::tuple<uintptr_t, uintptr_t, int64_t, int64_t, int64_t>;
+using PyTable = std::tuple<uintptr_t, int64_t>;
+
+PagedAttentionProblem make_problem(const PySizes& sizes, const PyRows& q, const PyCaches& caches, const PyTable& table,
+                                   uintptr_t seq_lens, const PyRows& out, float scale, int32_t dtype) {
+  const auto& [batch, heads_q, heads_kv, head_dim, page_size, max_seq_len] = sizes;
+  const auto& [k, v, page_stride, row_stride, head_stride] = caches;
+  return {batch,
+          heads_q,
+          heads_kv,
+          head_dim,
+          reinterpret_cast<const void*>(std::get<0>(q)),
+          std::get<1>(q),
+          std::get<2>(q),
+          reinterpret_cast<const void*>(k),
+          reinterpret_cast<const void*>(v),
+          page_stride,
+          row_stride,
+          head_stride,
+          page_size,
+          reinterpret_cast<const int32_t*>(std::get<0>(table)),
+          std::get<1>(table),
+          reinterpret_cast<const int32_t*>(seq_lens),
+          max_seq_len,
+          reinterpret_cast<void*>(std::get<0>(out)),
+          std::get<1>(out),
+          std::get<2>(out),
+          scale,
+          static_cast<DType>(dtype)};
+}
+
+void bind(py::module_& m) {
+  m.def("paged_attention_variants", [] {
+    py::list out;
+    for (const VariantInfo& v : paged_attention_variants()) out.append(variant_dict(v));
+    return out;
+  });
+  m.def("paged_attention_config_space_hash", &paged_attention_config_space_hash,
+        "Identifies the compiled paged attention catalog.");
+  m.def("paged_attention_max_splits", [] { return kPagedAttentionMaxSplits; });
+  m.def(
+      "paged_attention_problem_error",
+      [](const PySizes& sizes, const PyRows& q, const PyCaches& caches, const PyTable& table, uintptr_t seq_lens,
+         const PyRows& out, float scale, int32_t dtype) {
+        return paged_attention_problem_error(make_problem(sizes, q, caches, table, seq_lens, out, scale, dtype));
+      },
+      "Empty string when a paged attention problem's sizes, pointers and strides are valid, else the reason.");
+  m.def(
+      "paged_attention_splits",
+      [](const PySizes& sizes, const PyRows& q, const PyCaches& caches, const PyTable& table, uintptr_t seq_lens,
+         const PyRows& out, float scale, int32_t dtype) {
+        return paged_attention_splits(make_problem(sizes, q, caches, table, seq_lens, out, scale, dtype));
+      },
+      "The KV split count the wave model picks on the current device.");
+  m.def(
+      "paged_attention_workspace_bytes",
+      [](const PySizes& sizes, int32_t splits) {
+        const PyRows none{0, 0, 0};
+        return paged_attention_workspace_bytes(make_problem(sizes, none, {0, 0, 0, 0, 0}, {0, 0}, 0, none, 1.0f, 0),
+                                               splits);
+      },
+      py::arg("sizes"), py::arg("splits"), "Workspace bytes a launch with these sizes and splits needs.");
+  m.def(
+      "paged_attention",
+      [](const PySizes& sizes, const PyRows& q, const PyCaches& caches, const PyTable& table, uintptr_t seq_lens,
+         const PyRows& out, float scale, int32_t dtype, int32_t splits, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream) {
+        paged_attention(make_problem(sizes, q, caches, table, seq_lens, out, scale, dtype), splits,
+                        reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(), "Paged decode attention with this split count on the given stream.");
+}
+
+}  // namespace
+}  // namespace wavetune::bindings

@@ -1,0 +1,31 @@
+// Internal interface between the paged attention launch (launch.cu) and its host-only parts (registry.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "device.h"
+#include "variant_registry.h"
+#include "wavetune/paged_attention.h"
+
+namespace wavetune::detail {
+
+struct PagedVariantOps {
+  // CTAs of this kernel resident per SM (its shared memory and registers), read once per device.
+  int32_t (*ctas_per_sm)(const DeviceInfo&);
+  void (*run)(const PagedAttentionProblem&, int32_t splits, void* workspace, const DeviceInfo&, Stream);
+};
+
+// The compiled kernels (launch.cu), ids from 0; none without CUDA.
+std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries();
+// Registry (registry.cpp): the kernel for the problem's dtype and head dim, nullptr when not compiled in.
+const VariantRegistry<PagedVariantOps>::Entry* paged_variant_for(const PagedAttentionProblem& p);
+
+// The keys each split takes (whole 64-key CTA steps) and so the splits a launch really runs, from the
+// requested count; what the launch and the workspace size agree on.
+struct PagedSplits {
+  int32_t splits, split_keys;
+};
+PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t requested);
+
+}  // namespace wavetune::detail

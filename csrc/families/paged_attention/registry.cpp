@@ -1,0 +1,117 @@
+// The paged attention's compiled kernels, the catalog's hash, the split arithmetic and the problem checks
+// that need no GPU.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "paged_ops.h"
+#include "registered.h"
+#include "variant_registry.h"
+#include "wavetune/errors.h"
+#include "wavetune/family.h"
+#include "wavetune/paged_attention.h"
+
+namespace wavetune {
+namespace detail {
+namespace {
+
+constexpr int32_t kStepKeys = 64;  // keys a CTA step reads (sm90_paged_decode.cuh's kCtaStepKeys)
+constexpr int32_t kMaxGridY = 65535;
+
+VariantRegistry<PagedVariantOps>& registry() {
+  static VariantRegistry<PagedVariantOps> list(paged_variant_entries());
+  return list;
+}
+
+// FNV-1a over the catalog's names in id order.
+std::string catalog_hash() {
+  uint64_t h = 1469598103934665603ull;
+  for (const VariantInfo& v : registry().infos()) {
+    for (const char* c = v.name; *c; ++c) h = (h ^ uint8_t(*c)) * 1099511628211ull;
+    h = (h ^ '\n') * 1099511628211ull;
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+}  // namespace
+
+const VariantRegistry<PagedVariantOps>::Entry* paged_variant_for(const PagedAttentionProblem& p) {
+  for (const VariantInfo& v : registry().infos()) {
+    if (v.dtype == p.dtype && v.tile_k == p.head_dim) return registry().find(v.id);
+  }
+  return nullptr;
+}
+
+PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t requested) {
+  const int32_t steps = std::max(1, (p.max_seq_len + kStepKeys - 1) / kStepKeys);
+  const int32_t per_split = (steps + std::clamp(requested, 1, steps) - 1) / std::clamp(requested, 1, steps);
+  return {(steps + per_split - 1) / per_split, per_split * kStepKeys};
+}
+
+}  // namespace detail
+
+const std::vector<VariantInfo>& paged_attention_variants() { return detail::registry().infos(); }
+
+const char* paged_attention_config_space_hash() {
+  static const std::string hash = detail::catalog_hash();
+  return hash.c_str();
+}
+
+std::string paged_attention_problem_error(const PagedAttentionProblem& p) {
+  auto misaligned = [](const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; };
+  auto whole_chunks = [](int64_t stride) { return stride % 8 == 0 && stride >= 0; };
+  std::ostringstream os;
+  if (p.batch < 1 || p.heads_q < 1 || p.heads_kv < 1 || p.max_seq_len < 0 || p.page_size < 1) {
+    os << "batch, the head counts and page_size must be positive and max_seq_len non-negative, got batch=" << p.batch
+       << " heads_q=" << p.heads_q << " heads_kv=" << p.heads_kv << " page_size=" << p.page_size
+       << " max_seq_len=" << p.max_seq_len;
+  } else if (p.heads_q % p.heads_kv != 0) {
+    os << "heads_q=" << p.heads_q << " must be a multiple of heads_kv=" << p.heads_kv << " (grouped-query attention)";
+  } else if (p.batch > detail::kMaxGridY || p.heads_kv > detail::kMaxGridY) {
+    os << "batch and heads_kv must be at most " << detail::kMaxGridY << " (grid limits), got " << p.batch << " and "
+       << p.heads_kv;
+  } else if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) {
+    os << "head_dim must be 64, 128 or 256, got " << p.head_dim;
+  } else if (p.dtype != DType::bf16 && p.dtype != DType::fp16) {
+    os << "q, the caches and out must be bf16 or fp16";
+  } else if (!p.block_table && p.page_size < p.max_seq_len) {
+    os << "without a block table each sequence is one page: page_size=" << p.page_size
+       << " must hold max_seq_len=" << p.max_seq_len;
+  } else if (p.block_table && p.table_stride < (int64_t(p.max_seq_len) + p.page_size - 1) / p.page_size) {
+    os << "the block table's rows (" << p.table_stride << " pages) must cover max_seq_len=" << p.max_seq_len
+       << " keys of pages of " << p.page_size;
+  } else if (!p.q || !p.k_cache || !p.v_cache || !p.out) {
+    os << "null q, cache or out pointer";
+  } else if (misaligned(p.q, 16) || misaligned(p.k_cache, 16) || misaligned(p.v_cache, 16) || misaligned(p.out, 2) ||
+             misaligned(p.block_table, 4) || misaligned(p.seq_lens, 4)) {
+    os << "q and the caches must be 16-byte aligned (16-byte loads; a sliced view may not be: use .contiguous()), "
+          "out 2-byte and the table and lengths 4-byte aligned";
+  } else if (!whole_chunks(p.q_batch_stride) || !whole_chunks(p.q_head_stride) || !whole_chunks(p.page_stride) ||
+             !whole_chunks(p.row_stride) || !whole_chunks(p.head_stride)) {
+    os << "the strides of q (" << p.q_batch_stride << ", " << p.q_head_stride << ") and of the caches ("
+       << p.page_stride << ", " << p.row_stride << ", " << p.head_stride
+       << ") must be non-negative multiples of 8 elements: rows move in 16-byte chunks";
+  } else if (p.out_batch_stride < 0 || p.out_head_stride < 0) {
+    os << "out's strides must be non-negative";
+  }
+  return os.str();
+}
+
+size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, int32_t splits) {
+  const detail::PagedSplits s = detail::paged_splits(p, splits);
+  if (s.splits <= 1) return 0;
+  return size_t(p.batch) * p.heads_q * s.splits * (size_t(p.head_dim) + 1) * sizeof(float);
+}
+
+namespace {
+const KernelFamily kPagedAttention{"paged_attention", &paged_attention_variants, &paged_attention_config_space_hash,
+                                   [](const VariantInfo*, const void* const*, int32_t) { return int32_t(0); }};
+const detail::Registration<KernelFamily> registration(&kPagedAttention);
+}  // namespace
+
+}  // namespace wavetune

@@ -1,0 +1,353 @@
+// The paged decode attention kernel (paged_attention.h) and the merge of its KV splits.
+//
+// NOTES: why hand-written. A decode step reads each cached key and value once and does `group` (query
+// heads per KV head, 1-16) multiply-adds per element read, so it is bound by HBM, not by tensor cores, and
+// its keys sit in pages a block table names, which TMA descriptors (one box over one tensor) cannot follow
+// without one descriptor per page. So each warp streams its own keys with cp.async (16-byte rows of a page,
+// found through the table), several tiles ahead, and runs FlashAttention-2's register dataflow on
+// mma.sync: S = Q K^T with the group's query heads as the 16 rows (ldmatrix from swizzled shared memory),
+// an online softmax per row, and O += P V with P taken straight from S's accumulators (their layout is
+// the A operand's) and V through ldmatrix.trans. Each CTA takes one (sequence, KV head, 16 query heads,
+// KV split); its 4 warps take alternate 16-key tiles and merge their softmax states at the end, so nothing
+// waits on a CTA-wide barrier in the loop.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace wavetune::detail::paged {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRows = 16;  // query heads per tile (an mma's M)
+constexpr int kTileKeys = 16;  // keys per warp step (an mma's K for P V)
+constexpr int kCtaStepKeys = kWarps * kTileKeys;  // splits hold whole CTA steps
+
+struct Params {
+  const void* q;
+  int64_t q_b, q_h;
+  const void* k;
+  const void* v;
+  int64_t page_stride, row_stride, head_stride;
+  int32_t page_size;
+  const int32_t* block_table;
+  int64_t table_stride;
+  const int32_t* seq_lens;
+  int32_t max_seq_len;
+  int32_t heads_kv, group, head_blocks;
+  int32_t splits, split_keys;  // split s takes keys [s * split_keys, (s + 1) * split_keys)
+  float scale_log2;            // scale * log2(e): the softmax runs in base 2
+  void* out;
+  int64_t o_b, o_h;
+  float* partial;  // splits > 1: [batch, heads_q, splits, head_dim] outputs of each split, normalized
+  float* lse;      // splits > 1: [batch, heads_q, splits] their base-2 log-sum-exps (-inf: no keys)
+};
+
+// Stages of the per-warp cp.async pipeline: about 32 KB per warp in flight, two CTAs per SM for head dims
+// up to 128.
+template <int kHeadDim>
+constexpr int stages() {
+  return kHeadDim == 64 ? 6 : 3;
+}
+
+template <int kHeadDim>
+constexpr size_t shared_bytes() {
+  return size_t(kRows) * kHeadDim * 2 + size_t(kWarps) * stages<kHeadDim>() * 2 * kTileKeys * kHeadDim * 2;
+}
+
+// Shared-memory tiles are rows of kHeadDim / 8 16-byte chunks; chunk c of row r sits at c ^ (r % 8), so the
+// 8 rows an ldmatrix reads at one column hit 8 different bank groups.
+template <int kHeadDim>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  return row * (kHeadDim / 8) + (chunk ^ (row & 7));
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+template <class T>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T to_element(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16(x);
+  } else {
+    return __float2half(x);
+  }
+}
+
+// One warp's online-softmax state for its two rows (lane / 4 and lane / 4 + 8): the running maximum of
+// the base-2 scores, this lane's share of the running sum, and the output accumulators (mma C layout:
+// o[n][0..1] row lane / 4, o[n][2..3] row lane / 4 + 8, columns 8 n + 2 (lane % 4) + {0, 1}).
+template <int kHeadDim>
+struct SoftmaxState {
+  float max[2] = {-INFINITY, -INFINITY};
+  float sum[2] = {0.0f, 0.0f};
+  float o[kHeadDim / 8][4] = {};
+};
+
+// Where row `key` of this KV head lives, in elements from the cache's base; -1 past the split's keys.
+__device__ __forceinline__ int64_t key_offset(const Params& p, int batch, int kv_head, int key, int end) {
+  if (key >= end) return -1;
+  const int page = p.block_table ? p.block_table[batch * p.table_stride + key / p.page_size] : batch;
+  return int64_t(page) * p.page_stride + int64_t(key % p.page_size) * p.row_stride + kv_head * p.head_stride;
+}
+
+// Issues the cp.async copies of one 16-key tile of K and V into a stage; keys past `end` are zero-filled
+// (V's zeros keep masked keys' 0 x V finite). Lane i < 16 finds row i, the others read it by shuffle.
+template <int kHeadDim>
+__device__ __forceinline__ void load_tile(const Params& p, int batch, int kv_head, int first_key, int end,
+                                          uint32_t k_stage, uint32_t v_stage, int lane) {
+  constexpr int kChunks = kHeadDim / 8;
+  const int64_t mine = key_offset(p, batch, kv_head, first_key + lane % kTileKeys, end);
+  const auto* k = static_cast<const uint4*>(p.k);
+  const auto* v = static_cast<const uint4*>(p.v);
+#pragma unroll
+  for (int i = 0; i < kTileKeys * kChunks / 32; ++i) {
+    const int chunk_index = lane + 32 * i, row = chunk_index / kChunks, chunk = chunk_index % kChunks;
+    const int64_t offset = __shfl_sync(0xffffffffu, mine, row);
+    const int64_t at = offset < 0 ? 0 : offset / 8 + chunk;
+    const uint32_t dst = 16u * swizzled<kHeadDim>(row, chunk);
+    cp_async_16(k_stage + dst, k + at, offset >= 0);
+    cp_async_16(v_stage + dst, v + at, offset >= 0);
+  }
+}
+
+// One 16-key tile: scores, online softmax, P V.
+template <class T, int kHeadDim>
+__device__ __forceinline__ void attend_tile(SoftmaxState<kHeadDim>& st, uint32_t q_tile, uint32_t k_stage,
+                                            uint32_t v_stage, int first_key, int end, float scale_log2, int lane) {
+  float s[2][4] = {};
+  const int quad_row = lane % 8 + 8 * ((lane / 8) % 2), quad_chunk = lane / 16;  // A operand (Q)
+  const int key_row = lane % 8 + 8 * (lane / 16), key_chunk = (lane / 8) % 2;     // B operand (K)
+#pragma unroll
+  for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+    uint32_t a[4], b[4];
+    ldmatrix_x4(a, q_tile + 16u * swizzled<kHeadDim>(quad_row, 2 * ks + quad_chunk));
+    ldmatrix_x4(b, k_stage + 16u * swizzled<kHeadDim>(key_row, 2 * ks + key_chunk));
+    mma<T>(s[0], a, b[0], b[1]);
+    mma<T>(s[1], a, b[2], b[3]);
+  }
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = first_key + 8 * n + 2 * (lane % 4) + e % 2;
+      s[n][e] = key < end ? s[n][e] * scale_log2 : -INFINITY;
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+    }
+  }
+  float correction[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    const float next = fmaxf(st.max[r], tile_max[r]);
+    const float base = next == -INFINITY ? 0.0f : next;  // no key seen yet: keep exp2 of -inf at 0, not NaN
+    correction[r] = exp2f(st.max[r] - base);
+    st.max[r] = next;
+    tile_max[r] = base;
+  }
+  uint32_t p[4];
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = exp2f(s[n][e] - tile_max[e / 2]);
+    p[2 * n] = pack<T>(s[n][0], s[n][1]);
+    p[2 * n + 1] = pack<T>(s[n][2], s[n][3]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.sum[r] = st.sum[r] * correction[r] + s[0][2 * r] + s[0][2 * r + 1] + s[1][2 * r] + s[1][2 * r + 1];
+#pragma unroll
+  for (int n = 0; n < kHeadDim / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[n][e] *= correction[e / 2];
+  }
+  const int value_row = lane % 8 + 8 * ((lane / 8) % 2), value_chunk = lane / 16;
+#pragma unroll
+  for (int n = 0; n < kHeadDim / 8; n += 2) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, v_stage + 16u * swizzled<kHeadDim>(value_row, n + value_chunk));
+    mma<T>(st.o[n], p, b[0], b[1]);
+    mma<T>(st.o[n + 1], p, b[2], b[3]);
+  }
+}
+
+// The 4 warps' states merged in shared memory (which the pipeline no longer uses), then per (row, column):
+// the output, or with splits the split's normalized output and log-sum-exp.
+template <class T, int kHeadDim>
+__device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, float* scratch, int batch,
+                                int first_head, int rows, int split, int warp, int lane) {
+  float* warp_max = scratch;                    // [warps][16]
+  float* warp_sum = warp_max + kWarps * kRows;  // [warps][16]
+  float* warp_out = warp_sum + kWarps * kRows;  // [warps][16][head dim]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 1);
+    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 2);
+    if (lane % 4 == 0) {
+      warp_max[warp * kRows + lane / 4 + 8 * r] = st.max[r];
+      warp_sum[warp * kRows + lane / 4 + 8 * r] = st.sum[r];
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kHeadDim / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = lane / 4 + 8 * (e / 2), column = 8 * n + 2 * (lane % 4) + e % 2;
+      warp_out[(warp * kRows + row) * kHeadDim + column] = st.o[n][e];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * kHeadDim; i += kThreads) {
+    const int row = i / kHeadDim, column = i % kHeadDim;
+    float top = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_max[w * kRows + row]);
+    float total = 0.0f, acc = 0.0f;
+    if (top != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float weight = exp2f(warp_max[w * kRows + row] - top);
+        total += weight * warp_sum[w * kRows + row];
+        acc += weight * warp_out[(w * kRows + row) * kHeadDim + column];
+      }
+    }
+    const float value = total > 0.0f ? acc / total : 0.0f;
+    const int head = first_head + row;
+    if (p.splits == 1) {
+      static_cast<T*>(p.out)[batch * p.o_b + head * p.o_h + column] = to_element<T>(value);
+    } else {
+      const int64_t at = (int64_t(batch) * p.heads_kv * p.group + head) * p.splits + split;
+      p.partial[at * kHeadDim + column] = value;
+      if (column == 0) p.lse[at] = total > 0.0f ? top + log2f(total) : -INFINITY;
+    }
+  }
+}
+
+// Grid: x = split x query-head block (blocks fastest: they read the same keys), y = KV head, z = sequence.
+template <class T, int kHeadDim>
+__global__ void __launch_bounds__(kThreads) paged_decode_kernel(Params p) {
+  constexpr int kStages = stages<kHeadDim>(), kChunks = kHeadDim / 8;
+  constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
+  extern __shared__ uint4 shared[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int block = blockIdx.x % p.head_blocks, split = blockIdx.x / p.head_blocks;
+  const int kv_head = blockIdx.y, batch = blockIdx.z;
+  const int first_head = kv_head * p.group + block * kRows, rows = min(kRows, p.group - block * kRows);
+  // NOTES: the dependent kernel may start now; everything below reads what earlier kernels wrote (the
+  // query, the cache rows appended this step, the table and the lengths), so it waits first.
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int length = p.seq_lens ? min(max(p.seq_lens[batch], 0), p.max_seq_len) : p.max_seq_len;
+  const int begin = split * p.split_keys, end = min(length, begin + p.split_keys);
+
+  const uint32_t q_tile = shared_address(shared);
+  const uint32_t k_stages = q_tile + kRows * kHeadDim * 2 + uint32_t(warp) * kStages * 2 * kTileBytes;
+  const uint32_t v_stages = k_stages + kStages * kTileBytes;
+  const auto* q = static_cast<const uint4*>(p.q);
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int row = i / kChunks, chunk = i % kChunks;
+    shared[swizzled<kHeadDim>(row, chunk)] =
+        row < rows ? q[(batch * p.q_b + (first_head + row) * p.q_h) / 8 + chunk] : make_uint4(0, 0, 0, 0);
+  }
+  __syncthreads();
+
+  SoftmaxState<kHeadDim> st;
+  // This warp's tiles: t = warp, warp + 4, ... of the split, starting at key begin + 16 t.
+  const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
+  const int mine = tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0;
+  auto first_key = [&](int i) { return begin + (warp + kWarps * i) * kTileKeys; };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < mine) load_tile<kHeadDim>(p, batch, kv_head, first_key(s), end, k_stages + s * kTileBytes, v_stages + s * kTileBytes, lane);
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  for (int i = 0; i < mine; ++i) {
+    const int ahead = i + kStages - 1;
+    if (ahead < mine) {
+      const uint32_t stage = uint32_t(ahead % kStages) * kTileBytes;
+      load_tile<kHeadDim>(p, batch, kv_head, first_key(ahead), end, k_stages + stage, v_stages + stage, lane);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));
+    __syncwarp();
+    const uint32_t stage = uint32_t(i % kStages) * kTileBytes;
+    attend_tile<T, kHeadDim>(st, q_tile, k_stages + stage, v_stages + stage, first_key(i), end, p.scale_log2, lane);
+    __syncwarp();
+  }
+  asm volatile("cp.async.wait_all;\n" ::);
+  __syncthreads();
+  merge_and_store<T, kHeadDim>(p, st, reinterpret_cast<float*>(shared), batch, first_head, rows, split, warp, lane);
+}
+
+// One CTA per (sequence, query head), one thread per column: the splits' outputs weighted by
+// exp2(lse - max) over the total weight; zeros when no split saw a key.
+template <class T>
+__global__ void merge_splits_kernel(Params p, int head_dim) {
+  extern __shared__ float weight[];  // [splits]
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int64_t row = blockIdx.x;  // batch * heads_q + head
+  const float* lse = p.lse + row * p.splits;
+  float top = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) top = fmaxf(top, lse[s]);
+  for (int s = threadIdx.x; s < p.splits; s += blockDim.x) weight[s] = top == -INFINITY ? 0.0f : exp2f(lse[s] - top);
+  __syncthreads();
+  float total = 0.0f, acc = 0.0f;
+  const float* partial = p.partial + row * p.splits * head_dim + threadIdx.x;
+  for (int s = 0; s < p.splits; ++s) {
+    total += weight[s];
+    acc += weight[s] * partial[int64_t(s) * head_dim];
+  }
+  const int64_t heads_q = int64_t(p.heads_kv) * p.group, batch = row / heads_q, head = row % heads_q;
+  static_cast<T*>(p.out)[batch * p.o_b + head * p.o_h + threadIdx.x] = to_element<T>(total > 0.0f ? acc / total : 0.0f);
+}
+
+}  // namespace wavetune::detail::paged

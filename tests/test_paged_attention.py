@@ -1,0 +1,245 @@
+"""The paged decode attention family (csrc/families/paged_attention, wavetune.paged_attention): input checks and
+the family's registration (CPU tier); every kernel against fp32 attention over the same keys (random data,
+pages not in order, page sizes 16-256 and odd, odd sequence lengths and empty sequences, grouped-query
+heads of 1-24 per KV head, poisoned outputs, the wave model's split count and forced ones, with and without
+programmatic dependent launch), dense caches through wavetune.attention's decode path, CUDA graphs and
+torch.compile (GPU tier)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import wavetune
+from wavetune import _C, families
+
+torch = pytest.importorskip("torch")
+
+
+def test_the_family_is_registered_with_its_entry_point():
+    family = families.get("paged_attention")
+    assert family.entry_points == ("paged_attention",)
+    assert wavetune.paged_attention is family.function("api", "paged_attention")
+    assert not family.config_space and not family.tuning  # built-in kernels, split count from the wave model
+    configs = wavetune.paged_attention_configs()
+    if wavetune.build_info()["kernels_compiled"]:
+        assert {(c.dtype, c.tile[2]) for c in configs} == {(d, h) for d in ("bf16", "fp16") for h in (64, 128, 256)}
+    else:
+        assert configs == []
+
+
+def test_workspace_holds_the_splits_it_runs():
+    sizes = (3, 32, 8, 128, 16, 1000)  # batch, heads_q, heads_kv, head_dim, page_size, max_seq_len
+    assert _C.paged_attention_workspace_bytes(sizes, 1) == 0
+    # 1000 keys are 16 steps of 64: 5 requested splits take 4 steps each, so 4 run.
+    assert _C.paged_attention_workspace_bytes(sizes, 5) == 3 * 32 * 4 * (128 + 1) * 4
+    assert _C.paged_attention_workspace_bytes(sizes, 200) == 3 * 32 * 16 * (128 + 1) * 4
+
+
+def cpu_inputs(batch=2, heads_q=8, heads_kv=2, head_dim=64, pages=6, page_size=16):
+    q = torch.randn(batch, heads_q, head_dim, dtype=torch.bfloat16)
+    k = torch.randn(pages, page_size, heads_kv, head_dim, dtype=torch.bfloat16)
+    table = torch.zeros(batch, 3, dtype=torch.int32)
+    return q, k, k.clone(), table, torch.full((batch,), 40, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (lambda q, k, v, t, s: (q.float(), k, v, t, s), TypeError, "must all be bfloat16 or all float16"),
+    (lambda q, k, v, t, s: (q[:, :5], k, v, t, s), ValueError, "multiple of the caches'"),
+    (lambda q, k, v, t, s: (q, k, v[:, :8], t, s), ValueError, "one shape and one set of strides"),
+    (lambda q, k, v, t, s: (q, k, v.transpose(0, 1).contiguous().transpose(0, 1), t, s), ValueError,
+     "one set of strides"),
+    (lambda q, k, v, t, s: (q.unsqueeze(1), k, v, t, s), ValueError, r"q must be \[batch, heads_q, head_dim\]"),
+    (lambda q, k, v, t, s: (q, k, v, t.long(), s), ValueError, "block_table must be an int32"),
+    (lambda q, k, v, t, s: (q, k, v, t[:1], s), ValueError, "block_table must be an int32 \\[batch=2"),
+    (lambda q, k, v, t, s: (q, k, v, t, s[:1]), ValueError, "seq_lens must be a contiguous int32 \\[batch=2\\]"),
+    (lambda q, k, v, t, s: (q, k, v, None, s), ValueError, "first dim 6 must be q's batch 2"),
+    (lambda q, k, v, t, s: (q, k, v, t, s), ValueError, "on one CUDA device"),
+])
+def test_bad_inputs_name_the_problem(change, error, match):
+    q, k, v, table, lens = change(*cpu_inputs())
+    with pytest.raises(error, match=match):
+        wavetune.paged_attention(q, k, v, table, lens)
+
+
+def test_max_seq_len_must_fit_the_table():
+    q, k, v, table, lens = cpu_inputs()
+    with pytest.raises(ValueError, match=r"max_seq_len must be an int in \[0, 48\]"):
+        wavetune.paged_attention(q, k, v, table, lens, max_seq_len=49)
+
+
+def test_the_fake_kernel_checks_and_shapes():
+    import wavetune.torch_ops  # noqa: F401
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q, k, v, table, lens = cpu_inputs()
+        out = torch.ops.wavetune.paged_attention(q, k, v, table, lens)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        with pytest.raises(ValueError, match="block_table must be an int32"):
+            torch.ops.wavetune.paged_attention(q, k, v, table.float(), lens)
+
+
+# ---- GPU tier -----------------------------------------------------------------------------------------
+
+def paged_case(batch, heads_q, heads_kv, head_dim, page_size, lengths, dtype=torch.bfloat16, seed=0):
+    """Random q and a page pool holding each sequence's keys in shuffled pages (with spare pages), its block
+    table, and the dense keys and values per sequence for the reference."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    opts = dict(device="cuda", dtype=dtype)
+    per_seq = max(1, max(-(-n // page_size) for n in lengths))
+    pool = batch * per_seq + 3
+    k_cache = torch.randn(pool, page_size, heads_kv, head_dim, generator=g, **opts)
+    v_cache = torch.randn(pool, page_size, heads_kv, head_dim, generator=g, **opts)
+    table = torch.randperm(pool, generator=g, device="cuda")[:batch * per_seq].view(batch, per_seq).int()
+    q = torch.randn(batch, heads_q, head_dim, generator=g, **opts)
+    return q, k_cache, v_cache, table, torch.tensor(lengths, dtype=torch.int32, device="cuda")
+
+
+def reference(q, k_cache, v_cache, table, lengths, scale=None):
+    """fp32 attention of each sequence's query heads over its keys, gathered through the table."""
+    batch, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    scale = 1 / math.sqrt(head_dim) if scale is None else scale
+    out = torch.zeros(batch, heads_q, head_dim, device=q.device)
+    for b, n in enumerate(lengths):
+        if n == 0:
+            continue
+        keys = k_cache[table[b].long()].flatten(0, 1)[:n].float()  # [n, heads_kv, head_dim]
+        values = v_cache[table[b].long()].flatten(0, 1)[:n].float()
+        qs = q[b].float().view(heads_kv, heads_q // heads_kv, head_dim)
+        scores = torch.einsum("hgd,nhd->hgn", qs, keys) * scale
+        out[b] = torch.einsum("hgn,nhd->hgd", scores.softmax(-1), values).reshape(heads_q, head_dim)
+    return out
+
+
+def assert_close(got, want):
+    assert not got.isnan().any(), "part of the output was left unwritten"
+    error = ((got.float() - want).norm() / want.norm().clamp_min(1e-6)).item()
+    assert error < 1e-2, error
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("heads_q, heads_kv", [(32, 8), (28, 4), (8, 8), (24, 1)])
+def test_every_kernel_against_fp32(head_dim, heads_q, heads_kv):
+    lengths = [1, 700, 33, 1500]
+    q, k, v, table, lens = paged_case(4, heads_q, heads_kv, head_dim, 16, lengths, seed=head_dim + heads_q)
+    want = reference(q, k, v, table, lengths)
+    for splits in (None, 1, 3, 64):
+        out = torch.full_like(q, float("nan"))
+        got = wavetune.paged_attention(q, k, v, table, lens, out=out, splits=splits)
+        assert got is out
+        assert_close(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [16, 32, 100, 256])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_page_sizes_lengths_and_dtypes(page_size, dtype):
+    lengths = [0, 257, 5000, 64, 1]
+    q, k, v, table, lens = paged_case(5, 16, 2, 128, page_size, lengths, dtype=dtype, seed=page_size)
+    got = wavetune.paged_attention(q, k, v, table, lens, scale=0.05)
+    assert got.dtype == dtype
+    assert_close(got, reference(q, k, v, table, lengths, scale=0.05))
+    assert torch.equal(got[0], torch.zeros_like(got[0]))  # a sequence with no keys
+
+
+@pytest.mark.gpu
+def test_a_short_max_seq_len_bounds_the_keys_read():
+    lengths = [300, 120]
+    q, k, v, table, lens = paged_case(2, 8, 2, 128, 16, lengths, seed=3)
+    got = wavetune.paged_attention(q, k, v, table, lens, max_seq_len=200)  # lengths above it are cut to it
+    assert_close(got, reference(q, k, v, table, [200, 120]))
+
+
+@pytest.mark.gpu
+def test_one_kv_tensor_holding_both_halves():
+    """vLLM-style [pages, 2, page_size, heads, dim] storage: K and V are views with the same strides."""
+    lengths = [90, 400]
+    q, k, v, table, lens = paged_case(2, 16, 4, 128, 32, lengths, seed=4)
+    both = torch.stack([k, v], dim=1)
+    got = wavetune.paged_attention(q, both[:, 0], both[:, 1], table, lens)
+    assert_close(got, reference(q, k, v, table, lengths))
+
+
+@pytest.mark.gpu
+def test_pdl_on_and_off_give_the_same_bits():
+    q, k, v, table, lens = paged_case(3, 32, 8, 128, 16, [2000, 17, 900], seed=5)
+    _C.set_programmatic_launch(False)
+    try:
+        off = wavetune.paged_attention(q, k, v, table, lens, splits=8)
+    finally:
+        _C.set_programmatic_launch(True)
+    on = wavetune.paged_attention(q, k, v, table, lens, splits=8)
+    assert torch.equal(on, off)
+    assert torch.equal(on, wavetune.paged_attention(q, k, v, table, lens, splits=8))  # deterministic
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seqlen_k", [1, 77, 4096])
+def test_attention_decode_runs_it_on_dense_caches(seqlen_k):
+    g = torch.Generator(device="cuda").manual_seed(seqlen_k)
+    opts = dict(device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(3, 1, 32, 128, generator=g, **opts)
+    cache = torch.randn(3, 8, seqlen_k + 5, 128, generator=g, **opts)  # [batch, heads, capacity, dim], as HF's
+    k = cache.transpose(1, 2)[:, :seqlen_k]
+    v = torch.randn_like(cache).transpose(1, 2)[:, :seqlen_k]
+    out = torch.full_like(q, float("nan"))
+    wavetune.attention(q, k, v, out=out)
+    table = torch.arange(3, device="cuda", dtype=torch.int32).view(3, 1)
+    want = reference(q[:, 0], k, v, table, [seqlen_k] * 3)
+    assert_close(out[:, 0], want)
+    fmha = [c for c in wavetune.attention_configs() if c.dtype == "bf16" and c.tile[2] == 128]
+    if fmha:  # a forced variant takes the FMHA path
+        assert_close(wavetune.attention(q, k, v, config=fmha[0].id, splits=1)[:, 0], want)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_as_pytorch_documents_it():
+    import wavetune.torch_ops  # noqa: F401
+
+    q, k, v, table, lens = paged_case(4, 32, 8, 128, 16, [100, 4096, 5, 700], seed=6)
+
+    def step():
+        return torch.ops.wavetune.paged_attention(q, k, v, table, lens, 4096)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = step()
+    lens.copy_(torch.tensor([1500, 3, 4096, 64], dtype=torch.int32))  # the next step's lengths, same graph
+    q.normal_()
+    y.fill_(float("nan"))
+    graph.replay()
+    assert_close(y, reference(q, k, v, table, [1500, 3, 4096, 64]))
+    assert torch.equal(y, step())
+
+
+@pytest.mark.gpu
+def test_torch_compile_fullgraph():
+    import wavetune.torch_ops  # noqa: F401
+
+    q, k, v, table, lens = paged_case(2, 16, 4, 64, 16, [300, 31], seed=7)
+
+    def decode(q):
+        return torch.ops.wavetune.paged_attention(q * 2, k, v, table, lens)
+
+    compiled = torch.compile(decode, fullgraph=True)
+    assert torch.equal(compiled(q), decode(q))
+
+
+@pytest.mark.gpu
+def test_launch_errors_name_the_problem():
+    q, k, v, table, lens = paged_case(2, 8, 2, 128, 16, [10, 20], seed=8)
+    with pytest.raises(ValueError, match="splits must be an int in"):
+        wavetune.paged_attention(q, k, v, table, lens, splits=0)
+    shifted = torch.empty(q.numel() + 8, device="cuda", dtype=q.dtype)[1:1 + q.numel()].view(q.shape)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        wavetune.paged_attention(shifted, k, v, table, lens)
