@@ -53,6 +53,7 @@ from wavetune.families.attention import api as fmha
 from wavetune.families.attention import tuning
 from wavetune.families.attention.cases import SPLITS, TP, measurable, named_cases
 from wavetune.families.attention.measure import measure_case
+from wavetune.runtime import tables
 
 REPO = Path(__file__).resolve().parents[1]
 warnings.filterwarnings("ignore", message="For dense input")  # SDPA explaining why a backend refuses GQA
@@ -289,7 +290,7 @@ def main() -> None:
     todo = named_cases(phases) if args.suite == "named" else heldout_cases(phases, args.count, args.seed)
     built = {c.tile[2] for c in wavetune.attention_configs() if c.dtype == "bf16"}
     todo = measurable(todo, built, args.seed)  # shuffled: a cut budget still spans the phases, models and sizes
-    table = wavetune.tables.default_table_path(props["name"], "attention")
+    table = tables.default_table_path(props["name"], "attention")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "attention_table": str(table) if table else None,
               "sm_count": props["sm_count"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -55,7 +55,7 @@ struct PagedVariant {
       const void* kernel = reinterpret_cast<const void*>(paged::paged_decode_kernel<T, kHeadDim>);
       int count = 0;
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared)) != cudaSuccess ||
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, paged::kThreads, kShared) != cudaSuccess) {
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, paged::threads<kHeadDim>(), kShared) != cudaSuccess) {
         cudaGetLastError();
       }
       resident[dev.device] = count;
@@ -84,7 +84,7 @@ struct PagedVariant {
     void* args[] = {&params};
     const dim3 grid(unsigned(params.head_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
     cudaError_t status = launch_kernel(reinterpret_cast<const void*>(paged::paged_decode_kernel<T, kHeadDim>), grid,
-                                       dim3(paged::kThreads), kShared, stream, args);
+                                       dim3(paged::threads<kHeadDim>()), kShared, stream, args);
     if (status == cudaSuccess && s.splits > 1) {
       int head_dim = kHeadDim;
       void* merge_args[] = {&params, &head_dim};
@@ -102,7 +102,7 @@ struct PagedVariant {
   static constexpr PagedVariantOps kOps{&ctas_per_sm, &run};
 
   static VariantRegistry<PagedVariantOps>::Entry entry(int32_t id, const char* name) {
-    return {{id, name, kDType, BLayout::col, false, Schedule::decode, paged::kRows, paged::kCtaStepKeys, kHeadDim, 1,
+    return {{id, name, kDType, BLayout::col, false, Schedule::decode, paged::kRows, paged::cta_step_keys<kHeadDim>(), kHeadDim, 1,
              1, TileScheduler::data_parallel},
             &kOps};
   }
@@ -121,12 +121,11 @@ constexpr double kMergeUs = 2.0;
 double predicted_us(const PagedAttentionProblem& p, const PagedSplits& s, int64_t slots) {
   const int64_t head_blocks = (p.heads_q / p.heads_kv + paged::kRows - 1) / paged::kRows;
   const int64_t ctas = int64_t(p.batch) * p.heads_kv * head_blocks * s.splits;
-  const double step_bytes = 2.0 * paged::kCtaStepKeys * p.head_dim * 2;
-  const double steps = double(s.split_keys / paged::kCtaStepKeys);
+  const double bytes_per_cta = 2.0 * s.split_keys * p.head_dim * 2;
   double us = 0;
   for (int64_t left = ctas; left > 0; left -= slots) {
     const double running = double(std::min(left, slots));
-    us += kWaveUs + steps * step_bytes * std::max(running / kHbmBytesPerUs, 1.0 / kCtaBytesPerUs);
+    us += kWaveUs + bytes_per_cta * std::max(running / kHbmBytesPerUs, 1.0 / kCtaBytesPerUs);
   }
   if (s.splits > 1) us += kMergeUs + 2.0 * double(p.batch) * p.heads_q * s.splits * p.head_dim * 4 / kHbmBytesPerUs;
   return us;
@@ -152,7 +151,8 @@ int32_t paged_attention_splits(const PagedAttentionProblem& p) {
   if (!variant) WAVETUNE_INVALID("no paged attention kernel for ", to_string(p.dtype), " head dim ", p.head_dim, " in this build");
   const detail::DeviceInfo& dev = detail::current_device_info();
   const int64_t slots = int64_t(dev.sm_count) * variant->ops->ctas_per_sm(dev);
-  const int32_t steps = (p.max_seq_len + detail::paged::kCtaStepKeys - 1) / detail::paged::kCtaStepKeys;
+  const int32_t step_keys = variant->info.tile_n;
+  const int32_t steps = (p.max_seq_len + step_keys - 1) / step_keys;
   int32_t best = 1;
   double best_us = detail::predicted_us(p, detail::paged_splits(p, 1), slots);
   for (int32_t splits = 2; splits <= std::min(steps, kPagedAttentionMaxSplits); ++splits) {

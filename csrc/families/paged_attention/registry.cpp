@@ -18,7 +18,6 @@ namespace wavetune {
 namespace detail {
 namespace {
 
-constexpr int32_t kStepKeys = 64;  // keys a CTA step reads (sm90_paged_decode.cuh's kCtaStepKeys)
 constexpr int32_t kMaxGridY = 65535;
 
 VariantRegistry<PagedVariantOps>& registry() {
@@ -48,9 +47,11 @@ const VariantRegistry<PagedVariantOps>::Entry* paged_variant_for(const PagedAtte
 }
 
 PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t requested) {
-  const int32_t steps = std::max(1, (p.max_seq_len + kStepKeys - 1) / kStepKeys);
+  const auto* variant = paged_variant_for(p);
+  const int32_t step_keys = variant ? variant->info.tile_n : 64;  // without kernels: sizes for the tests
+  const int32_t steps = std::max(1, (p.max_seq_len + step_keys - 1) / step_keys);
   const int32_t per_split = (steps + std::clamp(requested, 1, steps) - 1) / std::clamp(requested, 1, steps);
-  return {(steps + per_split - 1) / per_split, per_split * kStepKeys};
+  return {(steps + per_split - 1) / per_split, per_split * step_keys};
 }
 
 }  // namespace detail

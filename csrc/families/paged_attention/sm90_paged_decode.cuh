@@ -8,7 +8,7 @@
 // mma.sync: S = Q K^T with the group's query heads as the 16 rows (ldmatrix from swizzled shared memory),
 // an online softmax per row, and O += P V with P taken straight from S's accumulators (their layout is
 // the A operand's) and V through ldmatrix.trans. Each CTA takes one (sequence, KV head, 16 query heads,
-// KV split); its 4 warps take alternate 16-key tiles and merge their softmax states at the end, so nothing
+// KV split); its warps take alternate 16-key tiles and merge their softmax states at the end, so nothing
 // waits on a CTA-wide barrier in the loop.
 #pragma once
 
@@ -21,11 +21,32 @@
 
 namespace wavetune::detail::paged {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kRows = 16;  // query heads per tile (an mma's M)
+constexpr int kRows = 16;      // query heads per tile (an mma's M)
 constexpr int kTileKeys = 16;  // keys per warp step (an mma's K for P V)
-constexpr int kCtaStepKeys = kWarps * kTileKeys;  // splits hold whole CTA steps
+
+// NOTES: one CTA per SM with about 128 KB of K and V in flight: a decode launch often has fewer CTAs than
+// two per SM (one sequence, few KV heads), and then each CTA's own pipeline depth sets the bandwidth. 8
+// warps of 3 stages (head dims 64 and 128: 6 and 3 stages) or 4 warps (256) fill 192 KB of shared memory.
+template <int kHeadDim>
+constexpr int warps() {
+  return kHeadDim == 256 ? 4 : 8;
+}
+
+template <int kHeadDim>
+constexpr int stages() {
+  return kHeadDim == 64 ? 6 : 3;
+}
+
+template <int kHeadDim>
+constexpr int threads() {
+  return 32 * warps<kHeadDim>();
+}
+
+// Keys a CTA step reads: splits hold whole steps.
+template <int kHeadDim>
+constexpr int cta_step_keys() {
+  return warps<kHeadDim>() * kTileKeys;
+}
 
 struct Params {
   const void* q;
@@ -47,16 +68,9 @@ struct Params {
   float* lse;      // splits > 1: [batch, heads_q, splits] their base-2 log-sum-exps (-inf: no keys)
 };
 
-// Stages of the per-warp cp.async pipeline: about 32 KB per warp in flight, two CTAs per SM for head dims
-// up to 128.
-template <int kHeadDim>
-constexpr int stages() {
-  return kHeadDim == 64 ? 6 : 3;
-}
-
 template <int kHeadDim>
 constexpr size_t shared_bytes() {
-  return size_t(kRows) * kHeadDim * 2 + size_t(kWarps) * stages<kHeadDim>() * 2 * kTileKeys * kHeadDim * 2;
+  return size_t(kRows) * kHeadDim * 2 + size_t(warps<kHeadDim>()) * stages<kHeadDim>() * 2 * kTileKeys * kHeadDim * 2;
 }
 
 // Shared-memory tiles are rows of kHeadDim / 8 16-byte chunks; chunk c of row r sits at c ^ (r % 8), so the
@@ -138,13 +152,13 @@ __device__ __forceinline__ int64_t key_offset(const Params& p, int batch, int kv
   return int64_t(page) * p.page_stride + int64_t(key % p.page_size) * p.row_stride + kv_head * p.head_stride;
 }
 
-// Issues the cp.async copies of one 16-key tile of K and V into a stage; keys past `end` are zero-filled
-// (V's zeros keep masked keys' 0 x V finite). Lane i < 16 finds row i, the others read it by shuffle.
+// Issues the cp.async copies of one 16-key tile of K and V into a stage, given each lane's
+// key_offset of row lane % 16 (the others read it by shuffle); keys past the end (offset -1) are
+// zero-filled (V's zeros keep masked keys' 0 x V finite).
 template <int kHeadDim>
-__device__ __forceinline__ void load_tile(const Params& p, int batch, int kv_head, int first_key, int end,
-                                          uint32_t k_stage, uint32_t v_stage, int lane) {
+__device__ __forceinline__ void load_tile(const Params& p, int64_t mine, uint32_t k_stage, uint32_t v_stage,
+                                          int lane) {
   constexpr int kChunks = kHeadDim / 8;
-  const int64_t mine = key_offset(p, batch, kv_head, first_key + lane % kTileKeys, end);
   const auto* k = static_cast<const uint4*>(p.k);
   const auto* v = static_cast<const uint4*>(p.v);
 #pragma unroll
@@ -219,11 +233,12 @@ __device__ __forceinline__ void attend_tile(SoftmaxState<kHeadDim>& st, uint32_t
   }
 }
 
-// The 4 warps' states merged in shared memory (which the pipeline no longer uses), then per (row, column):
+// The warps' states merged in shared memory (which the pipeline no longer uses), then per (row, column):
 // the output, or with splits the split's normalized output and log-sum-exp.
 template <class T, int kHeadDim>
 __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, float* scratch, int batch,
                                 int first_head, int rows, int split, int warp, int lane) {
+  constexpr int kWarps = warps<kHeadDim>();
   float* warp_max = scratch;                    // [warps][16]
   float* warp_sum = warp_max + kWarps * kRows;  // [warps][16]
   float* warp_out = warp_sum + kWarps * kRows;  // [warps][16][head dim]
@@ -245,7 +260,7 @@ __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, flo
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < rows * kHeadDim; i += kThreads) {
+  for (int i = threadIdx.x; i < rows * kHeadDim; i += threads<kHeadDim>()) {
     const int row = i / kHeadDim, column = i % kHeadDim;
     float top = -INFINITY;
 #pragma unroll
@@ -273,8 +288,8 @@ __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, flo
 
 // Grid: x = split x query-head block (blocks fastest: they read the same keys), y = KV head, z = sequence.
 template <class T, int kHeadDim>
-__global__ void __launch_bounds__(kThreads) paged_decode_kernel(Params p) {
-  constexpr int kStages = stages<kHeadDim>(), kChunks = kHeadDim / 8;
+__global__ void __launch_bounds__(threads<kHeadDim>()) paged_decode_kernel(Params p) {
+  constexpr int kStages = stages<kHeadDim>(), kChunks = kHeadDim / 8, kWarps = warps<kHeadDim>();
   constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
   extern __shared__ uint4 shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -292,7 +307,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(Params p) {
   const uint32_t k_stages = q_tile + kRows * kHeadDim * 2 + uint32_t(warp) * kStages * 2 * kTileBytes;
   const uint32_t v_stages = k_stages + kStages * kTileBytes;
   const auto* q = static_cast<const uint4*>(p.q);
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+  for (int i = threadIdx.x; i < kRows * kChunks; i += threads<kHeadDim>()) {
     const int row = i / kChunks, chunk = i % kChunks;
     shared[swizzled<kHeadDim>(row, chunk)] =
         row < rows ? q[(batch * p.q_b + (first_head + row) * p.q_h) / 8 + chunk] : make_uint4(0, 0, 0, 0);
@@ -300,26 +315,33 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(Params p) {
   __syncthreads();
 
   SoftmaxState<kHeadDim> st;
-  // This warp's tiles: t = warp, warp + 4, ... of the split, starting at key begin + 16 t.
+  // This warp's tiles: t = warp, warp + warps, ... of the split, starting at key begin + 16 t.
   const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const int mine = tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0;
-  auto first_key = [&](int i) { return begin + (warp + kWarps * i) * kTileKeys; };
+  auto row_offset = [&](int i) {  // this lane's row of tile i (-1 past the split's keys)
+    return key_offset(p, batch, kv_head, begin + (warp + kWarps * i) * kTileKeys + lane % kTileKeys, end);
+  };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < mine) load_tile<kHeadDim>(p, batch, kv_head, first_key(s), end, k_stages + s * kTileBytes, v_stages + s * kTileBytes, lane);
+    if (s < mine) load_tile<kHeadDim>(p, row_offset(s), k_stages + s * kTileBytes, v_stages + s * kTileBytes, lane);
     asm volatile("cp.async.commit_group;\n" ::);
   }
+  // NOTES: a block table entry is read one iteration before its tile's copies are issued, so the
+  // table's latency overlaps a tile's wait and math instead of adding to it.
+  int64_t next_rows = row_offset(kStages - 1);
   for (int i = 0; i < mine; ++i) {
     const int ahead = i + kStages - 1;
     if (ahead < mine) {
       const uint32_t stage = uint32_t(ahead % kStages) * kTileBytes;
-      load_tile<kHeadDim>(p, batch, kv_head, first_key(ahead), end, k_stages + stage, v_stages + stage, lane);
+      load_tile<kHeadDim>(p, next_rows, k_stages + stage, v_stages + stage, lane);
+      next_rows = row_offset(ahead + 1);
     }
     asm volatile("cp.async.commit_group;\n" ::);
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));
     __syncwarp();
     const uint32_t stage = uint32_t(i % kStages) * kTileBytes;
-    attend_tile<T, kHeadDim>(st, q_tile, k_stages + stage, v_stages + stage, first_key(i), end, p.scale_log2, lane);
+    attend_tile<T, kHeadDim>(st, q_tile, k_stages + stage, v_stages + stage, begin + (warp + kWarps * i) * kTileKeys,
+                             end, p.scale_log2, lane);
     __syncwarp();
   }
   asm volatile("cp.async.wait_all;\n" ::);

@@ -1,0 +1,249 @@
+"""Paged decode attention (wavetune.paged_attention) on decode cases: the wave model's KV split count against
+every split count (the exhaustive best), SDPA's fastest backend and wavetune's FMHA decode, on a dense cache
+and on 16-token pages in shuffled order (docs/attention.md, "Paged decode").
+
+    python benchmarks/paged_attention.py --split design|heldout --out $OUT
+    python benchmarks/paged_attention.py --fit DESIGN.jsonl --check HELDOUT.jsonl   # offline, no GPU
+
+design: the named models' heads (Llama-3-8B and -70B at TP 1-8, attention.py's named suite) at random
+batches (1-256) and lengths (512-131,072 keys): what the split model's constants are read from. heldout:
+other models' heads and head dims (attention.py's held-out decode cases), fitted on by nothing. Methods:
+  choice     wavetune.paged_attention on the dense cache, the wave model's split count
+  s<N>       the same forced to N splits (every count of SPLITS that differs): the fastest is the best
+  paged      wavetune.paged_attention on 16-token pages in shuffled order, its own choice
+  fmha       wavetune.attention forced to the FMHA variant and splits its table or model picks (the path
+             decode took before), where a variant of the head dim is compiled
+  sdpa_*     torch SDPA pinned to cuDNN, flash or efficient (a backend that refuses is left out)
+Checked and timed as benchmarks/attention.py does (fp32 reference on a slice, poisoned outputs, CUDA graphs
+replayed round-robin over operand copies larger than twice the L2, medians). Writes
+<out>/paged_<split>.jsonl (a header, then one record per case) and <out>/paged_<split>.md.
+
+--fit replays the wave model of csrc/families/paged_attention/launch.cu on the logged split sweeps for a
+grid of its constants and prints the constants whose choices come closest to the best (geomean), and what
+they give on --check's log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--split", choices=("design", "heldout"), default="heldout")
+    p.add_argument("--count", type=int, default=40)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--time-budget-s", type=float, default=240)
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
+    p.add_argument("--fit", type=Path, help="a design log to fit the split model's constants to (offline)")
+    p.add_argument("--check", type=Path, help="with --fit: a held-out log to evaluate the fitted constants on")
+    return p.parse_args()
+
+
+# ---- the wave model, replayed offline -------------------------------------------------------------------
+
+def predicted_us(case: dict, splits: int, step_keys: int, sm_count: int, hbm: float, cta: float, wave: float,
+                 merge: float) -> float:
+    """launch.cu's predicted_us with its constants as parameters (one resident CTA per SM)."""
+    steps = max(1, -(-case["seqlen_k"] // step_keys))
+    per_split = -(-steps // min(max(splits, 1), steps))
+    runs = -(-steps // per_split)
+    ctas = case["batch"] * case["heads_kv"] * -(-(case["heads_q"] // case["heads_kv"]) // 16) * runs
+    bytes_per_cta = 2.0 * per_split * step_keys * case["head_dim"] * 2
+    us, left = 0.0, ctas
+    while left > 0:
+        us += wave + bytes_per_cta * max(min(left, sm_count) / hbm, 1.0 / cta)
+        left -= sm_count
+    if runs > 1:
+        us += merge + 2.0 * case["batch"] * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
+    return us
+
+
+def replay(rows: list[dict], constants: tuple, sm_count: int) -> list[float]:
+    """best / time of the split count the model picks, per row."""
+    out = []
+    for r in rows:
+        sweep = {int(name[1:]): us for name, us in r["times"].items() if name[1:].isdigit()}
+        pick = min(sweep, key=lambda s: (predicted_us(r, s, r["step_keys"], sm_count, *constants), s))
+        out.append(min(sweep.values()) / sweep[pick])
+    return out
+
+
+def fit(design: Path, check: Path | None) -> None:
+    def load(path):
+        lines = path.read_text().splitlines()
+        return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+
+    header, rows = load(design)
+    grid = itertools.product((2.6e6, 3.0e6, 3.3e6), (1.5e4, 2e4, 3e4, 4e4, 6e4), (0.5, 1.0, 2.0, 3.0),
+                             (1.0, 2.0, 3.0, 5.0))
+    scored = sorted(((geomean(replay(rows, c, header["sm_count"])), c) for c in grid), reverse=True)
+    for score, c in scored[:5]:
+        line = f"hbm {c[0]:.2g} B/us, cta {c[1]:.2g} B/us, wave {c[2]} us, merge {c[3]} us: design {score:.3f}"
+        if check:
+            held_header, held = load(check)
+            quality = replay(held, c, held_header["sm_count"])
+            line += f", held-out {geomean(quality):.3f} (worst {min(quality):.2f})"
+        print(line)
+
+
+def geomean(xs) -> float:
+    xs = list(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+# ---- measuring ------------------------------------------------------------------------------------------
+
+def design_cases(count: int, seed: int) -> list[dict]:
+    from wavetune.families.attention.cases import NAMED_MODELS, TP
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        name, (hq, hkv) = sorted(NAMED_MODELS.items())[i % len(NAMED_MODELS)]
+        tp = rng.choice(TP)
+        out.append(dict(phase="decode", model=f"{name}/tp{tp}", batch=max(1, int(math.exp(rng.uniform(0, math.log(256))))),
+                        seqlen_q=1, seqlen_k=int(math.exp(rng.uniform(math.log(512), math.log(131072)))),
+                        heads_q=hq // tp, heads_kv=hkv // tp, head_dim=128))
+    return out
+
+
+def methods_for(case: dict, step_keys: int) -> dict:
+    import torch
+
+    import attention as bench
+    import wavetune
+    from wavetune import _C
+    from wavetune.families.attention import api as fmha
+
+    def paged(splits=None):
+        return lambda q, k, v, out: wavetune.paged_attention(q[:, 0], k, v, out=out[:, 0], splits=splits).unsqueeze(1)
+
+    methods = {"choice": paged()}
+    steps = max(1, -(-case["seqlen_k"] // step_keys))
+    runs = {}
+    for s in SPLITS:
+        runs.setdefault(-(-steps // -(-steps // min(s, steps))), s)  # splits that really run -> first count asking
+    methods.update({f"s{n}": paged(n) for n in runs})
+    methods["paged"] = bench.paged_launch()
+    if any(c.dtype == "bf16" and c.tile[2] == case["head_dim"] for c in wavetune.attention_configs()):
+        def forced(q, k, v, out):
+            args = (tuple(bench.tuning.attention_sizes(case)), *map(fmha.tensor_args, (q, k, v, out)),
+                    1 / math.sqrt(case["head_dim"]), False, _C.DTYPES.index("bf16"))
+            variant, splits = _C.attention_choice(*args, torch.cuda.current_device())
+            return wavetune.attention(q, k, v, out=out, config=variant, splits=splits)
+        methods["fmha"] = forced
+    for name, backend in bench.SDPA_BACKENDS.items():
+        methods[name] = bench.sdpa(backend, False)
+    return methods
+
+
+def measure(case: dict, args, props: dict) -> dict:
+    import torch
+
+    from wavetune import _C
+    from wavetune.families.attention.cases import kv_bytes
+    from wavetune.families.attention.measure import GRAPH_US, check, operand_sets
+    from wavetune.tuning.timing import interleaved_us
+    import attention as bench
+
+    step_keys = next(c.tile[1] for c in wavetune_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"])
+    sets = operand_sets(case, props["l2_bytes"])
+    methods = methods_for(case, step_keys)
+    errors = check(methods, sets[0], False, may_refuse=lambda name: name.startswith("sdpa"))
+    estimate_us = max(3.0, kv_bytes(case) / 2.5e6)
+    per_graph = len(sets) * math.ceil(min(32, max(1, GRAPH_US / estimate_us)) / len(sets))
+    times = interleaved_us(methods, sets, per_graph, args.reps)
+    choice = _C.paged_attention_splits(*bench.paged_problem(case), _C.DTYPES.index("bf16"))
+    sweep = {name: us for name, us in times.items() if name[1:].isdigit()}
+    sdpa = {name: us for name, us in times.items() if name.startswith("sdpa")}
+    torch.cuda.empty_cache()
+    return {**case, "step_keys": step_keys, "choice_splits": choice, "times": times, "best": min(sweep, key=sweep.get),
+            "best_us": min(sweep.values()), "sdpa_best": min(sdpa, key=sdpa.get) if sdpa else None,
+            "sdpa_best_us": min(sdpa.values()) if sdpa else None, "max_error": max(errors.values())}
+
+
+def wavetune_configs():
+    import wavetune
+
+    return wavetune.paged_attention_configs()
+
+
+def summary(rows: list[dict], header: dict) -> str:
+    lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} {header['split']} decode cases, "
+             "bf16; ratios above 1: wavetune faster. `choice`: wavetune.paged_attention on the dense cache with the "
+             "wave model's split count; `paged`: on 16-token pages in shuffled order; `best`: the fastest split count "
+             "of the sweep; SDPA: its fastest backend per case; `fmha`: wavetune's FMHA decode.", "",
+             "| batch | n | choice vs SDPA | worst | paged vs SDPA | worst | choice / best | worst | choice vs fmha | "
+             "worst |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for low, high in ((1, 1), (2, 16), (17, 64), (65, 256), (1, 256)):
+        rs = [r for r in rows if low <= r["batch"] <= high and r["sdpa_best_us"]]
+        if not rs:
+            continue
+        cells = []
+        for num, den in (("sdpa", "choice"), ("sdpa", "paged"), ("best", "choice"), ("fmha", "choice")):
+            ratios = [value(r, num) / value(r, den) for r in rs if value(r, num) and value(r, den)]
+            cells.append(f"{geomean(ratios):.3f}x | {min(ratios):.2f}x" if ratios else "- | -")
+        lines.append(f"| {'all' if (low, high) == (1, 256) else f'{low}-{high}'} | {len(rs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def value(row: dict, name: str) -> float | None:
+    return {"sdpa": row["sdpa_best_us"], "best": row["best_us"]}.get(name, row["times"].get(name))
+
+
+def main() -> None:
+    args = parse_args()
+    if args.fit:
+        fit(args.fit, args.check)
+        return
+    sys.path.insert(0, str(Path(__file__).parent))
+    import torch
+
+    import attention as bench
+    import wavetune
+    from wavetune.families.attention.cases import measurable
+
+    props = wavetune.device_properties()
+    todo = design_cases(args.count, args.seed) if args.split == "design" else bench.heldout_cases(
+        ["decode"], args.count, args.seed)
+    todo = measurable(todo, {c.tile[2] for c in wavetune_configs()}, args.seed)
+    header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(), "split": args.split,
+              "sm_count": props["sm_count"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "args": {k: str(v) for k, v in vars(args).items()}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / f"paged_{args.split}.jsonl"
+    log.write_text(json.dumps(header) + "\n")
+    rows, start = [], time.monotonic()
+    for case in todo:
+        if time.monotonic() - start > args.time_budget_s:
+            print(f"time budget spent: {len(rows)} of {len(todo)} cases measured", file=sys.stderr)
+            break
+        row = measure(case, args, props)
+        rows.append(row)
+        with log.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        t = row["times"]
+        print(f"{row['model']} b{row['batch']} k{row['seqlen_k']} h{row['heads_q']}/{row['heads_kv']} d{row['head_dim']}: "
+              f"choice {t['choice']:.1f} us ({row['choice_splits']} splits), best {row['best_us']:.1f} ({row['best']}), "
+              f"paged {t['paged']:.1f}, sdpa {row['sdpa_best_us'] or 0:.1f} ({row['sdpa_best']}), "
+              f"fmha {t.get('fmha', 0):.1f}", file=sys.stderr)
+    table = summary(rows, header)
+    (args.out / f"paged_{args.split}.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
