@@ -185,7 +185,8 @@ def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
     names = {key: f"{fmha.attention_by_id()[v].name}/{s}" for key, (v, s) in choices(c, operands["first"]).items()}
     best_sdpa = min(sdpa_times, key=sdpa_times.get) if sdpa_times else None
     if c["phase"] == "decode":
-        names["choice"] = f"paged/{_C.paged_attention_splits(*paged_problem(c), _C.DTYPES.index('bf16'))}"
+        variant, splits = _C.paged_attention_choice(*paged_problem(c), _C.DTYPES.index("bf16"))
+        names["choice"] = f"{next(x.name for x in wavetune.paged_attention_configs() if x.id == variant)}/{splits}"
     return {**record, "choice": names["choice"], "builtin": names["builtin"], "choice_us": times["choice"],
             "builtin_us": times["builtin"], "fa_rule_us": times["fa_rule"], "sdpa_best": best_sdpa,
             "sdpa_best_us": sdpa_times.get(best_sdpa), "sdpa_us": sdpa_times,
@@ -193,10 +194,10 @@ def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
 
 
 def paged_problem(c: dict) -> tuple:
-    """The arguments of _C.paged_attention_splits for a decode case on a dense cache (contiguous layouts)."""
+    """The arguments of _C.paged_attention_choice for a decode case on a dense cache (contiguous layouts)."""
     heads_kv, dim = c["heads_kv"], c["head_dim"]
     sizes = (c["batch"], c["heads_q"], heads_kv, dim, c["seqlen_k"], c["seqlen_k"])
-    q = (16, c["heads_q"] * dim, dim)  # any aligned non-null pointer: the split count reads sizes only
+    q = (16, c["heads_q"] * dim, dim)  # any aligned non-null pointer: the choice reads sizes only
     caches = (16, 16, c["seqlen_k"] * heads_kv * dim, heads_kv * dim, dim)
     return sizes, q, caches, (0, 0), 0, q, 1 / math.sqrt(dim)
 

@@ -1,6 +1,6 @@
-"""Paged decode attention (wavetune.paged_attention) on decode cases: the wave model's KV split count against
-every split count (the exhaustive best), SDPA's fastest backend and wavetune's FMHA decode, on a dense cache
-and on 16-token pages in shuffled order (docs/attention.md, "Paged decode").
+"""Paged decode attention (wavetune.paged_attention) on decode cases: the wave model's kernel and KV split count
+against every kernel and split count (the exhaustive best), SDPA's fastest backend and wavetune's FMHA decode,
+on a dense cache and on 16-token pages in shuffled order (docs/attention.md, "Paged decode").
 
     python benchmarks/paged_attention.py --split design|heldout --out $OUT
     python benchmarks/paged_attention.py --fit DESIGN.jsonl --check HELDOUT.jsonl   # offline, no GPU
@@ -8,8 +8,9 @@ and on 16-token pages in shuffled order (docs/attention.md, "Paged decode").
 design: the named models' heads (Llama-3-8B and -70B at TP 1-8, attention.py's named suite) at random
 batches (1-256) and lengths (512-131,072 keys): what the split model's constants are read from. heldout:
 other models' heads and head dims (attention.py's held-out decode cases), fitted on by nothing. Methods:
-  choice     wavetune.paged_attention on the dense cache, the wave model's split count
-  s<N>       the same forced to N splits (every count of SPLITS that differs): the fastest is the best
+  choice     wavetune.paged_attention on the dense cache, the wave model's kernel and split count
+  <kernel>/s<N>  the same forced to each kernel of the head dim and N splits (every count of SPLITS that
+             runs differently): the fastest is the best
   paged      wavetune.paged_attention on 16-token pages in shuffled order, its own choice
   fmha       wavetune.attention forced to the FMHA variant and splits its table or model picks (the path
              decode took before), where a variant of the head dim is compiled
@@ -18,9 +19,9 @@ Checked and timed as benchmarks/attention.py does (fp32 reference on a slice, po
 replayed round-robin over operand copies larger than twice the L2, medians). Writes
 <out>/paged_<split>.jsonl (a header, then one record per case) and <out>/paged_<split>.md.
 
---fit replays the wave model of csrc/families/paged_attention/launch.cu on the logged split sweeps for a
-grid of its constants and prints the constants whose choices come closest to the best (geomean), and what
-they give on --check's log.
+--fit replays the wave model of csrc/families/paged_attention/launch.cu on the logged sweeps for a grid of
+its constants and prints the constants whose choices come closest to the best (geomean), and what they give
+on --check's log.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ def parse_args() -> argparse.Namespace:
 
 # ---- the wave model, replayed offline -------------------------------------------------------------------
 
-def predicted_us(case: dict, splits: int, step_keys: int, sm_count: int, hbm: float, cta: float, wave: float,
+def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
                  merge: float) -> float:
-    """launch.cu's predicted_us with its constants as parameters (one resident CTA per SM)."""
+    """launch.cu's predicted_us with its constants as parameters; ``kernel``: its step keys and resident CTAs."""
+    step_keys, slots = kernel["step_keys"], sm_count * kernel["resident"]
     steps = max(1, -(-case["seqlen_k"] // step_keys))
     per_split = -(-steps // min(max(splits, 1), steps))
     runs = -(-steps // per_split)
@@ -64,19 +66,29 @@ def predicted_us(case: dict, splits: int, step_keys: int, sm_count: int, hbm: fl
     bytes_per_cta = 2.0 * per_split * step_keys * case["head_dim"] * 2
     us, left = 0.0, ctas
     while left > 0:
-        us += wave + bytes_per_cta * max(min(left, sm_count) / hbm, 1.0 / cta)
-        left -= sm_count
+        us += wave + bytes_per_cta * max(min(left, slots) / hbm, 1.0 / (warp * step_keys / 16))
+        left -= slots
     if runs > 1:
         us += merge + 2.0 * case["batch"] * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
     return us
 
 
+def sweep_of(row: dict) -> dict[tuple[str, int], float]:
+    """(kernel, splits) -> us of a row's sweep."""
+    out = {}
+    for name, us in row["times"].items():
+        kernel, _, splits = name.rpartition("/s")
+        if kernel in row["kernels"] and splits.isdigit():
+            out[kernel, int(splits)] = us
+    return out
+
+
 def replay(rows: list[dict], constants: tuple, sm_count: int) -> list[float]:
-    """best / time of the split count the model picks, per row."""
+    """best / time of the kernel and split count the model picks, per row."""
     out = []
     for r in rows:
-        sweep = {int(name[1:]): us for name, us in r["times"].items() if name[1:].isdigit()}
-        pick = min(sweep, key=lambda s: (predicted_us(r, s, r["step_keys"], sm_count, *constants), s))
+        sweep = sweep_of(r)
+        pick = min(sweep, key=lambda ks: (predicted_us(r, ks[1], r["kernels"][ks[0]], sm_count, *constants), ks[1]))
         out.append(min(sweep.values()) / sweep[pick])
     return out
 
@@ -87,11 +99,11 @@ def fit(design: Path, check: Path | None) -> None:
         return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
 
     header, rows = load(design)
-    grid = itertools.product((2.6e6, 3.0e6, 3.3e6), (1.5e4, 2e4, 3e4, 4e4, 6e4), (0.5, 1.0, 2.0, 3.0),
+    grid = itertools.product((3.0e6, 3.3e6, 3.6e6, 4.0e6), (2.5e3, 3e3, 3.75e3, 4.5e3, 5.5e3), (0.5, 1.0, 2.0, 3.0),
                              (1.0, 2.0, 3.0, 5.0))
     scored = sorted(((geomean(replay(rows, c, header["sm_count"])), c) for c in grid), reverse=True)
     for score, c in scored[:5]:
-        line = f"hbm {c[0]:.2g} B/us, cta {c[1]:.2g} B/us, wave {c[2]} us, merge {c[3]} us: design {score:.3f}"
+        line = f"hbm {c[0]:.2g} B/us, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us: design {score:.3f}"
         if check:
             held_header, held = load(check)
             quality = replay(held, c, held_header["sm_count"])
@@ -120,7 +132,7 @@ def design_cases(count: int, seed: int) -> list[dict]:
     return out
 
 
-def methods_for(case: dict, step_keys: int) -> dict:
+def methods_for(case: dict, kernels: list) -> dict:
     import torch
 
     import attention as bench
@@ -128,15 +140,17 @@ def methods_for(case: dict, step_keys: int) -> dict:
     from wavetune import _C
     from wavetune.families.attention import api as fmha
 
-    def paged(splits=None):
-        return lambda q, k, v, out: wavetune.paged_attention(q[:, 0], k, v, out=out[:, 0], splits=splits).unsqueeze(1)
+    def paged(config=None, splits=None):
+        return lambda q, k, v, out: wavetune.paged_attention(q[:, 0], k, v, out=out[:, 0], config=config,
+                                                             splits=splits).unsqueeze(1)
 
     methods = {"choice": paged()}
-    steps = max(1, -(-case["seqlen_k"] // step_keys))
-    runs = {}
-    for s in SPLITS:
-        runs.setdefault(-(-steps // -(-steps // min(s, steps))), s)  # splits that really run -> first count asking
-    methods.update({f"s{n}": paged(n) for n in runs})
+    for kernel in kernels:
+        steps = max(1, -(-case["seqlen_k"] // kernel.tile[1]))
+        runs = {}
+        for s in SPLITS:
+            runs.setdefault(-(-steps // -(-steps // min(s, steps))), s)  # splits that really run -> first asking
+        methods.update({f"{kernel.name}/s{n}": paged(kernel.id, n) for n in runs})
     methods["paged"] = bench.paged_launch()
     if any(c.dtype == "bf16" and c.tile[2] == case["head_dim"] for c in wavetune.attention_configs()):
         def forced(q, k, v, out):
@@ -159,18 +173,21 @@ def measure(case: dict, args, props: dict) -> dict:
     from wavetune.tuning.timing import interleaved_us
     import attention as bench
 
-    step_keys = next(c.tile[1] for c in wavetune_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"])
+    kernels = [c for c in wavetune_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"]]
     sets = operand_sets(case, props["l2_bytes"])
-    methods = methods_for(case, step_keys)
+    methods = methods_for(case, kernels)
     errors = check(methods, sets[0], False, may_refuse=lambda name: name.startswith("sdpa"))
     estimate_us = max(3.0, kv_bytes(case) / 2.5e6)
     per_graph = len(sets) * math.ceil(min(32, max(1, GRAPH_US / estimate_us)) / len(sets))
     times = interleaved_us(methods, sets, per_graph, args.reps)
-    choice = _C.paged_attention_splits(*bench.paged_problem(case), _C.DTYPES.index("bf16"))
-    sweep = {name: us for name, us in times.items() if name[1:].isdigit()}
+    variant, splits = _C.paged_attention_choice(*bench.paged_problem(case), _C.DTYPES.index("bf16"))
+    choice = f"{next(c.name for c in kernels if c.id == variant)}/s{splits}"
+    sweep = {name: us for name, us in times.items() if "/s" in name}
     sdpa = {name: us for name, us in times.items() if name.startswith("sdpa")}
     torch.cuda.empty_cache()
-    return {**case, "step_keys": step_keys, "choice_splits": choice, "times": times, "best": min(sweep, key=sweep.get),
+    kernel_facts = {c.name: {"step_keys": c.tile[1], "resident": _C.paged_attention_resident_ctas(c.id)}
+                    for c in kernels}
+    return {**case, "kernels": kernel_facts, "choice": choice, "times": times, "best": min(sweep, key=sweep.get),
             "best_us": min(sweep.values()), "sdpa_best": min(sdpa, key=sdpa.get) if sdpa else None,
             "sdpa_best_us": min(sdpa.values()) if sdpa else None, "max_error": max(errors.values())}
 
@@ -237,7 +254,7 @@ def main() -> None:
             f.write(json.dumps(row) + "\n")
         t = row["times"]
         print(f"{row['model']} b{row['batch']} k{row['seqlen_k']} h{row['heads_q']}/{row['heads_kv']} d{row['head_dim']}: "
-              f"choice {t['choice']:.1f} us ({row['choice_splits']} splits), best {row['best_us']:.1f} ({row['best']}), "
+              f"choice {t['choice']:.1f} us ({row['choice']}), best {row['best_us']:.1f} ({row['best']}), "
               f"paged {t['paged']:.1f}, sdpa {row['sdpa_best_us'] or 0:.1f} ({row['sdpa_best']}), "
               f"fmha {t.get('fmha', 0):.1f}", file=sys.stderr)
     table = summary(rows, header)

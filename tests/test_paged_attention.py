@@ -31,13 +31,13 @@ def test_the_family_is_registered_with_its_entry_point():
 
 def test_workspace_holds_the_splits_it_runs():
     sizes = (3, 32, 8, 128, 16, 1000)  # batch, heads_q, heads_kv, head_dim, page_size, max_seq_len
-    step = next((c.tile[1] for c in wavetune.paged_attention_configs() if c.tile[2] == 128), 64)  # keys a CTA step reads
-    steps = -(-1000 // step)
-    assert _C.paged_attention_workspace_bytes(sizes, 1) == 0
-    # 5 requested splits take ceil(steps / 5) steps each, so fewer may run.
-    runs = -(-steps // -(-steps // 5))
-    assert _C.paged_attention_workspace_bytes(sizes, 5) == 3 * 32 * runs * (128 + 1) * 4
-    assert _C.paged_attention_workspace_bytes(sizes, 200) == 3 * 32 * steps * (128 + 1) * 4
+    for config in wavetune.paged_attention_configs():
+        steps = -(-1000 // config.tile[1])  # CTA steps of the kernel's keys
+        assert _C.paged_attention_workspace_bytes(sizes, config.id, 1) == 0
+        runs = -(-steps // -(-steps // 5))  # 5 requested splits take ceil(steps / 5) steps each: fewer may run
+        assert _C.paged_attention_workspace_bytes(sizes, config.id, 5) == 3 * 32 * runs * (128 + 1) * 4
+        assert _C.paged_attention_workspace_bytes(sizes, config.id, 200) == 3 * 32 * steps * (128 + 1) * 4
+    assert _C.paged_attention_workspace_bytes(sizes, 10**6, 4) == 0  # no such kernel: the launch refuses it
 
 
 def cpu_inputs(batch=2, heads_q=8, heads_kv=2, head_dim=64, pages=6, page_size=16):
@@ -130,9 +130,10 @@ def test_every_kernel_against_fp32(head_dim, heads_q, heads_kv):
     lengths = [1, 700, 33, 1500]
     q, k, v, table, lens = paged_case(4, heads_q, heads_kv, head_dim, 16, lengths, seed=head_dim + heads_q)
     want = reference(q, k, v, table, lengths)
-    for splits in (None, 1, 3, 64):
+    kernels = [c.id for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == head_dim]
+    for config, splits in [(None, None), *((c, s) for c in kernels for s in (1, 3, 64))]:
         out = torch.full_like(q, float("nan"))
-        got = wavetune.paged_attention(q, k, v, table, lens, out=out, splits=splits)
+        got = wavetune.paged_attention(q, k, v, table, lens, out=out, config=config, splits=splits)
         assert got is out
         assert_close(got, want)
 
@@ -243,6 +244,9 @@ def test_launch_errors_name_the_problem():
     q, k, v, table, lens = paged_case(2, 8, 2, 128, 16, [10, 20], seed=8)
     with pytest.raises(ValueError, match="splits must be an int in"):
         wavetune.paged_attention(q, k, v, table, lens, splits=0)
+    other = next(c for c in wavetune.paged_attention_configs() if c.tile[2] != 128)
+    with pytest.raises(ValueError, match=f"kernel {other.name} takes"):
+        wavetune.paged_attention(q, k, v, table, lens, config=other.name)
     shifted = torch.empty(q.numel() + 8, device="cuda", dtype=q.dtype)[1:1 + q.numel()].view(q.shape)
     with pytest.raises(ValueError, match="16-byte aligned"):
         wavetune.paged_attention(shifted, k, v, table, lens)

@@ -61,6 +61,8 @@ void bind(py::module_& m) {
   m.def("paged_attention_config_space_hash", &paged_attention_config_space_hash,
         "Identifies the compiled paged attention catalog.");
   m.def("paged_attention_max_splits", [] { return kPagedAttentionMaxSplits; });
+  m.def("paged_attention_resident_ctas", &paged_attention_resident_ctas, py::arg("variant"),
+        "CTAs of a kernel resident per SM on the current device.");
   m.def(
       "paged_attention_problem_error",
       [](const PySizes& sizes, const PyRows& q, const PyCaches& caches, const PyTable& table, uintptr_t seq_lens,
@@ -69,29 +71,32 @@ void bind(py::module_& m) {
       },
       "Empty string when a paged attention problem's sizes, pointers and strides are valid, else the reason.");
   m.def(
-      "paged_attention_splits",
+      "paged_attention_choice",
       [](const PySizes& sizes, const PyRows& q, const PyCaches& caches, const PyTable& table, uintptr_t seq_lens,
          const PyRows& out, float scale, int32_t dtype) {
-        return paged_attention_splits(make_problem(sizes, q, caches, table, seq_lens, out, scale, dtype));
+        const PagedAttentionLaunch how =
+            paged_attention_choice(make_problem(sizes, q, caches, table, seq_lens, out, scale, dtype));
+        return py::make_tuple(how.variant, how.splits);
       },
-      "The KV split count the wave model picks on the current device.");
+      "(kernel id, KV splits) the wave model picks on the current device.");
   m.def(
       "paged_attention_workspace_bytes",
-      [](const PySizes& sizes, int32_t splits) {
+      [](const PySizes& sizes, int32_t variant, int32_t splits) {
         const PyRows none{0, 0, 0};
         return paged_attention_workspace_bytes(make_problem(sizes, none, {0, 0, 0, 0, 0}, {0, 0}, 0, none, 1.0f, 0),
-                                               splits);
+                                               {variant, splits});
       },
-      py::arg("sizes"), py::arg("splits"), "Workspace bytes a launch with these sizes and splits needs.");
+      py::arg("sizes"), py::arg("variant"), py::arg("splits"), "Workspace bytes a launch needs.");
   m.def(
       "paged_attention",
       [](const PySizes& sizes, const PyRows& q, const PyCaches& caches, const PyTable& table, uintptr_t seq_lens,
-         const PyRows& out, float scale, int32_t dtype, int32_t splits, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream) {
-        paged_attention(make_problem(sizes, q, caches, table, seq_lens, out, scale, dtype), splits,
+         const PyRows& out, float scale, int32_t dtype, int32_t variant, int32_t splits, uintptr_t workspace,
+         size_t workspace_bytes, uintptr_t stream) {
+        paged_attention(make_problem(sizes, q, caches, table, seq_lens, out, scale, dtype), {variant, splits},
                         reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
       },
-      py::call_guard<py::gil_scoped_release>(), "Paged decode attention with this split count on the given stream.");
+      py::call_guard<py::gil_scoped_release>(), "Paged decode attention with this kernel and split count on the given "
+      "stream.");
 }
 
 }  // namespace

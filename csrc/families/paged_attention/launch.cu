@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "paged_ops.h"
@@ -21,14 +23,18 @@ namespace wavetune {
 namespace detail {
 namespace {
 
-// The catalog: (dtype, head dim, name).
-#define WAVETUNE_PAGED_VARIANTS(X)        \
-  X(bf16, 64, "paged_bf16_d64")           \
-  X(bf16, 128, "paged_bf16_d128")         \
-  X(bf16, 256, "paged_bf16_d256")         \
-  X(fp16, 64, "paged_fp16_d64")           \
-  X(fp16, 128, "paged_fp16_d128")         \
-  X(fp16, 256, "paged_fp16_d256")
+// The catalog: (dtype, head dim, warps per CTA, name).
+#define WAVETUNE_PAGED_VARIANTS(X)          \
+  X(bf16, 64, 8, "paged_bf16_d64_w8")       \
+  X(bf16, 64, 4, "paged_bf16_d64_w4")       \
+  X(bf16, 128, 8, "paged_bf16_d128_w8")     \
+  X(bf16, 128, 4, "paged_bf16_d128_w4")     \
+  X(bf16, 256, 4, "paged_bf16_d256_w4")     \
+  X(fp16, 64, 8, "paged_fp16_d64_w8")       \
+  X(fp16, 64, 4, "paged_fp16_d64_w4")       \
+  X(fp16, 128, 8, "paged_fp16_d128_w8")     \
+  X(fp16, 128, 4, "paged_fp16_d128_w4")     \
+  X(fp16, 256, 4, "paged_fp16_d256_w4")
 
 cudaError_t launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
                           void** args) {
@@ -42,20 +48,22 @@ cudaError_t launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shar
   return cudaLaunchKernelExC(&config, kernel, args);
 }
 
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, int kWarps>
 struct PagedVariant {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
-  static constexpr size_t kShared = paged::shared_bytes<kHeadDim>();
+  static constexpr size_t kShared = paged::shared_bytes<kHeadDim, kWarps>();
+  static constexpr int kStepKeys = kWarps * paged::kTileKeys;
+  static constexpr auto kKernel = paged::paged_decode_kernel<T, kHeadDim, kWarps>;
 
   // The shared-memory limit raised and the occupancy read once per device.
   static int32_t ctas_per_sm(const DeviceInfo& dev) {
     static std::array<std::once_flag, kMaxDevices> done;
     static std::array<int32_t, kMaxDevices> resident{};
     std::call_once(done.at(dev.device), [&] {
-      const void* kernel = reinterpret_cast<const void*>(paged::paged_decode_kernel<T, kHeadDim>);
+      const void* kernel = reinterpret_cast<const void*>(kKernel);
       int count = 0;
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared)) != cudaSuccess ||
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, paged::threads<kHeadDim>(), kShared) != cudaSuccess) {
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, 32 * kWarps, kShared) != cudaSuccess) {
         cudaGetLastError();
       }
       resident[dev.device] = count;
@@ -70,7 +78,7 @@ struct PagedVariant {
   static void run(const PagedAttentionProblem& p, int32_t requested, void* workspace, const DeviceInfo& dev,
                   Stream stream) {
     ctas_per_sm(dev);
-    const PagedSplits s = paged_splits(p, requested);
+    const PagedSplits s = paged_splits(p, kStepKeys, requested);
     const int32_t group = p.heads_q / p.heads_kv;
     paged::Params params{p.q, p.q_batch_stride, p.q_head_stride, p.k_cache, p.v_cache, p.page_stride, p.row_stride,
                          p.head_stride, p.page_size, p.block_table, p.table_stride, p.seq_lens, p.max_seq_len,
@@ -83,8 +91,8 @@ struct PagedVariant {
     }
     void* args[] = {&params};
     const dim3 grid(unsigned(params.head_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
-    cudaError_t status = launch_kernel(reinterpret_cast<const void*>(paged::paged_decode_kernel<T, kHeadDim>), grid,
-                                       dim3(paged::threads<kHeadDim>()), kShared, stream, args);
+    cudaError_t status =
+        launch_kernel(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared, stream, args);
     if (status == cudaSuccess && s.splits > 1) {
       int head_dim = kHeadDim;
       void* merge_args[] = {&params, &head_dim};
@@ -102,41 +110,57 @@ struct PagedVariant {
   static constexpr PagedVariantOps kOps{&ctas_per_sm, &run};
 
   static VariantRegistry<PagedVariantOps>::Entry entry(int32_t id, const char* name) {
-    return {{id, name, kDType, BLayout::col, false, Schedule::decode, paged::kRows, paged::cta_step_keys<kHeadDim>(), kHeadDim, 1,
+    return {{id, name, kDType, BLayout::col, false, Schedule::decode, paged::kRows, kStepKeys, kHeadDim, 1,
              1, TileScheduler::data_parallel},
             &kOps};
   }
 };
 
 // NOTES: the wave model of a launch, without a table. G = CTAs (sequences x KV heads x query-head blocks x
-// splits), L = 64-key steps per CTA. CTAs run in waves of `slots` (SMs x resident CTAs); a wave lasts
-// kWaveUs plus L steps, each moving its K and V bytes at the slower of the CTA's own rate (its cp.async
-// pipeline: ~2 tiles per warp in flight) and its share of HBM. Splits add the merge: a launch and the
-// partial outputs written and read once.
-constexpr double kHbmBytesPerUs = 3.0e6;
-constexpr double kCtaBytesPerUs = 5.0e4;
-constexpr double kWaveUs = 1.5;
-constexpr double kMergeUs = 2.0;
+// splits) of a kernel with C resident CTAs per SM run in waves of C x SMs; a wave lasts kWaveUs plus its
+// CTAs' K and V bytes moved at the slower of each CTA's own rate (its warps' cp.async pipelines: ~2 tiles
+// each in flight, kWarpBytesPerUs per warp) and its share of HBM. Splits add the merge: a launch and the
+// partial outputs written and read once. The constants are the replay optimum (benchmarks/
+// paged_attention.py --fit) of split sweeps on the design cases (Llama-3-8B and -70B heads, H100,
+// 2026-11-26): its choices ran at 0.98 of the best split count there and on held-out models.
+constexpr double kHbmBytesPerUs = 3.3e6;
+constexpr double kWarpBytesPerUs = 3.75e3;
+constexpr double kWaveUs = 2.0;
+constexpr double kMergeUs = 3.0;
 
-double predicted_us(const PagedAttentionProblem& p, const PagedSplits& s, int64_t slots) {
+double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t slots) {
   const int64_t head_blocks = (p.heads_q / p.heads_kv + paged::kRows - 1) / paged::kRows;
   const int64_t ctas = int64_t(p.batch) * p.heads_kv * head_blocks * s.splits;
   const double bytes_per_cta = 2.0 * s.split_keys * p.head_dim * 2;
+  const double cta_rate = kWarpBytesPerUs * v.tile_n / paged::kTileKeys;
   double us = 0;
   for (int64_t left = ctas; left > 0; left -= slots) {
     const double running = double(std::min(left, slots));
-    us += kWaveUs + bytes_per_cta * std::max(running / kHbmBytesPerUs, 1.0 / kCtaBytesPerUs);
+    us += kWaveUs + bytes_per_cta * std::max(running / kHbmBytesPerUs, 1.0 / cta_rate);
   }
   if (s.splits > 1) us += kMergeUs + 2.0 * double(p.batch) * p.heads_q * s.splits * p.head_dim * 4 / kHbmBytesPerUs;
   return us;
+}
+
+// The least predicted split count of one kernel, and its prediction.
+std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const VariantInfo& v, int64_t slots) {
+  const int32_t steps = (p.max_seq_len + v.tile_n - 1) / v.tile_n;
+  std::pair<int32_t, double> best{1, predicted_us(p, v, paged_splits(p, v.tile_n, 1), slots)};
+  for (int32_t splits = 2; splits <= std::min(steps, kPagedAttentionMaxSplits); ++splits) {
+    const PagedSplits s = paged_splits(p, v.tile_n, splits);
+    if (s.splits != splits) continue;  // the same keys per split as a smaller count
+    const double us = predicted_us(p, v, s, slots);
+    if (us < best.second) best = {splits, us};
+  }
+  return best;
 }
 
 }  // namespace
 
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() {
   std::vector<VariantRegistry<PagedVariantOps>::Entry> out;
-#define WAVETUNE_PAGED_ENTRY(DTYPE, HEAD_DIM, NAME) \
-  out.push_back(PagedVariant<DType::DTYPE, HEAD_DIM>::entry(int32_t(out.size()), NAME));
+#define WAVETUNE_PAGED_ENTRY(DTYPE, HEAD_DIM, WARPS, NAME) \
+  out.push_back(PagedVariant<DType::DTYPE, HEAD_DIM, WARPS>::entry(int32_t(out.size()), NAME));
   WAVETUNE_PAGED_VARIANTS(WAVETUNE_PAGED_ENTRY)
 #undef WAVETUNE_PAGED_ENTRY
   return out;
@@ -144,38 +168,38 @@ std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() {
 
 }  // namespace detail
 
-int32_t paged_attention_splits(const PagedAttentionProblem& p) {
+PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& p) {
   const std::string error = paged_attention_problem_error(p);
   if (!error.empty()) WAVETUNE_INVALID(error);
-  const auto* variant = detail::paged_variant_for(p);
-  if (!variant) WAVETUNE_INVALID("no paged attention kernel for ", to_string(p.dtype), " head dim ", p.head_dim, " in this build");
   const detail::DeviceInfo& dev = detail::current_device_info();
-  const int64_t slots = int64_t(dev.sm_count) * variant->ops->ctas_per_sm(dev);
-  const int32_t step_keys = variant->info.tile_n;
-  const int32_t steps = (p.max_seq_len + step_keys - 1) / step_keys;
-  int32_t best = 1;
-  double best_us = detail::predicted_us(p, detail::paged_splits(p, 1), slots);
-  for (int32_t splits = 2; splits <= std::min(steps, kPagedAttentionMaxSplits); ++splits) {
-    const detail::PagedSplits s = detail::paged_splits(p, splits);
-    if (s.splits != splits) continue;  // the same keys per split as a smaller count
-    const double us = detail::predicted_us(p, s, slots);
-    if (us < best_us) best = splits, best_us = us;
+  PagedAttentionLaunch best{-1, 1};
+  double best_us = 0;
+  for (const VariantInfo& v : paged_attention_variants()) {
+    if (v.dtype != p.dtype || v.tile_k != p.head_dim) continue;
+    const int64_t slots = int64_t(dev.sm_count) * paged_attention_resident_ctas(v.id);
+    const auto [splits, us] = detail::best_splits(p, v, slots);
+    if (best.variant < 0 || us < best_us) best = {v.id, splits}, best_us = us;
+  }
+  if (best.variant < 0) {
+    WAVETUNE_INVALID("no paged attention kernel for ", to_string(p.dtype), " head dim ", p.head_dim, " in this build");
   }
   return best;
 }
 
-void paged_attention(const PagedAttentionProblem& p, int32_t splits, void* workspace, size_t workspace_bytes,
-                     Stream stream) {
-  const std::string error = paged_attention_problem_error(p);
+int32_t paged_attention_resident_ctas(int32_t variant) {
+  const auto* entry = detail::paged_variant(variant);
+  if (!entry) WAVETUNE_INVALID("no paged attention kernel of id ", variant, " in this build");
+  return entry->ops->ctas_per_sm(detail::current_device_info());
+}
+
+void paged_attention(const PagedAttentionProblem& p, const PagedAttentionLaunch& how, void* workspace,
+                     size_t workspace_bytes, Stream stream) {
+  std::string error = paged_attention_problem_error(p);
+  if (error.empty()) error = paged_attention_launch_error(p, how);
   if (!error.empty()) WAVETUNE_INVALID(error);
-  if (splits < 1 || splits > kPagedAttentionMaxSplits) {
-    WAVETUNE_INVALID("splits must be in [1, ", kPagedAttentionMaxSplits, "], got ", splits);
-  }
-  const auto* variant = detail::paged_variant_for(p);
-  if (!variant) WAVETUNE_INVALID("no paged attention kernel for ", to_string(p.dtype), " head dim ", p.head_dim, " in this build");
-  detail::require_workspace(paged_attention_workspace_bytes(p, splits), workspace, workspace_bytes);
+  detail::require_workspace(paged_attention_workspace_bytes(p, how), workspace, workspace_bytes);
   if (const char* device_error = detail::current_device_error()) WAVETUNE_INVALID(device_error);
-  variant->ops->run(p, splits, workspace, detail::current_device_info(), stream);
+  detail::paged_variant(how.variant)->ops->run(p, how.splits, workspace, detail::current_device_info(), stream);
 }
 
 }  // namespace wavetune

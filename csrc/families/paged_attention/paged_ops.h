@@ -18,14 +18,14 @@ struct PagedVariantOps {
 
 // The compiled kernels (launch.cu), ids from 0; none without CUDA.
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries();
-// Registry (registry.cpp): the kernel for the problem's dtype and head dim, nullptr when not compiled in.
-const VariantRegistry<PagedVariantOps>::Entry* paged_variant_for(const PagedAttentionProblem& p);
+// Registry (registry.cpp): the kernel of this id, nullptr when not compiled in.
+const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id);
 
-// The keys each split takes (whole 64-key CTA steps) and so the splits a launch really runs, from the
-// requested count; what the launch and the workspace size agree on.
+// The keys each split takes (whole CTA steps of the kernel, VariantInfo::tile_n keys) and so the splits a
+// launch really runs, from the requested count; what the launch and the workspace size agree on.
 struct PagedSplits {
   int32_t splits, split_keys;
 };
-PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t requested);
+PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int32_t requested);
 
 }  // namespace wavetune::detail

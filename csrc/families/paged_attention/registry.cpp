@@ -39,16 +39,9 @@ std::string catalog_hash() {
 
 }  // namespace
 
-const VariantRegistry<PagedVariantOps>::Entry* paged_variant_for(const PagedAttentionProblem& p) {
-  for (const VariantInfo& v : registry().infos()) {
-    if (v.dtype == p.dtype && v.tile_k == p.head_dim) return registry().find(v.id);
-  }
-  return nullptr;
-}
+const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id) { return registry().find(id); }
 
-PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t requested) {
-  const auto* variant = paged_variant_for(p);
-  const int32_t step_keys = variant ? variant->info.tile_n : 64;  // without kernels: sizes for the tests
+PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int32_t requested) {
   const int32_t steps = std::max(1, (p.max_seq_len + step_keys - 1) / step_keys);
   const int32_t per_split = (steps + std::clamp(requested, 1, steps) - 1) / std::clamp(requested, 1, steps);
   return {(steps + per_split - 1) / per_split, per_split * step_keys};
@@ -103,9 +96,24 @@ std::string paged_attention_problem_error(const PagedAttentionProblem& p) {
   return os.str();
 }
 
-size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, int32_t splits) {
-  const detail::PagedSplits s = detail::paged_splits(p, splits);
-  if (s.splits <= 1) return 0;
+std::string paged_attention_launch_error(const PagedAttentionProblem& p, const PagedAttentionLaunch& how) {
+  const auto* variant = detail::paged_variant(how.variant);
+  std::ostringstream os;
+  if (!variant) {
+    os << "no paged attention kernel of id " << how.variant << " in this build (paged_attention_variants)";
+  } else if (variant->info.dtype != p.dtype || variant->info.tile_k != p.head_dim) {
+    os << "kernel " << variant->info.name << " takes " << to_string(variant->info.dtype) << " with head dim "
+       << variant->info.tile_k << ", not " << to_string(p.dtype) << " with " << p.head_dim;
+  } else if (how.splits < 1 || how.splits > kPagedAttentionMaxSplits) {
+    os << "splits must be in [1, " << kPagedAttentionMaxSplits << "], got " << how.splits;
+  }
+  return os.str();
+}
+
+size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, const PagedAttentionLaunch& how) {
+  const auto* variant = detail::paged_variant(how.variant);
+  const detail::PagedSplits s = detail::paged_splits(p, variant ? variant->info.tile_n : 1, how.splits);
+  if (!variant || s.splits <= 1) return 0;
   return size_t(p.batch) * p.heads_q * s.splits * (size_t(p.head_dim) + 1) * sizeof(float);
 }
 

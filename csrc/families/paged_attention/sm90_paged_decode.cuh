@@ -24,30 +24,6 @@ namespace wavetune::detail::paged {
 constexpr int kRows = 16;      // query heads per tile (an mma's M)
 constexpr int kTileKeys = 16;  // keys per warp step (an mma's K for P V)
 
-// NOTES: one CTA per SM with about 128 KB of K and V in flight: a decode launch often has fewer CTAs than
-// two per SM (one sequence, few KV heads), and then each CTA's own pipeline depth sets the bandwidth. 8
-// warps of 3 stages (head dims 64 and 128: 6 and 3 stages) or 4 warps (256) fill 192 KB of shared memory.
-template <int kHeadDim>
-constexpr int warps() {
-  return kHeadDim == 256 ? 4 : 8;
-}
-
-template <int kHeadDim>
-constexpr int stages() {
-  return kHeadDim == 64 ? 6 : 3;
-}
-
-template <int kHeadDim>
-constexpr int threads() {
-  return 32 * warps<kHeadDim>();
-}
-
-// Keys a CTA step reads: splits hold whole steps.
-template <int kHeadDim>
-constexpr int cta_step_keys() {
-  return warps<kHeadDim>() * kTileKeys;
-}
-
 struct Params {
   const void* q;
   int64_t q_b, q_h;
@@ -68,9 +44,19 @@ struct Params {
   float* lse;      // splits > 1: [batch, heads_q, splits] their base-2 log-sum-exps (-inf: no keys)
 };
 
+// Stages of each warp's cp.async pipeline: two or three tiles of K and V in flight per warp.
 template <int kHeadDim>
+constexpr int stages() {
+  return kHeadDim == 64 ? 6 : 3;
+}
+
+// NOTES: a kernel of 8 warps (4 at head dim 256) fills 192 KB of shared memory: one CTA per SM with about
+// 128 KB in flight, for launches of fewer CTAs than SMs (one sequence, few KV heads), where each CTA's own
+// pipeline sets the bandwidth. One of 4 warps runs two CTAs per SM: finer waves and less fixed cost per
+// CTA for launches of many short CTAs. The wave model picks between them (launch.cu).
+template <int kHeadDim, int kWarps>
 constexpr size_t shared_bytes() {
-  return size_t(kRows) * kHeadDim * 2 + size_t(warps<kHeadDim>()) * stages<kHeadDim>() * 2 * kTileKeys * kHeadDim * 2;
+  return size_t(kRows) * kHeadDim * 2 + size_t(kWarps) * stages<kHeadDim>() * 2 * kTileKeys * kHeadDim * 2;
 }
 
 // Shared-memory tiles are rows of kHeadDim / 8 16-byte chunks; chunk c of row r sits at c ^ (r % 8), so the
@@ -235,10 +221,9 @@ __device__ __forceinline__ void attend_tile(SoftmaxState<kHeadDim>& st, uint32_t
 
 // The warps' states merged in shared memory (which the pipeline no longer uses), then per (row, column):
 // the output, or with splits the split's normalized output and log-sum-exp.
-template <class T, int kHeadDim>
+template <class T, int kHeadDim, int kWarps>
 __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, float* scratch, int batch,
                                 int first_head, int rows, int split, int warp, int lane) {
-  constexpr int kWarps = warps<kHeadDim>();
   float* warp_max = scratch;                    // [warps][16]
   float* warp_sum = warp_max + kWarps * kRows;  // [warps][16]
   float* warp_out = warp_sum + kWarps * kRows;  // [warps][16][head dim]
@@ -260,7 +245,7 @@ __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, flo
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < rows * kHeadDim; i += threads<kHeadDim>()) {
+  for (int i = threadIdx.x; i < rows * kHeadDim; i += 32 * kWarps) {
     const int row = i / kHeadDim, column = i % kHeadDim;
     float top = -INFINITY;
 #pragma unroll
@@ -287,9 +272,9 @@ __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, flo
 }
 
 // Grid: x = split x query-head block (blocks fastest: they read the same keys), y = KV head, z = sequence.
-template <class T, int kHeadDim>
-__global__ void __launch_bounds__(threads<kHeadDim>()) paged_decode_kernel(Params p) {
-  constexpr int kStages = stages<kHeadDim>(), kChunks = kHeadDim / 8, kWarps = warps<kHeadDim>();
+template <class T, int kHeadDim, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) paged_decode_kernel(Params p) {
+  constexpr int kStages = stages<kHeadDim>(), kChunks = kHeadDim / 8;
   constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
   extern __shared__ uint4 shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -307,7 +292,7 @@ __global__ void __launch_bounds__(threads<kHeadDim>()) paged_decode_kernel(Param
   const uint32_t k_stages = q_tile + kRows * kHeadDim * 2 + uint32_t(warp) * kStages * 2 * kTileBytes;
   const uint32_t v_stages = k_stages + kStages * kTileBytes;
   const auto* q = static_cast<const uint4*>(p.q);
-  for (int i = threadIdx.x; i < kRows * kChunks; i += threads<kHeadDim>()) {
+  for (int i = threadIdx.x; i < kRows * kChunks; i += 32 * kWarps) {
     const int row = i / kChunks, chunk = i % kChunks;
     shared[swizzled<kHeadDim>(row, chunk)] =
         row < rows ? q[(batch * p.q_b + (first_head + row) * p.q_h) / 8 + chunk] : make_uint4(0, 0, 0, 0);
@@ -346,7 +331,7 @@ __global__ void __launch_bounds__(threads<kHeadDim>()) paged_decode_kernel(Param
   }
   asm volatile("cp.async.wait_all;\n" ::);
   __syncthreads();
-  merge_and_store<T, kHeadDim>(p, st, reinterpret_cast<float*>(shared), batch, first_head, rows, split, warp, lane);
+  merge_and_store<T, kHeadDim, kWarps>(p, st, reinterpret_cast<float*>(shared), batch, first_head, rows, split, warp, lane);
 }
 
 // One CTA per (sequence, query head), one thread per column: the splits' outputs weighted by

@@ -9,8 +9,12 @@ namespace detail {
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() { return {}; }
 }  // namespace detail
 
-int32_t paged_attention_splits(const PagedAttentionProblem&) { WAVETUNE_FAIL(detail::kNoKernels); }
+PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem&) { WAVETUNE_FAIL(detail::kNoKernels); }
 
-void paged_attention(const PagedAttentionProblem&, int32_t, void*, size_t, Stream) { WAVETUNE_FAIL(detail::kNoKernels); }
+int32_t paged_attention_resident_ctas(int32_t) { WAVETUNE_FAIL(detail::kNoKernels); }
+
+void paged_attention(const PagedAttentionProblem&, const PagedAttentionLaunch&, void*, size_t, Stream) {
+  WAVETUNE_FAIL(detail::kNoKernels);
+}
 
 }  // namespace wavetune

@@ -2,10 +2,10 @@
 // sequence against that sequence's cached keys and values, which live in fixed-size pages found through a
 // block table (vLLM's and FlashInfer's layout), each sequence with its own length.
 //
-//   wavetune::PagedAttentionProblem p{...};                                  // sizes, pointers, strides
-//   int32_t splits = wavetune::paged_attention_splits(p);                    // KV splits, from the sizes only
-//   size_t bytes = wavetune::paged_attention_workspace_bytes(p, splits);     // device memory the caller owns
-//   wavetune::paged_attention(p, splits, workspace, bytes, stream);
+//   wavetune::PagedAttentionProblem p{...};                             // sizes, pointers, strides
+//   wavetune::PagedAttentionLaunch how = wavetune::paged_attention_choice(p);  // kernel and KV splits
+//   size_t bytes = wavetune::paged_attention_workspace_bytes(p, how);   // device memory the caller owns
+//   wavetune::paged_attention(p, how, workspace, bytes, stream);
 //
 // The query heads that share a KV head are the rows of one tile, so each KV byte is read once (grouped-query
 // attention); the keys of a sequence are cut into `splits` chunks run side by side and merged by their
@@ -47,8 +47,15 @@ struct PagedAttentionProblem {
   DType dtype;  // of q, the caches and out
 };
 
-// The compiled paged attention kernels (one per dtype and head dim): tile_m is the query-head rows of a tile,
-// tile_n the keys a CTA step reads, tile_k the head dim.
+// A launch: the kernel (an id of paged_attention_variants) and how many chunks each sequence's keys are cut
+// into (run side by side, then merged by their log-sum-exp).
+struct PagedAttentionLaunch {
+  int32_t variant;
+  int32_t splits;
+};
+
+// The compiled paged attention kernels (two per dtype and head dim, one at head dim 256): tile_m is the
+// query-head rows of a tile, tile_n the keys a CTA step reads (16 per warp), tile_k the head dim.
 WAVETUNE_API const std::vector<VariantInfo>& paged_attention_variants();
 // Identifies the compiled catalog.
 WAVETUNE_API const char* paged_attention_config_space_hash();
@@ -56,16 +63,25 @@ WAVETUNE_API const char* paged_attention_config_space_hash();
 // Empty when the problem's sizes, pointers, strides and alignment are valid, else the reason. No GPU.
 WAVETUNE_API std::string paged_attention_problem_error(const PagedAttentionProblem& problem);
 
-// The KV split count the wave model picks for the current device: CTAs (batch x KV heads x query-head blocks
-// x splits) in whole waves against the keys each one streams, plus the merge. From the sizes only.
-WAVETUNE_API int32_t paged_attention_splits(const PagedAttentionProblem& problem);
+// Empty when `how` can run the (valid) problem: a compiled kernel of its dtype and head dim, 1-256 splits.
+WAVETUNE_API std::string paged_attention_launch_error(const PagedAttentionProblem& problem,
+                                                      const PagedAttentionLaunch& how);
 
-// Device memory a launch with `splits` needs (fp32 partial outputs and log-sum-exps; none unsplit).
-WAVETUNE_API size_t paged_attention_workspace_bytes(const PagedAttentionProblem& problem, int32_t splits);
+// The kernel and KV split count the wave model picks for the current device: CTAs (batch x KV heads x
+// query-head blocks x splits) in whole waves of the kernel's resident CTAs against the keys each one
+// streams, plus the merge. From the sizes only.
+WAVETUNE_API PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& problem);
+
+// CTAs of a kernel resident per SM on the current device: the size of its waves over the SM count.
+WAVETUNE_API int32_t paged_attention_resident_ctas(int32_t variant);
+
+// Device memory a launch needs (fp32 partial outputs and log-sum-exps; none unsplit).
+WAVETUNE_API size_t paged_attention_workspace_bytes(const PagedAttentionProblem& problem,
+                                                    const PagedAttentionLaunch& how);
 
 // Launches on `stream` (with programmatic dependent launch where enabled, kernels.h). The workspace must
 // stay untouched until the launch completes (stream order).
-WAVETUNE_API void paged_attention(const PagedAttentionProblem& problem, int32_t splits, void* workspace,
-                                  size_t workspace_bytes, Stream stream);
+WAVETUNE_API void paged_attention(const PagedAttentionProblem& problem, const PagedAttentionLaunch& how,
+                                  void* workspace, size_t workspace_bytes, Stream stream);
 
 }  // namespace wavetune

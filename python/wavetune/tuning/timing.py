@@ -24,7 +24,9 @@ def interleaved_us(launches: dict, operands: list[tuple], per_graph: int, reps: 
     samples = {name: [] for name in launches}
     with torch.cuda.stream(stream):
         for name, launch in launches.items():
-            for i in range(2):  # warm-up outside the capture: workspaces are allocated here
+            # Warm-up outside the capture, once per operand set and at least twice: what a launch sets up on
+            # its first call with an operand (workspaces, a benchmark's copies of it) is made here.
+            for i in range(max(2, len(operands))):
                 launch(*operands[i % len(operands)])
             graphs[name] = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graphs[name], stream=stream):

@@ -11,14 +11,25 @@ import functools
 import math
 import sys
 
-from ...runtime.configs import KernelConfig
+from ...runtime.configs import KernelConfig, family_variant_id
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 
 
 def paged_attention_configs() -> list[KernelConfig]:
-    """The paged attention kernels compiled into this build (one per dtype and head dim, ``tile[2]``)."""
-    return [KernelConfig(**v) for v in _C.paged_attention_variants()]
+    """The paged attention kernels compiled into this build, by id: two per dtype and head dim (``tile[2]``),
+    one at head dim 256; ``tile[1]`` is the keys a CTA step reads (16 per warp)."""
+    return list(_by_id().values())
+
+
+@functools.cache
+def _by_id() -> dict[int, KernelConfig]:
+    return {v["id"]: KernelConfig(**v) for v in _C.paged_attention_variants()}
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve(config) -> int:
+    return family_variant_id(config, _by_id(), "paged_attention", "paged_attention_configs")
 
 
 def config_space_hash() -> str:
@@ -27,9 +38,9 @@ def config_space_hash() -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _splits(device: int, sizes: tuple, dtype_code: int, args: tuple) -> int:
-    """paged_attention_splits on ``device`` (the current one), once per size: the wave model reads sizes only."""
-    return _C.paged_attention_splits(sizes, *args, dtype_code)
+def _choice(device: int, sizes: tuple, dtype_code: int, args: tuple) -> tuple[int, int]:
+    """paged_attention_choice on ``device`` (the current one), once per size: the wave model reads sizes only."""
+    return _C.paged_attention_choice(sizes, *args, dtype_code)
 
 
 def _describe(t) -> str:
@@ -84,7 +95,7 @@ def check_inputs(torch, q, k_cache, v_cache, block_table=None, seq_lens=None, ma
 
 
 def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max_seq_len=None, scale=None, out=None,
-                    splits=None):
+                    config=None, splits=None):
     """Decode attention: each sequence's one new query token against its cached keys and values,
     ``softmax(scale * q k^T) v`` per query head.
 
@@ -100,7 +111,8 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
         the block table can hold, or the dense cache's length). Passing the batch's real maximum, as serving
         engines know it, keeps short batches from launching empty splits.
     scale: of q.k, default 1 / sqrt(head_dim). out: optional [batch, heads_q, head_dim] output.
-    splits: force the KV split count (1-256); default: the wave model's (``paged_attention.h``).
+    config, splits: force the kernel (id or name, ``paged_attention_configs()``) and the KV split count
+        (1-256); default: both from a wave model of the launch (``paged_attention.h``).
 
     The query heads of one KV head are one tile's rows, so every KV byte is read once. Runs on the current
     torch stream of q's device; CUDA graphs capture it (the workspace comes from torch's caching allocator).
@@ -115,7 +127,7 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return paged_attention(q, k_cache, v_cache, block_table, seq_lens, max_seq_len=max_seq_len, scale=scale,
-                                   out=out, splits=splits)
+                                   out=out, config=config, splits=splits)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     batch, heads_q, head_dim = q.shape
@@ -132,11 +144,16 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
     error = _C.paged_attention_problem_error(sizes, *args, code)
     if error:
         raise ValueError(f"wavetune.paged_attention: {error}")
-    if splits is None:
-        splits = _splits(device, sizes, code, args)
-    elif isinstance(splits, bool) or not isinstance(splits, int) or not 1 <= splits <= _C.paged_attention_max_splits():
+    variant = _resolve(config)
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
+                               or not 1 <= splits <= _C.paged_attention_max_splits()):
         raise ValueError(f"splits must be an int in [1, {_C.paged_attention_max_splits()}], got {splits!r}")
-    workspace = torch.empty(_C.paged_attention_workspace_bytes(sizes, splits), dtype=torch.uint8, device=q.device)
-    _C.paged_attention(sizes, *args, code, splits, workspace.data_ptr(), workspace.numel(),
+    if variant < 0 or splits is None:
+        chosen, chosen_splits = _choice(device, sizes, code, args)
+        variant = chosen if variant < 0 else variant
+        splits = chosen_splits if splits is None else splits
+    workspace = torch.empty(_C.paged_attention_workspace_bytes(sizes, variant, splits), dtype=torch.uint8,
+                            device=q.device)
+    _C.paged_attention(sizes, *args, code, variant, splits, workspace.data_ptr(), workspace.numel(),
                        stream_getter(torch)(device))
     return out
