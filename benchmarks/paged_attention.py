@@ -37,7 +37,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+CLUSTER_SPLITS = 8  # splits that merge within a cluster (paged_ops.h)
 
 
 def parse_args() -> argparse.Namespace:
@@ -56,8 +57,9 @@ def parse_args() -> argparse.Namespace:
 # ---- the wave model, replayed offline -------------------------------------------------------------------
 
 def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
-                 merge: float) -> float:
-    """launch.cu's predicted_us with its constants as parameters; ``kernel``: its step keys and resident CTAs."""
+                 merge: float, cluster_merge: float) -> float:
+    """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
+    ``kernel``: its step keys and resident CTAs."""
     step_keys, slots = kernel["step_keys"], sm_count * kernel["resident"]
     steps = max(1, -(-case["seqlen_k"] // step_keys))
     per_split = -(-steps // min(max(splits, 1), steps))
@@ -68,7 +70,9 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     while left > 0:
         us += wave + bytes_per_cta * max(min(left, slots) / hbm, 1.0 / (warp * step_keys / 16))
         left -= slots
-    if runs > 1:
+    if 1 < runs <= CLUSTER_SPLITS:
+        us += cluster_merge
+    elif runs > 1:
         us += merge + 2.0 * case["batch"] * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
     return us
 
@@ -83,12 +87,15 @@ def sweep_of(row: dict) -> dict[tuple[str, int], float]:
     return out
 
 
-def replay(rows: list[dict], constants: tuple, sm_count: int) -> list[float]:
-    """best / time of the kernel and split count the model picks, per row."""
+def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
+    """best / time of the kernel and split count the model picks, per row; constants (fraction of the peak
+    bandwidth, warp rate, wave, merge)."""
+    fraction, *rest = constants
+    device = (header["sm_count"], fraction * header["memory_bytes_per_s"] / 1e6, *rest)
     out = []
     for r in rows:
         sweep = sweep_of(r)
-        pick = min(sweep, key=lambda ks: (predicted_us(r, ks[1], r["kernels"][ks[0]], sm_count, *constants), ks[1]))
+        pick = min(sweep, key=lambda ks: (predicted_us(r, ks[1], r["kernels"][ks[0]], *device), ks[1]))
         out.append(min(sweep.values()) / sweep[pick])
     return out
 
@@ -99,14 +106,15 @@ def fit(design: Path, check: Path | None) -> None:
         return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
 
     header, rows = load(design)
-    grid = itertools.product((3.0e6, 3.3e6, 3.6e6, 4.0e6), (2.5e3, 3e3, 3.75e3, 4.5e3, 5.5e3), (0.5, 1.0, 2.0, 3.0),
-                             (1.0, 2.0, 3.0, 5.0))
-    scored = sorted(((geomean(replay(rows, c, header["sm_count"])), c) for c in grid), reverse=True)
+    grid = itertools.product((0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0), (2.0, 3.0, 5.0),
+                             (0.0, 0.5, 1.0, 2.0))
+    scored = sorted(((geomean(replay(rows, c, header)), c) for c in grid), reverse=True)
     for score, c in scored[:5]:
-        line = f"hbm {c[0]:.2g} B/us, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us: design {score:.3f}"
+        line = (f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us, cluster merge {c[4]} us: "
+                f"design {score:.3f}")
         if check:
             held_header, held = load(check)
-            quality = replay(held, c, held_header["sm_count"])
+            quality = replay(held, c, held_header)
             line += f", held-out {geomean(quality):.3f} (worst {min(quality):.2f})"
         print(line)
 
@@ -238,7 +246,7 @@ def main() -> None:
         ["decode"], args.count, args.seed)
     todo = measurable(todo, {c.tile[2] for c in wavetune_configs()}, args.seed)
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(), "split": args.split,
-              "sm_count": props["sm_count"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "sm_count": props["sm_count"], "memory_bytes_per_s": props["memory_bytes_per_s"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}}
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / f"paged_{args.split}.jsonl"

@@ -132,6 +132,7 @@ PYBIND11_MODULE(_C, m) {
     d["sm_count"] = p.sm_count;
     d["l2_bytes"] = p.l2_bytes;
     d["compute_capability"] = py::make_tuple(p.cc_major, p.cc_minor);
+    d["memory_bytes_per_s"] = p.memory_bytes_per_s;
     return d;
   });
 

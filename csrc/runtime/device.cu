@@ -17,6 +17,14 @@ namespace wavetune {
 namespace detail {
 namespace {
 
+// Peak DRAM bandwidth: double data rate at the memory clock over the bus width.
+double memory_bytes_per_s(int device) {
+  int khz = 0, bits = 0;
+  WAVETUNE_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device));
+  WAVETUNE_CUDA_CHECK(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  return 2.0 * khz * 1e3 * bits / 8;
+}
+
 struct DeviceSlot {
   std::once_flag once;
   DeviceInfo info{};
@@ -35,7 +43,7 @@ const DeviceSlot& current_device() {
     WAVETUNE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     WAVETUNE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
     WAVETUNE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    slot.info = DeviceInfo{device, sms};
+    slot.info = DeviceInfo{device, sms, memory_bytes_per_s(device) / 1e6};
     if (major != 9 || minor != 0) {
       std::ostringstream os;
       os << "CUDA device " << device << " has compute capability " << major << "." << minor
@@ -88,7 +96,7 @@ DeviceProperties device_properties() {
   WAVETUNE_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
   WAVETUNE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return {prop.name, prop.multiProcessorCount, prop.l2CacheSize, prop.major, prop.minor};
+  return {prop.name, prop.multiProcessorCount, prop.l2CacheSize, prop.major, prop.minor, detail::memory_bytes_per_s(device)};
 }
 
 }  // namespace wavetune

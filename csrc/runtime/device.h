@@ -13,6 +13,7 @@ constexpr int kMaxDevices = 64;
 struct DeviceInfo {
   int device;
   int sm_count;
+  double memory_bytes_per_us;  // peak DRAM bandwidth: twice the memory clock times the bus width
 };
 
 // The current device; InvalidArgument when it cannot run the kernels (not Hopper). Read once per device.

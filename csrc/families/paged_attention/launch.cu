@@ -36,17 +36,22 @@ namespace {
   X(fp16, 128, 4, "paged_fp16_d128_w4")     \
   X(fp16, 256, 4, "paged_fp16_d256_w4")
 
+// A launch with programmatic dependent launch where enabled, in clusters of `cluster` CTAs along x.
 cudaError_t launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
-                          void** args) {
+                          void** args, unsigned cluster = 1) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = shared, config.stream = stream;
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &pdl;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
+  cudaLaunchAttribute attributes[2];
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = cluster, attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = cluster > 1 ? attributes : attributes + 1;
+  config.numAttrs = (cluster > 1 ? 1 : 0) + (programmatic_launch() ? 1 : 0);
   return cudaLaunchKernelExC(&config, kernel, args);
 }
+
+bool clustered(const PagedSplits& s) { return s.splits > 1 && s.splits <= kPagedMaxClusterSplits; }
 
 template <DType kDType, int kHeadDim, int kWarps>
 struct PagedVariant {
@@ -83,17 +88,19 @@ struct PagedVariant {
     paged::Params params{p.q, p.q_batch_stride, p.q_head_stride, p.k_cache, p.v_cache, p.page_stride, p.row_stride,
                          p.head_stride, p.page_size, p.block_table, p.table_stride, p.seq_lens, p.max_seq_len,
                          p.heads_kv, group, (group + paged::kRows - 1) / paged::kRows, s.splits, s.split_keys,
-                         p.scale * float(M_LOG2E), p.out, p.out_batch_stride, p.out_head_stride, nullptr, nullptr};
-    if (s.splits > 1) {
+                         clustered(s), p.scale * float(M_LOG2E), p.out, p.out_batch_stride, p.out_head_stride,
+                         nullptr, nullptr};
+    const bool global_merge = s.splits > 1 && !params.cluster_merge;
+    if (global_merge) {
       const size_t rows = size_t(p.batch) * p.heads_q * s.splits;
       params.partial = static_cast<float*>(workspace);
       params.lse = params.partial + rows * kHeadDim;
     }
     void* args[] = {&params};
     const dim3 grid(unsigned(params.head_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
-    cudaError_t status =
-        launch_kernel(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared, stream, args);
-    if (status == cudaSuccess && s.splits > 1) {
+    cudaError_t status = launch_kernel(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared,
+                                       stream, args, params.cluster_merge ? unsigned(s.splits) : 1u);
+    if (status == cudaSuccess && global_merge) {
       int head_dim = kHeadDim;
       void* merge_args[] = {&params, &head_dim};
       status = launch_kernel(reinterpret_cast<const void*>(paged::merge_splits_kernel<T>),
@@ -118,17 +125,21 @@ struct PagedVariant {
 
 // NOTES: the wave model of a launch, without a table. G = CTAs (sequences x KV heads x query-head blocks x
 // splits) of a kernel with C resident CTAs per SM run in waves of C x SMs; a wave lasts kWaveUs plus its
-// CTAs' K and V bytes moved at the slower of each CTA's own rate (its warps' cp.async pipelines: ~2 tiles
-// each in flight, kWarpBytesPerUs per warp) and its share of HBM. Splits add the merge: a launch and the
-// partial outputs written and read once. The constants are the replay optimum (benchmarks/
-// paged_attention.py --fit) of split sweeps on the design cases (Llama-3-8B and -70B heads, H100,
-// 2026-11-26): its choices ran at 0.98 of the best split count there and on held-out models.
-constexpr double kHbmBytesPerUs = 3.3e6;
+// CTAs' K and V bytes moved at the slower of each CTA's own rate (its warps' cp.async pipelines, ~2 tiles
+// each in flight: kWarpBytesPerUs per warp, a latency-bound rate) and its share of kHbmFraction of the
+// device's peak bandwidth. Splits add their merge: kClusterMergeUs within a cluster; beyond, a second
+// launch and the partial outputs written and read once.
+// The constants are the replay optimum (benchmarks/paged_attention.py --fit) of kernel and split sweeps on
+// the design cases (Llama-3-8B and -70B heads; H100 and H200, 2026-11-26): its choices ran at 0.98 of the
+// best there and at 0.975-0.98 on held-out models.
+constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
-constexpr double kWaveUs = 2.0;
+constexpr double kWaveUs = 3.0;
 constexpr double kMergeUs = 3.0;
+constexpr double kClusterMergeUs = 0.5;
 
-double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t slots) {
+double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t slots,
+                    double hbm_bytes_per_us) {
   const int64_t head_blocks = (p.heads_q / p.heads_kv + paged::kRows - 1) / paged::kRows;
   const int64_t ctas = int64_t(p.batch) * p.heads_kv * head_blocks * s.splits;
   const double bytes_per_cta = 2.0 * s.split_keys * p.head_dim * 2;
@@ -136,20 +147,25 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
   double us = 0;
   for (int64_t left = ctas; left > 0; left -= slots) {
     const double running = double(std::min(left, slots));
-    us += kWaveUs + bytes_per_cta * std::max(running / kHbmBytesPerUs, 1.0 / cta_rate);
+    us += kWaveUs + bytes_per_cta * std::max(running / hbm_bytes_per_us, 1.0 / cta_rate);
   }
-  if (s.splits > 1) us += kMergeUs + 2.0 * double(p.batch) * p.heads_q * s.splits * p.head_dim * 4 / kHbmBytesPerUs;
+  if (clustered(s)) {
+    us += kClusterMergeUs;
+  } else if (s.splits > 1) {
+    us += kMergeUs + 2.0 * double(p.batch) * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;
+  }
   return us;
 }
 
 // The least predicted split count of one kernel, and its prediction.
-std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const VariantInfo& v, int64_t slots) {
+std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const VariantInfo& v, int64_t slots,
+                                       double hbm) {
   const int32_t steps = (p.max_seq_len + v.tile_n - 1) / v.tile_n;
-  std::pair<int32_t, double> best{1, predicted_us(p, v, paged_splits(p, v.tile_n, 1), slots)};
+  std::pair<int32_t, double> best{1, predicted_us(p, v, paged_splits(p, v.tile_n, 1), slots, hbm)};
   for (int32_t splits = 2; splits <= std::min(steps, kPagedAttentionMaxSplits); ++splits) {
     const PagedSplits s = paged_splits(p, v.tile_n, splits);
     if (s.splits != splits) continue;  // the same keys per split as a smaller count
-    const double us = predicted_us(p, v, s, slots);
+    const double us = predicted_us(p, v, s, slots, hbm);
     if (us < best.second) best = {splits, us};
   }
   return best;
@@ -177,7 +193,7 @@ PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& p) {
   for (const VariantInfo& v : paged_attention_variants()) {
     if (v.dtype != p.dtype || v.tile_k != p.head_dim) continue;
     const int64_t slots = int64_t(dev.sm_count) * paged_attention_resident_ctas(v.id);
-    const auto [splits, us] = detail::best_splits(p, v, slots);
+    const auto [splits, us] = detail::best_splits(p, v, slots, detail::kHbmFraction * dev.memory_bytes_per_us);
     if (best.variant < 0 || us < best_us) best = {v.id, splits}, best_us = us;
   }
   if (best.variant < 0) {

@@ -70,6 +70,7 @@ struct DeviceProperties {
   int32_t sm_count;
   int64_t l2_bytes;
   int32_t cc_major, cc_minor;
+  double memory_bytes_per_s;  // peak DRAM bandwidth (twice the memory clock times the bus width)
 };
 // The current CUDA device.
 WAVETUNE_API DeviceProperties device_properties();

@@ -49,7 +49,8 @@ def properties(device: int) -> dict:
 
 
 def device_properties(device: int | None = None) -> dict:
-    """Name, SM count, L2 size and compute capability of a CUDA device (default: the current one)."""
+    """Name, SM count, L2 size, compute capability and peak memory bandwidth (``memory_bytes_per_s``) of a CUDA
+    device (default: the current one)."""
     return properties(current_device() if device is None else device)
 
 
