@@ -38,7 +38,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-CLUSTER_SPLITS = 8  # splits that merge within a cluster (paged_ops.h)
 
 
 def parse_args() -> argparse.Namespace:
@@ -57,7 +56,7 @@ def parse_args() -> argparse.Namespace:
 # ---- the wave model, replayed offline -------------------------------------------------------------------
 
 def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
-                 merge: float, cluster_merge: float) -> float:
+                 merge: float) -> float:
     """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
     ``kernel``: its step keys and resident CTAs."""
     step_keys, slots = kernel["step_keys"], sm_count * kernel["resident"]
@@ -70,9 +69,7 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     while left > 0:
         us += wave + bytes_per_cta * max(min(left, slots) / hbm, 1.0 / (warp * step_keys / 16))
         left -= slots
-    if 1 < runs <= CLUSTER_SPLITS:
-        us += cluster_merge
-    elif runs > 1:
+    if runs > 1:
         us += merge + 2.0 * case["batch"] * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
     return us
 
@@ -106,12 +103,10 @@ def fit(design: Path, check: Path | None) -> None:
         return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
 
     header, rows = load(design)
-    grid = itertools.product((0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0), (2.0, 3.0, 5.0),
-                             (0.0, 0.5, 1.0, 2.0))
+    grid = itertools.product((0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0), (2.0, 3.0, 5.0))
     scored = sorted(((geomean(replay(rows, c, header)), c) for c in grid), reverse=True)
     for score, c in scored[:5]:
-        line = (f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us, cluster merge {c[4]} us: "
-                f"design {score:.3f}")
+        line = f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us: design {score:.3f}"
         if check:
             held_header, held = load(check)
             quality = replay(held, c, held_header)

@@ -36,22 +36,18 @@ namespace {
   X(fp16, 128, 4, "paged_fp16_d128_w4")     \
   X(fp16, 256, 4, "paged_fp16_d256_w4")
 
-// A launch with programmatic dependent launch where enabled, in clusters of `cluster` CTAs along x.
+// A launch with programmatic dependent launch where enabled.
 cudaError_t launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
-                          void** args, unsigned cluster = 1) {
+                          void** args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = shared, config.stream = stream;
-  cudaLaunchAttribute attributes[2];
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = cluster, attributes[0].val.clusterDim.y = 1, attributes[0].val.clusterDim.z = 1;
-  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = cluster > 1 ? attributes : attributes + 1;
-  config.numAttrs = (cluster > 1 ? 1 : 0) + (programmatic_launch() ? 1 : 0);
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &pdl;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
   return cudaLaunchKernelExC(&config, kernel, args);
 }
-
-bool clustered(const PagedSplits& s) { return s.splits > 1 && s.splits <= kPagedMaxClusterSplits; }
 
 template <DType kDType, int kHeadDim, int kWarps>
 struct PagedVariant {
@@ -88,19 +84,17 @@ struct PagedVariant {
     paged::Params params{p.q, p.q_batch_stride, p.q_head_stride, p.k_cache, p.v_cache, p.page_stride, p.row_stride,
                          p.head_stride, p.page_size, p.block_table, p.table_stride, p.seq_lens, p.max_seq_len,
                          p.heads_kv, group, (group + paged::kRows - 1) / paged::kRows, s.splits, s.split_keys,
-                         clustered(s), p.scale * float(M_LOG2E), p.out, p.out_batch_stride, p.out_head_stride,
-                         nullptr, nullptr};
-    const bool global_merge = s.splits > 1 && !params.cluster_merge;
-    if (global_merge) {
+                         p.scale * float(M_LOG2E), p.out, p.out_batch_stride, p.out_head_stride, nullptr, nullptr};
+    if (s.splits > 1) {
       const size_t rows = size_t(p.batch) * p.heads_q * s.splits;
       params.partial = static_cast<float*>(workspace);
       params.lse = params.partial + rows * kHeadDim;
     }
     void* args[] = {&params};
     const dim3 grid(unsigned(params.head_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
-    cudaError_t status = launch_kernel(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared,
-                                       stream, args, params.cluster_merge ? unsigned(s.splits) : 1u);
-    if (status == cudaSuccess && global_merge) {
+    cudaError_t status =
+        launch_kernel(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared, stream, args);
+    if (status == cudaSuccess && s.splits > 1) {
       int head_dim = kHeadDim;
       void* merge_args[] = {&params, &head_dim};
       status = launch_kernel(reinterpret_cast<const void*>(paged::merge_splits_kernel<T>),
@@ -127,8 +121,7 @@ struct PagedVariant {
 // splits) of a kernel with C resident CTAs per SM run in waves of C x SMs; a wave lasts kWaveUs plus its
 // CTAs' K and V bytes moved at the slower of each CTA's own rate (its warps' cp.async pipelines, ~2 tiles
 // each in flight: kWarpBytesPerUs per warp, a latency-bound rate) and its share of kHbmFraction of the
-// device's peak bandwidth. Splits add their merge: kClusterMergeUs within a cluster; beyond, a second
-// launch and the partial outputs written and read once.
+// device's peak bandwidth. Splits add the merge: a launch and the partial outputs written and read once.
 // The constants are the replay optimum (benchmarks/paged_attention.py --fit) of kernel and split sweeps on
 // the design cases (Llama-3-8B and -70B heads; H100 and H200, 2026-11-26): its choices ran at 0.98 of the
 // best there and at 0.975-0.98 on held-out models.
@@ -136,7 +129,6 @@ constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 3.0;
 constexpr double kMergeUs = 3.0;
-constexpr double kClusterMergeUs = 0.5;
 
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t slots,
                     double hbm_bytes_per_us) {
@@ -149,11 +141,7 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
     const double running = double(std::min(left, slots));
     us += kWaveUs + bytes_per_cta * std::max(running / hbm_bytes_per_us, 1.0 / cta_rate);
   }
-  if (clustered(s)) {
-    us += kClusterMergeUs;
-  } else if (s.splits > 1) {
-    us += kMergeUs + 2.0 * double(p.batch) * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;
-  }
+  if (s.splits > 1) us += kMergeUs + 2.0 * double(p.batch) * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;
   return us;
 }
 

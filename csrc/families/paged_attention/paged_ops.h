@@ -10,10 +10,6 @@
 
 namespace wavetune::detail {
 
-// The most splits of a tile that merge within one cluster (the portable cluster size); more merge through
-// global memory and a second kernel (sm90_paged_decode.cuh).
-constexpr int32_t kPagedMaxClusterSplits = 8;
-
 struct PagedVariantOps {
   // CTAs of this kernel resident per SM (its shared memory and registers), read once per device.
   int32_t (*ctas_per_sm)(const DeviceInfo&);

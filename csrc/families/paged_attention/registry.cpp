@@ -113,7 +113,7 @@ std::string paged_attention_launch_error(const PagedAttentionProblem& p, const P
 size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, const PagedAttentionLaunch& how) {
   const auto* variant = detail::paged_variant(how.variant);
   const detail::PagedSplits s = detail::paged_splits(p, variant ? variant->info.tile_n : 1, how.splits);
-  if (!variant || s.splits <= detail::kPagedMaxClusterSplits) return 0;  // merged within a cluster
+  if (!variant || s.splits <= 1) return 0;
   return size_t(p.batch) * p.heads_q * s.splits * (size_t(p.head_dim) + 1) * sizeof(float);
 }
 

@@ -9,12 +9,9 @@
 // an online softmax per row, and O += P V with P taken straight from S's accumulators (their layout is
 // the A operand's) and V through ldmatrix.trans. Each CTA takes one (sequence, KV head, 16 query heads,
 // KV split); its warps take alternate 16-key tiles and merge their softmax states at the end, so nothing
-// waits on a CTA-wide barrier in the loop. Up to kMaxClusterSplits splits of a tile are one cluster and
-// merge through distributed shared memory in the same kernel; more go through global memory and a second
-// kernel (a launch and its wait cost several microseconds, a large part of a short decode step).
+// waits on a CTA-wide barrier in the loop.
 #pragma once
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -22,13 +19,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "paged_ops.h"
-
 namespace wavetune::detail::paged {
 
 constexpr int kRows = 16;      // query heads per tile (an mma's M)
 constexpr int kTileKeys = 16;  // keys per warp step (an mma's K for P V)
-constexpr int kMaxClusterSplits = kPagedMaxClusterSplits;
 
 struct Params {
   const void* q;
@@ -43,12 +37,11 @@ struct Params {
   int32_t max_seq_len;
   int32_t heads_kv, group, head_blocks;
   int32_t splits, split_keys;  // split s takes keys [s * split_keys, (s + 1) * split_keys)
-  bool cluster_merge;          // the splits of a tile are one cluster (splits <= kMaxClusterSplits)
   float scale_log2;            // scale * log2(e): the softmax runs in base 2
   void* out;
   int64_t o_b, o_h;
-  float* partial;  // splits in global memory: [batch, heads_q, splits, head_dim] outputs of each, normalized
-  float* lse;      // and [batch, heads_q, splits] their base-2 log-sum-exps (-inf: no keys)
+  float* partial;  // splits > 1: [batch, heads_q, splits, head_dim] outputs of each split, normalized
+  float* lse;      // splits > 1: [batch, heads_q, splits] their base-2 log-sum-exps (-inf: no keys)
 };
 
 // Stages of each warp's cp.async pipeline: two or three tiles of K and V in flight per warp.
@@ -227,16 +220,13 @@ __device__ __forceinline__ void attend_tile(SoftmaxState<kHeadDim>& st, uint32_t
 }
 
 // The warps' states merged in shared memory (which the pipeline no longer uses), then per (row, column):
-// the output, or with splits the split's normalized output and log-sum-exp, into global memory or, merged
-// in the cluster, into this CTA's `split_out` and `split_lse` (cluster_merge).
+// the output, or with splits the split's normalized output and log-sum-exp.
 template <class T, int kHeadDim, int kWarps>
 __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, float* scratch, int batch,
                                 int first_head, int rows, int split, int warp, int lane) {
   float* warp_max = scratch;                    // [warps][16]
   float* warp_sum = warp_max + kWarps * kRows;  // [warps][16]
   float* warp_out = warp_sum + kWarps * kRows;  // [warps][16][head dim]
-  float* split_lse = warp_out + kWarps * kRows * kHeadDim;  // [16]
-  float* split_out = split_lse + kRows;                     // [16][head dim]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 1);
@@ -273,9 +263,6 @@ __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, flo
     const int head = first_head + row;
     if (p.splits == 1) {
       static_cast<T*>(p.out)[batch * p.o_b + head * p.o_h + column] = to_element<T>(value);
-    } else if (p.cluster_merge) {
-      split_out[row * kHeadDim + column] = value;
-      if (column == 0) split_lse[row] = total > 0.0f ? top + log2f(total) : -INFINITY;
     } else {
       const int64_t at = (int64_t(batch) * p.heads_kv * p.group + head) * p.splits + split;
       p.partial[at * kHeadDim + column] = value;
@@ -284,43 +271,14 @@ __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, flo
   }
 }
 
-// The splits of one tile, a cluster, merged by their log-sum-exp from each CTA's shared memory: CTA r of S
-// takes every S-th element of the tile's output.
-template <class T, int kHeadDim, int kWarps>
-__device__ void merge_cluster(const Params& p, float* scratch, int batch, int first_head, int rows) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int splits = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-  float* split_lse = scratch + 2 * kWarps * kRows + kWarps * kRows * kHeadDim;
-  float* split_out = split_lse + kRows;
-  cluster.sync();  // every split's output is in its shared memory
-  for (int i = rank * 32 * kWarps + threadIdx.x; i < rows * kHeadDim; i += splits * 32 * kWarps) {
-    const int row = i / kHeadDim, column = i % kHeadDim;
-    float top = -INFINITY;
-    for (int s = 0; s < splits; ++s) top = fmaxf(top, cluster.map_shared_rank(split_lse, s)[row]);
-    float total = 0.0f, acc = 0.0f;
-    if (top != -INFINITY) {
-      for (int s = 0; s < splits; ++s) {
-        const float weight = exp2f(cluster.map_shared_rank(split_lse, s)[row] - top);
-        total += weight;
-        acc += weight * cluster.map_shared_rank(split_out, s)[row * kHeadDim + column];
-      }
-    }
-    static_cast<T*>(p.out)[batch * p.o_b + (first_head + row) * p.o_h + column] =
-        to_element<T>(total > 0.0f ? acc / total : 0.0f);
-  }
-  cluster.sync();  // no CTA leaves while another still reads its shared memory
-}
-
-// Grid: x = query-head block x split (splits fastest: a cluster's CTAs are consecutive), y = KV head,
-// z = sequence.
+// Grid: x = split x query-head block (blocks fastest: they read the same keys), y = KV head, z = sequence.
 template <class T, int kHeadDim, int kWarps>
 __global__ void __launch_bounds__(32 * kWarps) paged_decode_kernel(Params p) {
   constexpr int kStages = stages<kHeadDim>(), kChunks = kHeadDim / 8;
   constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
   extern __shared__ uint4 shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int block = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
+  const int block = blockIdx.x % p.head_blocks, split = blockIdx.x / p.head_blocks;
   const int kv_head = blockIdx.y, batch = blockIdx.z;
   const int first_head = kv_head * p.group + block * kRows, rows = min(kRows, p.group - block * kRows);
   // NOTES: the dependent kernel may start now; everything below reads what earlier kernels wrote (the
@@ -373,9 +331,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_decode_kernel(Params p) {
   }
   asm volatile("cp.async.wait_all;\n" ::);
   __syncthreads();
-  float* scratch = reinterpret_cast<float*>(shared);
-  merge_and_store<T, kHeadDim, kWarps>(p, st, scratch, batch, first_head, rows, split, warp, lane);
-  if (p.cluster_merge) merge_cluster<T, kHeadDim, kWarps>(p, scratch, batch, first_head, rows);
+  merge_and_store<T, kHeadDim, kWarps>(p, st, reinterpret_cast<float*>(shared), batch, first_head, rows, split, warp, lane);
 }
 
 // One CTA per (sequence, query head), one thread per column: the splits' outputs weighted by

@@ -75,8 +75,7 @@ WAVETUNE_API PagedAttentionLaunch paged_attention_choice(const PagedAttentionPro
 // CTAs of a kernel resident per SM on the current device: the size of its waves over the SM count.
 WAVETUNE_API int32_t paged_attention_resident_ctas(int32_t variant);
 
-// Device memory a launch needs: with more than 8 splits their fp32 outputs and log-sum-exps (up to 8 merge
-// within a thread-block cluster).
+// Device memory a launch needs (fp32 partial outputs and log-sum-exps; none unsplit).
 WAVETUNE_API size_t paged_attention_workspace_bytes(const PagedAttentionProblem& problem,
                                                     const PagedAttentionLaunch& how);
 
