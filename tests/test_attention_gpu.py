@@ -89,6 +89,23 @@ def test_default_choice_matches_sdpa(head_dim, shape):
         check(wavetune.attention(q, k, v, causal=causal), reference(q, k, v, causal), f"default {shape} causal={causal}")
 
 
+def test_prefill_runs_cudnn_where_its_mask_is_ours():
+    """Prefill with no forced config is cuDNN's SDPA (the same bits) when SDPA's top-left causal mask is the
+    bottom-right one (as many queries as keys) or there is none; a causal prefill after a prefix is not."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = operands(2, 300, 300, 16, 4, 128, torch.bfloat16)
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        cudnn = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True).transpose(1, 2)
+    got = wavetune.attention(q, k, v, causal=True)
+    assert got.is_contiguous() and torch.equal(got, cudnn)
+    out = torch.full_like(q, float("nan"))
+    assert wavetune.attention(q, k, v, causal=True, out=out) is out and torch.equal(out, cudnn)
+    q, k, v = operands(2, 100, 700, 16, 4, 128, torch.bfloat16)
+    check(wavetune.attention(q, k, v, causal=True), reference(q, k, v, True), "causal after a prefix")
+
+
 def test_scale_and_the_torch_operator():
     import wavetune.torch_ops  # noqa: F401  (registers torch.ops.wavetune.attention)
 

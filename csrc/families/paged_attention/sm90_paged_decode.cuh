@@ -291,13 +291,15 @@ __global__ void __launch_bounds__(32 * kWarps) paged_decode_kernel(Params p) {
   const uint32_t q_tile = shared_address(shared);
   const uint32_t k_stages = q_tile + kRows * kHeadDim * 2 + uint32_t(warp) * kStages * 2 * kTileBytes;
   const uint32_t v_stages = k_stages + kStages * kTileBytes;
+  // NOTES: the query tile, then each warp's first tiles of K and V, are all in flight before anything waits:
+  // a short decode step is a few of these latencies end to end.
   const auto* q = static_cast<const uint4*>(p.q);
   for (int i = threadIdx.x; i < kRows * kChunks; i += 32 * kWarps) {
     const int row = i / kChunks, chunk = i % kChunks;
-    shared[swizzled<kHeadDim>(row, chunk)] =
-        row < rows ? q[(batch * p.q_b + (first_head + row) * p.q_h) / 8 + chunk] : make_uint4(0, 0, 0, 0);
+    const int64_t at = row < rows ? (batch * p.q_b + (first_head + row) * p.q_h) / 8 + chunk : 0;
+    cp_async_16(q_tile + 16u * swizzled<kHeadDim>(row, chunk), q + at, row < rows);
   }
-  __syncthreads();
+  asm volatile("cp.async.commit_group;\n" ::);
 
   SoftmaxState<kHeadDim> st;
   // This warp's tiles: t = warp, warp + warps, ... of the split, starting at key begin + 16 t.
@@ -314,6 +316,8 @@ __global__ void __launch_bounds__(32 * kWarps) paged_decode_kernel(Params p) {
   // NOTES: a block table entry is read one iteration before its tile's copies are issued, so the
   // table's latency overlaps a tile's wait and math instead of adding to it.
   int64_t next_rows = row_offset(kStages - 1);
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // the query tile's group, the first
+  __syncthreads();
   for (int i = 0; i < mine; ++i) {
     const int ahead = i + kStages - 1;
     if (ahead < mine) {

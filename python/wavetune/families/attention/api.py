@@ -79,6 +79,34 @@ def check_shapes(torch, q, k, v, out) -> None:
                              f"pass {name}.contiguous()")
 
 
+_cudnn_refused: set[tuple] = set()  # problems cuDNN's SDPA backend refused once (sizes, strides, dtype, causal)
+
+
+def _cudnn_attention(torch, q, k, v, causal: bool, scale: float, out, dtype_code: int):
+    """``out`` (or a new contiguous tensor) from cuDNN's attention through SDPA, on [batch, heads, seq, dim]
+    views; None where that backend refuses the problem (remembered, so it is asked once).
+
+    NOTES: the CUTLASS example FMHA ran at 0.34-0.99x of cuDNN on every measured prefill (docs/attention.md),
+    so prefill is cuDNN's where it runs. SDPA's ``is_causal`` is top-left, the same as wavetune's
+    bottom-right mask only with as many queries as keys; the caller keeps the other causal cases."""
+    key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), dtype_code, causal)
+    if key in _cudnn_refused:
+        return None
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            result = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, scale=scale,
+                enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
+    except RuntimeError:
+        _cudnn_refused.add(key)
+        return None
+    if out is None:
+        return result.contiguous()
+    return out.copy_(result)
+
+
 def tensor_args(t) -> tuple[int, int, int, int]:
     return (t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
 
@@ -97,8 +125,10 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     config, splits: force an attention variant (id or name, ``attention_configs()``) and a KV split count
         (decode only: seqlen_q == 1); default: both chosen from the sizes by the GPU's attention table
         (``tables/<gpu>.attention.wtt``, or $WAVETUNE_ATTENTION_TABLE), else by the built-in wave model.
-        Decode (seqlen_q == 1) with neither forced runs ``paged_attention``'s kernel on the dense cache
-        when K and V share their strides: it was faster than every variant there (docs/attention.md).
+        With neither forced, decode (seqlen_q == 1) runs ``paged_attention``'s kernel on the dense cache
+        when K and V share their strides, and prefill runs cuDNN's attention through PyTorch's SDPA where
+        its backend takes the problem (not causal, or as many queries as keys): each was faster than
+        every variant there (docs/attention.md).
 
     Runs on the current torch stream of q's device.
     """
@@ -107,6 +137,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     variant = _resolve(config)
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    given_out = out
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
@@ -127,6 +158,10 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     if seqlen_q == 1 and variant < 0 and splits is None and k.stride() == v.stride():
         paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0])
         return out
+    if seqlen_q > 1 and variant < 0 and splits is None and (not causal or seqlen_q == seqlen_k):
+        done = _cudnn_attention(torch, q, k, v, causal, scale, given_out, dtype_code)
+        if done is not None:
+            return done
     if variant < 0:
         ensure_table(device, "attention")
         variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device)
