@@ -156,7 +156,8 @@ def comparisons(c: dict, operands: tuple, variants: dict) -> dict:
     own = [v for v in wavetune.attention_configs() if v.dtype == "bf16" and v.tile[2] == c["head_dim"]]
     default = next(v for v in own if v.schedule == "cooperative" and v.scheduler == "data_parallel"
                    and v.tile[1] == max(x.tile[1] for x in own))
-    methods = {"choice": lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out)}
+    # The choice returns its own output, as callers that pass no out= get it (cuDNN's path would copy into one).
+    methods = {"choice": lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal)}
     builtin, builtin_splits = choices(c, operands)["builtin"]
     methods["builtin"] = lambda q, k, v, out: wavetune.attention(q, k, v, causal=causal, out=out, config=builtin,
                                                                  splits=builtin_splits)

@@ -121,7 +121,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     causal: bottom-right mask (query i sees keys j <= i + seqlen_k - seqlen_q: the queries are the newest
         tokens, as in a prefill after a cached prefix); needs seqlen_q <= seqlen_k.
     scale: of q.k, default 1 / sqrt(head_dim). head_dim: 64, 128 or 256.
-    out: optional [batch, seqlen_q, heads_q, head_dim] tensor to write (same dtype and device).
+    out: optional [batch, seqlen_q, heads_q, head_dim] tensor to write (same dtype and device); where
+        cuDNN runs (below), its output is copied into it, which a call without out= does not pay.
     config, splits: force an attention variant (id or name, ``attention_configs()``) and a KV split count
         (decode only: seqlen_q == 1); default: both chosen from the sizes by the GPU's attention table
         (``tables/<gpu>.attention.wtt``, or $WAVETUNE_ATTENTION_TABLE), else by the built-in wave model.
