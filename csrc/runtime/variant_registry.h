@@ -6,14 +6,29 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "wavetune/types.h"
 
 namespace wavetune::detail {
+
+// FNV-1a over a built-in catalog's variant names in id order, as 16 hex digits: what a family without a
+// generated config space reports as its config-space hash (another catalog, another hash).
+inline std::string catalog_hash(const std::vector<const char*>& names) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char* name : names) {
+    for (const char* c = name; *c; ++c) h = (h ^ uint8_t(*c)) * 1099511628211ull;
+    h = (h ^ '\n') * 1099511628211ull;
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
 
 template <class Ops>
 class VariantRegistry {

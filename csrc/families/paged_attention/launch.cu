@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "paged_ops.h"
+#include "paged_variants.h"
 #include "sm90_paged_decode.cuh"
 #include "wavetune/errors.h"
 #include "wavetune/kernels.h"
@@ -22,19 +23,6 @@
 namespace wavetune {
 namespace detail {
 namespace {
-
-// The catalog: (dtype, head dim, warps per CTA, name).
-#define WAVETUNE_PAGED_VARIANTS(X)          \
-  X(bf16, 64, 8, "paged_bf16_d64_w8")       \
-  X(bf16, 64, 4, "paged_bf16_d64_w4")       \
-  X(bf16, 128, 8, "paged_bf16_d128_w8")     \
-  X(bf16, 128, 4, "paged_bf16_d128_w4")     \
-  X(bf16, 256, 4, "paged_bf16_d256_w4")     \
-  X(fp16, 64, 8, "paged_fp16_d64_w8")       \
-  X(fp16, 64, 4, "paged_fp16_d64_w4")       \
-  X(fp16, 128, 8, "paged_fp16_d128_w8")     \
-  X(fp16, 128, 4, "paged_fp16_d128_w4")     \
-  X(fp16, 256, 4, "paged_fp16_d256_w4")
 
 // A launch with programmatic dependent launch where enabled.
 cudaError_t launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,

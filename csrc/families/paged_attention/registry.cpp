@@ -2,12 +2,12 @@
 // that need no GPU.
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "paged_ops.h"
+#include "paged_variants.h"
 #include "registered.h"
 #include "variant_registry.h"
 #include "wavetune/errors.h"
@@ -25,18 +25,6 @@ VariantRegistry<PagedVariantOps>& registry() {
   return list;
 }
 
-// FNV-1a over the catalog's names in id order.
-std::string catalog_hash() {
-  uint64_t h = 1469598103934665603ull;
-  for (const VariantInfo& v : registry().infos()) {
-    for (const char* c = v.name; *c; ++c) h = (h ^ uint8_t(*c)) * 1099511628211ull;
-    h = (h ^ '\n') * 1099511628211ull;
-  }
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-  return text;
-}
-
 }  // namespace
 
 const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id) { return registry().find(id); }
@@ -52,7 +40,9 @@ PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int3
 const std::vector<VariantInfo>& paged_attention_variants() { return detail::registry().infos(); }
 
 const char* paged_attention_config_space_hash() {
-  static const std::string hash = detail::catalog_hash();
+#define WAVETUNE_PAGED_NAME(DTYPE, HEAD_DIM, WARPS, NAME) NAME,
+  static const std::string hash = detail::catalog_hash({WAVETUNE_PAGED_VARIANTS(WAVETUNE_PAGED_NAME)});
+#undef WAVETUNE_PAGED_NAME
   return hash.c_str();
 }
 

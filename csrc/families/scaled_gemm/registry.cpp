@@ -1,6 +1,5 @@
 // The scaled GEMM's compiled variants, the catalog's hash and the problem checks that need no GPU.
 #include <cstdint>
-#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,20 +20,6 @@ VariantRegistry<ScaledVariantOps>& registry() {
   return list;
 }
 
-// FNV-1a over the catalog's names in id order: a build with another catalog gets another hash.
-std::string catalog_hash() {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const char* name) {
-    for (const char* c = name; *c; ++c) h = (h ^ uint8_t(*c)) * 1099511628211ull;
-    h = (h ^ '\n') * 1099511628211ull;
-  };
-#define WAVETUNE_SCALED_NAME(OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME) mix(NAME);
-  WAVETUNE_SCALED_GEMM_VARIANTS(WAVETUNE_SCALED_NAME)
-#undef WAVETUNE_SCALED_NAME
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-  return text;
-}
 }  // namespace
 
 const ScaledVariantOps* scaled_variant_ops(int32_t id) {
@@ -47,7 +32,9 @@ const ScaledVariantOps* scaled_variant_ops(int32_t id) {
 const std::vector<VariantInfo>& scaled_gemm_variants() { return detail::registry().infos(); }
 
 const char* scaled_gemm_config_space_hash() {
-  static const std::string hash = detail::catalog_hash();
+#define WAVETUNE_SCALED_NAME(OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME) NAME,
+  static const std::string hash = detail::catalog_hash({WAVETUNE_SCALED_GEMM_VARIANTS(WAVETUNE_SCALED_NAME)});
+#undef WAVETUNE_SCALED_NAME
   return hash.c_str();
 }
 
