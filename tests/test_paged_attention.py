@@ -40,6 +40,36 @@ def test_workspace_holds_the_splits_it_runs():
     assert _C.paged_attention_workspace_bytes(sizes, 10**6, 4) == 0  # no such kernel: the launch refuses it
 
 
+def test_the_fitting_replay_prices_waves_and_merges():
+    """benchmarks/paged_attention.py replays launch.cu's model to fit its constants: with the shipped ones a
+    long single sequence wants many splits, a batch that fills the GPU wants none, and the replay picks the
+    (kernel, splits) it predicts fastest."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import paged_attention as bench
+
+    shipped = (0.98, 3.75e3, 3.0, 3.0)  # launch.cu: kHbmFraction, kWarpBytesPerUs, kWaveUs, kMergeUs
+    header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
+    kernels = {"w8": {"step_keys": 128, "resident": 1}, "w4": {"step_keys": 64, "resident": 2}}
+
+    def predicted(case, kernel, splits):
+        hbm = shipped[0] * header["memory_bytes_per_s"] / 1e6
+        return bench.predicted_us(case, splits, kernels[kernel], header["sm_count"], hbm, *shipped[1:])
+
+    long_one = dict(batch=1, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=131072)
+    full = dict(batch=256, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=2048)
+    assert predicted(long_one, "w8", 16) < predicted(long_one, "w8", 1) / 8
+    assert predicted(full, "w8", 1) < predicted(full, "w8", 4)
+    times = {f"{k}/s{n}": predicted(long_one, k, n) * (1.5 if n == 16 else 1.0) for k in kernels for n in (1, 4, 16)}
+    row = {**long_one, "kernels": kernels, "times": times}
+    pick = min(((k, n) for k in kernels for n in (1, 4, 16)), key=lambda kn: predicted(long_one, *kn))
+    quality = bench.replay([row], shipped, header)[0]
+    assert quality == pytest.approx(min(times.values()) / times[f"{pick[0]}/s{pick[1]}"])
+
+
 def cpu_inputs(batch=2, heads_q=8, heads_kv=2, head_dim=64, pages=6, page_size=16):
     q = torch.randn(batch, heads_q, head_dim, dtype=torch.bfloat16)
     k = torch.randn(pages, page_size, heads_kv, head_dim, dtype=torch.bfloat16)
