@@ -65,10 +65,10 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     runs = -(-steps // per_split)
     ctas = case["batch"] * case["heads_kv"] * -(-(case["heads_q"] // case["heads_kv"]) // 16) * runs
     bytes_per_cta = 2.0 * per_split * step_keys * case["head_dim"] * 2
-    us, left = 0.0, ctas
-    while left > 0:
-        us += wave + bytes_per_cta * max(min(left, slots) / hbm, 1.0 / (warp * step_keys / 16))
-        left -= slots
+    def wave_us(running: int) -> float:
+        return wave + bytes_per_cta * max(running / hbm, 1.0 / (warp * step_keys / 16))
+
+    us = ctas // slots * wave_us(slots) + (wave_us(ctas % slots) if ctas % slots else 0.0)
     if runs > 1:
         us += merge + 2.0 * case["batch"] * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
     return us

@@ -124,11 +124,11 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
   const int64_t ctas = int64_t(p.batch) * p.heads_kv * head_blocks * s.splits;
   const double bytes_per_cta = 2.0 * s.split_keys * p.head_dim * 2;
   const double cta_rate = kWarpBytesPerUs * v.tile_n / paged::kTileKeys;
-  double us = 0;
-  for (int64_t left = ctas; left > 0; left -= slots) {
-    const double running = double(std::min(left, slots));
-    us += kWaveUs + bytes_per_cta * std::max(running / hbm_bytes_per_us, 1.0 / cta_rate);
-  }
+  // Whole waves of `slots` CTAs, then the last, partial one.
+  auto wave_us = [&](int64_t running) {
+    return kWaveUs + bytes_per_cta * std::max(double(running) / hbm_bytes_per_us, 1.0 / cta_rate);
+  };
+  double us = double(ctas / slots) * wave_us(slots) + (ctas % slots ? wave_us(ctas % slots) : 0.0);
   if (s.splits > 1) us += kMergeUs + 2.0 * double(p.batch) * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;
   return us;
 }

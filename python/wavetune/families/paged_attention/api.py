@@ -37,10 +37,19 @@ def config_space_hash() -> str:
     return _C.paged_attention_config_space_hash()
 
 
-@functools.lru_cache(maxsize=4096)
+_choices: dict[tuple, tuple[int, int]] = {}
+MAX_CACHED_CHOICES = 4096
+
+
 def _choice(device: int, sizes: tuple, dtype_code: int, args: tuple) -> tuple[int, int]:
-    """paged_attention_choice on ``device`` (the current one), once per size: the wave model reads sizes only."""
-    return _C.paged_attention_choice(sizes, *args, dtype_code)
+    """paged_attention_choice on ``device`` (the current one), once per size: the wave model reads sizes only,
+    so the pointers and strides in ``args`` (which it validates) are not part of the key."""
+    key = (device, sizes, dtype_code)
+    if key not in _choices:
+        if len(_choices) >= MAX_CACHED_CHOICES:
+            _choices.clear()
+        _choices[key] = _C.paged_attention_choice(sizes, *args, dtype_code)
+    return _choices[key]
 
 
 def _describe(t) -> str:
