@@ -11,10 +11,11 @@ CUDA graph each of:
   torch_rowwise / torch_tensor      torch._scaled_mm, per-token x per-channel scales / per-tensor scales
   wavetune_rowwise / wavetune_tensor  wavetune.scaled_gemm, its wave model's choice
   bucket                            an M-bucket rule over wavetune's catalog (vLLM's kind of dispatch: a fixed
-                                    tile per range of M, wave-aware splits), rowwise
+                                    tile per range of M), rowwise
+  cutlass_tensor                    the CUTLASS variant chosen for per-row scales, run with per-tensor ones
   bf16                              torch.matmul on bf16 copies of the weights (cuBLAS), for reference
-  <variant>/<splits>                every variant of the catalog at 1, 2, 4 and 8 K splits (M <= 64, past the
-                                    default choice's limit), rowwise
+  <variant>/<splits>                every CUTLASS variant (unsplit), and up to M = 64 every decode variant at 1,
+                                    2, 4 and 8 K splits, rowwise
 With --scales block (1x128 activation groups, 128x128 weight blocks), from bf16 activations each:
   wavetune                          wavetune.quantize_fp8(x, group_size=128), then wavetune.scaled_gemm
   dequant                           the weights dequantized to bf16, then torch.matmul (plain PyTorch)
@@ -51,7 +52,7 @@ MODELS = {
 TP = (1, 2, 4, 8)
 M_RANGES = (("1-8", 1, 8), ("9-16", 9, 16), ("17-64", 17, 64), ("65-1024", 65, 1024), ("1025-16384", 1025, 16384))
 SPLITS = (1, 2, 4, 8)
-VARIANT_M = 64  # the variants are measured up to this M, past the default choice's limit, to place that limit
+VARIANT_M = 64  # the decode variants are measured up to this M, past the default choice's limit, to place it
 FP8 = torch.float8_e4m3fn
 
 
@@ -103,8 +104,17 @@ def operands(m: int, n: int, k: int, l2_bytes: int, block: bool) -> list[dict]:
 
 
 def bucket_variant(m: int) -> str:
-    """A fixed tile per range of M, as hand-written FP8 dispatchers do."""
-    return "e4m3_bf16_decode_64x8_4x1" if m <= 8 else "e4m3_bf16_decode_128x16_4x1"
+    """A fixed tile per range of M, as vLLM's sm90 FP8 dispatch picks one (swapped narrow tiles for a few tokens,
+    64-row tiles up to 128, 128x128 with a 2x1 cluster beyond), over wavetune's catalog."""
+    if m <= 8:
+        return "e4m3_bf16_decode_64x8_4x1"
+    if m <= 64:
+        return "e4m3_bf16_swapab_pingpong_64x16x128_1x1" if m <= 16 else "e4m3_bf16_swapab_pingpong_64x64x128_1x1"
+    return "e4m3_bf16_pingpong_64x128x128_1x1" if m <= 128 else "e4m3_bf16_cooperative_128x128x128_2x1"
+
+
+def config_name(variant_id: int) -> str:
+    return next(c.name for c in wavetune.scaled_gemm_configs() if c.id == variant_id)
 
 
 def block_launches(m: int) -> dict:
@@ -141,7 +151,7 @@ def block_launches(m: int) -> dict:
     return found
 
 
-def launches(m: int) -> dict:
+def launches(m: int, n: int, k: int) -> dict:
     # Each returns its output: torch's allocate theirs (from the graph's pool: no cost at replay).
     def torch_rowwise(o):
         return torch._scaled_mm(o["x"], o["w"].t(), o["sx"], o["sw"], out_dtype=torch.bfloat16)
@@ -160,12 +170,15 @@ def launches(m: int) -> dict:
 
     found = dict(torch_rowwise=torch_rowwise, torch_tensor=torch_tensor, wavetune_rowwise=wavetune_rowwise,
                  wavetune_tensor=wavetune_tensor, bf16=bf16)
-    if m > VARIANT_M:
-        return found
     found["bucket"] = lambda o, v=bucket_variant(m): wavetune.scaled_gemm(o["x"], o["w"].t(), o["sx"], o["sw"],
                                                                          out=o["out"], config=v)
+    chosen = wavetune._C.scaled_gemm_choice(m, n, k, 0, 1, 1)
+    if chosen >= 0 and "_decode_" not in config_name(chosen):
+        found["cutlass_tensor"] = lambda o, v=config_name(chosen): wavetune.scaled_gemm(
+            o["x"], o["w"].t(), o["sx1"], o["sw1"], out=o["out"], config=v)
     for c in wavetune.scaled_gemm_configs():
-        if c.dtype != "bf16" or "_block128_" in c.name:
+        decode = c.schedule == "decode"
+        if c.dtype != "bf16" or "_block128_" in c.name or (decode and m > VARIANT_M):
             continue
         for s in (SPLITS if c.scheduler == "data_parallel" else (1,)):
             found[f"{c.name}/{s}"] = lambda o, v=c.name, s=s: wavetune.scaled_gemm(
@@ -208,7 +221,8 @@ def reference(name: str, o: dict):
 def measure(problem: dict, reps: int, l2_bytes: int, block: bool) -> dict:
     m, n, k = problem["m"], problem["n"], problem["k"]
     ops = operands(m, n, k, l2_bytes, block)
-    methods = {name: fn for name, fn in (block_launches if block else launches)(m).items()
+    found = block_launches(m) if block else launches(m, n, k)
+    methods = {name: fn for name, fn in found.items()
                if runnable(name, fn, ops[0], block)}
     us = interleaved_us(methods, [(o,) for o in ops], per_graph=max(len(ops), 8), reps=reps)
     variants = {name: t for name, t in us.items() if "/" in name}
@@ -229,10 +243,12 @@ def measure(problem: dict, reps: int, l2_bytes: int, block: bool) -> dict:
            "torch_rowwise_of_limit": limit_us / us["torch_rowwise"],
            "wavetune_rowwise_tbps": fp8_bytes / us["wavetune_rowwise"] / 1e6,
            "torch_rowwise_tbps": fp8_bytes / us["torch_rowwise"] / 1e6}
+    if "cutlass_tensor" in us:
+        row["cutlass_tensor_speedup"] = us["torch_tensor"] / us["cutlass_tensor"]
     if best:
         chosen = wavetune._C.scaled_gemm_choice(m, n, k, 0, 1, 1)  # per-row scales
         row.update(best=best, best_us=us[best], choice_vs_best=us[best] / us["wavetune_rowwise"],
-                   chosen=wavetune.scaled_gemm_configs()[chosen].name if chosen >= 0 else "torch._scaled_mm",
+                   chosen=config_name(chosen) if chosen >= 0 else "torch._scaled_mm",
                    bucket_vs_best=us[best] / us["bucket"], best_tbps=fp8_bytes / us[best] / 1e6)
     return row
 

@@ -1,7 +1,7 @@
 """A kernel family is a folder on each side (docs/architecture.md, "What a kernel family touches"): its C++ in
-csrc/families/<name>/, its Python in python/wavetune/families/<name>/, and either a config space in
-cutlass_configs/ with a [family] table naming it (generated variants, tuned tables) or a catalog of built-in
-variants in its C++ folder; the build, the registries and the bindings find them, so no file outside a
+csrc/families/<name>/, its Python in python/wavetune/families/<name>/, its variants generated from a config
+space in cutlass_configs/ with a [family] table naming it, built into its C++ folder, or both, and tuned tables
+with their rules where it has a tuning driver; the build, the registries and the bindings find them, so no file outside a
 family's folders lists the families. Read from the tree; needs neither a build nor a GPU."""
 
 from __future__ import annotations
@@ -25,16 +25,19 @@ def config_space_families() -> set[str]:
     return {tomllib.loads(p.read_text())["family"]["name"] for p in (REPO / "cutlass_configs").glob("*.toml")}
 
 
-def test_each_family_has_a_cpp_folder_a_python_folder_and_a_config_space():
+def test_each_family_has_a_cpp_folder_a_python_folder_and_its_variants():
     cpp = {p.name for p in CPP_FAMILIES.iterdir() if p.is_dir()}
     python = {p.name for p in PY_FAMILIES.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
     assert cpp == python and config_space_families() <= cpp
     for name in cpp:
-        tuned = name in config_space_families()
+        descriptor = (PY_FAMILIES / name / "__init__.py").read_text()
+        declared = re.search(r'config_space="([^"]*)"', descriptor).group(1)
+        generated = name in config_space_families()
+        assert bool(declared) == generated, f"{name}: config_space={declared!r} but cutlass_configs/ says {generated}"
+        tuned = not re.search(r'tuning=""', descriptor)  # a tuning driver (the default), hence tables
+        assert not tuned or generated, f"{name}: tables are tuned over a config space"
         assert CPP_FILES | (TABLE_CPP_FILES if tuned else set()) <= {p.name for p in (CPP_FAMILIES / name).iterdir()}
         assert PY_MODULES | (TABLE_PY_MODULES if tuned else set()) <= {p.name for p in (PY_FAMILIES / name).iterdir()}
-        declared = re.search(r'config_space="([^"]*)"', (PY_FAMILIES / name / "__init__.py").read_text()).group(1)
-        assert bool(declared) == tuned, f"{name}: config_space={declared!r} but cutlass_configs/ says {tuned}"
 
 
 def test_each_folder_registers_its_family_once_under_its_own_name():

@@ -1,12 +1,14 @@
-// Launch details shared by the CUTLASS templates (sm90_gemm.cuh, sm90_grouped_gemm.cuh).
+// Launch details shared by the CUTLASS templates (sm90_gemm.cuh, sm90_grouped_gemm.cuh, sm90_scaled_gemm.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <array>
 #include <mutex>
+#include <string>
 
 #include "cutlass/device_kernel.h"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "device.h"
 #include "wavetune/errors.h"
 
@@ -29,6 +31,52 @@ void allow_dynamic_shared_memory(int device) {
       }
     }
   });
+}
+
+// A GemmUniversal kernel's tile-scheduler arguments from the run-time micro parameters; the stream-K
+// scheduler's decomposition and split count only where the kernel has that scheduler.
+template <bool kStreamK, class SchedulerArguments>
+void set_scheduler(SchedulerArguments& scheduler, const MicroParams& micro) {
+  using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  scheduler.raster_order = micro.raster == Raster::along_m   ? RasterOrder::AlongM
+                           : micro.raster == Raster::along_n ? RasterOrder::AlongN
+                                                             : RasterOrder::Heuristic;
+  scheduler.max_swizzle_size = micro.max_swizzle;
+  if constexpr (kStreamK) {
+    using Mode = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams::DecompositionMode;
+    scheduler.splits = micro.splits;
+    scheduler.decomposition_mode = micro.decomposition == Decomposition::data_parallel ? Mode::DataParallel
+                                   : micro.decomposition == Decomposition::split_k     ? Mode::SplitK
+                                   : micro.decomposition == Decomposition::stream_k    ? Mode::StreamK
+                                                                                       : Mode::Heuristic;
+    // Deterministic (turnstile) reduction: results do not depend on which CTA finishes first.
+    scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
+  }
+}
+
+// Checks, initializes the workspace and launches a GemmUniversal kernel through its adapter; `problem()`
+// names the call in errors ("M=... N=... K=..."), built only when one is raised.
+template <class Adapter, class Describe>
+void launch_gemm_universal(const typename Adapter::Arguments& args, const DeviceInfo& dev, void* workspace,
+                           size_t workspace_bytes, bool programmatic, Stream stream, Describe problem) {
+  using Kernel = typename Adapter::GemmKernel;
+  cutlass::Status status = Adapter::can_implement(args);
+  if (status != cutlass::Status::kSuccess) {
+    WAVETUNE_INVALID("CUTLASS cannot implement ", problem(), ": ", cutlassGetStatusString(status));
+  }
+  require_workspace(Adapter::get_workspace_size(args), workspace, workspace_bytes);
+  allow_dynamic_shared_memory<Kernel>(dev.device);
+  status = Kernel::initialize_workspace(args, workspace, stream);
+  if (status != cutlass::Status::kSuccess) {
+    WAVETUNE_FAIL("CUTLASS initialize_workspace failed: ", cutlassGetStatusString(status), " (", problem(), ")");
+  }
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+  status = Adapter::run(params, stream, nullptr, programmatic);
+  const cudaError_t launch = cudaGetLastError();
+  if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
+    WAVETUNE_FAIL("kernel launch failed: ", cutlassGetStatusString(status), ", ", cudaGetErrorString(launch), " (",
+                  problem(), ")");
+  }
 }
 
 }  // namespace wavetune::detail

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
 #include <type_traits>
 
 // NOTES: programmatic dependent launch (kernels.h) needs the kernels' grid-dependency instructions
@@ -35,6 +36,10 @@
 #include "wavetune/errors.h"
 
 namespace wavetune::detail {
+
+inline std::string describe(const GemmProblem& p) {
+  return "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k);
+}
 
 template <DType kDType, BLayout kBLayout, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK,
           int kClusterM, int kClusterN, TileScheduler kScheduler>
@@ -87,7 +92,6 @@ struct Sm90Gemm {
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Adapter::Arguments;
-  using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
 
   static Arguments arguments(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
     using StrideA = typename Kernel::StrideA;
@@ -126,20 +130,7 @@ struct Sm90Gemm {
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.thread.bias_ptr = static_cast<const Element*>(p.bias);
-    args.scheduler.raster_order = micro.raster == Raster::along_m   ? RasterOrder::AlongM
-                                  : micro.raster == Raster::along_n ? RasterOrder::AlongN
-                                                                    : RasterOrder::Heuristic;
-    args.scheduler.max_swizzle_size = micro.max_swizzle;
-    if constexpr (kStreamK) {
-      using Mode = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams::DecompositionMode;
-      args.scheduler.splits = micro.splits;
-      args.scheduler.decomposition_mode = micro.decomposition == Decomposition::data_parallel ? Mode::DataParallel
-                                          : micro.decomposition == Decomposition::split_k     ? Mode::SplitK
-                                          : micro.decomposition == Decomposition::stream_k    ? Mode::StreamK
-                                                                                              : Mode::Heuristic;
-      // Deterministic (turnstile) reduction: results do not depend on which CTA finishes first.
-      args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
-    }
+    set_scheduler<kStreamK>(args.scheduler, micro);
     return args;
   }
 
@@ -155,26 +146,8 @@ struct Sm90Gemm {
 
   static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, void* workspace,
                   size_t workspace_bytes, Stream stream) {
-    Arguments args = arguments(p, micro, dev);
-    cutlass::Status status = Adapter::can_implement(args);
-    if (status != cutlass::Status::kSuccess) {
-      WAVETUNE_INVALID("CUTLASS cannot implement M=", p.m, " N=", p.n, " K=", p.k, ": ",
-                       cutlassGetStatusString(status));
-    }
-    require_workspace(Adapter::get_workspace_size(args), workspace, workspace_bytes);
-    allow_dynamic_shared_memory<Kernel>(dev.device);
-    status = Kernel::initialize_workspace(args, workspace, stream);
-    if (status != cutlass::Status::kSuccess) {
-      WAVETUNE_FAIL("CUTLASS initialize_workspace failed: ", cutlassGetStatusString(status), " (M=", p.m, " N=", p.n,
-                    " K=", p.k, ")");
-    }
-    typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-    status = Adapter::run(params, stream, nullptr, !kStreamK && programmatic_launch());
-    cudaError_t launch = cudaGetLastError();
-    if (status != cutlass::Status::kSuccess || launch != cudaSuccess) {
-      WAVETUNE_FAIL("kernel launch failed: ", cutlassGetStatusString(status), ", ", cudaGetErrorString(launch),
-                    " (M=", p.m, " N=", p.n, " K=", p.k, ")");
-    }
+    launch_gemm_universal<Adapter>(arguments(p, micro, dev), dev, workspace, workspace_bytes,
+                                   !kStreamK && programmatic_launch(), stream, [&] { return describe(p); });
   }
 
   static constexpr VariantOps ops() { return {&why_not, &workspace_bytes, &run}; }

@@ -87,25 +87,84 @@ double predicted_cost(const VariantInfo& v, const ScaledGemmProblem& p, int32_t 
   return std::ceil(double(tiles * splits) / capacity) * bytes_per_cta;
 }
 
-// The token tile the choice considers, of the variants that take the problem: the smallest that holds M
-// (fewest tokens computed for nothing), else the largest.
+// NOTES: the CUTLASS variants' wave model, the paper's (G, L): G output tiles of the kernel's own problem
+// (weight rows x tokens, or tokens x weight rows) run on one persistent CTA per SM in ceil(G / SMs) waves,
+// each walking L = ceil(K / tile K) k-blocks. A k-block of a wave costs the larger of what its CTAs stream
+// from HBM and one CTA's tensor-core time; each wave adds a fixed start and epilogue. The CTAs of a wave take
+// token tiles fastest, so a weight tile is read from HBM once per wave for all token tiles beside it, and the
+// token tiles once per weight tile. kFp8TensorFlopsPerUsPerSm is the dense e4m3 peak of an H100 SXM per SM; the
+// efficiencies and the wave term were set by replaying the model on benchmarks/scaled_gemm.py's sweep of every
+// variant on the design split (it picks 0.994 of the best swapped variant's speed at 9-64 tokens, H200).
+constexpr double kFp8TensorFlopsPerUsPerSm = 1979e6 / 132;
+constexpr double kTensorEfficiency = 0.7;
+constexpr double kHbmEfficiency = 0.9;
+constexpr double kCutlassWaveUs = 2.0;
+
+double cutlass_cost_us(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  const int64_t weight_tile = v.swap_ab ? v.tile_m : v.tile_n, token_tile = v.swap_ab ? v.tile_n : v.tile_m;
+  const int64_t weight_tiles = (p.n + weight_tile - 1) / weight_tile, token_tiles = (p.m + token_tile - 1) / token_tile;
+  const int64_t tiles = weight_tiles * token_tiles, active = std::min<int64_t>(tiles, dev.sm_count);
+  const double waves = std::ceil(double(tiles) / dev.sm_count), blocks = std::ceil(double(p.k) / v.tile_k);
+  const double token_rows = double(std::min(token_tiles, active) * std::min<int64_t>(token_tile, p.m));
+  const double weight_rows = double((active + token_tiles - 1) / token_tiles * weight_tile);
+  const double hbm_us = (weight_rows + token_rows) * v.tile_k / (kHbmEfficiency * dev.memory_bytes_per_us);
+  const double mma_us = 2.0 * v.tile_m * v.tile_n * v.tile_k / (kTensorEfficiency * kFp8TensorFlopsPerUsPerSm);
+  return waves * (blocks * std::max(hbm_us, mma_us) + kCutlassWaveUs);
+}
+
+// The CUTLASS variant (Schedule::cooperative or pingpong) the wave model predicts fastest, null if none takes p.
+const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  const VariantInfo* best = nullptr;
+  double best_us = std::numeric_limits<double>::infinity();
+  for (const VariantInfo& v : scaled_gemm_variants()) {
+    if (v.schedule == Schedule::decode || !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) continue;
+    const double us = cutlass_cost_us(v, p, dev);
+    if (us < best_us) best = &v, best_us = us;
+  }
+  return best;
+}
+
+// NOTES: up to kScaledGemmDecodeTokens tokens, a swapped CUTLASS variant streams its weight tile through a deep
+// TMA pipeline, one CTA per SM, and with a third of the SMs busy it read the design split's layers faster than
+// the decode kernels, which pay for their K splits' reduction (M 1-8: 0.77-0.96 of their time from N = 3072
+// at 64 rows a tile); narrower layers leave it too few CTAs, and the decode kernels' K splits fill the GPU.
+bool fills_the_gpu(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  return 3 * ((p.n + v.tile_m - 1) / v.tile_m) >= dev.sm_count;
+}
+
+// The token tile the decode choice considers, of the decode variants that take the problem: the smallest that
+// holds M (fewest tokens computed for nothing), else the largest.
 int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   int32_t fitting = 0, largest = 0;
   for (const VariantInfo& v : scaled_gemm_variants()) {
-    if (!scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) continue;
+    if (v.schedule != Schedule::decode || !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) continue;
     largest = std::max(largest, v.tile_n);
     if (v.tile_n >= p.m && (fitting == 0 || v.tile_n < fitting)) fitting = v.tile_n;
   }
   return fitting ? fitting : largest;
 }
 
+// The decode variant the wave model (predicted_cost) picks among those of the token tile for M, -1 if none.
+int32_t decode_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  const int32_t tokens = token_tile_for(p, dev);
+  int32_t best = -1;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (const VariantInfo& v : scaled_gemm_variants()) {
+    const ScaledVariantOps* ops = scaled_variant_ops(v.id);
+    if (v.schedule != Schedule::decode || v.tile_n != tokens || !ops->why_not(p, 0, dev).empty()) continue;
+    const double cost = predicted_cost(v, p, ops->splits(p, 0, dev), dev.sm_count);
+    if (cost < best_cost) best = v.id, best_cost = cost;
+  }
+  return best;
+}
+
 }  // namespace
 
-std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries() {
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t first_id) {
   std::vector<VariantRegistry<ScaledVariantOps>::Entry> out;
 #define WAVETUNE_SCALED_ENTRY(OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME)                \
   out.push_back(ScaledVariant<DType::OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, TileScheduler::SCHEDULER>:: \
-                    entry(int32_t(out.size()), NAME));
+                    entry(first_id + int32_t(out.size()), NAME));
   WAVETUNE_SCALED_GEMM_VARIANTS(WAVETUNE_SCALED_ENTRY)
 #undef WAVETUNE_SCALED_ENTRY
   return out;
@@ -121,16 +180,12 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   }
   if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();
-  const int32_t tokens = detail::token_tile_for(p, dev);
-  int32_t best = -1;
-  double best_cost = std::numeric_limits<double>::infinity();
-  for (const VariantInfo& v : scaled_gemm_variants()) {
-    const detail::ScaledVariantOps* ops = detail::scaled_variant_ops(v.id);
-    if (v.tile_n != tokens || !ops->why_not(p, 0, dev).empty()) continue;
-    const double cost = detail::predicted_cost(v, p, ops->splits(p, 0, dev), dev.sm_count);
-    if (cost < best_cost) best = v.id, best_cost = cost;
+  if (!blocks) {
+    const VariantInfo* cutlass = detail::cutlass_choice(p, dev);
+    if (p.m > kScaledGemmDecodeTokens) return cutlass ? cutlass->id : -1;
+    if (cutlass && detail::fills_the_gpu(*cutlass, p, dev)) return cutlass->id;
   }
-  return best;
+  return detail::decode_choice(p, dev);
 }
 
 void scaled_gemm(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits, Stream stream) {

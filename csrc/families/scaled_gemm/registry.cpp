@@ -1,4 +1,6 @@
-// The scaled GEMM's compiled variants, the catalog's hash and the problem checks that need no GPU.
+// The scaled GEMM's compiled variants (the generated CUTLASS ones of scaled_registry.inc, see
+// python/wavetune/codegen/config_space.py, then the built-in decode ones), the config space's hash and the
+// problem checks that need no GPU.
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -6,7 +8,7 @@
 
 #include "registered.h"
 #include "scaled_ops.h"
-#include "scaled_variants.h"
+#include "scaled_registry.inc"
 #include "variant_registry.h"
 #include "wavetune/errors.h"
 #include "wavetune/family.h"
@@ -14,9 +16,20 @@
 
 namespace wavetune {
 namespace detail {
+
+#define WAVETUNE_DECLARE_OPS(ID, NAME, ...) extern const ScaledVariantOps variant_##NAME;
+WAVETUNE_SCALED_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
+#undef WAVETUNE_DECLARE_OPS
+
 namespace {
+// Ascending ids: the generated variants, then the decode ones from kDecodeVariantIds.
 VariantRegistry<ScaledVariantOps>& registry() {
-  static VariantRegistry<ScaledVariantOps> list(scaled_variant_entries());
+  static VariantRegistry<ScaledVariantOps> list([] {
+    std::vector<VariantRegistry<ScaledVariantOps>::Entry> entries{WAVETUNE_SCALED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};
+    const auto decode = scaled_decode_variants(kDecodeVariantIds);
+    entries.insert(entries.end(), decode.begin(), decode.end());
+    return entries;
+  }());
   return list;
 }
 
@@ -31,12 +44,7 @@ const ScaledVariantOps* scaled_variant_ops(int32_t id) {
 
 const std::vector<VariantInfo>& scaled_gemm_variants() { return detail::registry().infos(); }
 
-const char* scaled_gemm_config_space_hash() {
-#define WAVETUNE_SCALED_NAME(OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME) NAME,
-  static const std::string hash = detail::catalog_hash({WAVETUNE_SCALED_GEMM_VARIANTS(WAVETUNE_SCALED_NAME)});
-#undef WAVETUNE_SCALED_NAME
-  return hash.c_str();
-}
+const char* scaled_gemm_config_space_hash() { return WAVETUNE_SCALED_CONFIG_SPACE_HASH; }
 
 std::string scaled_gemm_problem_error(const ScaledGemmProblem& p) {
   auto valid_kind = [](ScaleKind kind) { return int32_t(kind) >= 0 && int32_t(kind) <= int32_t(ScaleKind::block128); };
@@ -68,7 +76,9 @@ std::string scaled_gemm_problem_error(const ScaledGemmProblem& p) {
 
 namespace {
 const KernelFamily kScaledGemm{"scaled_gemm", &scaled_gemm_variants, &scaled_gemm_config_space_hash,
-                               [](const VariantInfo*, const void* const*, int32_t) { return int32_t(0); }};
+                               [](const VariantInfo* infos, const void* const* ops, int32_t count) {
+                                 return detail::registry().add(infos, ops, count);
+                               }};
 const detail::Registration<KernelFamily> registration(&kScaledGemm);
 }  // namespace
 

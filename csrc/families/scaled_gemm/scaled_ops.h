@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <string>
-
 #include <vector>
 
 #include "device.h"
@@ -20,8 +19,8 @@ struct ScaledVariantOps {
   void (*run)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&, Stream);
 };
 
-// The compiled variants (launch.cu), ids from 0; none without CUDA.
-std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_variant_entries();
+// The built-in decode variants (launch.cu), ids from `first_id`; none without CUDA.
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t first_id);
 // Registry (registry.cpp): the ops of a variant, nullptr when not compiled in.
 const ScaledVariantOps* scaled_variant_ops(int32_t id);
 

@@ -1,7 +1,8 @@
 // The scaled GEMM's catalog, as data: (output dtype, 128-block scales, tokens per CTA, 16-row tiles per warp,
 // warps along N, warps along K, K chunks per loop step, schedule, name). The decode GEMM's shapes of 8 and
 // 16 tokens (sm90_decode_gemm.cuh, decode_variants.cu say why each) with e4m3 inputs, whose 64-wide K chunks
-// move the same 16 bytes per load. Ids are positions here: append to keep them stable.
+// move the same 16 bytes per load. Their ids follow kDecodeVariantIds in this order: append to keep them stable.
+// The family's CUTLASS variants, for more tokens, are generated from cutlass_configs/sm90_scaled_gemm.toml.
 #pragma once
 
 #define WAVETUNE_SCALED_GEMM_VARIANTS(X)                                                      \

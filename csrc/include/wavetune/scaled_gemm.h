@@ -8,8 +8,8 @@
 //   int32_t variant = wavetune::scaled_gemm_choice(p);  // -1: no variant takes M; run another GEMM
 //   wavetune::scaled_gemm(p, variant, 0, stream);
 //
-// Its variants are the decode GEMM's kernel with e4m3 inputs (8 or 16 tokens per tile), with ids of their
-// own. Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
+// Its variants: CUTLASS FP8 kernels generated from cutlass_configs/sm90_scaled_gemm.toml (ids from 0), and the
+// decode GEMM's kernel with e4m3 inputs (8 or 16 tokens per tile; ids from kDecodeVariantIds). Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
 #pragma once
 
 #include <string>
@@ -19,9 +19,12 @@
 
 namespace wavetune {
 
-// The most tokens (M) the default choice gives the variants: beyond, each CTA's activation loads cost as much
-// as its weight loads and torch._scaled_mm's tensor-core kernels were faster (docs/scaled_gemm.md).
-constexpr int32_t kScaledGemmMaxTokens = 8;
+// The most tokens (M) the default choice gives the decode variants: beyond, each CTA's activation loads cost as
+// much as its weight loads, and the CUTLASS variants' tensor-core kernels run (docs/scaled_gemm.md).
+constexpr int32_t kScaledGemmDecodeTokens = 8;
+// The most tokens the default choice gives the variants with per-tensor or per-row scales: beyond,
+// torch._scaled_mm's kernels were faster than the CUTLASS variants (docs/scaled_gemm.md).
+constexpr int32_t kScaledGemmMaxTokens = 64;
 // The same with 128-block scales, where the alternative dequantizes the weights first: 4.5x slower than the
 // variants at 33-64 tokens (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmMaxBlockTokens = 64;
@@ -55,14 +58,16 @@ WAVETUNE_API const char* scaled_gemm_config_space_hash();
 // Empty when the sizes, pointers and alignment are valid, else the reason. Needs no GPU.
 WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& problem);
 
-// The variant a call with no forced variant runs on the current device, from the sizes alone (a wave model
-// of the launch); -1 when M > kScaledGemmMaxTokens (kScaledGemmMaxBlockTokens with 128-block scales) or
-// both scales are per tensor (cuBLASLt's per-tensor FP8 kernels were faster): callers run another GEMM
-// (torch._scaled_mm, or a dequantizing one for 128-blocks).
+// The variant a call with no forced variant runs on the current device, from the sizes alone (wave models of
+// the launch): with 128-block scales a decode variant up to kScaledGemmMaxBlockTokens tokens; otherwise a
+// CUTLASS variant up to kScaledGemmMaxTokens, or a decode one up to kScaledGemmDecodeTokens on a layer too
+// narrow for the CUTLASS tiles to fill the GPU. -1 beyond those limits, when both scales are per tensor
+// (cuBLASLt's per-tensor FP8 kernels), or when no compiled variant takes the problem: callers run another
+// GEMM (torch._scaled_mm, or a dequantizing one for 128-blocks).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 
-// Launches the variant on `stream` with `splits` K splits (0: the variant's own wave-aware count); no
-// workspace. Programmatic dependent launch follows set_programmatic_launch (kernels.h).
+// Launches the variant on `stream` with `splits` K splits (0: the variant's own wave-aware count; the CUTLASS
+// variants take 0 or 1); no workspace. Programmatic dependent launch follows set_programmatic_launch (kernels.h).
 WAVETUNE_API void scaled_gemm(const ScaledGemmProblem& problem, int32_t variant_id, int32_t splits, Stream stream);
 
 // x [m, k] (bf16 or fp16, row-major, leading dimension ldx) to e4m3 q [m, k] (contiguous), scaled per row

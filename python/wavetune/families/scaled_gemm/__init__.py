@@ -3,14 +3,14 @@ row, as ``torch._scaled_mm`` takes them), ``wavetune.quantize_fp8`` (the activat
 operators, and the variant listing (docs/scaled_gemm.md).
 
 Modules: ``api`` (entry points, variant listing), ``torch_ops`` (operators; imports torch). Its variants are
-built in (no config space to generate from, nothing compiled on demand) and chosen by a wave model of the
-launch; it has no tuned tables yet, so no tuning driver.
+CUTLASS kernels generated from ``cutlass_configs/sm90_scaled_gemm.toml`` and built-in decode kernels, chosen
+by wave models of the launch; it has no tuned tables yet, so no tuning driver.
 """
 
 from .. import Family, register
 
 FAMILY = register(Family(
-    name="scaled_gemm", config_space="", table_suffix=".scaled_gemm.wtt", table_env="WAVETUNE_SCALED_GEMM_TABLE",
+    name="scaled_gemm", config_space="sm90_scaled_gemm.toml", table_suffix=".scaled_gemm.wtt", table_env="WAVETUNE_SCALED_GEMM_TABLE",
     entry_points=("scaled_gemm", "quantize_fp8", "dequantize_fp8"), configs="scaled_gemm_configs",
     config_space_hash="config_space_hash",
     input_checks="check_operands", package=__name__, tuning="", doc="docs/scaled_gemm.md"))

@@ -115,11 +115,13 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
     config, splits: force a variant (id or name, ``scaled_gemm_configs()``) and its K splits (0: its own).
         Default: the variant a wave model of the launch picks from the sizes.
 
-    Up to ``wavetune._C.scaled_gemm_max_tokens(block_scales)`` tokens (8 per row, 64 with block scales) run
-    wavetune's kernels, which read the weights once at the speed of HBM; more tokens, or per-tensor scales on
-    both sides, run ``torch._scaled_mm`` (the same arguments, into ``out``), which was faster there
-    (docs/scaled_gemm.md), and block scales beyond their limit run a dequantized bf16/fp16 GEMM. K must be a
-    multiple of 16.
+    Per-token or per-channel scales: up to ``wavetune._C.scaled_gemm_max_tokens()`` tokens (64) run wavetune's
+    kernels, which read the weights once at the speed of HBM: CUTLASS FP8 kernels with the tokens along a narrow
+    tile, picked by a wave model of the launch, or for up to 8 tokens on a layer too narrow to fill the GPU with
+    them, split-K decode kernels. More tokens, or per-tensor scales on both sides, run ``torch._scaled_mm`` (the
+    same arguments, into ``out``), which was faster there (docs/scaled_gemm.md). Block scales run the decode
+    kernels up to ``scaled_gemm_max_tokens(True)`` tokens (64) and a dequantized bf16/fp16 GEMM beyond. K must
+    be a multiple of 16.
     """
     torch = sys.modules.get("torch")
     kind_a, kind_b = check_operands(torch, a, b, scale_a, scale_b, out_dtype, bias, out, block_scales)

@@ -1,0 +1,167 @@
+// The CUTLASS template behind the scaled GEMM's generated variants (cutlass_configs/sm90_scaled_gemm.toml): a
+// Hopper TMA warp-specialized FP8 GEMM, D = sb * (sa * (A @ B^T)) (+ bias) with A, B in e4m3, fp32
+// accumulation promoted from the tensor cores' every few k-blocks, scales per tensor or per row applied in
+// the epilogue, and D in bf16 or fp16: scaled_gemm.h's problem for any number of tokens. Generated sources
+// instantiate it once per translation unit with WAVETUNE_SCALED_INSTANTIATE_VARIANT.
+#pragma once
+
+// NOTES: as in sm90_gemm.cuh: every multiple of 8 gets its own wgmma atom, and the kernels wait on the
+// previous grid before their first load so that they can be launched early (programmatic dependent launch).
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTLASS_ENABLE_GDC_FOR_SM90
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "cutlass_launch.cuh"
+#include "scaled_ops.h"
+#include "wavetune/errors.h"
+#include "wavetune/kernels.h"
+
+namespace wavetune::detail {
+
+template <DType kOut, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
+          int kClusterN>
+struct Sm90ScaledGemm {
+  static constexpr bool kCooperative = kSchedule == Schedule::cooperative;
+  using Input = cutlass::float_e4m3_t;
+  using Out = std::conditional_t<kOut == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
+  // NOTES: e4m3 wgmma reads both operands K-major. A [m, k] row-major and an nn.Linear weight [n, k] are
+  // both K-major; swap-AB runs D^T[n, m] = W @ x^T, so the weight is the kernel's A, the tokens run along
+  // the tile's N (8 to 64 of them fill a wgmma instead of wasting 64 rows), and D^T is written column-major.
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = cutlass::layout::ColumnMajor;
+  using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr int kInputAlignment = 16;  // elements of 16-byte TMA rows
+  static constexpr int kOutAlignment = 8;
+
+  using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
+  using MainloopSchedule = std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                              cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+  using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                              cutlass::epilogue::TmaWarpSpecialized>;
+
+  // NOTES: the epilogue as a visitor tree: (scale_b * (scale_a * acc)) + bias in fp32, one rounding to the
+  // output. A scale is a vector along the kernel's M (one value per row of its D) or along its N; its
+  // stride's bool says per row (true) or one value broadcast (false, per tensor), so one kernel takes any
+  // mix. The tokens' scale and the weight's scale and bias trade axes under swap-AB. A null bias reads 0.
+  using AlongM = cute::Stride<bool, cute::_0, int64_t>;
+  using AlongN = cute::Stride<cute::_0, bool, int64_t>;
+  template <bool kAlongM, class Element, class Stride>
+  using Vector = std::conditional_t<kAlongM, cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, Element, float, Stride>,
+                                    cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, float, Stride>>;
+  using TokenScale = Vector<!kSwapAB, float, std::conditional_t<kSwapAB, AlongN, AlongM>>;
+  using WeightScale = Vector<kSwapAB, float, std::conditional_t<kSwapAB, AlongM, AlongN>>;
+  using Bias = Vector<kSwapAB, Out, std::conditional_t<kSwapAB, cute::Stride<cute::_1, cute::_0, int64_t>,
+                                                       cute::Stride<cute::_0, cute::_1, int64_t>>>;
+  using RoundStyle = cutlass::FloatRoundStyle;
+  using TokenScaled = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, RoundStyle::round_to_nearest>,
+      TokenScale, cutlass::epilogue::fusion::Sm90AccFetch>;
+  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, Out, float,
+                                             RoundStyle::round_to_nearest>,
+      WeightScale, TokenScaled, Bias>;
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kOutAlignment, Out, LayoutD,
+      kOutAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Input, LayoutA, kInputAlignment, Input, LayoutB,
+      kInputAlignment, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+  static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
+                "the wgmma atom does not span the tile's N: is CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED defined?");
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Arguments = typename Adapter::Arguments;
+
+  static Arguments arguments(const ScaledGemmProblem& p, const DeviceInfo& dev) {
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideD = typename Kernel::StrideD;
+    const int m = kSwapAB ? p.n : p.m, n = kSwapAB ? p.m : p.n;
+    StrideA stride_a = cutlass::make_cute_packed_stride(StrideA{}, {m, p.k, 1});
+    StrideB stride_b = cutlass::make_cute_packed_stride(StrideB{}, {n, p.k, 1});
+    StrideD stride_d = cutlass::make_cute_packed_stride(StrideD{}, {m, n, 1});
+    cute::get<0>(stride_a) = kSwapAB ? p.ldb : p.lda;
+    cute::get<0>(stride_b) = kSwapAB ? p.lda : p.ldb;
+    cute::get<kSwapAB ? 1 : 0>(stride_d) = p.ldd;
+
+    cutlass::KernelHardwareInfo hw_info;
+    hw_info.device_id = dev.device;
+    hw_info.sm_count = dev.sm_count;
+    const auto* a = static_cast<const Input*>(kSwapAB ? p.b : p.a);
+    const auto* b = static_cast<const Input*>(kSwapAB ? p.a : p.b);
+    Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                   {m, n, p.k, 1},
+                   {a, stride_a, b, stride_b},
+                   {{}, nullptr, stride_d, static_cast<Out*>(p.d), stride_d},
+                   hw_info};
+    typename TokenScale::Arguments token_scale{
+        p.scale_a, 0.0f, vector_stride<typename TokenScale::StrideMNL>(p.scale_a_kind == ScaleKind::row)};
+    typename WeightScale::Arguments weight_scale{
+        p.scale_b, 0.0f, vector_stride<typename WeightScale::StrideMNL>(p.scale_b_kind == ScaleKind::row)};
+    args.epilogue.thread = {weight_scale, {token_scale, {}, {}}, {static_cast<const Out*>(p.bias)}, {}};
+    set_scheduler<false>(args.scheduler, MicroParams{});
+    return args;
+  }
+
+  // A scale vector's stride: one value per row of the operand, or one broadcast value.
+  template <class Stride>
+  static Stride vector_stride(bool per_row) {
+    if constexpr (std::is_same_v<Stride, AlongM>) {
+      return {per_row, {}, 0};
+    } else {
+      return {{}, per_row, 0};
+    }
+  }
+
+  static int32_t splits(const ScaledGemmProblem&, int32_t, const DeviceInfo&) { return 1; }
+
+  static std::string why_not(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
+    if (p.out_dtype != kOut) return std::string("the variant writes ") + to_string(kOut);
+    if (p.scale_a_kind == ScaleKind::block128) return "the variant takes per-tensor or per-row scales";
+    if (requested > 1) return "a CUTLASS variant does not split K";
+    if (p.n % kOutAlignment != 0 || p.ldd % kOutAlignment != 0) {
+      return "the CUTLASS variants store 16-byte rows: N and the output's row stride must be multiples of 8";
+    }
+    const cutlass::Status status = Adapter::can_implement(arguments(p, dev));
+    if (status == cutlass::Status::kSuccess) return {};
+    return std::string("CUTLASS cannot implement it: ") + cutlassGetStatusString(status);
+  }
+
+  static void run(const ScaledGemmProblem& p, int32_t, const DeviceInfo& dev, Stream stream) {
+    launch_gemm_universal<Adapter>(arguments(p, dev), dev, nullptr, 0, programmatic_launch(), stream, [&] {
+      return "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k);
+    });
+  }
+
+  static constexpr ScaledVariantOps ops() { return {&splits, &why_not, &run}; }
+};
+
+}  // namespace wavetune::detail
+
+// Defines wavetune::detail::variant_<NAME>, which the scaled GEMM's registry (registry.cpp) lists. The family's B
+// layout (col) and scheduler (persistent) are fixed: config_space.py refuses other values.
+#define WAVETUNE_SCALED_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SWAP_AB, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER) \
+  namespace wavetune::detail {                                                                                      \
+  static_assert(BLayout::B_LAYOUT == BLayout::col && TileScheduler::SCHEDULER == TileScheduler::persistent);        \
+  extern const ScaledVariantOps variant_##NAME;                                                                     \
+  const ScaledVariantOps variant_##NAME =                                                                           \
+      Sm90ScaledGemm<DType::DTYPE, SWAP_AB, Schedule::SCHEDULE, TM, TN, TK, CM, CN>::ops();                        \
+  }
