@@ -11,7 +11,7 @@ CUDA graph each of:
   torch_rowwise / torch_tensor      torch._scaled_mm, per-token x per-channel scales / per-tensor scales
   wavetune_rowwise / wavetune_tensor  wavetune.scaled_gemm, its wave model's choice
   bucket                            an M-bucket rule over wavetune's catalog (vLLM's kind of dispatch: a fixed
-                                    tile per range of M), rowwise
+                                    tile per range of M), rowwise, M <= 64
   cutlass_tensor                    the CUTLASS variant chosen for per-row scales, run with per-tensor ones
   bf16                              torch.matmul on bf16 copies of the weights (cuBLAS), for reference
   <variant>/<splits>                every CUTLASS variant (unsplit), and up to M = 64 every decode variant at 1,
@@ -104,13 +104,11 @@ def operands(m: int, n: int, k: int, l2_bytes: int, block: bool) -> list[dict]:
 
 
 def bucket_variant(m: int) -> str:
-    """A fixed tile per range of M, as vLLM's sm90 FP8 dispatch picks one (swapped narrow tiles for a few tokens,
-    64-row tiles up to 128, 128x128 with a 2x1 cluster beyond), over wavetune's catalog."""
+    """A fixed tile per range of M, as vLLM's sm90 FP8 dispatch picks one (a swapped 16-token tile up to 16
+    tokens, a 64-token one up to 64), over wavetune's catalog; M <= VARIANT_M."""
     if m <= 8:
         return "e4m3_bf16_decode_64x8_4x1"
-    if m <= 64:
-        return "e4m3_bf16_swapab_pingpong_64x16x128_1x1" if m <= 16 else "e4m3_bf16_swapab_pingpong_64x64x128_1x1"
-    return "e4m3_bf16_pingpong_64x128x128_1x1" if m <= 128 else "e4m3_bf16_cooperative_128x128x128_2x1"
+    return "e4m3_bf16_swapab_pingpong_64x16x128_1x1" if m <= 16 else "e4m3_bf16_swapab_pingpong_64x64x128_1x1"
 
 
 def config_name(variant_id: int) -> str:
@@ -170,8 +168,9 @@ def launches(m: int, n: int, k: int) -> dict:
 
     found = dict(torch_rowwise=torch_rowwise, torch_tensor=torch_tensor, wavetune_rowwise=wavetune_rowwise,
                  wavetune_tensor=wavetune_tensor, bf16=bf16)
-    found["bucket"] = lambda o, v=bucket_variant(m): wavetune.scaled_gemm(o["x"], o["w"].t(), o["sx"], o["sw"],
-                                                                         out=o["out"], config=v)
+    if m <= VARIANT_M:
+        found["bucket"] = lambda o, v=bucket_variant(m): wavetune.scaled_gemm(o["x"], o["w"].t(), o["sx"], o["sw"],
+                                                                             out=o["out"], config=v)
     chosen = wavetune._C.scaled_gemm_choice(m, n, k, 0, 1, 1)
     if chosen >= 0 and "_decode_" not in config_name(chosen):
         found["cutlass_tensor"] = lambda o, v=config_name(chosen): wavetune.scaled_gemm(
@@ -249,7 +248,9 @@ def measure(problem: dict, reps: int, l2_bytes: int, block: bool) -> dict:
         chosen = wavetune._C.scaled_gemm_choice(m, n, k, 0, 1, 1)  # per-row scales
         row.update(best=best, best_us=us[best], choice_vs_best=us[best] / us["wavetune_rowwise"],
                    chosen=config_name(chosen) if chosen >= 0 else "torch._scaled_mm",
-                   bucket_vs_best=us[best] / us["bucket"], best_tbps=fp8_bytes / us[best] / 1e6)
+                   best_tbps=fp8_bytes / us[best] / 1e6)
+        if "bucket" in us:
+            row["bucket_vs_best"] = us[best] / us["bucket"]
     return row
 
 
@@ -282,7 +283,7 @@ def summary(rows: list[dict]) -> str:
                 f"torch._scaled_mm (min {worst['rowwise_speedup']:.3f}: {worst['model']} tp{worst['tp']} "
                 f"{worst['layer']} M={worst['m']}), per-tensor {geomean([r['tensor_speedup'] for r in part]):.3f}x; "
                 f"torch rowwise at {geomean([r['torch_rowwise_of_limit'] for r in part]):.2f} of the limit")
-        if "choice_vs_best" in part[0]:
+        if all("bucket_vs_best" in r for r in part):
             line += (f"; choice {geomean([r['choice_vs_best'] for r in part]):.3f} of the best variant (min "
                      f"{min(r['choice_vs_best'] for r in part):.3f}), bucket rule "
                      f"{geomean([r['bucket_vs_best'] for r in part]):.3f}")

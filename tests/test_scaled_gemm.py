@@ -281,8 +281,8 @@ def test_per_tensor_scales_run_torch_scaled_mm():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m, splits", [(7, 4), (40, 0)])
-def test_programmatic_launch_gives_the_same_bits(m, splits):
+@pytest.mark.parametrize("m, config, splits", [(7, "e4m3_bf16_decode_64x8_4x1", 4), (40, None, 0)])
+def test_programmatic_launch_gives_the_same_bits(m, config, splits):
     g = torch.Generator(device="cuda").manual_seed(5)
     n, k = 3072, 4096
     x = torch.randn(m, k, device="cuda", generator=g, dtype=torch.bfloat16)
@@ -293,7 +293,7 @@ def test_programmatic_launch_gives_the_same_bits(m, splits):
         for on in (True, False):
             _C.set_programmatic_launch(on)
             q, sx = wavetune.quantize_fp8(x)
-            results[on] = wavetune.scaled_gemm(q, w.t(), sx, sb, splits=splits)
+            results[on] = wavetune.scaled_gemm(q, w.t(), sx, sb, config=config, splits=splits)
         torch.cuda.synchronize()
     finally:
         _C.set_programmatic_launch(before)
