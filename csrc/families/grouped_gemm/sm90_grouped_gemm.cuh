@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
 #include <type_traits>
 
 #include "cute/tensor.hpp"
@@ -176,25 +177,13 @@ void Sm90GroupedGemm<kDType, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kCluste
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) WAVETUNE_FAIL("the expert argument kernel did not launch: ", cudaGetErrorString(error));
 
-  Arguments args = arguments(p, arrays, dev);
-  cutlass::Status status = Adapter::can_implement(args);
-  if (status != cutlass::Status::kSuccess) {
-    WAVETUNE_INVALID("CUTLASS cannot implement the grouped GEMM (experts=", p.experts, " N=", p.n, " K=", p.k,
-                     "): ", cutlassGetStatusString(status));
-  }
   void* cutlass_workspace = static_cast<char*>(workspace) + layout.cutlass;
-  allow_dynamic_shared_memory<Kernel>(dev.device);
-  status = Kernel::initialize_workspace(args, cutlass_workspace, stream);
-  if (status != cutlass::Status::kSuccess) {
-    WAVETUNE_FAIL("CUTLASS initialize_workspace failed: ", cutlassGetStatusString(status));
-  }
-  typename Kernel::Params params = Kernel::to_underlying_arguments(args, cutlass_workspace);
-  status = Adapter::run(params, stream);
-  error = cudaGetLastError();
-  if (status != cutlass::Status::kSuccess || error != cudaSuccess) {
-    WAVETUNE_FAIL("grouped kernel launch failed: ", cutlassGetStatusString(status), ", ", cudaGetErrorString(error),
-                  " (rows=", p.rows, " experts=", p.experts, " N=", p.n, " K=", p.k, ")");
-  }
+  launch_gemm_universal<Adapter>(arguments(p, arrays, dev), dev, cutlass_workspace, layout.total - layout.cutlass,
+                                 false, stream, [&] {
+                                   return "the grouped GEMM (rows=" + std::to_string(p.rows) + " experts=" +
+                                          std::to_string(p.experts) + " N=" + std::to_string(p.n) +
+                                          " K=" + std::to_string(p.k) + ")";
+                                 });
 }
 
 }  // namespace wavetune::detail
