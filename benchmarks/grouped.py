@@ -16,13 +16,16 @@ expert layers (benchmarks/shape_suite.py: expert and tensor parallel splits, tok
               them is the exhaustive best
   torch       torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
   loop        torch.matmul per expert that has rows (their counts known on the host)
-(`--no-loop` leaves the loop out.) Each is checked against a float32 reference on sampled rows, then timed
+(`--no-loop` leaves the loop out.) With `--fp8` the experts run in e4m3 with a scale per token and per expert
+channel: `choice` and the variants are wavetune.scaled_grouped_gemm's, `torch` is
+torch._scaled_grouped_mm(x, w.transpose(-2, -1), scale_x, scale_w, offs=offsets, out_dtype=torch.bfloat16), and
+there is no loop. Each is checked against a float32 reference on sampled rows, then timed
 as CUDA graphs replayed round-robin (warm-up, interleaved rounds, medians) over fresh uniform(-1, 1)
 operands. Where one operand set would fit in the L2, sets with the same counts on other experts rotate, so
 weights come from DRAM as in a forward pass: the measurement `python -m wavetune tune --family grouped_gemm`
 makes of the variants (wavetune.families.grouped_gemm.measure), with this script's comparisons in the same
 rounds. Cases run token counts spread over the range first, so a cut budget still spans it. Writes <out>/grouped_<suite>.jsonl (a header, then one record per case as measured) and
-<out>/grouped_<suite>.md.
+<out>/grouped_<suite>.md (grouped_fp8_<suite>.* with --fp8).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--suite", choices=("named", *shape_suite.HASHED_SPLITS), default="named")
     p.add_argument("--count", type=int, default=300, help="cases of a generated suite")
     p.add_argument("--no-loop", action="store_true", help="leave the per-expert loop out (it is slow to capture)")
+    p.add_argument("--fp8", action="store_true", help="e4m3 experts: scaled_grouped_gemm against _scaled_grouped_mm")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated, measured in this order")
     p.add_argument("--routings", default=",".join(ROUTINGS))
@@ -79,8 +83,16 @@ def per_expert_loop(x, w, offsets, out, bounds):
     return out
 
 
-def comparisons(loop: bool) -> dict:
-    """The methods timed beside the variants: wavetune's own choice, torch._grouped_mm and the loop."""
+def comparisons(loop: bool, fp8: bool) -> dict:
+    """The methods timed beside the variants: wavetune's own choice, torch._grouped_mm and the loop (with
+    ``fp8``: wavetune's choice and torch._scaled_grouped_mm)."""
+    if fp8:
+        return {
+            "choice": lambda x, w, offsets, out, bounds, sx, sw: wavetune.scaled_grouped_gemm(x, w, sx, sw, offsets,
+                                                                                               out=out),
+            "torch": lambda x, w, offsets, out, bounds, sx, sw: torch._scaled_grouped_mm(
+                x, w.transpose(-2, -1), sx, sw, offs=offsets, out_dtype=torch.bfloat16),
+        }
     methods = {
         "choice": lambda x, w, offsets, out, bounds: wavetune.grouped_gemm(x, w, offsets, out=out),
         "torch": lambda x, w, offsets, out, bounds: torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets),
@@ -91,10 +103,16 @@ def comparisons(loop: bool) -> dict:
 
 
 def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torch.Generator) -> dict:
-    record, times, counts = measure_case(case, l2_bytes, generator, args.reps, comparisons(not args.no_loop))
+    record, times, counts = measure_case(case, l2_bytes, generator, args.reps,
+                                         comparisons(not args.no_loop and not args.fp8, args.fp8), args.fp8)
     n, k, rows = case["n"], case["k"], record["rows"]
-    chosen = _C.grouped_choice(_C.DTYPES.index("bf16"), rows, case["experts"], n, k, torch.cuda.current_device())
-    c = next(c for c in wavetune.grouped_configs() if c.id == chosen)
+    bf16 = _C.DTYPES.index("bf16")
+    if args.fp8:
+        chosen = _C.scaled_grouped_choice(bf16, rows, case["experts"], n, k)
+        c = next(c for c in wavetune.scaled_grouped_configs() if c.id == chosen)
+    else:
+        chosen = _C.grouped_choice(bf16, rows, case["experts"], n, k, torch.cuda.current_device())
+        c = next(c for c in wavetune.grouped_configs() if c.id == chosen)
     sms = wavetune.device_properties()["sm_count"]
     return {**record, "choice": c.name,
             "grid_estimate": grouped_mapping.balanced(c.tile, c.cluster, c.swap_ab, rows, case["experts"], n, k,
@@ -128,6 +146,12 @@ def host_costs() -> dict:
 
 
 def cases(args: argparse.Namespace) -> list[dict]:
+    """The suite's cases (with --fp8, those whose K fills 16-byte e4m3 rows)."""
+    every = generated_or_named(args)
+    return [c for c in every if c["k"] % 16 == 0] if args.fp8 else every
+
+
+def generated_or_named(args: argparse.Namespace) -> list[dict]:
     if args.suite != "named":
         return shape_suite.moe_cases(args.suite, args.count, GENERATED_ROUTINGS)
     out = []
@@ -143,11 +167,13 @@ def cases(args: argparse.Namespace) -> list[dict]:
 
 def summary(rows: list[dict], header: dict) -> str:
     host = header["host"]
-    lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16; speed ratios "
+    precision = "e4m3 with per-token and per-channel scales" if header["args"].get("fp8") == "True" else "bf16"
+    baseline = "_scaled_grouped_mm" if precision != "bf16" else "_grouped_mm"
+    lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, {precision}; speed ratios "
              f"(above 1: wavetune faster). Host time: the choice {host['decision_us']:.2f} us, an eager call "
              f"{host['grouped_gemm_call_us']:.1f} us (torch._grouped_mm {host['torch_grouped_mm_call_us']:.1f} us).",
              "",
-             "| cases | n | choice vs _grouped_mm: geomean | worst | best vs _grouped_mm | choice / best: geomean "
+             f"| cases | n | choice vs {baseline}: geomean | worst | best vs {baseline} | choice / best: geomean "
              "| worst | choice vs loop |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     groups = {"all": rows}
     named = header["args"]["suite"] == "named"
@@ -171,8 +197,10 @@ def summary(rows: list[dict], header: dict) -> str:
 
 def main() -> None:
     args = parse_args()
-    if not any(c.dtype == "bf16" for c in wavetune.grouped_configs()):
-        sys.exit("no bf16 grouped variants compiled (WAVETUNE_KERNEL_FILTER='grouped_bf16_*' builds them)")
+    listing, pattern = (wavetune.scaled_grouped_configs, "e4m3_grouped_bf16_*") if args.fp8 else \
+        (wavetune.grouped_configs, "grouped_bf16_*")
+    if not any(c.dtype == "bf16" for c in listing()):
+        sys.exit(f"no bf16 grouped variants compiled (WAVETUNE_KERNEL_FILTER='{pattern}' builds them)")
     start = time.monotonic()
     props = wavetune.device_properties()
     generator = torch.Generator().manual_seed(args.seed)
@@ -182,7 +210,8 @@ def main() -> None:
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs()}
     args.out.mkdir(parents=True, exist_ok=True)
-    log = args.out / f"grouped_{args.suite}.jsonl"
+    name = f"grouped_{'fp8_' if args.fp8 else ''}{args.suite}"
+    log = args.out / f"{name}.jsonl"
     log.write_text(json.dumps(header) + "\n")
     rows, todo = [], cases(args)
     for case in todo:
@@ -198,7 +227,7 @@ def main() -> None:
               f"loop {row['loop_us'] or 0:.1f}", file=sys.stderr)
         torch.cuda.empty_cache()  # the next case's weights may be gigabytes
     table = summary(rows, header)
-    (args.out / f"grouped_{args.suite}.md").write_text(table + "\n")
+    (args.out / f"{name}.md").write_text(table + "\n")
     print(table)
 
 

@@ -25,6 +25,7 @@ from .families.attention.api import attention, attention_configs  # attention fo
 from .families.paged_attention.api import paged_attention, paged_attention_configs  # decode on a paged KV cache
 from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
     dequantize_fp8, quantize_fp8, scaled_gemm, scaled_gemm_configs)
+from .families.scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm  # FP8 experts
 
 try:
     __version__ = version("wavetune")
@@ -34,7 +35,8 @@ except PackageNotFoundError:  # imported from an unusual location
 __all__ = [
     "KernelConfig", "LaunchConfig", "attention", "attention_configs", "build_info", "configs", "dequantize_fp8",
     "device_properties", "gemm", "grouped_configs", "grouped_gemm", "load_table", "paged_attention",
-    "paged_attention_configs", "patch", "quantize_fp8", "scaled_gemm", "scaled_gemm_configs", "unpatch",
+    "paged_attention_configs", "patch", "quantize_fp8", "scaled_gemm", "scaled_gemm_configs", "scaled_grouped_configs",
+    "scaled_grouped_gemm", "unpatch",
     "__version__",
 ]
 

@@ -1,7 +1,9 @@
 // The CUTLASS template behind every grouped variant (cutlass_configs/sm90_grouped_gemm.toml): a Hopper
-// ptr-array grouped GEMM (TMA warp-specialized, persistent, fp32 accumulation, output in the input type, no
-// C operand) running out[rows of e] = x[rows of e] @ w[e].T for every expert e in one launch. Generated
-// sources instantiate it once per translation unit with WAVETUNE_GROUPED_INSTANTIATE_VARIANT.
+// ptr-array grouped GEMM (TMA warp-specialized, persistent, fp32 accumulation, no C operand) running
+// out[rows of e] = x[rows of e] @ w[e].T for every expert e in one launch, its operand types and epilogue
+// given by an Operands policy: GroupedOperands here (16-bit in and out), ScaledGroupedOperands for the FP8
+// grouped family (sm90_scaled_grouped_gemm.cuh). Generated sources instantiate it once per translation unit
+// with WAVETUNE_GROUPED_INSTANTIATE_VARIANT (or the FP8 family's macro).
 #pragma once
 
 // NOTES: the same switch as sm90_gemm.cuh: every multiple of 8 as tile N gets a wgmma atom of its own.
@@ -26,7 +28,19 @@
 
 namespace wavetune::detail {
 
-template <DType kDType, bool kSwapAB_, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
+// x, w and out in one 16-bit type; the default epilogue (out = acc).
+template <DType kDType>
+struct GroupedOperands {
+  using Problem = GroupedGemmProblem;
+  using Input = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
+  using Out = Input;
+  static constexpr bool kScaled = false;
+  template <class TileShape, bool kSwapAB>
+  using Fusion = cutlass::epilogue::fusion::LinearCombination<Out, float, void, float>;
+  CUTLASS_HOST_DEVICE static const GroupedGemmProblem& sizes(const Problem& p) { return p; }
+};
+
+template <class Operands, bool kSwapAB_, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
           int kClusterN>
 struct Sm90GroupedGemm {
   // NOTES: swap-AB runs out[rows of e]^T = w[e] @ x[rows of e]^T: the expert's few tokens go to tile N,
@@ -38,12 +52,17 @@ struct Sm90GroupedGemm {
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr bool kCooperative = kSchedule == Schedule::cooperative;
 
-  using Element = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
+  using Problem = typename Operands::Problem;
+  CUTLASS_HOST_DEVICE static const GroupedGemmProblem& sizes(const Problem& p) { return Operands::sizes(p); }
+  using Input = typename Operands::Input;
+  using Out = typename Operands::Out;
+  static constexpr bool kScaled = Operands::kScaled;
   using LayoutA = cutlass::layout::RowMajor;     // x[rows of e] [rows, K], or swapped w[e] [N, K]
   using LayoutB = cutlass::layout::ColumnMajor;  // w[e] as [K, N], or swapped x[rows of e] as [K, rows]
   using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  // TMA moves 16-byte rows: K and N are multiples of 8 elements (grouped_problem_error checks).
-  static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;
+  // TMA moves 16-byte rows: K and N fill whole 16 bytes (the problem checks say so).
+  static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Input>::value;
+  static constexpr int kOutAlignment = 128 / cutlass::sizeof_bits<Out>::value;
 
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M, N, K) per expert
   using ExpertShape = typename ProblemShape::UnderlyingProblemShape;
@@ -54,13 +73,14 @@ struct Sm90GroupedGemm {
   using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
                                               cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
 
+  using Fusion = typename Operands::template Fusion<TileShape, kSwapAB>;
   // ElementC = void: no source operand, so the epilogue's shared memory goes to mainloop stages.
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignment, Element, LayoutD*,
-      kAlignment, EpilogueSchedule>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kOutAlignment, Out, LayoutD*,
+      kOutAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlignment, Element, LayoutB*,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Input, LayoutA*, kAlignment, Input, LayoutB*,
       kAlignment, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
@@ -73,15 +93,18 @@ struct Sm90GroupedGemm {
   using StrideB = typename Kernel::InternalStrideB;
   using StrideD = typename Kernel::InternalStrideD;
 
-  // The per-expert arguments CUTLASS reads, written on the GPU by prepare_experts.
+  // The per-expert arguments CUTLASS reads, written on the GPU by prepare_experts; the scale pointers only
+  // for scaled operands.
   struct ExpertArrays {
     ExpertShape* shapes;
-    const Element** a;
-    const Element** b;
-    Element** d;
+    const Input** a;
+    const Input** b;
+    Out** d;
     StrideA* stride_a;
     StrideB* stride_b;
     StrideD* stride_d;
+    const float** scale_x;
+    const float** scale_w;
   };
 
   static size_t cutlass_workspace_bytes(int32_t experts, const DeviceInfo& dev) {
@@ -95,17 +118,19 @@ struct Sm90GroupedGemm {
   // Where each part of the workspace starts: the expert arrays, then CUTLASS's own workspace (TMA
   // descriptors per SM), each 128-byte aligned.
   struct WorkspaceLayout {
-    size_t shapes, a, b, d, stride_a, stride_b, stride_d, cutlass, total = 0;
+    size_t shapes, a, b, d, stride_a, stride_b, stride_d, scale_x, scale_w, cutlass, total = 0;
 
     WorkspaceLayout(int32_t experts, const DeviceInfo& dev) {
       const size_t e = size_t(experts);
       shapes = take(e * sizeof(ExpertShape));
-      a = take(e * sizeof(Element*));
-      b = take(e * sizeof(Element*));
-      d = take(e * sizeof(Element*));
+      a = take(e * sizeof(Input*));
+      b = take(e * sizeof(Input*));
+      d = take(e * sizeof(Out*));
       stride_a = take(e * sizeof(StrideA));
       stride_b = take(e * sizeof(StrideB));
       stride_d = take(e * sizeof(StrideD));
+      scale_x = take(kScaled ? e * sizeof(float*) : 0);
+      scale_w = take(kScaled ? e * sizeof(float*) : 0);
       cutlass = take(cutlass_workspace_bytes(experts, dev));
     }
     size_t take(size_t bytes) {
@@ -115,10 +140,11 @@ struct Sm90GroupedGemm {
     }
     ExpertArrays arrays(void* workspace) const {
       char* base = static_cast<char*>(workspace);
-      return {reinterpret_cast<ExpertShape*>(base + shapes),  reinterpret_cast<const Element**>(base + a),
-              reinterpret_cast<const Element**>(base + b),    reinterpret_cast<Element**>(base + d),
-              reinterpret_cast<StrideA*>(base + stride_a),    reinterpret_cast<StrideB*>(base + stride_b),
-              reinterpret_cast<StrideD*>(base + stride_d)};
+      return {reinterpret_cast<ExpertShape*>(base + shapes),    reinterpret_cast<const Input**>(base + a),
+              reinterpret_cast<const Input**>(base + b),        reinterpret_cast<Out**>(base + d),
+              reinterpret_cast<StrideA*>(base + stride_a),      reinterpret_cast<StrideB*>(base + stride_b),
+              reinterpret_cast<StrideD*>(base + stride_d),      reinterpret_cast<const float**>(base + scale_x),
+              reinterpret_cast<const float**>(base + scale_w)};
     }
   };
 
@@ -135,45 +161,57 @@ struct Sm90GroupedGemm {
                    {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b},
                    {{}, nullptr, arrays.stride_d, arrays.d, arrays.stride_d},
                    hw_info};
-    args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
+    if constexpr (kScaled) {
+      args.epilogue.thread =
+          Operands::template epilogue_arguments<decltype(args.epilogue.thread)>(arrays.scale_x, arrays.scale_w);
+    } else {
+      args.epilogue.thread.alpha = 1.0f;
+      args.epilogue.thread.beta = 0.0f;
+    }
     return args;
   }
 
-  static void run(const GroupedGemmProblem& p, void* workspace, const DeviceInfo& dev, Stream stream);
+  static void run(const Problem& p, void* workspace, const DeviceInfo& dev, Stream stream);
 
-  static constexpr GroupedVariantOps ops() { return {&workspace_bytes, &run}; }
+  static constexpr GroupedOps<Problem> ops() { return {&workspace_bytes, &run}; }
 };
 
-// One thread per expert: its rows from the offsets, then its problem size, operand pointers and strides.
+// One thread per expert: its rows from the offsets, then its problem size, operand pointers and strides
+// (and, for scaled operands, where its scales start).
 template <class Gemm>
-__global__ void prepare_experts(GroupedGemmProblem p, typename Gemm::ExpertArrays arrays) {
-  using Element = typename Gemm::Element;
+__global__ void prepare_experts(typename Gemm::Problem problem, typename Gemm::ExpertArrays arrays) {
+  using Input = typename Gemm::Input;
+  const GroupedGemmProblem& p = Gemm::sizes(problem);
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= p.experts) return;
   // Clamped, so offsets out of order or past the rows give an expert no rows rather than a bad access.
   const int32_t start = e == 0 ? 0 : min(max(p.offsets[e - 1], 0), p.rows);
   const int32_t rows = min(max(p.offsets[e], start), p.rows) - start;
-  const Element* x = static_cast<const Element*>(p.x) + int64_t(start) * p.k;
-  const Element* w = static_cast<const Element*>(p.w) + int64_t(e) * p.n * p.k;
+  const Input* x = static_cast<const Input*>(p.x) + int64_t(start) * p.k;
+  const Input* w = static_cast<const Input*>(p.w) + int64_t(e) * p.n * p.k;
   const int m = Gemm::kSwapAB ? p.n : rows, n = Gemm::kSwapAB ? rows : p.n;
   arrays.shapes[e] = {m, n, p.k};
   arrays.a[e] = Gemm::kSwapAB ? w : x;
   arrays.b[e] = Gemm::kSwapAB ? x : w;
-  arrays.d[e] = static_cast<Element*>(p.out) + int64_t(start) * p.n;
+  arrays.d[e] = static_cast<typename Gemm::Out*>(p.out) + int64_t(start) * p.n;
   arrays.stride_a[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideA{}, {m, p.k, 1});
   arrays.stride_b[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideB{}, {n, p.k, 1});
   arrays.stride_d[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideD{}, {m, n, 1});
+  if constexpr (Gemm::kScaled) {
+    arrays.scale_x[e] = problem.scale_x + start;
+    arrays.scale_w[e] = problem.scale_w + int64_t(e) * p.n;
+  }
 }
 
-template <DType kDType, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
+template <class Operands, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
           int kClusterN>
-void Sm90GroupedGemm<kDType, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kClusterM, kClusterN>::run(
-    const GroupedGemmProblem& p, void* workspace, const DeviceInfo& dev, Stream stream) {
+void Sm90GroupedGemm<Operands, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kClusterM, kClusterN>::run(
+    const Problem& problem, void* workspace, const DeviceInfo& dev, Stream stream) {
+  const GroupedGemmProblem& p = Operands::sizes(problem);
   const WorkspaceLayout layout(p.experts, dev);
   const ExpertArrays arrays = layout.arrays(workspace);
   constexpr int kThreads = 128;
-  prepare_experts<Sm90GroupedGemm><<<(p.experts + kThreads - 1) / kThreads, kThreads, 0, stream>>>(p, arrays);
+  prepare_experts<Sm90GroupedGemm><<<(p.experts + kThreads - 1) / kThreads, kThreads, 0, stream>>>(problem, arrays);
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) WAVETUNE_FAIL("the expert argument kernel did not launch: ", cudaGetErrorString(error));
 
@@ -195,5 +233,5 @@ void Sm90GroupedGemm<kDType, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kCluste
   static_assert(BLayout::B_LAYOUT == BLayout::col && TileScheduler::SCHEDULER == TileScheduler::persistent);         \
   extern const GroupedVariantOps variant_##NAME;                                                                     \
   const GroupedVariantOps variant_##NAME =                                                                           \
-      Sm90GroupedGemm<DType::DTYPE, SWAP_AB, Schedule::SCHEDULE, TM, TN, TK, CM, CN>::ops();                        \
+      Sm90GroupedGemm<GroupedOperands<DType::DTYPE>, SWAP_AB, Schedule::SCHEDULE, TM, TN, TK, CM, CN>::ops();                        \
   }

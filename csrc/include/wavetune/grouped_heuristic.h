@@ -24,21 +24,26 @@ namespace wavetune {
 constexpr double kGroupedFmaPerCycle = 0.7 * 2048;  // sustained, of 2048 dense bf16 FMA per SM and cycle
 constexpr double kGroupedLoadBytesPerCycle = 44;
 
-// Predicted SM cycles of a launch under tile shape `t` (2-byte elements), for comparison between shapes.
-inline double grouped_cost_cycles(const TileShape& t, const GroupedShape& p, int32_t sm_count) {
+// Predicted SM cycles of a launch under tile shape `t` with operands of `operand_bytes` per element (2:
+// bf16/fp16; 1: e4m3, whose tensor cores run twice the FMAs per cycle) and a 2-byte output, for comparison
+// between shapes.
+inline double grouped_cost_cycles(const TileShape& t, const GroupedShape& p, int32_t sm_count,
+                                  int32_t operand_bytes = 2) {
   const Coordinates c = map_grouped_balanced(t, p, sm_count);
-  const double mma = double(t.tile_m) * t.tile_n * t.tile_k / kGroupedFmaPerCycle;
-  const double load = double(t.tile_m + t.tile_n) * t.tile_k * 2 / kGroupedLoadBytesPerCycle;
+  const double fma_per_cycle = kGroupedFmaPerCycle * 2 / operand_bytes;
+  const double mma = double(t.tile_m) * t.tile_n * t.tile_k / fma_per_cycle;
+  const double load = double(t.tile_m + t.tile_n) * t.tile_k * operand_bytes / kGroupedLoadBytesPerCycle;
   const double store = double(t.tile_m) * t.tile_n * 2 / kGroupedLoadBytesPerCycle;
   return double(c.waves) * (double(c.k_iters) * std::max(mma, load) + store);
 }
 
 // The index of the cheapest candidate (the first of equals); candidates must not be empty.
-inline size_t choose_grouped(const std::vector<TileShape>& candidates, const GroupedShape& p, int32_t sm_count) {
+inline size_t choose_grouped(const std::vector<TileShape>& candidates, const GroupedShape& p, int32_t sm_count,
+                             int32_t operand_bytes = 2) {
   size_t best = 0;
-  double best_cost = grouped_cost_cycles(candidates[0], p, sm_count);
+  double best_cost = grouped_cost_cycles(candidates[0], p, sm_count, operand_bytes);
   for (size_t i = 1; i < candidates.size(); ++i) {
-    const double cost = grouped_cost_cycles(candidates[i], p, sm_count);
+    const double cost = grouped_cost_cycles(candidates[i], p, sm_count, operand_bytes);
     if (cost < best_cost) {
       best = i;
       best_cost = cost;

@@ -7,6 +7,7 @@ already loaded whenever a call can succeed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 
@@ -47,12 +48,13 @@ on_variants_added(_grouped_by_id.cache_clear)
 on_variants_added(_workspace_bytes.cache_clear)
 
 
-def check_shapes(torch, x, w, offsets, out) -> None:
-    """Every check that needs no GPU and no data pointer: types, shapes, dtypes, contiguity."""
-    tensors = {"x": x, "w": w, "offsets": offsets}
+def check_expert_operands(torch, entry: str, x, w, offsets, extra: dict) -> None:
+    """The checks both grouped entry points make of x [rows, K], w [experts, N, K] and offsets [experts]:
+    torch tensors (with the ``extra`` ones, by name), their shapes, the offsets' dtype."""
+    tensors = {"x": x, "w": w, "offsets": offsets, **extra}
     if torch is None or not all(isinstance(t, torch.Tensor) for t in tensors.values()):
-        got = ", ".join(type(t).__name__ for t in tensors.values())
-        raise TypeError(f"wavetune.grouped_gemm takes torch tensors x, w and offsets, got {got}")
+        names, got = list(tensors), ", ".join(type(t).__name__ for t in tensors.values())
+        raise TypeError(f"wavetune.{entry} takes torch tensors {', '.join(names[:-1])} and {names[-1]}, got {got}")
     if x.dim() != 2 or w.dim() != 3 or offsets.dim() != 1:
         raise ValueError(f"expected x [rows, K], w [experts, N, K] and offsets [experts], got shapes "
                          f"{tuple(x.shape)}, {tuple(w.shape)} and {tuple(offsets.shape)}")
@@ -61,17 +63,40 @@ def check_shapes(torch, x, w, offsets, out) -> None:
         raise ValueError(f"x {tuple(x.shape)} and w {tuple(w.shape)} differ in K ({x.shape[1]} != {k})")
     if offsets.shape[0] != experts:
         raise ValueError(f"offsets has {offsets.shape[0]} entries for {experts} experts (one cumulative row end each)")
-    if x.dtype not in dtype_codes(torch) or w.dtype != x.dtype:
-        raise TypeError(f"x and w must both be bfloat16 or both float16, got {x.dtype} and {w.dtype}")
     if offsets.dtype != torch.int32:
         raise TypeError(f"offsets must be int32 (torch._grouped_mm's offs convention), got {offsets.dtype}")
-    out_shape = (x.shape[0], n)
-    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != x.dtype or tuple(out.shape) != out_shape):
+
+
+def check_output(torch, out, dtype, shape: tuple, tensors: dict) -> None:
+    """``out`` (None or a tensor of ``dtype`` and ``shape``), then every tensor of ``tensors`` contiguous."""
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != dtype or tuple(out.shape) != shape):
         got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"out must be a {x.dtype} tensor of shape {out_shape}, got {got}")
+        raise ValueError(f"out must be a {dtype} tensor of shape {shape}, got {got}")
     for name, t in {**tensors, "out": out}.items():
         if t is not None and not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous, got strides {t.stride()}; pass {name}.contiguous()")
+
+
+def check_shapes(torch, x, w, offsets, out) -> None:
+    """Every check that needs no GPU and no data pointer: types, shapes, dtypes, contiguity."""
+    check_expert_operands(torch, "grouped_gemm", x, w, offsets, {})
+    if x.dtype not in dtype_codes(torch) or w.dtype != x.dtype:
+        raise TypeError(f"x and w must both be bfloat16 or both float16, got {x.dtype} and {w.dtype}")
+    check_output(torch, out, x.dtype, (x.shape[0], w.shape[1]), {"x": x, "w": w, "offsets": offsets})
+
+
+def one_device(torch, entry: str, tensors: list) -> int:
+    """The CUDA device every tensor is on; a ValueError naming them otherwise."""
+    device = tensors[0].get_device()
+    if not all(t.is_cuda and t.get_device() == device for t in tensors):
+        devices = ", ".join(str(t.device) for t in tensors)
+        raise ValueError(f"wavetune.{entry}: every tensor must be on one CUDA device, got {devices}")
+    return device
+
+
+def current(torch, device: int):
+    """A context making ``device`` torch's current CUDA device (nothing to do when it is)."""
+    return contextlib.nullcontext() if device == torch.cuda.current_device() else torch.cuda.device(device)
 
 
 def grouped_gemm(x, w, offsets, *, out=None, config=None):
@@ -105,21 +130,16 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
     error = _C.grouped_problem_error(rows, experts, n, k, *pointers, dtype_code) if has_work else ""
     if error:
         raise ValueError(f"wavetune.grouped_gemm: {error}")
-    device = x.get_device()
-    if not all(t.is_cuda and t.get_device() == device for t in tensors):
-        devices = ", ".join(str(t.device) for t in tensors)
-        raise ValueError(f"x, w, offsets and out must be on one CUDA device, got {devices}")
+    device = one_device(torch, "grouped_gemm", tensors)
     if not has_work:
         return out.zero_() if k == 0 and experts > 0 else out
-    if device != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            return grouped_gemm(x, w, offsets, out=out, config=config)
-    if variant < 0:
-        ensure_table(device, "grouped_gemm")
-    # NOTES: the workspace comes from torch's caching allocator, so it is stream-ordered and CUDA-graph
-    # safe (a capture gets memory from the graph's pool); it holds the per-expert arguments the launch
-    # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.
-    workspace = torch.empty(_workspace_bytes(experts), dtype=torch.uint8, device=x.device)
-    _C.grouped_gemm(rows, experts, n, k, *pointers, dtype_code, variant, workspace.data_ptr(), workspace.numel(),
-                    stream_getter(torch)(device), device)
+    with current(torch, device):
+        if variant < 0:
+            ensure_table(device, "grouped_gemm")
+        # NOTES: the workspace comes from torch's caching allocator, so it is stream-ordered and CUDA-graph
+        # safe (a capture gets memory from the graph's pool); it holds the per-expert arguments the launch
+        # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.
+        workspace = torch.empty(_workspace_bytes(experts), dtype=torch.uint8, device=x.device)
+        _C.grouped_gemm(rows, experts, n, k, *pointers, dtype_code, variant, workspace.data_ptr(),
+                        workspace.numel(), stream_getter(torch)(device), device)
     return out

@@ -3,7 +3,8 @@ benchmarks/grouped.py compares against torch: each launch checked against a floa
 rows, then timed as CUDA graphs replayed round-robin (``wavetune.tuning.timing.interleaved_us``: warm-up,
 interleaved rounds, medians) over fresh uniform(-1, 1) operands. Where one operand set would fit in the
 L2, sets with the same counts on other experts rotate, so weights come from DRAM as in a forward pass.
-bf16. Importing this module imports torch.
+bf16, or with ``fp8`` the FP8 grouped family's variants on e4m3 operands with per-token and per-channel
+scales (an operand set then ends with scale_x and scale_w). Importing this module imports torch.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Callable
 import torch
 
 from ...tuning.timing import interleaved_us
+from ..scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm
 from .api import grouped_configs, grouped_gemm
 
 HOT_EXPERTS, HOT_WEIGHT = 3, 30.0  # the "hot" routing: three experts picked 30 times as often as the others
@@ -42,42 +44,62 @@ def case_generator(case_key: str, seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
 
-def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int) -> list[tuple]:
-    """(x, w, offsets, out, bounds) per rotated set: the same counts on other experts, one w for all."""
+def quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and float32 scales per row (the last dimension): t ~= q * scale[..., None]."""
+    scale = t.abs().amax(-1, keepdim=True).float().clamp(min=1e-12) / 448.0
+    return (t / scale).to(torch.float8_e4m3fn), scale.squeeze(-1)
+
+
+def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int, fp8: bool = False) -> list[tuple]:
+    """(x, w, offsets, out, bounds[, scale_x, scale_w]) per rotated set: the same counts on other experts,
+    one w for all."""
     experts, rows = len(counts), sum(counts)
     opts = dict(device="cuda", dtype=torch.bfloat16)
-    touched = sum(1 for c in counts if c) * n * k * 2 + rows * (n + k) * 2
+    size = 1 if fp8 else 2
+    touched = sum(1 for c in counts if c) * n * k * size + rows * (n * 2 + k * size)
     copies = min(4, max(1, math.ceil(2 * l2_bytes / touched)))
     w = torch.empty(experts, n, k, **opts).uniform_(-1, 1)
+    w_scales = quantize_rows(w) if fp8 else (w,)
     sets = []
     for c in range(copies):
         shifted = counts[-c * experts // copies:] + counts[:-c * experts // copies] if c else counts
         ends = torch.tensor(shifted).cumsum(0).tolist()
         bounds = [(e, end - count, end) for e, (count, end) in enumerate(zip(shifted, ends)) if count]
         offsets = torch.tensor(ends, dtype=torch.int32, device="cuda")
-        sets.append((torch.empty(rows, k, **opts).uniform_(-1, 1), w, offsets, torch.empty(rows, n, **opts), bounds))
+        x = torch.empty(rows, k, **opts).uniform_(-1, 1)
+        if fp8:
+            (x, scale_x), (w8, scale_w) = quantize_rows(x), w_scales
+            sets.append((x, w8, offsets, torch.empty(rows, n, **opts), bounds, scale_x, scale_w))
+        else:
+            sets.append((x, w, offsets, torch.empty(rows, n, **opts), bounds))
     return sets
 
 
-def variant_launches() -> dict[str, Callable]:
-    """wavetune.grouped_gemm forced to each compiled bf16 grouped variant, by name: the fastest of them on a
+def variant_launches(fp8: bool = False) -> dict[str, Callable]:
+    """The grouped entry point forced to each compiled variant writing bf16, by name: the fastest of them on a
     case is the exhaustive best."""
+    if fp8:
+        return {c.name: (lambda x, w, offsets, out, bounds, sx, sw, c=c:
+                         scaled_grouped_gemm(x, w, sx, sw, offsets, out=out, config=c.id))
+                for c in scaled_grouped_configs() if c.dtype == "bf16"}
     return {c.name: (lambda x, w, offsets, out, bounds, c=c: grouped_gemm(x, w, offsets, out=out, config=c.id))
             for c in grouped_configs() if c.dtype == "bf16"}
 
 
 def check(launch, operands: tuple, generator: torch.Generator) -> float:
-    """Relative error on sampled rows against float32, the output poisoned with NaN first."""
-    x, w, offsets, out, bounds = operands
+    """Relative error on sampled rows against float32 (of the dequantized operands), the output poisoned
+    with NaN first."""
+    x, w, offsets, out, bounds, *scales = operands
     out.fill_(float("nan"))
     result = launch(*operands)
     rows = torch.randint(0, x.shape[0], (SAMPLED_ROWS,), generator=generator).unique().tolist()
+    scale_x, scale_w = scales or (torch.ones(x.shape[0], device="cuda"), torch.ones(w.shape[:2], device="cuda"))
     got, ref = [], []
     for e, start, end in bounds:
         mine = [r for r in rows if start <= r < end]
         if mine:
             got.append(result[mine].float())
-            ref.append(x[mine].float() @ w[e].float().t())
+            ref.append((x[mine].float() * scale_x[mine, None]) @ (w[e].float() * scale_w[e, :, None]).t())
     got, ref = torch.cat(got), torch.cat(ref)
     error = (torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)).item()
     if not error <= MAX_ERROR:  # NaN too
@@ -86,14 +108,16 @@ def check(launch, operands: tuple, generator: torch.Generator) -> float:
 
 
 def measure_case(case: dict, l2_bytes: int, generator: torch.Generator, reps: int = REPS,
-                 extra: dict[str, Callable] | None = None) -> tuple[dict, dict[str, float], list[int]]:
-    """(the case's record, every method's median us, rows per expert): every compiled bf16 variant timed on
-    the case, with ``extra`` methods (a benchmark's comparisons) first in the same interleaved rounds. The
-    record is what a grouped table is fitted to: the case, its rows, ``variants_us``, the best variant."""
+                 extra: dict[str, Callable] | None = None,
+                 fp8: bool = False) -> tuple[dict, dict[str, float], list[int]]:
+    """(the case's record, every method's median us, rows per expert): every compiled variant writing bf16
+    timed on the case, with ``extra`` methods (a benchmark's comparisons) first in the same interleaved
+    rounds. The record is what a grouped table is fitted to: the case, its rows, ``variants_us``, the best
+    variant."""
     counts = route(case["tokens"], case["experts"], case["topk"], case["routing"], generator)
     n, k, rows = case["n"], case["k"], sum(counts)
-    sets = operand_sets(counts, n, k, l2_bytes)
-    variants = variant_launches()
+    sets = operand_sets(counts, n, k, l2_bytes, fp8)
+    variants = variant_launches(fp8)
     methods = {**(extra or {}), **variants}
     errors = {name: check(launch, sets[0], generator) for name, launch in methods.items()}
     estimate_us = max(2.0, 2 * rows * n * k / 4e8)  # at 400 TFLOP/s

@@ -1,0 +1,68 @@
+// The compiled FP8 grouped variants, as listed by the generated scaled_grouped_registry.inc (see
+// python/wavetune/codegen/config_space.py), and the problem checks that need no GPU.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "registered.h"
+#include "scaled_grouped_ops.h"
+#include "scaled_grouped_registry.inc"
+#include "variant_registry.h"
+#include "wavetune/family.h"
+#include "wavetune/scaled_grouped.h"
+
+namespace wavetune {
+namespace detail {
+
+#define WAVETUNE_DECLARE_OPS(ID, NAME, ...) extern const ScaledGroupedVariantOps variant_##NAME;
+WAVETUNE_SCALED_GROUPED_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
+#undef WAVETUNE_DECLARE_OPS
+
+namespace {
+VariantRegistry<ScaledGroupedVariantOps>& registry() {
+  static VariantRegistry<ScaledGroupedVariantOps> list(
+      {WAVETUNE_SCALED_GROUPED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
+  return list;
+}
+}  // namespace
+
+const ScaledGroupedVariantOps* scaled_grouped_variant_ops(int32_t id) {
+  const auto* e = registry().find(id);
+  return e ? e->ops : nullptr;
+}
+
+}  // namespace detail
+
+const std::vector<VariantInfo>& scaled_grouped_variants() { return detail::registry().infos(); }
+
+const char* scaled_grouped_config_space_hash() { return WAVETUNE_SCALED_GROUPED_CONFIG_SPACE_HASH; }
+
+const VariantInfo* find_scaled_grouped_variant(int32_t id) {
+  const auto* e = detail::registry().find(id);
+  return e ? &e->info : nullptr;
+}
+
+std::string scaled_grouped_problem_error(const ScaledGroupedGemmProblem& p) {
+  std::string error = grouped_problem_error(p.gemm);  // sizes, data pointers and their alignment
+  if (!error.empty()) return error;
+  auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 != 0; };
+  if (p.gemm.k % 16 != 0) {
+    return "K=" + std::to_string(p.gemm.k) + " must be a multiple of 16: the kernels move 16-byte rows of e4m3 "
+           "values with TMA (pad K to a multiple of 16)";
+  }
+  if (p.gemm.dtype != DType::bf16 && p.gemm.dtype != DType::fp16) return "the output must be bf16 or fp16";
+  if (!p.scale_x || !p.scale_w) return "null scale pointer";
+  if (misaligned(p.scale_x) || misaligned(p.scale_w)) return "the scales must be 4-byte aligned float32";
+  return {};
+}
+
+namespace {
+const KernelFamily kScaledGroupedGemm{"scaled_grouped_gemm", &scaled_grouped_variants,
+                                      &scaled_grouped_config_space_hash,
+                                      [](const VariantInfo* infos, const void* const* ops, int32_t count) {
+                                        return detail::registry().add(infos, ops, count);
+                                      }};
+const detail::Registration<KernelFamily> registration(&kScaledGroupedGemm);
+}  // namespace
+
+}  // namespace wavetune
