@@ -46,6 +46,7 @@ from wavetune import _C
 from wavetune.families.grouped_gemm import mapping as grouped_mapping
 from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS
 from wavetune.families.grouped_gemm.measure import measure_case
+from wavetune.runtime.tables import default_table_path
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {
@@ -204,7 +205,7 @@ def main() -> None:
     start = time.monotonic()
     props = wavetune.device_properties()
     generator = torch.Generator().manual_seed(args.seed)
-    table = wavetune.tables.default_table_path(props["name"], "grouped_gemm")
+    table = default_table_path(props["name"], "grouped_gemm")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "grouped_table": str(table) if table else None, "sm_count": props["sm_count"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
