@@ -109,7 +109,7 @@ def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torc
     n, k, rows = case["n"], case["k"], record["rows"]
     bf16 = _C.DTYPES.index("bf16")
     if args.fp8:
-        chosen = _C.scaled_grouped_choice(bf16, rows, case["experts"], n, k)
+        chosen = _C.scaled_grouped_choice(bf16, rows, case["experts"], n, k, torch.cuda.current_device())
         c = next(c for c in wavetune.scaled_grouped_configs() if c.id == chosen)
     else:
         chosen = _C.grouped_choice(bf16, rows, case["experts"], n, k, torch.cuda.current_device())
@@ -205,7 +205,7 @@ def main() -> None:
     start = time.monotonic()
     props = wavetune.device_properties()
     generator = torch.Generator().manual_seed(args.seed)
-    table = default_table_path(props["name"], "grouped_gemm")
+    table = default_table_path(props["name"], "scaled_grouped_gemm" if args.fp8 else "grouped_gemm")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "grouped_table": str(table) if table else None, "sm_count": props["sm_count"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -15,7 +15,7 @@ size_t scaled_grouped_workspace_bytes(int32_t experts) {
   return detail::grouped_family_workspace_bytes(kFamily, experts);
 }
 
-int32_t scaled_grouped_choice(const ScaledGroupedGemmProblem& p) {
+int32_t scaled_grouped_default_variant(const ScaledGroupedGemmProblem& p) {
   return detail::grouped_family_heuristic(kFamily, p.gemm);
 }
 

@@ -6,7 +6,7 @@
 //   wavetune::ScaledGroupedGemmProblem p{{rows, experts, n, k, x, w, offsets, out, wavetune::DType::bf16},
 //                                        scale_x, scale_w};
 //   size_t bytes = wavetune::scaled_grouped_workspace_bytes(experts);
-//   wavetune::scaled_grouped_gemm(p, wavetune::scaled_grouped_choice(p), workspace, bytes, stream);
+//   wavetune::scaled_grouped_gemm(p, wavetune::scaled_grouped_default_variant(p), workspace, bytes, stream);
 //
 // Its variants have ids of their own (cutlass_configs/sm90_scaled_grouped_gemm.toml). Every function throws
 // wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
@@ -41,9 +41,17 @@ WAVETUNE_API std::string scaled_grouped_problem_error(const ScaledGroupedGemmPro
 // variant it runs.
 WAVETUNE_API size_t scaled_grouped_workspace_bytes(int32_t experts);
 
-// The variant a call with no forced variant runs on the current device: the built-in heuristic's
-// (grouped_heuristic.h, for 1-byte operands), from the sizes only.
-WAVETUNE_API int32_t scaled_grouped_choice(const ScaledGroupedGemmProblem& problem);
+// The built-in heuristic's choice for the current device (grouped_heuristic.h, for 1-byte operands), from
+// the sizes only.
+WAVETUNE_API int32_t scaled_grouped_default_variant(const ScaledGroupedGemmProblem& problem);
+
+class Selector;  // lookup.h
+
+// The variant a call with no forced variant runs on the current device (Python's and C++'s alike): the
+// choice of `table` (an FP8 grouped table bound to this build, wavetune::open_table(path,
+// "scaled_grouped_gemm"); nullptr: none) from the sizes, else the built-in heuristic's where there is no
+// table, no rows, or none of the table's compiled configs writes the dtype.
+WAVETUNE_API int32_t scaled_grouped_choice(const ScaledGroupedGemmProblem& problem, const Selector* table);
 
 // Launches the variant on `stream`, as grouped_gemm does (grouped.h).
 WAVETUNE_API void scaled_grouped_gemm(const ScaledGroupedGemmProblem& problem, int32_t variant_id, void* workspace,

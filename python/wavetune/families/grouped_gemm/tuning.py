@@ -1,6 +1,7 @@
-"""The grouped-GEMM family's tuning (docs/grouped.md): measure every compiled bf16 grouped variant on the
-cases of the tune split (``cases``, timed by ``measure``), fit the per-regime priors and wave models, and
-write ``<gpu-slug>.grouped_gemm.wtt``.
+"""The grouped-GEMM family's tuning (docs/grouped.md): measure every compiled grouped variant writing bf16 on
+the cases of the tune split (``cases``, timed by ``measure``), fit the per-regime priors and wave models, and
+write ``<gpu-slug>.grouped_gemm.wtt``. The FP8 grouped family tunes the same way (``GroupedTuning`` with
+``fp8``: its variants on e4m3 operands, the cases whose K fills 16-byte e4m3 rows).
 
     python -m wavetune tune --family grouped_gemm --out tables/ [--cases 600] [--devices 0,1]
     python -m wavetune tune --family grouped_gemm --offline --log a.jsonl,b.jsonl --out tables/
@@ -115,49 +116,53 @@ def fit_grouped(cases: list[dict], variants: list[KernelConfig], sm_count: int, 
                 memory_bytes_per_us=memory, traffic_bytes_per_us=traffic)
 
 
-def tune_grouped(logs: list[Path], out: Path) -> Path:
-    """Fit a grouped table to case logs (this tuning's, or benchmarks/grouped.py's) and write
-    ``out/<gpu-slug>.grouped_gemm.wtt``."""
-    header, measured = benchmark_log(logs, FAMILY.name)
-    return fit_and_write(header, measured, out, logs_source(logs, measured))
-
-
-def fit_and_write(header: dict, measured: list[dict], out: Path, source: str) -> Path:
-    return fit_case_table(FAMILY.name, header, measured, out, source, fit_grouped, GROUPED_TIMING)
-
-
-# ----------------------------------------------------------------------------------------------------
-# The driver's side of wavetune.tuning.runner: a job is a case of the plan (``cases.tune_plan``).
-
 SEED = 17  # of the cases' routings and sampled rows (benchmarks/grouped.py's default seed)
 
 
-def open_log(path: Path, device: dict | None = None, **options) -> CaseLog:
-    return CaseLog(path, FAMILY.name, device=device, timing=GROUPED_TIMING)
+class GroupedTuning:
+    """A grouped family's tuning driver (wavetune.tuning.runner's side of it: a job is a case of the plan,
+    ``cases.tune_plan``) and its offline fit, for the family ``name`` whose variants ``configs`` lists."""
+
+    def __init__(self, name: str, configs, fp8: bool = False):
+        self.name, self.configs, self.fp8 = name, configs, fp8
+
+    def tune(self, logs: list[Path], out: Path) -> Path:
+        """Fit a table to case logs (this tuning's, or benchmarks/grouped.py's) and write
+        ``out/<gpu-slug>.<family>.wtt``."""
+        header, measured = benchmark_log(logs, self.name)
+        return self.fit_and_write(header, measured, out, logs_source(logs, measured))
+
+    def fit_and_write(self, header: dict, measured: list[dict], out: Path, source: str) -> Path:
+        return fit_case_table(self.name, header, measured, out, source, fit_grouped, GROUPED_TIMING)
+
+    def open_log(self, path: Path, device: dict | None = None, **options) -> CaseLog:
+        return CaseLog(path, self.name, device=device, timing=GROUPED_TIMING)
+
+    def measure_job(self, log: CaseLog, job: dict, reps: int | None = None, **options) -> None:
+        from . import measure  # torch
+
+        generator = measure.case_generator(job["case_key"], SEED)
+        record, _, _ = measure.measure_case(job, log.device["l2_bytes"], generator, reps or measure.REPS,
+                                            fp8=self.fp8)
+        log.add([record])
+        measure.torch.cuda.empty_cache()  # the next case's weights may be gigabytes
+
+    def run(self, args, measure: Measurer) -> Path:
+        """``python -m wavetune tune --family NAME``: measure the plan (resuming ``--log``), fit, write."""
+        out = Path(args.out or "tables")
+        if args.offline:
+            return self.tune([Path(p) for p in args.log.split(",")], out)
+        if not any(v.dtype == "bf16" for v in self.configs()):
+            raise ValueError(f"no {self.name} variant writing bf16 compiled: build with WAVETUNE_KERNEL_SET=full")
+        log = CaseLog(args.log, self.name, device=measure.device, timing=GROUPED_TIMING)
+        plan = plan_cases.tune_plan(args.cases or plan_cases.TUNE_CASES)
+        if self.fp8:
+            plan = [case for case in plan if case["k"] % 16 == 0]
+        header = {**log.header, "sm_count": log.device["sm_count"]}
+        return measure_cases_and_fit(log, plan, measure, f"the tune split, {len(self.configs())} {self.name} variants each",
+                                     lambda measured, source: self.fit_and_write(header, measured, out, source))
 
 
+DRIVER = GroupedTuning(FAMILY.name, grouped_configs)
+tune_grouped, open_log, measure_job, run = DRIVER.tune, DRIVER.open_log, DRIVER.measure_job, DRIVER.run
 job_done = case_done
-
-
-def measure_job(log: CaseLog, job: dict, reps: int | None = None, **options) -> None:
-    from . import measure  # torch
-
-    torch = measure.torch
-    generator = measure.case_generator(job["case_key"], SEED)
-    record, _, _ = measure.measure_case(job, log.device["l2_bytes"], generator, reps or measure.REPS)
-    log.add([record])
-    torch.cuda.empty_cache()  # the next case's weights may be gigabytes
-
-
-def run(args, measure: Measurer) -> Path:
-    """``python -m wavetune tune --family grouped_gemm``: measure the plan (resuming ``--log``), fit, write."""
-    out = Path(args.out or "tables")
-    if args.offline:
-        return tune_grouped([Path(p) for p in args.log.split(",")], out)
-    if not any(v.dtype == "bf16" for v in grouped_configs()):
-        raise ValueError("no bf16 grouped variant compiled: build with WAVETUNE_KERNEL_SET=full")
-    log = CaseLog(args.log, FAMILY.name, device=measure.device, timing=GROUPED_TIMING)
-    plan = plan_cases.tune_plan(args.cases or plan_cases.TUNE_CASES)
-    header = {**log.header, "sm_count": log.device["sm_count"]}
-    return measure_cases_and_fit(log, plan, measure, f"the tune split, {len(grouped_configs())} grouped variants each",
-                                 lambda measured, source: fit_and_write(header, measured, out, source))

@@ -13,7 +13,7 @@ import sys
 from ...runtime.configs import KernelConfig, family_variant_id
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
-from ...runtime.tables import on_variants_added
+from ...runtime.tables import ensure_table, on_variants_added
 from ..grouped_gemm.api import check_expert_operands, check_output, current, one_device
 
 
@@ -74,9 +74,10 @@ def scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, *, out_dtype=None, out=
     scale_x: float32 [rows] or [rows, 1], per token; scale_w: float32 [experts, N], per expert and channel.
     offsets: int32 [experts], the cumulative row ends, as in ``grouped_gemm``.
     out_dtype: torch.bfloat16 (default) or torch.float16; out: optional [rows, N] output of that dtype.
-    config: force a variant (id or name, ``scaled_grouped_configs()``); default: the grouped family's built-in
-        heuristic for 1-byte operands, from the sizes alone (the call never waits for the GPU to learn the
-        rows per expert, and CUDA-graph capture works).
+    config: force a variant (id or name, ``scaled_grouped_configs()``); default: the choice of the GPU's FP8
+        grouped table (``tables/<gpu>.scaled_grouped_gemm.wtt``, or $WAVETUNE_SCALED_GROUPED_TABLE), else of the
+        grouped family's built-in heuristic for 1-byte operands, from the sizes alone (the call never waits for
+        the GPU to learn the rows per expert, and CUDA-graph capture works).
 
     The same product as ``torch._scaled_grouped_mm(x, w.transpose(-2, -1), scale_x, scale_w, offs=offsets,
     out_dtype=torch.bfloat16)``. Runs on the current torch stream of x's device. K must be a multiple of 16
@@ -101,8 +102,10 @@ def scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, *, out_dtype=None, out=
     if not has_work:
         return out.zero_() if k == 0 else out
     with current(torch, device):
+        if variant < 0:
+            ensure_table(device, "scaled_grouped_gemm")
         # The workspace as in grouped_gemm: stream-ordered and CUDA-graph safe.
         workspace = torch.empty(_workspace_bytes(experts), dtype=torch.uint8, device=x.device)
         _C.scaled_grouped_gemm(rows, experts, n, k, *pointers, code, variant, workspace.data_ptr(), workspace.numel(),
-                               stream_getter(torch)(device))
+                               stream_getter(torch)(device), device)
     return out
