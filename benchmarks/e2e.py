@@ -124,9 +124,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fp8", choices=("rowwise", "block"),
                    help=f"also twins with FP8 linear layers (per-channel weights and per-token activations, or "
                         f"128-blocks): {FP8_TORCH} runs them as PyTorch does (torch._scaled_mm; block scales: "
-                        f"weights dequantized to bf16 per call), {FP8} on wavetune.nn.FP8Linear")
+                        f"weights dequantized to bf16 per call), {FP8} on wavetune.nn.FP8Linear; per channel, "
+                        f"an MoE model's experts too (torch._scaled_grouped_mm; wavetune.scaled_grouped_gemm)")
     p.add_argument("--wavetune", default="gemm,grouped",
-                   help="comma-separated twins to compare, each adding a part of wavetune to the one before: "
+                   help="comma-separated twins to compare (none: \"\"), each adding a part of wavetune to the one before: "
                         + ", ".join(f"{part} ({suffix})" for part, suffix in PARTS.items()))
     args = p.parse_args(argv)
     args.models, modes = args.models.split(","), {"eager", *args.modes.split(",")}
@@ -134,9 +135,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown model or mode: {', '.join(unknown)}")
     args.modes = [m for m in MODES if m in modes]
-    if not set(args.wavetune.split(",")) <= set(PARTS):
+    parts = [part for part in args.wavetune.split(",") if part]  # "": no twin but --fp8's
+    if not set(parts) <= set(PARTS):
         p.error(f"--wavetune takes {', '.join(PARTS)}, got {args.wavetune}")
-    args.suffixes = [suffix for part, suffix in PARTS.items() if part in args.wavetune.split(",")]
+    args.suffixes = [suffix for part, suffix in PARTS.items() if part in parts]
     return args
 
 
@@ -326,9 +328,58 @@ class TorchFP8Linear(torch.nn.Module):
         return out.reshape(*x.shape[:-1], n)
 
 
+# --fp8 rowwise on an MoE model: its experts in e4m3 too, a scale per expert output channel and per token,
+# as transformers experts implementations of this script's (registered under these names).
+FP8_EXPERTS = {FP8: "wavetune_e2e_fp8", FP8_TORCH: "wavetune_e2e_fp8_torch"}
+E4M3_MAX = 448.0
+
+
+def quantized_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and float32 scales per row of ``t`` (the last dimension), with torch ops."""
+    scale = (t.abs().amax(dim=-1, keepdim=True).float() / E4M3_MAX).clamp(min=1e-12)
+    return (t / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), scale.squeeze(-1)
+
+
+def fp8_experts_forward(run):
+    """An experts forward on the module's e4m3 weights (``quantize_experts``): ``run(q, w, q_scale, w_scale,
+    offsets)`` is the grouped GEMM of e4m3 rows ``q`` with per-row scales."""
+    from wavetune import hf
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        def project(rows, name, offsets):
+            weight, weight_scale = self.fp8_weights[name]
+            q, q_scale = quantized_rows(rows)
+            return run(q, weight, q_scale, weight_scale, offsets)
+
+        return hf.routed_experts(self, hidden_states, top_k_index, top_k_weights, project)
+
+    return forward
+
+
+def register_fp8_experts() -> None:
+    from transformers.integrations.moe import ExpertsInterface
+
+    ExpertsInterface.register(FP8_EXPERTS[FP8], fp8_experts_forward(
+        lambda q, w, qs, ws, offsets: torch.ops.wavetune.scaled_grouped_gemm(q, w, qs, ws, offsets, torch.bfloat16)))
+    ExpertsInterface.register(FP8_EXPERTS[FP8_TORCH], fp8_experts_forward(
+        lambda q, w, qs, ws, offsets: torch._scaled_grouped_mm(q, w.transpose(-2, -1), qs, ws, offs=offsets,
+                                                               out_dtype=torch.bfloat16)))
+
+
+def quantize_experts(model: torch.nn.Module) -> dict:
+    """Each experts module of ``model`` -> {weight name: (e4m3 weights [experts, N, K], float32 scales
+    [experts, N])} of its gate/up and down weights."""
+    weights = {}
+    for module in model.modules():
+        if hasattr(module, "has_gate") and hasattr(module, "down_proj"):
+            names = ("gate_up" if module.has_gate else "up", "down")
+            weights[module] = {name: quantized_rows(getattr(module, f"{name}_proj").detach()) for name in names}
+    return weights
+
+
 def fp8_twins(model: torch.nn.Module, block: bool) -> dict:
     """{FP8_TORCH: ..., FP8: ...}: twins of ``model`` whose linear layers (LM head aside) hold the same e4m3
-    weights and scales, run by PyTorch and by wavetune."""
+    weights and scales, run by PyTorch and by wavetune; with per-channel scales, so do their experts."""
     import wavetune.nn
 
     fast = twin_of(model)
@@ -338,7 +389,17 @@ def fp8_twins(model: torch.nn.Module, block: bool) -> dict:
         if isinstance(module, wavetune.nn.FP8Linear):
             parent, _, attribute = name.rpartition(".")
             setattr(plain.get_submodule(parent), attribute, TorchFP8Linear(module))
-    return {FP8_TORCH: plain, FP8: fast}
+    twins = {FP8_TORCH: plain, FP8: fast}
+    experts = {} if block else quantize_experts(model)
+    if experts:
+        register_fp8_experts()
+        by_name = {name: experts[module] for name, module in model.named_modules() if module in experts}
+        for suffix, twin in twins.items():
+            for name, module in twin.named_modules():
+                if name in by_name:
+                    module.fp8_weights = by_name[name]
+            twin.set_experts_implementation(FP8_EXPERTS[suffix])
+    return twins
 
 
 def step_function(model: torch.nn.Module):

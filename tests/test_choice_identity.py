@@ -23,16 +23,19 @@ PROBLEMS = 200_000
 # commit a4fc6c0's lookup library.
 DIGESTS = {
     "nvidia-h100-80gb-hbm3.wtt": "3e09b3f39915e499",
-    "nvidia-h100-80gb-hbm3.grouped_gemm.wtt": "c22d58184a1d60e8",
+    "nvidia-h100-80gb-hbm3.grouped_gemm.wtt": "5f1d8a4ebd51d4bc",
+    "nvidia-h100-80gb-hbm3.scaled_grouped_gemm.wtt": "b51620060d25f985",
     "nvidia-h100-80gb-hbm3.attention.wtt": "667ae66fa6e471ad",
     "nvidia-h200.wtt": "ab577ede3bcd897a",
-    "nvidia-h200.grouped_gemm.wtt": "f521b087b29cbe9e",
+    "nvidia-h200.grouped_gemm.wtt": "c9b20f55e9c85572",
     "nvidia-h200.attention.wtt": "fc7154045cbdc23a",
 }
 
 
 def family_of(table: Path) -> str:
-    return next((f for f in ("grouped_gemm", "attention") if table.name.endswith(f".{f}.wtt")), "gemm")
+    """<gpu-slug>.<family>.wtt, or <gpu-slug>.wtt for the dense GEMM's."""
+    parts = table.name.split(".")
+    return parts[1] if len(parts) == 3 else "gemm"
 
 
 @pytest.fixture(scope="module")

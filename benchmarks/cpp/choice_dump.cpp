@@ -19,6 +19,7 @@
 #include "attention_registry.inc"
 #include "grouped_registry.inc"
 #include "registry.inc"
+#include "scaled_grouped_registry.inc"
 #include "wavetune/lookup.h"
 
 namespace {
@@ -32,6 +33,7 @@ using namespace wavetune;
 // lists them: ids from kLibraryVariantIds, a nominal 128x128x64 tile).
 std::vector<VariantInfo> space(const std::string& family) {
   if (family == "grouped_gemm") return {WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_INFO)};
+  if (family == "scaled_grouped_gemm") return {WAVETUNE_SCALED_GROUPED_VARIANT_LIST(WAVETUNE_INFO)};
   if (family == "attention") return {WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_INFO)};
   std::vector<VariantInfo> all{WAVETUNE_VARIANT_LIST(WAVETUNE_INFO)};
   static const char* const kNames[2][2] = {{"cublas_bf16_bcol", "cublas_bf16_brow"},
@@ -47,6 +49,7 @@ std::vector<VariantInfo> space(const std::string& family) {
 
 const char* space_hash(const std::string& family) {
   if (family == "grouped_gemm") return WAVETUNE_GROUPED_CONFIG_SPACE_HASH;
+  if (family == "scaled_grouped_gemm") return WAVETUNE_SCALED_GROUPED_CONFIG_SPACE_HASH;
   if (family == "attention") return WAVETUNE_ATTENTION_CONFIG_SPACE_HASH;
   return WAVETUNE_CONFIG_SPACE_HASH;
 }
@@ -56,7 +59,7 @@ const char* space_hash(const std::string& family) {
 Problem random_problem(const std::string& family, std::mt19937_64& rng) {
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   Problem p{DType::bf16, BLayout::col, uniform(1, 16384), 8 * uniform(1, 4096), 8 * uniform(1, 4096)};
-  if (family == "grouped_gemm") p.groups = uniform(1, 256);
+  if (family == "grouped_gemm" || family == "scaled_grouped_gemm") p.groups = uniform(1, 256);
   if (family == "attention") {
     p.heads_kv = int64_t(1) << uniform(0, 4);
     p.heads_q = p.heads_kv << uniform(0, 3);

@@ -120,15 +120,24 @@ def experts_fallback_reason(experts: torch.nn.Module, hidden_states: torch.Tenso
 
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
-    """transformers' experts forward on wavetune.grouped_gemm: the (token, expert) pairs sorted by expert,
-    offsets counted on the GPU (no host synchronization: CUDA graphs capture it), gate/up and down as two
-    grouped GEMMs, then the routing weights and the sum over each token's experts in fp32."""
+    """transformers' experts forward on wavetune.grouped_gemm (``routed_experts``), or the previous
+    implementation where ``experts_fallback_reason`` says it does not apply."""
     if experts_fallback_reason(self, hidden_states) is not None:
         from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
         eager = type(self).forward.__wrapped__
         fallback = ALL_EXPERTS_FUNCTIONS.get_interface(_previous(self.config, "experts", "eager"), eager)
         return fallback(self, hidden_states, top_k_index, top_k_weights)
+    return routed_experts(self, hidden_states, top_k_index, top_k_weights,
+                          lambda rows, name, offsets: run_grouped_gemm(rows, getattr(self, f"{name}_proj"), offsets))
+
+
+def routed_experts(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                   top_k_weights: torch.Tensor, project) -> torch.Tensor:
+    """A transformers experts module's forward over grouped GEMMs: the (token, expert) pairs sorted by expert,
+    offsets counted on the GPU (no host synchronization: CUDA graphs capture it), ``project(rows, name,
+    offsets)`` for the expert weights ``name`` ("gate_up" or "up", then "down") over rows sorted by expert,
+    then the routing weights and the sum over each token's experts in fp32."""
     tokens, top_k = top_k_index.shape
     expert_ids, order = torch.sort(top_k_index.reshape(-1))
     rows = hidden_states[order // top_k]
@@ -136,12 +145,12 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     # CUDA-graph capture refuses). Ids past the experts (expert parallelism's sentinels) sort last and
     # fall outside the bins, so the grouped GEMMs leave their rows unwritten; they are zeroed below.
     ids = expert_ids.int() if expert_ids.is_cuda else expert_ids.float()  # what histc takes on each device
-    counts = torch.histc(ids, bins=self.num_experts, min=0, max=self.num_experts - 1)
+    counts = torch.histc(ids, bins=experts.num_experts, min=0, max=experts.num_experts - 1)
     offsets = counts.cumsum(0, dtype=torch.int32)
-    up = run_grouped_gemm(rows, self.gate_up_proj if self.has_gate else self.up_proj, offsets)
-    up = self._apply_gate(up) if self.has_gate else self.act_fn(up)
-    down = run_grouped_gemm(up.contiguous(), self.down_proj, offsets)
-    down = down.masked_fill((expert_ids >= self.num_experts).unsqueeze(-1), 0)
+    up = project(rows, "gate_up" if experts.has_gate else "up", offsets)
+    up = experts._apply_gate(up) if experts.has_gate else experts.act_fn(up)
+    down = project(up.contiguous(), "down", offsets)
+    down = down.masked_fill((expert_ids >= experts.num_experts).unsqueeze(-1), 0)
     weighted = down.float() * top_k_weights.reshape(-1)[order].unsqueeze(-1).float()
     out = torch.empty_like(weighted).index_copy_(0, order, weighted)  # each pair back to its token's slot
     return out.view(tokens, top_k, -1).sum(dim=1).to(hidden_states.dtype)

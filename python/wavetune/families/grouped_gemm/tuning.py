@@ -31,10 +31,13 @@ from .api import grouped_configs
 # NOTES: the (G, L) wave model mispredicts grouped kernels: its choices ran at 0.90 of the exhaustive best
 # in a cross-validation by layer over the H100's tune split (docs/grouped.md), where the fastest variant
 # of each regime of rows per busy expert (the tile fill along the tokens) ran at 0.973. So a grouped
-# table's priors are those per-regime winners, on the edges of the tile sides the space offers along the
-# tokens (16, 64, 256), and the model never overrides them: margins 0.1 to 8 all chose worse in that
-# cross-validation (0.94 to 0.971).
-GROUPED_PRIOR_EDGES = (16, 64, 256)
+# table's priors are those per-regime winners, and the model never overrides them: margins 0.1 to 8 all
+# chose worse in that cross-validation (0.94 to 0.971). The regimes' edges are every power of two from 4
+# to 512 rows: the tile sides along the tokens (16 to 256) and the fills between them, where the winner
+# also turns on how whole the waves are. On the tune splits these priors ran at 0.984 (H100, bf16), 0.981
+# (H200, bf16) and 0.978 (H100, e4m3) of the exhaustive best, against 0.975, 0.973 and 0.972 with edges at
+# the tile sides alone (16, 64, 256).
+GROUPED_PRIOR_EDGES = (4, 8, 16, 32, 64, 128, 256, 512)
 GROUPED_PRIOR_MARGIN = 1e6
 GROUPED_TIMING = ("median of interleaved CUDA-graph replays (wavetune.families.grouped_gemm.measure, as "
                   "benchmarks/grouped.py times), weights cold; balanced, Zipf-skewed and hot-expert routings")
