@@ -329,7 +329,9 @@ class TorchFP8Linear(torch.nn.Module):
 
 
 # --fp8 rowwise on an MoE model: its experts in e4m3 too, a scale per expert output channel and per token,
-# as transformers experts implementations of this script's (registered under these names).
+# as transformers experts implementations of this script's (registered under these names). Activations are
+# quantized as each twin's linear layers quantize them: torch ops for PyTorch's, wavetune.quantize_fp8 for
+# wavetune's.
 FP8_EXPERTS = {FP8: "wavetune_e2e_fp8", FP8_TORCH: "wavetune_e2e_fp8_torch"}
 E4M3_MAX = 448.0
 
@@ -340,15 +342,15 @@ def quantized_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (t / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), scale.squeeze(-1)
 
 
-def fp8_experts_forward(run):
-    """An experts forward on the module's e4m3 weights (``quantize_experts``): ``run(q, w, q_scale, w_scale,
-    offsets)`` is the grouped GEMM of e4m3 rows ``q`` with per-row scales."""
+def fp8_experts_forward(quantize, run):
+    """An experts forward on the module's e4m3 weights (``quantize_experts``): ``quantize(rows)`` gives e4m3
+    rows and their scales, ``run(q, w, q_scale, w_scale, offsets)`` the grouped GEMM."""
     from wavetune import hf
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         def project(rows, name, offsets):
             weight, weight_scale = self.fp8_weights[name]
-            q, q_scale = quantized_rows(rows)
+            q, q_scale = quantize(rows)
             return run(q, weight, q_scale, weight_scale, offsets)
 
         return hf.routed_experts(self, hidden_states, top_k_index, top_k_weights, project)
@@ -360,8 +362,10 @@ def register_fp8_experts() -> None:
     from transformers.integrations.moe import ExpertsInterface
 
     ExpertsInterface.register(FP8_EXPERTS[FP8], fp8_experts_forward(
+        torch.ops.wavetune.quantize_fp8,
         lambda q, w, qs, ws, offsets: torch.ops.wavetune.scaled_grouped_gemm(q, w, qs, ws, offsets, torch.bfloat16)))
     ExpertsInterface.register(FP8_EXPERTS[FP8_TORCH], fp8_experts_forward(
+        quantized_rows,
         lambda q, w, qs, ws, offsets: torch._scaled_grouped_mm(q, w.transpose(-2, -1), qs, ws, offs=offsets,
                                                                out_dtype=torch.bfloat16)))
 
