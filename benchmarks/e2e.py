@@ -21,8 +21,8 @@ GEMMs (``wavetune.patch(attention=False, experts=False)``), ``+grouped`` its GEM
 Phases:
 - prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
 - decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens
-  (a static cache, every slot filled: no mask). With --layers 1 its time is the time per output token
-  (TPOT) of one decoder layer; --tp N makes the model one tensor-parallel rank's slice, --profile adds
+  (a static cache, every slot filled: no mask). With --layers 1 --no-lm-head its time is the time per output
+  token (TPOT) of one decoder layer; --tp N makes the model one tensor-parallel rank's slice, --profile adds
   the share of kernel time in GEMMs, and --pdl-off the fullest twin without programmatic dependent launch.
 Each (phase, batch, length) is one shape. Per shape every method runs eagerly (compiling where it does,
 and checked against eager's logits), is captured as a CUDA graph on one stream, and the graphs are
@@ -117,6 +117,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pdl-off", action="store_true",
                    help=f"also capture the fullest wavetune twin with programmatic dependent launch off (suffix "
                         f"{NO_PDL}): what PDL alone brings")
+    p.add_argument("--no-lm-head", dest="lm_head", action="store_false",
+                   help="time the decoder layers alone (the last position's hidden state, no LM head): with "
+                        "--layers 1, a decoder layer's time per output token")
     p.add_argument("--profile", action="store_true",
                    help="also replay each method's graph once under torch.profiler: its kernel time in GEMMs, "
                         "attention and the rest")
@@ -257,8 +260,9 @@ def sliced(spec: dict, tp: int) -> dict:
     return {**spec, "sizes": s}
 
 
-def model_label(name: str, tp: int) -> str:
-    return name if tp == 1 else f"{name}.tp{tp}"
+def model_label(name: str, tp: int, lm_head: bool = True) -> str:
+    """How records name a model: with its tensor-parallel degree, and ``.no-lm-head`` without its LM head."""
+    return name + (f".tp{tp}" if tp > 1 else "") + ("" if lm_head else ".no-lm-head")
 
 
 def build_model(spec: dict, layers: int, device: str) -> tuple[torch.nn.Module, str]:
@@ -406,22 +410,24 @@ def fp8_twins(model: torch.nn.Module, block: bool) -> dict:
     return twins
 
 
-def step_function(model: torch.nn.Module):
+def step_function(model: torch.nn.Module, lm_head: bool = True):
+    """The step a method times: the decoder layers, then the LM head on the last position (the next token's
+    logits: all TTFT needs), or without ``lm_head`` that position's hidden state."""
     def step(input_ids, position_ids=None, context_kv=None):
         hidden = model.model(input_ids=input_ids, position_ids=position_ids, context_kv=context_kv,
                              use_cache=False).last_hidden_state
-        return model.lm_head(hidden[:, -1:])  # the next token's logits: all TTFT needs
+        return model.lm_head(hidden[:, -1:]) if lm_head else hidden[:, -1:]
 
     return step
 
 
-def methods(model, twins: dict, modes: list[str]) -> dict:
+def methods(model, twins: dict, modes: list[str], lm_head: bool = True) -> dict:
     """Method name -> its step function (compiled lazily, statically per shape, by torch.compile); ``twins``:
     suffix -> a twin of the model."""
     steps = {}
     for mode in modes:
         for suffix, m in (("", model), *twins.items()):
-            step = step_function(m)
+            step = step_function(m, lm_head)
             step = step if MODES[mode] is None else torch.compile(step, mode=MODES[mode], dynamic=False)
             steps[mode + suffix] = without_pdl(step) if suffix.endswith(NO_PDL) else step
     return steps
@@ -607,14 +613,14 @@ def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple
     wanted = {mode + suffix for mode in args.modes for suffix in ("", *model_suffixes(args, MODELS[name]), *fp8)}
     measured: dict[tuple, set] = {}
     for r in done:
-        if r["model"] == model_label(name, args.tp) and r["layers"] == args.layers:
+        if r["model"] == model_label(name, args.tp, args.lm_head) and r["layers"] == args.layers:
             measured.setdefault(shape_key(r)[2:], set()).update(r["ms"])
     return [shape for shape in shapes(args) if not wanted <= measured.get(shape, set())]
 
 
 def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, stream, deadline: float) -> None:
     """Build the model and its patched twin, then measure and append each shape until the deadline."""
-    spec, label = sliced(MODELS[name], args.tp), model_label(name, args.tp)
+    spec, label = sliced(MODELS[name], args.tp), model_label(name, args.tp, args.lm_head)
     model, source = build_model(spec, args.layers, "cuda")
     twins = {}
     for suffix in model_suffixes(args, spec):
@@ -625,7 +631,7 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
         print(f"{label} ({source}, {args.layers} layers) {suffix}: {report}", flush=True)
     if args.fp8:
         twins.update(fp8_twins(model, args.fp8 == "block"))
-    steps = methods(model, twins, args.modes)
+    steps = methods(model, twins, args.modes, args.lm_head)
     for phase, batch, length in todo:
         if time.monotonic() > deadline:
             print(f"time budget of {args.time_budget_s:.0f} s spent: not starting {name} {phase} batch {batch} "

@@ -292,3 +292,36 @@ def test_fp8_twins_share_one_set_of_fp8_weights():
         assert all(a.weight is b.weight and a.weight_scale is b.weight_scale for a, b in zip(layers, baselines))
         assert type(fast.lm_head) is torch.nn.Linear  # the head stays in bf16, as FP8 checkpoints keep it
         assert all(type(m) is torch.nn.Linear for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def test_the_decode_step_of_the_layers_alone():
+    """--no-lm-head: a step returns the last position's hidden state, and records name the model so."""
+    args = e2e.parse_args(["--no-lm-head", "--layers", "1"])
+    assert args.lm_head is False and e2e.parse_args([]).lm_head is True
+    assert e2e.model_label("llama3-8b", 4, lm_head=False) == "llama3-8b.tp4.no-lm-head"
+    model = e2e.OwnDecoder(tiny_spec("Llama"), 1)
+    tokens, position = torch.randint(0, 256, (2, 1)), torch.full((2, 1), 8)
+    with torch.inference_mode():
+        hidden = e2e.step_function(model, lm_head=False)(tokens, position, context(layers=1))
+        logits = e2e.step_function(model)(tokens, position, context(layers=1))
+    assert hidden.shape == (2, 1, 64) and logits.shape == (2, 1, 256)
+
+
+def test_fp8_twins_of_an_moe_model_share_its_fp8_experts():
+    """--fp8 rowwise on an MoE model: both FP8 twins' experts read one set of e4m3 weights with per-channel
+    scales (within e4m3 rounding of the bf16 ones) through the script's two experts implementations."""
+    pytest.importorskip("transformers")
+    spec = dict(family="Mixtral", moe=True, sizes=dict(
+        tiny_spec("Llama")["sizes"], num_local_experts=4, num_experts_per_tok=2, sliding_window=None))
+    model, _ = e2e.build_model(spec, 1, "cpu")
+    twins = e2e.fp8_twins(model, block=False)
+    experts = {suffix: next(m for m in twin.modules() if hasattr(m, "fp8_weights")) for suffix, twin in twins.items()}
+    assert experts[e2e.FP8].fp8_weights is experts[e2e.FP8_TORCH].fp8_weights
+    assert {suffix: twin.config._experts_implementation for suffix, twin in twins.items()} == e2e.FP8_EXPERTS
+    original = next(m for m in model.modules() if hasattr(m, "gate_up_proj"))
+    for name, (weight, scale) in experts[e2e.FP8].fp8_weights.items():
+        reference = getattr(original, f"{name}_proj").float()
+        assert weight.dtype == torch.float8_e4m3fn and scale.shape == reference.shape[:2]
+        error = (weight.float() * scale[..., None] - reference).norm() / reference.norm()
+        assert error < 2 ** -4, (name, error)
+    assert model.config._experts_implementation not in e2e.FP8_EXPERTS.values()
