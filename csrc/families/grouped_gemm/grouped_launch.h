@@ -19,6 +19,7 @@ namespace wavetune::detail {
 template <class Problem>
 struct GroupedFamily {
   const std::vector<VariantInfo>& (*variants)();
+  const VariantInfo* (*find)(int32_t id);  // nullptr: not compiled in
   const GroupedOps<Problem>* (*ops)(int32_t id);
   const char* name;          // "grouped", "FP8 grouped"
   const char* listing;       // the Python function listing its compiled variants
@@ -60,9 +61,8 @@ int32_t grouped_family_heuristic(const GroupedFamily<Problem>& family, const Gro
 template <class Problem>
 void grouped_family_launch(const GroupedFamily<Problem>& family, const Problem& problem, const GroupedGemmProblem& sizes,
                            int32_t variant_id, void* workspace, size_t workspace_bytes, Stream stream) {
-  const auto& variants = family.variants();
-  const auto v = std::find_if(variants.begin(), variants.end(), [&](const VariantInfo& i) { return i.id == variant_id; });
-  if (v == variants.end()) {
+  const VariantInfo* v = family.find(variant_id);
+  if (!v) {
     WAVETUNE_INVALID(family.name, " variant id ", variant_id, " is not compiled into this build; wavetune.",
                      family.listing, "() lists the compiled ones");
   }

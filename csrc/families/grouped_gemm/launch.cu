@@ -6,9 +6,14 @@
 
 namespace wavetune {
 namespace {
-const detail::GroupedFamily<GroupedGemmProblem> kFamily{
-    &grouped_variants,        &detail::grouped_variant_ops, "grouped", "grouped_configs", "grouped_gemm",
-    "grouped_workspace_bytes", 2};
+const detail::GroupedFamily<GroupedGemmProblem> kFamily{&grouped_variants,
+                                                        &find_grouped_variant,
+                                                        &detail::grouped_variant_ops,
+                                                        "grouped",
+                                                        "grouped_configs",
+                                                        "grouped_gemm",
+                                                        "grouped_workspace_bytes",
+                                                        2};
 }  // namespace
 
 size_t grouped_workspace_bytes(int32_t experts) { return detail::grouped_family_workspace_bytes(kFamily, experts); }

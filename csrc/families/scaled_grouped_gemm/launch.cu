@@ -6,9 +6,14 @@
 
 namespace wavetune {
 namespace {
-const detail::GroupedFamily<ScaledGroupedGemmProblem> kFamily{
-    &scaled_grouped_variants,        &detail::scaled_grouped_variant_ops, "FP8 grouped", "scaled_grouped_configs",
-    "scaled_grouped_gemm",           "scaled_grouped_workspace_bytes",    1};
+const detail::GroupedFamily<ScaledGroupedGemmProblem> kFamily{&scaled_grouped_variants,
+                                                              &find_scaled_grouped_variant,
+                                                              &detail::scaled_grouped_variant_ops,
+                                                              "FP8 grouped",
+                                                              "scaled_grouped_configs",
+                                                              "scaled_grouped_gemm",
+                                                              "scaled_grouped_workspace_bytes",
+                                                              1};
 }  // namespace
 
 size_t scaled_grouped_workspace_bytes(int32_t experts) {
