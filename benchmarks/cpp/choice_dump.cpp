@@ -16,10 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "attention_registry.inc"
-#include "grouped_registry.inc"
-#include "registry.inc"
-#include "scaled_grouped_registry.inc"
+#include "families.inc"
+#include "wavetune/family.h"
 #include "wavetune/lookup.h"
 
 namespace {
@@ -32,10 +30,12 @@ using namespace wavetune;
 // The variants of a family's whole config space (and, for gemm, the cuBLAS candidates as the kernel library
 // lists them: ids from kLibraryVariantIds, a nominal 128x128x64 tile).
 std::vector<VariantInfo> space(const std::string& family) {
-  if (family == "grouped_gemm") return {WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_INFO)};
-  if (family == "scaled_grouped_gemm") return {WAVETUNE_SCALED_GROUPED_VARIANT_LIST(WAVETUNE_INFO)};
-  if (family == "attention") return {WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_INFO)};
-  std::vector<VariantInfo> all{WAVETUNE_VARIANT_LIST(WAVETUNE_INFO)};
+  std::vector<VariantInfo> all;
+#define WAVETUNE_FAMILY(NAME, HASH, LIST) \
+  if (family == NAME) all = {LIST(WAVETUNE_INFO)};
+  WAVETUNE_GENERATED_FAMILIES(WAVETUNE_FAMILY)
+#undef WAVETUNE_FAMILY
+  if (family != "gemm") return all;
   static const char* const kNames[2][2] = {{"cublas_bf16_bcol", "cublas_bf16_brow"},
                                            {"cublas_fp16_bcol", "cublas_fp16_brow"}};
   for (DType dtype : {DType::bf16, DType::fp16}) {
@@ -48,10 +48,11 @@ std::vector<VariantInfo> space(const std::string& family) {
 }
 
 const char* space_hash(const std::string& family) {
-  if (family == "grouped_gemm") return WAVETUNE_GROUPED_CONFIG_SPACE_HASH;
-  if (family == "scaled_grouped_gemm") return WAVETUNE_SCALED_GROUPED_CONFIG_SPACE_HASH;
-  if (family == "attention") return WAVETUNE_ATTENTION_CONFIG_SPACE_HASH;
-  return WAVETUNE_CONFIG_SPACE_HASH;
+#define WAVETUNE_FAMILY(NAME, HASH, LIST) \
+  if (family == NAME) return HASH;
+  WAVETUNE_GENERATED_FAMILIES(WAVETUNE_FAMILY)
+#undef WAVETUNE_FAMILY
+  return "";
 }
 
 // A random problem of the family in the data the shipped tables hold (bf16, column-major B, head dim 128):
@@ -59,7 +60,6 @@ const char* space_hash(const std::string& family) {
 Problem random_problem(const std::string& family, std::mt19937_64& rng) {
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   Problem p{DType::bf16, BLayout::col, uniform(1, 16384), 8 * uniform(1, 4096), 8 * uniform(1, 4096)};
-  if (family == "grouped_gemm" || family == "scaled_grouped_gemm") p.groups = uniform(1, 256);
   if (family == "attention") {
     p.heads_kv = int64_t(1) << uniform(0, 4);
     p.heads_q = p.heads_kv << uniform(0, 3);
@@ -68,6 +68,8 @@ Problem random_problem(const std::string& family, std::mt19937_64& rng) {
     p.k = 128;
     p.groups = uniform(1, 256);
     p.causal = uniform(0, 1);
+  } else if (find_table_family(family)->max_groups > 1) {
+    p.groups = uniform(1, 256);  // experts
   }
   return p;
 }
