@@ -314,9 +314,11 @@ class TorchFP8Linear(torch.nn.Module):
 
     def __init__(self, layer):
         import wavetune
+        from wavetune.families.grouped_gemm.measure import quantize_rows
 
         super().__init__()
         self.dequantize = wavetune.dequantize_fp8  # plain torch ops, in the activations' dtype
+        self.quantize = quantize_rows  # plain torch ops, per token
         self.weight, self.weight_scale, self.bias, self.block = layer.weight, layer.weight_scale, layer.bias, \
             layer.block_scales
 
@@ -324,11 +326,9 @@ class TorchFP8Linear(torch.nn.Module):
         n, k = self.weight.shape
         if self.block:
             return F.linear(x, self.dequantize(self.weight, self.weight_scale, dtype=x.dtype), self.bias)
-        rows = x.reshape(-1, k)
-        scale = (rows.abs().amax(dim=-1, keepdim=True).float() / 448).clamp(min=1e-12)
-        q = (rows / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
-        out = torch._scaled_mm(q, self.weight.t(), scale, self.weight_scale.view(1, -1), bias=self.bias,
-                               out_dtype=x.dtype)
+        q, scale = self.quantize(x.reshape(-1, k))
+        out = torch._scaled_mm(q, self.weight.t(), scale.unsqueeze(-1), self.weight_scale.view(1, -1),
+                               bias=self.bias, out_dtype=x.dtype)
         return out.reshape(*x.shape[:-1], n)
 
 
@@ -337,13 +337,6 @@ class TorchFP8Linear(torch.nn.Module):
 # quantized as each twin's linear layers quantize them: torch ops for PyTorch's, wavetune.quantize_fp8 for
 # wavetune's.
 FP8_EXPERTS = {FP8: "wavetune_e2e_fp8", FP8_TORCH: "wavetune_e2e_fp8_torch"}
-E4M3_MAX = 448.0
-
-
-def quantized_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """e4m3 values and float32 scales per row of ``t`` (the last dimension), with torch ops."""
-    scale = (t.abs().amax(dim=-1, keepdim=True).float() / E4M3_MAX).clamp(min=1e-12)
-    return (t / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), scale.squeeze(-1)
 
 
 def fp8_experts_forward(quantize, run):
@@ -365,11 +358,13 @@ def fp8_experts_forward(quantize, run):
 def register_fp8_experts() -> None:
     from transformers.integrations.moe import ExpertsInterface
 
+    from wavetune.families.grouped_gemm.measure import quantize_rows
+
     ExpertsInterface.register(FP8_EXPERTS[FP8], fp8_experts_forward(
         torch.ops.wavetune.quantize_fp8,
         lambda q, w, qs, ws, offsets: torch.ops.wavetune.scaled_grouped_gemm(q, w, qs, ws, offsets, torch.bfloat16)))
     ExpertsInterface.register(FP8_EXPERTS[FP8_TORCH], fp8_experts_forward(
-        quantized_rows,
+        quantize_rows,
         lambda q, w, qs, ws, offsets: torch._scaled_grouped_mm(q, w.transpose(-2, -1), qs, ws, offs=offsets,
                                                                out_dtype=torch.bfloat16)))
 
@@ -377,11 +372,13 @@ def register_fp8_experts() -> None:
 def quantize_experts(model: torch.nn.Module) -> dict:
     """Each experts module of ``model`` -> {weight name: (e4m3 weights [experts, N, K], float32 scales
     [experts, N])} of its gate/up and down weights."""
+    from wavetune.families.grouped_gemm.measure import quantize_rows
+
     weights = {}
     for module in model.modules():
         if hasattr(module, "has_gate") and hasattr(module, "down_proj"):
             names = ("gate_up" if module.has_gate else "up", "down")
-            weights[module] = {name: quantized_rows(getattr(module, f"{name}_proj").detach()) for name in names}
+            weights[module] = {name: quantize_rows(getattr(module, f"{name}_proj").detach()) for name in names}
     return weights
 
 

@@ -17,17 +17,12 @@ from wavetune.tuning.timing import capture_documented
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
+from wavetune.families.grouped_gemm.measure import quantize_rows  # noqa: E402 (imports torch)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The grouped family's tolerance (test_grouped_gpu.check) holds: against the dequantized operands' exact product
 # only the output's rounding and fp32 accumulation differ; e4m3 rounding of the inputs is in both sides.
 TOLERANCE = 1e-2
-
-
-def quantize_rows(t):
-    from wavetune.families.grouped_gemm.measure import quantize_rows as quantize
-
-    return quantize(t)
 
 
 def operands(counts, n, k, out_dtype, spare_rows=0):
