@@ -44,7 +44,7 @@ from methods import geomean
 import wavetune
 from wavetune import _C
 from wavetune.families.grouped_gemm import mapping as grouped_mapping
-from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS
+from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS, e4m3_cases
 from wavetune.families.grouped_gemm.measure import measure_case
 from wavetune.runtime.tables import default_table_path
 
@@ -149,7 +149,7 @@ def host_costs() -> dict:
 def cases(args: argparse.Namespace) -> list[dict]:
     """The suite's cases (with --fp8, those whose K fills 16-byte e4m3 rows)."""
     every = generated_or_named(args)
-    return [c for c in every if c["k"] % 16 == 0] if args.fp8 else every
+    return e4m3_cases(every) if args.fp8 else every
 
 
 def generated_or_named(args: argparse.Namespace) -> list[dict]:

@@ -97,3 +97,8 @@ def keyed(cases: list[dict]) -> list[dict]:
 def tune_plan(count: int = TUNE_CASES) -> list[dict]:
     """The cases ``tune --family grouped_gemm`` measures: ``count`` of the tune split, keyed."""
     return keyed(moe_cases("tune", count, ROUTINGS))
+
+
+def e4m3_cases(cases: list[dict]) -> list[dict]:
+    """The cases the FP8 grouped family takes: K fills 16-byte rows of e4m3 values."""
+    return [case for case in cases if case["k"] % 16 == 0]

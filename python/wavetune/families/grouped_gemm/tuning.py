@@ -160,7 +160,7 @@ class GroupedTuning:
         log = CaseLog(args.log, self.name, device=measure.device, timing=GROUPED_TIMING)
         plan = plan_cases.tune_plan(args.cases or plan_cases.TUNE_CASES)
         if self.fp8:
-            plan = [case for case in plan if case["k"] % 16 == 0]
+            plan = plan_cases.e4m3_cases(plan)
         header = {**log.header, "sm_count": log.device["sm_count"]}
         return measure_cases_and_fit(log, plan, measure, f"the tune split, {len(self.configs())} {self.name} variants each",
                                      lambda measured, source: self.fit_and_write(header, measured, out, source))
