@@ -127,8 +127,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fp8", choices=("rowwise", "block"),
                    help=f"also twins with FP8 linear layers (per-channel weights and per-token activations, or "
                         f"128-blocks): {FP8_TORCH} runs them as PyTorch does (torch._scaled_mm; block scales: "
-                        f"weights dequantized to bf16 per call), {FP8} on wavetune.nn.FP8Linear; per channel, "
-                        f"an MoE model's experts too (torch._scaled_grouped_mm; wavetune.scaled_grouped_gemm)")
+                        f"weights dequantized to bf16 per call), {FP8} on wavetune.nn.FP8Linear; an MoE model's "
+                        f"experts too (torch._scaled_grouped_mm, block scales: dequantized weights and "
+                        f"torch._grouped_mm; wavetune.scaled_grouped_gemm)")
     p.add_argument("--wavetune", default="gemm,grouped",
                    help="comma-separated twins to compare (none: \"\"), each adding a part of wavetune to the one before: "
                         + ", ".join(f"{part} ({suffix})" for part, suffix in PARTS.items()))
@@ -332,16 +333,18 @@ class TorchFP8Linear(torch.nn.Module):
         return out.reshape(*x.shape[:-1], n)
 
 
-# --fp8 rowwise on an MoE model: its experts in e4m3 too, a scale per expert output channel and per token,
-# as transformers experts implementations of this script's (registered under these names). Activations are
-# quantized as each twin's linear layers quantize them: torch ops for PyTorch's, wavetune.quantize_fp8 for
-# wavetune's.
+# --fp8 on an MoE model: its experts in e4m3 too, with the linear layers' scales (per expert output channel
+# and per token, or per 128x128 weight block and 1x128 token group), as transformers experts implementations
+# of this script's (registered under these names). wavetune's twin quantizes activations with
+# wavetune.quantize_fp8 and runs wavetune.scaled_grouped_gemm; PyTorch's quantizes per token with torch ops
+# and runs torch._scaled_grouped_mm, or with block scales runs torch._grouped_mm on its bf16 activations and
+# the weights dequantized per call (it has no block-scaled grouped GEMM on Hopper), as its linear layers do.
 FP8_EXPERTS = {FP8: "wavetune_e2e_fp8", FP8_TORCH: "wavetune_e2e_fp8_torch"}
 
 
 def fp8_experts_forward(quantize, run):
-    """An experts forward on the module's e4m3 weights (``quantize_experts``): ``quantize(rows)`` gives e4m3
-    rows and their scales, ``run(q, w, q_scale, w_scale, offsets)`` the grouped GEMM."""
+    """An experts forward on the module's e4m3 weights (``quantize_experts``): ``quantize(rows)`` gives the
+    GEMM's activations and their scales, ``run(q, w, q_scale, w_scale, offsets)`` the grouped GEMM."""
     from wavetune import hf
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
@@ -355,36 +358,41 @@ def fp8_experts_forward(quantize, run):
     return forward
 
 
-def register_fp8_experts() -> None:
+def register_fp8_experts(block: bool) -> None:
     from transformers.integrations.moe import ExpertsInterface
 
-    from wavetune.families.grouped_gemm.measure import quantize_rows
+    from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, quantize_rows
 
+    group_size = BLOCK if block else None
     ExpertsInterface.register(FP8_EXPERTS[FP8], fp8_experts_forward(
-        torch.ops.wavetune.quantize_fp8,
+        lambda rows: torch.ops.wavetune.quantize_fp8(rows, None, group_size),
         lambda q, w, qs, ws, offsets: torch.ops.wavetune.scaled_grouped_gemm(q, w, qs, ws, offsets, torch.bfloat16)))
-    ExpertsInterface.register(FP8_EXPERTS[FP8_TORCH], fp8_experts_forward(
-        quantize_rows,
-        lambda q, w, qs, ws, offsets: torch._scaled_grouped_mm(q, w.transpose(-2, -1), qs, ws, offs=offsets,
-                                                               out_dtype=torch.bfloat16)))
+    if block:
+        torch_experts = fp8_experts_forward(lambda rows: (rows, None), lambda x, w, _, ws, offsets: torch._grouped_mm(
+            x, dequantize_experts(w, ws, BLOCK, x.dtype).transpose(-2, -1), offs=offsets))
+    else:
+        torch_experts = fp8_experts_forward(quantize_rows, lambda q, w, qs, ws, offsets: torch._scaled_grouped_mm(
+            q, w.transpose(-2, -1), qs, ws, offs=offsets, out_dtype=torch.bfloat16))
+    ExpertsInterface.register(FP8_EXPERTS[FP8_TORCH], torch_experts)
 
 
-def quantize_experts(model: torch.nn.Module) -> dict:
+def quantize_experts(model: torch.nn.Module, block: bool) -> dict:
     """Each experts module of ``model`` -> {weight name: (e4m3 weights [experts, N, K], float32 scales
-    [experts, N])} of its gate/up and down weights."""
-    from wavetune.families.grouped_gemm.measure import quantize_rows
+    [experts, N], or [experts, N/128, K/128] with ``block``)} of its gate/up and down weights."""
+    from wavetune.families.grouped_gemm.measure import BLOCK, quantize
 
     weights = {}
     for module in model.modules():
         if hasattr(module, "has_gate") and hasattr(module, "down_proj"):
             names = ("gate_up" if module.has_gate else "up", "down")
-            weights[module] = {name: quantize_rows(getattr(module, f"{name}_proj").detach()) for name in names}
+            weights[module] = {name: quantize(getattr(module, f"{name}_proj").detach(), "block" if block else "row",
+                                              BLOCK) for name in names}
     return weights
 
 
 def fp8_twins(model: torch.nn.Module, block: bool) -> dict:
-    """{FP8_TORCH: ..., FP8: ...}: twins of ``model`` whose linear layers (LM head aside) hold the same e4m3
-    weights and scales, run by PyTorch and by wavetune; with per-channel scales, so do their experts."""
+    """{FP8_TORCH: ..., FP8: ...}: twins of ``model`` whose linear layers (LM head aside) and experts hold the
+    same e4m3 weights and scales, run by PyTorch and by wavetune."""
     import wavetune.nn
 
     fast = twin_of(model)
@@ -395,9 +403,9 @@ def fp8_twins(model: torch.nn.Module, block: bool) -> dict:
             parent, _, attribute = name.rpartition(".")
             setattr(plain.get_submodule(parent), attribute, TorchFP8Linear(module))
     twins = {FP8_TORCH: plain, FP8: fast}
-    experts = {} if block else quantize_experts(model)
+    experts = quantize_experts(model, block)
     if experts:
-        register_fp8_experts()
+        register_fp8_experts(block)
         by_name = {name: experts[module] for name, module in model.named_modules() if module in experts}
         for suffix, twin in twins.items():
             for name, module in twin.named_modules():

@@ -16,16 +16,19 @@ expert layers (benchmarks/shape_suite.py: expert and tensor parallel splits, tok
               them is the exhaustive best
   torch       torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
   loop        torch.matmul per expert that has rows (their counts known on the host)
-(`--no-loop` leaves the loop out.) With `--fp8` the experts run in e4m3 with a scale per token and per expert
-channel: `choice` and the variants are wavetune.scaled_grouped_gemm's, `torch` is
+(`--no-loop` leaves the loop out.) With `--fp8 row` the experts run in e4m3 with a scale per token and per
+expert channel: `choice` and the variants are wavetune.scaled_grouped_gemm's, `torch` is
 torch._scaled_grouped_mm(x, w.transpose(-2, -1), scale_x, scale_w, offs=offsets, out_dtype=torch.bfloat16), and
-there is no loop. Each is checked against a float32 reference on sampled rows, then timed
+there is no loop. With `--fp8 block` the scales are per 1x128 token group and 128x128 weight block (FP8
+checkpoints' layout): `choice` (through wavetune.scaled_grouped_gemm) and the variants are the block-scaled
+family's, `torch` dequantizes x and w with torch ops and runs torch._grouped_mm in bf16 (PyTorch has no
+block-scaled grouped GEMM on Hopper). Each is checked against a float32 reference on sampled rows, then timed
 as CUDA graphs replayed round-robin (warm-up, interleaved rounds, medians) over fresh uniform(-1, 1)
 operands. Where one operand set would fit in the L2, sets with the same counts on other experts rotate, so
 weights come from DRAM as in a forward pass: the measurement `python -m wavetune tune --family grouped_gemm`
 makes of the variants (wavetune.families.grouped_gemm.measure), with this script's comparisons in the same
 rounds. Cases run token counts spread over the range first, so a cut budget still spans it. Writes <out>/grouped_<suite>.jsonl (a header, then one record per case as measured) and
-<out>/grouped_<suite>.md (grouped_fp8_<suite>.* with --fp8).
+<out>/grouped_<suite>.md (grouped_fp8_<suite>.* with --fp8 row, grouped_fp8_block_<suite>.* with --fp8 block).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import wavetune
 from wavetune import _C
 from wavetune.families.grouped_gemm import mapping as grouped_mapping
 from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS, e4m3_cases
-from wavetune.families.grouped_gemm.measure import measure_case
+from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, measure_case
 from wavetune.runtime.tables import default_table_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,6 +62,14 @@ PROJECTIONS = {"gate_up": lambda m: (2 * m["inter"], m["hidden"]), "down": lambd
 TOKENS = (1, 2048, 128, 16384, 16, 512, 8192, 4, 64, 4096)  # in the order measured
 ROUTINGS = ("balanced", "skewed")
 TOKEN_BUCKETS = ((1, 16), (17, 512), (513, 4096), (4097, 16384))
+# Per --fp8 value: the family timed, its variants' listing and build filter, the precision and the baseline.
+FAMILIES = {
+    "": ("grouped_gemm", "grouped_configs", "grouped_bf16_*", "bf16", "_grouped_mm"),
+    "row": ("scaled_grouped_gemm", "scaled_grouped_configs", "e4m3_grouped_bf16_*",
+            "e4m3 with per-token and per-channel scales", "_scaled_grouped_mm"),
+    "block": ("block_scaled_grouped_gemm", "block_scaled_grouped_configs", "e4m3_block128_grouped_bf16_*",
+              "e4m3 with 1x128 and 128x128 block scales", "dequantize + _grouped_mm"),
+}
 
 
 def parse_args() -> argparse.Namespace:
@@ -66,7 +77,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--suite", choices=("named", *shape_suite.HASHED_SPLITS), default="named")
     p.add_argument("--count", type=int, default=300, help="cases of a generated suite")
     p.add_argument("--no-loop", action="store_true", help="leave the per-expert loop out (it is slow to capture)")
-    p.add_argument("--fp8", action="store_true", help="e4m3 experts: scaled_grouped_gemm against _scaled_grouped_mm")
+    p.add_argument("--fp8", nargs="?", const="row", default="", choices=("row", "block"),
+                   help="e4m3 experts, scales per row (scaled_grouped_gemm against _scaled_grouped_mm; the default) or "
+                        "per block (against dequantize + _grouped_mm)")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated, measured in this order")
     p.add_argument("--routings", default=",".join(ROUTINGS))
@@ -84,9 +97,19 @@ def per_expert_loop(x, w, offsets, out, bounds):
     return out
 
 
-def comparisons(loop: bool, fp8: bool) -> dict:
+def comparisons(loop: bool, fp8: str) -> dict:
     """The methods timed beside the variants: wavetune's own choice, torch._grouped_mm and the loop (with
-    ``fp8``: wavetune's choice and torch._scaled_grouped_mm)."""
+    ``fp8``: wavetune's choice and PyTorch's way with those scales)."""
+    if fp8 == "block":
+        def torch_path(x, w, offsets, out, bounds, sx, sw):
+            w_bf16 = dequantize_experts(w, sw, BLOCK)
+            return torch._grouped_mm(dequantize_experts(x, sx, 1), w_bf16.transpose(-2, -1), offs=offsets)
+
+        return {
+            "choice": lambda x, w, offsets, out, bounds, sx, sw: wavetune.scaled_grouped_gemm(x, w, sx, sw, offsets,
+                                                                                               out=out),
+            "torch": torch_path,
+        }
     if fp8:
         return {
             "choice": lambda x, w, offsets, out, bounds, sx, sw: wavetune.scaled_grouped_gemm(x, w, sx, sw, offsets,
@@ -107,13 +130,10 @@ def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torc
     record, times, counts = measure_case(case, l2_bytes, generator, args.reps,
                                          comparisons(not args.no_loop and not args.fp8, args.fp8), args.fp8)
     n, k, rows = case["n"], case["k"], record["rows"]
-    bf16 = _C.DTYPES.index("bf16")
-    if args.fp8:
-        chosen = _C.scaled_grouped_choice(bf16, rows, case["experts"], n, k, torch.cuda.current_device())
-        c = next(c for c in wavetune.scaled_grouped_configs() if c.id == chosen)
-    else:
-        chosen = _C.grouped_choice(bf16, rows, case["experts"], n, k, torch.cuda.current_device())
-        c = next(c for c in wavetune.grouped_configs() if c.id == chosen)
+    family, listing, *_ = FAMILIES[args.fp8]
+    choice = getattr(_C, family.removesuffix("_gemm") + "_choice")
+    chosen = choice(_C.DTYPES.index("bf16"), rows, case["experts"], n, k, torch.cuda.current_device())
+    c = next(c for c in getattr(wavetune, listing)() if c.id == chosen)
     sms = wavetune.device_properties()["sm_count"]
     return {**record, "choice": c.name,
             "grid_estimate": grouped_mapping.balanced(c.tile, c.cluster, c.swap_ab, rows, case["experts"], n, k,
@@ -168,8 +188,7 @@ def generated_or_named(args: argparse.Namespace) -> list[dict]:
 
 def summary(rows: list[dict], header: dict) -> str:
     host = header["host"]
-    precision = "e4m3 with per-token and per-channel scales" if header["args"].get("fp8") == "True" else "bf16"
-    baseline = "_scaled_grouped_mm" if precision != "bf16" else "_grouped_mm"
+    *_, precision, baseline = FAMILIES[header["args"].get("fp8", "")]
     lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, {precision}; speed ratios "
              f"(above 1: wavetune faster). Host time: the choice {host['decision_us']:.2f} us, an eager call "
              f"{host['grouped_gemm_call_us']:.1f} us (torch._grouped_mm {host['torch_grouped_mm_call_us']:.1f} us).",
@@ -198,20 +217,19 @@ def summary(rows: list[dict], header: dict) -> str:
 
 def main() -> None:
     args = parse_args()
-    listing, pattern = (wavetune.scaled_grouped_configs, "e4m3_grouped_bf16_*") if args.fp8 else \
-        (wavetune.grouped_configs, "grouped_bf16_*")
-    if not any(c.dtype == "bf16" for c in listing()):
+    family, listing, pattern, *_ = FAMILIES[args.fp8]
+    if not any(c.dtype == "bf16" for c in getattr(wavetune, listing)()):
         sys.exit(f"no bf16 grouped variants compiled (WAVETUNE_KERNEL_FILTER='{pattern}' builds them)")
     start = time.monotonic()
     props = wavetune.device_properties()
     generator = torch.Generator().manual_seed(args.seed)
-    table = default_table_path(props["name"], "scaled_grouped_gemm" if args.fp8 else "grouped_gemm")
+    table = default_table_path(props["name"], family)
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "grouped_table": str(table) if table else None, "sm_count": props["sm_count"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs()}
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"grouped_{'fp8_' if args.fp8 else ''}{args.suite}"
+    name = f"grouped_{dict(row='fp8_', block='fp8_block_').get(args.fp8, '')}{args.suite}"
     log = args.out / f"{name}.jsonl"
     log.write_text(json.dumps(header) + "\n")
     rows, todo = [], cases(args)

@@ -15,7 +15,8 @@ from wavetune import _C
 from wavetune.tuning.tablefile import table_slug
 
 TABLES = REPO / "tables"
-FAMILIES = ("attention", "gemm", "grouped_gemm", "paged_attention", "scaled_gemm", "scaled_grouped_gemm")
+FAMILIES = ("attention", "block_scaled_grouped_gemm", "gemm", "grouped_gemm", "paged_attention", "scaled_gemm",
+            "scaled_grouped_gemm")
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,8 @@ from .families.paged_attention.api import paged_attention, paged_attention_confi
 from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
     dequantize_fp8, quantize_fp8, scaled_gemm, scaled_gemm_configs)
 from .families.scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm  # FP8 experts
+from .families.block_scaled_grouped_gemm.api import (  # FP8 experts with 128-block scales
+    block_scaled_grouped_configs, block_scaled_grouped_gemm)
 
 try:
     __version__ = version("wavetune")
@@ -33,7 +35,8 @@ except PackageNotFoundError:  # imported from an unusual location
     __version__ = "0+unknown"
 
 __all__ = [
-    "KernelConfig", "LaunchConfig", "attention", "attention_configs", "build_info", "configs", "dequantize_fp8",
+    "KernelConfig", "LaunchConfig", "attention", "attention_configs", "block_scaled_grouped_configs",
+    "block_scaled_grouped_gemm", "build_info", "configs", "dequantize_fp8",
     "device_properties", "gemm", "grouped_configs", "grouped_gemm", "load_table", "paged_attention",
     "paged_attention_configs", "patch", "quantize_fp8", "scaled_gemm", "scaled_gemm_configs", "scaled_grouped_configs",
     "scaled_grouped_gemm", "unpatch",

@@ -1,9 +1,11 @@
 // The CUTLASS template behind every grouped variant (cutlass_configs/sm90_grouped_gemm.toml): a Hopper
 // ptr-array grouped GEMM (TMA warp-specialized, persistent, fp32 accumulation, no C operand) running
-// out[rows of e] = x[rows of e] @ w[e].T for every expert e in one launch, its operand types and epilogue
-// given by an Operands policy: GroupedOperands here (16-bit in and out), ScaledGroupedOperands for the FP8
-// grouped family (sm90_scaled_grouped_gemm.cuh). Generated sources instantiate it once per translation unit
-// with WAVETUNE_GROUPED_INSTANTIATE_VARIANT (or the FP8 family's macro).
+// out[rows of e] = x[rows of e] @ w[e].T for every expert e in one launch, its operand types, scales and
+// epilogue given by an Operands policy: GroupedOperands here (16-bit in and out), ScaledGroupedOperands for
+// the FP8 grouped family (scales per row, in the epilogue: sm90_scaled_grouped_gemm.cuh),
+// BlockScaledGroupedOperands for the 128-block FP8 family (scales per block, in the mainloop:
+// sm90_block_scaled_grouped_gemm.cuh). Generated sources instantiate it once per translation unit with
+// WAVETUNE_GROUPED_INSTANTIATE_VARIANT (or a scaled family's macro).
 #pragma once
 
 // NOTES: the same switch as sm90_gemm.cuh: every multiple of 8 as tile N gets a wgmma atom of its own.
@@ -16,6 +18,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "cutlass/detail/blockwise_scale_layout.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
@@ -28,13 +31,19 @@
 
 namespace wavetune::detail {
 
+// Where an Operands policy's scales apply: none; one per row of x and of w[e], in the epilogue; one per
+// 1x128 block of x and 128x128 block of w[e], in the mainloop (the products of each 128-wide k-block are
+// scaled as they are promoted to fp32).
+enum class GroupedScales { none, per_row, per_block };
+constexpr int kScaleBlock = 128;
+
 // x, w and out in one 16-bit type; the default epilogue (out = acc).
 template <DType kDType>
 struct GroupedOperands {
   using Problem = GroupedGemmProblem;
   using Input = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
   using Out = Input;
-  static constexpr bool kScaled = false;
+  static constexpr GroupedScales kScales = GroupedScales::none;
   template <class TileShape, bool kSwapAB>
   using Fusion = cutlass::epilogue::fusion::LinearCombination<Out, float, void, float>;
   CUTLASS_HOST_DEVICE static const GroupedGemmProblem& sizes(const Problem& p) { return p; }
@@ -56,9 +65,19 @@ struct Sm90GroupedGemm {
   CUTLASS_HOST_DEVICE static const GroupedGemmProblem& sizes(const Problem& p) { return Operands::sizes(p); }
   using Input = typename Operands::Input;
   using Out = typename Operands::Out;
-  static constexpr bool kScaled = Operands::kScaled;
+  static constexpr GroupedScales kScales = Operands::kScales;
+  static constexpr bool kBlockScaled = kScales == GroupedScales::per_block;
   using LayoutA = cutlass::layout::RowMajor;     // x[rows of e] [rows, K], or swapped w[e] [N, K]
   using LayoutB = cutlass::layout::ColumnMajor;  // w[e] as [K, N], or swapped x[rows of e] as [K, rows]
+  // NOTES: block scales as their producers lay them out, K-major: x's [rows, K/128] (quantize_fp8 with
+  // group_size=128) and w's [experts, N/128, K/128] (checkpoints' weight_scale_inv). The kernel's A is w[e]
+  // when swapped, so its granularity along M is 128 weight rows, else 1 token; B the other way round.
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<kSwapAB ? kScaleBlock : 1, kSwapAB ? 1 : kScaleBlock,
+                                                                kScaleBlock, cute::GMMA::Major::K, cute::GMMA::Major::K>;
+  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+  using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+  using MainloopLayoutA = std::conditional_t<kBlockScaled, cute::tuple<LayoutA*, LayoutSFA*>, LayoutA*>;
+  using MainloopLayoutB = std::conditional_t<kBlockScaled, cute::tuple<LayoutB*, LayoutSFB*>, LayoutB*>;
   using LayoutD = std::conditional_t<kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   // TMA moves 16-byte rows: K and N fill whole 16 bytes (the problem checks say so).
   static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Input>::value;
@@ -68,8 +87,12 @@ struct Sm90GroupedGemm {
   using ExpertShape = typename ProblemShape::UnderlyingProblemShape;
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
-  using MainloopSchedule = std::conditional_t<kCooperative, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-                                              cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>;
+  using MainloopSchedule = std::conditional_t<
+      kBlockScaled,
+      std::conditional_t<kCooperative, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise,
+                         cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise>,
+      std::conditional_t<kCooperative, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
+                         cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>>;
   using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
                                               cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
 
@@ -80,8 +103,8 @@ struct Sm90GroupedGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kOutAlignment, Out, LayoutD*,
       kOutAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Input, LayoutA*, kAlignment, Input, LayoutB*,
-      kAlignment, float, TileShape, ClusterShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Input, MainloopLayoutA, kAlignment, Input,
+      MainloopLayoutB, kAlignment, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
   static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
@@ -94,7 +117,7 @@ struct Sm90GroupedGemm {
   using StrideD = typename Kernel::InternalStrideD;
 
   // The per-expert arguments CUTLASS reads, written on the GPU by prepare_experts; the scale pointers only
-  // for scaled operands.
+  // for scaled operands, the scale layouts only for block scales.
   struct ExpertArrays {
     ExpertShape* shapes;
     const Input** a;
@@ -105,6 +128,8 @@ struct Sm90GroupedGemm {
     StrideD* stride_d;
     const float** scale_x;
     const float** scale_w;
+    LayoutSFA* layout_sfa;
+    LayoutSFB* layout_sfb;
   };
 
   static size_t cutlass_workspace_bytes(int32_t experts, const DeviceInfo& dev) {
@@ -118,7 +143,8 @@ struct Sm90GroupedGemm {
   // Where each part of the workspace starts: the expert arrays, then CUTLASS's own workspace (TMA
   // descriptors per SM), each 128-byte aligned.
   struct WorkspaceLayout {
-    size_t shapes, a, b, d, stride_a, stride_b, stride_d, scale_x, scale_w, cutlass, total = 0;
+    size_t shapes, a, b, d, stride_a, stride_b, stride_d, scale_x, scale_w, layout_sfa, layout_sfb, cutlass,
+        total = 0;
 
     WorkspaceLayout(int32_t experts, const DeviceInfo& dev) {
       const size_t e = size_t(experts);
@@ -129,8 +155,11 @@ struct Sm90GroupedGemm {
       stride_a = take(e * sizeof(StrideA));
       stride_b = take(e * sizeof(StrideB));
       stride_d = take(e * sizeof(StrideD));
+      constexpr bool kScaled = kScales != GroupedScales::none;
       scale_x = take(kScaled ? e * sizeof(float*) : 0);
       scale_w = take(kScaled ? e * sizeof(float*) : 0);
+      layout_sfa = take(kBlockScaled ? e * sizeof(LayoutSFA) : 0);
+      layout_sfb = take(kBlockScaled ? e * sizeof(LayoutSFB) : 0);
       cutlass = take(cutlass_workspace_bytes(experts, dev));
     }
     size_t take(size_t bytes) {
@@ -144,7 +173,8 @@ struct Sm90GroupedGemm {
               reinterpret_cast<const Input**>(base + b),        reinterpret_cast<Out**>(base + d),
               reinterpret_cast<StrideA*>(base + stride_a),      reinterpret_cast<StrideB*>(base + stride_b),
               reinterpret_cast<StrideD*>(base + stride_d),      reinterpret_cast<const float**>(base + scale_x),
-              reinterpret_cast<const float**>(base + scale_w)};
+              reinterpret_cast<const float**>(base + scale_w),  reinterpret_cast<LayoutSFA*>(base + layout_sfa),
+              reinterpret_cast<LayoutSFB*>(base + layout_sfb)};
     }
   };
 
@@ -158,10 +188,10 @@ struct Sm90GroupedGemm {
     // whose scheduler reads each expert's shape on the GPU and skips experts with no tiles.
     Arguments args{cutlass::gemm::GemmUniversalMode::kGrouped,
                    {p.experts, arrays.shapes, nullptr},
-                   {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b},
+                   mainloop_arguments(arrays),
                    {{}, nullptr, arrays.stride_d, arrays.d, arrays.stride_d},
                    hw_info};
-    if constexpr (kScaled) {
+    if constexpr (kScales == GroupedScales::per_row) {
       args.epilogue.thread =
           Operands::template epilogue_arguments<decltype(args.epilogue.thread)>(arrays.scale_x, arrays.scale_w);
     } else {
@@ -169,6 +199,16 @@ struct Sm90GroupedGemm {
       args.epilogue.thread.beta = 0.0f;
     }
     return args;
+  }
+
+  static typename Mainloop::Arguments mainloop_arguments(const ExpertArrays& arrays) {
+    if constexpr (kBlockScaled) {
+      const float** sfa = kSwapAB ? arrays.scale_w : arrays.scale_x;
+      const float** sfb = kSwapAB ? arrays.scale_x : arrays.scale_w;
+      return {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b, sfa, arrays.layout_sfa, sfb, arrays.layout_sfb};
+    } else {
+      return {arrays.a, arrays.stride_a, arrays.b, arrays.stride_b};
+    }
   }
 
   static void run(const Problem& p, void* workspace, const DeviceInfo& dev, Stream stream);
@@ -197,9 +237,18 @@ __global__ void prepare_experts(typename Gemm::Problem problem, typename Gemm::E
   arrays.stride_a[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideA{}, {m, p.k, 1});
   arrays.stride_b[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideB{}, {n, p.k, 1});
   arrays.stride_d[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideD{}, {m, n, 1});
-  if constexpr (Gemm::kScaled) {
-    arrays.scale_x[e] = problem.scale_x + start;
-    arrays.scale_w[e] = problem.scale_w + int64_t(e) * p.n;
+  if constexpr (Gemm::kScales != GroupedScales::none) {
+    // Per row: one scale per token and per weight row; per block: rows of K/128 scales, the weight's per
+    // 128 rows.
+    const bool blocks = Gemm::kBlockScaled;
+    const int64_t k_scales = blocks ? (p.k + kScaleBlock - 1) / kScaleBlock : 1;
+    const int64_t n_scales = blocks ? (p.n + kScaleBlock - 1) / kScaleBlock : p.n;
+    arrays.scale_x[e] = problem.scale_x + start * k_scales;
+    arrays.scale_w[e] = problem.scale_w + e * n_scales * k_scales;
+  }
+  if constexpr (Gemm::kBlockScaled) {
+    arrays.layout_sfa[e] = Gemm::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, p.k, 1));
+    arrays.layout_sfb[e] = Gemm::ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(m, n, p.k, 1));
   }
 }
 

@@ -1,9 +1,9 @@
 // The compiled FP8 grouped variants, as listed by the generated scaled_grouped_registry.inc (see
 // python/wavetune/codegen/config_space.py), and the problem checks that need no GPU.
-#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "e4m3_grouped_checks.h"
 #include "registered.h"
 #include "scaled_grouped_ops.h"
 #include "scaled_grouped_registry.inc"
@@ -43,17 +43,7 @@ const VariantInfo* find_scaled_grouped_variant(int32_t id) {
 }
 
 std::string scaled_grouped_problem_error(const ScaledGroupedGemmProblem& p) {
-  std::string error = grouped_problem_error(p.gemm);  // sizes, data pointers and their alignment
-  if (!error.empty()) return error;
-  auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 != 0; };
-  if (p.gemm.k % 16 != 0) {
-    return "K=" + std::to_string(p.gemm.k) + " must be a multiple of 16: the kernels move 16-byte rows of e4m3 "
-           "values with TMA (pad K to a multiple of 16)";
-  }
-  if (p.gemm.dtype != DType::bf16 && p.gemm.dtype != DType::fp16) return "the output must be bf16 or fp16";
-  if (!p.scale_x || !p.scale_w) return "null scale pointer";
-  if (misaligned(p.scale_x) || misaligned(p.scale_w)) return "the scales must be 4-byte aligned float32";
-  return {};
+  return detail::e4m3_grouped_problem_error(p.gemm, p.scale_x, p.scale_w);
 }
 
 namespace {

@@ -17,7 +17,7 @@ struct ScaledGroupedOperands {
   using Problem = ScaledGroupedGemmProblem;
   using Input = cutlass::float_e4m3_t;
   using Out = std::conditional_t<kOut == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
-  static constexpr bool kScaled = true;
+  static constexpr GroupedScales kScales = GroupedScales::per_row;
   CUTLASS_HOST_DEVICE static const GroupedGemmProblem& sizes(const Problem& p) { return p.gemm; }
 
   // NOTES: scale_w * (scale_x * acc) in fp32, one rounding to the output. Each expert's scales start at its

@@ -3,8 +3,9 @@ benchmarks/grouped.py compares against torch: each launch checked against a floa
 rows, then timed as CUDA graphs replayed round-robin (``wavetune.tuning.timing.interleaved_us``: warm-up,
 interleaved rounds, medians) over fresh uniform(-1, 1) operands. Where one operand set would fit in the
 L2, sets with the same counts on other experts rotate, so weights come from DRAM as in a forward pass.
-bf16, or with ``fp8`` the FP8 grouped family's variants on e4m3 operands with per-token and per-channel
-scales (an operand set then ends with scale_x and scale_w). Importing this module imports torch.
+bf16, or an FP8 grouped family's variants on e4m3 operands (``scales``: "row", per token and per expert
+channel; "block", per 1x128 and 128x128 block; an operand set then ends with scale_x and scale_w). Importing
+this module imports torch.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Callable
 import torch
 
 from ...tuning.timing import interleaved_us
+from ..block_scaled_grouped_gemm.api import block_scaled_grouped_configs, block_scaled_grouped_gemm
 from ..scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm
 from .api import grouped_configs, grouped_gemm
+from .e4m3 import BLOCK
 
 HOT_EXPERTS, HOT_WEIGHT = 3, 30.0  # the "hot" routing: three experts picked 30 times as often as the others
 MAX_ERROR = 2e-2
@@ -54,16 +57,52 @@ def quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (t / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), scale.squeeze(-1)
 
 
-def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int, fp8: bool = False) -> list[tuple]:
+def quantize_blocks(t: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and float32 scales of a matrix t [R, K] per block of ``rows`` rows and 128 columns (1: an
+    activation's 1x128 groups; 128: a weight's 128x128 blocks), with torch ops: t ~= dequantize_experts(q,
+    scale, rows, torch.float32)."""
+    r, k = t.shape
+    padded = torch.nn.functional.pad(t.float(), (0, -k % BLOCK, 0, -r % rows))
+    blocked = padded.view(padded.shape[0] // rows, rows, padded.shape[1] // BLOCK, BLOCK)
+    scale = (blocked.abs().amax(dim=(1, 3), keepdim=True) / E4M3_MAX).clamp(min=1e-12)
+    q = (blocked / scale).clamp(-E4M3_MAX, E4M3_MAX).view(padded.shape)[:r, :k]
+    return q.to(torch.float8_e4m3fn).contiguous(), scale[:, 0, :, 0].contiguous()
+
+
+def dequantize_experts(q: torch.Tensor, scale: torch.Tensor, rows: int, dtype=torch.bfloat16) -> torch.Tensor:
+    """``q`` [..., R, K] in ``dtype`` with scales per block of ``rows`` x 128 (``quantize_blocks``), in torch ops
+    as a PyTorch user would (a broadcast over whole blocks, else scales expanded to every element): what
+    benchmarks time as the dequantize-then-GEMM path of block-scaled FP8 models, and, in float32, the
+    references of the checks."""
+    *lead, r, k = q.shape
+    if r % rows == 0 and k % BLOCK == 0:
+        blocks = q.view(*lead, r // rows, rows, k // BLOCK, BLOCK).to(dtype)
+        return (blocks * scale[..., :, None, :, None].to(dtype)).view(q.shape)
+    full = scale.repeat_interleave(rows, dim=-2).repeat_interleave(BLOCK, dim=-1)[..., :r, :k]
+    return q.to(dtype) * full.to(dtype)
+
+
+def quantize(t: torch.Tensor, scales: str, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and scales of ``t`` (a matrix, or experts' matrices [E, R, K]) as an FP8 grouped family
+    takes them: per row ("row") or per block of ``rows`` x 128 ("block")."""
+    if scales != "block":
+        return quantize_rows(t)
+    if t.dim() == 2:
+        return quantize_blocks(t, rows)
+    q, scale = zip(*(quantize_blocks(m, rows) for m in t))  # one expert at a time: float32 copies fit
+    return torch.stack(q), torch.stack(scale)
+
+
+def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int, scales: str = "") -> list[tuple]:
     """(x, w, offsets, out, bounds[, scale_x, scale_w]) per rotated set: the same counts on other experts,
-    one w for all."""
+    one w for all; ``scales`` as ``measure_case`` takes them."""
     experts, rows = len(counts), sum(counts)
     opts = dict(device="cuda", dtype=torch.bfloat16)
-    size = 1 if fp8 else 2
+    size = 1 if scales else 2
     touched = sum(1 for c in counts if c) * n * k * size + rows * (n * 2 + k * size)
     copies = min(4, max(1, math.ceil(2 * l2_bytes / touched)))
     w = torch.empty(experts, n, k, **opts).uniform_(-1, 1)
-    w_scales = quantize_rows(w) if fp8 else (w,)
+    w_scales = quantize(w, scales, BLOCK) if scales else (w,)
     sets = []
     for c in range(copies):
         shifted = counts[-c * experts // copies:] + counts[:-c * experts // copies] if c else counts
@@ -71,21 +110,26 @@ def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int, fp8: bool = F
         bounds = [(e, end - count, end) for e, (count, end) in enumerate(zip(shifted, ends)) if count]
         offsets = torch.tensor(ends, dtype=torch.int32, device="cuda")
         x = torch.empty(rows, k, **opts).uniform_(-1, 1)
-        if fp8:
-            (x, scale_x), (w8, scale_w) = quantize_rows(x), w_scales
+        if scales:
+            (x, scale_x), (w8, scale_w) = quantize(x, scales, 1), w_scales
             sets.append((x, w8, offsets, torch.empty(rows, n, **opts), bounds, scale_x, scale_w))
         else:
             sets.append((x, w, offsets, torch.empty(rows, n, **opts), bounds))
     return sets
 
 
-def variant_launches(fp8: bool = False) -> dict[str, Callable]:
-    """The grouped entry point forced to each compiled variant writing bf16, by name: the fastest of them on a
-    case is the exhaustive best."""
-    if fp8:
-        return {c.name: (lambda x, w, offsets, out, bounds, sx, sw, c=c:
-                         scaled_grouped_gemm(x, w, sx, sw, offsets, out=out, config=c.id))
-                for c in scaled_grouped_configs() if c.dtype == "bf16"}
+FP8_ENTRIES = {"row": (scaled_grouped_configs, scaled_grouped_gemm),
+               "block": (block_scaled_grouped_configs, block_scaled_grouped_gemm)}
+
+
+def variant_launches(scales: str = "") -> dict[str, Callable]:
+    """The grouped entry point (an FP8 one for ``scales``) forced to each compiled variant writing bf16, by
+    name: the fastest of them on a case is the exhaustive best."""
+    if scales:
+        configs, entry = FP8_ENTRIES[scales]
+        return {c.name: (lambda x, w, offsets, out, bounds, sx, sw, c=c, entry=entry:
+                         entry(x, w, sx, sw, offsets, out=out, config=c.id))
+                for c in configs() if c.dtype == "bf16"}
     return {c.name: (lambda x, w, offsets, out, bounds, c=c: grouped_gemm(x, w, offsets, out=out, config=c.id))
             for c in grouped_configs() if c.dtype == "bf16"}
 
@@ -98,12 +142,17 @@ def check(launch, operands: tuple, generator: torch.Generator) -> float:
     result = launch(*operands)
     rows = torch.randint(0, x.shape[0], (SAMPLED_ROWS,), generator=generator).unique().tolist()
     scale_x, scale_w = scales or (torch.ones(x.shape[0], device="cuda"), torch.ones(w.shape[:2], device="cuda"))
+    blocks = scale_w.dim() == 3
     got, ref = [], []
     for e, start, end in bounds:
         mine = [r for r in rows if start <= r < end]
         if mine:
             got.append(result[mine].float())
-            ref.append((x[mine].float() * scale_x[mine, None]) @ (w[e].float() * scale_w[e, :, None]).t())
+            if blocks:
+                ref.append(dequantize_experts(x[mine], scale_x[mine], 1, torch.float32)
+                           @ dequantize_experts(w[e], scale_w[e], BLOCK, torch.float32).t())
+            else:
+                ref.append((x[mine].float() * scale_x[mine, None]) @ (w[e].float() * scale_w[e, :, None]).t())
     got, ref = torch.cat(got), torch.cat(ref)
     error = (torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)).item()
     if not error <= MAX_ERROR:  # NaN too
@@ -113,15 +162,15 @@ def check(launch, operands: tuple, generator: torch.Generator) -> float:
 
 def measure_case(case: dict, l2_bytes: int, generator: torch.Generator, reps: int = REPS,
                  extra: dict[str, Callable] | None = None,
-                 fp8: bool = False) -> tuple[dict, dict[str, float], list[int]]:
+                 scales: str = "") -> tuple[dict, dict[str, float], list[int]]:
     """(the case's record, every method's median us, rows per expert): every compiled variant writing bf16
     timed on the case, with ``extra`` methods (a benchmark's comparisons) first in the same interleaved
     rounds. The record is what a grouped table is fitted to: the case, its rows, ``variants_us``, the best
-    variant."""
+    variant. ``scales``: "" (bf16), or e4m3 with scales per "row" or per "block"."""
     counts = route(case["tokens"], case["experts"], case["topk"], case["routing"], generator)
     n, k, rows = case["n"], case["k"], sum(counts)
-    sets = operand_sets(counts, n, k, l2_bytes, fp8)
-    variants = variant_launches(fp8)
+    sets = operand_sets(counts, n, k, l2_bytes, scales)
+    variants = variant_launches(scales)
     methods = {**(extra or {}), **variants}
     errors = {name: check(launch, sets[0], generator) for name, launch in methods.items()}
     estimate_us = max(2.0, 2 * rows * n * k / 4e8)  # at 400 TFLOP/s

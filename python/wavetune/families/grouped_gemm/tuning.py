@@ -1,7 +1,7 @@
 """The grouped-GEMM family's tuning (docs/grouped.md): measure every compiled grouped variant writing bf16 on
 the cases of the tune split (``cases``, timed by ``measure``), fit the per-regime priors and wave models, and
-write ``<gpu-slug>.grouped_gemm.wtt``. The FP8 grouped family tunes the same way (``GroupedTuning`` with
-``fp8``: its variants on e4m3 operands, the cases whose K fills 16-byte e4m3 rows).
+write ``<gpu-slug>.grouped_gemm.wtt``. The FP8 grouped families tune the same way (``GroupedTuning`` with
+``scales``: their variants on e4m3 operands, the cases whose K fills 16-byte e4m3 rows).
 
     python -m wavetune tune --family grouped_gemm --out tables/ [--cases 600] [--devices 0,1]
     python -m wavetune tune --family grouped_gemm --offline --log a.jsonl,b.jsonl --out tables/
@@ -126,8 +126,8 @@ class GroupedTuning:
     """A grouped family's tuning driver (wavetune.tuning.runner's side of it: a job is a case of the plan,
     ``cases.tune_plan``) and its offline fit, for the family ``name`` whose variants ``configs`` lists."""
 
-    def __init__(self, name: str, configs, fp8: bool = False):
-        self.name, self.configs, self.fp8 = name, configs, fp8
+    def __init__(self, name: str, configs, scales: str = ""):
+        self.name, self.configs, self.scales = name, configs, scales  # scales: as measure.measure_case's
 
     def tune(self, logs: list[Path], out: Path) -> Path:
         """Fit a table to case logs (this tuning's, or benchmarks/grouped.py's) and write
@@ -146,7 +146,7 @@ class GroupedTuning:
 
         generator = measure.case_generator(job["case_key"], SEED)
         record, _, _ = measure.measure_case(job, log.device["l2_bytes"], generator, reps or measure.REPS,
-                                            fp8=self.fp8)
+                                            scales=self.scales)
         log.add([record])
         measure.torch.cuda.empty_cache()  # the next case's weights may be gigabytes
 
@@ -159,7 +159,7 @@ class GroupedTuning:
             raise ValueError(f"no {self.name} variant writing bf16 compiled: build with WAVETUNE_KERNEL_SET=full")
         log = CaseLog(args.log, self.name, device=measure.device, timing=GROUPED_TIMING)
         plan = plan_cases.tune_plan(args.cases or plan_cases.TUNE_CASES)
-        if self.fp8:
+        if self.scales:
             plan = plan_cases.e4m3_cases(plan)
         header = {**log.header, "sm_count": log.device["sm_count"]}
         return measure_cases_and_fit(log, plan, measure, f"the tune split, {len(self.configs())} {self.name} variants each",

@@ -13,6 +13,6 @@ from ..grouped_gemm.tuning import GroupedTuning, case_done
 from . import FAMILY
 from .api import scaled_grouped_configs
 
-DRIVER = GroupedTuning(FAMILY.name, scaled_grouped_configs, fp8=True)
+DRIVER = GroupedTuning(FAMILY.name, scaled_grouped_configs, scales="row")
 open_log, measure_job, run = DRIVER.open_log, DRIVER.measure_job, DRIVER.run
 job_done = case_done
