@@ -20,7 +20,9 @@ With --scales block (1x128 activation groups, 128x128 weight blocks), from bf16 
   wavetune                          wavetune.quantize_fp8(x, group_size=128), then wavetune.scaled_gemm
   dequant                           the weights dequantized to bf16, then torch.matmul (plain PyTorch)
   transformers                      transformers' finegrained FP8 linear (its Triton kernels), where importable
-  <variant>/<splits>                wavetune's quantizer, then each block-scaled variant
+  <variant>/<splits>                wavetune's quantizer, then each block-scaled variant (up to M = 64)
+  block_grouped/1                   wavetune's quantizer, then the block-scaled grouped GEMM with one expert
+                                    (its choice; what scaled_gemm runs past the decode variants' tokens)
 replayed round-robin (--reps rounds, medians); weights cold (copies rotated past twice the L2 size), inputs
 random. Every method's output is checked against the fp32 reference of the dequantized operands first
 (output poisoned). Writes <out>/scaled_gemm.jsonl, prints geomeans per M range and TB/s of the weights.
@@ -129,7 +131,15 @@ def block_launches(m: int) -> dict:
         w = (o["w"].float() * o["sw"].repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]).bfloat16()
         return torch.matmul(o["x16"], w.t(), out=o["out"])
 
+    def grouped_one_expert(o):
+        q, scale = quantized(o)
+        offsets = torch.full((1,), q.shape[0], dtype=torch.int32, device="cuda")
+        return wavetune.block_scaled_grouped_gemm(q, o["w"].unsqueeze(0), scale, o["sw"].unsqueeze(0), offsets,
+                                                  out=o["out"])
+
     found = dict(wavetune=wavetune_block, dequant=dequant)
+    if any(c.dtype == "bf16" for c in wavetune.block_scaled_grouped_configs()):
+        found["block_grouped/1"] = grouped_one_expert
     try:
         from transformers.integrations.finegrained_fp8 import finegrained_fp8_linear
 

@@ -25,6 +25,7 @@ DIGESTS = {
     "nvidia-h100-80gb-hbm3.wtt": "3e09b3f39915e499",
     "nvidia-h100-80gb-hbm3.grouped_gemm.wtt": "5f1d8a4ebd51d4bc",
     "nvidia-h100-80gb-hbm3.scaled_grouped_gemm.wtt": "b51620060d25f985",
+    "nvidia-h100-80gb-hbm3.block_scaled_grouped_gemm.wtt": "72ca6c6cd40b24de",
     "nvidia-h100-80gb-hbm3.attention.wtt": "667ae66fa6e471ad",
     "nvidia-h200.wtt": "ab577ede3bcd897a",
     "nvidia-h200.grouped_gemm.wtt": "c9b20f55e9c85572",

@@ -215,7 +215,8 @@ def test_every_block_scaled_variant_matches_fp32(m, n, k):
     default = wavetune.scaled_gemm(a, w.t(), sa, sb, bias=bias, block_scales=True)
     if m <= _C.scaled_gemm_max_tokens(True):
         check_close(default, ref)
-    else:  # operands dequantized to bf16 first: two more roundings of 2^-9 per product
+    else:  # the block-scaled grouped kernel, or in a build without it operands dequantized to bf16 first (two
+        # more roundings of 2^-9 per product)
         assert ((default.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
@@ -239,13 +240,14 @@ def test_fp8_linear_per_channel_and_block_against_the_bf16_layer():
 
     g = torch.Generator(device="cuda").manual_seed(29)
     linear = torch.nn.Linear(1024, 520, bias=True, device="cuda", dtype=torch.bfloat16)
-    x = torch.randn(2, 3, 1024, device="cuda", generator=g, dtype=torch.bfloat16)
     with torch.inference_mode():
-        want = linear(x).float()
-        for block in (False, True):
-            got = FP8Linear.from_linear(linear, block_scales=block)(x).float()
-            assert got.shape == want.shape
-            assert ((got - want).norm() / want.norm()).item() < 0.05, block  # e4m3's 3 mantissa bits, twice
+        for tokens in (3, 300):  # a decode kernel, and past them (block scales: the block-scaled grouped kernel)
+            x = torch.randn(2, tokens, 1024, device="cuda", generator=g, dtype=torch.bfloat16)
+            want = linear(x).float()
+            for block in (False, True):
+                got = FP8Linear.from_linear(linear, block_scales=block)(x).float()
+                assert got.shape == want.shape
+                assert ((got - want).norm() / want.norm()).item() < 0.05, block  # e4m3's 3 mantissa bits, twice
 
 
 @pytest.mark.gpu

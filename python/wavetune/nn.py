@@ -22,9 +22,8 @@ from pathlib import Path
 
 import torch
 
-from . import dequantize_fp8, hf
+from . import hf
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
-from .runtime.native import _C
 from .families.gemm import torch_ops as gemm_ops
 
 DTYPES = (torch.bfloat16, torch.float16)
@@ -169,10 +168,6 @@ class FP8Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).to(self.dtype)
-        if self.block_scales and rows.shape[0] > _C.scaled_gemm_max_tokens(True):
-            # NOTES: past the variants' tokens scaled_gemm dequantizes; the input needs no round trip to e4m3.
-            weight = dequantize_fp8(self.weight, self.weight_scale, dtype=self.dtype)
-            return torch.nn.functional.linear(rows, weight, self.bias).reshape(*x.shape[:-1], self.out_features)
         if self.block_scales:
             q, scale = torch.ops.wavetune.quantize_fp8(rows, None, 128)
             out = torch.ops.wavetune.scaled_gemm(q, self.weight.t(), scale, self.weight_scale, self.bias, self.dtype,

@@ -120,8 +120,9 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
     tile, picked by a wave model of the launch, or for up to 8 tokens on a layer too narrow to fill the GPU with
     them, split-K decode kernels. More tokens, or per-tensor scales on both sides, run ``torch._scaled_mm`` (the
     same arguments, into ``out``), which was faster there (docs/scaled_gemm.md). Block scales run the decode
-    kernels up to ``scaled_gemm_max_tokens(True)`` tokens (64) and a dequantized bf16/fp16 GEMM beyond. K must
-    be a multiple of 16.
+    kernels up to ``scaled_gemm_max_tokens(True)`` tokens (64) and beyond them the block-scaled grouped
+    family's CUTLASS kernel with one expert (``block_scaled_grouped_gemm``; a dequantized bf16/fp16 GEMM in a
+    build without its variants). K must be a multiple of 16.
     """
     torch = sys.modules.get("torch")
     kind_a, kind_b = check_operands(torch, a, b, scale_a, scale_b, out_dtype, bias, out, block_scales)
@@ -146,7 +147,7 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
     if variant < 0:
         variant = _choice(device, m, n, k, code, kind_a, kind_b)
     if variant < 0 and block_scales:
-        return _dequantized_gemm(torch, a, b, scale_a, scale_b, bias, out)
+        return _block_scaled_past_decode(torch, a, b, scale_a, scale_b, bias, out)
     if variant < 0:
         return _torch_scaled_mm(torch, a, b, scale_a, scale_b, ROW in (kind_a, kind_b), out_dtype, bias, out)
     args = (m, n, k, a.data_ptr(), a.stride(0) if m > 1 else k, b.data_ptr(), b.stride(1) if n > 1 else k,
@@ -182,6 +183,22 @@ def dequantize_fp8(q, scale, *, dtype=None):
             scale = scale.repeat_interleave(BLOCK, dim=0)[:rows]
         scale = scale.repeat_interleave(BLOCK, dim=1)[:, :cols]
     return q.to(dtype) * scale.to(dtype)
+
+
+def _block_scaled_past_decode(torch, a, b, scale_a, scale_b, bias, out):
+    """Block scales beyond the tokens the decode variants take: the block-scaled grouped GEMM's CUTLASS kernel
+    with one expert (the weight [N, K] as experts [1, N, K]), where one of its variants writes ``out``'s dtype
+    and the operands are laid out as it reads them; else both operands dequantized and torch.matmul."""
+    from ..block_scaled_grouped_gemm.api import block_scaled_grouped_configs, block_scaled_grouped_gemm
+
+    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}[out.dtype]
+    w = b.t().unsqueeze(0)
+    if not (any(c.dtype == dtype for c in block_scaled_grouped_configs()) and w.is_contiguous()
+            and out.is_contiguous() and a.is_contiguous() and a.shape[1] % 16 == 0):
+        return _dequantized_gemm(torch, a, b, scale_a, scale_b, bias, out)
+    offsets = torch.full((1,), a.shape[0], dtype=torch.int32, device=a.device)
+    block_scaled_grouped_gemm(a, w, scale_a, scale_b.unsqueeze(0), offsets, out_dtype=out.dtype, out=out)
+    return out.add_(bias) if bias is not None else out
 
 
 def _dequantized_gemm(torch, a, b, scale_a, scale_b, bias, out):
