@@ -28,10 +28,10 @@ def test_the_family_is_registered_with_its_entry_points():
         assert {c.dtype for c in wavetune.scaled_gemm_configs()} == {"bf16", "fp16"}
     else:
         assert names == []
-    # torch._scaled_mm's cases, decided without asking the GPU: per-tensor scales, block scales past the decode tiles.
+    # Other kernels' cases, decided without asking the GPU: per-tensor scales (torch._scaled_mm), block scales past
+    # the decode tiles (the block-scaled grouped kernel).
     assert _C.scaled_gemm_choice(1, 4096, 4096, 0, False, False) == -1
     assert _C.scaled_gemm_choice(_C.scaled_gemm_max_tokens(True) + 1, 4096, 4096, 0, 2, 2) == -1
-    assert _C.scaled_gemm_max_tokens(True) >= _C.scaled_gemm_max_tokens()
 
 
 def test_tune_refuses_a_family_without_a_tuning_driver(capsys):
@@ -257,6 +257,8 @@ def test_fp8_linear_per_channel_and_block_against_the_bf16_layer():
 def test_the_default_choice_by_tokens_and_width(n, m, kind):
     """Decode kernels for a few tokens on narrow layers, CUTLASS kernels up to scaled_gemm_max_tokens(), then
     torch._scaled_mm (into a given output too)."""
+    if kind == "cutlass" and not any(c.schedule != "decode" for c in wavetune.scaled_gemm_configs()):
+        pytest.skip("no CUTLASS scaled GEMM variant compiled (the choice falls back to the decode ones)")
     g = torch.Generator(device="cuda").manual_seed(n + m)
     k = 4096
     w, sb = random_fp8(n, k, g), scales("row", n, (1, n), g)

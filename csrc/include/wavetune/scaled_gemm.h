@@ -25,9 +25,10 @@ constexpr int32_t kScaledGemmDecodeTokens = 8;
 // The most tokens the default choice gives the variants with per-tensor or per-row scales: beyond,
 // torch._scaled_mm's kernels were faster than the CUTLASS variants (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmMaxTokens = 64;
-// The same with 128-block scales, where the alternative dequantizes the weights first: 4.5x slower than the
-// variants at 33-64 tokens (docs/scaled_gemm.md).
-constexpr int32_t kScaledGemmMaxBlockTokens = 64;
+// The same with 128-block scales: beyond, the block-scaled grouped GEMM's CUTLASS kernel with one expert
+// (block_scaled_grouped.h) was faster than the decode variants, 1.3-1.7x at 17-64 tokens on the design split
+// (docs/scaled_gemm.md).
+constexpr int32_t kScaledGemmMaxBlockTokens = 16;
 
 // How a scale tensor covers its operand. block128: A's scales are [m, ceil(k / 128)] (1x128 groups of a
 // token), B's [ceil(n / 128), ceil(k / 128)] (128x128 blocks of the weight, as FP8 checkpoints store them);
@@ -63,7 +64,8 @@ WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& prob
 // CUTLASS variant up to kScaledGemmMaxTokens, or a decode one up to kScaledGemmDecodeTokens on a layer too
 // narrow for the CUTLASS tiles to fill the GPU. -1 beyond those limits, when both scales are per tensor
 // (cuBLASLt's per-tensor FP8 kernels), or when no compiled variant takes the problem: callers run another
-// GEMM (torch._scaled_mm, or a dequantizing one for 128-blocks).
+// GEMM (torch._scaled_mm; for 128-blocks block_scaled_grouped_gemm with one expert, as Python's scaled_gemm
+// does).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 
 // Launches the variant on `stream` with `splits` K splits (0: the variant's own wave-aware count; the CUTLASS

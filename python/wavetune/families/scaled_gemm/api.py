@@ -148,6 +148,9 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
         variant = _choice(device, m, n, k, code, kind_a, kind_b)
     if variant < 0 and block_scales:
         return _block_scaled_past_decode(torch, a, b, scale_a, scale_b, bias, out)
+    if variant < 0 and n % 16:  # torch._scaled_mm takes N in multiples of 16 only
+        return _dequantized_gemm(torch, a, b, scale_a, scale_b.reshape(-1, 1) if kind_b == ROW else scale_b, bias,
+                                 out)
     if variant < 0:
         return _torch_scaled_mm(torch, a, b, scale_a, scale_b, ROW in (kind_a, kind_b), out_dtype, bias, out)
     args = (m, n, k, a.data_ptr(), a.stride(0) if m > 1 else k, b.data_ptr(), b.stride(1) if n > 1 else k,
@@ -202,8 +205,9 @@ def _block_scaled_past_decode(torch, a, b, scale_a, scale_b, bias, out):
 
 
 def _dequantized_gemm(torch, a, b, scale_a, scale_b, bias, out):
-    """Block scales beyond the tokens the variants take: both operands dequantized to ``out``'s dtype, then
-    torch.matmul (cuBLAS) into ``out``."""
+    """Where no kernel of ours or torch's takes the problem (block scales without the block-scaled grouped
+    variants, N not a multiple of 16 past our variants' tokens): both operands dequantized to ``out``'s dtype,
+    then torch.matmul (cuBLAS) into ``out``. Scales of one value, per row of the operand, or per block."""
     x = dequantize_fp8(a, scale_a, dtype=out.dtype)
     torch.matmul(x, dequantize_fp8(b.t(), scale_b, dtype=out.dtype).t(), out=out)
     return out.add_(bias) if bias is not None else out
