@@ -48,7 +48,7 @@ import wavetune
 from wavetune import _C
 from wavetune.families.grouped_gemm import mapping as grouped_mapping
 from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS, e4m3_cases
-from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, measure_case
+from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, measure_case, operand_sets
 from wavetune.runtime.tables import default_table_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,12 +142,12 @@ def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torc
             "choice_us": times["choice"], "torch_us": times["torch"], "loop_us": times.get("loop")}
 
 
-def host_costs() -> dict:
-    """Host microseconds of the run-time choice alone, and of whole eager calls of a decode-sized problem."""
-    x = torch.empty(8, 2048, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
-    w = torch.empty(128, 1536, 2048, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
-    offsets = torch.arange(1, 129, device="cuda", dtype=torch.int32).clamp(max=8)
-    out = torch.empty(8, 1536, device="cuda", dtype=torch.bfloat16)
+def host_costs(fp8: str, l2_bytes: int) -> dict:
+    """Host microseconds of the run-time choice alone, and of whole eager calls (wavetune's choice and the
+    torch baseline) of a decode-sized problem: 8 tokens on 8 of 128 experts, N 1536, K 2048."""
+    operands = operand_sets([1] * 8 + [0] * 120, 1536, 2048, l2_bytes, fp8)[0]
+    methods = comparisons(False, fp8)
+    choice = getattr(_C, FAMILIES[fp8][0].removesuffix("_gemm") + "_choice")
 
     def per_call_us(call, count=200):
         call()
@@ -160,10 +160,9 @@ def host_costs() -> dict:
         return 1e6 * elapsed / count
 
     device = torch.cuda.current_device()
-    call_us = per_call_us(lambda: wavetune.grouped_gemm(x, w, offsets, out=out))  # first: loads the table
-    return {"decision_us": per_call_us(lambda: _C.grouped_choice(0, 8, 128, 1536, 2048, device), 10000),
-            "grouped_gemm_call_us": call_us,
-            "torch_grouped_mm_call_us": per_call_us(lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets))}
+    call_us = per_call_us(lambda: methods["choice"](*operands))  # first: loads the table
+    return {"decision_us": per_call_us(lambda: choice(0, 8, 128, 1536, 2048, device), 10000), "call_us": call_us,
+            "torch_call_us": per_call_us(lambda: methods["torch"](*operands))}
 
 
 def cases(args: argparse.Namespace) -> list[dict]:
@@ -191,7 +190,7 @@ def summary(rows: list[dict], header: dict) -> str:
     *_, precision, baseline = FAMILIES[header["args"].get("fp8", "")]
     lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, {precision}; speed ratios "
              f"(above 1: wavetune faster). Host time: the choice {host['decision_us']:.2f} us, an eager call "
-             f"{host['grouped_gemm_call_us']:.1f} us (torch._grouped_mm {host['torch_grouped_mm_call_us']:.1f} us).",
+             f"{host['call_us']:.1f} us ({baseline} {host['torch_call_us']:.1f} us).",
              "",
              f"| cases | n | choice vs {baseline}: geomean | worst | best vs {baseline} | choice / best: geomean "
              "| worst | choice vs loop |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -227,7 +226,7 @@ def main() -> None:
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "grouped_table": str(table) if table else None, "sm_count": props["sm_count"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs()}
+              "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs(args.fp8, props["l2_bytes"])}
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"grouped_{dict(row='fp8_', block='fp8_block_').get(args.fp8, '')}{args.suite}"
     log = args.out / f"{name}.jsonl"

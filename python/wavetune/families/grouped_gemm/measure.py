@@ -85,11 +85,12 @@ def dequantize_experts(q: torch.Tensor, scale: torch.Tensor, rows: int, dtype=to
 def quantize(t: torch.Tensor, scales: str, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """e4m3 values and scales of ``t`` (a matrix, or experts' matrices [E, R, K]) as an FP8 grouped family
     takes them: per row ("row") or per block of ``rows`` x 128 ("block")."""
-    if scales != "block":
-        return quantize_rows(t)
+    def one(matrix):
+        return quantize_blocks(matrix, rows) if scales == "block" else quantize_rows(matrix)
+
     if t.dim() == 2:
-        return quantize_blocks(t, rows)
-    q, scale = zip(*(quantize_blocks(m, rows) for m in t))  # one expert at a time: float32 copies fit
+        return one(t)
+    q, scale = zip(*(one(m) for m in t))  # one expert at a time: its float32 intermediates fit beside the weights
     return torch.stack(q), torch.stack(scale)
 
 
