@@ -1,10 +1,12 @@
-"""GPU tier of the FP8 grouped family: every compiled variant against a per-expert float64 reference of the
+"""GPU tier of the two FP8 grouped families, scales per row (scaled_grouped_gemm) and per 128-block
+(block_scaled_grouped_gemm): every compiled variant against a per-expert float64 reference of the
 dequantized operands on fresh random data, over the grouped family's routings (empty experts, skew, odd row
-counts, N and K not multiples of the tiles); the default choice, CUDA-graph replays with new offsets,
-torch.compile, and agreement with torch._scaled_grouped_mm.
+counts, N and K not multiples of the tiles or of the 128-wide scale blocks); the default choice through
+``scaled_grouped_gemm`` (which hands block scales to the block-scaled family), CUDA-graph replays with new
+offsets, the torch operators under torch.compile, and agreement with torch._scaled_grouped_mm.
 
 Outputs are poisoned with NaN first, so an unwritten element fails, and rows past offsets[-1] must stay NaN.
-Skipped, with the reason, without a Hopper GPU, torch with CUDA, or compiled FP8 grouped variants.
+Skipped, with the reason, without a Hopper GPU, torch with CUDA, or compiled variants of a family.
 """
 
 from __future__ import annotations
@@ -17,21 +19,25 @@ from wavetune.tuning.timing import capture_documented
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
-from wavetune.families.grouped_gemm.measure import quantize_rows  # noqa: E402 (imports torch)
+from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, quantize  # noqa: E402 (imports torch)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The grouped family's tolerance (test_grouped_gpu.check) holds: against the dequantized operands' exact product
 # only the output's rounding and fp32 accumulation differ; e4m3 rounding of the inputs is in both sides.
-TOLERANCE = 1e-2
+LISTINGS = {"row": wavetune.scaled_grouped_configs, "block": wavetune.block_scaled_grouped_configs}
+ENTRIES = {"row": wavetune.scaled_grouped_gemm, "block": wavetune.block_scaled_grouped_gemm}
+OPS = {"row": "scaled_grouped_gemm", "block": "block_scaled_grouped_gemm"}
 
 
-def operands(counts, n, k, out_dtype, spare_rows=0):
-    """x, w, scale_x [rows], scale_w [experts, N] and offsets on the GPU, a NaN-poisoned out; weights of
-    uneven magnitude per channel, so a misapplied scale shows."""
-    rows = sum(counts) + spare_rows
-    x, scale_x = quantize_rows(torch.randn(rows, k, device="cuda") * torch.rand(rows, 1, device="cuda") * 4)
-    w = torch.randn(len(counts), n, k, device="cuda") * torch.rand(len(counts), n, 1, device="cuda") / k**0.5
-    w, scale_w = quantize_rows(w)
+def operands(scales, counts, n, k, out_dtype, spare_rows=0):
+    """x, w, scale_x, scale_w and offsets on the GPU, a NaN-poisoned out; magnitudes that differ per token,
+    per channel and along K, so a scale applied to the wrong row or block shows."""
+    rows, experts = sum(counts) + spare_rows, len(counts)
+    along_k = torch.rand(1, k, device="cuda") * 4 if scales == "block" else 1.0
+    x, scale_x = quantize(torch.randn(rows, k, device="cuda") * torch.rand(rows, 1, device="cuda") * 4 * along_k,
+                          scales, 1)
+    w = torch.randn(experts, n, k, device="cuda") * torch.rand(experts, n, 1, device="cuda") / k**0.5
+    w, scale_w = quantize(w * (along_k.flip(1) if scales == "block" else 1.0), scales, BLOCK)
     offsets = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
     out = torch.full((rows, n), float("nan"), device="cuda", dtype=out_dtype)
     return x, w, scale_x, scale_w, offsets, out
@@ -39,41 +45,44 @@ def operands(counts, n, k, out_dtype, spare_rows=0):
 
 def check(x, w, scale_x, scale_w, offsets, out):
     """The grouped family's check (per expert, against float64) on the dequantized operands."""
-    check_dequantized(x.float() * scale_x[:, None], w.float() * scale_w[..., None], offsets, out)
+    if scale_w.dim() == 3:
+        x, w = dequantize_experts(x, scale_x, 1, torch.float32), dequantize_experts(w, scale_w, BLOCK, torch.float32)
+    else:
+        x, w = x.float() * scale_x[:, None], w.float() * scale_w[..., None]
+    check_dequantized(x, w, offsets, out)
 
 
 def variants():
-    return [pytest.param(c, id=c.name) for c in wavetune.scaled_grouped_configs()]
+    return [pytest.param(scales, c, id=c.name) for scales, listing in LISTINGS.items() for c in listing()]
 
 
-@pytest.fixture(autouse=True)
-def _needs_variants():
-    if not wavetune.scaled_grouped_configs():
-        pytest.skip("no FP8 grouped variants compiled (build with WAVETUNE_KERNEL_FILTER matching e4m3_grouped_*)")
+def some_dtype(scales):
+    dtypes = {c.dtype for c in LISTINGS[scales]()}
+    if not dtypes:
+        pytest.skip(f"no {OPS[scales]} variant compiled (WAVETUNE_KERNEL_FILTER: e4m3_grouped_* for per-row "
+                    "scales, e4m3_block128_grouped_* for 128-blocks)")
+    return DTYPES["bf16" if "bf16" in dtypes else dtypes.pop()]
 
 
-def some_dtype():
-    dtypes = {c.dtype for c in wavetune.scaled_grouped_configs()}
-    return "bf16" if "bf16" in dtypes else dtypes.pop()
-
-
-@pytest.mark.parametrize("variant", variants())
+@pytest.mark.parametrize("scales, variant", variants())
 @pytest.mark.parametrize("name, counts, n, k", routings(), ids=[r[0] for r in routings()])
-def test_every_variant(variant, name, counts, n, k):
+def test_every_variant(scales, variant, name, counts, n, k):
     k = -(-k // 16) * 16  # e4m3 rows of 16 bytes
-    x, w, scale_x, scale_w, offsets, out = operands(counts, n, k, DTYPES[variant.dtype], spare_rows=3)
-    result = wavetune.scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, out_dtype=DTYPES[variant.dtype],
-                                          out=out, config=variant.id)
+    dtype = DTYPES[variant.dtype]
+    x, w, scale_x, scale_w, offsets, out = operands(scales, counts, n, k, dtype, spare_rows=3)
+    result = ENTRIES[scales](x, w, scale_x, scale_w, offsets, out_dtype=dtype, out=out, config=variant.id)
     assert result is out
     check(x, w, scale_x, scale_w, offsets, out)
 
 
+@pytest.mark.parametrize("scales", ["row", "block"])
 @pytest.mark.parametrize("rows", [1, 7, 255, 1000, 4097, 16384])
 @pytest.mark.parametrize("experts", [8, 128])
-def test_default_choice_over_token_counts(rows, experts):
-    dtype = DTYPES[some_dtype()]
+def test_default_choice_over_token_counts(scales, rows, experts):
+    """Through scaled_grouped_gemm, whichever the scales."""
+    dtype = some_dtype(scales)
     counts = torch.randint(0, experts, (rows,)).bincount(minlength=experts).tolist()
-    x, w, scale_x, scale_w, offsets, out = operands(counts, 264, 512, dtype)
+    x, w, scale_x, scale_w, offsets, out = operands(scales, counts, 264, 640, dtype)
     wavetune.scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, out_dtype=dtype, out=out)
     check(x, w, scale_x, scale_w, offsets, out)
 
@@ -83,19 +92,20 @@ def test_matches_torch_scaled_grouped_mm():
         pytest.skip("this torch has no torch._scaled_grouped_mm")
     if "bf16" not in {c.dtype for c in wavetune.scaled_grouped_configs()}:
         pytest.skip("no bf16 FP8 grouped variant compiled")
-    x, w, scale_x, scale_w, offsets, out = operands([16, 0, 40, 9, 64, 1, 0, 30], 1024, 512, torch.bfloat16)
+    x, w, scale_x, scale_w, offsets, out = operands("row", [16, 0, 40, 9, 64, 1, 0, 30], 1024, 512, torch.bfloat16)
     ours = wavetune.scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, out=out)
     theirs = torch._scaled_grouped_mm(x, w.transpose(-2, -1), scale_x, scale_w, offs=offsets, out_dtype=torch.bfloat16)
     error = ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
-    assert error < TOLERANCE
+    assert error < 1e-2
 
 
-def test_cuda_graph_replays_follow_the_offsets_on_the_gpu():
+@pytest.mark.parametrize("scales", ["row", "block"])
+def test_cuda_graph_replays_follow_the_offsets_on_the_gpu(scales):
     """PyTorch's documented capture; the graph serves new offsets without a recapture."""
-    dtype = DTYPES[some_dtype()]
-    x, w, scale_x, scale_w, offsets, out = operands([5, 0, 40, 3], 264, 256, dtype)
+    dtype = some_dtype(scales)
+    x, w, scale_x, scale_w, offsets, out = operands(scales, [5, 0, 40, 3], 264, 384, dtype)
     graph, _ = capture_documented(
-        lambda: wavetune.scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, out_dtype=dtype, out=out))
+        lambda: ENTRIES[scales](x, w, scale_x, scale_w, offsets, out_dtype=dtype, out=out))
     for counts in ([5, 0, 40, 3], [0, 48, 0, 0], [12, 12, 12, 12], [1, 2, 3, 42]):
         offsets.copy_(torch.tensor(counts).cumsum(0))
         out.fill_(float("nan"))
@@ -103,22 +113,25 @@ def test_cuda_graph_replays_follow_the_offsets_on_the_gpu():
         check(x, w, scale_x, scale_w, offsets, out)
 
 
-def test_empty_and_zero_sized_inputs():
-    dtype = DTYPES[some_dtype()]
-    x, w, scale_x, scale_w, offsets, _ = operands([0, 0], 264, 256, dtype)
-    assert wavetune.scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, out_dtype=dtype).shape == (0, 264)
-    x, w, scale_x, scale_w, offsets, out = operands([0, 0, 0], 264, 256, dtype, spare_rows=4)
-    wavetune.scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, out_dtype=dtype, out=out)
+@pytest.mark.parametrize("scales", ["row", "block"])
+def test_empty_and_zero_sized_inputs(scales):
+    dtype = some_dtype(scales)
+    x, w, scale_x, scale_w, offsets, _ = operands(scales, [0, 0], 264, 256, dtype)
+    assert ENTRIES[scales](x, w, scale_x, scale_w, offsets, out_dtype=dtype).shape == (0, 264)
+    x, w, scale_x, scale_w, offsets, out = operands(scales, [0, 0, 0], 264, 256, dtype, spare_rows=4)
+    ENTRIES[scales](x, w, scale_x, scale_w, offsets, out_dtype=dtype, out=out)
     torch.cuda.synchronize()
     assert out.isnan().all(), "no expert owns a row: nothing is written"
 
 
-def test_torch_op_matches_and_compiles():
+@pytest.mark.parametrize("scales", ["row", "block"])
+def test_torch_ops_match_and_compile(scales):
+    """The family's operator and scaled_grouped_gemm's, eager and under torch.compile(fullgraph=True)."""
     pytest.importorskip("wavetune.torch_ops")
-    dtype = DTYPES[some_dtype()]
-    x, w, scale_x, scale_w, offsets, out = operands([3, 0, 70, 9], 264, 512, dtype)
-    op = torch.ops.wavetune.scaled_grouped_gemm
-    check(x, w, scale_x, scale_w, offsets, out.copy_(op(x, w, scale_x, scale_w, offsets, dtype)))
-    compiled = torch.compile(lambda *args: op(*args, dtype), fullgraph=True)
-    eager = wavetune.scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, out_dtype=dtype)
-    assert torch.equal(compiled(x, w, scale_x, scale_w, offsets), eager)
+    dtype = some_dtype(scales)
+    x, w, scale_x, scale_w, offsets, out = operands(scales, [3, 0, 70, 9], 264, 512, dtype)
+    eager = ENTRIES[scales](x, w, scale_x, scale_w, offsets, out_dtype=dtype)
+    for op in {getattr(torch.ops.wavetune, OPS[scales]), torch.ops.wavetune.scaled_grouped_gemm}:
+        check(x, w, scale_x, scale_w, offsets, out.copy_(op(x, w, scale_x, scale_w, offsets, dtype)))
+        compiled = torch.compile(lambda *args, op=op: op(*args, dtype), fullgraph=True)
+        assert torch.equal(compiled(x, w, scale_x, scale_w, offsets), eager)

@@ -1,33 +1,10 @@
 """wavetune's FP8 grouped GEMM as a PyTorch operator: ``torch.ops.wavetune.scaled_grouped_gemm(x, w, scale_x,
-scale_w, offsets, out_dtype=None)`` (docs/grouped.md); importing ``wavetune.torch_ops`` registers it.
-
-The fake implementation lets ``torch.compile(fullgraph=True)`` trace it; CUDA graphs capture it (the choice
-reads sizes only and the workspace comes from the caching allocator). Inference-only.
-"""
+scale_w, offsets, out_dtype=None)`` (docs/grouped.md), per-row or 128-block scales as ``scaled_grouped_gemm``
+takes them; importing ``wavetune.torch_ops`` registers it (``grouped_gemm.e4m3_ops``)."""
 
 from __future__ import annotations
 
-import torch
-
-from ...torch_library import LIBRARY, STRIDES_TAG
+from ..grouped_gemm.e4m3_ops import define_e4m3_grouped_op
 from . import api
 
-LIBRARY.define("scaled_grouped_gemm(Tensor x, Tensor w, Tensor scale_x, Tensor scale_w, Tensor offsets, "
-               "ScalarType? out_dtype=None) -> Tensor", tags=(STRIDES_TAG,))
-
-
-def scaled_grouped_gemm(x: torch.Tensor, w: torch.Tensor, scale_x: torch.Tensor, scale_w: torch.Tensor,
-                        offsets: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The kernel behind torch.ops.wavetune.scaled_grouped_gemm: ``wavetune.scaled_grouped_gemm``."""
-    return api.scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, out_dtype=out_dtype)
-
-
-@torch.library.register_fake("wavetune::scaled_grouped_gemm", lib=LIBRARY)
-def _scaled_grouped_gemm_fake(x, w, scale_x, scale_w, offsets, out_dtype=None):
-    api.check_operands(torch, x, w, scale_x, scale_w, offsets, out_dtype, None)
-    return x.new_empty((x.shape[0], w.shape[1]), dtype=out_dtype or torch.bfloat16)
-
-
-# The CPU kernel refuses with wavetune's message instead of the dispatcher's.
-for _backend in ("CUDA", "CPU"):
-    LIBRARY.impl("scaled_grouped_gemm", scaled_grouped_gemm, _backend)
+scaled_grouped_gemm = define_e4m3_grouped_op("scaled_grouped_gemm", api.scaled_grouped_gemm, api.check_operands)
