@@ -252,3 +252,64 @@ def test_a_patched_fp8_checkpoint_layer_computes_the_dequantized_product():
     with torch.inference_mode():
         got = model[0](x).float()
     assert ((got - want).norm() / want.norm()).item() < 0.05  # activations rounded to e4m3 per 128-group
+
+
+def fp8_experts(device: str, block_size=(128, 128)):
+    """A fine-grained FP8 checkpoint's experts module (8 experts, hidden 256, intermediate 192: a partial
+    128-block), as transformers' FP8 quantizer builds it, switched to wavetune's experts."""
+    from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS, FP8Experts
+    from transformers.integrations.moe import use_experts_implementation
+
+    config = transformers.Qwen3MoeConfig(hidden_size=256, moe_intermediate_size=192, num_experts=8, hidden_act="silu")
+    config._experts_implementation = hf.IMPLEMENTATION
+    experts_class = use_experts_implementation(experts_class=FP8Experts, experts_interface=ALL_FP8_EXPERTS_FUNCTIONS,
+                                               has_bias=False, has_gate=True)
+    with torch.device(device):
+        return experts_class(config=config, block_size=block_size)
+
+
+def test_fp8_checkpoint_experts_get_wavetune_or_say_why_not():
+    from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS
+
+    hf.register()
+    assert ALL_FP8_EXPERTS_FUNCTIONS.get_interface(hf.IMPLEMENTATION, None) is hf.fp8_experts_forward
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    assert hf.fp8_experts_fallback_reason(fp8_experts("meta"), x) == "hidden states on cpu"
+    assert "128x128 blocks" in hf.fp8_experts_fallback_reason(fp8_experts("meta", block_size=(64, 64)), x)
+    static = fp8_experts("meta")
+    static.activation_scheme = "static"
+    assert hf.fp8_experts_fallback_reason(static, x) == "static activation scales"
+
+
+@pytest.mark.gpu
+def test_fp8_checkpoint_experts_compute_the_dequantized_product():
+    """wavetune's FP8 experts forward on the module's own e4m3 weights and 128x128 block scales against the
+    same routing in float32 on the dequantized weights."""
+    from wavetune.families.grouped_gemm.measure import dequantize_experts
+
+    hf.register()
+    experts = fp8_experts("cuda")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    with torch.no_grad():
+        for name in ("gate_up", "down"):
+            weight, scale = getattr(experts, f"{name}_proj"), getattr(experts, f"{name}_proj_scale_inv")
+            weight.copy_((torch.randn(weight.shape, device="cuda", generator=g) * 100).clamp(-448, 448).to(weight.dtype))
+            scale.copy_(torch.rand(scale.shape, device="cuda", generator=g) * 1e-3 + 1e-4)
+    x = torch.randn(37, 256, device="cuda", generator=g, dtype=torch.bfloat16)
+    index = torch.randint(0, 8, (37, 2), device="cuda", generator=g)
+    weights = torch.rand(37, 2, device="cuda", generator=g)
+    assert hf.fp8_experts_fallback_reason(experts, x) is None
+    with torch.inference_mode():
+        got = experts(x, index, weights).float()
+        dequantized = {name: dequantize_experts(getattr(experts, f"{name}_proj"),
+                                                getattr(experts, f"{name}_proj_scale_inv"), 128, torch.float32)
+                       for name in ("gate_up", "down")}
+
+        def project(rows, name, offsets):
+            ends = offsets.tolist()
+            return torch.cat([rows[start:end] @ dequantized[name][e].t()
+                              for e, (start, end) in enumerate(zip([0, *ends[:-1]], ends))])
+
+        want = hf.routed_experts(experts, x.float(), index, weights, project)
+    assert got.shape == want.shape
+    assert ((got - want).norm() / want.norm()).item() < 0.05  # activations rounded to e4m3 per 128-group

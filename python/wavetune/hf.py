@@ -3,13 +3,15 @@
 ``register()`` adds an implementation named ``"wavetune"`` to transformers' own registries: an experts
 forward (``ExpertsInterface``: every class decorated with ``use_experts_implementation``, e.g. Mixtral,
 Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3) that runs the routed experts through ``wavetune.grouped_gemm``,
-and an attention function (``AttentionInterface``, with the SDPA mask function) that runs
+one for the experts of FP8 checkpoints (``FP8ExpertsInterface``: the fine-grained FP8 integration's
+``FP8Experts``, e4m3 weights with float32 scales per 128x128 block) that runs them through
+``wavetune.scaled_grouped_gemm`` on the checkpoint's own tensors, and an attention function (``AttentionInterface``, with the SDPA mask function) that runs
 ``wavetune.attention``. ``wavetune.patch`` calls ``patch_model`` for a transformers model: it registers
 them, switches the model to them and reports what it switched.
 
 Each falls back, per call, to the implementation the model had before the patch where wavetune's kernels
-do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, a
-head dim no compiled attention variant takes, an attention mask (padding, a static cache's unfilled slots,
+do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, FP8
+experts with other scales (FP4, per-row, static activation scales), a head dim no compiled attention variant takes, an attention mask (padding, a static cache's unfilled slots,
 a sliding window that binds), dropout in training, soft-capping or attention sinks. Which of these a
 model hits depends on its inputs, so the patch report names the implementations switched, and
 ``experts_fallback_reason`` / ``attention_fallback_reason`` say why a call would fall back.
@@ -43,7 +45,10 @@ def transformers_model(model: torch.nn.Module) -> bool:
 
 # The kernels, through their torch operators (CUDA graphs, torch.compile).
 run_grouped_gemm = torch.ops.wavetune.grouped_gemm
+run_scaled_grouped_gemm = torch.ops.wavetune.scaled_grouped_gemm
+run_quantize_fp8 = torch.ops.wavetune.quantize_fp8
 run_attention = torch.ops.wavetune.attention
+SCALE_BLOCK = 128  # FP8 checkpoints' block scales: 1x128 activation groups, 128x128 weight blocks
 
 
 def register() -> None:
@@ -53,6 +58,9 @@ def register() -> None:
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     ExpertsInterface.register(IMPLEMENTATION, experts_forward)
+    fp8_interface = _fp8_experts_interface()
+    if fp8_interface is not None:
+        type(fp8_interface).register(IMPLEMENTATION, fp8_experts_forward)
     AttentionInterface.register(IMPLEMENTATION, attention_forward)
     # NOTES: the SDPA mask function returns no mask where a causal flag says the same (no padding, the
     # queries the newest tokens), the case wavetune.attention runs; elsewhere its mask sends the call to
@@ -118,6 +126,46 @@ def experts_fallback_reason(experts: torch.nn.Module, hidden_states: torch.Tenso
     return None
 
 
+def _fp8_experts_interface():
+    """transformers' registry of FP8 experts implementations, or None in a transformers without one."""
+    try:
+        from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS
+    except ImportError:
+        return None
+    return ALL_FP8_EXPERTS_FUNCTIONS
+
+
+def fp8_experts_fallback_reason(experts: torch.nn.Module, hidden_states: torch.Tensor) -> str | None:
+    """Why ``fp8_experts_forward`` would run the previous implementation for these inputs; None: it runs
+    wavetune.scaled_grouped_gemm with 128-block scales."""
+    if getattr(experts, "activation_scheme", "dynamic") != "dynamic":
+        return "static activation scales"
+    if experts.has_bias:
+        return "the experts have biases"
+    if tuple(experts.block_size or ()) != (SCALE_BLOCK, SCALE_BLOCK):
+        return f"scales per {experts.block_size} block (wavetune takes 128x128 blocks)"
+    for name in ("gate_up" if experts.has_gate else "up", "down"):
+        weight, scale = getattr(experts, f"{name}_proj"), getattr(experts, f"{name}_proj_scale_inv")
+        _, n, k = weight.shape
+        blocks = (-(-n // SCALE_BLOCK), -(-k // SCALE_BLOCK))
+        if weight.dtype != torch.float8_e4m3fn or scale.dtype != torch.float32 or tuple(scale.shape[1:]) != blocks:
+            return (f"{name} weights {weight.dtype} with {scale.dtype} scales {tuple(scale.shape)} (e4m3 with float32 "
+                    f"scales per 128x128 block)")
+        if k % 16 or n % 8:
+            return f"{name} widths N={n}, K={k} (K a multiple of 16, N of 8)"
+    if not hidden_states.is_cuda:
+        return f"hidden states on {hidden_states.device}"
+    if hidden_states.dtype not in (torch.bfloat16, torch.float16):
+        return f"{hidden_states.dtype} hidden states (bf16 or fp16)"
+    return None
+
+
+def _previous_experts(experts: torch.nn.Module, interface):
+    """The experts forward ``experts`` had before the patch, from transformers' registry ``interface``."""
+    eager = type(experts).forward.__wrapped__
+    return interface.get_interface(_previous(experts.config, "experts", "eager"), eager)
+
+
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
     """transformers' experts forward on wavetune.grouped_gemm (``routed_experts``), or the previous
@@ -125,11 +173,25 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     if experts_fallback_reason(self, hidden_states) is not None:
         from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
-        eager = type(self).forward.__wrapped__
-        fallback = ALL_EXPERTS_FUNCTIONS.get_interface(_previous(self.config, "experts", "eager"), eager)
-        return fallback(self, hidden_states, top_k_index, top_k_weights)
+        return _previous_experts(self, ALL_EXPERTS_FUNCTIONS)(self, hidden_states, top_k_index, top_k_weights)
     return routed_experts(self, hidden_states, top_k_index, top_k_weights,
                           lambda rows, name, offsets: run_grouped_gemm(rows, getattr(self, f"{name}_proj"), offsets))
+
+
+def fp8_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                        top_k_weights: torch.Tensor) -> torch.Tensor:
+    """An FP8 checkpoint's experts forward (``FP8Experts``) on wavetune.scaled_grouped_gemm with their own e4m3
+    weights and 128x128 block scales, the activations quantized per 1x128 group by wavetune.quantize_fp8; or
+    the previous implementation where ``fp8_experts_fallback_reason`` says it does not apply."""
+    if fp8_experts_fallback_reason(self, hidden_states) is not None:
+        return _previous_experts(self, _fp8_experts_interface())(self, hidden_states, top_k_index, top_k_weights)
+
+    def project(rows, name, offsets):
+        q, scale = run_quantize_fp8(rows, None, SCALE_BLOCK)
+        return run_scaled_grouped_gemm(q, getattr(self, f"{name}_proj"), scale, getattr(self, f"{name}_proj_scale_inv"),
+                                       offsets, rows.dtype)
+
+    return routed_experts(self, hidden_states, top_k_index, top_k_weights, project)
 
 
 def routed_experts(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
