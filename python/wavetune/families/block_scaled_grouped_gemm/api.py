@@ -11,7 +11,7 @@ from ...runtime.configs import KernelConfig
 from ..grouped_gemm.e4m3 import E4m3GroupedEntry, blocks
 
 ENTRY = E4m3GroupedEntry(
-    "block_scaled_grouped", "block_scaled_grouped_gemm", "block_scaled_grouped_gemm", "block_scaled_grouped_configs",
+    "block_scaled_grouped", "block_scaled_grouped_gemm", "block_scaled_grouped_configs",
     lambda rows, experts, n, k: ([(rows, blocks(k))], (experts, blocks(n), blocks(k)),
                                  "one scale per token and 128 values of K; per expert and 128x128 weight block"))
 

@@ -21,13 +21,13 @@ from .api import check_expert_operands, check_output, current, one_device
 
 
 class E4m3GroupedEntry:
-    """An FP8 grouped family's entry point: its native functions (``prefix``), its name in messages
-    (``entry``, as wavetune exports it), its table's family and listing function, and ``scale_shapes``:
+    """An FP8 grouped family's entry point: its native functions (``prefix``), the family (``entry``: its name,
+    its tables' and its entry point's, as wavetune exports it), its listing function, and ``scale_shapes``:
     (rows, experts, N, K) -> (the shapes scale_x may take, the shape scale_w must take, what they hold)."""
 
-    def __init__(self, prefix: str, entry: str, family: str, listing: str,
+    def __init__(self, prefix: str, entry: str, listing: str,
                  scale_shapes: Callable[[int, int, int, int], tuple[list[tuple], tuple, str]]):
-        self.prefix, self.entry, self.family, self.listing = prefix, entry, family, listing
+        self.prefix, self.entry = prefix, entry
         self.scale_shapes = scale_shapes
         self.by_id = functools.cache(lambda: {v["id"]: KernelConfig(**v) for v in self.native("variants")()})
         self.resolve = functools.lru_cache(maxsize=256)(
@@ -86,7 +86,7 @@ class E4m3GroupedEntry:
             return out.zero_() if k == 0 else out
         with current(torch, device):
             if variant < 0:
-                ensure_table(device, self.family)
+                ensure_table(device, self.entry)
             # The workspace as in grouped_gemm: stream-ordered and CUDA-graph safe.
             workspace = torch.empty(self.workspace_bytes(experts), dtype=torch.uint8, device=x.device)
             self.native("gemm")(rows, experts, n, k, *pointers, code, variant, workspace.data_ptr(),

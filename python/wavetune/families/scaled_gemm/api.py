@@ -120,7 +120,7 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
     tile, picked by a wave model of the launch, or for up to 8 tokens on a layer too narrow to fill the GPU with
     them, split-K decode kernels. More tokens, or per-tensor scales on both sides, run ``torch._scaled_mm`` (the
     same arguments, into ``out``), which was faster there (docs/scaled_gemm.md). Block scales run the decode
-    kernels up to ``scaled_gemm_max_tokens(True)`` tokens (64) and beyond them the block-scaled grouped
+    kernels up to ``scaled_gemm_max_tokens(True)`` tokens (16) and beyond them the block-scaled grouped
     family's CUTLASS kernel with one expert (``block_scaled_grouped_gemm``; a dequantized bf16/fp16 GEMM in a
     build without its variants). K must be a multiple of 16.
     """
@@ -197,7 +197,7 @@ def _block_scaled_past_decode(torch, a, b, scale_a, scale_b, bias, out):
     dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}[out.dtype]
     w = b.t().unsqueeze(0)
     if not (any(c.dtype == dtype for c in block_scaled_grouped_configs()) and w.is_contiguous()
-            and out.is_contiguous() and a.is_contiguous() and a.shape[1] % 16 == 0):
+            and out.is_contiguous() and a.is_contiguous()):
         return _dequantized_gemm(torch, a, b, scale_a, scale_b, bias, out)
     offsets = torch.full((1,), a.shape[0], dtype=torch.int32, device=a.device)
     block_scaled_grouped_gemm(a, w, scale_a, scale_b.unsqueeze(0), offsets, out_dtype=out.dtype, out=out)

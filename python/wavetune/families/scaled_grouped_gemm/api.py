@@ -13,7 +13,7 @@ from ..block_scaled_grouped_gemm import api as block_api
 from ..grouped_gemm.e4m3 import E4m3GroupedEntry
 
 ENTRY = E4m3GroupedEntry(
-    "scaled_grouped", "scaled_grouped_gemm", "scaled_grouped_gemm", "scaled_grouped_configs",
+    "scaled_grouped", "scaled_grouped_gemm", "scaled_grouped_configs",
     lambda rows, experts, n, k: ([(rows,), (rows, 1)], (experts, n), "one scale per token; per expert and channel"))
 
 
