@@ -20,6 +20,8 @@ With --scales block (1x128 activation groups, 128x128 weight blocks), from bf16 
   wavetune                          wavetune.quantize_fp8(x, group_size=128), then wavetune.scaled_gemm
   dequant                           the weights dequantized to bf16, then torch.matmul (plain PyTorch)
   transformers                      transformers' finegrained FP8 linear (its Triton kernels), where importable
+  deepgemm                          with --deepgemm: wavetune's quantizer, then DeepGEMM's fp8_gemm_nt (its sm90
+                                    kernels, compiled on first use of a shape)
   <variant>/<splits>                wavetune's quantizer, then each block-scaled variant (up to M = 64)
   block_grouped/1                   wavetune's quantizer, then the block-scaled grouped GEMM with one expert
                                     (its choice; what scaled_gemm runs past the decode variants' tokens)
@@ -62,6 +64,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--split", choices=tuple(MODELS), default="heldout")
     p.add_argument("--scales", choices=("rowwise", "block"), default="rowwise")
+    p.add_argument("--deepgemm", action="store_true", help="with --scales block: also DeepGEMM's fp8_gemm_nt")
     p.add_argument("--max-m", type=int, default=16384, help="leave out M ranges above this")
     p.add_argument("--limit", type=int, help="a seeded random sample of this many problems")
     p.add_argument("--reps", type=int, default=12)
@@ -117,8 +120,8 @@ def config_name(variant_id: int) -> str:
     return next(c.name for c in wavetune.scaled_gemm_configs() if c.id == variant_id)
 
 
-def block_launches(m: int) -> dict:
-    """--scales block: every method from bf16 activations (a layer's input)."""
+def block_launches(m: int, deepgemm: bool) -> dict:
+    """--scales block: every method from bf16 activations (a layer's input); DeepGEMM's with ``deepgemm``."""
     def quantized(o):
         return wavetune.quantize_fp8(o["x16"], group_size=128)
 
@@ -140,6 +143,15 @@ def block_launches(m: int) -> dict:
     found = dict(wavetune=wavetune_block, dequant=dequant)
     if any(c.dtype == "bf16" for c in wavetune.block_scaled_grouped_configs()):
         found["block_grouped/1"] = grouped_one_expert
+    if deepgemm:
+        import deep_gemm
+
+        def deepgemm_gemm(o):
+            q, scale = quantized(o)
+            deep_gemm.fp8_gemm_nt((q, scale), (o["w"], o["sw"]), o["out"])
+            return o["out"]
+
+        found["deepgemm"] = deepgemm_gemm
     try:
         from transformers.integrations.finegrained_fp8 import finegrained_fp8_linear
 
@@ -201,10 +213,10 @@ def runnable(name: str, launch, o: dict, block: bool) -> bool:
     try:
         out = launch(o)
     except (ValueError, RuntimeError, ImportError) as exc:
-        if "/" not in name and name != "transformers":
+        if "/" not in name and name not in ("transformers", "deepgemm"):
             raise
-        if name == "transformers":
-            print(f"transformers' FP8 linear left out: {exc}")
+        if name in ("transformers", "deepgemm"):
+            print(f"{name} left out: {exc}")
         return False
     torch.cuda.synchronize()
     if block:  # the bf16 layer: FP8 rounding of weights and activations is within the tolerance
@@ -227,10 +239,10 @@ def reference(name: str, o: dict):
     return ref
 
 
-def measure(problem: dict, reps: int, l2_bytes: int, block: bool) -> dict:
+def measure(problem: dict, reps: int, l2_bytes: int, block: bool, deepgemm: bool = False) -> dict:
     m, n, k = problem["m"], problem["n"], problem["k"]
     ops = operands(m, n, k, l2_bytes, block)
-    found = block_launches(m) if block else launches(m, n, k)
+    found = block_launches(m, deepgemm) if block else launches(m, n, k)
     methods = {name: fn for name, fn in found.items()
                if runnable(name, fn, ops[0], block)}
     us = interleaved_us(methods, [(o,) for o in ops], per_graph=max(len(ops), 8), reps=reps)
@@ -240,8 +252,9 @@ def measure(problem: dict, reps: int, l2_bytes: int, block: bool) -> dict:
     if block:
         row = {**problem, "us": us, "weight_mb": fp8_bytes / 1e6, "dequant_speedup": us["dequant"] / us["wavetune"],
                "wavetune_tbps": fp8_bytes / us["wavetune"] / 1e6}
-        if "transformers" in us:
-            row["transformers_speedup"] = us["transformers"] / us["wavetune"]
+        for peer in ("transformers", "deepgemm"):
+            if peer in us:
+                row[f"{peer}_speedup"] = us[peer] / us["wavetune"]
         if best:
             row.update(best=best, best_us=us[best], choice_vs_best=us[best] / us["wavetune"])
         return row
@@ -273,9 +286,10 @@ def block_summary(rows: list[dict]) -> str:
         speedups = [r["dequant_speedup"] for r in part]
         line = (f"M {label}: {len(part)} problems; vs dequantize + bf16 GEMM {geomean(speedups):.3f}x "
                 f"(min {min(speedups):.3f})")
-        if all("transformers_speedup" in r for r in part):
-            line += (f", vs transformers' Triton {geomean([r['transformers_speedup'] for r in part]):.3f}x (min "
-                     f"{min(r['transformers_speedup'] for r in part):.3f})")
+        for peer, label in (("transformers", "transformers' Triton"), ("deepgemm", "DeepGEMM")):
+            if all(f"{peer}_speedup" in r for r in part):
+                speedups = [r[f"{peer}_speedup"] for r in part]
+                line += f", vs {label} {geomean(speedups):.3f}x (min {min(speedups):.3f})"
         if all("choice_vs_best" in r for r in part):
             line += f"; choice {geomean([r['choice_vs_best'] for r in part]):.3f} of the best variant"
         lines.append(line)
@@ -329,14 +343,15 @@ def main() -> None:
             if time.monotonic() - started > args.time_budget_s:
                 print(f"time budget spent: {len(todo) - i} problems left out")
                 break
-            row = measure(problem, args.reps, props.L2_cache_size, block)
+            row = measure(problem, args.reps, props.L2_cache_size, block, args.deepgemm)
             rows.append(row)
             f.write(json.dumps(row) + "\n")
             f.flush()
             if block:
                 print(f"[{i + 1}/{len(todo)}] {row['model']} tp{row['tp']} {row['layer']} M={row['m']} N={row['n']} "
                       f"K={row['k']}: " + ", ".join(f"{name} {row['us'][name]:.1f} us" for name in
-                                                    ("wavetune", "dequant", "transformers") if name in row["us"]),
+                                                    ("wavetune", "dequant", "transformers", "deepgemm")
+                                                    if name in row["us"]),
                       flush=True)
                 continue
             print(f"[{i + 1}/{len(todo)}] {row['model']} tp{row['tp']} {row['layer']} M={row['m']} N={row['n']} "
