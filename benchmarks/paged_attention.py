@@ -38,6 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+SM_FLOPS_PER_US = 2.6e6  # launch.cu's kSmFlopsPerUs: tile math per SM (not fitted here)
 
 
 def parse_args() -> argparse.Namespace:
@@ -58,15 +59,18 @@ def parse_args() -> argparse.Namespace:
 def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
                  merge: float) -> float:
     """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
-    ``kernel``: its step keys and resident CTAs."""
+    ``kernel``: its step keys, rows (16 in logs without them) and resident CTAs."""
     step_keys, slots = kernel["step_keys"], sm_count * kernel["resident"]
     steps = max(1, -(-case["seqlen_k"] // step_keys))
     per_split = -(-steps // min(max(splits, 1), steps))
     runs = -(-steps // per_split)
-    ctas = case["batch"] * case["heads_kv"] * -(-(case["heads_q"] // case["heads_kv"]) // 16) * runs
+    ctas = case["batch"] * case["heads_kv"] * -(-(case["heads_q"] // case["heads_kv"]) // kernel.get("rows", 16)) * runs
     bytes_per_cta = 2.0 * per_split * step_keys * case["head_dim"] * 2
+    flops_per_cta = 4.0 * kernel.get("rows", 16) * per_split * step_keys * case["head_dim"]
+
     def wave_us(running: int) -> float:
-        return wave + bytes_per_cta * max(running / hbm, 1.0 / (warp * step_keys / 16))
+        return wave + max(bytes_per_cta * running / hbm, bytes_per_cta / (warp * step_keys / 16),
+                          -(-running // sm_count) * flops_per_cta / SM_FLOPS_PER_US)
 
     us = ctas // slots * wave_us(slots) + (wave_us(ctas % slots) if ctas % slots else 0.0)
     if runs > 1:
@@ -188,7 +192,7 @@ def measure(case: dict, args, props: dict) -> dict:
     sweep = {name: us for name, us in times.items() if "/s" in name}
     sdpa = {name: us for name, us in times.items() if name.startswith("sdpa")}
     torch.cuda.empty_cache()
-    kernel_facts = {c.name: {"step_keys": c.tile[1], "resident": _C.paged_attention_resident_ctas(c.id)}
+    kernel_facts = {c.name: {"step_keys": c.tile[1], "rows": c.tile[0], "resident": _C.paged_attention_resident_ctas(c.id)}
                     for c in kernels}
     return {**case, "kernels": kernel_facts, "choice": choice, "times": times, "best": min(sweep, key=sweep.get),
             "best_us": min(sweep.values()), "sdpa_best": min(sdpa, key=sdpa.get) if sdpa else None,

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 def test_the_family_is_registered_with_its_entry_point():
     family = families.get("paged_attention")
-    assert family.entry_points == ("paged_attention",)
+    assert family.entry_points == ("paged_attention", "varlen_attention")
     assert wavetune.paged_attention is family.function("api", "paged_attention")
     assert not family.config_space and not family.tuning  # built-in kernels, split count from the wave model
     configs = wavetune.paged_attention_configs()
@@ -79,7 +79,7 @@ def cpu_inputs(batch=2, heads_q=8, heads_kv=2, head_dim=64, pages=6, page_size=1
 
 @pytest.mark.parametrize("change, error, match", [
     (lambda q, k, v, t, s: (q.float(), k, v, t, s), TypeError, "must all be bfloat16 or all float16"),
-    (lambda q, k, v, t, s: (q[:, :5], k, v, t, s), ValueError, "multiple of the caches'"),
+    (lambda q, k, v, t, s: (q[:, :5], k, v, t, s), ValueError, "multiple of k's"),
     (lambda q, k, v, t, s: (q, k, v[:, :8], t, s), ValueError, "one shape and one set of strides"),
     (lambda q, k, v, t, s: (q, k, v.transpose(0, 1).contiguous().transpose(0, 1), t, s), ValueError,
      "one set of strides"),
@@ -87,7 +87,7 @@ def cpu_inputs(batch=2, heads_q=8, heads_kv=2, head_dim=64, pages=6, page_size=1
     (lambda q, k, v, t, s: (q, k, v, t.long(), s), ValueError, "block_table must be an int32"),
     (lambda q, k, v, t, s: (q, k, v, t[:1], s), ValueError, "block_table must be an int32 \\[batch=2"),
     (lambda q, k, v, t, s: (q, k, v, t, s[:1]), ValueError, "seq_lens must be a contiguous int32 \\[batch=2\\]"),
-    (lambda q, k, v, t, s: (q, k, v, None, s), ValueError, "first dim 6 must be q's batch 2"),
+    (lambda q, k, v, t, s: (q, k, v, None, s), ValueError, "first dim 6 must be the batch 2"),
     (lambda q, k, v, t, s: (q, k, v, t, s), ValueError, "on one CUDA device"),
 ])
 def test_bad_inputs_name_the_problem(change, error, match):

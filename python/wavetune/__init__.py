@@ -4,6 +4,7 @@
     y = wavetune.gemm(x, W.t())          # like torch.matmul(x, W.t()) / F.linear(x, W)
     o = wavetune.attention(q, k, v, causal=True)   # [batch, seq, heads, head_dim], GQA, KV splits
     o = wavetune.paged_attention(q, k_cache, v_cache, block_table, seq_lens)  # decode on a paged KV cache
+    o = wavetune.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=True)  # packed sequences
     xq, sx = wavetune.quantize_fp8(x)    # e4m3 per token; then FP8 x @ W.T like torch._scaled_mm:
     y = wavetune.scaled_gemm(xq, Wq.t(), sx, sw)
     wavetune.configs()                   # the compiled CUTLASS variants
@@ -22,7 +23,8 @@ from .runtime.tables import load_table
 from .families.gemm.api import configs, gemm
 from .families.grouped_gemm.api import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
 from .families.attention.api import attention, attention_configs  # attention forward (docs/attention.md)
-from .families.paged_attention.api import paged_attention, paged_attention_configs  # decode on a paged KV cache
+from .families.paged_attention.api import (  # paged KV caches, variable-length batches
+    paged_attention, paged_attention_configs, varlen_attention)
 from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
     dequantize_fp8, quantize_fp8, scaled_gemm, scaled_gemm_configs)
 from .families.scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm  # FP8 experts
@@ -39,7 +41,7 @@ __all__ = [
     "block_scaled_grouped_gemm", "build_info", "configs", "dequantize_fp8",
     "device_properties", "gemm", "grouped_configs", "grouped_gemm", "load_table", "paged_attention",
     "paged_attention_configs", "patch", "quantize_fp8", "scaled_gemm", "scaled_gemm_configs", "scaled_grouped_configs",
-    "scaled_grouped_gemm", "unpatch",
+    "scaled_grouped_gemm", "unpatch", "varlen_attention",
     "__version__",
 ]
 

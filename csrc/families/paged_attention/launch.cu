@@ -16,7 +16,7 @@
 
 #include "paged_ops.h"
 #include "paged_variants.h"
-#include "sm90_paged_decode.cuh"
+#include "sm90_paged_attention.cuh"
 #include "wavetune/errors.h"
 #include "wavetune/kernels.h"
 
@@ -37,12 +37,13 @@ cudaError_t launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shar
   return cudaLaunchKernelExC(&config, kernel, args);
 }
 
-template <DType kDType, int kHeadDim, int kWarps>
+template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit>
 struct PagedVariant {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
-  static constexpr size_t kShared = paged::shared_bytes<kHeadDim, kWarps>();
+  static constexpr size_t kShared = paged::shared_bytes<kHeadDim, kWarps, kSplit>();
+  static constexpr int kBlockRows = kSplit == paged::WarpSplit::keys ? paged::kRows : paged::kRows * kWarps;
   static constexpr int kStepKeys = kWarps * paged::kTileKeys;
-  static constexpr auto kKernel = paged::paged_decode_kernel<T, kHeadDim, kWarps>;
+  static constexpr auto kKernel = paged::paged_attention_kernel<T, kHeadDim, kWarps, kSplit>;
 
   // The shared-memory limit raised and the occupancy read once per device.
   static int32_t ctas_per_sm(const DeviceInfo& dev) {
@@ -64,84 +65,109 @@ struct PagedVariant {
     return resident[dev.device];
   }
 
+  static paged::Params params(const PagedAttentionProblem& p, const PagedSplits& s, void* workspace) {
+    const int32_t group = p.heads_q / p.heads_kv;
+    const int32_t row_blocks = int32_t((int64_t(p.max_q_len) * group + kBlockRows - 1) / kBlockRows);
+    paged::Params params{p.q, p.q_batch_stride, p.q_head_stride, p.k_cache, p.v_cache, p.page_stride, p.row_stride,
+                         p.head_stride, p.page_size, p.block_table, p.table_stride, p.key_starts, p.seq_lens,
+                         p.max_seq_len, p.q_starts, p.batch, p.max_q_len, p.causal, p.heads_kv, group, row_blocks,
+                         s.splits, s.split_keys, p.scale * float(M_LOG2E), p.out, p.out_batch_stride,
+                         p.out_head_stride, nullptr, nullptr};
+    if (s.splits > 1) {
+      params.partial = static_cast<float*>(workspace);
+      params.lse = params.partial + size_t(paged_query_tokens(p)) * p.heads_q * s.splits * kHeadDim;
+    }
+    return params;
+  }
+
   static void run(const PagedAttentionProblem& p, int32_t requested, void* workspace, const DeviceInfo& dev,
                   Stream stream) {
     ctas_per_sm(dev);
     const PagedSplits s = paged_splits(p, kStepKeys, requested);
-    const int32_t group = p.heads_q / p.heads_kv;
-    paged::Params params{p.q, p.q_batch_stride, p.q_head_stride, p.k_cache, p.v_cache, p.page_stride, p.row_stride,
-                         p.head_stride, p.page_size, p.block_table, p.table_stride, p.seq_lens, p.max_seq_len,
-                         p.heads_kv, group, (group + paged::kRows - 1) / paged::kRows, s.splits, s.split_keys,
-                         p.scale * float(M_LOG2E), p.out, p.out_batch_stride, p.out_head_stride, nullptr, nullptr};
-    if (s.splits > 1) {
-      const size_t rows = size_t(p.batch) * p.heads_q * s.splits;
-      params.partial = static_cast<float*>(workspace);
-      params.lse = params.partial + rows * kHeadDim;
-    }
+    paged::Params params = PagedVariant::params(p, s, workspace);
     void* args[] = {&params};
-    const dim3 grid(unsigned(params.head_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
+    const dim3 grid(unsigned(params.row_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
     cudaError_t status =
         launch_kernel(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared, stream, args);
     if (status == cudaSuccess && s.splits > 1) {
       int head_dim = kHeadDim;
       void* merge_args[] = {&params, &head_dim};
       status = launch_kernel(reinterpret_cast<const void*>(paged::merge_splits_kernel<T>),
-                             dim3(unsigned(p.batch * p.heads_q)), dim3(kHeadDim), s.splits * sizeof(float), stream,
-                             merge_args);
+                             dim3(unsigned(int64_t(paged_query_tokens(p)) * p.heads_q)), dim3(kHeadDim),
+                             s.splits * sizeof(float), stream, merge_args);
     }
     if (status != cudaSuccess) {
       cudaGetLastError();
       WAVETUNE_FAIL("paged attention launch failed: ", cudaGetErrorString(status), " (batch=", p.batch,
-                    " heads=", p.heads_q, "/", p.heads_kv, " max_seq_len=", p.max_seq_len, ", ", s.splits, " splits)");
+                    " heads=", p.heads_q, "/", p.heads_kv, " max_q_len=", p.max_q_len, " max_seq_len=",
+                    p.max_seq_len, ", ", s.splits, " splits)");
     }
   }
 
   static constexpr PagedVariantOps kOps{&ctas_per_sm, &run};
 
   static VariantRegistry<PagedVariantOps>::Entry entry(int32_t id, const char* name) {
-    return {{id, name, kDType, BLayout::col, false, Schedule::decode, paged::kRows, kStepKeys, kHeadDim, 1,
-             1, TileScheduler::data_parallel},
+    return {{id, name, kDType, BLayout::col, false, Schedule::decode, kBlockRows, kStepKeys, kHeadDim, 1, 1,
+             TileScheduler::data_parallel},
             &kOps};
   }
 };
 
-// NOTES: the wave model of a launch, without a table. G = CTAs (sequences x KV heads x query-head blocks x
-// splits) of a kernel with C resident CTAs per SM run in waves of C x SMs; a wave lasts kWaveUs plus its
-// CTAs' K and V bytes moved at the slower of each CTA's own rate (its warps' cp.async pipelines, ~2 tiles
-// each in flight: kWarpBytesPerUs per warp, a latency-bound rate) and its share of kHbmFraction of the
-// device's peak bandwidth. Splits add the merge: a launch and the partial outputs written and read once.
-// The constants are the replay optimum (benchmarks/paged_attention.py --fit) of kernel and split sweeps on
-// the design cases (Llama-3-8B and -70B heads; H100 and H200, 2026-11-26): its choices ran at 0.98 of the
-// best there and at 0.975-0.98 on held-out models.
+// NOTES: the wave model of a launch, without a table. G = CTAs (sequences x KV heads x row blocks x splits)
+// of a kernel with C resident CTAs per SM run in waves of C x SMs; a wave lasts kWaveUs plus the longest of
+// three times for its CTAs: their K and V bytes at each CTA's own rate (its warps' cp.async pipelines, ~2
+// tiles each in flight: kWarpBytesPerUs per warp, a latency-bound rate), the same bytes at the wave's share
+// of kHbmFraction of the device's peak bandwidth (the row blocks of one sequence and KV head read the same
+// keys, so HBM sees them once and L2 serves the rest), and their tile math at kSmFlopsPerUs per SM (mma.sync;
+// a tile does all 16 rows' work however few are queries). With the causal mask a CTA reads on average the
+// keys of its middle query. Splits add the merge: a launch and the partial outputs written and read once.
+// The first four constants are the replay optimum (benchmarks/paged_attention.py --fit) of kernel and
+// split sweeps on decode design cases (Llama-3-8B and -70B heads; H100 and H200, 2026-11-26): its choices
+// ran at 0.98 of the best there and at 0.975-0.98 on held-out models. kSmFlopsPerUs is FlashAttention-2's
+// published H100 rate (about 350 TFLOP/s over 132 SMs), which only queries of many tokens approach.
 constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 3.0;
 constexpr double kMergeUs = 3.0;
+constexpr double kSmFlopsPerUs = 2.6e6;
 
-double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t slots,
-                    double hbm_bytes_per_us) {
-  const int64_t head_blocks = (p.heads_q / p.heads_kv + paged::kRows - 1) / paged::kRows;
-  const int64_t ctas = int64_t(p.batch) * p.heads_kv * head_blocks * s.splits;
-  const double bytes_per_cta = 2.0 * s.split_keys * p.head_dim * 2;
+double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
+                    int64_t slots, double hbm_bytes_per_us) {
+  const int64_t group = p.heads_q / p.heads_kv, rows = int64_t(p.max_q_len) * group;
+  const int64_t row_blocks = (rows + v.tile_m - 1) / v.tile_m, head_blocks = (group + v.tile_m - 1) / v.tile_m;
+  const int64_t ctas = int64_t(p.batch) * p.heads_kv * row_blocks * s.splits;
+  const double causal_share =
+      p.causal && p.max_q_len > 1 && p.max_seq_len > 0
+          ? std::max(1.0, p.max_seq_len - 0.5 * p.max_q_len) / p.max_seq_len
+          : 1.0;
+  const double keys_per_cta = s.split_keys * causal_share;
+  const double bytes_per_cta = 2.0 * keys_per_cta * p.head_dim * 2;
+  const double flops_per_cta = 4.0 * v.tile_m * keys_per_cta * p.head_dim;
   const double cta_rate = kWarpBytesPerUs * v.tile_n / paged::kTileKeys;
+  const double sharing = double(std::max<int64_t>(1, row_blocks / head_blocks));
   // Whole waves of `slots` CTAs, then the last, partial one.
   auto wave_us = [&](int64_t running) {
-    return kWaveUs + bytes_per_cta * std::max(double(running) / hbm_bytes_per_us, 1.0 / cta_rate);
+    const double per_sm = double((running + sm_count - 1) / sm_count);
+    return kWaveUs + std::max({bytes_per_cta * running / (sharing * hbm_bytes_per_us), bytes_per_cta / cta_rate,
+                               per_sm * flops_per_cta / kSmFlopsPerUs});
   };
   double us = double(ctas / slots) * wave_us(slots) + (ctas % slots ? wave_us(ctas % slots) : 0.0);
-  if (s.splits > 1) us += kMergeUs + 2.0 * double(p.batch) * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;
+  if (s.splits > 1) {
+    const double queries = double(p.batch) * p.max_q_len;  // at most; the sizes alone set the choice
+    us += kMergeUs + 2.0 * queries * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;
+  }
   return us;
 }
 
 // The least predicted split count of one kernel, and its prediction.
-std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const VariantInfo& v, int64_t slots,
-                                       double hbm) {
+std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const VariantInfo& v, int64_t sm_count,
+                                       int64_t slots, double hbm) {
   const int32_t steps = (p.max_seq_len + v.tile_n - 1) / v.tile_n;
-  std::pair<int32_t, double> best{1, predicted_us(p, v, paged_splits(p, v.tile_n, 1), slots, hbm)};
+  std::pair<int32_t, double> best{1, predicted_us(p, v, paged_splits(p, v.tile_n, 1), sm_count, slots, hbm)};
   for (int32_t splits = 2; splits <= std::min(steps, kPagedAttentionMaxSplits); ++splits) {
     const PagedSplits s = paged_splits(p, v.tile_n, splits);
     if (s.splits != splits) continue;  // the same keys per split as a smaller count
-    const double us = predicted_us(p, v, s, slots, hbm);
+    const double us = predicted_us(p, v, s, sm_count, slots, hbm);
     if (us < best.second) best = {splits, us};
   }
   return best;
@@ -151,8 +177,8 @@ std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const Var
 
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() {
   std::vector<VariantRegistry<PagedVariantOps>::Entry> out;
-#define WAVETUNE_PAGED_ENTRY(DTYPE, HEAD_DIM, WARPS, NAME) \
-  out.push_back(PagedVariant<DType::DTYPE, HEAD_DIM, WARPS>::entry(int32_t(out.size()), NAME));
+#define WAVETUNE_PAGED_ENTRY(DTYPE, HEAD_DIM, WARPS, SPLIT, NAME) \
+  out.push_back(PagedVariant<DType::DTYPE, HEAD_DIM, WARPS, paged::WarpSplit::SPLIT>::entry(int32_t(out.size()), NAME));
   WAVETUNE_PAGED_VARIANTS(WAVETUNE_PAGED_ENTRY)
 #undef WAVETUNE_PAGED_ENTRY
   return out;
@@ -169,7 +195,8 @@ PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& p) {
   for (const VariantInfo& v : paged_attention_variants()) {
     if (v.dtype != p.dtype || v.tile_k != p.head_dim) continue;
     const int64_t slots = int64_t(dev.sm_count) * paged_attention_resident_ctas(v.id);
-    const auto [splits, us] = detail::best_splits(p, v, slots, detail::kHbmFraction * dev.memory_bytes_per_us);
+    const auto [splits, us] =
+        detail::best_splits(p, v, dev.sm_count, slots, detail::kHbmFraction * dev.memory_bytes_per_us);
     if (best.variant < 0 || us < best_us) best = {v.id, splits}, best_us = us;
   }
   if (best.variant < 0) {

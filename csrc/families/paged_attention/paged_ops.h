@@ -28,4 +28,7 @@ struct PagedSplits {
 };
 PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int32_t requested);
 
+// Rows of q and out.
+inline int32_t paged_query_tokens(const PagedAttentionProblem& p) { return p.q_tokens > 0 ? p.q_tokens : p.batch; }
+
 }  // namespace wavetune::detail

@@ -40,7 +40,7 @@ PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int3
 const std::vector<VariantInfo>& paged_attention_variants() { return detail::registry().infos(); }
 
 const char* paged_attention_config_space_hash() {
-#define WAVETUNE_PAGED_NAME(DTYPE, HEAD_DIM, WARPS, NAME) NAME,
+#define WAVETUNE_PAGED_NAME(DTYPE, HEAD_DIM, WARPS, SPLIT, NAME) NAME,
   static const std::string hash = detail::catalog_hash({WAVETUNE_PAGED_VARIANTS(WAVETUNE_PAGED_NAME)});
 #undef WAVETUNE_PAGED_NAME
   return hash.c_str();
@@ -63,7 +63,14 @@ std::string paged_attention_problem_error(const PagedAttentionProblem& p) {
     os << "head_dim must be 64, 128 or 256, got " << p.head_dim;
   } else if (p.dtype != DType::bf16 && p.dtype != DType::fp16) {
     os << "q, the caches and out must be bf16 or fp16";
-  } else if (!p.block_table && p.page_size < p.max_seq_len) {
+  } else if (p.max_q_len < 1 || p.q_tokens < 0 || (!p.q_starts && p.max_q_len != 1)) {
+    os << "max_q_len must be positive (1 without q_starts: one query per sequence) and q_tokens non-negative, got "
+       << "max_q_len=" << p.max_q_len << " q_tokens=" << p.q_tokens;
+  } else if (int64_t(p.max_q_len) * (p.heads_q / p.heads_kv) > int64_t(1) << 30) {
+    os << "max_q_len=" << p.max_q_len << " times " << p.heads_q / p.heads_kv << " query heads per KV head is too many rows";
+  } else if (p.key_starts && p.block_table) {
+    os << "ragged keys (key_starts) take no block table";
+  } else if (!p.block_table && !p.key_starts && p.page_size < p.max_seq_len) {
     os << "without a block table each sequence is one page: page_size=" << p.page_size
        << " must hold max_seq_len=" << p.max_seq_len;
   } else if (p.block_table && p.table_stride < (int64_t(p.max_seq_len) + p.page_size - 1) / p.page_size) {
@@ -72,9 +79,10 @@ std::string paged_attention_problem_error(const PagedAttentionProblem& p) {
   } else if (!p.q || !p.k_cache || !p.v_cache || !p.out) {
     os << "null q, cache or out pointer";
   } else if (misaligned(p.q, 16) || misaligned(p.k_cache, 16) || misaligned(p.v_cache, 16) || misaligned(p.out, 2) ||
-             misaligned(p.block_table, 4) || misaligned(p.seq_lens, 4)) {
+             misaligned(p.block_table, 4) || misaligned(p.seq_lens, 4) || misaligned(p.q_starts, 4) ||
+             misaligned(p.key_starts, 4)) {
     os << "q and the caches must be 16-byte aligned (16-byte loads; a sliced view may not be: use .contiguous()), "
-          "out 2-byte and the table and lengths 4-byte aligned";
+          "out 2-byte and the table, lengths and starts 4-byte aligned";
   } else if (!whole_chunks(p.q_batch_stride) || !whole_chunks(p.q_head_stride) || !whole_chunks(p.page_stride) ||
              !whole_chunks(p.row_stride) || !whole_chunks(p.head_stride)) {
     os << "the strides of q (" << p.q_batch_stride << ", " << p.q_head_stride << ") and of the caches ("
@@ -104,7 +112,7 @@ size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, const Pag
   const auto* variant = detail::paged_variant(how.variant);
   const detail::PagedSplits s = detail::paged_splits(p, variant ? variant->info.tile_n : 1, how.splits);
   if (!variant || s.splits <= 1) return 0;
-  return size_t(p.batch) * p.heads_q * s.splits * (size_t(p.head_dim) + 1) * sizeof(float);
+  return size_t(detail::paged_query_tokens(p)) * p.heads_q * s.splits * (size_t(p.head_dim) + 1) * sizeof(float);
 }
 
 namespace {

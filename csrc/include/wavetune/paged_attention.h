@@ -1,15 +1,16 @@
-// Decode attention over a paged KV cache (docs/attention.md, "Paged decode"): one new query token per
-// sequence against that sequence's cached keys and values, which live in fixed-size pages found through a
-// block table (vLLM's and FlashInfer's layout), each sequence with its own length.
+// Attention over a paged KV cache (docs/attention.md, "Paged attention"): each sequence's new query tokens
+// (one in decode; a prompt or a chunk of one in prefill) against that sequence's keys and values, which live
+// in fixed-size pages found through a block table (vLLM's and FlashInfer's layout), in a dense cache, or
+// ragged in one tensor (FlashAttention's variable-length layout), each sequence with its own lengths.
 //
 //   wavetune::PagedAttentionProblem p{...};                             // sizes, pointers, strides
 //   wavetune::PagedAttentionLaunch how = wavetune::paged_attention_choice(p);  // kernel and KV splits
 //   size_t bytes = wavetune::paged_attention_workspace_bytes(p, how);   // device memory the caller owns
 //   wavetune::paged_attention(p, how, workspace, bytes, stream);
 //
-// The query heads that share a KV head are the rows of one tile, so each KV byte is read once (grouped-query
-// attention); the keys of a sequence are cut into `splits` chunks run side by side and merged by their
-// log-sum-exp. Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h).
+// The query heads that share a KV head are rows of one tile, so each KV byte is read once per tile
+// (grouped-query attention); the keys of a sequence are cut into `splits` chunks run side by side and merged
+// by their log-sum-exp. Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h).
 #pragma once
 
 #include <cstddef>
@@ -26,8 +27,8 @@ constexpr int32_t kPagedAttentionMaxSplits = 256;
 
 struct PagedAttentionProblem {
   int32_t batch, heads_q, heads_kv, head_dim;  // head_dim 64, 128 or 256; heads_q a multiple of heads_kv
-  const void* q;                               // [batch, heads_q, head_dim]
-  int64_t q_batch_stride, q_head_stride;
+  const void* q;                               // [batch, heads_q, head_dim], or [q_tokens, ...] with q_starts
+  int64_t q_batch_stride, q_head_stride;       // (the batch stride is per token with q_starts)
   // K and V caches [pages, page_size, heads_kv, head_dim], both with these strides (elements).
   const void* k_cache;
   const void* v_cache;
@@ -38,13 +39,26 @@ struct PagedAttentionProblem {
   const int32_t* block_table;
   int64_t table_stride;
   // [batch] int32, each in [0, max_seq_len]: the keys each sequence attends to, read on the GPU. Null:
-  // max_seq_len each. A sequence with no keys gets zeros.
+  // max_seq_len each (or key_starts' counts). A sequence with no keys gets zeros.
   const int32_t* seq_lens;
   int32_t max_seq_len;  // a bound on seq_lens the caller knows on the host: the split count is chosen for it
-  void* out;            // [batch, heads_q, head_dim], written
+  void* out;            // shaped and strided as q, written
   int64_t out_batch_stride, out_head_stride;
   float scale;  // of q.k before the softmax
   DType dtype;  // of q, the caches and out
+  // Several queries per sequence (prefill, a chunk after a cached prefix, speculative tokens): [batch + 1]
+  // int32 on the GPU, sequence b's queries are rows q_starts[b] .. q_starts[b + 1] - 1 of q and out, its
+  // newest tokens. Null: one query per sequence, row b.
+  const int32_t* q_starts = nullptr;
+  int32_t max_q_len = 1;  // a host bound on queries per sequence: those past it are neither computed nor written
+  int32_t q_tokens = 0;   // rows of q and out (0: batch)
+  // With the causal mask query t of a sequence's n sees keys j <= seq_len - n + t (the bottom-right mask:
+  // the queries are the sequence's last tokens); without it, all of them.
+  bool causal = true;
+  // Ragged keys, no block table: [batch + 1] int32 on the GPU, sequence b's key j is row key_starts[b] + j of
+  // the caches [total keys, heads_kv, head_dim] (page_stride unused), and it has key_starts[b + 1] -
+  // key_starts[b] keys unless seq_lens says otherwise.
+  const int32_t* key_starts = nullptr;
 };
 
 // A launch: the kernel (an id of paged_attention_variants) and how many chunks each sequence's keys are cut
@@ -54,8 +68,9 @@ struct PagedAttentionLaunch {
   int32_t splits;
 };
 
-// The compiled paged attention kernels (two per dtype and head dim, one at head dim 256): tile_m is the
-// query-head rows of a tile, tile_n the keys a CTA step reads (16 per warp), tile_k the head dim.
+// The compiled paged attention kernels (three per dtype and head dim, two at head dim 256): tile_m is the
+// rows of a CTA ((token, query head) pairs; 16: its warps split the keys, 16 per warp: they split the rows),
+// tile_n the keys a CTA step reads (16 per warp), tile_k the head dim.
 WAVETUNE_API const std::vector<VariantInfo>& paged_attention_variants();
 // Identifies the compiled catalog.
 WAVETUNE_API const char* paged_attention_config_space_hash();
@@ -68,8 +83,8 @@ WAVETUNE_API std::string paged_attention_launch_error(const PagedAttentionProble
                                                       const PagedAttentionLaunch& how);
 
 // The kernel and KV split count the wave model picks for the current device: CTAs (batch x KV heads x
-// query-head blocks x splits) in whole waves of the kernel's resident CTAs against the keys each one
-// streams, plus the merge. From the sizes only.
+// row blocks x splits) in whole waves of the kernel's resident CTAs against the keys each one streams and
+// its tile math, plus the merge. From the sizes only.
 WAVETUNE_API PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& problem);
 
 // CTAs of a kernel resident per SM on the current device: the size of its waves over the SM count.

@@ -1,0 +1,283 @@
+"""Several query tokens per sequence (docs/attention.md, "Paged and variable-length attention"): packed prompts
+of different lengths, chunks of a prompt after a paged prefix, and speculative decode steps, against what
+PyTorch offers for each, on held-out models' heads.
+
+    python benchmarks/varlen_attention.py --count 30 --out $OUT
+
+Cases (held-out dense models of benchmarks/shape_suite.py at TP 1-8, random odd lengths):
+  varlen  a batch of 1-16 prompts of 16-4,096 tokens each, packed (causal prefill)
+  chunk   1-16 sequences, each a chunk of 16-1,024 new tokens after a prefix of 256-16,384 cached keys in
+          pages of 16 or 256 tokens in random order (causal, bottom-right)
+  spec    1-64 sequences, each 2-8 new tokens (a speculative decode step) after 512-32,768 cached keys in pages
+Methods (each checked against fp32 attention on the first and last sequences, output poisoned first, then
+timed as CUDA graphs replayed round-robin, medians; operand copies larger than twice the L2):
+  choice        wavetune.varlen_attention / paged_attention, the wave model's kernel and split count
+  <kernel>/s<N> forced to each kernel of the head dim at N splits (the fastest is "best")
+  fa2           PyTorch's variable-length attention (aten._flash_attention_forward, FlashAttention-2, what
+                torch.nn.attention.varlen calls); on pages of 256 it reads the block table itself, on pages
+                of 16 (which it refuses) the pages are gathered into packed keys first, inside its time
+  sdpa_loop     varlen only: SDPA (its fastest backend for the first prompt, cuDNN as a rule) called once
+                per prompt
+Writes <out>/varlen.jsonl (a header, then one record per case) and <out>/varlen.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SPLITS = (1, 4, 16)
+GRAPH_US = 300
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--count", type=int, default=30)
+    p.add_argument("--kinds", default="varlen,chunk,spec")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--time-budget-s", type=float, default=240)
+    p.add_argument("--seed", type=int, default=23)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
+    return p.parse_args()
+
+
+def log_uniform(rng: random.Random, low: int, high: int) -> int:
+    return int(math.exp(rng.uniform(math.log(low), math.log(high))))
+
+
+def cases(kinds: list[str], count: int, seed: int) -> list[dict]:
+    import shape_suite
+
+    rng = random.Random(seed)
+    families = sorted(shape_suite.DENSE_FAMILIES.items())
+    out = []
+    for i in range(count):
+        name, (_, _, hq, hkv, head_dim, _) = families[rng.randrange(len(families))]
+        tp = rng.choice([t for t in (1, 2, 4, 8) if hkv % t == 0])
+        kind = kinds[i % len(kinds)]
+        if kind == "varlen":
+            batch = log_uniform(rng, 1, 16)
+            new = [log_uniform(rng, 16, 4096) | 1 for _ in range(batch)]
+            prefix, page = [0] * batch, 0
+        elif kind == "chunk":
+            batch = log_uniform(rng, 1, 16)
+            new = [log_uniform(rng, 16, 1024) for _ in range(batch)]
+            prefix, page = [log_uniform(rng, 256, 16384) for _ in range(batch)], rng.choice((16, 256))
+        else:
+            batch = log_uniform(rng, 1, 64)
+            new = [rng.randint(2, 8) for _ in range(batch)]
+            prefix, page = [log_uniform(rng, 512, 32768) for _ in range(batch)], rng.choice((16, 256))
+        out.append(dict(kind=kind, model=f"{name}/tp{tp}", heads_q=hq // tp, heads_kv=hkv // tp, head_dim=head_dim,
+                        new=new, prefix=prefix, page_size=page))
+    return out
+
+
+def starts(lengths):
+    import torch
+
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
+
+
+def operands(case: dict, l2_bytes: int) -> tuple[dict, list[tuple]]:
+    """The case's index tensors (shared by every copy) and copies of (q, k, v, out): packed keys for varlen,
+    page pools for the others."""
+    import torch
+
+    opts = dict(device="cuda", dtype=torch.bfloat16)
+    new, totals = case["new"], [p + n for p, n in zip(case["prefix"], case["new"])]
+    hq, hkv, d = case["heads_q"], case["heads_kv"], case["head_dim"]
+    index = {"cu_q": starts(new), "cu_k": starts(totals), "lens": torch.tensor(totals, dtype=torch.int32, device="cuda"),
+             "max_q": max(new), "max_k": max(totals)}
+    if case["page_size"]:
+        page = case["page_size"]
+        per_seq = max(-(-t // page) for t in totals)
+        pool = len(totals) * per_seq
+        index["table"] = torch.randperm(pool, device="cuda").view(len(totals), per_seq).int()
+        kv_shape = (pool, page, hkv, d)
+    else:
+        kv_shape = (sum(totals), hkv, d)
+    touched = 4 * math.prod(kv_shape) + 4 * sum(new) * hq * d
+    copies = min(8, max(1, math.ceil(2 * l2_bytes / touched)))
+    sets = [(torch.randn(sum(new), hq, d, **opts), torch.randn(kv_shape, **opts), torch.randn(kv_shape, **opts),
+             torch.empty(sum(new), hq, d, **opts)) for _ in range(copies)]
+    return index, sets
+
+
+def keys_of(case: dict, index: dict, k, b: int):
+    """Sequence b's keys [m, hkv, d] (through the table on a page pool)."""
+    total = case["prefix"][b] + case["new"][b]
+    if not case["page_size"]:
+        start = int(index["cu_k"][b])
+        return k[start:start + total]
+    return k[index["table"][b].long()].flatten(0, 1)[:total]
+
+
+def check(case: dict, index: dict, methods: dict, first: tuple) -> dict:
+    """Relative error of each method on the first and last sequences against fp32 attention; methods that
+    raise (a baseline refusing the case) are dropped."""
+    import torch
+
+    q, k, v, out = first
+    errors = {}
+    seqs = sorted({0, len(case["new"]) - 1})
+    for name, launch in list(methods.items()):
+        out.fill_(float("nan"))
+        try:
+            got = launch(q, k, v, out)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            if name == "choice" or "/s" in name:
+                raise
+            print(f"  {name} refuses: {str(exc).splitlines()[0][:120]}", file=sys.stderr)
+            del methods[name]
+            continue
+        worst = 0.0
+        for b in seqs:
+            n, m = case["new"][b], case["prefix"][b] + case["new"][b]
+            row = int(index["cu_q"][b])
+            group = case["heads_q"] // case["heads_kv"]
+            keys = keys_of(case, index, k, b).float().repeat_interleave(group, 1)
+            values = keys_of(case, index, v, b).float().repeat_interleave(group, 1)
+            scores = torch.einsum("nhd,mhd->hnm", q[row:row + n].float(), keys) / math.sqrt(case["head_dim"])
+            visible = torch.arange(m, device="cuda")[None] <= (m - n + torch.arange(n, device="cuda"))[:, None]
+            want = torch.einsum("hnm,mhd->nhd", scores.masked_fill(~visible, float("-inf")).softmax(-1), values)
+            error = ((got[row:row + n].float() - want).norm() / want.norm()).item()
+            worst = max(worst, error if error == error else math.inf)
+        if worst > 2e-2:
+            raise AssertionError(f"{name} is wrong on {case}: relative error {worst:.3g}")
+        errors[name] = worst
+    return errors
+
+
+def methods_for(case: dict, index: dict, kernels: list) -> dict:
+    import torch
+
+    import wavetune
+
+    cu_q, cu_k, lens, max_q, max_k = (index[n] for n in ("cu_q", "cu_k", "lens", "max_q", "max_k"))
+    table = index.get("table")
+
+    def ours(config=None, splits=None):
+        if table is None:
+            return lambda q, k, v, out: wavetune.varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal=True,
+                                                                  out=out, config=config, splits=splits)
+        return lambda q, k, v, out: wavetune.paged_attention(q, k, v, table, lens, max_seq_len=max_k, cu_seqlens_q=cu_q,
+                                                             max_seqlen_q=max_q, out=out, config=config, splits=splits)
+
+    methods = {"choice": ours()}
+    for kernel in kernels:
+        methods.update({f"{kernel.name}/s{n}": ours(kernel.id, n) for n in SPLITS})
+
+    def fa2(q, k, v, out):
+        extra = {}
+        if table is not None and case["page_size"] % 256 == 0:
+            extra = dict(seqused_k=lens, block_table=table)
+        elif table is not None:  # pages FlashAttention-2 refuses: gather them into packed keys
+            rows = [keys_of(case, index, t, b) for t in (k, v) for b in range(len(case["new"]))]
+            half = len(rows) // 2
+            k, v = torch.cat(rows[:half]), torch.cat(rows[half:])
+        return torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False,
+                                                       **extra)[0]
+    methods["fa2"] = fa2
+    if case["kind"] == "varlen":
+        bounds = [int(x) for x in cu_q.tolist()]
+
+        def sdpa_loop(q, k, v, out):
+            for b in range(len(bounds) - 1):
+                s = slice(bounds[b], bounds[b + 1])
+                out[s] = torch.nn.functional.scaled_dot_product_attention(
+                    q[s].transpose(0, 1), k[s].transpose(0, 1), v[s].transpose(0, 1), is_causal=True,
+                    enable_gqa=case["heads_q"] != case["heads_kv"]).transpose(0, 1)
+            return out
+        methods["sdpa_loop"] = sdpa_loop
+    return methods
+
+
+def measure(case: dict, args, props: dict) -> dict:
+    import torch
+
+    import wavetune
+    from wavetune.tuning.timing import interleaved_us
+
+    kernels = [c for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"]]
+    index, sets = operands(case, props["l2_bytes"])
+    methods = methods_for(case, index, kernels)
+    errors = check(case, index, methods, sets[0])
+    flops = sum(4 * n * (p + (n + 1) / 2) for n, p in zip(case["new"], case["prefix"])) * case["heads_q"] * case["head_dim"]
+    estimate_us = max(5.0, flops / 2e8)
+    per_graph = len(sets) * math.ceil(min(16, max(1, GRAPH_US / estimate_us)) / len(sets))
+    times = interleaved_us(methods, sets, per_graph, args.reps)
+    sweep = {name: us for name, us in times.items() if "/s" in name}
+    best = min(sweep, key=sweep.get)
+    torch.cuda.empty_cache()
+    return {**case, "times": times, "best": best, "best_us": sweep[best], "tflops_choice": flops / times["choice"] / 1e6,
+            "max_error": max(errors.values()), "copies": len(sets)}
+
+
+def geomean(xs) -> float:
+    xs = list(xs)
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def summary(rows: list[dict], header: dict) -> str:
+    lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16; ratios above 1: "
+             "wavetune's choice faster. fa2: PyTorch's variable-length FlashAttention-2 (pages of 16 gathered "
+             "first); sdpa_loop: SDPA once per prompt; best: the fastest kernel and split count swept.", "",
+             "| kind | n | choice vs fa2 | worst | choice vs sdpa_loop | worst | choice / best | worst | TFLOP/s (choice) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for kind in ("varlen", "chunk", "spec", "all"):
+        rs = [r for r in rows if kind in (r["kind"], "all")]
+        if not rs:
+            continue
+        cells = []
+        for other in ("fa2", "sdpa_loop", "best"):
+            ratios = [(r["best_us"] if other == "best" else r["times"][other]) / r["times"]["choice"]
+                      for r in rs if other == "best" or other in r["times"]]
+            cells.append(f"{geomean(ratios):.3f}x | {min(ratios):.2f}x" if ratios else "- | -")
+        lines.append(f"| {kind} | {len(rs)} | " + " | ".join(cells) +
+                     f" | {geomean(r['tflops_choice'] for r in rs):.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = parse_args()
+    sys.path.insert(0, str(Path(__file__).parent))
+    import torch
+
+    import wavetune
+
+    props = wavetune.device_properties()
+    head_dims = {c.tile[2] for c in wavetune.paged_attention_configs()}
+    todo = [c for c in cases(args.kinds.split(","), args.count, args.seed) if c["head_dim"] in head_dims]
+    header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "args": {k: str(v) for k, v in vars(args).items()}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / "varlen.jsonl"
+    log.write_text(json.dumps(header) + "\n")
+    rows, start = [], time.monotonic()
+    for case in todo:
+        if time.monotonic() - start > args.time_budget_s:
+            print(f"time budget spent: {len(rows)} of {len(todo)} cases measured", file=sys.stderr)
+            break
+        row = measure(case, args, props)
+        rows.append(row)
+        with log.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        t = row["times"]
+        print(f"{row['kind']} {row['model']} b{len(row['new'])} q{sum(row['new'])} k{sum(row['prefix'])} "
+              f"p{row['page_size']} d{row['head_dim']}: choice {t['choice']:.1f} us, best {row['best_us']:.1f} "
+              f"({row['best']}), fa2 {t.get('fa2', 0):.1f}, sdpa_loop {t.get('sdpa_loop', 0):.1f}", file=sys.stderr)
+    table = summary(rows, header)
+    (args.out / "varlen.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

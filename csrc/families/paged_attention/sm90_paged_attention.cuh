@@ -1,0 +1,513 @@
+// The paged attention kernels (paged_attention.h): decode, and queries of several tokens per sequence
+// (prefill, chunked prefill after a cached prefix, variable lengths), and the merge of their KV splits.
+//
+// NOTES: why hand-written. A decode step reads each cached key and value once and does `group` (query
+// heads per KV head, 1-16) multiply-adds per element read, so it is bound by HBM, not by tensor cores, and
+// its keys sit in pages a block table names, which TMA descriptors (one box over one tensor) cannot follow
+// without one descriptor per page. So keys are streamed with cp.async (16-byte rows of a page, found
+// through the table), several tiles ahead, and the math is FlashAttention-2's register dataflow on
+// mma.sync: S = Q K^T with 16 query rows (ldmatrix from swizzled shared memory), an online softmax per row,
+// and O += P V with P taken straight from S's accumulators (their layout is the A operand's) and V through
+// ldmatrix.trans. A tile's rows are (query token, query head) pairs of one KV head, heads fastest: the
+// query heads of a KV head share every key they read (grouped-query attention), and a sequence's tokens
+// follow. Two ways to spread a CTA's work over its warps:
+// - keys_split (decode, short queries): the CTA takes 16 rows; its warps take alternate 16-key tiles, each
+//   with its own pipeline, and merge their softmax states at the end, so nothing waits on a CTA-wide
+//   barrier in the loop;
+// - rows_split (prefill): the CTA takes 16 rows per warp; all warps read the same keys from one shared
+//   pipeline, so each key brought on chip serves 16 x warps rows.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace wavetune::detail::paged {
+
+constexpr int kRows = 16;      // rows per tile (an mma's M)
+constexpr int kTileKeys = 16;  // keys per warp step (an mma's K for P V)
+
+// How a CTA's warps share its work (the header's NOTES).
+enum class WarpSplit { keys, rows };
+
+struct Params {
+  const void* q;
+  int64_t q_t, q_h;  // q's token and head strides
+  const void* k;
+  const void* v;
+  int64_t page_stride, row_stride, head_stride;
+  int32_t page_size;
+  const int32_t* block_table;
+  int64_t table_stride;
+  const int32_t* key_starts;  // ragged keys (no table): sequence b's key j is row key_starts[b] + j
+  const int32_t* seq_lens;
+  int32_t max_seq_len;
+  const int32_t* q_starts;  // null: one query per sequence, token b of q; else sequence b's are its rows
+  int32_t batch, max_q_len;
+  bool causal;
+  int32_t heads_kv, group, row_blocks;
+  int32_t splits, split_keys;  // split s takes keys [s * split_keys, (s + 1) * split_keys)
+  float scale_log2;            // scale * log2(e): the softmax runs in base 2
+  void* out;
+  int64_t o_t, o_h;
+  float* partial;  // splits > 1: [tokens, heads_q, splits, head_dim] outputs of each split, normalized
+  float* lse;      // splits > 1: [tokens, heads_q, splits] their base-2 log-sum-exps (-inf: no keys)
+};
+
+// Stages of each warp's cp.async pipeline (keys_split: two or three tiles of K and V in flight per warp),
+// or of the CTA's (rows_split: one 16-key tile per warp a stage).
+template <int kHeadDim, WarpSplit kSplit>
+constexpr int stages() {
+  if constexpr (kSplit == WarpSplit::keys) return kHeadDim == 64 ? 6 : 3;
+  return kHeadDim == 64 ? 4 : kHeadDim == 128 ? 3 : 2;
+}
+
+// NOTES: a keys_split kernel of 8 warps (4 at head dim 256) fills 192 KB of shared memory: one CTA per SM
+// with about 128 KB in flight, for launches of fewer CTAs than SMs (one sequence, few KV heads), where each
+// CTA's own pipeline sets the bandwidth. One of 4 warps runs two CTAs per SM: finer waves and less fixed
+// cost per CTA for launches of many short CTAs. A rows_split kernel of 4 warps (64 rows) runs two CTAs per
+// SM at head dim 128. The wave model picks among them (launch.cu).
+template <int kHeadDim, int kWarps, WarpSplit kSplit>
+constexpr size_t shared_bytes() {
+  const size_t rows = kSplit == WarpSplit::keys ? kRows : kRows * kWarps;
+  return rows * kHeadDim * 2 + size_t(kWarps) * stages<kHeadDim, kSplit>() * 2 * kTileKeys * kHeadDim * 2;
+}
+
+// Shared-memory tiles are rows of kHeadDim / 8 16-byte chunks; chunk c of row r sits at c ^ (r % 8), so the
+// 8 rows an ldmatrix reads at one column hit 8 different bank groups.
+template <int kHeadDim>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  return row * (kHeadDim / 8) + (chunk ^ (row & 7));
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+template <class T>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T to_element(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16(x);
+  } else {
+    return __float2half(x);
+  }
+}
+
+// One warp's online-softmax state for its two rows (lane / 4 and lane / 4 + 8): the running maximum of
+// the base-2 scores, this lane's share of the running sum, and the output accumulators (mma C layout:
+// o[n][0..1] row lane / 4, o[n][2..3] row lane / 4 + 8, columns 8 n + 2 (lane % 4) + {0, 1}).
+template <int kHeadDim>
+struct SoftmaxState {
+  float max[2] = {-INFINITY, -INFINITY};
+  float sum[2] = {0.0f, 0.0f};
+  float o[kHeadDim / 8][4] = {};
+};
+
+// One sequence as a CTA sees it.
+struct Sequence {
+  int first_token;  // the row of q and out of its first query
+  int queries;      // its query tokens (at most max_q_len), its newest ones
+  int keys;         // the keys it attends to (at most max_seq_len)
+};
+
+__device__ __forceinline__ Sequence sequence(const Params& p, int batch) {
+  Sequence s;
+  s.first_token = p.q_starts ? p.q_starts[batch] : batch;
+  s.queries = p.q_starts ? min(max(p.q_starts[batch + 1] - s.first_token, 0), p.max_q_len) : 1;
+  const int keys = p.seq_lens     ? p.seq_lens[batch]
+                   : p.key_starts ? p.key_starts[batch + 1] - p.key_starts[batch]
+                                  : p.max_seq_len;
+  s.keys = min(max(keys, 0), p.max_seq_len);
+  return s;
+}
+
+// The keys row `row` of a sequence's rows (token row / group, heads fastest) sees: [0, this). With the
+// causal mask query t of n sees keys up to its own position, keys - n + t; rows past the queries see none.
+__device__ __forceinline__ int row_keys(const Params& p, const Sequence& s, int row) {
+  const int token = row / p.group;
+  if (token >= s.queries) return 0;
+  return p.causal ? min(s.keys, max(s.keys - s.queries + token + 1, 0)) : s.keys;
+}
+
+// Where key `key` of this KV head lives, in elements from the cache's base; -1 past `end`.
+__device__ __forceinline__ int64_t key_offset(const Params& p, int batch, int kv_head, int key, int end) {
+  if (key >= end) return -1;
+  const int64_t head = int64_t(kv_head) * p.head_stride;
+  if (p.block_table) {
+    const int page = p.block_table[batch * p.table_stride + key / p.page_size];
+    return int64_t(page) * p.page_stride + int64_t(key % p.page_size) * p.row_stride + head;
+  }
+  if (p.key_starts) return int64_t(p.key_starts[batch] + key) * p.row_stride + head;
+  return int64_t(batch) * p.page_stride + int64_t(key) * p.row_stride + head;  // dense: sequence b is page b
+}
+
+// Loads rows [first_row, first_row + count) of a sequence's (token, head) rows into a swizzled tile of
+// `tile_rows` (cp.async, one group the caller commits); rows past `rows` are zero-filled.
+template <int kHeadDim>
+__device__ __forceinline__ void load_queries(const Params& p, const Sequence& seq, int kv_head, int first_row,
+                                             int rows, int tile_rows, uint32_t tile, int thread, int threads) {
+  constexpr int kChunks = kHeadDim / 8;
+  const auto* q = static_cast<const uint4*>(p.q);
+  for (int i = thread; i < tile_rows * kChunks; i += threads) {
+    const int r = i / kChunks, chunk = i % kChunks, row = first_row + r;
+    const int64_t token = seq.first_token + row / p.group, head = int64_t(kv_head) * p.group + row % p.group;
+    const int64_t at = r < rows ? (token * p.q_t + head * p.q_h) / 8 + chunk : 0;
+    cp_async_16(tile + 16u * swizzled<kHeadDim>(r, chunk), q + at, r < rows);
+  }
+}
+
+// Writes one value of row `row` (and its log-sum-exp, from column 0): the output, or with splits the
+// split's normalized output and log-sum-exp.
+template <class T, int kHeadDim>
+__device__ __forceinline__ void store_value(const Params& p, const Sequence& seq, int kv_head, int row, int split,
+                                            int column, float value, float lse) {
+  const int64_t token = seq.first_token + row / p.group, head = int64_t(kv_head) * p.group + row % p.group;
+  if (p.splits == 1) {
+    static_cast<T*>(p.out)[token * p.o_t + head * p.o_h + column] = to_element<T>(value);
+  } else {
+    const int64_t at = (token * p.heads_kv * p.group + head) * p.splits + split;
+    p.partial[at * kHeadDim + column] = value;
+    if (column == 0) p.lse[at] = lse;
+  }
+}
+
+// Issues the cp.async copies of one 16-key tile of K and V into a stage, given each lane's
+// key_offset of row lane % 16 (the others read it by shuffle); keys past the end (offset -1) are
+// zero-filled (V's zeros keep masked keys' 0 x V finite).
+template <int kHeadDim>
+__device__ __forceinline__ void load_tile(const Params& p, int64_t mine, uint32_t k_stage, uint32_t v_stage,
+                                          int lane) {
+  constexpr int kChunks = kHeadDim / 8;
+  const auto* k = static_cast<const uint4*>(p.k);
+  const auto* v = static_cast<const uint4*>(p.v);
+#pragma unroll
+  for (int i = 0; i < kTileKeys * kChunks / 32; ++i) {
+    const int chunk_index = lane + 32 * i, row = chunk_index / kChunks, chunk = chunk_index % kChunks;
+    const int64_t offset = __shfl_sync(0xffffffffu, mine, row);
+    const int64_t at = offset < 0 ? 0 : offset / 8 + chunk;
+    const uint32_t dst = 16u * swizzled<kHeadDim>(row, chunk);
+    cp_async_16(k_stage + dst, k + at, offset >= 0);
+    cp_async_16(v_stage + dst, v + at, offset >= 0);
+  }
+}
+
+// One 16-key tile: scores, online softmax, P V. Row lane / 4 + 8 r sees the keys below row_end[r].
+template <class T, int kHeadDim>
+__device__ __forceinline__ void attend_tile(SoftmaxState<kHeadDim>& st, uint32_t q_tile, uint32_t k_stage,
+                                            uint32_t v_stage, int first_key, const int (&row_end)[2],
+                                            float scale_log2, int lane) {
+  float s[2][4] = {};
+  const int quad_row = lane % 8 + 8 * ((lane / 8) % 2), quad_chunk = lane / 16;  // A operand (Q)
+  const int key_row = lane % 8 + 8 * (lane / 16), key_chunk = (lane / 8) % 2;     // B operand (K)
+#pragma unroll
+  for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+    uint32_t a[4], b[4];
+    ldmatrix_x4(a, q_tile + 16u * swizzled<kHeadDim>(quad_row, 2 * ks + quad_chunk));
+    ldmatrix_x4(b, k_stage + 16u * swizzled<kHeadDim>(key_row, 2 * ks + key_chunk));
+    mma<T>(s[0], a, b[0], b[1]);
+    mma<T>(s[1], a, b[2], b[3]);
+  }
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = first_key + 8 * n + 2 * (lane % 4) + e % 2;
+      s[n][e] = key < row_end[e / 2] ? s[n][e] * scale_log2 : -INFINITY;
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+    }
+  }
+  float correction[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    const float next = fmaxf(st.max[r], tile_max[r]);
+    const float base = next == -INFINITY ? 0.0f : next;  // no key seen yet: keep exp2 of -inf at 0, not NaN
+    correction[r] = exp2f(st.max[r] - base);
+    st.max[r] = next;
+    tile_max[r] = base;
+  }
+  uint32_t p[4];
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = exp2f(s[n][e] - tile_max[e / 2]);
+    p[2 * n] = pack<T>(s[n][0], s[n][1]);
+    p[2 * n + 1] = pack<T>(s[n][2], s[n][3]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.sum[r] = st.sum[r] * correction[r] + s[0][2 * r] + s[0][2 * r + 1] + s[1][2 * r] + s[1][2 * r + 1];
+#pragma unroll
+  for (int n = 0; n < kHeadDim / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[n][e] *= correction[e / 2];
+  }
+  const int value_row = lane % 8 + 8 * ((lane / 8) % 2), value_chunk = lane / 16;
+#pragma unroll
+  for (int n = 0; n < kHeadDim / 8; n += 2) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, v_stage + 16u * swizzled<kHeadDim>(value_row, n + value_chunk));
+    mma<T>(st.o[n], p, b[0], b[1]);
+    mma<T>(st.o[n + 1], p, b[2], b[3]);
+  }
+}
+
+// This lane's two rows of a 16-row tile starting at `first_row`: the keys each sees, cut to the split.
+__device__ __forceinline__ void lane_row_ends(const Params& p, const Sequence& seq, int first_row, int split_end,
+                                              int lane, int (&row_end)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) row_end[r] = min(row_keys(p, seq, first_row + lane / 4 + 8 * r), split_end);
+}
+
+// keys_split: the warps' states merged in shared memory (which the pipeline no longer uses), then stored
+// per (row, column).
+template <class T, int kHeadDim, int kWarps>
+__device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, float* scratch, const Sequence& seq,
+                                int kv_head, int first_row, int rows, int split, int warp, int lane) {
+  float* warp_max = scratch;                    // [warps][16]
+  float* warp_sum = warp_max + kWarps * kRows;  // [warps][16]
+  float* warp_out = warp_sum + kWarps * kRows;  // [warps][16][head dim]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 1);
+    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 2);
+    if (lane % 4 == 0) {
+      warp_max[warp * kRows + lane / 4 + 8 * r] = st.max[r];
+      warp_sum[warp * kRows + lane / 4 + 8 * r] = st.sum[r];
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kHeadDim / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = lane / 4 + 8 * (e / 2), column = 8 * n + 2 * (lane % 4) + e % 2;
+      warp_out[(warp * kRows + row) * kHeadDim + column] = st.o[n][e];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * kHeadDim; i += 32 * kWarps) {
+    const int row = i / kHeadDim, column = i % kHeadDim;
+    float top = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_max[w * kRows + row]);
+    float total = 0.0f, acc = 0.0f;
+    if (top != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float weight = exp2f(warp_max[w * kRows + row] - top);
+        total += weight * warp_sum[w * kRows + row];
+        acc += weight * warp_out[(w * kRows + row) * kHeadDim + column];
+      }
+    }
+    store_value<T, kHeadDim>(p, seq, kv_head, first_row + row, split, column, total > 0.0f ? acc / total : 0.0f,
+                             total > 0.0f ? top + log2f(total) : -INFINITY);
+  }
+}
+
+// rows_split: one warp's own 16 rows, stored straight from its registers.
+template <class T, int kHeadDim>
+__device__ void store_rows(const Params& p, SoftmaxState<kHeadDim>& st, const Sequence& seq, int kv_head,
+                           int first_row, int rows, int split, int lane) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 1);
+    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 2);
+  }
+#pragma unroll
+  for (int n = 0; n < kHeadDim / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = lane / 4 + 8 * (e / 2), column = 8 * n + 2 * (lane % 4) + e % 2;
+      const float total = st.sum[e / 2];
+      if (row < rows) {
+        store_value<T, kHeadDim>(p, seq, kv_head, first_row + row, split, column,
+                                 total > 0.0f ? st.o[n][e] / total : 0.0f,
+                                 total > 0.0f ? st.max[e / 2] + log2f(total) : -INFINITY);
+      }
+    }
+  }
+}
+
+// Grid: x = split x row block (blocks fastest: they read the same keys), y = KV head, z = sequence. A row
+// block is 16 rows (keys_split) or 16 per warp (rows_split) of the sequence's (token, query head) rows.
+template <class T, int kHeadDim, int kWarps, WarpSplit kSplit>
+__global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) {
+  constexpr int kStages = stages<kHeadDim, kSplit>();
+  constexpr int kBlockRows = kSplit == WarpSplit::keys ? kRows : kRows * kWarps;
+  constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
+  // keys_split: warp w's stages hold its own tiles w, w + warps, ...; rows_split: stage s holds one step of
+  // warps x 16 keys, warp w loading tile w of it.
+  constexpr uint32_t kWarpStride = kSplit == WarpSplit::keys ? kStages * 2 * kTileBytes : kTileBytes;
+  constexpr uint32_t kStageStride = kSplit == WarpSplit::keys ? kTileBytes : kWarps * kTileBytes;
+  constexpr uint32_t kValueOffset = kSplit == WarpSplit::keys ? kStages * kTileBytes : kStages * kWarps * kTileBytes;
+  extern __shared__ uint4 shared[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int block = blockIdx.x % p.row_blocks, split = blockIdx.x / p.row_blocks;
+  const int kv_head = blockIdx.y, batch = blockIdx.z;
+  // NOTES: the dependent kernel may start now; everything below reads what earlier kernels wrote (the
+  // queries, the cache rows appended this step, the table and the lengths), so it waits first.
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const Sequence seq = sequence(p, batch);
+  const int first_row = block * kBlockRows, rows = min(kBlockRows, seq.queries * p.group - first_row);
+  if (rows <= 0) return;
+  const int begin = split * p.split_keys, split_end = begin + p.split_keys;
+  // The CTA's keys: up to those its last row sees (the most, with the causal mask).
+  const int end = min(row_keys(p, seq, first_row + rows - 1), split_end);
+
+  const uint32_t q_tile = shared_address(shared);
+  const uint32_t k_stages = q_tile + kBlockRows * kHeadDim * 2 + uint32_t(warp) * kWarpStride;
+  const uint32_t v_stages = k_stages + kValueOffset;
+  // NOTES: the query tile, then the first tiles of K and V, are all in flight before anything waits: a
+  // short decode step is a few of these latencies end to end.
+  load_queries<kHeadDim>(p, seq, kv_head, first_row, rows, kBlockRows, q_tile, threadIdx.x, 32 * kWarps);
+  asm volatile("cp.async.commit_group;\n" ::);
+
+  // The tiles this warp loads: keys_split, tiles t = warp, warp + warps, ... of the split (and computes
+  // them); rows_split, tile warp of each step (all warps compute every tile).
+  const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
+  const int steps = kSplit == WarpSplit::keys ? (tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0)
+                                              : (tiles + kWarps - 1) / kWarps;
+  auto tile_key = [&](int i, int t) { return begin + (kWarps * i + t) * kTileKeys; };  // step i, tile t
+  auto row_offset = [&](int i) { return key_offset(p, batch, kv_head, tile_key(i, warp) + lane % kTileKeys, end); };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) load_tile<kHeadDim>(p, row_offset(s), k_stages + s * kStageStride, v_stages + s * kStageStride, lane);
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  // NOTES: a block table entry is read one iteration before its tile's copies are issued, so the
+  // table's latency overlaps a tile's wait and math instead of adding to it.
+  int64_t next_rows = row_offset(kStages - 1);
+  const int warp_first_row = first_row + (kSplit == WarpSplit::rows ? warp * kRows : 0);
+  int row_end[2];
+  lane_row_ends(p, seq, warp_first_row, split_end, lane, row_end);
+  int warp_end = max(row_end[0], row_end[1]);  // past the last key any of the warp's rows sees
+#pragma unroll
+  for (int o = 4; o < 32; o *= 2) warp_end = max(warp_end, __shfl_xor_sync(0xffffffffu, warp_end, o));
+  const uint32_t warp_queries = q_tile + uint32_t(warp_first_row - first_row) * kHeadDim * 2;
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // the query tile's group, the first
+  __syncthreads();
+
+  SoftmaxState<kHeadDim> st;
+  for (int i = 0; i < steps; ++i) {
+    const int ahead = i + kStages - 1;
+    if (ahead < steps) {
+      const uint32_t stage = uint32_t(ahead % kStages) * kStageStride;
+      load_tile<kHeadDim>(p, next_rows, k_stages + stage, v_stages + stage, lane);
+      next_rows = row_offset(ahead + 1);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));
+    const uint32_t stage = uint32_t(i % kStages) * kStageStride;
+    if constexpr (kSplit == WarpSplit::keys) {
+      __syncwarp();
+      attend_tile<T, kHeadDim>(st, warp_queries, k_stages + stage, v_stages + stage, tile_key(i, warp), row_end,
+                               p.scale_log2, lane);
+      __syncwarp();
+    } else {
+      __syncthreads();  // every warp's tile of the step has landed
+      const uint32_t step_k = k_stages - uint32_t(warp) * kWarpStride + stage;
+#pragma unroll
+      for (int t = 0; t < kWarps; ++t) {
+        if (tile_key(i, t) < warp_end) {
+          attend_tile<T, kHeadDim>(st, warp_queries, step_k + t * kTileBytes, step_k + kValueOffset + t * kTileBytes,
+                                   tile_key(i, t), row_end, p.scale_log2, lane);
+        }
+      }
+      __syncthreads();  // before the next iteration's copies overwrite a stage
+    }
+  }
+  asm volatile("cp.async.wait_all;\n" ::);
+  if constexpr (kSplit == WarpSplit::keys) {
+    __syncthreads();
+    merge_and_store<T, kHeadDim, kWarps>(p, st, reinterpret_cast<float*>(shared), seq, kv_head, first_row, rows, split,
+                                         warp, lane);
+  } else {
+    store_rows<T, kHeadDim>(p, st, seq, kv_head, warp_first_row, rows - (warp_first_row - first_row), split, lane);
+  }
+}
+
+// Whether row `token` of q belongs to a sequence's queries (not padding past the last sequence's, nor past
+// a sequence's max_q_len-th): only those have split outputs to merge.
+__device__ __forceinline__ bool is_query(const Params& p, int token) {
+  if (!p.q_starts) return true;
+  if (token < p.q_starts[0] || token >= p.q_starts[p.batch]) return false;
+  int lo = 0, hi = p.batch;  // the last sequence starting at or before the token
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (p.q_starts[mid] <= token ? lo : hi) = mid;
+  }
+  return token - p.q_starts[lo] < p.max_q_len;
+}
+
+// One CTA per (query token, query head), one thread per column: the splits' outputs weighted by
+// exp2(lse - max) over the total weight; zeros when no split saw a key.
+template <class T>
+__global__ void merge_splits_kernel(Params p, int head_dim) {
+  extern __shared__ float weight[];  // [splits]
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int64_t row = blockIdx.x;  // token * heads_q + head
+  const int64_t heads_q = int64_t(p.heads_kv) * p.group, token = row / heads_q, head = row % heads_q;
+  if (!is_query(p, int(token))) return;
+  const float* lse = p.lse + row * p.splits;
+  float top = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) top = fmaxf(top, lse[s]);
+  for (int s = threadIdx.x; s < p.splits; s += blockDim.x) weight[s] = top == -INFINITY ? 0.0f : exp2f(lse[s] - top);
+  __syncthreads();
+  float total = 0.0f, acc = 0.0f;
+  const float* partial = p.partial + row * p.splits * head_dim + threadIdx.x;
+  for (int s = 0; s < p.splits; ++s) {
+    total += weight[s];
+    acc += weight[s] * partial[int64_t(s) * head_dim];
+  }
+  static_cast<T*>(p.out)[token * p.o_t + head * p.o_h + threadIdx.x] = to_element<T>(total > 0.0f ? acc / total : 0.0f);
+}
+
+}  // namespace wavetune::detail::paged
