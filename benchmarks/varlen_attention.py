@@ -14,11 +14,13 @@ timed as CUDA graphs replayed round-robin, medians; operand copies larger than t
   choice        wavetune.varlen_attention / paged_attention, the wave model's kernel and split count
   <kernel>/s<N> forced to each kernel of the head dim at N splits (the fastest is "best")
   fa2           PyTorch's variable-length attention (aten._flash_attention_forward, FlashAttention-2, what
-                torch.nn.attention.varlen calls); on pages of 256 it reads the block table itself, on pages
-                of 16 (which it refuses) the pages are gathered into packed keys first, inside its time
+                torch.nn.attention.varlen calls); on pages of 256 it reads the block table itself where the
+                torch has that argument (2.13 has, 2.11 not); otherwise the pages are gathered into packed
+                keys first, inside its time
   sdpa_loop     varlen only: SDPA (its fastest backend for the first prompt, cuDNN as a rule) called once
                 per prompt
-Writes <out>/varlen.jsonl (a header, then one record per case) and <out>/varlen.md.
+Writes <out>/varlen.jsonl (a header, then one record per case; `benchmarks/paged_attention.py --fit` fits
+the wave model's tile-math rates to it) and <out>/varlen.md.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SPLITS = (1, 4, 16)
+SPLITS = (1, 2, 4, 8, 16, 32)
 GRAPH_US = 300
 
 
@@ -175,11 +177,13 @@ def methods_for(case: dict, index: dict, kernels: list) -> dict:
     for kernel in kernels:
         methods.update({f"{kernel.name}/s{n}": ours(kernel.id, n) for n in SPLITS})
 
+    reads_pages = "block_table" in str(torch.ops.aten._flash_attention_forward.default._schema)
+
     def fa2(q, k, v, out):
         extra = {}
-        if table is not None and case["page_size"] % 256 == 0:
+        if table is not None and case["page_size"] % 256 == 0 and reads_pages:
             extra = dict(seqused_k=lens, block_table=table)
-        elif table is not None:  # pages FlashAttention-2 refuses: gather them into packed keys
+        elif table is not None:  # pages it refuses (or a torch without paged FlashAttention): packed keys first
             rows = [keys_of(case, index, t, b) for t in (k, v) for b in range(len(case["new"]))]
             half = len(rows) // 2
             k, v = torch.cat(rows[:half]), torch.cat(rows[half:])
@@ -204,6 +208,7 @@ def measure(case: dict, args, props: dict) -> dict:
     import torch
 
     import wavetune
+    from wavetune import _C
     from wavetune.tuning.timing import interleaved_us
 
     kernels = [c for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"]]
@@ -217,8 +222,12 @@ def measure(case: dict, args, props: dict) -> dict:
     sweep = {name: us for name, us in times.items() if "/s" in name}
     best = min(sweep, key=sweep.get)
     torch.cuda.empty_cache()
-    return {**case, "times": times, "best": best, "best_us": sweep[best], "tflops_choice": flops / times["choice"] / 1e6,
-            "max_error": max(errors.values()), "copies": len(sets)}
+    # What benchmarks/paged_attention.py --fit replays: the sizes the wave model reads, the kernels' facts.
+    model_view = dict(batch=len(case["new"]), seqlen_q=index["max_q"], seqlen_k=index["max_k"], causal=True,
+                      kernels={c.name: {"step_keys": c.tile[1], "rows": c.tile[0],
+                                        "resident": _C.paged_attention_resident_ctas(c.id)} for c in kernels})
+    return {**case, **model_view, "times": times, "best": best, "best_us": sweep[best],
+            "tflops_choice": flops / times["choice"] / 1e6, "max_error": max(errors.values()), "copies": len(sets)}
 
 
 def geomean(xs) -> float:
@@ -228,8 +237,8 @@ def geomean(xs) -> float:
 
 def summary(rows: list[dict], header: dict) -> str:
     lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16; ratios above 1: "
-             "wavetune's choice faster. fa2: PyTorch's variable-length FlashAttention-2 (pages of 16 gathered "
-             "first); sdpa_loop: SDPA once per prompt; best: the fastest kernel and split count swept.", "",
+             "wavetune's choice faster. fa2: PyTorch's variable-length FlashAttention-2 (pages gathered first "
+             "where it cannot read them); sdpa_loop: SDPA once per prompt; best: the fastest kernel and split count swept.", "",
              "| kind | n | choice vs fa2 | worst | choice vs sdpa_loop | worst | choice / best | worst | TFLOP/s (choice) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for kind in ("varlen", "chunk", "spec", "all"):
@@ -257,6 +266,7 @@ def main() -> None:
     head_dims = {c.tile[2] for c in wavetune.paged_attention_configs()}
     todo = [c for c in cases(args.kinds.split(","), args.count, args.seed) if c["head_dim"] in head_dims]
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
+              "sm_count": props["sm_count"], "memory_bytes_per_s": props["memory_bytes_per_s"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "args": {k: str(v) for k, v in vars(args).items()}}
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "varlen.jsonl"

@@ -115,20 +115,22 @@ struct PagedVariant {
 
 // NOTES: the wave model of a launch, without a table. G = CTAs (sequences x KV heads x row blocks x splits)
 // of a kernel with C resident CTAs per SM run in waves of C x SMs; a wave lasts kWaveUs plus the longest of
-// three times for its CTAs: their K and V bytes at each CTA's own rate (its warps' cp.async pipelines, ~2
-// tiles each in flight: kWarpBytesPerUs per warp, a latency-bound rate), the same bytes at the wave's share
+// four times for its CTAs: their K and V bytes at each CTA's own rate (its warps' cp.async pipelines, ~2
+// tiles each in flight: kWarpBytesPerUs per warp, a latency-bound rate); the same bytes at the wave's share
 // of kHbmFraction of the device's peak bandwidth (the row blocks of one sequence and KV head read the same
-// keys, so HBM sees them once and L2 serves the rest), and their tile math at kSmFlopsPerUs per SM (mma.sync;
-// a tile does all 16 rows' work however few are queries). With the causal mask a CTA reads on average the
-// keys of its middle query. Splits add the merge: a launch and the partial outputs written and read once.
-// The first four constants are the replay optimum (benchmarks/paged_attention.py --fit) of kernel and
-// split sweeps on decode design cases (Llama-3-8B and -70B heads; H100 and H200, 2026-11-26): its choices
-// ran at 0.98 of the best there and at 0.975-0.98 on held-out models. kSmFlopsPerUs is FlashAttention-2's
-// published H100 rate (about 350 TFLOP/s over 132 SMs), which only queries of many tokens approach.
+// keys, so HBM sees them once and L2 serves the rest); one warp's chain of dependent mma.sync tiles (16 rows
+// by its keys, kWarpFlopsPerUs); and the tile math of the SM's CTAs at kSmFlopsPerUs (a tile does all 16
+// rows' work however few are queries). With the causal mask a CTA reads on average the keys of its middle
+// query. Splits add the merge: a launch and the partial outputs written and read once. The constants are
+// the replay optimum (benchmarks/paged_attention.py --fit) of kernel and split sweeps: the first four on
+// decode design cases (Llama-3-8B and -70B heads; H100 and H200, 2026-11-26), whose choices ran at 0.98 of
+// the best there and at 0.975-0.98 on held-out models; the two tile-math rates on several-query cases of
+// benchmarks/varlen_attention.py (H100, 2026-11-27).
 constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 3.0;
 constexpr double kMergeUs = 3.0;
+constexpr double kWarpFlopsPerUs = 4.0e5;
 constexpr double kSmFlopsPerUs = 2.6e6;
 
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
@@ -136,20 +138,23 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
   const int64_t group = p.heads_q / p.heads_kv, rows = int64_t(p.max_q_len) * group;
   const int64_t row_blocks = (rows + v.tile_m - 1) / v.tile_m, head_blocks = (group + v.tile_m - 1) / v.tile_m;
   const int64_t ctas = int64_t(p.batch) * p.heads_kv * row_blocks * s.splits;
+  const int64_t warps = v.tile_n / paged::kTileKeys;
   const double causal_share =
       p.causal && p.max_q_len > 1 && p.max_seq_len > 0
           ? std::max(1.0, p.max_seq_len - 0.5 * p.max_q_len) / p.max_seq_len
           : 1.0;
   const double keys_per_cta = s.split_keys * causal_share;
+  const double keys_per_warp = v.tile_m > paged::kRows ? keys_per_cta : keys_per_cta / warps;
   const double bytes_per_cta = 2.0 * keys_per_cta * p.head_dim * 2;
+  const double warp_us = 4.0 * paged::kRows * keys_per_warp * p.head_dim / kWarpFlopsPerUs;
   const double flops_per_cta = 4.0 * v.tile_m * keys_per_cta * p.head_dim;
-  const double cta_rate = kWarpBytesPerUs * v.tile_n / paged::kTileKeys;
+  const double cta_rate = kWarpBytesPerUs * warps;
   const double sharing = double(std::max<int64_t>(1, row_blocks / head_blocks));
   // Whole waves of `slots` CTAs, then the last, partial one.
   auto wave_us = [&](int64_t running) {
     const double per_sm = double((running + sm_count - 1) / sm_count);
     return kWaveUs + std::max({bytes_per_cta * running / (sharing * hbm_bytes_per_us), bytes_per_cta / cta_rate,
-                               per_sm * flops_per_cta / kSmFlopsPerUs});
+                               warp_us, per_sm * flops_per_cta / kSmFlopsPerUs});
   };
   double us = double(ctas / slots) * wave_us(slots) + (ctas % slots ? wave_us(ctas % slots) : 0.0);
   if (s.splits > 1) {

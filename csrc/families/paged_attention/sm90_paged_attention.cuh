@@ -236,53 +236,89 @@ __device__ __forceinline__ void load_tile(const Params& p, int64_t mine, uint32_
   }
 }
 
-// One 16-key tile: scores, online softmax, P V. Row lane / 4 + 8 r sees the keys below row_end[r].
-template <class T, int kHeadDim>
-__device__ __forceinline__ void attend_tile(SoftmaxState<kHeadDim>& st, uint32_t q_tile, uint32_t k_stage,
-                                            uint32_t v_stage, int first_key, const int (&row_end)[2],
-                                            float scale_log2, int lane) {
-  float s[2][4] = {};
-  const int quad_row = lane % 8 + 8 * ((lane / 8) % 2), quad_chunk = lane / 16;  // A operand (Q)
-  const int key_row = lane % 8 + 8 * (lane / 16), key_chunk = (lane / 8) % 2;     // B operand (K)
+// A warp's 16 query rows as mma A fragments. NOTES: up to head dim 128 they are read from shared memory
+// once and kept in registers (32 at 128), so a tile's Q K^T reads only K; at 256 the 64 registers they
+// would take push the accumulators into spills, so each tile reads them again.
+template <int kHeadDim>
+struct QueryFragments {
+  static constexpr bool kInRegisters = kHeadDim <= 128;
+  uint32_t a[kInRegisters ? kHeadDim / 16 : 1][4];
+  uint32_t tile;  // the rows in shared memory (swizzled)
+
+  __device__ __forceinline__ QueryFragments(uint32_t rows, int lane) : tile(rows) {
+    if constexpr (kInRegisters) {
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) load(a[ks], ks, lane);
+    }
+  }
+  __device__ __forceinline__ void load(uint32_t (&out)[4], int ks, int lane) const {
+    const int row = lane % 8 + 8 * ((lane / 8) % 2), chunk = lane / 16;
+    ldmatrix_x4(out, tile + 16u * swizzled<kHeadDim>(row, 2 * ks + chunk));
+  }
+};
+
+// kKeys keys (16-key tiles, one after another in shared memory): scores, online softmax, P V. Row lane / 4
+// + 8 r sees the keys below row_end[r]. A wider step rescales the accumulators once per kKeys keys.
+template <class T, int kHeadDim, int kKeys>
+__device__ __forceinline__ void attend(SoftmaxState<kHeadDim>& st, const QueryFragments<kHeadDim>& q, uint32_t k_tiles,
+                                       uint32_t v_tiles, int first_key, const int (&row_end)[2], float scale_log2,
+                                       int lane) {
+  constexpr int kGroups = kKeys / kTileKeys;
+  constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
+  float s[2 * kGroups][4] = {};
+  const int key_row = lane % 8 + 8 * (lane / 16), key_chunk = (lane / 8) % 2;  // B operand (K)
 #pragma unroll
   for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-    uint32_t a[4], b[4];
-    ldmatrix_x4(a, q_tile + 16u * swizzled<kHeadDim>(quad_row, 2 * ks + quad_chunk));
-    ldmatrix_x4(b, k_stage + 16u * swizzled<kHeadDim>(key_row, 2 * ks + key_chunk));
-    mma<T>(s[0], a, b[0], b[1]);
-    mma<T>(s[1], a, b[2], b[3]);
-  }
-  float tile_max[2] = {-INFINITY, -INFINITY};
+    uint32_t a[4];
+    if constexpr (QueryFragments<kHeadDim>::kInRegisters) {
 #pragma unroll
-  for (int n = 0; n < 2; ++n) {
+      for (int i = 0; i < 4; ++i) a[i] = q.a[ks][i];
+    } else {
+      q.load(a, ks, lane);
+    }
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_tiles + g * kTileBytes + 16u * swizzled<kHeadDim>(key_row, 2 * ks + key_chunk));
+      mma<T>(s[2 * g], a, b[0], b[1]);
+      mma<T>(s[2 * g + 1], a, b[2], b[3]);
+    }
+  }
+  float step_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 2 * kGroups; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = first_key + 8 * n + 2 * (lane % 4) + e % 2;
       s[n][e] = key < row_end[e / 2] ? s[n][e] * scale_log2 : -INFINITY;
-      tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+      step_max[e / 2] = fmaxf(step_max[e / 2], s[n][e]);
     }
   }
   float correction[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    const float next = fmaxf(st.max[r], tile_max[r]);
+    step_max[r] = fmaxf(step_max[r], __shfl_xor_sync(0xffffffffu, step_max[r], 1));
+    step_max[r] = fmaxf(step_max[r], __shfl_xor_sync(0xffffffffu, step_max[r], 2));
+    const float next = fmaxf(st.max[r], step_max[r]);
     const float base = next == -INFINITY ? 0.0f : next;  // no key seen yet: keep exp2 of -inf at 0, not NaN
     correction[r] = exp2f(st.max[r] - base);
     st.max[r] = next;
-    tile_max[r] = base;
+    step_max[r] = base;
   }
-  uint32_t p[4];
+  uint32_t p[kGroups][4];  // P as the A operand of each 16-key group
+  float step_sum[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int n = 0; n < 2; ++n) {
+  for (int n = 0; n < 2 * kGroups; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[n][e] = exp2f(s[n][e] - tile_max[e / 2]);
-    p[2 * n] = pack<T>(s[n][0], s[n][1]);
-    p[2 * n + 1] = pack<T>(s[n][2], s[n][3]);
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = exp2f(s[n][e] - step_max[e / 2]);
+      step_sum[e / 2] += s[n][e];
+    }
+    p[n / 2][2 * (n % 2)] = pack<T>(s[n][0], s[n][1]);
+    p[n / 2][2 * (n % 2) + 1] = pack<T>(s[n][2], s[n][3]);
   }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) st.sum[r] = st.sum[r] * correction[r] + s[0][2 * r] + s[0][2 * r + 1] + s[1][2 * r] + s[1][2 * r + 1];
+  for (int r = 0; r < 2; ++r) st.sum[r] = st.sum[r] * correction[r] + step_sum[r];
 #pragma unroll
   for (int n = 0; n < kHeadDim / 8; ++n) {
 #pragma unroll
@@ -290,11 +326,14 @@ __device__ __forceinline__ void attend_tile(SoftmaxState<kHeadDim>& st, uint32_t
   }
   const int value_row = lane % 8 + 8 * ((lane / 8) % 2), value_chunk = lane / 16;
 #pragma unroll
-  for (int n = 0; n < kHeadDim / 8; n += 2) {
-    uint32_t b[4];
-    ldmatrix_x4_trans(b, v_stage + 16u * swizzled<kHeadDim>(value_row, n + value_chunk));
-    mma<T>(st.o[n], p, b[0], b[1]);
-    mma<T>(st.o[n + 1], p, b[2], b[3]);
+  for (int g = 0; g < kGroups; ++g) {
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; n += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, v_tiles + g * kTileBytes + 16u * swizzled<kHeadDim>(value_row, n + value_chunk));
+      mma<T>(st.o[n], p[g], b[0], b[1]);
+      mma<T>(st.o[n + 1], p[g], b[2], b[3]);
+    }
   }
 }
 
@@ -433,6 +472,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   const uint32_t warp_queries = q_tile + uint32_t(warp_first_row - first_row) * kHeadDim * 2;
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // the query tile's group, the first
   __syncthreads();
+  const QueryFragments<kHeadDim> queries(warp_queries, lane);
 
   SoftmaxState<kHeadDim> st;
   for (int i = 0; i < steps; ++i) {
@@ -447,18 +487,15 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
     const uint32_t stage = uint32_t(i % kStages) * kStageStride;
     if constexpr (kSplit == WarpSplit::keys) {
       __syncwarp();
-      attend_tile<T, kHeadDim>(st, warp_queries, k_stages + stage, v_stages + stage, tile_key(i, warp), row_end,
-                               p.scale_log2, lane);
+      attend<T, kHeadDim, kTileKeys>(st, queries, k_stages + stage, v_stages + stage, tile_key(i, warp), row_end,
+                                     p.scale_log2, lane);
       __syncwarp();
     } else {
       __syncthreads();  // every warp's tile of the step has landed
       const uint32_t step_k = k_stages - uint32_t(warp) * kWarpStride + stage;
-#pragma unroll
-      for (int t = 0; t < kWarps; ++t) {
-        if (tile_key(i, t) < warp_end) {
-          attend_tile<T, kHeadDim>(st, warp_queries, step_k + t * kTileBytes, step_k + kValueOffset + t * kTileBytes,
-                                   tile_key(i, t), row_end, p.scale_log2, lane);
-        }
+      if (tile_key(i, 0) < warp_end) {
+        attend<T, kHeadDim, kTileKeys * kWarps>(st, queries, step_k, step_k + kValueOffset, tile_key(i, 0), row_end,
+                                                p.scale_log2, lane);
       }
       __syncthreads();  // before the next iteration's copies overwrite a stage
     }
