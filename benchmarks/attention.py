@@ -200,7 +200,7 @@ def paged_problem(c: dict) -> tuple:
     sizes = (c["batch"], c["heads_q"], heads_kv, dim, c["seqlen_k"], c["seqlen_k"])
     q = (16, c["heads_q"] * dim, dim)  # any aligned non-null pointer: the choice reads sizes only
     caches = (16, 16, c["seqlen_k"] * heads_kv * dim, heads_kv * dim, dim)
-    return sizes, q, caches, (0, 0, 0), 0, q, (0, 1, c["batch"], True), 1 / math.sqrt(dim)
+    return sizes, q, caches, (0, 0, 0, 0), 0, q, (0, 1, c["batch"], True), 1 / math.sqrt(dim)
 
 
 def host_costs() -> dict:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-WARP_FLOPS_PER_US, SM_FLOPS_PER_US = 4.0e5, 2.6e6  # launch.cu's kWarpFlopsPerUs and kSmFlopsPerUs
+WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP = 2.0e5, 2.6e6, 5.0  # launch.cu's constants of the same names
 
 
 def parse_args() -> argparse.Namespace:
@@ -58,18 +58,21 @@ def parse_args() -> argparse.Namespace:
 # ---- the wave model, replayed offline -------------------------------------------------------------------
 
 def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
-                 merge: float, warp_flops: float = WARP_FLOPS_PER_US, sm_flops: float = SM_FLOPS_PER_US) -> float:
+                 merge: float, warp_flops: float = WARP_FLOPS_PER_US, sm_flops: float = SM_FLOPS_PER_US,
+                 l2_speedup: float = L2_SPEEDUP) -> float:
     """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
     ``kernel``: its step keys, rows (16 in logs without them) and resident CTAs; ``case``: decode, or with
-    seqlen_q (queries per sequence, at most) and causal several queries."""
+    seqlen_q (queries per sequence, at most) and causal several queries; total_keys: all sequences' keys."""
     step_keys, rows, slots = kernel["step_keys"], kernel.get("rows", 16), sm_count * kernel["resident"]
-    max_q, keys = case.get("seqlen_q", 1), case["seqlen_k"]
+    max_q, keys, batch = case.get("seqlen_q", 1), case["seqlen_k"], case["batch"]
     steps = max(1, -(-keys // step_keys))
     per_split = -(-steps // min(max(splits, 1), steps))
     runs = -(-steps // per_split)
     group = case["heads_q"] // case["heads_kv"]
     row_blocks, head_blocks = -(-max_q * group // rows), -(-group // rows)
-    ctas = case["batch"] * case["heads_kv"] * row_blocks * runs
+    fill = min(1.0, max(1.0 / batch, case["total_keys"] / (batch * keys))) if case.get("total_keys") and keys else 1.0
+    one_sequence = case["heads_kv"] * row_blocks * runs
+    ctas = max(one_sequence, math.ceil(batch * one_sequence * fill))
     share = max(1.0, keys - 0.5 * max_q) / keys if case.get("causal") and max_q > 1 and keys else 1.0
     keys_per_cta = per_split * step_keys * share
     warps = step_keys // 16
@@ -77,14 +80,18 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     warp_us = 4.0 * 16 * (keys_per_cta if rows > 16 else keys_per_cta / warps) * case["head_dim"] / warp_flops
     flops_per_cta = 4.0 * rows * keys_per_cta * case["head_dim"]
     sharing = max(1, row_blocks // head_blocks)
+    cta_rate = warp * warps * (1.0 + (l2_speedup - 1.0) * (1.0 - 1.0 / sharing))
 
     def wave_us(running: int) -> float:
-        return wave + max(bytes_per_cta * running / (sharing * hbm), bytes_per_cta / (warp * warps), warp_us,
+        return wave + max(bytes_per_cta * running / (sharing * hbm), bytes_per_cta / cta_rate, warp_us,
                           -(-running // sm_count) * flops_per_cta / sm_flops)
 
-    us = ctas // slots * wave_us(slots) + (wave_us(ctas % slots) if ctas % slots else 0.0)
+    if fill < 1.0:
+        us = wave_us(min(ctas, slots)) * max(1.0, ctas / slots)
+    else:
+        us = ctas // slots * wave_us(slots) + (wave_us(ctas % slots) if ctas % slots else 0.0)
     if runs > 1:
-        us += merge + 2.0 * case["batch"] * max_q * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
+        us += merge + 2.0 * batch * max_q * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
     return us
 
 
@@ -111,12 +118,12 @@ def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
     return out
 
 
-SHIPPED = (0.98, 3.75e3, 3.0, 3.0, WARP_FLOPS_PER_US, SM_FLOPS_PER_US)  # launch.cu's constants, in order
+SHIPPED = (0.98, 3.75e3, 3.0, 3.0, WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP)  # launch.cu's, in order
 
 
 def fit(design: Path, check: Path | None) -> None:
-    """Decode logs fit the first four constants (the tile-math rates as shipped); logs of several queries per
-    sequence (benchmarks/varlen_attention.py) fit the two tile-math rates (the first four as shipped)."""
+    """Decode logs fit the first four constants (the others as shipped); logs of several queries per sequence
+    (benchmarks/varlen_attention.py) fit the tile-math rates and the L2 speed-up (the first four as shipped)."""
     def load(path):
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt") as f:
@@ -125,15 +132,16 @@ def fit(design: Path, check: Path | None) -> None:
 
     header, rows = load(design)
     if any(r.get("seqlen_q", 1) > 1 for r in rows):
-        grid = [(*SHIPPED[:4], w, s) for w in (1e5, 2e5, 3e5, 4e5, 6e5, 8e5, 1.2e6)
-                for s in (1.5e6, 2e6, 2.6e6, 3.5e6, 5e6, 7e6)]
+        grid = [(*SHIPPED[:4], *c) for c in itertools.product((1e5, 2e5, 3e5, 4e5, 6e5), (1.5e6, 2.6e6, 4e6),
+                                                               (1.0, 2.0, 3.0, 5.0, 8.0))]
     else:
         grid = [(*c, *SHIPPED[4:]) for c in itertools.product((0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3),
                                                                (1.0, 2.0, 3.0, 4.0), (2.0, 3.0, 5.0))]
     scored = sorted(((geomean(replay(rows, c, header)), c) for c in grid), reverse=True)
     for score, c in scored[:5]:
         line = (f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us, warp math {c[4]:.3g} "
-                f"and SM math {c[5]:.3g} flop/us: design {score:.3f} (worst {min(replay(rows, c, header)):.2f})")
+                f"and SM math {c[5]:.3g} flop/us, L2 {c[6]}x: design {score:.3f} "
+                f"(worst {min(replay(rows, c, header)):.2f})")
         if check:
             held_header, held = load(check)
             quality = replay(held, c, held_header)

@@ -165,13 +165,15 @@ def methods_for(case: dict, index: dict, kernels: list) -> dict:
 
     cu_q, cu_k, lens, max_q, max_k = (index[n] for n in ("cu_q", "cu_k", "lens", "max_q", "max_k"))
     table = index.get("table")
+    total_keys = sum(p + n for p, n in zip(case["prefix"], case["new"]))  # what an engine knows on the host
 
     def ours(config=None, splits=None):
         if table is None:
             return lambda q, k, v, out: wavetune.varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal=True,
                                                                   out=out, config=config, splits=splits)
-        return lambda q, k, v, out: wavetune.paged_attention(q, k, v, table, lens, max_seq_len=max_k, cu_seqlens_q=cu_q,
-                                                             max_seqlen_q=max_q, out=out, config=config, splits=splits)
+        return lambda q, k, v, out: wavetune.paged_attention(
+            q, k, v, table, lens, max_seq_len=max_k, cu_seqlens_q=cu_q, max_seqlen_q=max_q, total_keys=total_keys,
+            out=out, config=config, splits=splits)
 
     methods = {"choice": ours()}
     for kernel in kernels:
@@ -224,6 +226,7 @@ def measure(case: dict, args, props: dict) -> dict:
     torch.cuda.empty_cache()
     # What benchmarks/paged_attention.py --fit replays: the sizes the wave model reads, the kernels' facts.
     model_view = dict(batch=len(case["new"]), seqlen_q=index["max_q"], seqlen_k=index["max_k"], causal=True,
+                      total_keys=sum(p + n for p, n in zip(case["prefix"], case["new"])),
                       kernels={c.name: {"step_keys": c.tile[1], "rows": c.tile[0],
                                         "resident": _C.paged_attention_resident_ctas(c.id)} for c in kernels})
     return {**case, **model_view, "times": times, "best": best, "best_us": sweep[best],

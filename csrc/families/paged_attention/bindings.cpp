@@ -19,11 +19,11 @@ FamilyBindings registration("paged_attention", &bind);
 
 // (batch, heads_q, heads_kv, head_dim, page_size, max_seq_len); (pointer, batch or token stride, head stride)
 // of q and out; (k pointer, v pointer, page, row and head strides) of the caches; (pointer, row stride) of the
-// table and the key_starts pointer; (q_starts pointer, max_q_len, q_tokens, causal) of the queries.
+// table, the key_starts pointer and total_keys; (q_starts pointer, max_q_len, q_tokens, causal) of the queries.
 using PySizes = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
 using PyRows = std::tuple<uintptr_t, int64_t, int64_t>;
 using PyCaches = std::tuple<uintptr_t, uintptr_t, int64_t, int64_t, int64_t>;
-using PyKeys = std::tuple<uintptr_t, int64_t, uintptr_t>;
+using PyKeys = std::tuple<uintptr_t, int64_t, uintptr_t, int64_t>;
 using PyQueries = std::tuple<uintptr_t, int32_t, int32_t, bool>;
 
 PagedAttentionProblem make_problem(const PySizes& sizes, const PyRows& q, const PyCaches& caches, const PyKeys& keys,
@@ -59,6 +59,7 @@ PagedAttentionProblem make_problem(const PySizes& sizes, const PyRows& q, const 
   p.q_tokens = q_tokens;
   p.causal = causal;
   p.key_starts = reinterpret_cast<const int32_t*>(std::get<2>(keys));
+  p.total_keys = std::get<3>(keys);
   return p;
 }
 
@@ -94,7 +95,7 @@ void bind(py::module_& m) {
       [](const PySizes& sizes, int32_t variant, int32_t splits, int32_t q_tokens) {
         const PyRows none{0, 0, 0};
         return paged_attention_workspace_bytes(
-            make_problem(sizes, none, {0, 0, 0, 0, 0}, {0, 0, 0}, 0, none, {0, 1, q_tokens, true}, 1.0f, 0),
+            make_problem(sizes, none, {0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, none, {0, 1, q_tokens, true}, 1.0f, 0),
             {variant, splits});
       },
       py::arg("sizes"), py::arg("variant"), py::arg("splits"), py::arg("q_tokens") = 0,

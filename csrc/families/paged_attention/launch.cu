@@ -116,28 +116,35 @@ struct PagedVariant {
 // NOTES: the wave model of a launch, without a table. G = CTAs (sequences x KV heads x row blocks x splits)
 // of a kernel with C resident CTAs per SM run in waves of C x SMs; a wave lasts kWaveUs plus the longest of
 // four times for its CTAs: their K and V bytes at each CTA's own rate (its warps' cp.async pipelines, ~2
-// tiles each in flight: kWarpBytesPerUs per warp, a latency-bound rate); the same bytes at the wave's share
-// of kHbmFraction of the device's peak bandwidth (the row blocks of one sequence and KV head read the same
-// keys, so HBM sees them once and L2 serves the rest); one warp's chain of dependent mma.sync tiles (16 rows
-// by its keys, kWarpFlopsPerUs); and the tile math of the SM's CTAs at kSmFlopsPerUs (a tile does all 16
-// rows' work however few are queries). With the causal mask a CTA reads on average the keys of its middle
-// query. Splits add the merge: a launch and the partial outputs written and read once. The constants are
-// the replay optimum (benchmarks/paged_attention.py --fit) of kernel and split sweeps: the first four on
-// decode design cases (Llama-3-8B and -70B heads; H100 and H200, 2026-11-26), whose choices ran at 0.98 of
-// the best there and at 0.975-0.98 on held-out models; the two tile-math rates on several-query cases of
-// benchmarks/varlen_attention.py (H100, 2026-11-27).
+// tiles each in flight: kWarpBytesPerUs per warp, a latency-bound rate, kL2Speedup times faster for the
+// share of reads that L2 serves); the same bytes at the wave's share of kHbmFraction of the device's peak
+// bandwidth (the row blocks of one sequence and KV head read the same keys, so HBM sees them once and L2
+// serves the rest); one warp's chain of dependent mma.sync tiles (16 rows by its keys, kWarpFlopsPerUs);
+// and the tile math of the SM's CTAs at kSmFlopsPerUs (a tile does all 16 rows' work however few are
+// queries). With the causal mask a CTA reads on average the keys of its middle query. In a batch of mixed
+// lengths (total_keys) only the batch's share of the CTAs has keys, and they no longer fill whole waves:
+// the waves are counted as a fraction. Splits add the merge: a launch and the partial outputs written and
+// read once. The constants are the replay optimum (benchmarks/paged_attention.py --fit) of kernel and
+// split sweeps: the first four on decode design cases (Llama-3-8B and -70B heads; H100 and H200,
+// 2026-11-26), whose choices ran at 0.98 of the best there and at 0.975-0.98 on held-out models; the other
+// three on several-query cases of benchmarks/varlen_attention.py (H100, 2026-11-27).
 constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 3.0;
 constexpr double kMergeUs = 3.0;
-constexpr double kWarpFlopsPerUs = 4.0e5;
+constexpr double kWarpFlopsPerUs = 2.0e5;
 constexpr double kSmFlopsPerUs = 2.6e6;
+constexpr double kL2Speedup = 5.0;
 
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
                     int64_t slots, double hbm_bytes_per_us) {
   const int64_t group = p.heads_q / p.heads_kv, rows = int64_t(p.max_q_len) * group;
   const int64_t row_blocks = (rows + v.tile_m - 1) / v.tile_m, head_blocks = (group + v.tile_m - 1) / v.tile_m;
-  const int64_t ctas = int64_t(p.batch) * p.heads_kv * row_blocks * s.splits;
+  const double fill = p.total_keys > 0 && p.max_seq_len > 0
+                          ? std::clamp(double(p.total_keys) / (double(p.batch) * p.max_seq_len), 1.0 / p.batch, 1.0)
+                          : 1.0;
+  const int64_t one_sequence = int64_t(p.heads_kv) * row_blocks * s.splits;
+  const int64_t ctas = std::max(one_sequence, int64_t(std::ceil(double(p.batch) * one_sequence * fill)));
   const int64_t warps = v.tile_n / paged::kTileKeys;
   const double causal_share =
       p.causal && p.max_q_len > 1 && p.max_seq_len > 0
@@ -148,15 +155,15 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
   const double bytes_per_cta = 2.0 * keys_per_cta * p.head_dim * 2;
   const double warp_us = 4.0 * paged::kRows * keys_per_warp * p.head_dim / kWarpFlopsPerUs;
   const double flops_per_cta = 4.0 * v.tile_m * keys_per_cta * p.head_dim;
-  const double cta_rate = kWarpBytesPerUs * warps;
   const double sharing = double(std::max<int64_t>(1, row_blocks / head_blocks));
-  // Whole waves of `slots` CTAs, then the last, partial one.
+  const double cta_rate = kWarpBytesPerUs * warps * (1.0 + (kL2Speedup - 1.0) * (1.0 - 1.0 / sharing));
   auto wave_us = [&](int64_t running) {
     const double per_sm = double((running + sm_count - 1) / sm_count);
     return kWaveUs + std::max({bytes_per_cta * running / (sharing * hbm_bytes_per_us), bytes_per_cta / cta_rate,
                                warp_us, per_sm * flops_per_cta / kSmFlopsPerUs});
   };
-  double us = double(ctas / slots) * wave_us(slots) + (ctas % slots ? wave_us(ctas % slots) : 0.0);
+  double us = fill < 1.0 ? wave_us(std::min(ctas, slots)) * std::max(1.0, double(ctas) / slots)
+                         : double(ctas / slots) * wave_us(slots) + (ctas % slots ? wave_us(ctas % slots) : 0.0);
   if (s.splits > 1) {
     const double queries = double(p.batch) * p.max_q_len;  // at most; the sizes alone set the choice
     us += kMergeUs + 2.0 * queries * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;

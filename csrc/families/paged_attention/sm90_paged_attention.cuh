@@ -437,6 +437,10 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   const int first_row = block * kBlockRows, rows = min(kBlockRows, seq.queries * p.group - first_row);
   if (rows <= 0) return;
   const int begin = split * p.split_keys, split_end = begin + p.split_keys;
+  // NOTES: splits are sized for the longest sequence; a shorter one's splits past its keys leave at once and
+  // write nothing (the merge reads only the splits a sequence's length reaches), so a batch of mixed
+  // lengths pays little for the split count its longest sequence wants.
+  if (split > 0 && begin >= seq.keys) return;
   // The CTA's keys: up to those its last row sees (the most, with the causal mask).
   const int end = min(row_keys(p, seq, first_row + rows - 1), split_end);
 
@@ -510,21 +514,21 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   }
 }
 
-// Whether row `token` of q belongs to a sequence's queries (not padding past the last sequence's, nor past
-// a sequence's max_q_len-th): only those have split outputs to merge.
-__device__ __forceinline__ bool is_query(const Params& p, int token) {
-  if (!p.q_starts) return true;
-  if (token < p.q_starts[0] || token >= p.q_starts[p.batch]) return false;
+// The sequence whose queries include row `token` of q, or -1 for rows that are no sequence's query
+// (padding past the last sequence's, or past a sequence's max_q_len-th): those have no split outputs.
+__device__ __forceinline__ int sequence_of(const Params& p, int token) {
+  if (!p.q_starts) return token;
+  if (token < p.q_starts[0] || token >= p.q_starts[p.batch]) return -1;
   int lo = 0, hi = p.batch;  // the last sequence starting at or before the token
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
     (p.q_starts[mid] <= token ? lo : hi) = mid;
   }
-  return token - p.q_starts[lo] < p.max_q_len;
+  return token - p.q_starts[lo] < p.max_q_len ? lo : -1;
 }
 
-// One CTA per (query token, query head), one thread per column: the splits' outputs weighted by
-// exp2(lse - max) over the total weight; zeros when no split saw a key.
+// One CTA per (query token, query head), one thread per column: the outputs of the splits the sequence's
+// keys reach, weighted by exp2(lse - max) over the total weight; zeros when no split saw a key.
 template <class T>
 __global__ void merge_splits_kernel(Params p, int head_dim) {
   extern __shared__ float weight[];  // [splits]
@@ -532,15 +536,17 @@ __global__ void merge_splits_kernel(Params p, int head_dim) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t row = blockIdx.x;  // token * heads_q + head
   const int64_t heads_q = int64_t(p.heads_kv) * p.group, token = row / heads_q, head = row % heads_q;
-  if (!is_query(p, int(token))) return;
+  const int batch = sequence_of(p, int(token));
+  if (batch < 0) return;
+  const int splits = max(1, min(p.splits, (sequence(p, batch).keys + p.split_keys - 1) / p.split_keys));
   const float* lse = p.lse + row * p.splits;
   float top = -INFINITY;
-  for (int s = 0; s < p.splits; ++s) top = fmaxf(top, lse[s]);
-  for (int s = threadIdx.x; s < p.splits; s += blockDim.x) weight[s] = top == -INFINITY ? 0.0f : exp2f(lse[s] - top);
+  for (int s = 0; s < splits; ++s) top = fmaxf(top, lse[s]);
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) weight[s] = top == -INFINITY ? 0.0f : exp2f(lse[s] - top);
   __syncthreads();
   float total = 0.0f, acc = 0.0f;
   const float* partial = p.partial + row * p.splits * head_dim + threadIdx.x;
-  for (int s = 0; s < p.splits; ++s) {
+  for (int s = 0; s < splits; ++s) {
     total += weight[s];
     acc += weight[s] * partial[int64_t(s) * head_dim];
   }

@@ -59,6 +59,9 @@ struct PagedAttentionProblem {
   // the caches [total keys, heads_kv, head_dim] (page_stride unused), and it has key_starts[b + 1] -
   // key_starts[b] keys unless seq_lens says otherwise.
   const int32_t* key_starts = nullptr;
+  // A host-side count of all sequences' keys together (the sum of seq_lens), or 0: batch x max_seq_len. The
+  // split count is chosen for it: the splits the longest sequence wants cost a batch of shorter ones little.
+  int64_t total_keys = 0;
 };
 
 // A launch: the kernel (an id of paged_attention_variants) and how many chunks each sequence's keys are cut

@@ -48,7 +48,7 @@ def _choice(device: int, sizes: tuple, dtype_code: int, args: tuple) -> tuple[in
     the queries' bound and mask) only, so the pointers and strides in ``args`` (which it validates) are not part
     of the key."""
     _, max_q_len, _, causal = args[5]
-    key = (device, sizes, max_q_len, causal, dtype_code)
+    key = (device, sizes, max_q_len, causal, args[2][3], dtype_code)
     if key not in _choices:
         if len(_choices) >= MAX_CACHED_CHOICES:
             _choices.clear()
@@ -155,7 +155,7 @@ def check_varlen_inputs(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
 def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tuple, sizes: tuple, scale, config,
             splits, what: str):
     """Validates the problem natively, picks the kernel and split count (unless forced) and launches."""
-    tensors = [t for t in (q, k_cache, v_cache, seq_lens, out, *keys, queries[0]) if isinstance(t, torch.Tensor)]
+    tensors = [t for t in (q, k_cache, v_cache, seq_lens, out, *keys[:2], queries[0]) if isinstance(t, torch.Tensor)]
     device = q.get_device()
     if not all(t.is_cuda and t.get_device() == device for t in tensors):
         raise ValueError(f"q, k, v and every index tensor (tables, lengths, starts) and out must be on one CUDA "
@@ -166,13 +166,18 @@ def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tup
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     pointer = lambda t: t.data_ptr() if t is not None else 0  # noqa: E731
-    table, key_starts = keys
+    table, key_starts, total_keys = keys
     q_starts, max_q_len, causal = queries
     head_dim = q.shape[-1]
+    batch, max_seq_len = sizes[0], sizes[5]
+    if total_keys and max_seq_len:
+        # The wave model reads the batch's fill in sixteenths, so that nearby totals share one cached choice.
+        sixteenths = min(16, max(1, -(-16 * total_keys // (batch * max_seq_len))))
+        total_keys = -(-sixteenths * batch * max_seq_len // 16)
     args = ((q.data_ptr(), q.stride(0), q.stride(1)),
             (k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0) if k_cache.dim() == 4 else 0,
              k_cache.stride(-3), k_cache.stride(-2)),
-            (pointer(table), table.stride(0) if table is not None else 0, pointer(key_starts)),
+            (pointer(table), table.stride(0) if table is not None else 0, pointer(key_starts), int(total_keys or 0)),
             pointer(seq_lens), (out.data_ptr(), out.stride(0), out.stride(1)),
             (pointer(q_starts), max_q_len, q.shape[0], bool(causal)),
             1.0 / math.sqrt(head_dim) if scale is None else float(scale))
@@ -198,7 +203,7 @@ def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tup
 
 
 def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max_seq_len=None, cu_seqlens_q=None,
-                    max_seqlen_q=None, causal=True, scale=None, out=None, config=None, splits=None):
+                    max_seqlen_q=None, causal=True, total_keys=None, scale=None, out=None, config=None, splits=None):
     """Attention of each sequence's new query tokens against its cached keys and values,
     ``softmax(scale * q k^T) v`` per query head.
 
@@ -221,6 +226,8 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
         neither computed nor written.
     causal: query t of a sequence's n sees keys up to seq_len - n + t (its own position: the queries are the
         sequence's newest tokens); False: every key. One query sees every key either way.
+    total_keys: a host-side count of all sequences' keys together (the sum of seq_lens, as serving engines
+        know it); default: batch x max_seq_len. With it the split count suits a batch of mixed lengths.
     scale: of q.k, default 1 / sqrt(head_dim). out: optional output shaped as q.
     config, splits: force the kernel (id or name, ``paged_attention_configs()``) and the KV split count
         (1-256); default: both from a wave model of the launch (``paged_attention.h``).
@@ -234,8 +241,10 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
                                           cu_seqlens_q, max_seqlen_q)
     batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
     sizes = (batch, q.shape[1], k_cache.shape[2], q.shape[2], k_cache.shape[1], max_seq_len)
-    return _launch(torch, q, k_cache, v_cache, (block_table, None), seq_lens, out, (cu_seqlens_q, max_q_len, causal),
-                   sizes, scale, config, splits, "paged_attention")
+    if total_keys is not None:
+        _check_bound("total_keys", total_keys, 0, 2**62)
+    return _launch(torch, q, k_cache, v_cache, (block_table, None, total_keys), seq_lens, out,
+                   (cu_seqlens_q, max_q_len, causal), sizes, scale, config, splits, "paged_attention")
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
@@ -257,5 +266,5 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     max_q, max_k = check_varlen_inputs(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out)
     batch = cu_seqlens_q.shape[0] - 1
     sizes = (batch, q.shape[1], k.shape[1], q.shape[2], max(max_k, 1), max_k)
-    return _launch(torch, q, k, v, (None, cu_seqlens_k), None, out, (cu_seqlens_q, max_q, causal), sizes, scale,
-                   config, splits, "varlen_attention")
+    return _launch(torch, q, k, v, (None, cu_seqlens_k, k.shape[0]), None, out, (cu_seqlens_q, max_q, causal), sizes,
+                   scale, config, splits, "varlen_attention")

@@ -2,7 +2,7 @@
 ``wavetune.torch_ops`` registers them:
 
 - ``torch.ops.wavetune.paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, max_seq_len=None,
-  scale=None, cu_seqlens_q=None, max_seqlen_q=None, causal=True)``
+  scale=None, cu_seqlens_q=None, max_seqlen_q=None, causal=True, total_keys=None)``
 - ``torch.ops.wavetune.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
   max_seqlen_k=None, causal=False, scale=None)``
 
@@ -19,7 +19,7 @@ from . import api
 
 LIBRARY.define("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? block_table=None, "
                "Tensor? seq_lens=None, int? max_seq_len=None, float? scale=None, Tensor? cu_seqlens_q=None, "
-               "int? max_seqlen_q=None, bool causal=True) -> Tensor", tags=(STRIDES_TAG,))
+               "int? max_seqlen_q=None, bool causal=True, int? total_keys=None) -> Tensor", tags=(STRIDES_TAG,))
 LIBRARY.define("varlen_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
                "int? max_seqlen_q=None, int? max_seqlen_k=None, bool causal=False, float? scale=None) -> Tensor",
                tags=(STRIDES_TAG,))
@@ -29,10 +29,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     block_table: torch.Tensor | None = None, seq_lens: torch.Tensor | None = None,
                     max_seq_len: int | None = None, scale: float | None = None,
                     cu_seqlens_q: torch.Tensor | None = None, max_seqlen_q: int | None = None,
-                    causal: bool = True) -> torch.Tensor:
+                    causal: bool = True, total_keys: int | None = None) -> torch.Tensor:
     """The kernel behind torch.ops.wavetune.paged_attention: ``wavetune.paged_attention``."""
     return api.paged_attention(q, k_cache, v_cache, block_table, seq_lens, max_seq_len=max_seq_len,
-                               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, causal=causal, scale=scale)
+                               cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, causal=causal,
+                               total_keys=total_keys, scale=scale)
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -45,7 +46,7 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 
 @torch.library.register_fake("wavetune::paged_attention", lib=LIBRARY)
 def _paged_attention_fake(q, k_cache, v_cache, block_table=None, seq_lens=None, max_seq_len=None, scale=None,
-                          cu_seqlens_q=None, max_seqlen_q=None, causal=True):
+                          cu_seqlens_q=None, max_seqlen_q=None, causal=True, total_keys=None):
     api.check_inputs(torch, q, k_cache, v_cache, block_table, seq_lens, max_seq_len, None, cu_seqlens_q,
                      max_seqlen_q)
     return torch.empty_like(q, memory_format=torch.contiguous_format)
