@@ -6,12 +6,16 @@ PyTorch offers for each, on held-out models' heads.
 
 Cases (held-out dense models of benchmarks/shape_suite.py at TP 1-8, random odd lengths):
   varlen  a batch of 1-16 prompts of 16-4,096 tokens each, packed (causal prefill)
-  chunk   1-16 sequences, each a chunk of 16-1,024 new tokens after a prefix of 256-16,384 cached keys in
-          pages of 16 or 256 tokens in random order (causal, bottom-right)
-  spec    1-64 sequences, each 2-8 new tokens (a speculative decode step) after 512-32,768 cached keys in pages
+  chunk   1-16 sequences, each a chunk of 16-1,024 new tokens after a prefix of 256-16,384 cached keys, packed
+          (FlashAttention's variable-length layout) or in pages of 16 or 256 tokens in random order (causal,
+          bottom-right)
+  spec    1-64 sequences, each 2-8 new tokens (a speculative decode step) after 512-32,768 cached keys, packed
+          or in pages
 Methods (each checked against fp32 attention on the first and last sequences, output poisoned first, then
 timed as CUDA graphs replayed round-robin, medians; operand copies larger than twice the L2):
-  choice        wavetune.varlen_attention / paged_attention, the wave model's kernel and split count
+  choice        wavetune.varlen_attention (packed keys; prompts may run FlashAttention-2) or
+                paged_attention (pages), as called
+  own           packed keys: wavetune's kernels at the wave model's kernel and split count
   <kernel>/s<N> forced to each kernel of the head dim at N splits (the fastest is "best")
   fa2           PyTorch's variable-length attention (aten._flash_attention_forward, FlashAttention-2, what
                 torch.nn.attention.varlen calls); on pages of 256 it reads the block table itself where the
@@ -72,11 +76,11 @@ def cases(kinds: list[str], count: int, seed: int) -> list[dict]:
         elif kind == "chunk":
             batch = log_uniform(rng, 1, 16)
             new = [log_uniform(rng, 16, 1024) for _ in range(batch)]
-            prefix, page = [log_uniform(rng, 256, 16384) for _ in range(batch)], rng.choice((16, 256))
+            prefix, page = [log_uniform(rng, 256, 16384) for _ in range(batch)], rng.choice((0, 16, 256))
         else:
             batch = log_uniform(rng, 1, 64)
             new = [rng.randint(2, 8) for _ in range(batch)]
-            prefix, page = [log_uniform(rng, 512, 32768) for _ in range(batch)], rng.choice((16, 256))
+            prefix, page = [log_uniform(rng, 512, 32768) for _ in range(batch)], rng.choice((0, 16, 256))
         out.append(dict(kind=kind, model=f"{name}/tp{tp}", heads_q=hq // tp, heads_kv=hkv // tp, head_dim=head_dim,
                         new=new, prefix=prefix, page_size=page))
     return out
@@ -176,6 +180,13 @@ def methods_for(case: dict, index: dict, kernels: list) -> dict:
             out=out, config=config, splits=splits)
 
     methods = {"choice": ours()}
+    if table is None:  # the call may route to FlashAttention-2: time these kernels' own choice too
+        from wavetune.families.paged_attention.api import varlen_kernel_choice
+
+        def own(q, k, v, out):
+            variant, splits = varlen_kernel_choice(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
+            return ours(variant, splits)(q, k, v, out)
+        methods["own"] = own
     for kernel in kernels:
         methods.update({f"{kernel.name}/s{n}": ours(kernel.id, n) for n in SPLITS})
 
@@ -238,20 +249,28 @@ def geomean(xs) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+def model_us(row: dict) -> float:
+    """wavetune's kernels at the wave model's choice: `own` where the call could route elsewhere."""
+    return row["times"].get("own", row["times"]["choice"])
+
+
 def summary(rows: list[dict], header: dict) -> str:
     lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16; ratios above 1: "
-             "wavetune's choice faster. fa2: PyTorch's variable-length FlashAttention-2 (pages gathered first "
-             "where it cannot read them); sdpa_loop: SDPA once per prompt; best: the fastest kernel and split count swept.", "",
-             "| kind | n | choice vs fa2 | worst | choice vs sdpa_loop | worst | choice / best | worst | TFLOP/s (choice) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "wavetune faster. choice: the call as made (packed prompts may run FlashAttention-2); own: "
+             "wavetune's kernels at the wave model's choice; fa2: PyTorch's variable-length FlashAttention-2 "
+             "(pages gathered first where it cannot read them); sdpa_loop: SDPA once per prompt; best: the "
+             "fastest kernel and split count swept.", "",
+             "| kind | n | choice vs fa2 | worst | own vs fa2 | worst | choice vs sdpa_loop | worst | own / best | "
+             "worst | TFLOP/s (choice) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for kind in ("varlen", "chunk", "spec", "all"):
         rs = [r for r in rows if kind in (r["kind"], "all")]
         if not rs:
             continue
         cells = []
-        for other in ("fa2", "sdpa_loop", "best"):
-            ratios = [(r["best_us"] if other == "best" else r["times"][other]) / r["times"]["choice"]
-                      for r in rs if other == "best" or other in r["times"]]
+        for num, den in (("fa2", "choice"), ("fa2", "own"), ("sdpa_loop", "choice"), ("best", "own")):
+            ratios = [(r["best_us"] if num == "best" else r["times"][num]) /
+                      (model_us(r) if den == "own" else r["times"][den])
+                      for r in rs if num == "best" or num in r["times"]]
             cells.append(f"{geomean(ratios):.3f}x | {min(ratios):.2f}x" if ratios else "- | -")
         lines.append(f"| {kind} | {len(rs)} | " + " | ".join(cells) +
                      f" | {geomean(r['tflops_choice'] for r in rs):.0f} |")
@@ -285,7 +304,8 @@ def main() -> None:
             f.write(json.dumps(row) + "\n")
         t = row["times"]
         print(f"{row['kind']} {row['model']} b{len(row['new'])} q{sum(row['new'])} k{sum(row['prefix'])} "
-              f"p{row['page_size']} d{row['head_dim']}: choice {t['choice']:.1f} us, best {row['best_us']:.1f} "
+              f"p{row['page_size']} d{row['head_dim']}: choice {t['choice']:.1f} us, own {model_us(row):.1f}, "
+              f"best {row['best_us']:.1f} "
               f"({row['best']}), fa2 {t.get('fa2', 0):.1f}, sdpa_loop {t.get('sdpa_loop', 0):.1f}", file=sys.stderr)
     table = summary(rows, header)
     (args.out / "varlen.md").write_text(table + "\n")

@@ -132,9 +132,9 @@ constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 3.0;
 constexpr double kMergeUs = 3.0;
-constexpr double kWarpFlopsPerUs = 2.0e5;
-constexpr double kSmFlopsPerUs = 2.6e6;
-constexpr double kL2Speedup = 5.0;
+constexpr double kWarpFlopsPerUs = 3.0e5;
+constexpr double kSmFlopsPerUs = 4.0e6;
+constexpr double kL2Speedup = 3.0;
 
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
                     int64_t slots, double hbm_bytes_per_us) {

@@ -152,6 +152,31 @@ def check_varlen_inputs(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     return max_q, max_k
 
 
+def _problem(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tuple, sizes: tuple, scale,
+             what: str) -> tuple:
+    """The native problem's arguments (validated) and dtype code, for an ``out`` already made."""
+    pointer = lambda t: t.data_ptr() if t is not None else 0  # noqa: E731
+    table, key_starts, total_keys = keys
+    q_starts, max_q_len, causal = queries
+    batch, max_seq_len = sizes[0], sizes[5]
+    if total_keys and max_seq_len:
+        # The wave model reads the batch's fill in sixteenths, so that nearby totals share one cached choice.
+        sixteenths = min(16, max(1, -(-16 * total_keys // (batch * max_seq_len))))
+        total_keys = -(-sixteenths * batch * max_seq_len // 16)
+    args = ((q.data_ptr(), q.stride(0), q.stride(1)),
+            (k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0) if k_cache.dim() == 4 else 0,
+             k_cache.stride(-3), k_cache.stride(-2)),
+            (pointer(table), table.stride(0) if table is not None else 0, pointer(key_starts), int(total_keys or 0)),
+            pointer(seq_lens), (out.data_ptr(), out.stride(0), out.stride(1)),
+            (pointer(q_starts), max_q_len, q.shape[0], bool(causal)),
+            1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale))
+    code = dtype_codes(torch)[q.dtype]
+    error = _C.paged_attention_problem_error(sizes, *args, code)
+    if error:
+        raise ValueError(f"wavetune.{what}: {error}")
+    return args, code
+
+
 def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tuple, sizes: tuple, scale, config,
             splits, what: str):
     """Validates the problem natively, picks the kernel and split count (unless forced) and launches."""
@@ -165,28 +190,9 @@ def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tup
             return _launch(torch, q, k_cache, v_cache, keys, seq_lens, out, queries, sizes, scale, config, splits, what)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    pointer = lambda t: t.data_ptr() if t is not None else 0  # noqa: E731
-    table, key_starts, total_keys = keys
-    q_starts, max_q_len, causal = queries
-    head_dim = q.shape[-1]
-    batch, max_seq_len = sizes[0], sizes[5]
-    if total_keys and max_seq_len:
-        # The wave model reads the batch's fill in sixteenths, so that nearby totals share one cached choice.
-        sixteenths = min(16, max(1, -(-16 * total_keys // (batch * max_seq_len))))
-        total_keys = -(-sixteenths * batch * max_seq_len // 16)
-    args = ((q.data_ptr(), q.stride(0), q.stride(1)),
-            (k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0) if k_cache.dim() == 4 else 0,
-             k_cache.stride(-3), k_cache.stride(-2)),
-            (pointer(table), table.stride(0) if table is not None else 0, pointer(key_starts), int(total_keys or 0)),
-            pointer(seq_lens), (out.data_ptr(), out.stride(0), out.stride(1)),
-            (pointer(q_starts), max_q_len, q.shape[0], bool(causal)),
-            1.0 / math.sqrt(head_dim) if scale is None else float(scale))
-    code = dtype_codes(torch)[q.dtype]
     if out.numel() == 0:
         return out
-    error = _C.paged_attention_problem_error(sizes, *args, code)
-    if error:
-        raise ValueError(f"wavetune.{what}: {error}")
+    args, code = _problem(torch, q, k_cache, v_cache, keys, seq_lens, out, queries, sizes, scale, what)
     variant = _resolve(config)
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
                                or not 1 <= splits <= _C.paged_attention_max_splits()):
@@ -247,6 +253,46 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
                    (cu_seqlens_q, max_q_len, causal), sizes, scale, config, splits, "paged_attention")
 
 
+_flash_refused: set[tuple] = set()  # problems PyTorch's FlashAttention-2 refused once (shapes, dtype, causal)
+
+
+def _flash_varlen(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q: int, max_k: int, causal: bool, scale, out):
+    """``out`` (or a new tensor) from PyTorch's variable-length FlashAttention-2 (what torch.nn.attention.varlen
+    calls); None where it refuses the problem (remembered, so it is asked once).
+
+    NOTES: on packed prompts without a cached prefix (the queries are most of the keys) these kernels ran at
+    0.53-1.05x of it (docs/attention.md, "Paged and variable-length attention"): long prefill is tensor-core
+    bound, where its 128-row tiles read each key fragment for twice the rows ours do. Few queries per key
+    (chunks after a prefix, speculative steps) stay on these kernels, which ran 2-13x faster there."""
+    key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), q.dtype, causal)
+    if key in _flash_refused:
+        return None
+    try:
+        result = torch.ops.aten._flash_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max(max_q, 1),
+                                                         max(max_k, 1), 0.0, causal, False, scale=scale)[0]
+    except (RuntimeError, TypeError):
+        _flash_refused.add(key)
+        return None
+    return result if out is None else out.copy_(result)
+
+
+def _varlen_sizes(q, k, cu_seqlens_q, max_k: int) -> tuple:
+    """The native sizes of packed sequences: each sequence's keys are rows of one tensor (page size unused)."""
+    return (cu_seqlens_q.shape[0] - 1, q.shape[1], k.shape[1], q.shape[2], max(max_k, 1), max_k)
+
+
+def varlen_kernel_choice(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *,
+                         causal=False) -> tuple[int, int]:
+    """(kernel id, KV splits) the wave model picks for ``varlen_attention``'s problem on these kernels, whether
+    or not the call would run them (benchmarks time it forced)."""
+    torch = sys.modules.get("torch")
+    max_q, max_k = check_varlen_inputs(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    sizes = _varlen_sizes(q, k, cu_seqlens_q, max_k)
+    args, code = _problem(torch, q, k, v, (None, cu_seqlens_k, k.shape[0]), None, q, (cu_seqlens_q, max_q, causal),
+                          sizes, None, "varlen_attention")
+    return _choice(q.get_device(), sizes, code, args)
+
+
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
                      scale=None, out=None, config=None, splits=None):
     """Attention over a batch of sequences of different lengths packed without padding (FlashAttention's
@@ -261,10 +307,17 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     causal: the bottom-right mask (query t of a sequence with n queries and m keys sees keys up to m - n + t),
         as FlashAttention's; a prefill (n == m) is the usual causal mask.
     scale, out, config, splits: as ``paged_attention``.
+
+    Without config or splits, a batch whose queries are at least half its keys (prompts without a cached
+    prefix) runs PyTorch's variable-length FlashAttention-2 (faster there); others run these kernels.
     """
     torch = sys.modules.get("torch")
     max_q, max_k = check_varlen_inputs(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out)
-    batch = cu_seqlens_q.shape[0] - 1
-    sizes = (batch, q.shape[1], k.shape[1], q.shape[2], max(max_k, 1), max_k)
+    routable = all(t.is_cuda for t in (q, k, v, cu_seqlens_q, cu_seqlens_k)) and q.numel()
+    if config is None and splits is None and 2 * q.shape[0] >= k.shape[0] and routable:
+        done = _flash_varlen(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, scale, out)
+        if done is not None:
+            return done
+    sizes = _varlen_sizes(q, k, cu_seqlens_q, max_k)
     return _launch(torch, q, k, v, (None, cu_seqlens_k, k.shape[0]), None, out, (cu_seqlens_q, max_q, causal), sizes,
                    scale, config, splits, "varlen_attention")
