@@ -77,8 +77,7 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     keys_per_cta = per_split * step_keys * share
     warps = step_keys // 16
     bytes_per_cta = 2.0 * keys_per_cta * case["head_dim"] * 2
-    warp_rows, warp_keys = (rows / warps, keys_per_cta) if rows > 16 else (16, keys_per_cta / warps)
-    warp_us = 4.0 * warp_rows * warp_keys * case["head_dim"] / warp_flops
+    warp_us = 4.0 * 16 * (keys_per_cta if rows > 16 else keys_per_cta / warps) * case["head_dim"] / warp_flops
     flops_per_cta = 4.0 * rows * keys_per_cta * case["head_dim"]
     sharing = max(1, row_blocks // head_blocks)
     cta_rate = warp * warps * (1.0 + (l2_speedup - 1.0) * (1.0 - 1.0 / sharing))

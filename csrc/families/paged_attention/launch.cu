@@ -41,8 +41,7 @@ template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit>
 struct PagedVariant {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
   static constexpr size_t kShared = paged::shared_bytes<kHeadDim, kWarps, kSplit>();
-  static constexpr int kBlockRows =
-      kSplit == paged::WarpSplit::keys ? paged::kRows : paged::kRows * paged::row_tiles<kSplit>() * kWarps;
+  static constexpr int kBlockRows = kSplit == paged::WarpSplit::keys ? paged::kRows : paged::kRows * kWarps;
   static constexpr int kStepKeys = kWarps * paged::kTileKeys;
   static constexpr auto kKernel = paged::paged_attention_kernel<T, kHeadDim, kWarps, kSplit>;
 
@@ -120,7 +119,7 @@ struct PagedVariant {
 // tiles each in flight: kWarpBytesPerUs per warp, a latency-bound rate, kL2Speedup times faster for the
 // share of reads that L2 serves); the same bytes at the wave's share of kHbmFraction of the device's peak
 // bandwidth (the row blocks of one sequence and KV head read the same keys, so HBM sees them once and L2
-// serves the rest); one warp's chain of dependent mma.sync tiles (its rows by its keys, kWarpFlopsPerUs);
+// serves the rest); one warp's chain of dependent mma.sync tiles (16 rows by its keys, kWarpFlopsPerUs);
 // and the tile math of the SM's CTAs at kSmFlopsPerUs (a tile does all 16 rows' work however few are
 // queries). With the causal mask a CTA reads on average the keys of its middle query. In a batch of mixed
 // lengths (total_keys) only the batch's share of the CTAs has keys, and they no longer fill whole waves:
@@ -152,12 +151,9 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
           ? std::max(1.0, p.max_seq_len - 0.5 * p.max_q_len) / p.max_seq_len
           : 1.0;
   const double keys_per_cta = s.split_keys * causal_share;
-  // A warp's mma chain: its rows (16 per tile) by its keys (all of the CTA's when the warps split rows).
-  const bool rows_split = v.tile_m > paged::kRows;
-  const double warp_flops = 4.0 * (rows_split ? double(v.tile_m) / warps : paged::kRows) *
-                            (rows_split ? keys_per_cta : keys_per_cta / warps) * p.head_dim;
+  const double keys_per_warp = v.tile_m > paged::kRows ? keys_per_cta : keys_per_cta / warps;
   const double bytes_per_cta = 2.0 * keys_per_cta * p.head_dim * 2;
-  const double warp_us = warp_flops / kWarpFlopsPerUs;
+  const double warp_us = 4.0 * paged::kRows * keys_per_warp * p.head_dim / kWarpFlopsPerUs;
   const double flops_per_cta = 4.0 * v.tile_m * keys_per_cta * p.head_dim;
   const double sharing = double(std::max<int64_t>(1, row_blocks / head_blocks));
   const double cta_rate = kWarpBytesPerUs * warps * (1.0 + (kL2Speedup - 1.0) * (1.0 - 1.0 / sharing));

@@ -11,8 +11,6 @@
   X(bf16, 64, 4, rows, "paged_bf16_d64_rows_w4")    \
   X(bf16, 128, 4, rows, "paged_bf16_d128_rows_w4")  \
   X(bf16, 256, 4, rows, "paged_bf16_d256_rows_w4")  \
-  X(bf16, 64, 4, rows2, "paged_bf16_d64_rows2_w4")  \
-  X(bf16, 128, 4, rows2, "paged_bf16_d128_rows2_w4") \
   X(fp16, 64, 8, keys, "paged_fp16_d64_w8")         \
   X(fp16, 64, 4, keys, "paged_fp16_d64_w4")         \
   X(fp16, 128, 8, keys, "paged_fp16_d128_w8")       \
@@ -20,6 +18,4 @@
   X(fp16, 256, 4, keys, "paged_fp16_d256_w4")       \
   X(fp16, 64, 4, rows, "paged_fp16_d64_rows_w4")    \
   X(fp16, 128, 4, rows, "paged_fp16_d128_rows_w4")  \
-  X(fp16, 256, 4, rows, "paged_fp16_d256_rows_w4")  \
-  X(fp16, 64, 4, rows2, "paged_fp16_d64_rows2_w4")  \
-  X(fp16, 128, 4, rows2, "paged_fp16_d128_rows2_w4")
+  X(fp16, 256, 4, rows, "paged_fp16_d256_rows_w4")

@@ -30,14 +30,8 @@ namespace wavetune::detail::paged {
 constexpr int kRows = 16;      // rows per tile (an mma's M)
 constexpr int kTileKeys = 16;  // keys per warp step (an mma's K for P V)
 
-// How a CTA's warps share its work (the header's NOTES): keys, or rows (one 16-row tile per warp, or two:
-// rows2, whose K and V fragments each serve 32 rows).
-enum class WarpSplit { keys, rows, rows2 };
-
-template <WarpSplit kSplit>
-constexpr int row_tiles() {
-  return kSplit == WarpSplit::rows2 ? 2 : 1;
-}
+// How a CTA's warps share its work (the header's NOTES).
+enum class WarpSplit { keys, rows };
 
 struct Params {
   const void* q;
@@ -68,18 +62,17 @@ struct Params {
 template <int kHeadDim, WarpSplit kSplit>
 constexpr int stages() {
   if constexpr (kSplit == WarpSplit::keys) return kHeadDim == 64 ? 6 : 3;
-  if constexpr (kSplit == WarpSplit::rows2) return kHeadDim == 64 ? 4 : 2;
   return kHeadDim == 64 ? 4 : kHeadDim == 128 ? 3 : 2;
 }
 
 // NOTES: a keys_split kernel of 8 warps (4 at head dim 256) fills 192 KB of shared memory: one CTA per SM
 // with about 128 KB in flight, for launches of fewer CTAs than SMs (one sequence, few KV heads), where each
 // CTA's own pipeline sets the bandwidth. One of 4 warps runs two CTAs per SM: finer waves and less fixed
-// cost per CTA for launches of many short CTAs. A rows_split kernel of 4 warps (64 rows, or 128 with two
-// row tiles per warp) runs two CTAs per SM at head dim 128. The wave model picks among them (launch.cu).
+// cost per CTA for launches of many short CTAs. A rows_split kernel of 4 warps (64 rows) runs two CTAs per
+// SM at head dim 128. The wave model picks among them (launch.cu).
 template <int kHeadDim, int kWarps, WarpSplit kSplit>
 constexpr size_t shared_bytes() {
-  const size_t rows = kSplit == WarpSplit::keys ? kRows : kRows * row_tiles<kSplit>() * kWarps;
+  const size_t rows = kSplit == WarpSplit::keys ? kRows : kRows * kWarps;
   return rows * kHeadDim * 2 + size_t(kWarps) * stages<kHeadDim, kSplit>() * 2 * kTileKeys * kHeadDim * 2;
 }
 
@@ -243,41 +236,54 @@ __device__ __forceinline__ void load_tile(const Params& p, int64_t mine, uint32_
   }
 }
 
-// A warp's query rows (kRowTiles tiles of 16) as mma A fragments. NOTES: one tile up to head dim 128 is
-// read from shared memory once and kept in registers (32 at 128), so a step's Q K^T reads only K; two
-// tiles, or head dim 256, would take the registers the accumulators need, so each step reads them again.
-template <int kHeadDim, int kRowTiles>
+// A warp's 16 query rows as mma A fragments. NOTES: up to head dim 128 they are read from shared memory
+// once and kept in registers (32 at 128), so a tile's Q K^T reads only K; at 256 the 64 registers they
+// would take push the accumulators into spills, so each tile reads them again.
+template <int kHeadDim>
 struct QueryFragments {
-  static constexpr bool kInRegisters = kRowTiles == 1 && kHeadDim <= 128;
+  static constexpr bool kInRegisters = kHeadDim <= 128;
   uint32_t a[kInRegisters ? kHeadDim / 16 : 1][4];
-  uint32_t tile;  // the rows in shared memory (swizzled), tile t 16 rows after tile t - 1
+  uint32_t tile;  // the rows in shared memory (swizzled)
 
   __device__ __forceinline__ QueryFragments(uint32_t rows, int lane) : tile(rows) {
     if constexpr (kInRegisters) {
 #pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) read(a[ks], 0, ks, lane);
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) load(a[ks], ks, lane);
     }
   }
-  __device__ __forceinline__ void read(uint32_t (&out)[4], int row_tile, int ks, int lane) const {
+  __device__ __forceinline__ void load(uint32_t (&out)[4], int ks, int lane) const {
     const int row = lane % 8 + 8 * ((lane / 8) % 2), chunk = lane / 16;
-    ldmatrix_x4(out, tile + uint32_t(row_tile) * kRows * kHeadDim * 2 + 16u * swizzled<kHeadDim>(row, 2 * ks + chunk));
-  }
-  __device__ __forceinline__ void get(uint32_t (&out)[4], int row_tile, int ks, int lane) const {
-    if constexpr (kInRegisters) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) out[i] = a[ks][i];
-    } else {
-      read(out, row_tile, ks, lane);
-    }
+    ldmatrix_x4(out, tile + 16u * swizzled<kHeadDim>(row, 2 * ks + chunk));
   }
 };
 
-// One row tile's online softmax over a step's scores (the step's base-2 maxima folded in, the scores
-// turned into probabilities packed as P's A fragments); returns nothing, rescales st.
-template <class T, int kHeadDim, int kGroups>
-__device__ __forceinline__ void softmax_step(SoftmaxState<kHeadDim>& st, float (&s)[2 * kGroups][4],
-                                             uint32_t (&p)[kGroups][4], int first_key, const int (&row_end)[2],
-                                             float scale_log2, int lane) {
+// kKeys keys (16-key tiles, one after another in shared memory): scores, online softmax, P V. Row lane / 4
+// + 8 r sees the keys below row_end[r]. A wider step rescales the accumulators once per kKeys keys.
+template <class T, int kHeadDim, int kKeys>
+__device__ __forceinline__ void attend(SoftmaxState<kHeadDim>& st, const QueryFragments<kHeadDim>& q, uint32_t k_tiles,
+                                       uint32_t v_tiles, int first_key, const int (&row_end)[2], float scale_log2,
+                                       int lane) {
+  constexpr int kGroups = kKeys / kTileKeys;
+  constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
+  float s[2 * kGroups][4] = {};
+  const int key_row = lane % 8 + 8 * (lane / 16), key_chunk = (lane / 8) % 2;  // B operand (K)
+#pragma unroll
+  for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+    uint32_t a[4];
+    if constexpr (QueryFragments<kHeadDim>::kInRegisters) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = q.a[ks][i];
+    } else {
+      q.load(a, ks, lane);
+    }
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_tiles + g * kTileBytes + 16u * swizzled<kHeadDim>(key_row, 2 * ks + key_chunk));
+      mma<T>(s[2 * g], a, b[0], b[1]);
+      mma<T>(s[2 * g + 1], a, b[2], b[3]);
+    }
+  }
   float step_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < 2 * kGroups; ++n) {
@@ -299,6 +305,7 @@ __device__ __forceinline__ void softmax_step(SoftmaxState<kHeadDim>& st, float (
     st.max[r] = next;
     step_max[r] = base;
   }
+  uint32_t p[kGroups][4];  // P as the A operand of each 16-key group
   float step_sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int n = 0; n < 2 * kGroups; ++n) {
@@ -317,41 +324,6 @@ __device__ __forceinline__ void softmax_step(SoftmaxState<kHeadDim>& st, float (
 #pragma unroll
     for (int e = 0; e < 4; ++e) st.o[n][e] *= correction[e / 2];
   }
-}
-
-// kKeys keys (16-key tiles, one after another in shared memory) for a warp's kRowTiles row tiles: scores,
-// online softmax, P V. Row lane / 4 + 8 r of row tile t sees the keys below row_end[t][r]. Each K and V
-// fragment read from shared memory serves every row tile; a wider step rescales the accumulators once per
-// kKeys keys.
-template <class T, int kHeadDim, int kKeys, int kRowTiles>
-__device__ __forceinline__ void attend(SoftmaxState<kHeadDim> (&st)[kRowTiles],
-                                       const QueryFragments<kHeadDim, kRowTiles>& q, uint32_t k_tiles, uint32_t v_tiles,
-                                       int first_key, const int (&row_end)[kRowTiles][2], float scale_log2, int lane) {
-  constexpr int kGroups = kKeys / kTileKeys;
-  constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
-  float s[kRowTiles][2 * kGroups][4] = {};
-  const int key_row = lane % 8 + 8 * (lane / 16), key_chunk = (lane / 8) % 2;  // B operand (K)
-#pragma unroll
-  for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-    uint32_t a[kRowTiles][4];
-#pragma unroll
-    for (int t = 0; t < kRowTiles; ++t) q.get(a[t], t, ks, lane);
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      uint32_t b[4];
-      ldmatrix_x4(b, k_tiles + g * kTileBytes + 16u * swizzled<kHeadDim>(key_row, 2 * ks + key_chunk));
-#pragma unroll
-      for (int t = 0; t < kRowTiles; ++t) {
-        mma<T>(s[t][2 * g], a[t], b[0], b[1]);
-        mma<T>(s[t][2 * g + 1], a[t], b[2], b[3]);
-      }
-    }
-  }
-  uint32_t p[kRowTiles][kGroups][4];  // P as the A operand of each 16-key group
-#pragma unroll
-  for (int t = 0; t < kRowTiles; ++t) {
-    softmax_step<T, kHeadDim, kGroups>(st[t], s[t], p[t], first_key, row_end[t], scale_log2, lane);
-  }
   const int value_row = lane % 8 + 8 * ((lane / 8) % 2), value_chunk = lane / 16;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
@@ -359,11 +331,8 @@ __device__ __forceinline__ void attend(SoftmaxState<kHeadDim> (&st)[kRowTiles],
     for (int n = 0; n < kHeadDim / 8; n += 2) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, v_tiles + g * kTileBytes + 16u * swizzled<kHeadDim>(value_row, n + value_chunk));
-#pragma unroll
-      for (int t = 0; t < kRowTiles; ++t) {
-        mma<T>(st[t].o[n], p[t][g], b[0], b[1]);
-        mma<T>(st[t].o[n + 1], p[t][g], b[2], b[3]);
-      }
+      mma<T>(st.o[n], p[g], b[0], b[1]);
+      mma<T>(st.o[n + 1], p[g], b[2], b[3]);
     }
   }
 }
@@ -449,11 +418,7 @@ __device__ void store_rows(const Params& p, SoftmaxState<kHeadDim>& st, const Se
 template <class T, int kHeadDim, int kWarps, WarpSplit kSplit>
 __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) {
   constexpr int kStages = stages<kHeadDim, kSplit>();
-  constexpr int kRowTiles = row_tiles<kSplit>();
-  constexpr int kBlockRows = kSplit == WarpSplit::keys ? kRows : kRows * kRowTiles * kWarps;
-  // rows2 steps through its warps' 64 keys in two halves: scores of two row tiles for 64 keys would take the
-  // registers the accumulators need.
-  constexpr int kStepKeys = kWarps * kTileKeys, kAttendKeys = kRowTiles == 2 ? kStepKeys / 2 : kStepKeys;
+  constexpr int kBlockRows = kSplit == WarpSplit::keys ? kRows : kRows * kWarps;
   constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
   // keys_split: warp w's stages hold its own tiles w, w + warps, ...; rows_split: stage s holds one step of
   // warps x 16 keys, warp w loading tile w of it.
@@ -502,21 +467,18 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   // NOTES: a block table entry is read one iteration before its tile's copies are issued, so the
   // table's latency overlaps a tile's wait and math instead of adding to it.
   int64_t next_rows = row_offset(kStages - 1);
-  const int warp_first_row = first_row + (kSplit == WarpSplit::keys ? 0 : warp * kRows * kRowTiles);
-  int row_end[kRowTiles][2], warp_end = 0;  // warp_end: past the last key any of the warp's rows sees
-#pragma unroll
-  for (int t = 0; t < kRowTiles; ++t) {
-    lane_row_ends(p, seq, warp_first_row + t * kRows, split_end, lane, row_end[t]);
-    warp_end = max(warp_end, max(row_end[t][0], row_end[t][1]));
-  }
+  const int warp_first_row = first_row + (kSplit == WarpSplit::rows ? warp * kRows : 0);
+  int row_end[2];
+  lane_row_ends(p, seq, warp_first_row, split_end, lane, row_end);
+  int warp_end = max(row_end[0], row_end[1]);  // past the last key any of the warp's rows sees
 #pragma unroll
   for (int o = 4; o < 32; o *= 2) warp_end = max(warp_end, __shfl_xor_sync(0xffffffffu, warp_end, o));
   const uint32_t warp_queries = q_tile + uint32_t(warp_first_row - first_row) * kHeadDim * 2;
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // the query tile's group, the first
   __syncthreads();
-  const QueryFragments<kHeadDim, kRowTiles> queries(warp_queries, lane);
+  const QueryFragments<kHeadDim> queries(warp_queries, lane);
 
-  SoftmaxState<kHeadDim> st[kRowTiles];
+  SoftmaxState<kHeadDim> st;
   for (int i = 0; i < steps; ++i) {
     const int ahead = i + kStages - 1;
     if (ahead < steps) {
@@ -529,20 +491,15 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
     const uint32_t stage = uint32_t(i % kStages) * kStageStride;
     if constexpr (kSplit == WarpSplit::keys) {
       __syncwarp();
-      attend<T, kHeadDim, kTileKeys, 1>(st, queries, k_stages + stage, v_stages + stage, tile_key(i, warp), row_end,
-                                        p.scale_log2, lane);
+      attend<T, kHeadDim, kTileKeys>(st, queries, k_stages + stage, v_stages + stage, tile_key(i, warp), row_end,
+                                     p.scale_log2, lane);
       __syncwarp();
     } else {
       __syncthreads();  // every warp's tile of the step has landed
       const uint32_t step_k = k_stages - uint32_t(warp) * kWarpStride + stage;
-#pragma unroll
-      for (int half = 0; half < kStepKeys / kAttendKeys; ++half) {
-        const uint32_t at = step_k + half * (kAttendKeys / kTileKeys) * kTileBytes;
-        const int first_key = tile_key(i, 0) + half * kAttendKeys;
-        if (first_key < warp_end) {
-          attend<T, kHeadDim, kAttendKeys, kRowTiles>(st, queries, at, at + kValueOffset, first_key, row_end,
-                                                      p.scale_log2, lane);
-        }
+      if (tile_key(i, 0) < warp_end) {
+        attend<T, kHeadDim, kTileKeys * kWarps>(st, queries, step_k, step_k + kValueOffset, tile_key(i, 0), row_end,
+                                                p.scale_log2, lane);
       }
       __syncthreads();  // before the next iteration's copies overwrite a stage
     }
@@ -550,14 +507,10 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   asm volatile("cp.async.wait_all;\n" ::);
   if constexpr (kSplit == WarpSplit::keys) {
     __syncthreads();
-    merge_and_store<T, kHeadDim, kWarps>(p, st[0], reinterpret_cast<float*>(shared), seq, kv_head, first_row, rows,
-                                         split, warp, lane);
+    merge_and_store<T, kHeadDim, kWarps>(p, st, reinterpret_cast<float*>(shared), seq, kv_head, first_row, rows, split,
+                                         warp, lane);
   } else {
-#pragma unroll
-    for (int t = 0; t < kRowTiles; ++t) {
-      const int tile_row = warp_first_row + t * kRows;
-      store_rows<T, kHeadDim>(p, st[t], seq, kv_head, tile_row, rows - (tile_row - first_row), split, lane);
-    }
+    store_rows<T, kHeadDim>(p, st, seq, kv_head, warp_first_row, rows - (warp_first_row - first_row), split, lane);
   }
 }
 
