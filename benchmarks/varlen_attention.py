@@ -14,7 +14,7 @@ Cases (held-out dense models of benchmarks/shape_suite.py at TP 1-8, random odd 
 Methods (each checked against fp32 attention on the first and last sequences, output poisoned first, then
 timed as CUDA graphs replayed round-robin, medians; operand copies larger than twice the L2):
   choice        wavetune.varlen_attention (packed keys; prompts may run FlashAttention-2) or
-                paged_attention (pages), as called
+                paged_attention (pages), called as users do, without out=
   own           packed keys: wavetune's kernels at the wave model's kernel and split count
   <kernel>/s<N> forced to each kernel of the head dim at N splits (the fastest is "best")
   fa2           PyTorch's variable-length attention (aten._flash_attention_forward, FlashAttention-2, what
@@ -171,15 +171,17 @@ def methods_for(case: dict, index: dict, kernels: list) -> dict:
     table = index.get("table")
     total_keys = sum(p + n for p, n in zip(case["prefix"], case["new"]))  # what an engine knows on the host
 
-    def ours(config=None, splits=None):
+    def ours(config=None, splits=None, into_out=True):
+        """``into_out=False``: the call as users make it, without out= (a routed call would copy into it)."""
         if table is None:
-            return lambda q, k, v, out: wavetune.varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k, causal=True,
-                                                                  out=out, config=config, splits=splits)
+            return lambda q, k, v, out: wavetune.varlen_attention(
+                q, k, v, cu_q, cu_k, max_q, max_k, causal=True, out=out if into_out else None, config=config,
+                splits=splits)
         return lambda q, k, v, out: wavetune.paged_attention(
             q, k, v, table, lens, max_seq_len=max_k, cu_seqlens_q=cu_q, max_seqlen_q=max_q, total_keys=total_keys,
-            out=out, config=config, splits=splits)
+            out=out if into_out else None, config=config, splits=splits)
 
-    methods = {"choice": ours()}
+    methods = {"choice": ours(into_out=False)}
     if table is None:  # the call may route to FlashAttention-2: time these kernels' own choice too
         from wavetune.families.paged_attention.api import varlen_kernel_choice
 
