@@ -11,6 +11,7 @@ Cases (held-out dense models of benchmarks/shape_suite.py at TP 1-8, random odd 
           bottom-right)
   spec    1-64 sequences, each 2-8 new tokens (a speculative decode step) after 512-32,768 cached keys, packed
           or in pages
+  decode  (--kinds ...,decode) 1-256 sequences, one new token each after 512-32,768 cached keys
 Methods (each checked against fp32 attention on the first and last sequences, output poisoned first, then
 timed as CUDA graphs replayed round-robin, medians; operand copies larger than twice the L2):
   choice        wavetune.varlen_attention (packed keys; prompts may run FlashAttention-2) or
@@ -23,6 +24,9 @@ timed as CUDA graphs replayed round-robin, medians; operand copies larger than t
                 keys first, inside its time
   sdpa_loop     varlen only: SDPA (its fastest backend for the first prompt, cuDNN as a rule) called once
                 per prompt
+  flashinfer    with --flashinfer: FlashInfer's batch prefill wrapper on pages or packed keys (its decode
+                wrapper, with tensor cores, for one token per sequence on pages), planned once per case
+                outside the timing, as engines plan once per step
 Writes <out>/varlen.jsonl (a header, then one record per case; `benchmarks/paged_attention.py --fit` fits
 the wave model's tile-math rates to it) and <out>/varlen.md.
 """
@@ -48,6 +52,9 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--count", type=int, default=30)
     p.add_argument("--kinds", default="varlen,chunk,spec")
+    p.add_argument("--head-dims", default="64,128,256", help="the cases' head dims kept")
+    p.add_argument("--flashinfer", action="store_true",
+                   help="add FlashInfer's batch wrappers (its package importable; kernels compiled on first use)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--time-budget-s", type=float, default=240)
     p.add_argument("--seed", type=int, default=23)
@@ -77,6 +84,10 @@ def cases(kinds: list[str], count: int, seed: int) -> list[dict]:
             batch = log_uniform(rng, 1, 16)
             new = [log_uniform(rng, 16, 1024) for _ in range(batch)]
             prefix, page = [log_uniform(rng, 256, 16384) for _ in range(batch)], rng.choice((0, 16, 256))
+        elif kind == "decode":
+            batch = log_uniform(rng, 1, 256)
+            new = [1] * batch
+            prefix, page = [log_uniform(rng, 512, 32768) for _ in range(batch)], rng.choice((0, 16, 256))
         else:
             batch = log_uniform(rng, 1, 64)
             new = [rng.randint(2, 8) for _ in range(batch)]
@@ -162,7 +173,36 @@ def check(case: dict, index: dict, methods: dict, first: tuple) -> dict:
     return errors
 
 
-def methods_for(case: dict, index: dict, kernels: list) -> dict:
+def flashinfer_launch(case: dict, index: dict):
+    """FlashInfer's wrapper for the case, planned now (host-side lengths, as its API takes them)."""
+    import flashinfer
+    import torch
+
+    new, totals = case["new"], [p + n for p, n in zip(case["prefix"], case["new"])]
+    hq, hkv, d = case["heads_q"], case["heads_kv"], case["head_dim"]
+    workspace = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    qo = index["cu_q"].cpu()
+    common = dict(q_data_type=torch.bfloat16) if case["page_size"] else {}
+    if not case["page_size"]:
+        wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD")
+        wrapper.plan(qo, index["cu_k"].cpu(), hq, hkv, d, causal=True, q_data_type=torch.bfloat16)
+        return lambda q, k, v, out: wrapper.run(q, k, v, out=out)
+    page = case["page_size"]
+    pages = [-(-t // page) for t in totals]
+    indptr = torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32)
+    table = index["table"].cpu()
+    indices = torch.cat([table[b, :n] for b, n in enumerate(pages)]).int()
+    last = torch.tensor([t - (n - 1) * page for t, n in zip(totals, pages)], dtype=torch.int32)
+    if max(new) == 1:
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
+        wrapper.plan(indptr, indices, last, hq, hkv, d, page, **common)
+    else:
+        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+        wrapper.plan(qo, indptr, indices, last, hq, hkv, d, page, causal=True, **common)
+    return lambda q, k, v, out: wrapper.run(q, (k, v), out=out)
+
+
+def methods_for(case: dict, index: dict, kernels: list, flashinfer: bool) -> dict:
     import torch
 
     import wavetune
@@ -205,6 +245,12 @@ def methods_for(case: dict, index: dict, kernels: list) -> dict:
         return torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False,
                                                        **extra)[0]
     methods["fa2"] = fa2
+    if flashinfer:
+        try:
+            methods["flashinfer"] = flashinfer_launch(case, index)
+        except Exception as exc:  # noqa: BLE001 - its plan compiles kernels: any failure drops the method
+            print(f"  flashinfer refuses: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+                  file=sys.stderr)
     if case["kind"] == "varlen":
         bounds = [int(x) for x in cu_q.tolist()]
 
@@ -228,7 +274,7 @@ def measure(case: dict, args, props: dict) -> dict:
 
     kernels = [c for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"]]
     index, sets = operands(case, props["l2_bytes"])
-    methods = methods_for(case, index, kernels)
+    methods = methods_for(case, index, kernels, args.flashinfer)
     errors = check(case, index, methods, sets[0])
     flops = sum(4 * n * (p + (n + 1) / 2) for n, p in zip(case["new"], case["prefix"])) * case["heads_q"] * case["head_dim"]
     estimate_us = max(5.0, flops / 2e8)
@@ -260,16 +306,18 @@ def summary(rows: list[dict], header: dict) -> str:
     lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, bf16; ratios above 1: "
              "wavetune faster. choice: the call as made (packed prompts may run FlashAttention-2); own: "
              "wavetune's kernels at the wave model's choice; fa2: PyTorch's variable-length FlashAttention-2 "
-             "(pages gathered first where it cannot read them); sdpa_loop: SDPA once per prompt; best: the "
-             "fastest kernel and split count swept.", "",
-             "| kind | n | choice vs fa2 | worst | own vs fa2 | worst | choice vs sdpa_loop | worst | own / best | "
-             "worst | TFLOP/s (choice) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for kind in ("varlen", "chunk", "spec", "all"):
+             "(pages gathered first where it cannot read them); sdpa_loop: SDPA once per prompt; flashinfer: its "
+             "batch wrappers; best: the fastest kernel and split count swept.", "",
+             "| kind | n | choice vs fa2 | worst | own vs fa2 | worst | choice vs sdpa_loop | worst | choice vs "
+             "flashinfer | worst | own / best | worst | TFLOP/s (choice) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for kind in ("varlen", "chunk", "spec", "decode", "all"):
         rs = [r for r in rows if kind in (r["kind"], "all")]
         if not rs:
             continue
         cells = []
-        for num, den in (("fa2", "choice"), ("fa2", "own"), ("sdpa_loop", "choice"), ("best", "own")):
+        for num, den in (("fa2", "choice"), ("fa2", "own"), ("sdpa_loop", "choice"), ("flashinfer", "choice"),
+                         ("best", "own")):
             ratios = [(r["best_us"] if num == "best" else r["times"][num]) /
                       (model_us(r) if den == "own" else r["times"][den])
                       for r in rs if num == "best" or num in r["times"]]
@@ -288,6 +336,7 @@ def main() -> None:
 
     props = wavetune.device_properties()
     head_dims = {c.tile[2] for c in wavetune.paged_attention_configs()}
+    head_dims &= {int(d) for d in args.head_dims.split(",")}
     todo = [c for c in cases(args.kinds.split(","), args.count, args.seed) if c["head_dim"] in head_dims]
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "sm_count": props["sm_count"], "memory_bytes_per_s": props["memory_bytes_per_s"],
@@ -307,8 +356,8 @@ def main() -> None:
         t = row["times"]
         print(f"{row['kind']} {row['model']} b{len(row['new'])} q{sum(row['new'])} k{sum(row['prefix'])} "
               f"p{row['page_size']} d{row['head_dim']}: choice {t['choice']:.1f} us, own {model_us(row):.1f}, "
-              f"best {row['best_us']:.1f} "
-              f"({row['best']}), fa2 {t.get('fa2', 0):.1f}, sdpa_loop {t.get('sdpa_loop', 0):.1f}", file=sys.stderr)
+              f"best {row['best_us']:.1f} ({row['best']}), flashinfer {t.get('flashinfer', 0):.1f}, "
+              f"fa2 {t.get('fa2', 0):.1f}, sdpa_loop {t.get('sdpa_loop', 0):.1f}", file=sys.stderr)
     table = summary(rows, header)
     (args.out / "varlen.md").write_text(table + "\n")
     print(table)
