@@ -24,9 +24,10 @@ timed as CUDA graphs replayed round-robin, medians; operand copies larger than t
                 keys first, inside its time
   sdpa_loop     varlen only: SDPA (its fastest backend for the first prompt, cuDNN as a rule) called once
                 per prompt
-  flashinfer    with --flashinfer: FlashInfer's batch prefill wrapper on pages or packed keys (its decode
-                wrapper, with tensor cores, for one token per sequence on pages), planned once per case
-                outside the timing, as engines plan once per step
+  flashinfer_*  with --flashinfer: FlashInfer's batch prefill wrapper on pages or packed keys, on its fa2 and
+                fa3 backends (fa2 on pages with one token per sequence: its decode wrapper with tensor
+                cores), planned once per case outside the timing, as engines plan once per step;
+                "flashinfer" in the record and the table is the faster of the two that ran correctly
 Writes <out>/varlen.jsonl (a header, then one record per case; `benchmarks/paged_attention.py --fit` fits
 the wave model's tile-math rates to it) and <out>/varlen.md.
 """
@@ -167,14 +168,19 @@ def check(case: dict, index: dict, methods: dict, first: tuple) -> dict:
             want = torch.einsum("hnm,mhd->nhd", scores.masked_fill(~visible, float("-inf")).softmax(-1), values)
             error = ((got[row:row + n].float() - want).norm() / want.norm()).item()
             worst = max(worst, error if error == error else math.inf)
-        if worst > 2e-2:
+        if worst > 2e-2 and (name == "choice" or name == "own" or "/s" in name):
             raise AssertionError(f"{name} is wrong on {case}: relative error {worst:.3g}")
+        if worst > 2e-2:  # a baseline's wrong output leaves it out of the comparison, said
+            print(f"  {name} is wrong here (relative error {worst:.3g}): left out", file=sys.stderr)
+            del methods[name]
+            continue
         errors[name] = worst
     return errors
 
 
-def flashinfer_launch(case: dict, index: dict):
-    """FlashInfer's wrapper for the case, planned now (host-side lengths, as its API takes them)."""
+def flashinfer_launch(case: dict, index: dict, backend: str):
+    """FlashInfer's wrapper for the case on one of its backends ("fa2", or "fa3": its Hopper kernels), planned
+    now (host-side lengths, as its API takes them)."""
     import flashinfer
     import torch
 
@@ -182,9 +188,8 @@ def flashinfer_launch(case: dict, index: dict):
     hq, hkv, d = case["heads_q"], case["heads_kv"], case["head_dim"]
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     qo = index["cu_q"].cpu()
-    common = dict(q_data_type=torch.bfloat16) if case["page_size"] else {}
     if not case["page_size"]:
-        wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD")
+        wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend=backend)
         wrapper.plan(qo, index["cu_k"].cpu(), hq, hkv, d, causal=True, q_data_type=torch.bfloat16)
         return lambda q, k, v, out: wrapper.run(q, k, v, out=out)
     page = case["page_size"]
@@ -193,12 +198,12 @@ def flashinfer_launch(case: dict, index: dict):
     table = index["table"].cpu()
     indices = torch.cat([table[b, :n] for b, n in enumerate(pages)]).int()
     last = torch.tensor([t - (n - 1) * page for t, n in zip(totals, pages)], dtype=torch.int32)
-    if max(new) == 1:
+    if max(new) == 1 and backend == "fa2":  # its decode wrapper (tensor cores) for one token per sequence
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
-        wrapper.plan(indptr, indices, last, hq, hkv, d, page, **common)
+        wrapper.plan(indptr, indices, last, hq, hkv, d, page, q_data_type=torch.bfloat16)
     else:
-        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
-        wrapper.plan(qo, indptr, indices, last, hq, hkv, d, page, causal=True, **common)
+        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend)
+        wrapper.plan(qo, indptr, indices, last, hq, hkv, d, page, causal=True, q_data_type=torch.bfloat16)
     return lambda q, k, v, out: wrapper.run(q, (k, v), out=out)
 
 
@@ -245,11 +250,11 @@ def methods_for(case: dict, index: dict, kernels: list, flashinfer: bool) -> dic
         return torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, True, False,
                                                        **extra)[0]
     methods["fa2"] = fa2
-    if flashinfer:
+    for backend in ("fa2", "fa3") if flashinfer else ():
         try:
-            methods["flashinfer"] = flashinfer_launch(case, index)
+            methods[f"flashinfer_{backend}"] = flashinfer_launch(case, index, backend)
         except Exception as exc:  # noqa: BLE001 - its plan compiles kernels: any failure drops the method
-            print(f"  flashinfer refuses: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+            print(f"  flashinfer_{backend} refuses: {str(exc).splitlines()[0][:200] if str(exc) else exc!r}",
                   file=sys.stderr)
     if case["kind"] == "varlen":
         bounds = [int(x) for x in cu_q.tolist()]
@@ -288,6 +293,9 @@ def measure(case: dict, args, props: dict) -> dict:
                       total_keys=sum(p + n for p, n in zip(case["prefix"], case["new"])),
                       kernels={c.name: {"step_keys": c.tile[1], "rows": c.tile[0],
                                         "resident": _C.paged_attention_resident_ctas(c.id)} for c in kernels})
+    flash = [us for name, us in times.items() if name.startswith("flashinfer_")]
+    if flash:
+        times["flashinfer"] = min(flash)  # its faster backend
     return {**case, **model_view, "times": times, "best": best, "best_us": sweep[best],
             "tflops_choice": flops / times["choice"] / 1e6, "max_error": max(errors.values()), "copies": len(sets)}
 
