@@ -22,8 +22,7 @@ timed as CUDA graphs replayed round-robin, medians; operand copies larger than t
                 torch.nn.attention.varlen calls); on pages of 256 it reads the block table itself where the
                 torch has that argument (2.13 has, 2.11 not); otherwise the pages are gathered into packed
                 keys first, inside its time
-  sdpa_loop     varlen only: SDPA (its fastest backend for the first prompt, cuDNN as a rule) called once
-                per prompt
+  sdpa_loop     varlen only: SDPA, its own choice of backend, called once per prompt
   flashinfer_*  with --flashinfer: FlashInfer's batch prefill wrapper on pages or packed keys, on its fa2 and
                 fa3 backends (fa2 on pages with one token per sequence: its decode wrapper with tensor
                 cores), planned once per case outside the timing, as engines plan once per step;
@@ -262,9 +261,10 @@ def methods_for(case: dict, index: dict, kernels: list, flashinfer: bool) -> dic
         def sdpa_loop(q, k, v, out):
             for b in range(len(bounds) - 1):
                 s = slice(bounds[b], bounds[b + 1])
+                # [1, heads, tokens, dim] views: SDPA's fused backends take 4-d inputs only
                 out[s] = torch.nn.functional.scaled_dot_product_attention(
-                    q[s].transpose(0, 1), k[s].transpose(0, 1), v[s].transpose(0, 1), is_causal=True,
-                    enable_gqa=case["heads_q"] != case["heads_kv"]).transpose(0, 1)
+                    *(t[s].transpose(0, 1).unsqueeze(0) for t in (q, k, v)), is_causal=True,
+                    enable_gqa=case["heads_q"] != case["heads_kv"])[0].transpose(0, 1)
             return out
         methods["sdpa_loop"] = sdpa_loop
     return methods
