@@ -259,6 +259,14 @@ def value(row: dict, name: str) -> float | None:
     return {"sdpa": row["sdpa_best_us"], "best": row["best_us"]}.get(name, row["times"].get(name))
 
 
+def describe(row: dict) -> str:
+    t = row["times"]
+    return (f"{row['model']} b{row['batch']} k{row['seqlen_k']} h{row['heads_q']}/{row['heads_kv']} d{row['head_dim']}: "
+            f"choice {t['choice']:.1f} us ({row['choice']}), best {row['best_us']:.1f} ({row['best']}), "
+            f"paged {t['paged']:.1f}, sdpa {row['sdpa_best_us'] or 0:.1f} ({row['sdpa_best']}), "
+            f"fmha {t.get('fmha', 0):.1f}")
+
+
 def main() -> None:
     args = parse_args()
     if args.fit:
@@ -269,6 +277,7 @@ def main() -> None:
 
     import attention as bench
     import wavetune
+    from case_log import measure_cases
     from wavetune.families.attention.cases import measurable
 
     props = wavetune.device_properties()
@@ -278,23 +287,8 @@ def main() -> None:
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(), "split": args.split,
               "sm_count": props["sm_count"], "memory_bytes_per_s": props["memory_bytes_per_s"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}}
-    args.out.mkdir(parents=True, exist_ok=True)
-    log = args.out / f"paged_{args.split}.jsonl"
-    log.write_text(json.dumps(header) + "\n")
-    rows, start = [], time.monotonic()
-    for case in todo:
-        if time.monotonic() - start > args.time_budget_s:
-            print(f"time budget spent: {len(rows)} of {len(todo)} cases measured", file=sys.stderr)
-            break
-        row = measure(case, args, props)
-        rows.append(row)
-        with log.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        t = row["times"]
-        print(f"{row['model']} b{row['batch']} k{row['seqlen_k']} h{row['heads_q']}/{row['heads_kv']} d{row['head_dim']}: "
-              f"choice {t['choice']:.1f} us ({row['choice']}), best {row['best_us']:.1f} ({row['best']}), "
-              f"paged {t['paged']:.1f}, sdpa {row['sdpa_best_us'] or 0:.1f} ({row['sdpa_best']}), "
-              f"fmha {t.get('fmha', 0):.1f}", file=sys.stderr)
+    rows = measure_cases(todo, lambda case: measure(case, args, props), args.out / f"paged_{args.split}.jsonl",
+                         header, args.time_budget_s, describe)
     table = summary(rows, header)
     (args.out / f"paged_{args.split}.md").write_text(table + "\n")
     print(table)

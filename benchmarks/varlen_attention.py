@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import os
 import random
@@ -335,12 +334,21 @@ def summary(rows: list[dict], header: dict) -> str:
     return "\n".join(lines)
 
 
+def describe(row: dict) -> str:
+    t = row["times"]
+    return (f"{row['kind']} {row['model']} b{len(row['new'])} q{sum(row['new'])} k{sum(row['prefix'])} "
+            f"p{row['page_size']} d{row['head_dim']}: choice {t['choice']:.1f} us, own {model_us(row):.1f}, "
+            f"best {row['best_us']:.1f} ({row['best']}), flashinfer {t.get('flashinfer', 0):.1f}, "
+            f"fa2 {t.get('fa2', 0):.1f}, sdpa_loop {t.get('sdpa_loop', 0):.1f}")
+
+
 def main() -> None:
     args = parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
     import torch
 
     import wavetune
+    from case_log import measure_cases
 
     props = wavetune.device_properties()
     head_dims = {c.tile[2] for c in wavetune.paged_attention_configs()}
@@ -349,23 +357,8 @@ def main() -> None:
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "sm_count": props["sm_count"], "memory_bytes_per_s": props["memory_bytes_per_s"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "args": {k: str(v) for k, v in vars(args).items()}}
-    args.out.mkdir(parents=True, exist_ok=True)
-    log = args.out / "varlen.jsonl"
-    log.write_text(json.dumps(header) + "\n")
-    rows, start = [], time.monotonic()
-    for case in todo:
-        if time.monotonic() - start > args.time_budget_s:
-            print(f"time budget spent: {len(rows)} of {len(todo)} cases measured", file=sys.stderr)
-            break
-        row = measure(case, args, props)
-        rows.append(row)
-        with log.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        t = row["times"]
-        print(f"{row['kind']} {row['model']} b{len(row['new'])} q{sum(row['new'])} k{sum(row['prefix'])} "
-              f"p{row['page_size']} d{row['head_dim']}: choice {t['choice']:.1f} us, own {model_us(row):.1f}, "
-              f"best {row['best_us']:.1f} ({row['best']}), flashinfer {t.get('flashinfer', 0):.1f}, "
-              f"fa2 {t.get('fa2', 0):.1f}, sdpa_loop {t.get('sdpa_loop', 0):.1f}", file=sys.stderr)
+    rows = measure_cases(todo, lambda case: measure(case, args, props), args.out / "varlen.jsonl", header,
+                         args.time_budget_s, describe)
     table = summary(rows, header)
     (args.out / "varlen.md").write_text(table + "\n")
     print(table)

@@ -226,21 +226,14 @@ def test_pdl_on_and_off_give_the_same_bits():
 def test_cuda_graph_replays_new_lengths():
     """One graph captured with bounds, replayed on batches whose lengths differ (an engine's padded step)."""
     import wavetune.torch_ops  # noqa: F401
+    from wavetune.tuning.timing import capture_documented
 
     q, k, v, cq, ck = varlen_case([100, 200, 50], [100, 200, 50], 16, 4, 128, seed=4)
 
     def step():
         return torch.ops.wavetune.varlen_attention(q, k, v, cq, ck, 256, 350, True)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = step()
+    graph, y = capture_documented(step)  # PyTorch's example: warm-up on a side stream, then torch.cuda.graph
     q_lengths = [250, 10, 90]  # same totals, other sequences
     cq.copy_(starts(q_lengths, "cuda"))
     ck.copy_(starts(q_lengths, "cuda"))
