@@ -68,6 +68,8 @@ std::string paged_attention_problem_error(const PagedAttentionProblem& p) {
        << "max_q_len=" << p.max_q_len << " q_tokens=" << p.q_tokens;
   } else if (int64_t(p.max_q_len) * (p.heads_q / p.heads_kv) > int64_t(1) << 30) {
     os << "max_q_len=" << p.max_q_len << " times " << p.heads_q / p.heads_kv << " query heads per KV head is too many rows";
+  } else if (p.q_starts && p.q_tokens < 1) {
+    os << "with q_starts, q_tokens must give the rows of q and out (they size the split outputs and their merge)";
   } else if (p.total_keys < 0) {
     os << "total_keys must be non-negative (0: batch x max_seq_len), got " << p.total_keys;
   } else if (p.key_starts && p.block_table) {

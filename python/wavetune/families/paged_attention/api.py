@@ -76,8 +76,8 @@ def _check_bound(name: str, value, low: int, high: int) -> int:
     return value
 
 
-def _check_tensors(torch, q, k_cache, v_cache, out, q_rank: int, k_rank: int, what: str):
-    """Types, ranks, dtypes, head counts and strides shared by both entry points."""
+def _check_tensors(torch, q, k_cache, v_cache, out, k_rank: int, what: str):
+    """Types, dtypes, head counts and strides shared by both entry points (q 3-d, k and v ``k_rank``-d)."""
     if torch is None or not all(isinstance(t, torch.Tensor) for t in (q, k_cache, v_cache)):
         raise TypeError(f"wavetune.{what} takes torch tensors q, k and v, got "
                         f"{', '.join(type(t).__name__ for t in (q, k_cache, v_cache))}")
@@ -104,7 +104,7 @@ def check_inputs(torch, q, k_cache, v_cache, block_table=None, seq_lens=None, ma
                  cu_seqlens_q=None, max_seqlen_q=None) -> tuple[int, int]:
     """Every check of paged_attention that needs no GPU and no data pointer; returns (max_seq_len, max_q_len):
     given, or what the cache and q hold."""
-    _check_tensors(torch, q, k_cache, v_cache, out, 3, 4, "paged_attention")
+    _check_tensors(torch, q, k_cache, v_cache, out, 4, "paged_attention")
     if q.dim() != 3 or k_cache.dim() != 4:
         raise ValueError(f"q must be [batch, heads_q, head_dim] ([tokens, heads_q, head_dim] with cu_seqlens_q) and "
                          f"the caches [pages, page_size, heads_kv, head_dim] (or [batch, seq, heads_kv, head_dim] "
@@ -141,7 +141,7 @@ def check_varlen_inputs(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
                         out=None) -> tuple[int, int]:
     """Every check of varlen_attention that needs no GPU and no data pointer; returns (max_seqlen_q,
     max_seqlen_k): given, or the tokens q and k hold."""
-    _check_tensors(torch, q, k, v, out, 3, 3, "varlen_attention")
+    _check_tensors(torch, q, k, v, out, 3, "varlen_attention")
     if q.dim() != 3 or k.dim() != 3:
         raise ValueError(f"q must be [total_q, heads_q, head_dim] and k, v [total_k, heads_kv, head_dim], got "
                          f"{tuple(q.shape)} and {tuple(k.shape)}")
