@@ -64,6 +64,15 @@ def test_paged_queries_need_their_starts():
         wavetune.paged_attention(q, k, k, table, cu_seqlens_q=starts([1, 0, 1]))
 
 
+def test_the_native_checks_want_the_rows_of_q_with_its_starts():
+    sizes = (2, 8, 2, 64, 16, 32)  # batch, heads_q, heads_kv, head_dim, page_size, max_seq_len
+    rows, caches, keys = (16, 512, 64), (16, 16, 2048, 128, 64), (16, 2, 0, 0)
+    queries = (16, 4, 0, True)  # q_starts given, max_q_len 4, q_tokens missing
+    error = _C.paged_attention_problem_error(sizes, rows, caches, keys, 0, rows, queries, 0.125, 0)
+    assert "q_tokens must give the rows of q" in error
+    assert _C.paged_attention_problem_error(sizes, rows, caches, keys, 0, rows, (16, 4, 7, True), 0.125, 0) == ""
+
+
 def test_the_fake_kernels_check_and_shape():
     import wavetune.torch_ops  # noqa: F401
     from torch._subclasses.fake_tensor import FakeTensorMode
