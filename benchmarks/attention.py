@@ -33,7 +33,6 @@ wavetune.families.attention.cases), with this script's comparisons in the same r
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
@@ -46,6 +45,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import shape_suite
+from case_log import measure_cases
 from methods import geomean
 import wavetune
 from wavetune import _C
@@ -282,6 +282,12 @@ def group_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def describe(row: dict) -> str:
+    return (f"{row['phase']} {row['model']} b{row['batch']} q{row['seqlen_q']} k{row['seqlen_k']}: choice "
+            f"{row['choice_us']:.1f} us ({row['choice']}), best {row['best_us']:.1f} ({row['best']}), fa "
+            f"{row['fa_rule_us']:.1f}, sdpa {row['sdpa_best_us'] or 0:.1f} ({row['sdpa_best']})")
+
+
 def main() -> None:
     args = parse_args()
     if not any(c.dtype == "bf16" for c in wavetune.attention_configs()):
@@ -297,22 +303,13 @@ def main() -> None:
               "attention_table": str(table) if table else None,
               "sm_count": props["sm_count"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs()}
-    args.out.mkdir(parents=True, exist_ok=True)
-    log = args.out / f"attention_{args.suite}.jsonl"
-    log.write_text(json.dumps(header) + "\n")
-    rows = []
-    for case in todo:
-        if time.monotonic() - start > args.time_budget_s:
-            print(f"time budget spent: {len(rows)} of {len(todo)} cases measured", file=sys.stderr)
-            break
+    def measured(case: dict) -> dict:
         row = measure(case, args, props["l2_bytes"])
-        rows.append(row)
-        with log.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        print(f"{row['phase']} {row['model']} b{row['batch']} q{row['seqlen_q']} k{row['seqlen_k']}: choice "
-              f"{row['choice_us']:.1f} us ({row['choice']}), best {row['best_us']:.1f} ({row['best']}), fa "
-              f"{row['fa_rule_us']:.1f}, sdpa {row['sdpa_best_us'] or 0:.1f} ({row['sdpa_best']})", file=sys.stderr)
         torch.cuda.empty_cache()
+        return row
+
+    rows = measure_cases(todo, measured, args.out / f"attention_{args.suite}.jsonl", header, args.time_budget_s,
+                         describe, start)
     table = summary(rows, header)
     (args.out / f"attention_{args.suite}.md").write_text(table + "\n")
     print(table)

@@ -11,11 +11,12 @@ from typing import Callable
 
 
 def measure_cases(todo: list[dict], measure: Callable[[dict], dict], log: Path, header: dict, budget_s: float,
-                  describe: Callable[[dict], str]) -> list[dict]:
-    """The records of the cases measured before ``budget_s`` ran out (a case is never cut short)."""
+                  describe: Callable[[dict], str], start: float | None = None) -> list[dict]:
+    """The records of the cases measured before ``budget_s`` ran out, counted from ``start`` (a
+    time.monotonic() reading; default now). A case is never cut short."""
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(json.dumps(header) + "\n")
-    rows, start = [], time.monotonic()
+    rows, start = [], time.monotonic() if start is None else start
     for case in todo:
         if time.monotonic() - start > budget_s:
             print(f"time budget spent: {len(rows)} of {len(todo)} cases measured", file=sys.stderr)

@@ -34,7 +34,6 @@ rounds. Cases run token counts spread over the range first, so a cut budget stil
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -43,6 +42,7 @@ from pathlib import Path
 import torch
 
 import shape_suite
+from case_log import measure_cases
 from methods import geomean
 import wavetune
 from wavetune import _C
@@ -214,6 +214,12 @@ def summary(rows: list[dict], header: dict) -> str:
     return "\n".join(lines)
 
 
+def describe(row: dict) -> str:
+    return (f"{row['model']} {row['projection']} {row['tokens']} {row['routing']}: choice {row['choice_us']:.1f} "
+            f"us ({row['choice']}), best {row['best_us']:.1f}, torch {row['torch_us']:.1f}, "
+            f"loop {row['loop_us'] or 0:.1f}")
+
+
 def main() -> None:
     args = parse_args()
     family, listing, pattern, *_ = FAMILIES[args.fp8]
@@ -227,23 +233,15 @@ def main() -> None:
               "grouped_table": str(table) if table else None, "sm_count": props["sm_count"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}, "host": host_costs(args.fp8, props["l2_bytes"])}
-    args.out.mkdir(parents=True, exist_ok=True)
     name = f"grouped_{dict(row='fp8_', block='fp8_block_').get(args.fp8, '')}{args.suite}"
-    log = args.out / f"{name}.jsonl"
-    log.write_text(json.dumps(header) + "\n")
-    rows, todo = [], cases(args)
-    for case in todo:
-        if time.monotonic() - start > args.time_budget_s:
-            print(f"time budget spent: {len(rows)} of {len(todo)} cases measured", file=sys.stderr)
-            break
+
+    def measured(case: dict) -> dict:
         row = measure(case, args, props["l2_bytes"], generator)
-        rows.append(row)
-        with log.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        print(f"{row['model']} {row['projection']} {row['tokens']} {row['routing']}: choice {row['choice_us']:.1f} "
-              f"us ({row['choice']}), best {row['best_us']:.1f}, torch {row['torch_us']:.1f}, "
-              f"loop {row['loop_us'] or 0:.1f}", file=sys.stderr)
         torch.cuda.empty_cache()  # the next case's weights may be gigabytes
+        return row
+
+    rows = measure_cases(cases(args), measured, args.out / f"{name}.jsonl", header, args.time_budget_s, describe,
+                         start)
     table = summary(rows, header)
     (args.out / f"{name}.md").write_text(table + "\n")
     print(table)
