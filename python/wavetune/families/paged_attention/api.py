@@ -194,9 +194,8 @@ def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tup
         return out
     args, code = _problem(torch, q, k_cache, v_cache, keys, seq_lens, out, queries, sizes, scale, what)
     variant = _resolve(config)
-    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
-                               or not 1 <= splits <= _C.paged_attention_max_splits()):
-        raise ValueError(f"splits must be an int in [1, {_C.paged_attention_max_splits()}], got {splits!r}")
+    if splits is not None:
+        _check_bound("splits", splits, 1, _C.paged_attention_max_splits())
     if variant < 0 or splits is None:
         chosen, chosen_splits = _choice(device, sizes, code, args)
         variant = chosen if variant < 0 else variant
