@@ -6,17 +6,11 @@
 // NOTES: why not CUTLASS. Its sm90 kernels stage both operands through TMA into shared memory for wgmma,
 // whose tiles hold 64 weight rows per warpgroup (fewer, larger CTAs than a narrow layer wants), and its
 // split-K/stream-K sum partial tiles through a global workspace (a second pass over them, and a workspace
-// initialized per launch). Here each warp streams 16-row tiles of weights through a ring of its own in
-// shared memory (16-byte cp.async copies that bypass L1, kStages - 1 loop steps in flight) into registers
-// and feeds them to mma.sync as the A operand (swap-AB: weight rows are the MMA's M, tokens its N of 8),
-// and the K splits of one output tile run as one thread-block cluster that sums its partial tiles through
-// distributed shared memory: one kernel, no workspace, and a fixed summation order (bit-identical results
-// run to run).
-//
-// NOTES: why a ring. A warp that loads a step into registers can keep one step in flight while it
-// multiplies the last (a register double buffer), 4 KB: with the two to four CTAs per SM a decode grid
-// has, too few bytes in flight to cover HBM latency at full bandwidth. Each thread copies and later reads
-// back only its own 16-byte pieces, so cp.async.wait_group alone orders them: no barrier between warps.
+// initialized per launch). Here each warp loads 16-row tiles of weights straight into registers (16-byte
+// loads that bypass L1) and feeds them to mma.sync as the A operand (swap-AB: weight rows are the MMA's
+// M, tokens its N of 8), and the K splits of one output tile run as one thread-block cluster that sums
+// its partial tiles through distributed shared memory: one kernel, no workspace, and a fixed summation
+// order (bit-identical results run to run).
 //
 // NOTES: the K permutation. mma.m16n8k16 wants thread (g = lane / 4, t = lane % 4) to hold A[g][2t..2t+1],
 // A[g][2t+8..2t+9] (and row g + 8) and B[2t..2t+1][g], B[2t+8..2t+9][g]. Any permutation of K applied to
@@ -52,7 +46,6 @@ namespace wavetune::detail::decode {
 constexpr int kRowsPerWarp = 16;  // the MMA's M
 constexpr int kMaxSplits = 8;     // the portable cluster size
 constexpr int kPrefetchSteps = 4; // loop steps of weights each thread prefetches into L2 before the wait
-constexpr int kStages = 4;        // a warp's ring: loop steps in flight while it multiplies one
 
 struct Params {
   const void* x;  // [M, K] row-major, ldx
@@ -80,18 +73,12 @@ struct Operand {
   static constexpr int kChunk = 4 * kElementsPerLoad;  // K per MMA pair: 4 threads x one load each
 };
 
-// 16 bytes from global to shared memory, cached in L2 only (zeros when !valid; src is then not read).
-__device__ __forceinline__ void copy_async(uint4* dst, const void* src, bool valid) {
-  const auto to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-// Until at most kPending of this thread's copy groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+__device__ __forceinline__ uint4 load_streaming(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
 }
 
 __device__ __forceinline__ uint4 load_cached(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
@@ -157,9 +144,6 @@ struct Kernel {
   using Accumulators = float[kRowTiles][kFragments][4];
   using Rows = const T* [kRowTiles][2];         // a lane's weight rows: tile r, rows + 0 and + 8
   using Weights = uint4[kUnroll][kRowTiles][2];  // a loop step's weight fragments
-  // A warp's ring: kStages slots of one loop step; a lane's piece (u, r, h) of a slot at [u][r][h][lane].
-  static constexpr int kSlotPieces = kUnroll * kRowTiles * 2 * 32;
-  static constexpr int kRingBytes = kWarpsN * kWarpsK * kStages * kSlotPieces * 16;  // the CTA's, dynamic
 
   // This thread's place: its warp's row tiles and K worker, its MMA row g and K quarter t.
   struct Lane {
@@ -201,16 +185,7 @@ struct Kernel {
     }
   }
 
-  // This lane's first piece in its warp's ring (dynamic shared memory).
-  __device__ static uint4* ring_of(const Lane& l) {
-    extern __shared__ uint4 rings[];
-    return rings + l.warp * kStages * kSlotPieces + l.lane;
-  }
-
-  // Copies loop step c0's weights into stage `stage` of the ring (commit_copies closes the group).
-  __device__ static void issue(const Params& p, const Rows& rows, const Chunks& chunks, int c0, int t, uint4* ring,
-                               int stage) {
-    uint4* slot = ring + stage * kSlotPieces;
+  __device__ static void load(const Params& p, const Rows& rows, const Chunks& chunks, int c0, int t, Weights& w) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const bool valid = chunks.valid(p, c0 + u, t);
@@ -218,23 +193,8 @@ struct Kernel {
       for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          copy_async(slot + ((u * kRowTiles + r) * 2 + h) * 32, valid ? rows[r][h] + (c0 + u) * kChunk : rows[r][h],
-                     valid);
+          w[u][r][h] = valid ? load_streaming(rows[r][h] + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
         }
-      }
-    }
-  }
-
-  // Loop step `step`'s weights, once its copies have landed.
-  __device__ static void fetch(const uint4* ring, int step, Weights& w) {
-    wait_copies<kStages - 2>();
-    const uint4* slot = ring + step % kStages * kSlotPieces;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) w[u][r][h] = slot[((u * kRowTiles + r) * 2 + h) * 32];
       }
     }
   }
@@ -295,13 +255,17 @@ struct Kernel {
     }
   }
 
-  // NOTES: the pipeline. Every loop iteration commits one copy group (empty past the last step), so
-  // that waiting until kStages - 2 groups are pending always means the step to multiply has landed; the
-  // stage refilled is the one fetched into registers one iteration before.
+  __device__ static void copy(const Weights& from, Weights& to) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) to[u][r][0] = from[u][r][0], to[u][r][1] = from[u][r][1];
+    }
+  }
+
   __device__ static void run(const Params& p) {
     __shared__ SharedStorage smem;
     const Lane l;
-    uint4* ring = ring_of(l);
     const int row0 = l.row0(blockIdx.y), token0 = blockIdx.x * kTokens;
     Rows rows;
     point_at(p, row0, l.t, rows);
@@ -309,24 +273,18 @@ struct Kernel {
     const int total_chunks = (p.k + kChunk - 1) / kChunk;
     const int first = min(worker * p.chunks_per_worker, total_chunks);
     const Chunks chunks{first, min(first + p.chunks_per_worker, total_chunks)};
-    const int steps = (chunks.last - chunks.first + kUnroll - 1) / kUnroll;
     prefetch(p, rows, chunks, l.t);
     asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < steps) issue(p, rows, chunks, chunks.first + s * kUnroll, l.t, ring, s);
-      commit_copies();
-    }
     Accumulators acc = {};
-    for (int i = 0; i < steps; ++i) {
+    Weights next;
+    load(p, rows, chunks, chunks.first, l.t, next);
+    for (int c0 = chunks.first; c0 < chunks.last; c0 += kUnroll) {
       Weights a;
-      fetch(ring, i, a);
-      const int ahead = i + kStages - 1;
-      if (ahead < steps) issue(p, rows, chunks, chunks.first + ahead * kUnroll, l.t, ring, ahead % kStages);
-      commit_copies();
-      multiply(p, a, chunks, chunks.first + i * kUnroll, row0, token0, l, acc);
+      copy(next, a);
+      if (c0 + kUnroll < chunks.last) load(p, rows, chunks, c0 + kUnroll, l.t, next);  // in flight meanwhile
+      multiply(p, a, chunks, c0, row0, token0, l, acc);
     }
     reduce_and_store(p, smem, l, acc, row0, token0);
   }
@@ -369,60 +327,54 @@ struct Kernel {
   }
 
   // Tile `item` of the persistent walk: token tiles first, then row tiles.
-  __device__ static void place(const Params& p, int item, const Lane& l, int* row0, int* token0) {
+  __device__ static void place(const Params& p, int item, const Lane& l, Rows& rows, int* row0, int* token0) {
     const int token_tiles = (p.m + kTokens - 1) / kTokens;
     *row0 = l.row0(item / token_tiles), *token0 = item % token_tiles * kTokens;
+    point_at(p, *row0, l.t, rows);
   }
 
-  // The persistent walk is one stream of loop steps over this CTA's tiles: the copies run kStages - 1 steps
-  // ahead, into the next tile's first weights while the current tile's last steps multiply.
   __device__ static void run_persistent(const Params& p) {
     static_assert(kWarpsK == 1, "a persistent warp sums whole rows: no K split");
     const Lane l;
-    uint4* ring = ring_of(l);
     const int total_chunks = (p.k + kChunk - 1) / kChunk;
     const int items = (p.n + kTileRows - 1) / kTileRows * ((p.m + kTokens - 1) / kTokens);
-    const int item_steps = (total_chunks + kUnroll - 1) / kUnroll;
-    const int my_items = int(blockIdx.x) < items ? (items - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 0;
-    const int steps = my_items * item_steps;
     const Chunks chunks{0, total_chunks};
     int item = blockIdx.x, row0, token0;
-    Rows rows;  // of the tile the copies are in
-    if (steps > 0) place(p, item, l, &row0, &token0), point_at(p, row0, l.t, rows), prefetch(p, rows, chunks, l.t);
+    Rows rows;
+    if (item < items) place(p, item, l, rows, &row0, &token0), prefetch(p, rows, chunks, l.t);
     asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (steps == 0) return;
+    if (item >= items) return;
 
-    int ahead_item = item, ahead_c0 = 0;  // where the copies are
-    const auto issue_next = [&](int stage) {
-      issue(p, rows, chunks, ahead_c0, l.t, ring, stage);
-      ahead_c0 += kUnroll;
-      if (ahead_c0 >= total_chunks && (ahead_item += gridDim.x) < items) {
-        int ahead_row0, ahead_token0;
-        ahead_c0 = 0;
-        place(p, ahead_item, l, &ahead_row0, &ahead_token0);
-        point_at(p, ahead_row0, l.t, rows);
-      }
-    };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < steps) issue_next(s);
-      commit_copies();
-    }
     Accumulators acc = {};
-    for (int i = 0, c0 = 0; i < steps; ++i) {
+    Weights next;
+    load(p, rows, chunks, 0, l.t, next);
+    for (int c0 = 0;;) {
       Weights a;
-      fetch(ring, i, a);
-      if (i + kStages - 1 < steps) issue_next((i + kStages - 1) % kStages);
-      commit_copies();
-      multiply(p, a, chunks, c0, row0, token0, l, acc);
-      if ((c0 += kUnroll) < total_chunks) continue;
-      store(p, acc, row0, token0, l.t);
-      for (auto& per_row : acc) {
-        for (auto& per_token : per_row) per_token[0] = per_token[1] = per_token[2] = per_token[3] = 0;
+      copy(next, a);
+      // The next step: this tile's next chunks, or the next tile's first ones.
+      int next_item = item, next_c0 = c0 + kUnroll, next_row0 = row0, next_token0 = token0;
+      Rows next_rows;
+      if (next_c0 >= total_chunks) next_item += gridDim.x, next_c0 = 0;
+      if (next_item < items) {
+        if (next_item != item) {
+          place(p, next_item, l, next_rows, &next_row0, &next_token0);
+          load(p, next_rows, chunks, 0, l.t, next);
+        } else {
+          load(p, rows, chunks, next_c0, l.t, next);
+        }
       }
-      c0 = 0;
-      if ((item += gridDim.x) < items) place(p, item, l, &row0, &token0);
+      multiply(p, a, chunks, c0, row0, token0, l, acc);
+      if (next_item != item) {
+        store(p, acc, row0, token0, l.t);
+        if (next_item >= items) return;
+        for (auto& per_row : acc) {
+          for (auto& per_token : per_row) per_token[0] = per_token[1] = per_token[2] = per_token[3] = 0;
+        }
+        item = next_item, row0 = next_row0, token0 = next_token0;
+        for (int r = 0; r < kRowTiles; ++r) rows[r][0] = next_rows[r][0], rows[r][1] = next_rows[r][1];
+      }
+      c0 = next_c0;
     }
   }
 
@@ -479,21 +431,18 @@ int32_t heuristic_splits(int64_t m, int64_t n, int64_t k, int32_t sm_count) {
   return s;
 }
 
-// Lets `kernel` have its rings (dynamic shared memory past the default 48 KB) on `device` and returns how
-// many of its CTAs fit on one SM; once per kernel and device.
-template <class K, bool kPersistent>
-int prepare(int device, const void* kernel) {
+// CTAs of `kernel` (kThreads each) resident per SM on `device`, read once per device.
+template <class K>
+int resident_ctas_per_sm(int device, const void* kernel) {
   static std::array<std::once_flag, kMaxDevices> done;
   static std::array<int, kMaxDevices> ctas{};
   std::call_once(done.at(device), [&] {
-    int resident = 1;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kRingBytes) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, K::kThreads, K::kRingBytes) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas[device], kernel, K::kThreads, 0) != cudaSuccess) {
       cudaGetLastError();
+      ctas[device] = 1;
     }
-    ctas[device] = std::max(resident, 1);
   });
-  return ctas[device];
+  return std::max(ctas[device], 1);
 }
 
 // One launch of `params` (chunks_per_worker is filled in here) with `splits` K splits (1 when persistent);
@@ -510,7 +459,6 @@ cudaError_t launch(Params params, int32_t splits, int device, int32_t sm_count, 
 
   cudaLaunchConfig_t config{};
   config.blockDim = dim3(K::kThreads);
-  config.dynamicSmemBytes = K::kRingBytes;
   config.stream = stream;
   cudaLaunchAttribute attributes[2];
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -521,12 +469,15 @@ cudaError_t launch(Params params, int32_t splits, int device, int32_t sm_count, 
   attributes[1].val.clusterDim.z = unsigned(splits);
   config.attrs = pdl ? attributes : attributes + 1;
   config.numAttrs = (pdl ? 1 : 0) + (kPersistent ? 0 : 1);
-  void (*kernel)(Params) = decode_gemm_kernel<K>;
-  if constexpr (kPersistent) kernel = persistent_decode_gemm_kernel<K>;
-  const int64_t resident = int64_t(prepare<K, kPersistent>(device, reinterpret_cast<const void*>(kernel))) * sm_count;
-  config.gridDim = kPersistent ? dim3(unsigned(std::min(row_tiles * token_tiles, resident)))
-                               : dim3(unsigned(token_tiles), unsigned(row_tiles), unsigned(splits));
-  return cudaLaunchKernelEx(&config, kernel, params);
+  if constexpr (kPersistent) {
+    void (*const kernel)(Params) = persistent_decode_gemm_kernel<K>;
+    const int64_t resident = int64_t(resident_ctas_per_sm<K>(device, reinterpret_cast<const void*>(kernel))) * sm_count;
+    config.gridDim = dim3(unsigned(std::min(row_tiles * token_tiles, resident)));
+    return cudaLaunchKernelEx(&config, kernel, params);
+  } else {
+    config.gridDim = dim3(unsigned(token_tiles), unsigned(row_tiles), unsigned(splits));
+    return cudaLaunchKernelEx(&config, decode_gemm_kernel<K>, params);
+  }
 }
 
 }  // namespace wavetune::detail::decode
