@@ -270,42 +270,6 @@ class TestCPU:
         assert done.stdout.startswith("wavetune.patch needs torch (pip install torch)")
 
 
-def traced_graphs(module, x, **options):
-    """The code of the graphs torch.compile traces of ``module(x)`` (run as traced, without Inductor)."""
-    codes = []
-
-    def record(gm, example_inputs):
-        codes.append(gm.code)
-        return gm.forward
-
-    torch._dynamo.reset()
-    with torch.inference_mode():
-        torch.compile(module, backend=record, fullgraph=True, **options)(x)
-    return codes
-
-
-@pytest.mark.parametrize("table_runs_torch", [True, False])
-def test_compile_traces_torch_linear_where_the_table_runs_torch(monkeypatch, table_runs_torch):
-    asked = []
-
-    def choice(m, n, k, dtype, device):
-        asked.append((m, n, k, dtype, device))
-        return table_runs_torch
-
-    monkeypatch.setattr(gemm_ops, "torch_runs_linear", choice)
-    layer = wnn.Linear(64, 40, device="meta", dtype=BF16)
-    (code,) = traced_graphs(layer, tensor(3, 5, 64))
-    assert asked == [(15, 40, 64, BF16, -1)]
-    assert ("wavetune.linear" in code) != table_runs_torch
-    assert ("torch._C._nn.linear" in code) == table_runs_torch
-
-
-def test_compile_keeps_the_operator_for_dynamic_sizes(monkeypatch):
-    monkeypatch.setattr(gemm_ops, "torch_runs_linear", lambda *args: pytest.fail("asked for a dynamic size"))
-    (code,) = traced_graphs(wnn.Linear(64, 40, device="meta", dtype=BF16), tensor(7, 64), dynamic=True)
-    assert "wavetune.linear" in code
-
-
 def relative_error(result, reference):
     return ((result.double() - reference.double()).norm() / reference.double().norm()).item()
 
@@ -345,20 +309,6 @@ class TestGPU:
             eager = patched(tokens)
             compiled = torch.compile(patched, fullgraph=True)(tokens)
         assert relative_error(compiled, eager) < TOLERANCE
-
-    @pytest.mark.parametrize("tokens", [1, 16, 1000])
-    def test_compile_traces_the_tables_choice(self, tokens):
-        layer = wnn.Linear(4096, 6144, bias=False, device="cuda", dtype=BF16)
-        x = tensor(tokens, 4096, device="cuda")
-        torch_runs = gemm_ops.torch_runs_linear(tokens, 6144, 4096, BF16, x.get_device())
-        choice = _C.PreparedGemm(tokens, 6144, 4096, 4096, 4096, 6144, _C.DTYPES.index("bf16"),
-                                 _C.B_LAYOUTS.index("col"), x.get_device())
-        assert torch_runs == choice.from_library
-        (code,) = traced_graphs(layer, x)
-        assert ("wavetune.linear" in code) != torch_runs
-        with torch.inference_mode():
-            compiled = torch.compile(layer, fullgraph=True)(x)
-            assert relative_error(compiled, torch.nn.functional.linear(x, layer.weight)) < TOLERANCE
 
     def test_cuda_graph_replay_matches_eager(self, models):
         _, patched = models

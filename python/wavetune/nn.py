@@ -98,21 +98,7 @@ class Linear(torch.nn.Linear):
         # implementation; CPU: the refusal) get the operator.
         if not torch.compiler.is_compiling() and type(x) is torch.Tensor and x.is_cuda:
             return gemm_ops.linear(x, self.weight, self.bias)
-        if torch.compiler.is_compiling() and self._torch_runs(x):
-            return torch.nn.functional.linear(x, self.weight, self.bias)
         return _LINEAR_OP(x, self.weight, self.bias)
-
-    def _torch_runs(self, x: torch.Tensor) -> bool:
-        """Under torch.compile: whether the table runs this static shape on torch's own operator, which the
-        traced graph then holds (the compiler may fuse or autotune it; gemm_ops.torch_runs_linear)."""
-        # NOTES: a size the compiler made dynamic is a SymInt, whose class is not int even while dynamo
-        # reports it as one: the operator stays and the table decides at run time.
-        if not (all(d.__class__ is int for d in x.shape) and x.is_contiguous() and self.weight.is_contiguous()):
-            return False
-        k = x.shape[-1]
-        m = x.numel() // k if k else 0
-        device = x.device.index if x.is_cuda else -1
-        return gemm_ops.torch_runs_linear(m, self.out_features, k, x.dtype, -1 if device is None else device)
 
 
 class FP8Linear(torch.nn.Module):

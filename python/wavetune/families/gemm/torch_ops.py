@@ -21,7 +21,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from ...runtime import tables
-from ...runtime.device import dtype_codes, stream_getter
+from ...runtime.device import stream_getter
 from ...runtime.native import _C
 from ...torch_library import LIBRARY, STRIDES_TAG
 from . import api
@@ -102,20 +102,6 @@ def _new_plan(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch
         _plans.clear()
     _plans[key] = plan
     return plan
-
-
-@torch.compiler.assume_constant_result
-def torch_runs_linear(m: int, n: int, k: int, dtype: torch.dtype, device: int) -> bool:
-    """Whether the table gives ``F.linear`` of a contiguous [m, k] input and [n, k] weight on cuda:``device``
-    to torch's own operator (cuBLAS). Asked while torch.compile traces a static shape (the answer is a
-    constant of that graph): the graph then holds torch's operator, which Inductor may fuse with its
-    neighbours or autotune (max-autotune), instead of an opaque call of the same cuBLAS kernel."""
-    dtype_code = dtype_codes(torch).get(dtype)
-    col = _C.B_LAYOUTS.index("col")
-    if device < 0 or dtype_code is None or not (m and n and k) or _C.shape_error(m, n, k, k, k, n, dtype_code, col):
-        return False
-    tables.ensure_table(device)
-    return _C.PreparedGemm(m, n, k, k, k, n, dtype_code, col, device).from_library
 
 
 def _check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
