@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # DeepGEMM on the GPU machine, to see whether and why it runs: build from source (CUTLASS headers from the
 # carried nvidia-cutlass wheel in .whl/, fmt from .carry/dg/third-party/fmt),
-# then one fp8_gemm_nt call under faulthandler and, if it crashes, under cuda-gdb for a native backtrace.
+# then one fp8_gemm_nt call under faulthandler; if it crashes, again with the system's libstdc++ preloaded (how
+# it runs there: docs/scaled_gemm.md, "Against DeepGEMM"), and, if that crashes too, under cuda-gdb for a
+# native backtrace.
 # Prepare here: .carry/dg = DeepGEMM's source (git archive of deepseek-ai/DeepGEMM), with fmt's include/ in
 # third-party/fmt; then run it with carry [".whl", ".carry"]. Writes dg_build.log, probe.log, gdb.log to $OUT.
 set -u
