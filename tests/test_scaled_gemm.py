@@ -276,6 +276,19 @@ def test_the_default_choice_by_tokens_and_width(n, m, kind):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k, kind, expected", [(8, 1024, 6144, "row", "e4m3_bf16_decode_16x8_1x4"),
+                                                     (3, 8192, 4608, "block128", "e4m3_bf16_block128_decode_16x8_1x4")])
+def test_equal_predicted_costs_go_to_the_fewest_k_splits(m, n, k, kind, expected):
+    """On 132 SMs these layers cost the same in one wave with the 16-row tile split 2 or 1 ways (warps along K)
+    and the 64-row tile split 8 or 4 ways across a cluster: the choice takes the fewer splits."""
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the tie is worked out for 132 SMs (H100 SXM, H200)")
+    code = _C.scale_kinds().index(kind)
+    chosen = _C.scaled_gemm_choice(m, n, k, 0, code, code)
+    assert {c.id: c.name for c in wavetune.scaled_gemm_configs()}[chosen] == expected
+
+
+@pytest.mark.gpu
 def test_per_tensor_scales_run_torch_scaled_mm():
     g = torch.Generator(device="cuda").manual_seed(3)
     w, a = random_fp8(4096, 4096, g), random_fp8(1, 4096, g)

@@ -145,15 +145,24 @@ int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
 }
 
 // The decode variant the wave model (predicted_cost) picks among those of the token tile for M, -1 if none.
+// NOTES: ties. Variants often predict the same cost, the same bytes per CTA in the same waves: one sums its K
+// split across a cluster of s CTAs (through distributed shared memory), another inside one CTA (warps along
+// K, s = 1). With one token tile the one with fewer splits was the faster of such ties on the design split
+// (benchmarks/scaled_gemm.py, every decode variant at every split), with per-row and with 128-block scales;
+// with several token tiles the catalog's order, larger row tiles first, was.
 int32_t decode_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   const int32_t tokens = token_tile_for(p, dev);
-  int32_t best = -1;
+  const bool one_token_tile = p.m <= tokens;
+  int32_t best = -1, best_splits = 0;
   double best_cost = std::numeric_limits<double>::infinity();
   for (const VariantInfo& v : scaled_gemm_variants()) {
     const ScaledVariantOps* ops = scaled_variant_ops(v.id);
     if (v.schedule != Schedule::decode || v.tile_n != tokens || !ops->why_not(p, 0, dev).empty()) continue;
-    const double cost = predicted_cost(v, p, ops->splits(p, 0, dev), dev.sm_count);
-    if (cost < best_cost) best = v.id, best_cost = cost;
+    const int32_t splits = ops->splits(p, 0, dev);
+    const double cost = predicted_cost(v, p, splits, dev.sm_count);
+    if (cost < best_cost || (one_token_tile && cost == best_cost && splits < best_splits)) {
+      best = v.id, best_cost = cost, best_splits = splits;
+    }
   }
   return best;
 }
