@@ -34,7 +34,7 @@ echo probe rc=$?; tail -30 $OUT/probe.log
 # The C++ runtimes involved: the one the extension links, and the system's, preloaded for a second try.
 ldd deep_gemm/*.so | grep -i stdc++ | tee -a $OUT/probe.log
 system_cxx=$(g++ -print-file-name=libstdc++.so.6)
-python3 -c "import torch, os; print([l.split()[-1] for l in open('/proc/self/maps') if 'stdc++' in l][:1])" | tee -a $OUT/probe.log
+python3 -c "import torch; print([l.split()[-1] for l in open('/proc/self/maps') if 'stdc++' in l][:1])" | tee -a $OUT/probe.log
 if ! grep -q "^ok" $OUT/probe.log; then
   echo "retry with LD_PRELOAD=$system_cxx" | tee -a $OUT/probe.log
   LD_PRELOAD=$system_cxx timeout 150 python3 -X faulthandler /tmp/probe.py >> $OUT/probe.log 2>&1
