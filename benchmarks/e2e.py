@@ -15,10 +15,10 @@ dense models use a minimal decoder of the same shapes and the output says so; th
 Methods: PyTorch eager, torch.compile (default mode) and torch.compile with max-autotune (Inductor's own
 GEMM autotuning; its CUDA graphs off, since every method is captured the same way), each also on twins of
 the model sharing its weights with wavetune's parts added one at a time (--wavetune): ``+wavetune`` its
-GEMMs (``wavetune.patch(attention=False, experts=False)``), ``+grouped`` its GEMMs and its experts
-(``wavetune.grouped_gemm``; MoE models), ``+attention`` all of those and its attention
+GEMMs (``wavetune.patch(attention=False, experts=False, layers=False)``), ``+layers`` and its layer ops (norms,
+gated MLPs with gate and up merged, rotary embeddings), ``+grouped`` and its experts (``wavetune.grouped_gemm``;
+MoE models), ``+attention`` all of those and its attention
 (torch.ops.wavetune.attention). Attention: SDPA for the rest (context_attention below). Phases:
-Phases:
 - prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
 - decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens
   (a static cache, every slot filled: no mask). With --layers 1 --no-lm-head its time is the time per output
@@ -83,9 +83,9 @@ MODELS = {
 # Method prefix -> torch.compile mode (None: eager). Inductor's CUDA graphs are off in both compiled
 # modes: every method is captured the same way, by this script.
 MODES = {"eager": None, "compile": "default", "max-autotune": "max-autotune-no-cudagraphs"}
-WAVETUNE, GROUPED, WAVETUNE_ATTENTION = "+wavetune", "+grouped", "+attention"
+WAVETUNE, LAYERS, GROUPED, WAVETUNE_ATTENTION = "+wavetune", "+layers", "+grouped", "+attention"
 # --wavetune part -> the twin's suffix and what it adds (cumulative, in this order).
-PARTS = {"gemm": WAVETUNE, "grouped": GROUPED, "attention": WAVETUNE_ATTENTION}
+PARTS = {"gemm": WAVETUNE, "layers": LAYERS, "grouped": GROUPED, "attention": WAVETUNE_ATTENTION}
 SUFFIXES = tuple(PARTS.values())
 NO_PDL = "-pdl"  # --pdl-off: the fullest twin again, captured with programmatic dependent launch off
 # --fp8: the model's linear layers (not the LM head) quantized to e4m3, run by PyTorch and by wavetune.
@@ -300,7 +300,8 @@ def patched_twin(model: torch.nn.Module, suffix: str = WAVETUNE):
     import wavetune
 
     twin = twin_of(model)
-    report = wavetune.patch(twin, attention=False, experts=suffix != WAVETUNE)
+    added = SUFFIXES[:SUFFIXES.index(suffix) + 1]
+    report = wavetune.patch(twin, attention=False, experts=GROUPED in added, layers=LAYERS in added)
     if suffix == WAVETUNE_ATTENTION:
         for module in twin.modules():
             if hasattr(module, "layer_idx"):

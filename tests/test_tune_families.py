@@ -29,14 +29,14 @@ DEVICE = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800
 # ---- the registry -----------------------------------------------------------------------------------
 
 def test_the_registry_finds_every_family_subpackage():
-    assert families.names() == ["gemm", "attention", "block_scaled_grouped_gemm", "grouped_gemm", "paged_attention",
-                               "scaled_gemm", "scaled_grouped_gemm"]
+    assert families.names() == ["gemm", "attention", "block_scaled_grouped_gemm", "grouped_gemm", "layer_ops",
+                               "paged_attention", "scaled_gemm", "scaled_grouped_gemm"]
     assert [f.name for f in families.all()] == families.names()
     assert {f.name: f.table_env for f in families.all()} == {
         "gemm": "WAVETUNE_TABLE", "grouped_gemm": "WAVETUNE_GROUPED_TABLE", "attention": "WAVETUNE_ATTENTION_TABLE",
         "paged_attention": "WAVETUNE_PAGED_ATTENTION_TABLE", "scaled_gemm": "WAVETUNE_SCALED_GEMM_TABLE",
         "scaled_grouped_gemm": "WAVETUNE_SCALED_GROUPED_TABLE",
-        "block_scaled_grouped_gemm": "WAVETUNE_BLOCK_SCALED_GROUPED_TABLE"}
+        "block_scaled_grouped_gemm": "WAVETUNE_BLOCK_SCALED_GROUPED_TABLE", "layer_ops": "WAVETUNE_LAYER_OPS_TABLE"}
     assert tables.table_envs()["grouped_gemm"] == "WAVETUNE_GROUPED_TABLE"
     assert tables.table_file_name("NVIDIA H200", "attention") == "nvidia-h200.attention.wtt"
     assert tables.table_file_name("NVIDIA H200") == "nvidia-h200.wtt"
@@ -55,8 +55,8 @@ def test_the_registry_finds_every_family_subpackage():
 
 
 def test_an_unknown_family_is_named_with_the_known_ones():
-    known = ("one of gemm, attention, block_scaled_grouped_gemm, grouped_gemm, paged_attention, scaled_gemm, "
-             "scaled_grouped_gemm")
+    known = ("one of gemm, attention, block_scaled_grouped_gemm, grouped_gemm, layer_ops, paged_attention, "
+             "scaled_gemm, scaled_grouped_gemm")
     with pytest.raises(ValueError, match=f"unknown kernel family 'conv' \\({known}\\)"):
         families.get("conv")
     with pytest.raises(ValueError, match="unknown kernel family"):
@@ -98,7 +98,8 @@ def test_tune_refuses_bad_arguments(argv, message, capsys):
 def test_family_choices_come_from_the_registry(capsys):
     with pytest.raises(SystemExit):
         cli.main(["tune", "--help"])
-    assert ("{gemm,attention,block_scaled_grouped_gemm,grouped_gemm,paged_attention,scaled_gemm,scaled_grouped_gemm}"
+    assert ("{gemm,attention,block_scaled_grouped_gemm,grouped_gemm,layer_ops,paged_attention,scaled_gemm,"
+            "scaled_grouped_gemm}"
             in capsys.readouterr().out)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from . import hf
+from . import fused, hf
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from .families.gemm import torch_ops as gemm_ops
 
@@ -200,16 +200,21 @@ def quantize_model(model: torch.nn.Module, *, block_scales: bool = False) -> lis
 class PatchReport:
     """What ``patch`` did: the layers it swapped, those it left alone with the reason, and, for a
     transformers model, the implementations it switched to ``"wavetune"`` with the ones they replace
-    (``{"attention": "sdpa", "experts": "grouped_mm"}``; ``wavetune.hf``)."""
+    (``{"attention": "sdpa", "experts": "grouped_mm"}``; ``wavetune.hf``), and the norms, MLPs and attention
+    modules put on the layer ops (``layers``; ``wavetune.fused``) with those of their kinds left alone
+    (``layers_skipped``)."""
 
     patched: list[str]
     skipped: dict[str, str]
     switched: dict[str, str] = dataclasses.field(default_factory=dict)
+    layers: list[str] = dataclasses.field(default_factory=list)
+    layers_skipped: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
-        lines = [f"wavetune: patched {len(self.patched)} nn.Linear layers, skipped {len(self.skipped)}"]
+        lines = [f"wavetune: patched {len(self.patched)} nn.Linear layers, skipped {len(self.skipped)}; "
+                 f"{len(self.layers)} norms, MLPs and rotary embeddings on layer ops, left {len(self.layers_skipped)}"]
         lines += [f"  {kind}: {previous} -> {hf.IMPLEMENTATION}" for kind, previous in self.switched.items()]
-        lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped.items()]
+        lines += [f"  skipped {name}: {reason}" for name, reason in {**self.skipped, **self.layers_skipped}.items()]
         return "\n".join(lines)
 
 
@@ -222,18 +227,22 @@ def _linear_children(model: torch.nn.Module):
             yield name, model.get_submodule(parent_name), attribute, module
 
 
-def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = True) -> PatchReport:
+def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = True, layers: bool = True) -> PatchReport:
     """Swap every eligible ``nn.Linear`` of ``model`` in place for ``wavetune.nn.Linear`` (same parameters).
 
     Eligible: exactly ``nn.Linear`` (subclasses may have their own forward), bf16 or fp16 weights, in and
     out features multiples of 8, on a CUDA device (or the meta device, to trace shapes). Layers on the CPU
     are left alone and reported, so a CPU model keeps running: move the model to the GPU and convert its
     dtype, then patch. A ``transformers`` model also gets wavetune's attention (``attention``) and, with
-    routed experts, wavetune's experts (``experts``; ``wavetune.hf.patch_model``). ``unpatch`` reverses it.
+    routed experts, wavetune's experts (``experts``; ``wavetune.hf.patch_model``). With ``layers``, its
+    transformers RMSNorms, SiLU-gated MLPs (gate and up merged into one GEMM) and rotary embeddings run the
+    layer ops (``wavetune.fused``). ``unpatch`` reverses it.
     """
     if isinstance(model, torch.nn.Linear):
         raise ValueError("the model is itself an nn.Linear: use wavetune.nn.Linear.from_linear(model)")
     report = PatchReport(patched=[], skipped={})
+    if layers:  # first: the merged gate and up projections are nn.Linear layers for the loop below
+        report.layers, report.layers_skipped = fused.patch_layers(model)
     for name, parent, attribute, linear in _linear_children(model):
         if isinstance(linear, Linear):
             continue  # patched already
@@ -254,10 +263,10 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
 
 
 def unpatch(model: torch.nn.Module) -> list[str]:
-    """Swap every ``wavetune.nn.Linear`` of ``model`` back to ``nn.Linear`` (same parameters), and a
-    transformers model's implementations back to the ones ``patch`` replaced; their names (layers, then
-    ``"attention"``, ``"experts"``)."""
-    restored = []
+    """Swap every ``wavetune.nn.Linear`` of ``model`` back to ``nn.Linear`` (same parameters), the layer ops'
+    modules back to the model's, and a transformers model's implementations back to the ones ``patch``
+    replaced; their names (layer-op modules, linear layers, then ``"attention"``, ``"experts"``)."""
+    restored = fused.unpatch_layers(model)
     for name, parent, attribute, linear in _linear_children(model):
         if isinstance(linear, Linear):
             setattr(parent, attribute, linear.to_linear())

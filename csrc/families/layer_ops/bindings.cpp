@@ -1,0 +1,91 @@
+// Bindings of the layer ops (csrc/include/wavetune/layer_ops.h): tensors arrive as raw pointers and strides; the
+// Python entry points do the framework-level checks.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <tuple>
+
+#include "bindings.h"
+#include "wavetune/layer_ops.h"
+
+namespace py = pybind11;
+
+namespace wavetune::bindings {
+namespace {
+
+void bind(py::module_& m);
+FamilyBindings registration("layer_ops", &bind);
+
+// (pointer, batch, head and seq strides) of a [batch, heads, seq, head_dim] tensor.
+using PyHeads = std::tuple<uintptr_t, int64_t, int64_t, int64_t>;
+
+HeadsView heads_view(const PyHeads& v) {
+  return {reinterpret_cast<const void*>(std::get<0>(v)), std::get<1>(v), std::get<2>(v), std::get<3>(v)};
+}
+
+// (batch, seq, heads_q, heads_k, head_dim); q, k; (q_out, k_out); (cos, sin, cos batch stride, cos seq stride).
+RotaryProblem make_rotary(const std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>& sizes, const PyHeads& q,
+                          const PyHeads& k, const std::tuple<uintptr_t, uintptr_t>& out,
+                          const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables, int32_t dtype) {
+  const auto& [batch, seq, heads_q, heads_k, head_dim] = sizes;
+  return {batch,
+          seq,
+          heads_q,
+          heads_k,
+          head_dim,
+          heads_view(q),
+          heads_view(k),
+          reinterpret_cast<void*>(std::get<0>(out)),
+          reinterpret_cast<void*>(std::get<1>(out)),
+          reinterpret_cast<const void*>(std::get<0>(tables)),
+          reinterpret_cast<const void*>(std::get<1>(tables)),
+          std::get<2>(tables),
+          std::get<3>(tables),
+          static_cast<DType>(dtype)};
+}
+
+void bind(py::module_& m) {
+  m.def("layer_ops_config_space_hash", [] { return find_kernel_family("layer_ops")->config_space_hash(); },
+        "Identifies the layer ops' kernels.");
+  m.def(
+      "rms_norm",
+      [](uintptr_t x, int64_t ldx, uintptr_t weight, uintptr_t out, int64_t ldo, int32_t rows, int32_t width, float eps,
+         int32_t dtype, uintptr_t stream) {
+        rms_norm(reinterpret_cast<const void*>(x), ldx, reinterpret_cast<const void*>(weight),
+                 reinterpret_cast<void*>(out), ldo, rows, width, eps, static_cast<DType>(dtype),
+                 reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(), "RMS normalization of rows, on the given stream.");
+  m.def(
+      "silu_and_mul",
+      [](uintptr_t x, int64_t ldx, uintptr_t out, int64_t ldo, int32_t rows, int32_t width, int32_t dtype,
+         uintptr_t stream) {
+        silu_and_mul(reinterpret_cast<const void*>(x), ldx, reinterpret_cast<void*>(out), ldo, rows, width,
+                     static_cast<DType>(dtype), reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(), "SiLU of the first half of each row times its second half.");
+  m.def(
+      "rotary_embedding",
+      [](const std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>& sizes, const PyHeads& q, const PyHeads& k,
+         const std::tuple<uintptr_t, uintptr_t>& out, const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables,
+         int32_t dtype, uintptr_t stream) {
+        rotary_embedding(make_rotary(sizes, q, k, out, tables, dtype), reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(), "Rotary position embedding of q and k into q_out and k_out, on the given stream.");
+  m.def(
+      "rotary_problem_error",
+      [](const std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>& sizes, const PyHeads& q, const PyHeads& k,
+         const std::tuple<uintptr_t, uintptr_t>& out, const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables,
+         int32_t dtype) { return rotary_problem_error(make_rotary(sizes, q, k, out, tables, dtype)); },
+      "Why rotary_embedding would refuse these arguments; empty when it would not. Needs no GPU.");
+  m.def(
+      "rows_error",
+      [](uintptr_t x, int64_t ldx, uintptr_t out, int64_t ldo, int32_t rows, int32_t width) {
+        return rows_error(reinterpret_cast<const void*>(x), ldx, reinterpret_cast<const void*>(out), ldo, rows, width);
+      },
+      "Why rms_norm or silu_and_mul would refuse these rows; empty when they would not. Needs no GPU.");
+}
+
+}  // namespace
+}  // namespace wavetune::bindings

@@ -1,0 +1,256 @@
+// The layer ops' kernels and launches (wavetune/layer_ops.h).
+//
+// NOTES: at decode these run on a few rows, where a kernel costs its launch and ramp (about 2 us on an H100)
+// rather than its bytes; PyTorch's eager RMSNorm is seven such kernels, rotary embedding twelve. One kernel each,
+// launched with programmatic dependent launch so that a following wavetune GEMM streams its weights meanwhile.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "device.h"
+#include "wavetune/errors.h"
+#include "wavetune/kernels.h"
+#include "wavetune/layer_ops.h"
+
+namespace wavetune {
+namespace detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kChunk = 8;  // elements per 16-byte load
+
+template <typename T>
+struct Chunk {
+  T e[kChunk];
+};
+
+template <typename T>
+__device__ __forceinline__ Chunk<T> load(const T* p) {
+  Chunk<T> c;
+  *reinterpret_cast<uint4*>(c.e) = *reinterpret_cast<const uint4*>(p);
+  return c;
+}
+
+template <typename T>
+__device__ __forceinline__ void store(T* p, const Chunk<T>& c) {
+  *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(c.e);
+}
+
+// What PyTorch stores for a float result of a bf16/fp16 operation: the rounded value, read back as float.
+template <typename T>
+__device__ __forceinline__ float rounded(float v) {
+  return static_cast<float>(static_cast<T>(v));
+}
+
+__device__ __forceinline__ void wait_for_previous_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+// --- RMS normalization: kRowThreads threads per row (a power of two, 32 to kThreads) ---------------------------
+
+template <int kRowThreads>
+__device__ float row_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if constexpr (kRowThreads > 32) {
+    __shared__ float warp_sums[kThreads / 32];
+    const int warp = threadIdx.x / 32, first = warp - warp % (kRowThreads / 32);
+    if (threadIdx.x % 32 == 0) warp_sums[warp] = v;
+    __syncthreads();
+    v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kRowThreads / 32; ++w) v += warp_sums[first + w];
+  }
+  return v;
+}
+
+template <typename T, int kRowThreads>
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, int64_t ldx, const T* weight, T* out,
+                                                            int64_t ldo, int rows, int width, float eps) {
+  wait_for_previous_kernel();
+  const int row = blockIdx.x * (kThreads / kRowThreads) + threadIdx.x / kRowThreads;
+  const int lane = threadIdx.x % kRowThreads;
+  const bool valid = row < rows;  // rows past the end still take part in the CTA's reduction
+  const T* in = x + int64_t(valid ? row : 0) * ldx;
+  float squares = 0.0f;
+  if (valid) {
+    for (int i = kChunk * lane; i < width; i += kChunk * kRowThreads) {
+      const Chunk<T> c = load(in + i);
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) squares += static_cast<float>(c.e[j]) * static_cast<float>(c.e[j]);
+    }
+  }
+  const float inverse = rsqrtf(row_sum<kRowThreads>(squares) / float(width) + eps);
+  if (!valid) return;
+  for (int i = kChunk * lane; i < width; i += kChunk * kRowThreads) {
+    const Chunk<T> c = load(in + i), w = load(weight + i);
+    Chunk<T> o;
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      o.e[j] = static_cast<T>(static_cast<float>(w.e[j]) * rounded<T>(static_cast<float>(c.e[j]) * inverse));
+    }
+    store(out + int64_t(row) * ldo + i, o);
+  }
+}
+
+cudaError_t launch(const void* kernel, dim3 grid, cudaStream_t stream, void** args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid, config.blockDim = dim3(kThreads), config.stream = stream;
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &pdl;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
+  return cudaLaunchKernelExC(&config, kernel, args);
+}
+
+template <typename T>
+cudaError_t launch_rms_norm(const void* x, int64_t ldx, const void* weight, void* out, int64_t ldo, int rows,
+                            int width, float eps, cudaStream_t stream) {
+  // The fewest threads per row that cover it in one step, from a warp to the whole CTA.
+  const int chunks = width / kChunk;
+  const int row_threads = chunks <= 32 ? 32 : chunks <= 64 ? 64 : chunks <= 128 ? 128 : kThreads;
+  const void* kernel = row_threads == 32    ? reinterpret_cast<const void*>(rms_norm_kernel<T, 32>)
+                       : row_threads == 64  ? reinterpret_cast<const void*>(rms_norm_kernel<T, 64>)
+                       : row_threads == 128 ? reinterpret_cast<const void*>(rms_norm_kernel<T, 128>)
+                                            : reinterpret_cast<const void*>(rms_norm_kernel<T, kThreads>);
+  const int rows_per_cta = kThreads / row_threads;
+  void* args[] = {&x, &ldx, &weight, &out, &ldo, &rows, &width, &eps};
+  return launch(kernel, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)), stream, args);
+}
+
+// --- SiLU and multiply: a grid-stride loop over 8-element chunks of the output -------------------------------
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) silu_and_mul_kernel(const T* x, int64_t ldx, T* out, int64_t ldo,
+                                                                int rows, int width) {
+  wait_for_previous_kernel();
+  const int64_t row_chunks = width / kChunk, total = int64_t(rows) * row_chunks;
+  for (int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x; c < total; c += int64_t(gridDim.x) * kThreads) {
+    const int64_t row = c / row_chunks, col = (c % row_chunks) * kChunk;
+    const Chunk<T> gate = load(x + row * ldx + col), up = load(x + row * ldx + width + col);
+    Chunk<T> o;
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const float g = static_cast<float>(gate.e[j]);
+      o.e[j] = static_cast<T>(rounded<T>(g / (1.0f + expf(-g))) * static_cast<float>(up.e[j]));
+    }
+    store(out + row * ldo + col, o);
+  }
+}
+
+template <typename T>
+cudaError_t launch_silu_and_mul(const void* x, int64_t ldx, void* out, int64_t ldo, int rows, int width,
+                                cudaStream_t stream) {
+  const int64_t chunks = int64_t(rows) * (width / kChunk);
+  const int ctas = int(std::clamp<int64_t>((chunks + kThreads - 1) / kThreads, 1, 8 * current_device_info().sm_count));
+  void* args[] = {&x, &ldx, &out, &ldo, &rows, &width};
+  return launch(reinterpret_cast<const void*>(silu_and_mul_kernel<T>), dim3(unsigned(ctas)), stream, args);
+}
+
+// --- Rotary embedding: one CTA per token, its threads over (head, 8 pairs of the two halves) ------------------
+
+// out = x * cos + rotate_half(x) * sin on 8 pairs (x1[j], x2[j]) of a head's halves, rounded as PyTorch does.
+template <typename T>
+__device__ __forceinline__ void rotate(const T* x, T* out, const T* cos, const T* sin, int half, int pair) {
+  const Chunk<T> x1 = load(x + pair), x2 = load(x + half + pair);
+  const Chunk<T> c1 = load(cos + pair), c2 = load(cos + half + pair);
+  const Chunk<T> s1 = load(sin + pair), s2 = load(sin + half + pair);
+  Chunk<T> o1, o2;
+#pragma unroll
+  for (int j = 0; j < kChunk; ++j) {
+    const float a = static_cast<float>(x1.e[j]), b = static_cast<float>(x2.e[j]);
+    o1.e[j] = static_cast<T>(rounded<T>(a * static_cast<float>(c1.e[j])) + rounded<T>(-b * static_cast<float>(s1.e[j])));
+    o2.e[j] = static_cast<T>(rounded<T>(b * static_cast<float>(c2.e[j])) + rounded<T>(a * static_cast<float>(s2.e[j])));
+  }
+  store(out + pair, o1);
+  store(out + half + pair, o2);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) rotary_kernel(RotaryProblem p) {
+  wait_for_previous_kernel();
+  const int b = blockIdx.x / p.seq, s = blockIdx.x % p.seq;
+  const int half = p.head_dim / 2, head_chunks = half / kChunk;
+  const T* cos = static_cast<const T*>(p.cos) + b * p.cos_batch_stride + s * p.cos_seq_stride;
+  const T* sin = static_cast<const T*>(p.sin) + b * p.cos_batch_stride + s * p.cos_seq_stride;
+  for (int c = threadIdx.x; c < (p.heads_q + p.heads_k) * head_chunks; c += kThreads) {
+    const bool is_q = c < p.heads_q * head_chunks;
+    const int head = is_q ? c / head_chunks : c / head_chunks - p.heads_q, pair = (c % head_chunks) * kChunk;
+    const HeadsView& v = is_q ? p.q : p.k;
+    const int64_t offset = b * v.batch_stride + head * v.head_stride + s * v.seq_stride;
+    rotate(static_cast<const T*>(v.data) + offset, static_cast<T*>(is_q ? p.q_out : p.k_out) + offset, cos, sin,
+           half, pair);
+  }
+}
+
+template <typename T>
+cudaError_t launch_rotary(const RotaryProblem& p, cudaStream_t stream) {
+  RotaryProblem copy = p;
+  void* args[] = {&copy};
+  return launch(reinterpret_cast<const void*>(rotary_kernel<T>), dim3(unsigned(p.batch * p.seq)), stream, args);
+}
+
+void check_launch(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    WAVETUNE_FAIL(what, " launch failed: ", cudaGetErrorString(status));
+  }
+}
+
+void check_device() {
+  if (const char* device_error = current_device_error()) WAVETUNE_INVALID(device_error);
+}
+
+}  // namespace
+}  // namespace detail
+
+void rms_norm(const void* x, int64_t x_row_stride, const void* weight, void* out, int64_t out_row_stride,
+              int32_t rows, int32_t width, float eps, DType dtype, Stream stream) {
+  if (std::string error = rows_error(x, x_row_stride, out, out_row_stride, rows, width); !error.empty()) {
+    WAVETUNE_INVALID("rms_norm: ", error);
+  }
+  if (!weight || reinterpret_cast<uintptr_t>(weight) % 16 != 0) WAVETUNE_INVALID("rms_norm: weight must be 16-byte aligned");
+  if (rows == 0) return;
+  detail::check_device();
+  detail::check_launch(dtype == DType::bf16
+                           ? detail::launch_rms_norm<__nv_bfloat16>(x, x_row_stride, weight, out, out_row_stride, rows,
+                                                                    width, eps, stream)
+                           : detail::launch_rms_norm<__half>(x, x_row_stride, weight, out, out_row_stride, rows, width,
+                                                             eps, stream),
+                       "rms_norm");
+}
+
+void silu_and_mul(const void* x, int64_t x_row_stride, void* out, int64_t out_row_stride, int32_t rows, int32_t width,
+                  DType dtype, Stream stream) {
+  if (std::string error = rows_error(x, x_row_stride, out, out_row_stride, rows, width); !error.empty()) {
+    WAVETUNE_INVALID("silu_and_mul: ", error);
+  }
+  if (x_row_stride < 2 * int64_t(width)) {
+    WAVETUNE_INVALID("silu_and_mul: a row of x holds the gate and the up halves: its stride must be at least 2 x ",
+                     width, ", got ", x_row_stride);
+  }
+  if (rows == 0) return;
+  detail::check_device();
+  detail::check_launch(dtype == DType::bf16 ? detail::launch_silu_and_mul<__nv_bfloat16>(x, x_row_stride, out,
+                                                                                         out_row_stride, rows, width,
+                                                                                         stream)
+                                            : detail::launch_silu_and_mul<__half>(x, x_row_stride, out, out_row_stride,
+                                                                                  rows, width, stream),
+                       "silu_and_mul");
+}
+
+void rotary_embedding(const RotaryProblem& p, Stream stream) {
+  if (std::string error = rotary_problem_error(p); !error.empty()) WAVETUNE_INVALID("rotary_embedding: ", error);
+  if (p.batch == 0 || p.seq == 0) return;
+  detail::check_device();
+  detail::check_launch(p.dtype == DType::bf16 ? detail::launch_rotary<__nv_bfloat16>(p, stream)
+                                              : detail::launch_rotary<__half>(p, stream),
+                       "rotary_embedding");
+}
+
+}  // namespace wavetune

@@ -1,0 +1,71 @@
+// The layer ops as a kernel family (fixed kernels: no variants, no tables) and the checks that need no GPU.
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "registered.h"
+#include "variant_registry.h"
+#include "wavetune/family.h"
+#include "wavetune/layer_ops.h"
+
+namespace wavetune {
+namespace {
+
+bool misaligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 != 0; }
+
+}  // namespace
+
+std::string rows_error(const void* x, int64_t x_row_stride, const void* out, int64_t out_row_stride, int32_t rows,
+                       int32_t width) {
+  std::ostringstream os;
+  if (rows < 0 || width < 8 || width % 8 != 0) {
+    os << "rows must be non-negative and the width a positive multiple of 8, got rows=" << rows << " width=" << width;
+  } else if (x_row_stride % 8 != 0 || out_row_stride % 8 != 0 || x_row_stride < width || out_row_stride < width) {
+    os << "row strides must be multiples of 8 of at least the width, got " << x_row_stride << " and "
+       << out_row_stride;
+  } else if (!x || !out || misaligned(x) || misaligned(out)) {
+    os << "x and out must be 16-byte aligned (a sliced view may not be: use .contiguous())";
+  }
+  return os.str();
+}
+
+std::string rotary_problem_error(const RotaryProblem& p) {
+  auto chunked = [](const HeadsView& v) {
+    return v.batch_stride % 8 == 0 && v.head_stride % 8 == 0 && v.seq_stride % 8 == 0 && !misaligned(v.data);
+  };
+  std::ostringstream os;
+  if (p.batch < 0 || p.seq < 0 || p.heads_q < 1 || p.heads_k < 1) {
+    os << "batch and seq must be non-negative and the head counts positive, got batch=" << p.batch
+       << " seq=" << p.seq << " heads_q=" << p.heads_q << " heads_k=" << p.heads_k;
+  } else if (p.head_dim < 16 || p.head_dim % 16 != 0) {
+    os << "head_dim must be a positive multiple of 16 (8-element halves), got " << p.head_dim;
+  } else if (int64_t(p.batch) * p.seq > INT32_MAX) {
+    os << "batch x seq must fit the grid, got " << int64_t(p.batch) * p.seq;
+  } else if (!p.q.data || !p.k.data || !p.q_out || !p.k_out || !p.cos || !p.sin) {
+    os << "null pointer";
+  } else if (!chunked(p.q) || !chunked(p.k) || misaligned(p.q_out) || misaligned(p.k_out) || misaligned(p.cos) ||
+             misaligned(p.sin) || p.cos_batch_stride % 8 != 0 || p.cos_seq_stride % 8 != 0) {
+    os << "q, k, cos, sin and the outputs must be 16-byte aligned with strides in multiples of 8 elements";
+  }
+  return os.str();
+}
+
+namespace {
+
+const std::vector<VariantInfo>& no_variants() {
+  static const std::vector<VariantInfo> none;
+  return none;
+}
+
+const char* kernels_hash() {
+  static const std::string hash = detail::catalog_hash({"rms_norm", "silu_and_mul", "rotary_embedding"});
+  return hash.c_str();
+}
+
+const KernelFamily kLayerOps{"layer_ops", &no_variants, &kernels_hash,
+                             [](const VariantInfo*, const void* const*, int32_t) { return int32_t(0); }};
+const detail::Registration<KernelFamily> registration(&kLayerOps);
+
+}  // namespace
+}  // namespace wavetune

@@ -1,0 +1,57 @@
+// The element-wise parts of a decoder layer, one kernel each where PyTorch's eager code runs several: RMS
+// normalization, the gated activation of an MLP (SiLU of the gate times the up projection) and rotary position
+// embedding of queries and keys. Each computes what transformers' modules compute, rounding where they round, so
+// a patched model's outputs match its own (docs/torch.md, "Layer ops").
+//
+//   wavetune::rms_norm(x, width, weight, out, width, rows, width, 1e-5f, wavetune::DType::bf16, stream);
+//
+// Rows of x and out move in 16-byte chunks: widths and row strides are multiples of 8 elements and pointers
+// 16-byte aligned. Every launch waits for the previous kernel (programmatic dependent launch, kernels.h) only
+// before its first load. Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "wavetune/types.h"
+
+namespace wavetune {
+
+// out[r, :] = weight * dtype(x[r, :] / sqrt(mean(x[r, :]^2) + eps)), the statistics in fp32: transformers'
+// LlamaRMSNorm and its copies (Qwen2, Mistral, Mixtral, Qwen3, ...). weight: `width` values of the same dtype.
+WAVETUNE_API void rms_norm(const void* x, int64_t x_row_stride, const void* weight, void* out,
+                           int64_t out_row_stride, int32_t rows, int32_t width, float eps, DType dtype, Stream stream);
+
+// out[r, j] = dtype(silu(x[r, j])) * x[r, width + j] for j < width: the merged gate and up projections' output
+// (gate first) to the down projection's input, as act_fn(gate_proj(x)) * up_proj(x) with act_fn SiLU.
+WAVETUNE_API void silu_and_mul(const void* x, int64_t x_row_stride, void* out, int64_t out_row_stride, int32_t rows,
+                               int32_t width, DType dtype, Stream stream);
+
+// A tensor [batch, heads, seq, head_dim] with a contiguous last dimension (the layout transformers passes:
+// [batch, seq, heads, head_dim] memory seen through transpose(1, 2)).
+struct HeadsView {
+  const void* data;
+  int64_t batch_stride, head_stride, seq_stride;
+};
+
+struct RotaryProblem {
+  int32_t batch, seq, heads_q, heads_k, head_dim;
+  HeadsView q, k;
+  void* q_out;  // laid out as q (its strides)
+  void* k_out;  // laid out as k
+  const void* cos;  // [batch or 1, seq, head_dim], both halves (transformers' rotary embedding output)
+  const void* sin;  // laid out as cos
+  int64_t cos_batch_stride, cos_seq_stride;  // batch stride 0 broadcasts one row of positions to every sequence
+  DType dtype;
+};
+
+// q_out = q * cos + rotate_half(q) * sin, and k_out from k, each product rounded to the dtype as transformers'
+// apply_rotary_pos_emb rounds it (rotate_half(x) = [-x2, x1] of x's two halves).
+WAVETUNE_API void rotary_embedding(const RotaryProblem& problem, Stream stream);
+
+// Empty when the sizes, pointers and strides are valid, else the reason. Need no GPU.
+WAVETUNE_API std::string rows_error(const void* x, int64_t x_row_stride, const void* out, int64_t out_row_stride,
+                                    int32_t rows, int32_t width);
+WAVETUNE_API std::string rotary_problem_error(const RotaryProblem& problem);
+
+}  // namespace wavetune

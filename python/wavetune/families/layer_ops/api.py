@@ -1,0 +1,151 @@
+"""The layer ops' entry points (docs/torch.md, "Layer ops"): each computes what transformers' module computes,
+rounding where it rounds, in one kernel; CUDA bf16/fp16 tensors only (anything else raises)."""
+
+from __future__ import annotations
+
+import sys
+
+from ...runtime.device import dtype_codes, stream_getter
+from ...runtime.native import _C
+
+
+def layer_ops_configs() -> list:
+    """None: the layer ops are fixed kernels, with no variants to choose among."""
+    return []
+
+
+def config_space_hash() -> str:
+    return _C.layer_ops_config_space_hash()
+
+
+def _torch():
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise TypeError("the layer ops take torch tensors (import torch first)")
+    return torch
+
+
+def _check_tensor(torch, name: str, t, dtype=None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch tensor, got {type(t).__name__}")
+    if t.dtype not in dtype_codes(torch) or (dtype is not None and t.dtype != dtype):
+        want = f"{dtype} (x's)" if dtype is not None else "bf16 or fp16"
+        raise TypeError(f"{name} must be {want}, got {t.dtype}")
+    if t.dim() < 1 or t.stride(-1) != 1:
+        raise ValueError(f"{name} must have a contiguous last dimension, got shape {tuple(t.shape)} strides {t.stride()}")
+
+
+def _rows(torch, t):
+    """t as [rows, width] without a copy where its leading dimensions collapse; else a contiguous copy."""
+    width = t.shape[-1]
+    try:
+        return t.view(-1, width)
+    except RuntimeError:
+        return t.reshape(-1, width).contiguous()
+
+
+def check_rows(torch, x, weight=None, width: int | None = None) -> None:
+    """The checks of ``rms_norm`` (with ``weight``) and ``silu_and_mul`` (``width``: half of x's last dimension)
+    that need no GPU; torch's fake kernels call them."""
+    _check_tensor(torch, "x", x)
+    if weight is not None:
+        _check_tensor(torch, "weight", weight, x.dtype)
+        if weight.dim() != 1 or weight.shape[0] != x.shape[-1]:
+            raise ValueError(f"weight must be [{x.shape[-1]}] (x's last dimension), got {tuple(weight.shape)}")
+    columns = width if width is not None else x.shape[-1]
+    if columns < 8 or columns % 8:
+        what = "half of x's last dimension" if width is not None else "x's last dimension"
+        raise ValueError(f"{what} must be a positive multiple of 8, got {columns}")
+    if width is not None and x.shape[-1] != 2 * width:
+        raise ValueError(f"x's last dimension must be even (gate and up halves), got {x.shape[-1]}")
+
+
+def _launch_device(torch, x):
+    if not x.is_cuda:
+        raise ValueError(f"the layer ops run on CUDA tensors, got {x.device}")
+    return x.get_device()
+
+
+def rms_norm(x, weight, eps: float, *, out=None):
+    """``weight * (x / sqrt(mean(x**2, -1) + eps)).to(x.dtype)`` with fp32 statistics, as transformers'
+    ``LlamaRMSNorm`` (and its copies) computes it; x [..., width], weight [width] of x's dtype."""
+    torch = _torch()
+    check_rows(torch, x, weight)
+    device = _launch_device(torch, x)
+    if weight.device != x.device:
+        raise ValueError(f"weight is on {weight.device}, x on {x.device}")
+    rows = _rows(torch, x)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
+    out_rows = out.view(-1, x.shape[-1])
+    with torch.cuda.device(device):
+        _C.rms_norm(rows.data_ptr(), rows.stride(0), weight.data_ptr(), out_rows.data_ptr(), out_rows.stride(0),
+                    rows.shape[0], x.shape[-1], float(eps), dtype_codes(torch)[x.dtype], stream_getter(torch)(device))
+    return out
+
+
+def silu_and_mul(x, *, out=None):
+    """``silu(gate) * up`` of x = [..., gate | up] (the merged gate and up projections' output), rounded as
+    ``act_fn(gate_proj(x)) * up_proj(x)`` is; returns [..., width], width half of x's last dimension."""
+    torch = _torch()
+    width = x.shape[-1] // 2 if isinstance(x, torch.Tensor) else 0
+    check_rows(torch, x, width=width)
+    device = _launch_device(torch, x)
+    rows = _rows(torch, x)
+    out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device) if out is None else out
+    out_rows = out.view(-1, width)
+    with torch.cuda.device(device):
+        _C.silu_and_mul(rows.data_ptr(), rows.stride(0), out_rows.data_ptr(), out_rows.stride(0), rows.shape[0], width,
+                        dtype_codes(torch)[x.dtype], stream_getter(torch)(device))
+    return out
+
+
+def _heads(t) -> tuple:
+    return t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)
+
+
+def check_rotary(torch, q, k, cos, sin) -> None:
+    """The checks of ``rotary_embedding`` that need no GPU."""
+    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
+        _check_tensor(torch, name, t, q.dtype if name != "q" else None)
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(f"q and k must be [batch, heads, seq, head_dim], got {tuple(q.shape)} and {tuple(k.shape)}")
+    batch, _, seq, head_dim = q.shape
+    table = (seq, head_dim)
+    if k.shape[0] != batch or k.shape[2:] != q.shape[2:]:
+        raise ValueError(f"k {tuple(k.shape)} must match q {tuple(q.shape)} but for its heads")
+    if cos.shape != sin.shape or cos.dim() != 3 or tuple(cos.shape[1:]) != table or cos.shape[0] not in (1, batch):
+        raise ValueError(f"cos and sin must be [batch or 1, seq, head_dim] = [{batch}, {seq}, {head_dim}], got "
+                         f"{tuple(cos.shape)} and {tuple(sin.shape)}")
+    if cos.stride() != sin.stride():
+        raise ValueError(f"cos and sin must share strides, got {cos.stride()} and {sin.stride()}")
+    if head_dim % 16:
+        raise ValueError(f"head_dim must be a multiple of 16, got {head_dim}")
+
+
+def rotary_operands(torch, q, k) -> tuple:
+    """(q, k, q_out, k_out): outputs laid out as q and k, or all contiguous where q or k overlap or have gaps."""
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    if q_out.stride() != q.stride() or k_out.stride() != k.stride():
+        q, k = q.contiguous(), k.contiguous()
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    return q, k, q_out, k_out
+
+
+def rotary_embedding(q, k, cos, sin):
+    """``(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin)`` with cos and sin broadcast over
+    the heads, as transformers' ``apply_rotary_pos_emb`` computes it: q [batch, heads_q, seq, head_dim], k
+    [batch, heads_k, seq, head_dim] (any strides with a contiguous last dimension), cos and sin [batch or 1, seq,
+    head_dim]; the results are laid out as q and k."""
+    torch = _torch()
+    check_rotary(torch, q, k, cos, sin)
+    device = _launch_device(torch, q)
+    if {t.device for t in (k, cos, sin)} != {q.device}:
+        raise ValueError("q, k, cos and sin must be on one device")
+    q, k, q_out, k_out = rotary_operands(torch, q, k)
+    batch_stride = cos.stride(0) if cos.shape[0] > 1 else 0
+    sizes = (q.shape[0], q.shape[2], q.shape[1], k.shape[1], q.shape[3])
+    with torch.cuda.device(device):
+        _C.rotary_embedding(sizes, _heads(q), _heads(k), (q_out.data_ptr(), k_out.data_ptr()),
+                            (cos.data_ptr(), sin.data_ptr(), batch_stride, cos.stride(1)),
+                            dtype_codes(torch)[q.dtype], stream_getter(torch)(device))
+    return q_out, k_out

@@ -1,0 +1,213 @@
+"""The layer ops in a model (``wavetune.patch``; docs/torch.md, "Layer ops"): per module, transformers' RMSNorm,
+its gated MLP and the rotary embedding of its attention each become one kernel, and the MLP's gate and up
+projections one GEMM.
+
+A module is swapped only where its code is transformers' Llama code: an RMSNorm or MLP class whose ``forward``
+compiles to the same bytecode as ``LlamaRMSNorm.forward`` / ``LlamaMLP.forward`` (their copies in Qwen2, Mistral,
+Mixtral, Qwen2-MoE, Qwen3, Qwen3-MoE, ...; not Gemma's norm, whose weight is offset by one), an MLP whose
+activation is SiLU, an attention whose module's ``apply_rotary_pos_emb`` is Llama's. Each swapped module runs
+what it replaced for inputs its kernel does not take (a CPU tensor, another dtype, a width not a multiple of 8),
+so the model computes what it did; ``unpatch_layers`` puts the modules back.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+
+import torch
+
+from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
+
+DTYPES = (torch.bfloat16, torch.float16)
+ROTARY = "apply_rotary_pos_emb"  # the function transformers' attention forwards call, from their module's globals
+# Where a swapped attention module keeps what its forward was before (a class's function: its own globals).
+ROTARY_PATCHED = "_wavetune_rotary"
+
+
+@functools.cache
+def _llama():
+    from transformers.models.llama import modeling_llama
+
+    return modeling_llama
+
+
+def _same_code(function, reference) -> bool:
+    code, ref = getattr(function, "__code__", None), reference.__code__
+    return code is not None and code.co_code == ref.co_code and code.co_names == ref.co_names
+
+
+def _original(module: torch.nn.Module) -> torch.nn.Module:
+    return object.__getattribute__(module, "_replaced")
+
+
+class RMSNorm(torch.nn.Module):
+    """A transformers RMSNorm on ``torch.ops.wavetune.rms_norm``, sharing its weight."""
+
+    def __init__(self, norm: torch.nn.Module):
+        super().__init__()
+        self.weight, self.eps = norm.weight, float(norm.variance_epsilon)
+        object.__setattr__(self, "_replaced", norm)  # not a submodule: its weight is this module's
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.eps}, kernel=wavetune"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and x.dtype in DTYPES and x.dtype == self.weight.dtype and x.shape[-1] % 8 == 0 \
+                and x.stride(-1) == 1:
+            return torch.ops.wavetune.rms_norm(x, self.weight, self.eps)
+        return _original(self)(x)
+
+
+def merge_linears(layers: list[torch.nn.Linear]) -> torch.nn.Linear:
+    """One ``nn.Linear`` computing ``layers``' outputs side by side. Their weights (and biases) become views of
+    the merged ones, so the model holds each value once and its state dict is unchanged."""
+    weight = torch.cat([layer.weight.detach() for layer in layers])
+    has_bias = layers[0].bias is not None
+    bias = torch.cat([layer.bias.detach() for layer in layers]) if has_bias else None
+    start = 0
+    for layer in layers:
+        end = start + layer.out_features
+        layer.weight.data = weight[start:end]
+        if has_bias:
+            layer.bias.data = bias[start:end]
+        start = end
+    merged = torch.nn.Linear(layers[0].in_features, start, bias=has_bias, device="meta")
+    merged.weight = torch.nn.Parameter(weight, requires_grad=False)
+    merged.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
+    return merged
+
+
+class GatedMLP(torch.nn.Module):
+    """A transformers SiLU-gated MLP, ``down(silu(gate(x)) * up(x))``, as one GEMM for gate and up
+    (``gate_up``), ``torch.ops.wavetune.silu_and_mul`` and the down projection (``down_proj``, the MLP's own)."""
+
+    def __init__(self, mlp: torch.nn.Module):
+        super().__init__()
+        self.intermediate = mlp.gate_proj.out_features
+        self.gate_up = merge_linears([mlp.gate_proj, mlp.up_proj])
+        self.down_proj = mlp.down_proj
+        object.__setattr__(self, "_replaced", mlp)  # not a submodule: its layers' weights are views of gate_up's
+
+    def extra_repr(self) -> str:
+        return f"intermediate={self.intermediate}, activation=silu_and_mul (wavetune)"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (x.is_cuda and x.dtype in DTYPES and self.intermediate % 8 == 0):
+            return _original(self)(x)
+        return self.down_proj(torch.ops.wavetune.silu_and_mul(self.gate_up(x)))
+
+
+def rotary_embedding(original):
+    """transformers' ``apply_rotary_pos_emb`` on ``torch.ops.wavetune.rotary_embedding``; ``original`` for inputs
+    the kernel does not take."""
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        if (unsqueeze_dim == 1 and q.is_cuda and q.dtype in DTYPES and k.dtype == cos.dtype == sin.dtype == q.dtype
+                and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and q.shape[-1] % 16 == 0
+                and cos.shape == sin.shape and cos.stride() == sin.stride()
+                and all(t.stride(-1) == 1 for t in (q, k, cos, sin))):
+            return torch.ops.wavetune.rotary_embedding(q, k, cos, sin)
+        return original(q, k, cos, sin, unsqueeze_dim)
+
+    return apply_rotary_pos_emb
+
+
+@functools.cache
+def _rotary_forward(forward):
+    """``forward`` (an attention class's function) calling wavetune's rotary embedding: the same code with its
+    module's globals but for ``apply_rotary_pos_emb``."""
+    scope = dict(forward.__globals__)
+    scope[ROTARY] = rotary_embedding(forward.__globals__[ROTARY])
+    return types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__, forward.__closure__)
+
+
+def norm_reason(module: torch.nn.Module) -> str | None:
+    """Why ``module`` (a class named ``*RMSNorm``) keeps its own forward; None: it becomes ``RMSNorm``."""
+    if not _same_code(type(module).forward, _llama().LlamaRMSNorm.forward):
+        return f"{type(module).__name__}.forward is not LlamaRMSNorm's"
+    if not isinstance(getattr(module, "weight", None), torch.Tensor) or module.weight.dim() != 1:
+        return "no 1-D weight"
+    return None
+
+
+def mlp_reason(module: torch.nn.Module) -> str | None:
+    """Why ``module`` (a class named ``*MLP``) keeps its own forward; None: it becomes ``GatedMLP``."""
+    if not _same_code(type(module).forward, _llama().LlamaMLP.forward):
+        return f"{type(module).__name__}.forward is not LlamaMLP's"
+    layers = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
+    if not all(type(layer) is torch.nn.Linear for layer in layers):
+        return "gate, up or down projection is not a plain nn.Linear"
+    if type(module.act_fn).__name__ not in ("SiLU", "SiLUActivation"):
+        return f"activation {type(module.act_fn).__name__} (SiLU only)"
+    gate, up = layers[:2]
+    if gate.weight.shape != up.weight.shape or gate.weight.dtype != up.weight.dtype \
+            or (gate.bias is None) != (up.bias is None):
+        return "gate and up projections differ in shape, dtype or bias"
+    return None
+
+
+def rotary_reason(module: torch.nn.Module) -> str | None:
+    """Why an attention module (one with ``q_proj``) keeps transformers' rotary embedding; None: it gets
+    wavetune's."""
+    forward = type(module).forward
+    rotary = getattr(forward, "__globals__", {}).get(ROTARY)
+    if rotary is None or ROTARY not in forward.__code__.co_names:
+        return f"{type(module).__name__}.forward calls no {ROTARY}"
+    if not _same_code(rotary, _llama().apply_rotary_pos_emb):
+        return f"its {ROTARY} is not Llama's"
+    return None
+
+
+def _on_gpu(module: torch.nn.Module) -> str | None:
+    device = next(module.parameters()).device
+    return None if device.type in ("cuda", "meta") else f"on {device}: the layer ops run on CUDA GPUs"
+
+
+def patch_layers(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
+    """Swap ``model``'s RMSNorms, gated MLPs and rotary embeddings for the layer ops, in place; returns the names
+    swapped and, for modules of those kinds left alone, why."""
+    swapped, skipped = [], {}
+    if "transformers" not in sys.modules:  # the modules it swaps are transformers' classes
+        return swapped, skipped
+    for name, module in list(model.named_modules()):
+        kind = type(module).__name__
+        if isinstance(module, (RMSNorm, GatedMLP)) or not name:
+            continue
+        if kind.endswith("RMSNorm"):
+            build, reason = RMSNorm, norm_reason(module)
+        elif kind.endswith("MLP") and hasattr(module, "gate_proj"):
+            build, reason = GatedMLP, mlp_reason(module)
+        elif hasattr(module, "q_proj") and ROTARY_PATCHED not in module.__dict__:
+            build, reason = None, rotary_reason(module)
+        else:
+            continue
+        reason = reason or _on_gpu(module)
+        if reason is not None:
+            skipped[name] = reason
+            continue
+        if build is None:
+            module.forward = types.MethodType(_rotary_forward(type(module).forward), module)
+            module.__dict__[ROTARY_PATCHED] = True
+        else:
+            parent, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(parent), attribute, build(module))
+        swapped.append(name)
+    return swapped, skipped
+
+
+def unpatch_layers(model: torch.nn.Module) -> list[str]:
+    """Put back what ``patch_layers`` swapped (the MLP's gate and up weights stay views of one tensor); the
+    names."""
+    restored = []
+    for name, module in list(model.named_modules()):
+        if isinstance(module, (RMSNorm, GatedMLP)):
+            parent, _, attribute = name.rpartition(".")
+            setattr(model.get_submodule(parent), attribute, _original(module))
+        elif module.__dict__.pop(ROTARY_PATCHED, False):
+            del module.forward
+        else:
+            continue
+        restored.append(name)
+    return restored

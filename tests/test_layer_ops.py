@@ -1,0 +1,241 @@
+"""The layer ops (wavetune.rms_norm, silu_and_mul, rotary_embedding) and the modules wavetune.patch puts in a
+transformers model's norms, MLPs and attention (wavetune.fused). CPU tier: input checks, fakes, which modules
+are swapped and why not, the swapped modules' fallbacks computing what the model did, merged weights, unpatch.
+GPU tier: each op against transformers' own module or function (bit-identical where both round the same values;
+the norm's fp32 sum may differ in order), with poisoned outputs, odd sizes, strided views, PDL on and off, a CUDA
+graph and torch.compile."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import wavetune  # noqa: E402
+from wavetune import fused  # noqa: E402
+from wavetune.families.layer_ops import api  # noqa: E402
+from transformers.models.llama import modeling_llama as llama  # noqa: E402
+
+OPS = torch.ops.wavetune
+TINY = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=512)
+
+
+def tiny(class_name: str, config_name: str, device="cpu", dtype=torch.bfloat16, **overrides):
+    config = getattr(transformers, config_name)(**{**TINY, **overrides})
+    torch.manual_seed(0)
+    with torch.device(device):
+        return getattr(transformers, class_name)(config).to(dtype).eval()
+
+
+# ---- CPU tier -------------------------------------------------------------------------------------------------
+
+def test_bad_inputs_name_the_problem():
+    x = torch.zeros(4, 64, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="weight must be"):
+        api.check_rows(torch, x, torch.zeros(64, dtype=torch.float32))
+    with pytest.raises(ValueError, match=r"weight must be \[64\]"):
+        api.check_rows(torch, x, torch.zeros(32, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        api.check_rows(torch, torch.zeros(4, 12, dtype=torch.bfloat16), torch.zeros(12, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="bf16 or fp16"):
+        api.check_rows(torch, x.float())
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        api.check_rows(torch, x.t())
+    with pytest.raises(ValueError, match="CUDA"):
+        wavetune.rms_norm(x, torch.ones(64, dtype=torch.bfloat16), 1e-6)
+    with pytest.raises(ValueError, match="CUDA"):
+        wavetune.silu_and_mul(x)
+    q, k = torch.zeros(2, 4, 3, 64, dtype=torch.bfloat16), torch.zeros(2, 2, 3, 64, dtype=torch.bfloat16)
+    cos = torch.zeros(2, 3, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"cos and sin must be \[batch or 1, seq, head_dim\]"):
+        api.check_rotary(torch, q, k, cos[:, :2], cos[:, :2])
+    with pytest.raises(ValueError, match="k .* must match q"):
+        api.check_rotary(torch, q, k[:1], cos, cos)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        api.check_rotary(torch, q[..., :40], k[..., :40], cos[..., :40], cos[..., :40])
+    with pytest.raises(ValueError, match="CUDA"):
+        wavetune.rotary_embedding(q, k, cos, cos)
+
+
+def test_the_native_checks_need_no_gpu():
+    from wavetune._C import rows_error
+
+    assert rows_error(16, 64, 16, 64, 3, 64) == ""
+    assert "multiples of 8" in rows_error(16, 60, 16, 64, 3, 64)
+    assert "16-byte aligned" in rows_error(8, 64, 16, 64, 3, 64)
+
+
+def test_fakes_give_the_output_shapes():
+    with torch.device("meta"):
+        x, w = torch.empty(3, 5, 96, dtype=torch.bfloat16), torch.empty(96, dtype=torch.bfloat16)
+        assert OPS.rms_norm(x, w, 1e-6).shape == (3, 5, 96)
+        assert OPS.silu_and_mul(x).shape == (3, 5, 48)
+        q = torch.empty(2, 7, 4, 64, dtype=torch.float16).transpose(1, 2)  # [batch, heads, seq, dim] view
+        k = torch.empty(2, 7, 2, 64, dtype=torch.float16).transpose(1, 2)
+        q_out, k_out = OPS.rotary_embedding(q, k, torch.empty(1, 7, 64, dtype=torch.float16),
+                                            torch.empty(1, 7, 64, dtype=torch.float16))
+    assert q_out.shape == q.shape and q_out.stride() == q.stride() and k_out.stride() == k.stride()
+
+
+@pytest.mark.parametrize("name, config", [("LlamaForCausalLM", "LlamaConfig"), ("Qwen3ForCausalLM", "Qwen3Config"),
+                                          ("Qwen3MoeForCausalLM", "Qwen3MoeConfig")])
+def test_a_meta_model_gets_its_norms_mlps_and_rotary_embeddings_swapped_and_back(name, config):
+    model = tiny(name, config, device="meta", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)
+    report = wavetune.patch(model)
+    layer = model.model.layers[0]
+    assert isinstance(layer.input_layernorm, fused.RMSNorm) and isinstance(model.model.norm, fused.RMSNorm)
+    assert "model.layers.0.self_attn" in report.layers and "forward" in layer.self_attn.__dict__
+    if name != "Qwen3MoeForCausalLM":
+        assert isinstance(layer.mlp, fused.GatedMLP) and isinstance(layer.mlp.gate_up, wavetune.nn.Linear)
+        assert isinstance(layer.mlp.down_proj, wavetune.nn.Linear)
+    if name.startswith("Qwen3"):
+        assert isinstance(layer.self_attn.q_norm, fused.RMSNorm)  # the per-head norms too
+    assert not report.layers_skipped
+    wavetune.unpatch(model)
+    assert type(layer.input_layernorm).__name__.endswith("RMSNorm") and "forward" not in layer.self_attn.__dict__
+    assert not any(isinstance(m, (fused.RMSNorm, fused.GatedMLP, wavetune.nn.Linear)) for m in model.modules())
+
+
+def test_modules_with_other_code_are_left_with_the_reason():
+    model = tiny("GemmaForCausalLM", "GemmaConfig", device="meta", head_dim=32)
+    report = wavetune.patch(model)
+    assert report.layers_skipped["model.norm"] == "GemmaRMSNorm.forward is not LlamaRMSNorm's"
+    assert report.layers_skipped["model.layers.0.mlp"].startswith("activation")  # gelu
+    assert "model.layers.0.self_attn" in report.layers  # Gemma's rotary embedding is Llama's
+    cpu = wavetune.patch(tiny("LlamaForCausalLM", "LlamaConfig"))
+    assert cpu.layers == [] and all("on cpu" in reason for reason in cpu.layers_skipped.values())
+
+
+def test_swapped_modules_fall_back_to_what_they_replaced_on_the_cpu():
+    model = tiny("LlamaForCausalLM", "LlamaConfig")
+    layer = model.model.layers[0]
+    x = torch.randn(2, 5, TINY["hidden_size"], dtype=torch.bfloat16)
+    norm, mlp = fused.RMSNorm(layer.input_layernorm), fused.GatedMLP(copy.deepcopy(layer.mlp))
+    assert torch.equal(norm(x), layer.input_layernorm(x))
+    assert torch.equal(mlp(x), layer.mlp(x))
+    # gate and up now views of the merged weight: one copy of the values, the state dict unchanged
+    original = fused._original(mlp)
+    assert original.gate_proj.weight.data_ptr() == mlp.gate_up.weight.data_ptr()
+    assert original.up_proj.weight.data_ptr() == mlp.gate_up.weight[TINY["intermediate_size"]:].data_ptr()
+    assert set(original.state_dict()) == {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
+
+
+def test_the_rotary_forward_is_the_class_code_with_wavetune_rotary():
+    attention = tiny("LlamaForCausalLM", "LlamaConfig").model.layers[0].self_attn
+    forward = fused._rotary_forward(type(attention).forward)
+    assert forward.__code__ is type(attention).forward.__code__
+    assert forward.__globals__[fused.ROTARY] is not llama.apply_rotary_pos_emb
+    assert fused._rotary_forward(type(attention).forward) is forward  # one per class
+    q, k = torch.randn(1, 4, 3, 32), torch.randn(1, 2, 3, 32)  # CPU: falls back to transformers' own
+    cos, sin = torch.randn(1, 3, 32), torch.randn(1, 3, 32)
+    for ours, theirs in zip(forward.__globals__[fused.ROTARY](q, k, cos, sin), llama.apply_rotary_pos_emb(q, k, cos, sin)):
+        assert torch.equal(ours, theirs)
+
+
+# ---- GPU tier -------------------------------------------------------------------------------------------------
+
+def poisoned(shape, dtype, **kwargs):
+    return torch.full(shape, float("nan"), dtype=dtype, device="cuda", **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows, width", [(1, 4096), (3, 3584), (37, 128), (1000, 5120), (5, 8), (2, 2056), (129, 64)])
+def test_rms_norm_matches_transformers(rows, width, dtype):
+    norm = llama.LlamaRMSNorm(width, eps=1e-5).to("cuda", dtype)
+    norm.weight.data.normal_(1.0, 0.3)
+    x = torch.randn(rows, width, device="cuda", dtype=dtype) * 3
+    out = poisoned((rows, width), dtype)
+    wavetune.rms_norm(x, norm.weight, 1e-5, out=out)
+    expected = norm(x)
+    # The fp32 sum of squares may be summed in another order: at most one rounding step apart, rarely.
+    step = expected.float().abs().clamp(min=1e-3) * (2 ** -7 if dtype == torch.bfloat16 else 2 ** -10)
+    assert ((out.float() - expected.float()).abs() <= step).all()
+    assert (out != expected).float().mean() < 0.01
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(1, 14336), (7, 8), (300, 18944 // 2), (2, 3, 1408)])
+def test_silu_and_mul_is_what_the_mlp_computes(shape, dtype):
+    gate_up = torch.randn(*shape[:-1], 2 * shape[-1], device="cuda", dtype=dtype) * 4
+    gate, up = gate_up.chunk(2, dim=-1)
+    out = poisoned(shape, dtype)
+    wavetune.silu_and_mul(gate_up, out=out)
+    assert torch.equal(out, torch.nn.functional.silu(gate) * up)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("batch, seq, heads_q, heads_k, head_dim, cos_batch",
+                         [(1, 1, 32, 8, 128, 1), (3, 17, 28, 4, 128, 3), (2, 5, 8, 8, 64, 1), (1, 9, 4, 1, 256, 1)])
+def test_rotary_embedding_is_transformers_apply_rotary_pos_emb(batch, seq, heads_q, heads_k, head_dim, cos_batch,
+                                                               dtype):
+    # q and k as transformers hands them over: [batch, seq, heads, dim] projections seen as [batch, heads, seq, dim]
+    q = torch.randn(batch, seq, heads_q, head_dim, device="cuda", dtype=dtype).transpose(1, 2)
+    k = torch.randn(batch, seq, heads_k, head_dim, device="cuda", dtype=dtype).transpose(1, 2)
+    angles = torch.rand(cos_batch, seq, head_dim // 2, device="cuda") * 100
+    cos, sin = (torch.cat([f(angles)] * 2, dim=-1).to(dtype) for f in (torch.cos, torch.sin))
+    expected = llama.apply_rotary_pos_emb(q, k, cos, sin)
+    q_before, k_before = q.clone(), k.clone()
+    got = wavetune.rotary_embedding(q, k, cos, sin)
+    for ours, theirs, source in zip(got, expected, (q, k)):
+        assert ours.stride() == source.stride() and torch.equal(ours, theirs)
+    assert torch.equal(q, q_before) and torch.equal(k, k_before)  # out of place
+
+
+@pytest.mark.gpu
+def test_pdl_on_and_off_give_the_same_bits_and_a_graph_replays_new_inputs():
+    from wavetune import _C
+
+    x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(4, 1, 32, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.randn(4, 1, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    cos, sin = (torch.randn(1, 1, 128, device="cuda", dtype=torch.bfloat16) for _ in "cs")
+
+    def step():
+        h = OPS.rms_norm(x, w, 1e-6)
+        return OPS.silu_and_mul(h), *OPS.rotary_embedding(q, k, cos, sin)
+
+    before = _C.programmatic_launch()
+    try:
+        results = []
+        for on in (True, False):
+            _C.set_programmatic_launch(on)
+            results.append(step())
+    finally:
+        _C.set_programmatic_launch(before)
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+    # PyTorch's CUDA-graph recipe: warm up on a side stream, then capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    x.copy_(torch.randn_like(x))
+    q.copy_(torch.randn_like(q))
+    graph.replay()
+    assert all(torch.equal(a, b) for a, b in zip(captured, step()))
+
+
+@pytest.mark.gpu
+def test_torch_compile_traces_a_patched_model_without_breaks():
+    model = tiny("Qwen3ForCausalLM", "Qwen3Config", device="cuda", hidden_size=1024, intermediate_size=2048,
+                 num_attention_heads=8, num_key_value_heads=2, head_dim=128)
+    patched = copy.deepcopy(model)
+    report = wavetune.patch(patched, attention=False)
+    assert len(report.layers) == 2 * 6 + 1 and not report.layers_skipped  # per layer: 4 norms, MLP, rope; final norm
+    tokens = torch.randint(0, TINY["vocab_size"], (2, 33), device="cuda")
+    compiled = torch.compile(patched, fullgraph=True)
+    with torch.no_grad():
+        reference, eager, traced = (m(tokens).logits.float() for m in (model, patched, compiled))
+    assert torch.equal(eager, traced)
+    assert ((eager - reference).norm() / reference.norm()).item() < 2e-2
