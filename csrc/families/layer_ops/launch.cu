@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "device.h"
+#include "programmatic_launch.cuh"
 #include "wavetune/errors.h"
 #include "wavetune/kernels.h"
 #include "wavetune/layer_ops.h"
@@ -97,17 +98,6 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, int64_t 
   }
 }
 
-cudaError_t launch(const void* kernel, dim3 grid, cudaStream_t stream, void** args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid, config.blockDim = dim3(kThreads), config.stream = stream;
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &pdl;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
-  return cudaLaunchKernelExC(&config, kernel, args);
-}
-
 template <typename T>
 cudaError_t launch_rms_norm(const void* x, int64_t ldx, const void* weight, void* out, int64_t ldo, int rows,
                             int width, float eps, cudaStream_t stream) {
@@ -120,7 +110,8 @@ cudaError_t launch_rms_norm(const void* x, int64_t ldx, const void* weight, void
                                             : reinterpret_cast<const void*>(rms_norm_kernel<T, kThreads>);
   const int rows_per_cta = kThreads / row_threads;
   void* args[] = {&x, &ldx, &weight, &out, &ldo, &rows, &width, &eps};
-  return launch(kernel, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)), stream, args);
+  return launch_programmatic(kernel, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)), dim3(kThreads), 0, stream,
+                             args);
 }
 
 // --- SiLU and multiply: a grid-stride loop over 8-element chunks of the output -------------------------------
@@ -149,7 +140,8 @@ cudaError_t launch_silu_and_mul(const void* x, int64_t ldx, void* out, int64_t l
   const int64_t chunks = int64_t(rows) * (width / kChunk);
   const int ctas = int(std::clamp<int64_t>((chunks + kThreads - 1) / kThreads, 1, 8 * current_device_info().sm_count));
   void* args[] = {&x, &ldx, &out, &ldo, &rows, &width};
-  return launch(reinterpret_cast<const void*>(silu_and_mul_kernel<T>), dim3(unsigned(ctas)), stream, args);
+  return launch_programmatic(reinterpret_cast<const void*>(silu_and_mul_kernel<T>), dim3(unsigned(ctas)), dim3(kThreads),
+                             0, stream, args);
 }
 
 // --- Rotary embedding: one CTA per token, its threads over (head, 8 pairs of the two halves) ------------------
@@ -192,7 +184,8 @@ template <typename T>
 cudaError_t launch_rotary(const RotaryProblem& p, cudaStream_t stream) {
   RotaryProblem copy = p;
   void* args[] = {&copy};
-  return launch(reinterpret_cast<const void*>(rotary_kernel<T>), dim3(unsigned(p.batch * p.seq)), stream, args);
+  return launch_programmatic(reinterpret_cast<const void*>(rotary_kernel<T>), dim3(unsigned(p.batch * p.seq)),
+                             dim3(kThreads), 0, stream, args);
 }
 
 void check_launch(cudaError_t status, const char* what) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "paged_ops.h"
+#include "programmatic_launch.cuh"
 #include "paged_variants.h"
 #include "sm90_paged_attention.cuh"
 #include "wavetune/errors.h"
@@ -23,19 +24,6 @@
 namespace wavetune {
 namespace detail {
 namespace {
-
-// A launch with programmatic dependent launch where enabled.
-cudaError_t launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
-                          void** args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = shared, config.stream = stream;
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &pdl;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
-  return cudaLaunchKernelExC(&config, kernel, args);
-}
 
 template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit>
 struct PagedVariant {
@@ -88,11 +76,11 @@ struct PagedVariant {
     void* args[] = {&params};
     const dim3 grid(unsigned(params.row_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
     cudaError_t status =
-        launch_kernel(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared, stream, args);
+        launch_programmatic(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared, stream, args);
     if (status == cudaSuccess && s.splits > 1) {
       int head_dim = kHeadDim;
       void* merge_args[] = {&params, &head_dim};
-      status = launch_kernel(reinterpret_cast<const void*>(paged::merge_splits_kernel<T>),
+      status = launch_programmatic(reinterpret_cast<const void*>(paged::merge_splits_kernel<T>),
                              dim3(unsigned(int64_t(paged_query_tokens(p)) * p.heads_q)), dim3(kHeadDim),
                              s.splits * sizeof(float), stream, merge_args);
     }

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "programmatic_launch.cuh"
 #include "scaled_ops.h"
 #include "scaled_variants.h"
 #include "sm90_decode_gemm.cuh"
@@ -298,18 +299,13 @@ __global__ void __launch_bounds__(kQuantizeThreads)
 template <typename T>
 cudaError_t launch_quantize(const void* x, int64_t ldx, int32_t m, int32_t k, bool groups, void* q, float* scale,
                             const float* static_scale, Stream stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(m));
-  config.blockDim = dim3(kQuantizeThreads);
-  config.stream = stream;
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &pdl;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
+  const T* rows = static_cast<const T*>(x);
+  int width = k;
+  auto* out = static_cast<__nv_fp8_e4m3*>(q);
+  void* args[] = {&rows, &ldx, &width, &out, &scale, &static_scale};
   auto* kernel = groups ? quantize_rows_kernel<T, true> : quantize_rows_kernel<T, false>;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(x), ldx, int(k), static_cast<__nv_fp8_e4m3*>(q),
-                            scale, static_scale);
+  return launch_programmatic(reinterpret_cast<const void*>(kernel), dim3(unsigned(m)), dim3(kQuantizeThreads), 0, stream,
+                             args);
 }
 
 }  // namespace
