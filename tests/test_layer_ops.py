@@ -47,6 +47,13 @@ def test_bad_inputs_name_the_problem():
         api.check_rows(torch, x.t())
     with pytest.raises(ValueError, match="CUDA"):
         wavetune.rms_norm(x, torch.ones(64, dtype=torch.bfloat16), 1e-6)
+    weight = torch.ones(64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"out must have shape \(4, 64\)"):
+        wavetune.rms_norm(x, weight, 1e-6, out=torch.empty(4, 32, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="out must be a torch.bfloat16 tensor"):
+        wavetune.silu_and_mul(x, out=torch.empty(4, 32))
+    with pytest.raises(ValueError, match="rows must be contiguous"):
+        wavetune.silu_and_mul(x, out=torch.empty(32, 4, dtype=torch.bfloat16).t())
     with pytest.raises(ValueError, match="CUDA"):
         wavetune.silu_and_mul(x)
     q, k = torch.zeros(2, 4, 3, 64, dtype=torch.bfloat16), torch.zeros(2, 2, 3, 64, dtype=torch.bfloat16)

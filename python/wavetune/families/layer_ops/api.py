@@ -10,7 +10,7 @@ from ...runtime.native import _C
 
 
 def layer_ops_configs() -> list:
-    """None: the layer ops are fixed kernels, with no variants to choose among."""
+    """Empty: the layer ops are fixed kernels, with no variants to choose among."""
     return []
 
 
@@ -35,7 +35,7 @@ def _check_tensor(torch, name: str, t, dtype=None) -> None:
         raise ValueError(f"{name} must have a contiguous last dimension, got shape {tuple(t.shape)} strides {t.stride()}")
 
 
-def _rows(torch, t):
+def _rows(t):
     """t as [rows, width] without a copy where its leading dimensions collapse; else a contiguous copy."""
     width = t.shape[-1]
     try:
@@ -60,10 +60,27 @@ def check_rows(torch, x, weight=None, width: int | None = None) -> None:
         raise ValueError(f"x's last dimension must be even (gate and up halves), got {x.shape[-1]}")
 
 
-def _launch_device(torch, x):
+def _launch_device(x):
     if not x.is_cuda:
         raise ValueError(f"the layer ops run on CUDA tensors, got {x.device}")
     return x.get_device()
+
+
+def _check_out(torch, out, x, shape: tuple) -> None:
+    """That ``out`` (None: a new tensor) can take a result of ``shape``: x's dtype and device, rows that view as
+    [rows, width] with contiguous elements."""
+    if out is None:
+        return
+    if not isinstance(out, torch.Tensor) or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"out must be a {x.dtype} tensor on {x.device}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"out must have shape {tuple(shape)}, got {tuple(out.shape)}")
+    try:
+        contiguous_rows = out.view(-1, shape[-1]).stride(-1) == 1
+    except RuntimeError:  # no view makes rows of it
+        contiguous_rows = False
+    if not contiguous_rows:
+        raise ValueError(f"out's rows must be contiguous, got strides {out.stride()}")
 
 
 def rms_norm(x, weight, eps: float, *, out=None):
@@ -71,10 +88,11 @@ def rms_norm(x, weight, eps: float, *, out=None):
     ``LlamaRMSNorm`` (and its copies) computes it; x [..., width], weight [width] of x's dtype."""
     torch = _torch()
     check_rows(torch, x, weight)
-    device = _launch_device(torch, x)
+    _check_out(torch, out, x, tuple(x.shape))
+    device = _launch_device(x)
     if weight.device != x.device:
         raise ValueError(f"weight is on {weight.device}, x on {x.device}")
-    rows = _rows(torch, x)
+    rows = _rows(x)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
     out_rows = out.view(-1, x.shape[-1])
     with torch.cuda.device(device):
@@ -89,8 +107,9 @@ def silu_and_mul(x, *, out=None):
     torch = _torch()
     width = x.shape[-1] // 2 if isinstance(x, torch.Tensor) else 0
     check_rows(torch, x, width=width)
-    device = _launch_device(torch, x)
-    rows = _rows(torch, x)
+    _check_out(torch, out, x, (*x.shape[:-1], width))
+    device = _launch_device(x)
+    rows = _rows(x)
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device) if out is None else out
     out_rows = out.view(-1, width)
     with torch.cuda.device(device):
@@ -138,7 +157,7 @@ def rotary_embedding(q, k, cos, sin):
     head_dim]; the results are laid out as q and k."""
     torch = _torch()
     check_rotary(torch, q, k, cos, sin)
-    device = _launch_device(torch, q)
+    device = _launch_device(q)
     if {t.device for t in (k, cos, sin)} != {q.device}:
         raise ValueError("q, k, cos and sin must be on one device")
     q, k, q_out, k_out = rotary_operands(torch, q, k)
