@@ -131,6 +131,21 @@ def test_swapped_modules_fall_back_to_what_they_replaced_on_the_cpu():
     assert set(original.state_dict()) == {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
 
 
+def test_biased_projections_merge_with_their_biases_and_layers_false_swaps_nothing():
+    model = tiny("LlamaForCausalLM", "LlamaConfig", mlp_bias=True)
+    mlp = model.model.layers[0].mlp
+    x = torch.randn(3, TINY["hidden_size"], dtype=torch.bfloat16)
+    expected = mlp(x)
+    gated = fused.GatedMLP(mlp)
+    assert torch.equal(gated.gate_up.bias[:TINY["intermediate_size"]], mlp.gate_proj.bias)
+    assert mlp.up_proj.bias.data_ptr() == gated.gate_up.bias[TINY["intermediate_size"]:].data_ptr()
+    assert torch.equal(gated(x), expected)
+    meta = tiny("LlamaForCausalLM", "LlamaConfig", device="meta")
+    report = wavetune.patch(meta, layers=False)
+    assert report.layers == [] and not any(isinstance(m, (fused.RMSNorm, fused.GatedMLP)) for m in meta.modules())
+    assert "forward" not in meta.model.layers[0].self_attn.__dict__
+
+
 def test_the_rotary_forward_is_the_class_code_with_wavetune_rotary():
     attention = tiny("LlamaForCausalLM", "LlamaConfig").model.layers[0].self_attn
     forward = fused._rotary_forward(type(attention).forward)
