@@ -120,7 +120,9 @@ def _rotary_forward(forward):
     module's globals but for ``apply_rotary_pos_emb``."""
     scope = dict(forward.__globals__)
     scope[ROTARY] = rotary_embedding(forward.__globals__[ROTARY])
-    return types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__, forward.__closure__)
+    function = types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__, forward.__closure__)
+    function.__kwdefaults__, function.__qualname__ = forward.__kwdefaults__, forward.__qualname__
+    return function
 
 
 def norm_reason(module: torch.nn.Module) -> str | None:
