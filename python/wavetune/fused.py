@@ -162,9 +162,12 @@ def rotary_reason(module: torch.nn.Module) -> str | None:
     return None
 
 
-def _on_gpu(module: torch.nn.Module) -> str | None:
+def device_reason(module: torch.nn.Module) -> str | None:
+    """Why ``patch`` leaves a module where it is: wavetune runs on CUDA devices (meta tensors trace shapes)."""
     device = next(module.parameters()).device
-    return None if device.type in ("cuda", "meta") else f"on {device}: the layer ops run on CUDA GPUs"
+    if device.type in ("cuda", "meta"):
+        return None
+    return f"on {device}: wavetune runs on CUDA GPUs; move the model there first (model.to('cuda'))"
 
 
 def patch_layers(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
@@ -185,7 +188,7 @@ def patch_layers(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
             build, reason = None, rotary_reason(module)
         else:
             continue
-        reason = reason or _on_gpu(module)
+        reason = reason or device_reason(module)
         if reason is not None:
             skipped[name] = reason
             continue

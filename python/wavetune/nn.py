@@ -26,7 +26,7 @@ from . import fused, hf
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from .families.gemm import torch_ops as gemm_ops
 
-DTYPES = (torch.bfloat16, torch.float16)
+DTYPES = fused.DTYPES
 # The token counts M of the public shape suite (shared/benchmarks/llm_shapes.json): decode to prefill.
 SUITE_M = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
            6144, 8192, 16384)
@@ -48,14 +48,6 @@ def unsupported_reason(linear: torch.nn.Linear) -> str | None:
     if bias is not None and bias.dtype != weight.dtype:
         return f"bias dtype {bias.dtype} differs from the weight's {weight.dtype}"
     return None
-
-
-def _device_reason(linear: torch.nn.Linear) -> str | None:
-    """Why patch leaves a layer where it is: wavetune runs on CUDA devices (meta tensors trace shapes)."""
-    device = linear.weight.device
-    if device.type in ("cuda", "meta"):
-        return None
-    return f"on {device}: wavetune runs on CUDA GPUs; move the model there first (model.to('cuda'))"
 
 
 def _rebuilt(cls: type, linear: torch.nn.Linear) -> torch.nn.Linear:
@@ -246,12 +238,12 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
     for name, parent, attribute, linear in _linear_children(model):
         if isinstance(linear, Linear):
             continue  # patched already
-        if (fp8 := hf.fp8_layer_parameters(linear)) is not None and _device_reason(linear) is None:
+        if (fp8 := hf.fp8_layer_parameters(linear)) is not None and fused.device_reason(linear) is None:
             setattr(parent, attribute, FP8Linear.replacing(linear, *fp8))
             report.patched.append(name)
             continue
         reason = (f"{type(linear).__qualname__} is a subclass of nn.Linear (its forward may differ)"
-                  if type(linear) is not torch.nn.Linear else unsupported_reason(linear) or _device_reason(linear))
+                  if type(linear) is not torch.nn.Linear else unsupported_reason(linear) or fused.device_reason(linear))
         if reason is not None:
             report.skipped[name] = reason
             continue

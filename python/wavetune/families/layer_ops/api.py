@@ -36,12 +36,8 @@ def _check_tensor(torch, name: str, t, dtype=None) -> None:
 
 
 def _rows(t):
-    """t as [rows, width] without a copy where its leading dimensions collapse; else a contiguous copy."""
-    width = t.shape[-1]
-    try:
-        return t.view(-1, width)
-    except RuntimeError:
-        return t.reshape(-1, width).contiguous()
+    """t as [rows, width]: a view where its leading dimensions collapse, else a contiguous copy."""
+    return t.reshape(-1, t.shape[-1])
 
 
 def check_rows(torch, x, weight=None, width: int | None = None) -> None:
