@@ -107,6 +107,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=4, help="decoder layers per model")
     p.add_argument("--modes", default="eager,compile",
                    help=f"comma-separated, of {', '.join(MODES)} (eager always runs: it is the reference)")
+    p.add_argument("--twin-modes", default=None,
+                   help="comma-separated modes in which the wavetune twins also run (default: every --modes); e.g. "
+                        "eager: max-autotune compiles the unpatched model only")
     p.add_argument("--lengths", type=ints, default=[128, 512, 2048, 8192], help="prefill prompt lengths")
     p.add_argument("--batches", type=ints, default=[1], help="prefill batch sizes")
     p.add_argument("--decode-batches", type=ints, default=[1, 16, 64], help="decode batch sizes (empty: none)")
@@ -139,6 +142,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown model or mode: {', '.join(unknown)}")
     args.modes = [m for m in MODES if m in modes]
+    twin_modes = set(args.modes if args.twin_modes is None else args.twin_modes.split(","))
+    if not twin_modes <= set(args.modes):
+        p.error(f"--twin-modes {args.twin_modes} must be among --modes {','.join(args.modes)}")
+    args.twin_modes = [m for m in args.modes if m in twin_modes]
     parts = [part for part in args.wavetune.split(",") if part]  # "": no twin but --fp8's
     if not set(parts) <= set(PARTS):
         p.error(f"--wavetune takes {', '.join(PARTS)}, got {args.wavetune}")
@@ -427,12 +434,12 @@ def step_function(model: torch.nn.Module, lm_head: bool = True):
     return step
 
 
-def methods(model, twins: dict, modes: list[str], lm_head: bool = True) -> dict:
+def methods(model, twins: dict, modes: list[str], lm_head: bool = True, twin_modes: list[str] | None = None) -> dict:
     """Method name -> its step function (compiled lazily, statically per shape, by torch.compile); ``twins``:
-    suffix -> a twin of the model."""
+    suffix -> a twin of the model, run in ``twin_modes`` (default: every mode)."""
     steps = {}
     for mode in modes:
-        for suffix, m in (("", model), *twins.items()):
+        for suffix, m in (("", model), *(twins.items() if twin_modes is None or mode in twin_modes else ())):
             step = step_function(m, lm_head)
             step = step if MODES[mode] is None else torch.compile(step, mode=MODES[mode], dynamic=False)
             steps[mode + suffix] = without_pdl(step) if suffix.endswith(NO_PDL) else step
@@ -616,7 +623,8 @@ def model_suffixes(args: argparse.Namespace, spec: dict) -> list[str]:
 def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple[str, int, int]]:
     """The shapes of model ``name`` (at --tp) that no record has measured with every requested method yet."""
     fp8 = (FP8_TORCH, FP8) if args.fp8 else ()
-    wanted = {mode + suffix for mode in args.modes for suffix in ("", *model_suffixes(args, MODELS[name]), *fp8)}
+    twins = (*model_suffixes(args, MODELS[name]), *fp8)
+    wanted = set(args.modes) | {mode + suffix for mode in args.twin_modes for suffix in twins}
     measured: dict[tuple, set] = {}
     for r in done:
         if r["model"] == model_label(name, args.tp, args.lm_head) and r["layers"] == args.layers:
@@ -637,7 +645,7 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
         print(f"{label} ({source}, {args.layers} layers) {suffix}: {report}", flush=True)
     if args.fp8:
         twins.update(fp8_twins(model, args.fp8 == "block"))
-    steps = methods(model, twins, args.modes, args.lm_head)
+    steps = methods(model, twins, args.modes, args.lm_head, args.twin_modes)
     for phase, batch, length in todo:
         if time.monotonic() > deadline:
             print(f"time budget of {args.time_budget_s:.0f} s spent: not starting {name} {phase} batch {batch} "
