@@ -17,8 +17,9 @@ GEMM autotuning; its CUDA graphs off, since every method is captured the same wa
 the model sharing its weights with wavetune's parts added one at a time (--wavetune): ``+wavetune`` its
 GEMMs (``wavetune.patch(attention=False, experts=False, layers=False)``), ``+layers`` and its layer ops (norms,
 gated MLPs with gate and up merged, rotary embeddings), ``+grouped`` and its experts (``wavetune.grouped_gemm``;
-MoE models), ``+attention`` all of those and its attention
-(torch.ops.wavetune.attention). Attention: SDPA for the rest (context_attention below). Phases:
+MoE models), ``+attention`` all of those and its attention (torch.ops.wavetune.attention for prompts,
+torch.ops.wavetune.paged_attention for decode steps). Attention: SDPA for the rest (context_attention
+below). Phases:
 - prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
 - decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens
   (a static cache, every slot filled: no mask). With --layers 1 --no-lm-head its time is the time per output
@@ -163,13 +164,18 @@ def context_attention(module, query, key, value, attention_mask=None, scaling=No
     static [batch, kv_heads, context + 1, head_dim] key and value cache) a decode step: the new token's key
     and value go into the last slot and it attends to all of it. transformers' attention-function signature;
     masks are not needed (no padding), which also keeps the step free of host syncs for CUDA graphs. SDPA,
-    or wavetune's attention on modules marked ``wavetune_attention`` (it takes [batch, seq, heads, dim]
-    views, so nothing is transposed in memory)."""
+    or on modules marked ``wavetune_attention`` wavetune's attention for prompts and its paged attention for
+    decode steps (both take [batch, seq, heads, dim] views, so nothing is transposed in memory)."""
     if context_kv is not None:
         keys, values = context_kv[module.layer_idx]
         keys[:, :, -1:].copy_(key)
         values[:, :, -1:].copy_(value)
         key, value = keys, values
+    if getattr(module, "wavetune_attention", False) and context_kv is not None:
+        # What wavetune.hf runs for a decode step over a static cache: paged attention on the cache's buffers.
+        out = torch.ops.wavetune.paged_attention(query[:, :, 0], key.transpose(1, 2), value.transpose(1, 2), None,
+                                                 None, None, scaling)
+        return out.unsqueeze(1), None
     if getattr(module, "wavetune_attention", False):
         out = torch.ops.wavetune.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                                            context_kv is None, scaling)

@@ -189,11 +189,13 @@ def test_logits_match_the_unpatched_model(name):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("name", ["LlamaForCausalLM", "Qwen3MoeForCausalLM"])
-def test_greedy_generation_follows_the_unpatched_model(name):
+def test_greedy_generation_follows_the_unpatched_model(name, cache):
     model, patched = bf16_pair(name, num_attention_heads=2, num_key_value_heads=1, head_dim=128)
     prompt = torch.randint(0, COMMON["vocab_size"], (1, 16), device="cuda")
-    options = dict(max_new_tokens=32, do_sample=False, min_new_tokens=32)
+    options = dict(max_new_tokens=32, do_sample=False, min_new_tokens=32, cache_implementation=cache,
+                   attention_mask=torch.ones_like(prompt))
     with torch.no_grad():
         expected = model.generate(prompt, **options, output_logits=True, return_dict_in_generate=True)
         generated = patched.generate(prompt, **options)
@@ -208,6 +210,115 @@ def test_greedy_generation_follows_the_unpatched_model(name):
         logits = expected.logits[first][0].float()
         gap = (logits[new_expected[first]] - logits[new_generated[first]]).item()
         assert gap <= 2e-2 * logits.abs().max().item(), f"token {first}: the unpatched model led by {gap}"
+
+
+def reference_paged_attention(q, k_cache, v_cache, block_table, seq_lens, max_seq_len, scale):
+    """wavetune.paged_attention's contract for one query per sequence over a dense cache, on the CPU: query b
+    sees the first seq_lens[b] keys of its sequence."""
+    assert block_table is None and max_seq_len == k_cache.shape[1]
+    out = torch.empty_like(q)
+    for b, n in enumerate(seq_lens.tolist()):
+        k, v = (t[b, :n].transpose(0, 1).float() for t in (k_cache, v_cache))  # [heads_kv, n, dim]
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[0], dim=0) for t in (k, v))
+        weights = (q[b].float().unsqueeze(1) @ k.transpose(-1, -2) * scale).softmax(-1)
+        out[b] = (weights @ v).squeeze(1).to(q.dtype)
+    return out
+
+
+@pytest.mark.parametrize("name", ["LlamaForCausalLM", "Qwen3MoeForCausalLM"])
+def test_static_cache_decode_reads_the_filled_slots(name, monkeypatch):
+    """generate() over a static cache: each decode step's mask is the keys each sequence holds, counted on the
+    GPU by the cache (no host value), and the step runs paged attention on the cache's own buffers; a padded
+    batch gets SDPA's mask and falls back. The kernels are replaced by their contracts on the CPU."""
+    model = build(name)
+    tokens = torch.randint(0, COMMON["vocab_size"], (2, 11))
+    padding = torch.ones_like(tokens)
+    padding[1, :3] = 0  # the second prompt left-padded
+    options = dict(max_new_tokens=6, do_sample=False, cache_implementation="static", pad_token_id=0)
+    with torch.no_grad():
+        expected = model.generate(tokens, attention_mask=torch.ones_like(tokens), **options)
+        expected_padded = model.generate(tokens, attention_mask=padding, **options)
+    wavetune.patch(model)
+    paged = []
+    monkeypatch.setattr(hf, "run_attention", reference_attention)
+    monkeypatch.setattr(hf, "run_paged_attention", lambda *args: paged.append(args[4].clone())
+                        or reference_paged_attention(*args))
+    monkeypatch.setattr(hf, "experts_fallback_reason", lambda *args: None)
+    monkeypatch.setattr(hf, "run_grouped_gemm", reference_grouped_gemm)
+    monkeypatch.setattr(hf, "attention_fallback_reason", lambda module, q, mask, *args, **kwargs:
+                        None if mask is None or hf.key_lengths(mask) is not None else "a mask")
+    with torch.no_grad():
+        generated = model.generate(tokens, attention_mask=torch.ones_like(tokens), **options)
+        steps = len(paged)
+        generated_padded = model.generate(tokens, attention_mask=padding, **options)
+    assert torch.equal(generated, expected)
+    layers = COMMON["num_hidden_layers"]
+    assert steps == 5 * layers  # every decode step after the prompt, in every layer
+    assert [lengths.tolist() for lengths in paged[::layers]] == [[n, n] for n in range(12, 17)]
+    assert torch.equal(generated_padded, expected_padded) and len(paged) == steps  # padding: SDPA's mask
+
+
+def test_static_cache_masks_without_a_graph_or_padding_only():
+    """The mask function's key counts stand for exactly the boolean mask SDPA's mask function builds, and it
+    leaves every other case (a prompt, a dynamic cache, a sliding window) to SDPA's."""
+    from transformers.masking_utils import sdpa_mask, sliding_window_causal_mask_function
+
+    offset = torch.tensor(9)
+    lengths = hf.key_lengths(hf.key_lengths_mask(3, 1, 16, offset))
+    assert lengths.dtype == torch.int32 and lengths.tolist() == [10, 10, 10]
+    reference = sdpa_mask(batch_size=3, q_length=1, kv_length=16, q_offset=offset, allow_is_causal_skip=False)
+    assert torch.equal(torch.arange(16) < lengths.view(-1, 1, 1, 1), reference)
+    assert hf.key_lengths_mask(3, 1, 10, 9) is None  # a dynamic cache: SDPA's causal flag
+    assert hf.key_lengths(hf.key_lengths_mask(3, 4, 16, offset)) is None  # a chunk of several tokens
+    window = hf.key_lengths_mask(3, 1, 16, offset, mask_function=sliding_window_causal_mask_function(4),
+                                 local_size=4)
+    assert window.dtype == torch.bool
+    padded = torch.ones(3, 10, dtype=torch.bool)
+    padded[0, 0] = False
+    assert hf.key_lengths(hf.key_lengths_mask(3, 1, 16, offset, attention_mask=padded)) is None
+    assert hf.key_lengths(hf.key_lengths_mask(3, 1, 16, offset, attention_mask=torch.ones(3, 10, dtype=torch.bool)))\
+        is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["Qwen2ForCausalLM", "MixtralForCausalLM"])
+def test_static_cache_decode_captured_in_a_cuda_graph(name):
+    """transformers' static-cache decode loop (a StaticCache, the step called without a mask) captured as
+    PyTorch's docs show, warm-up on a side stream then torch.cuda.graph: each replay attends to the keys the
+    cache holds by then, through paged attention, as the unpatched model does eagerly."""
+    from transformers import StaticCache
+
+    model, patched = bf16_pair(name, num_attention_heads=8, num_key_value_heads=2, head_dim=128)
+    batch, prompt_length, steps = 3, 21, 6
+    prompt = torch.randint(0, COMMON["vocab_size"], (batch, prompt_length), device="cuda")
+    feed = torch.randint(0, COMMON["vocab_size"], (steps, batch, 1), device="cuda")
+    expected, caches = [], {}
+    with torch.no_grad():
+        for m in (model, patched):
+            caches[m] = StaticCache(config=m.config, max_cache_len=64)
+            m(prompt, past_key_values=caches[m], use_cache=True)
+        for i in range(steps):  # the unpatched model steps eagerly
+            position = torch.full((batch, 1), prompt_length + i, device="cuda")
+            expected.append(model(feed[i], position_ids=position, past_key_values=caches[model]).logits.float())
+        token, position = feed[0].clone(), torch.full((batch, 1), prompt_length, device="cuda")
+        step = lambda: patched(token, position_ids=position, past_key_values=caches[patched]).logits  # noqa: E731
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up: the first decode step, run eagerly
+            logits = [step().float()]
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):  # capturing runs nothing: the cache is where the warm-up left it
+            captured = step()
+        for i in range(1, steps):
+            token.copy_(feed[i])
+            position.fill_(prompt_length + i)
+            captured.fill_(float("nan"))
+            graph.replay()
+            logits.append(captured.float())
+    for i, (got, want) in enumerate(zip(logits, expected)):
+        error = ((got - want).norm() / want.norm()).item()
+        assert error < 2e-2, f"step {i}: relative error {error}"
 
 
 def fp8_checkpoint_layers(device: str):

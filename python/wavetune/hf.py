@@ -5,14 +5,17 @@ forward (``ExpertsInterface``: every class decorated with ``use_experts_implemen
 Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3) that runs the routed experts through ``wavetune.grouped_gemm``,
 one for the experts of FP8 checkpoints (``FP8ExpertsInterface``: the fine-grained FP8 integration's
 ``FP8Experts``, e4m3 weights with float32 scales per 128x128 block) that runs them through
-``wavetune.scaled_grouped_gemm`` on the checkpoint's own tensors, and an attention function (``AttentionInterface``, with the SDPA mask function) that runs
-``wavetune.attention``. ``wavetune.patch`` calls ``patch_model`` for a transformers model: it registers
+``wavetune.scaled_grouped_gemm`` on the checkpoint's own tensors, and an attention function
+(``AttentionInterface``) with its mask function (``AttentionMaskInterface``): prompts run
+``wavetune.attention``, decode steps over a static cache ``wavetune.paged_attention`` on the cache's own
+buffers, reading only the filled slots. ``wavetune.patch`` calls ``patch_model`` for a transformers model: it registers
 them, switches the model to them and reports what it switched.
 
 Each falls back, per call, to the implementation the model had before the patch where wavetune's kernels
 do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, FP8
-experts with other scales (FP4, per-row, static activation scales), a head dim no compiled attention variant takes, an attention mask (padding, a static cache's unfilled slots,
-a sliding window that binds), dropout in training, soft-capping or attention sinks. Which of these a
+experts with other scales (FP4, per-row, static activation scales), a head dim no compiled attention variant
+takes, an attention mask (padding, a sliding window that binds, a padding mask that cannot be read while a
+graph is captured or compiled), dropout in training, soft-capping or attention sinks. Which of these a
 model hits depends on its inputs, so the patch report names the implementations switched, and
 ``experts_fallback_reason`` / ``attention_fallback_reason`` say why a call would fall back.
 
@@ -48,6 +51,7 @@ run_grouped_gemm = torch.ops.wavetune.grouped_gemm
 run_scaled_grouped_gemm = torch.ops.wavetune.scaled_grouped_gemm
 run_quantize_fp8 = torch.ops.wavetune.quantize_fp8
 run_attention = torch.ops.wavetune.attention
+run_paged_attention = torch.ops.wavetune.paged_attention
 SCALE_BLOCK = 128  # FP8 checkpoints' block scales: 1x128 activation groups, 128x128 weight blocks
 
 
@@ -55,17 +59,14 @@ def register() -> None:
     """Add ``"wavetune"`` to transformers' experts, attention and attention-mask registries (idempotent)."""
     from transformers import AttentionInterface
     from transformers.integrations.moe import ExpertsInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     ExpertsInterface.register(IMPLEMENTATION, experts_forward)
     fp8_interface = _fp8_experts_interface()
     if fp8_interface is not None:
         type(fp8_interface).register(IMPLEMENTATION, fp8_experts_forward)
     AttentionInterface.register(IMPLEMENTATION, attention_forward)
-    # NOTES: the SDPA mask function returns no mask where a causal flag says the same (no padding, the
-    # queries the newest tokens), the case wavetune.attention runs; elsewhere its mask sends the call to
-    # the fallback.
-    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    AttentionMaskInterface.register(IMPLEMENTATION, key_lengths_mask)
 
 
 def _has_experts(model: torch.nn.Module) -> bool:
@@ -252,8 +253,8 @@ def attention_fallback_reason(module: torch.nn.Module, query: torch.Tensor, atte
     if query.shape[-1] not in compiled_head_dims(query.dtype):
         return (f"no compiled attention variant for head dim {query.shape[-1]} (python -m wavetune build "
                 "--family attention compiles them)")
-    if attention_mask is not None:
-        return "an attention mask (padding, a static cache's unfilled slots or a sliding window)"
+    if attention_mask is not None and key_lengths(attention_mask) is None:
+        return "an attention mask (padding or a sliding window)"
     if dropout and module.training:
         return "dropout in training"
     for name in ("softcap", "s_aux", "sinks", "position_bias"):
@@ -279,13 +280,20 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function interface on wavetune.attention: q, k, v of [batch, heads, tokens,
     head dim] read in place as [batch, tokens, heads, head dim]; returns that layout, as SDPA's does."""
+    lengths = key_lengths(attention_mask)
     if attention_fallback_reason(module, query, attention_mask, dropout, **kwargs) is not None:
         from transformers import AttentionInterface
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+        if lengths is not None:  # the boolean mask the lengths stand for: each sequence's first keys
+            attention_mask = torch.arange(key.shape[2], device=key.device) < lengths.view(-1, 1, 1, 1)
         fallback = AttentionInterface().get(_previous(module.config, "attention", "sdpa"), sdpa_attention_forward)
         return fallback(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                         is_causal=is_causal, **kwargs)
+    if lengths is not None:  # one new token per sequence over a static cache: [batch, 1, heads, head dim]
+        out = run_paged_attention(query[:, :, 0], key.transpose(1, 2), value.transpose(1, 2), None, lengths,
+                                  key.shape[2], scaling)
+        return out.unsqueeze(1), None
     q_length, kv_length = query.shape[2], key.shape[2]
     # As SDPA's integration: no mask and several queries means causal, the queries filling the keys from the
     # start (a prefill into an empty static cache passes its whole buffer: the keys past the queries are cut).
@@ -295,3 +303,39 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     out = run_attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
                         scale=scaling)
     return out, None
+
+
+def key_lengths_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset: int = 0,
+                     mask_function=None, attention_mask: torch.Tensor | None = None, local_size: int | None = None,
+                     **kwargs):
+    """transformers' mask function for ``"wavetune"``: for a decode step over a static cache (one new token per
+    sequence, the cache's whole buffer as keys, a causal mask and no padding), the keys each sequence
+    attends to as an int32 [batch, 1, 1, 1] tensor (``key_lengths``), computed on the GPU from the cache's
+    own count, so capturing the step in a CUDA graph or compiling it reads no host value; otherwise what
+    SDPA's mask function returns (None where a causal flag says the same)."""
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    mask_function = causal_mask_function if mask_function is None else mask_function
+    static_cache = isinstance(q_offset, torch.Tensor)  # a static layer counts its tokens on the GPU
+    if (static_cache and q_length == 1 and kv_offset == 0 and local_size is None
+            and mask_function is causal_mask_function and _no_padding(attention_mask)):
+        return (q_offset + q_length).to(torch.int32).reshape(1, 1, 1, 1).expand(batch_size, 1, 1, 1).contiguous()
+    return sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                     kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+                     local_size=local_size, **kwargs)
+
+
+def _no_padding(attention_mask: torch.Tensor | None) -> bool:
+    """Whether a 2-D padding mask masks nothing. Reading it waits for the GPU, as SDPA's mask function does;
+    while a graph is captured or compiled it cannot be read, and then it counts as padding."""
+    from transformers.utils import is_tracing
+
+    return attention_mask is None or (not is_tracing(attention_mask) and bool(attention_mask.all()))
+
+
+def key_lengths(attention_mask) -> torch.Tensor | None:
+    """The int32 [batch] key counts of a mask ``key_lengths_mask`` made, or None for any other mask."""
+    if (isinstance(attention_mask, torch.Tensor) and attention_mask.dtype == torch.int32
+            and attention_mask.dim() == 4 and attention_mask.shape[1:] == (1, 1, 1)):
+        return attention_mask.view(-1)
+    return None
