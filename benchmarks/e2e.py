@@ -791,7 +791,8 @@ def cell(entry: dict, method: str) -> str:
 
 
 def plot(table: dict, title: str, path: Path) -> bool:
-    """Speedup over eager against prompt length: one panel per (model, batch) of prefill."""
+    """Speedup over eager: per (model, prefill batch) against prompt length, per (model, decode context)
+    against batch."""
     try:
         import matplotlib
 
@@ -800,25 +801,37 @@ def plot(table: dict, title: str, path: Path) -> bool:
     except ImportError:
         print("matplotlib is not installed: no picture", file=sys.stderr)
         return False
-    panels = sorted({(k[0], k[1], k[3]) for k in table if k[2] == "prefill"})
+    # (model, layers, phase, what stays fixed) -> the keys along the x axis, and its index in the key
+    panels: dict[tuple, list] = {}
+    for k in sorted(table):
+        fixed = k[3] if k[2] == "prefill" else k[4]
+        panels.setdefault((*k[:3], fixed), []).append(k)
     if not panels:
         return False
-    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-    for ax, (model, layers, batch) in zip(axes[0], panels):
-        keys = sorted(k for k in table if k[:4] == (model, layers, "prefill", batch))
-        for method in [m for m in method_order(table) if m != "eager"]:
-            points = [(k[4], table[k]["speedup"][method]) for k in keys if method in table[k]["speedup"]]
-            if points:
-                ax.plot(*zip(*points), marker="o", linestyle="-" if WAVETUNE in method else "--", label=method)
-        ax.axhline(1.0, color="gray", linewidth=0.8)
-        ax.set(xscale="log", xlabel="prompt length (tokens)", ylabel="TTFT speedup over eager",
-               title=f"{model} ({layers} layers), batch {batch}")
-        ax.set_xticks([k[4] for k in keys], [str(k[4]) for k in keys])
-        ax.minorticks_off()
-        ax.legend(fontsize=8)
+    models = sorted({p[:2] for p in panels})
+    columns = max(sum(p[:2] == m for p in panels) for m in models)
+    figure, axes = plt.subplots(len(models), columns, figsize=(5 * columns, 3.6 * len(models)), squeeze=False)
+    for row, model in enumerate(models):
+        mine = sorted((p for p in panels if p[:2] == model), key=lambda p: (list(PHASES).index(p[2]), p[3]))
+        for ax, panel in zip(axes[row], mine):
+            keys, x = panels[panel], 4 if panel[2] == "prefill" else 3
+            for method in [m for m in method_order(table) if m != "eager"]:
+                points = [(k[x], table[k]["speedup"][method]) for k in keys if method in table[k]["speedup"]]
+                if points:
+                    ax.plot(*zip(*points), marker="o", linestyle="-" if "+" in method else "--", label=method)
+            ax.axhline(1.0, color="gray", linewidth=0.8)
+            what = (f"prefill, batch {panel[3]}", "prompt length (tokens)", "TTFT") if panel[2] == "prefill" else \
+                (f"decode, {panel[3]} cached", "batch", "TPOT")
+            ax.set(xscale="log", xlabel=what[1], ylabel=f"{what[2]} speedup over eager",
+                   title=f"{model[0]} ({model[1]} layers), {what[0]}")
+            ax.set_xticks([k[x] for k in keys], [str(k[x]) for k in keys])
+            ax.minorticks_off()
+            ax.legend(fontsize=7)
+        for ax in axes[row][len(mine):]:
+            ax.axis("off")
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
     return True
 
 
@@ -835,7 +848,7 @@ def report(out: Path) -> None:
         rows = [dict(zip(("model", "layers", "phase", "batch", "length"), k), **v) for k, v in sorted(table.items())]
         path.with_suffix(".json").write_text(json.dumps({"headers": headers, "shapes": rows}, indent=1) + "\n")
         dates = ", ".join(sorted({h["date"][:10] for h in headers}))
-        drew = plot(table, f"{headers[-1]['device']}, {dates}: prefill with and without wavetune", path.with_suffix(".png"))
+        drew = plot(table, f"{headers[-1]['device']}, {dates}: with and without wavetune", path.with_suffix(".png"))
         print(f"wrote {path.with_suffix('.md')}, .json{', .png' if drew else ''}")
 
 
