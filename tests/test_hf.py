@@ -91,6 +91,29 @@ def test_why_a_call_falls_back():
     assert "meta" in hf.attention_fallback_reason(attention, meta, None, 0.0)
 
 
+def test_experts_wait_for_the_variants_their_table_chooses(monkeypatch):
+    """Until the variants the GPU's grouped table names for a dtype are compiled, the experts keep the model's
+    own implementation (a build without them runs the table's choices on whatever variant it has); variants
+    added at run time end the wait."""
+    from types import SimpleNamespace
+
+    from wavetune.runtime import jit, tables
+
+    missing = [SimpleNamespace(dtype="bf16"), SimpleNamespace(dtype="bf16"), SimpleNamespace(dtype="fp16")]
+    monkeypatch.setattr(tables, "ensure_table", lambda device, family: None)
+    monkeypatch.setattr(tables, "loaded_table", lambda device, family: "grouped.wtt" if device == 0 else None)
+    monkeypatch.setattr(jit, "working_set", lambda path, family: missing)
+    hf.grouped_variants_pending.cache_clear()
+    assert hf.grouped_variants_pending(0, torch.bfloat16) == 2
+    assert hf.grouped_variants_pending(0, torch.float16) == 1
+    assert hf.grouped_variants_pending(1, torch.bfloat16) == 0  # no table: nothing to wait for
+    missing.clear()
+    assert hf.grouped_variants_pending(0, torch.bfloat16) == 2  # remembered until variants are added
+    tables.variants_added("grouped_gemm")
+    assert hf.grouped_variants_pending(0, torch.bfloat16) == 0
+    hf.grouped_variants_pending.cache_clear()
+
+
 def reference_grouped_gemm(x, w, offsets):
     """wavetune.grouped_gemm's contract on the CPU: rows of expert e times w[e].T."""
     out, start = torch.zeros(x.shape[0], w.shape[1], dtype=x.dtype), 0
@@ -319,6 +342,53 @@ def test_static_cache_decode_captured_in_a_cuda_graph(name):
     for i, (got, want) in enumerate(zip(logits, expected)):
         error = ((got - want).norm() / want.norm()).item()
         assert error < 2e-2, f"step {i}: relative error {error}"
+
+
+def real_sizes() -> dict:
+    """The six classes' real models' sizes, as benchmarks/e2e.py builds them."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import e2e
+
+    return e2e.MODELS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["llama3-8b", "qwen2.5-7b", "mistral-7b", "mixtral-8x7b", "qwen3-30b-a3b",
+                                  "qwen1.5-moe-a2.7b"])
+def test_real_configs_give_the_unpatched_logits(name):
+    """Each class at its real model's sizes (one decoder layer, random weights), fully patched (GEMMs, layer
+    ops, experts, attention): a prompt's logits, then decode steps over a static cache, against the unpatched
+    model within bf16 rounding."""
+    import copy
+
+    spec = real_sizes()[name]
+    config = getattr(transformers, f"{spec['family']}Config")(**spec["sizes"], num_hidden_layers=1,
+                                                              tie_word_embeddings=False)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = getattr(transformers, f"{spec['family']}ForCausalLM")(config).to(torch.bfloat16).eval()
+    if spec.get("moe"):
+        model.set_experts_implementation("grouped_mm")
+    patched = copy.deepcopy(model)
+    report = wavetune.patch(patched)
+    assert report.patched and report.layers and report.switched["attention"] == "sdpa", report
+    batch, length = 2, 77
+    tokens = torch.randint(0, config.vocab_size, (batch, length + 4), device="cuda")
+    logits = {}
+    with torch.no_grad():
+        for m in (model, patched):
+            cache = transformers.StaticCache(config=m.config, max_cache_len=128)
+            logits[m] = [m(tokens[:, :length], past_key_values=cache).logits[:, -1].float()]
+            for i in range(length, length + 4):
+                position = torch.full((batch, 1), i, device="cuda")
+                logits[m].append(m(tokens[:, i:i + 1], position_ids=position, past_key_values=cache).logits[:, -1]
+                                 .float())
+    for step, (got, want) in enumerate(zip(logits[patched], logits[model])):
+        error = ((got - want).norm() / want.norm()).item()
+        assert error < 2e-2, f"{'prompt' if step == 0 else f'decode step {step}'}: relative error {error}"
 
 
 def fp8_checkpoint_layers(device: str):

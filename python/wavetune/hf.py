@@ -12,7 +12,8 @@ buffers, reading only the filled slots. ``wavetune.patch`` calls ``patch_model``
 them, switches the model to them and reports what it switched.
 
 Each falls back, per call, to the implementation the model had before the patch where wavetune's kernels
-do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, FP8
+do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, grouped
+variants the GPU's grouped table chooses from that are not compiled yet, FP8
 experts with other scales (FP4, per-row, static activation scales), a head dim no compiled attention variant
 takes, an attention mask (padding, a sliding window that binds, a padding mask that cannot be read while a
 graph is captured or compiled), dropout in training, soft-capping or attention sinks. Which of these a
@@ -32,7 +33,7 @@ import sys
 import torch
 
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
-from .runtime.tables import on_variants_added
+from .runtime.tables import on_table_change, on_variants_added
 
 IMPLEMENTATION = "wavetune"
 # Where a patched model keeps the implementations it had, for the fallbacks and for unpatch.
@@ -124,7 +125,27 @@ def experts_fallback_reason(experts: torch.nn.Module, hidden_states: torch.Tenso
         return "expert weights not stored as [experts, out, in] with gate and up concatenated"
     if any(d % 8 for d in (*weights.shape[1:], experts.down_proj.shape[1])):
         return "expert widths must be multiples of 8"
+    pending = grouped_variants_pending(hidden_states.get_device(), hidden_states.dtype)
+    if pending:
+        return (f"{pending} grouped variants the GPU's table chooses from are not compiled yet (they compile in the "
+                "background; `python -m wavetune build --family grouped_gemm` compiles them ahead)")
     return None
+
+
+@functools.cache
+def grouped_variants_pending(device: int, dtype: torch.dtype) -> int:
+    """How many of the variants the device's grouped table names for ``dtype`` this build lacks; 0 without a
+    table. NOTES: without them the table's choices fall back to whatever grouped variant is compiled, which can
+    run a model's experts several times slower than transformers' own implementation; until the background
+    compile adds them (``on_variants_added`` clears this), the experts run that implementation."""
+    from pathlib import Path
+
+    from .runtime import jit, tables
+
+    tables.ensure_table(device, "grouped_gemm")
+    path = tables.loaded_table(device, "grouped_gemm")
+    name = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    return 0 if path is None else sum(v.dtype == name for v in jit.working_set(Path(path), "grouped_gemm"))
 
 
 def _fp8_experts_interface():
@@ -272,7 +293,10 @@ def compiled_head_dims(dtype: torch.dtype) -> frozenset[int]:
     return frozenset(c.tile[2] for c in attention_configs() if c.dtype == name)
 
 
-on_variants_added(compiled_head_dims.cache_clear)  # variants compiled at run time count from then on
+# Variants compiled at run time, and tables loaded later, count from then on.
+on_variants_added(compiled_head_dims.cache_clear)
+on_variants_added(grouped_variants_pending.cache_clear)
+on_table_change(grouped_variants_pending.cache_clear)
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

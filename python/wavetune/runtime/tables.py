@@ -132,6 +132,11 @@ def variants_added(family: str) -> None:
         callback()  # plans built from the old table are dropped, so the next call reaches ensure_table
 
 
+def loaded_table(device: int, family: str = "gemm") -> str | None:
+    """The path of the family's table loaded for ``device``, or None."""
+    return _loaded_tables.get(family, {}).get(device)
+
+
 def table_swap_pending(device: int, family: str = "gemm") -> bool:
     """Whether a table bound to variants added at run time waits to replace the family's table on ``device``."""
     return (family, device) in _pending_tables
