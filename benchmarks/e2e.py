@@ -830,7 +830,7 @@ def plot(table: dict, title: str, path: Path) -> bool:
         for ax in axes[row][len(mine):]:
             ax.axis("off")
     figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / figure.get_figheight()))  # room for the title
     figure.savefig(path, dpi=110)
     return True
 
