@@ -111,7 +111,7 @@ def test_experts_wait_for_the_variants_their_table_chooses(monkeypatch):
     monkeypatch.setattr(tables, "ensure_table", lambda device, family: None)
     monkeypatch.setattr(tables, "loaded_table", lambda device, family: "grouped.wtt" if device == 0 else None)
     monkeypatch.setattr(jit, "working_set", lambda path, family: missing)
-    hf.grouped_variants_pending.cache_clear()
+    hf._grouped_variants_pending.cache_clear()
     assert hf.grouped_variants_pending(0, torch.bfloat16) == 2
     assert hf.grouped_variants_pending(0, torch.float16) == 1
     assert hf.grouped_variants_pending(1, torch.bfloat16) == 0  # no table: nothing to wait for
@@ -119,7 +119,34 @@ def test_experts_wait_for_the_variants_their_table_chooses(monkeypatch):
     assert hf.grouped_variants_pending(0, torch.bfloat16) == 2  # remembered until variants are added
     tables.variants_added("grouped_gemm")
     assert hf.grouped_variants_pending(0, torch.bfloat16) == 0
-    hf.grouped_variants_pending.cache_clear()
+    hf._grouped_variants_pending.cache_clear()
+
+
+def test_torch_compile_runs_the_host_checks_once_instead_of_tracing_them(monkeypatch, tmp_path):
+    """The experts' and the attention's checks of the build and the tables read files and the native library,
+    which torch.compile cannot trace: it runs them once as it traces, and the model's graph has no break."""
+    from types import SimpleNamespace
+
+    from wavetune.runtime import jit, tables
+
+    table, reads = tmp_path / "grouped.wtt", []
+    table.write_text("bf16")
+    monkeypatch.setattr(tables, "ensure_table", lambda device, family: None)
+    monkeypatch.setattr(tables, "loaded_table", lambda device, family: str(table))
+    monkeypatch.setattr(jit, "working_set", lambda path, family: reads.append(path) or
+                        [SimpleNamespace(dtype=open(path).read())])
+    hf._grouped_variants_pending.cache_clear()
+
+    def step(x):
+        pending = hf.grouped_variants_pending(0, torch.bfloat16)
+        compiled = hf.head_dim_compiled(x.shape[-1], torch.bfloat16)
+        return x * pending + compiled
+
+    traced = torch.compile(step, fullgraph=True, backend="eager")  # a graph break raises
+    expected = 1 + (128 in hf.compiled_head_dims(torch.bfloat16))
+    assert traced(torch.ones(2, 128)).tolist() == [[expected] * 128] * 2
+    assert len(reads) == 1
+    hf._grouped_variants_pending.cache_clear()
 
 
 @pytest.mark.gpu
@@ -241,6 +268,18 @@ def test_logits_match_the_unpatched_model(name):
     # bf16 tolerance: both round every GEMM and attention output to bf16 (different kernels, different sums).
     error = ((logits - reference).norm() / reference.norm()).item()
     assert error < 2e-2, error
+
+
+@pytest.mark.gpu
+def test_torch_compile_traces_a_patched_moe_model_whole():
+    """A mixture-of-experts class with wavetune's attention, experts and layer ops compiles as one graph."""
+    model, patched = bf16_pair("Qwen3MoeForCausalLM", hidden_size=1024, intermediate_size=1024,
+                               num_attention_heads=8, num_key_value_heads=2, moe_intermediate_size=256, head_dim=128)
+    tokens = torch.randint(0, COMMON["vocab_size"], (2, 37), device="cuda")
+    compiled = torch.compile(patched, fullgraph=True)  # a graph break raises
+    with torch.no_grad():
+        reference, traced = model(tokens).logits.float(), compiled(tokens).logits.float()
+    assert ((traced - reference).norm() / reference.norm()).item() < 2e-2
 
 
 @pytest.mark.gpu

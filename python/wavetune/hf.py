@@ -125,19 +125,25 @@ def experts_fallback_reason(experts: torch.nn.Module, hidden_states: torch.Tenso
         return "expert weights not stored as [experts, out, in] with gate and up concatenated"
     if any(d % 8 for d in (*weights.shape[1:], experts.down_proj.shape[1])):
         return "expert widths must be multiples of 8"
-    pending = grouped_variants_pending(hidden_states.get_device(), hidden_states.dtype)
+    pending = grouped_variants_pending(hidden_states.device.index, hidden_states.dtype)
     if pending:
         return (f"{pending} grouped variants the GPU's table chooses from are not compiled yet (they compile in the "
                 "background; `python -m wavetune build --family grouped_gemm` compiles them ahead)")
     return None
 
 
-@functools.cache
+@torch.compiler.assume_constant_result
 def grouped_variants_pending(device: int, dtype: torch.dtype) -> int:
     """How many of the variants the device's grouped table names for ``dtype`` this build lacks; 0 without a
     table. NOTES: without them the table's choices fall back to whatever grouped variant is compiled, which can
     run a model's experts several times slower than transformers' own implementation; until the background
-    compile adds them (``on_variants_added`` clears this), the experts run that implementation."""
+    compile adds them, the experts run that implementation. torch.compile calls this once as it traces (it
+    reads the table and the build: nothing to trace into)."""
+    return _grouped_variants_pending(device, dtype)
+
+
+@functools.cache  # cleared when variants are added or a table is loaded
+def _grouped_variants_pending(device: int, dtype: torch.dtype) -> int:
     from pathlib import Path
 
     from .runtime import jit, tables
@@ -271,7 +277,7 @@ def attention_fallback_reason(module: torch.nn.Module, query: torch.Tensor, atte
         return f"{query.dtype} query (bf16 or fp16)"
     if query.shape[-1] not in HEAD_DIMS:
         return f"head dim {query.shape[-1]} (wavetune.attention takes {', '.join(map(str, HEAD_DIMS))})"
-    if query.shape[-1] not in compiled_head_dims(query.dtype):
+    if not head_dim_compiled(query.shape[-1], query.dtype):
         return (f"no compiled attention variant for head dim {query.shape[-1]} (python -m wavetune build "
                 "--family attention compiles them)")
     if attention_mask is not None and key_lengths(attention_mask) is None:
@@ -284,7 +290,14 @@ def attention_fallback_reason(module: torch.nn.Module, query: torch.Tensor, atte
     return None
 
 
-@functools.cache
+@torch.compiler.assume_constant_result
+def head_dim_compiled(head_dim: int, dtype: torch.dtype) -> bool:
+    """Whether one of this build's attention variants takes ``head_dim`` in ``dtype``; torch.compile calls this
+    once as it traces (it asks the native library)."""
+    return head_dim in compiled_head_dims(dtype)
+
+
+@functools.cache  # cleared when variants are added
 def compiled_head_dims(dtype: torch.dtype) -> frozenset[int]:
     """The head dims this build's attention variants take in ``dtype``."""
     from .families.attention.api import attention_configs
@@ -295,8 +308,8 @@ def compiled_head_dims(dtype: torch.dtype) -> frozenset[int]:
 
 # Variants compiled at run time, and tables loaded later, count from then on.
 on_variants_added(compiled_head_dims.cache_clear)
-on_variants_added(grouped_variants_pending.cache_clear)
-on_table_change(grouped_variants_pending.cache_clear)
+on_variants_added(_grouped_variants_pending.cache_clear)
+on_table_change(_grouped_variants_pending.cache_clear)
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
