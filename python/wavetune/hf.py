@@ -8,16 +8,16 @@ one for the experts of FP8 checkpoints (``FP8ExpertsInterface``: the fine-graine
 ``wavetune.scaled_grouped_gemm`` on the checkpoint's own tensors, and an attention function
 (``AttentionInterface``) with its mask function (``AttentionMaskInterface``): prompts run
 ``wavetune.attention``, decode steps over a static cache ``wavetune.paged_attention`` on the cache's own
-buffers, reading only the filled slots. ``wavetune.patch`` calls ``patch_model`` for a transformers model: it registers
-them, switches the model to them and reports what it switched.
+buffers, reading only the filled slots. ``wavetune.patch`` calls ``patch_model`` for a transformers model:
+it registers them, switches the model to them and reports what it switched.
 
 Each falls back, per call, to the implementation the model had before the patch where wavetune's kernels
 do not apply: a CPU tensor, a dtype other than bf16/fp16, expert biases or transposed expert weights, grouped
-variants the GPU's grouped table chooses from that are not compiled yet, FP8
-experts with other scales (FP4, per-row, static activation scales), a head dim no compiled attention variant
-takes, an attention mask (padding, a sliding window that binds, a padding mask that cannot be read while a
-graph is captured or compiled), dropout in training, soft-capping or attention sinks. Which of these a
-model hits depends on its inputs, so the patch report names the implementations switched, and
+variants the GPU's grouped table chooses from that are not compiled yet, FP8 experts with other scales (FP4,
+per-row, static activation scales), a head dim no compiled attention variant takes, an attention mask
+(padding, a sliding window that binds, a padding mask that cannot be read while a graph is captured or
+compiled), dropout in training, soft-capping or attention sinks. Which of these a model hits depends on its
+inputs, so the patch report names the implementations switched, and
 ``experts_fallback_reason`` / ``attention_fallback_reason`` say why a call would fall back.
 
 FP8 checkpoints' linear layers (``fp8_layer_parameters``: the fine-grained FP8 ``FP8Linear`` with 128x128
