@@ -22,7 +22,8 @@ torch.ops.wavetune.paged_attention for decode steps). Attention: SDPA for the re
 below). Phases:
 - prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
 - decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens
-  (a static cache, every slot filled: no mask). With --layers 1 --no-lm-head its time is the time per output
+  (a static cache, every slot filled: no mask; with --static-cache, transformers' StaticCache with unfilled
+  slots beyond them and each attention implementation's own mask). With --layers 1 --no-lm-head its time is the time per output
   token (TPOT) of one decoder layer; --tp N makes the model one tensor-parallel rank's slice, --profile adds
   the share of kernel time in GEMMs, and --pdl-off the fullest twin without programmatic dependent launch.
 Each (phase, batch, length) is one shape. Per shape every method runs eagerly (compiling where it does,
@@ -115,6 +116,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batches", type=ints, default=[1], help="prefill batch sizes")
     p.add_argument("--decode-batches", type=ints, default=[1, 16, 64], help="decode batch sizes (empty: none)")
     p.add_argument("--context", type=int, default=1024, help="cached tokens each decode step attends to")
+    p.add_argument("--static-cache", type=int, metavar="SLOTS", default=None,
+                   help="decode over transformers' own StaticCache of SLOTS slots (at least --context + 1; the "
+                        "rest stay unfilled, as in generate()) through the attention implementations' own masks: "
+                        "SDPA for the unpatched model, wavetune's (paged attention) for +attention")
     p.add_argument("--reps", type=int, default=15, help="interleaved replays per method and shape")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree: the model is one rank's slice "
                    "(query and KV heads, MLP and expert widths and the vocabulary divided; no all-reduce)")
@@ -151,6 +156,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not set(parts) <= set(PARTS):
         p.error(f"--wavetune takes {', '.join(PARTS)}, got {args.wavetune}")
     args.suffixes = [suffix for part, suffix in PARTS.items() if part in parts]
+    if args.static_cache is not None and args.static_cache <= args.context:
+        p.error(f"--static-cache {args.static_cache} must exceed --context {args.context} (the new token's slot)")
     return args
 
 
@@ -274,26 +281,30 @@ def sliced(spec: dict, tp: int) -> dict:
     return {**spec, "sizes": s}
 
 
-def model_label(name: str, tp: int, lm_head: bool = True) -> str:
-    """How records name a model: with its tensor-parallel degree, and ``.no-lm-head`` without its LM head."""
-    return name + (f".tp{tp}" if tp > 1 else "") + ("" if lm_head else ".no-lm-head")
+def model_label(name: str, tp: int, lm_head: bool = True, static_cache: int | None = None) -> str:
+    """How records name a model: with its tensor-parallel degree, ``.no-lm-head`` without its LM head, and
+    ``.static-cache<slots>`` when it decodes over transformers' StaticCache."""
+    return (name + (f".tp{tp}" if tp > 1 else "") + ("" if lm_head else ".no-lm-head")
+            + (f".static-cache{static_cache}" if static_cache else ""))
 
 
-def build_model(spec: dict, layers: int, device: str) -> tuple[torch.nn.Module, str]:
-    """(model with random bf16 weights in eval mode, what built it) for a MODELS entry."""
+def build_model(spec: dict, layers: int, device: str, attention: str = ATTENTION) -> tuple[torch.nn.Module, str]:
+    """(model with random bf16 weights in eval mode, what built it) for a MODELS entry; ``attention``: its
+    transformers attention implementation (this script's context_attention, or "sdpa" to decode over
+    transformers' own caches)."""
     try:
         import transformers
         from transformers import AttentionInterface
     except ImportError as exc:
-        if spec.get("moe"):
-            raise SystemExit(f"the {spec['family']} model needs transformers ({exc})") from None
+        if spec.get("moe") or attention != ATTENTION:
+            raise SystemExit(f"the {spec['family']} model (or --static-cache) needs transformers ({exc})") from None
         print(f"transformers is not available ({exc}): using this script's own {spec['family']}-shaped decoder "
               "(same linear layers, RMSNorm, rotary positions, SDPA)", file=sys.stderr)
         builder, source = (lambda: OwnDecoder(spec, layers)), "own decoder (transformers missing)"
     else:
         AttentionInterface.register(ATTENTION, context_attention)
         config = getattr(transformers, f"{spec['family']}Config")(
-            **spec["sizes"], num_hidden_layers=layers, tie_word_embeddings=False, attn_implementation=ATTENTION)
+            **spec["sizes"], num_hidden_layers=layers, tie_word_embeddings=False, attn_implementation=attention)
         model_class = getattr(transformers, f"{spec['family']}ForCausalLM")
         builder, source = (lambda: model_class(config)), f"transformers {transformers.__version__} {model_class.__name__}"
     with torch.device(device):
@@ -308,14 +319,17 @@ def twin_of(model: torch.nn.Module) -> torch.nn.Module:
 
 def patched_twin(model: torch.nn.Module, suffix: str = WAVETUNE):
     """A twin of ``model`` with wavetune's parts up to ``suffix``'s (PARTS); and the patch report.
-    Attention stays this script's context_attention, on wavetune's kernel from ``+attention`` on (its
-    mark), since a decode step attends to the static context it is given."""
+    A model on this script's context_attention keeps it, on wavetune's kernels from ``+attention`` on (its
+    mark), since a decode step attends to the static context it is given; one on transformers' own attention
+    takes wavetune's implementation of it (``wavetune.hf``) from ``+attention`` on."""
     import wavetune
 
     twin = twin_of(model)
     added = SUFFIXES[:SUFFIXES.index(suffix) + 1]
-    report = wavetune.patch(twin, attention=False, experts=GROUPED in added, layers=LAYERS in added)
-    if suffix == WAVETUNE_ATTENTION:
+    own_attention = getattr(getattr(model, "config", None), "_attn_implementation", ATTENTION) == ATTENTION
+    report = wavetune.patch(twin, attention=suffix == WAVETUNE_ATTENTION and not own_attention,
+                            experts=GROUPED in added, layers=LAYERS in added)
+    if suffix == WAVETUNE_ATTENTION and own_attention:
         for module in twin.modules():
             if hasattr(module, "layer_idx"):
                 module.wavetune_attention = True
@@ -432,9 +446,15 @@ def fp8_twins(model: torch.nn.Module, block: bool) -> dict:
 def step_function(model: torch.nn.Module, lm_head: bool = True):
     """The step a method times: the decoder layers, then the LM head on the last position (the next token's
     logits: all TTFT needs), or without ``lm_head`` that position's hidden state."""
-    def step(input_ids, position_ids=None, context_kv=None):
-        hidden = model.model(input_ids=input_ids, position_ids=position_ids, context_kv=context_kv,
-                             use_cache=False).last_hidden_state
+    def step(input_ids, position_ids=None, context_kv=None, past_key_values=None):
+        if past_key_values is None:
+            hidden = model.model(input_ids=input_ids, position_ids=position_ids, context_kv=context_kv,
+                                 use_cache=False).last_hidden_state
+        else:  # every replay writes the same slot: each layer's count goes back to the position first
+            for layer in past_key_values.layers:
+                layer.cumulative_length.copy_(position_ids[0, 0])
+            hidden = model.model(input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values,
+                                 use_cache=True).last_hidden_state
         return model.lm_head(hidden[:, -1:]) if lm_head else hidden[:, -1:]
 
     return step
@@ -472,17 +492,31 @@ def without_pdl(step):
 # ------------------------------------------------------------------------------------------------
 
 
-def shape_inputs(spec: dict, layers: int, phase: str, batch: int, length: int) -> dict:
-    """Static inputs of one shape: prompt tokens, or one token per sequence after ``length`` cached ones."""
-    s, device = spec["sizes"], "cuda"
+def shape_inputs(spec: dict, layers: int, phase: str, batch: int, length: int, device: str = "cuda",
+                 static_cache: tuple | None = None) -> dict:
+    """Static inputs of one shape: prompt tokens, or one token per sequence after ``length`` cached ones: in
+    per-layer context tensors, or with ``static_cache`` = (model config, slots) in a transformers StaticCache
+    whose other slots stay unfilled."""
+    s = spec["sizes"]
     if phase == "prefill":
         return dict(input_ids=torch.randint(0, s["vocab_size"], (batch, length), device=device))
     head_dim = s.get("head_dim", s["hidden_size"] // s["num_attention_heads"])
-    cache = (batch, s["num_key_value_heads"], length + 1, head_dim)
-    return dict(input_ids=torch.randint(0, s["vocab_size"], (batch, 1), device=device),
-                position_ids=torch.full((batch, 1), length, device=device),
-                context_kv=[tuple(torch.randn(cache, device=device, dtype=torch.bfloat16) for _ in "kv")
-                            for _ in range(layers)])
+    inputs = dict(input_ids=torch.randint(0, s["vocab_size"], (batch, 1), device=device),
+                  position_ids=torch.full((batch, 1), length, device=device))
+    if static_cache is None:
+        shape = (batch, s["num_key_value_heads"], length + 1, head_dim)
+        inputs["context_kv"] = [tuple(torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in "kv")
+                                for _ in range(layers)]
+        return inputs
+    from transformers import StaticCache
+
+    config, slots = static_cache
+    cache = StaticCache(config=config, max_cache_len=slots)
+    cache.early_initialization(batch, s["num_key_value_heads"], head_dim, torch.bfloat16, torch.device(device))
+    for layer in cache.layers:
+        layer.keys[:, :, :length].normal_()
+        layer.values[:, :, :length].normal_()
+    return dict(inputs, past_key_values=cache)
 
 
 def relative_error(result: torch.Tensor, reference: torch.Tensor) -> float:
@@ -633,15 +667,15 @@ def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple
     wanted = set(args.modes) | {mode + suffix for mode in args.twin_modes for suffix in twins}
     measured: dict[tuple, set] = {}
     for r in done:
-        if r["model"] == model_label(name, args.tp, args.lm_head) and r["layers"] == args.layers:
+        if r["model"] == model_label(name, args.tp, args.lm_head, args.static_cache) and r["layers"] == args.layers:
             measured.setdefault(shape_key(r)[2:], set()).update(r["ms"])
     return [shape for shape in shapes(args) if not wanted <= measured.get(shape, set())]
 
 
 def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, stream, deadline: float) -> None:
     """Build the model and its patched twin, then measure and append each shape until the deadline."""
-    spec, label = sliced(MODELS[name], args.tp), model_label(name, args.tp, args.lm_head)
-    model, source = build_model(spec, args.layers, "cuda")
+    spec, label = sliced(MODELS[name], args.tp), model_label(name, args.tp, args.lm_head, args.static_cache)
+    model, source = build_model(spec, args.layers, "cuda", ATTENTION if args.static_cache is None else "sdpa")
     twins = {}
     for suffix in model_suffixes(args, spec):
         if suffix.endswith(NO_PDL):
@@ -657,8 +691,9 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
             print(f"time budget of {args.time_budget_s:.0f} s spent: not starting {name} {phase} batch {batch} "
                   f"length {length} or later shapes", flush=True)
             return
-        result = measure_shape(steps, shape_inputs(spec, args.layers, phase, batch, length), args.reps, stream,
-                               args.profile)
+        cache = None if args.static_cache is None else (model.config, args.static_cache)
+        result = measure_shape(steps, shape_inputs(spec, args.layers, phase, batch, length, static_cache=cache),
+                               args.reps, stream, args.profile)
         record = {"type": "shape", "model": label, "source": source, "layers": args.layers, "phase": phase,
                   "batch": batch, "length": length, "reps": args.reps, **result}
         with path.open("a") as log:

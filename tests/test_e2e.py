@@ -307,6 +307,32 @@ def test_the_decode_step_of_the_layers_alone():
     assert hidden.shape == (2, 1, 64) and logits.shape == (2, 1, 256)
 
 
+def test_a_decode_step_over_transformers_static_cache():
+    """--static-cache: the step decodes over a StaticCache of unfilled slots beyond the context, every replay
+    writing the same slot, as the same model over this script's context of the filled slots does; the
+    +attention twin takes wavetune's transformers attention."""
+    pytest.importorskip("transformers")
+    args = e2e.parse_args(["--static-cache", "2048", "--context", "1024"])
+    assert e2e.model_label("llama3-8b", 1, static_cache=args.static_cache) == "llama3-8b.static-cache2048"
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--static-cache", "1024", "--context", "1024"])  # no slot for the new token
+    spec = tiny_spec("Llama")
+    model, _ = e2e.build_model(spec, 2, "cpu", "sdpa")
+    inputs = e2e.shape_inputs(spec, 2, "decode", 2, 8, device="cpu", static_cache=(model.config, 16))
+    cache = inputs["past_key_values"]
+    step = e2e.step_function(model)
+    with torch.inference_mode():
+        first, again = step(**inputs), step(**inputs)
+        context = [(layer.keys[:, :, :9].clone(), layer.values[:, :, :9].clone()) for layer in cache.layers]
+        own = e2e.twin_of(model)
+        own.set_attn_implementation(e2e.ATTENTION)
+        expected = e2e.step_function(own)(inputs["input_ids"], inputs["position_ids"], context)
+    assert torch.equal(first, again) and all(int(layer.cumulative_length) == 9 for layer in cache.layers)
+    torch.testing.assert_close(first, expected, rtol=2e-2, atol=2e-2)
+    twin, report = e2e.patched_twin(model, e2e.WAVETUNE_ATTENTION)
+    assert report.switched == {"attention": "sdpa"} and twin.config._attn_implementation == "wavetune"
+
+
 def test_fp8_twins_of_an_moe_model_share_its_fp8_experts():
     """--fp8 rowwise on an MoE model: both FP8 twins' experts read one set of e4m3 weights with per-channel
     scales (within e4m3 rounding of the bf16 ones) through the script's two experts implementations."""
