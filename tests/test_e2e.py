@@ -217,9 +217,9 @@ def test_run_appends_each_shape_resumes_and_keeps_to_the_budget(tmp_path, monkey
 
     monkeypatch.setattr(e2e, "device_slug", lambda: "test-gpu")
     monkeypatch.setattr(e2e, "header", lambda: {"type": "header", "device": "test GPU"})
-    monkeypatch.setattr(e2e, "build_model", lambda spec, layers, device: (
+    monkeypatch.setattr(e2e, "build_model", lambda spec, layers, device, attention: (
         e2e.OwnDecoder(tiny_spec("Llama"), layers).to(torch.bfloat16), "own decoder"))
-    monkeypatch.setattr(e2e, "shape_inputs", lambda *args: {})
+    monkeypatch.setattr(e2e, "shape_inputs", lambda *args, **kwargs: {})
     monkeypatch.setattr(e2e, "measure_shape", measure)
     monkeypatch.setattr(torch.cuda, "Stream", lambda: None)
     options = ["--out", str(tmp_path), "--lengths", "128,512", "--decode-batches", "8"]
