@@ -137,14 +137,14 @@ def test_torch_compile_runs_the_host_checks_once_instead_of_tracing_them(monkeyp
                         [SimpleNamespace(dtype=open(path).read())])
     hf._grouped_variants_pending.cache_clear()
 
-    def step(x):
-        pending = hf.grouped_variants_pending(0, torch.bfloat16)
-        compiled = hf.head_dim_compiled(x.shape[-1], torch.bfloat16)
+    def step(x):  # the arguments as experts_fallback_reason and attention_fallback_reason pass them
+        pending = hf.grouped_variants_pending(x.device.index, x.dtype)
+        compiled = hf.head_dim_compiled(x.shape[-1], x.dtype)
         return x * pending + compiled
 
     traced = torch.compile(step, fullgraph=True, backend="eager")  # a graph break raises
     expected = 1 + (128 in hf.compiled_head_dims(torch.bfloat16))
-    assert traced(torch.ones(2, 128)).tolist() == [[expected] * 128] * 2
+    assert traced(torch.ones(2, 128, dtype=torch.bfloat16)).tolist() == [[expected] * 128] * 2
     assert len(reads) == 1
     hf._grouped_variants_pending.cache_clear()
 
