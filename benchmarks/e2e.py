@@ -23,9 +23,10 @@ below). Phases:
 - prefill (TTFT): a forward over --batches x --lengths prompt tokens, logits of the last position;
 - decode: one new token per sequence for --decode-batches sequences, attending to --context cached tokens
   (a static cache, every slot filled: no mask; with --static-cache, transformers' StaticCache with unfilled
-  slots beyond them and each attention implementation's own mask). With --layers 1 --no-lm-head its time is the time per output
-  token (TPOT) of one decoder layer; --tp N makes the model one tensor-parallel rank's slice, --profile adds
-  the share of kernel time in GEMMs, and --pdl-off the fullest twin without programmatic dependent launch.
+  slots beyond them and each attention implementation's own mask). With --layers 1 --no-lm-head its time
+  is the time per output token (TPOT) of one decoder layer; --tp N makes the model one tensor-parallel
+  rank's slice, --profile adds the share of kernel time in GEMMs, and --pdl-off the fullest twin without
+  programmatic dependent launch.
 Each (phase, batch, length) is one shape. Per shape every method runs eagerly (compiling where it does,
 and checked against eager's logits), is captured as a CUDA graph on one stream, and the graphs are
 replayed interleaved (the order rotating) --reps times between CUDA events; the median is kept. Compiles
@@ -178,15 +179,13 @@ def context_attention(module, query, key, value, attention_mask=None, scaling=No
         keys[:, :, -1:].copy_(key)
         values[:, :, -1:].copy_(value)
         key, value = keys, values
-    if getattr(module, "wavetune_attention", False) and context_kv is not None:
-        # What wavetune.hf runs for a decode step over a static cache: paged attention on the cache's buffers.
-        out = torch.ops.wavetune.paged_attention(query[:, :, 0], key.transpose(1, 2), value.transpose(1, 2), None,
-                                                 None, None, scaling)
-        return out.unsqueeze(1), None
     if getattr(module, "wavetune_attention", False):
-        out = torch.ops.wavetune.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                           context_kv is None, scaling)
-        return out, None
+        if context_kv is not None:  # as wavetune.hf decodes over a static cache: paged attention on its buffers
+            out = torch.ops.wavetune.paged_attention(query[:, :, 0], key.transpose(1, 2), value.transpose(1, 2),
+                                                     None, None, None, scaling)
+            return out.unsqueeze(1), None
+        return torch.ops.wavetune.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                            True, scaling), None
     out = F.scaled_dot_product_attention(query, key, value, is_causal=context_kv is None, scale=scaling,
                                          enable_gqa=True)
     return out.transpose(1, 2).contiguous(), None
