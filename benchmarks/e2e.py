@@ -369,18 +369,17 @@ class TorchFP8Linear(torch.nn.Module):
 FP8_EXPERTS = {FP8: "wavetune_e2e_fp8", FP8_TORCH: "wavetune_e2e_fp8_torch"}
 
 
-def fp8_experts_forward(quantize, run):
+def fp8_experts_forward(quantize, run, routing):
     """An experts forward on the module's e4m3 weights (``quantize_experts``): ``quantize(rows)`` gives the
-    GEMM's activations and their scales, ``run(q, w, q_scale, w_scale, offsets)`` the grouped GEMM."""
-    from wavetune import hf
-
+    GEMM's activations and their scales, ``run(q, w, q_scale, w_scale, offsets)`` the grouped GEMM, ``routing``
+    (``wavetune.hf.routed_experts`` or PyTorch's ``torch_routed_experts``) the rest."""
     def forward(self, hidden_states, top_k_index, top_k_weights):
         def project(rows, name, offsets):
             weight, weight_scale = self.fp8_weights[name]
             q, q_scale = quantize(rows)
             return run(q, weight, q_scale, weight_scale, offsets)
 
-        return hf.routed_experts(self, hidden_states, top_k_index, top_k_weights, project)
+        return routing(self, hidden_states, top_k_index, top_k_weights, project)
 
     return forward
 
@@ -388,18 +387,20 @@ def fp8_experts_forward(quantize, run):
 def register_fp8_experts(block: bool) -> None:
     from transformers.integrations.moe import ExpertsInterface
 
+    from wavetune import hf
     from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, quantize_rows
 
     group_size = BLOCK if block else None
     ExpertsInterface.register(FP8_EXPERTS[FP8], fp8_experts_forward(
         lambda rows: torch.ops.wavetune.quantize_fp8(rows, None, group_size),
-        lambda q, w, qs, ws, offsets: torch.ops.wavetune.scaled_grouped_gemm(q, w, qs, ws, offsets, torch.bfloat16)))
+        lambda q, w, qs, ws, offsets: torch.ops.wavetune.scaled_grouped_gemm(q, w, qs, ws, offsets, torch.bfloat16),
+        hf.routed_experts))
     if block:
         torch_experts = fp8_experts_forward(lambda rows: (rows, None), lambda x, w, _, ws, offsets: torch._grouped_mm(
-            x, dequantize_experts(w, ws, BLOCK, x.dtype).transpose(-2, -1), offs=offsets))
+            x, dequantize_experts(w, ws, BLOCK, x.dtype).transpose(-2, -1), offs=offsets), hf.torch_routed_experts)
     else:
         torch_experts = fp8_experts_forward(quantize_rows, lambda q, w, qs, ws, offsets: torch._scaled_grouped_mm(
-            q, w.transpose(-2, -1), qs, ws, offs=offsets, out_dtype=torch.bfloat16))
+            q, w.transpose(-2, -1), qs, ws, offs=offsets, out_dtype=torch.bfloat16), hf.torch_routed_experts)
     ExpertsInterface.register(FP8_EXPERTS[FP8_TORCH], torch_experts)
 
 

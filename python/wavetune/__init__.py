@@ -30,7 +30,8 @@ from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
 from .families.scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm  # FP8 experts
 from .families.block_scaled_grouped_gemm.api import (  # FP8 experts with 128-block scales
     block_scaled_grouped_configs, block_scaled_grouped_gemm)
-from .families.layer_ops.api import rms_norm, rotary_embedding, silu_and_mul  # a decoder layer's element-wise parts
+from .families.layer_ops.api import (  # a decoder layer's element-wise parts, an MoE layer's routing
+    moe_align, moe_combine, moe_gather, rms_norm, rotary_embedding, silu_and_mul)
 
 try:
     __version__ = version("wavetune")
@@ -40,7 +41,8 @@ except PackageNotFoundError:  # imported from an unusual location
 __all__ = [
     "KernelConfig", "LaunchConfig", "attention", "attention_configs", "block_scaled_grouped_configs",
     "block_scaled_grouped_gemm", "build_info", "configs", "dequantize_fp8",
-    "device_properties", "gemm", "grouped_configs", "grouped_gemm", "load_table", "paged_attention",
+    "device_properties", "gemm", "grouped_configs", "grouped_gemm", "load_table", "moe_align", "moe_combine",
+    "moe_gather", "paged_attention",
     "paged_attention_configs", "patch", "quantize_fp8", "rms_norm", "rotary_embedding", "scaled_gemm", "scaled_gemm_configs", "scaled_grouped_configs",
     "scaled_grouped_gemm", "silu_and_mul", "unpatch", "varlen_attention",
     "__version__",

@@ -53,7 +53,12 @@ run_scaled_grouped_gemm = torch.ops.wavetune.scaled_grouped_gemm
 run_quantize_fp8 = torch.ops.wavetune.quantize_fp8
 run_attention = torch.ops.wavetune.attention
 run_paged_attention = torch.ops.wavetune.paged_attention
+run_moe_align = torch.ops.wavetune.moe_align
+run_moe_gather = torch.ops.wavetune.moe_gather
+run_moe_combine = torch.ops.wavetune.moe_combine
+run_silu_and_mul = torch.ops.wavetune.silu_and_mul
 SCALE_BLOCK = 128  # FP8 checkpoints' block scales: 1x128 activation groups, 128x128 weight blocks
+MOE_MAX_EXPERTS = 1024  # the routing kernels' limit (wavetune/layer_ops.h: kMoeMaxExperts)
 
 
 def register() -> None:
@@ -227,7 +232,16 @@ def routed_experts(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_
     """A transformers experts module's forward over grouped GEMMs: the (token, expert) pairs sorted by expert,
     offsets counted on the GPU (no host synchronization: CUDA graphs capture it), ``project(rows, name,
     offsets)`` for the expert weights ``name`` ("gate_up" or "up", then "down") over rows sorted by expert,
-    then the routing weights and the sum over each token's experts in fp32."""
+    then the routing weights and the sum over each token's experts in fp32. On the GPU with int64 ids and at
+    most ``moe_max_experts`` experts, the routing runs on the layer ops (``fused_routed_experts``)."""
+    if hidden_states.is_cuda and top_k_index.dtype == torch.int64 and experts.num_experts <= MOE_MAX_EXPERTS:
+        return fused_routed_experts(experts, hidden_states, top_k_index, top_k_weights, project)
+    return torch_routed_experts(experts, hidden_states, top_k_index, top_k_weights, project)
+
+
+def torch_routed_experts(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                         top_k_weights: torch.Tensor, project) -> torch.Tensor:
+    """``routed_experts`` with its routing in PyTorch operations (transformers' own ``grouped_mm`` routing)."""
     tokens, top_k = top_k_index.shape
     expert_ids, order = torch.sort(top_k_index.reshape(-1))
     rows = hidden_states[order // top_k]
@@ -244,6 +258,31 @@ def routed_experts(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_
     weighted = down.float() * top_k_weights.reshape(-1)[order].unsqueeze(-1).float()
     out = torch.empty_like(weighted).index_copy_(0, order, weighted)  # each pair back to its token's slot
     return out.view(tokens, top_k, -1).sum(dim=1).to(hidden_states.dtype)
+
+
+def fused_routed_experts(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                         top_k_weights: torch.Tensor, project) -> torch.Tensor:
+    """``routed_experts`` with its routing on the layer ops: the pairs sorted by expert (``moe_align``), each
+    token's row copied to its experts' rows (``moe_gather``), SiLU-and-multiply for transformers' default SiLU
+    gate, and the weighted sum per token (``moe_combine``): five kernels around the two grouped GEMMs where
+    PyTorch's code runs about twenty."""
+    top_k = top_k_index.shape[1]
+    offsets, positions = run_moe_align(top_k_index, experts.num_experts)
+    up = project(run_moe_gather(hidden_states, positions, top_k), "gate_up" if experts.has_gate else "up", offsets)
+    up = gate(experts, up)
+    down = project(up.contiguous(), "down", offsets)
+    return run_moe_combine(down, positions, top_k_index, experts.num_experts, top_k_weights.float())
+
+
+def gate(experts: torch.nn.Module, up: torch.Tensor) -> torch.Tensor:
+    """The experts' activation of their up projection: ``wavetune.silu_and_mul`` for transformers' default gate
+    with SiLU (the same bits), else the module's own."""
+    if not experts.has_gate:
+        return experts.act_fn(up)
+    default_gate = getattr(getattr(type(experts), "_apply_gate", None), "__name__", "") == "_default_apply_gate"
+    if default_gate and type(experts.act_fn).__name__ in ("SiLU", "SiLUActivation"):
+        return run_silu_and_mul(up)
+    return experts._apply_gate(up)
 
 
 def fp8_layer_parameters(module: torch.nn.Module) -> tuple | None:

@@ -45,6 +45,10 @@ RotaryProblem make_rotary(const std::tuple<int32_t, int32_t, int32_t, int32_t, i
           static_cast<DType>(dtype)};
 }
 
+MoeRouting make_routing(uintptr_t expert_ids, int32_t tokens, int32_t top_k, int32_t experts) {
+  return {reinterpret_cast<const int64_t*>(expert_ids), tokens, top_k, experts};
+}
+
 void bind(py::module_& m) {
   m.def("layer_ops_config_space_hash", [] { return find_kernel_family("layer_ops")->config_space_hash(); },
         "Identifies the layer ops' kernels.");
@@ -79,6 +83,38 @@ void bind(py::module_& m) {
          const std::tuple<uintptr_t, uintptr_t>& out, const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables,
          int32_t dtype) { return rotary_problem_error(make_rotary(sizes, q, k, out, tables, dtype)); },
       "Why rotary_embedding would refuse these arguments; empty when it would not. Needs no GPU.");
+  m.attr("moe_max_experts") = kMoeMaxExperts;
+  m.def(
+      "moe_align",
+      [](uintptr_t ids, int32_t tokens, int32_t top_k, int32_t experts, uintptr_t offsets, uintptr_t positions,
+         uintptr_t stream) {
+        moe_align(make_routing(ids, tokens, top_k, experts), reinterpret_cast<int32_t*>(offsets),
+                  reinterpret_cast<int32_t*>(positions), reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(), "The pairs of an MoE routing sorted by expert: offsets and positions.");
+  m.def(
+      "moe_gather",
+      [](uintptr_t x, int64_t ldx, uintptr_t positions, int32_t pairs, int32_t top_k, uintptr_t rows, int64_t ldr,
+         int32_t width, int32_t dtype, uintptr_t stream) {
+        moe_gather(reinterpret_cast<const void*>(x), ldx, reinterpret_cast<const int32_t*>(positions), pairs, top_k,
+                   reinterpret_cast<void*>(rows), ldr, width, static_cast<DType>(dtype), reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(), "Each token's row to the rows of its experts.");
+  m.def(
+      "moe_combine",
+      [](uintptr_t rows, int64_t ldr, uintptr_t positions, uintptr_t ids, int32_t tokens, int32_t top_k, int32_t experts,
+         uintptr_t weights, uintptr_t out, int64_t ldo, int32_t width, int32_t dtype, uintptr_t stream) {
+        moe_combine(reinterpret_cast<const void*>(rows), ldr, reinterpret_cast<const int32_t*>(positions),
+                    make_routing(ids, tokens, top_k, experts), reinterpret_cast<const float*>(weights),
+                    reinterpret_cast<void*>(out), ldo, width, static_cast<DType>(dtype), reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(), "The experts' rows weighted and summed per token.");
+  m.def(
+      "moe_routing_error",
+      [](int32_t tokens, int32_t top_k, int32_t experts) {
+        return moe_routing_error(make_routing(tokens > 0 ? 16 : 0, tokens, top_k, experts));
+      },
+      "Why the MoE routing ops would refuse these sizes; empty when they would not. Needs no GPU.");
   m.def(
       "rows_error",
       [](uintptr_t x, int64_t ldx, uintptr_t out, int64_t ldo, int32_t rows, int32_t width) {

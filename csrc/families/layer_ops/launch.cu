@@ -114,6 +114,11 @@ cudaError_t launch_rms_norm(const void* x, int64_t ldx, const void* weight, void
                              args);
 }
 
+// Grid-stride CTAs for `chunks` 8-element chunks: enough to fill the GPU a few times, at least one.
+int grid_for(int64_t chunks) {
+  return int(std::clamp<int64_t>((chunks + kThreads - 1) / kThreads, 1, 8 * current_device_info().sm_count));
+}
+
 // --- SiLU and multiply: a grid-stride loop over 8-element chunks of the output -------------------------------
 
 template <typename T>
@@ -137,11 +142,10 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_kernel(const T* x, int6
 template <typename T>
 cudaError_t launch_silu_and_mul(const void* x, int64_t ldx, void* out, int64_t ldo, int rows, int width,
                                 cudaStream_t stream) {
-  const int64_t chunks = int64_t(rows) * (width / kChunk);
-  const int ctas = int(std::clamp<int64_t>((chunks + kThreads - 1) / kThreads, 1, 8 * current_device_info().sm_count));
   void* args[] = {&x, &ldx, &out, &ldo, &rows, &width};
-  return launch_programmatic(reinterpret_cast<const void*>(silu_and_mul_kernel<T>), dim3(unsigned(ctas)), dim3(kThreads),
-                             0, stream, args);
+  return launch_programmatic(reinterpret_cast<const void*>(silu_and_mul_kernel<T>),
+                             dim3(unsigned(grid_for(int64_t(rows) * (width / kChunk)))), dim3(kThreads), 0, stream,
+                             args);
 }
 
 // --- Rotary embedding: one CTA per token, its threads over (head, 8 pairs of the two halves) ------------------
@@ -186,6 +190,88 @@ cudaError_t launch_rotary(const RotaryProblem& p, cudaStream_t stream) {
   void* args[] = {&copy};
   return launch_programmatic(reinterpret_cast<const void*>(rotary_kernel<T>), dim3(unsigned(p.batch * p.seq)),
                              dim3(kThreads), 0, stream, args);
+}
+
+// --- Mixture-of-experts routing ---------------------------------------------------------------------------------
+
+// NOTES: one CTA sorts the pairs: at decode there are a few dozen, and a grid would spend more in its launch and
+// its cross-CTA counts than in the work; PyTorch's sort, histogram, cumulative sum and index arithmetic are six
+// kernels.
+constexpr int kAlignThreads = 1024;
+
+__global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(MoeRouting r, int32_t* offsets, int32_t* positions) {
+  __shared__ int32_t count[kMoeMaxExperts + 1];  // per expert, then the dropped pairs
+  __shared__ int32_t start[kMoeMaxExperts + 1];
+  wait_for_previous_kernel();
+  const int pairs = r.tokens * r.top_k;
+  for (int e = threadIdx.x; e <= r.experts; e += kAlignThreads) count[e] = 0;
+  __syncthreads();
+  auto expert_of = [&](int p) {
+    const int64_t id = r.expert_ids[p];
+    return id >= 0 && id < r.experts ? int(id) : r.experts;  // dropped pairs go last
+  };
+  for (int p = threadIdx.x; p < pairs; p += kAlignThreads) atomicAdd(&count[expert_of(p)], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {  // experts are at most kMoeMaxExperts: a serial scan costs less than the syncs of a tree
+    int32_t sum = 0;
+    for (int e = 0; e <= r.experts; ++e) start[e] = sum, sum += count[e];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < r.experts; e += kAlignThreads) offsets[e] = start[e] + count[e];
+  for (int p = threadIdx.x; p < pairs; p += kAlignThreads) positions[p] = atomicAdd(&start[expert_of(p)], 1);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) moe_gather_kernel(const T* x, int64_t ldx, const int32_t* positions,
+                                                              int pairs, int top_k, T* rows, int64_t ldr, int width) {
+  wait_for_previous_kernel();
+  const int64_t row_chunks = width / kChunk, total = int64_t(pairs) * row_chunks;
+  for (int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x; c < total; c += int64_t(gridDim.x) * kThreads) {
+    const int64_t pair = c / row_chunks, col = (c % row_chunks) * kChunk;
+    store(rows + positions[pair] * ldr + col, load(x + pair / top_k * ldx + col));
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) moe_combine_kernel(const T* rows, int64_t ldr, const int32_t* positions,
+                                                               MoeRouting r, const float* weights, T* out,
+                                                               int64_t ldo, int width) {
+  wait_for_previous_kernel();
+  const int64_t row_chunks = width / kChunk, total = int64_t(r.tokens) * row_chunks;
+  for (int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x; c < total; c += int64_t(gridDim.x) * kThreads) {
+    const int64_t token = c / row_chunks, col = (c % row_chunks) * kChunk;
+    float sum[kChunk] = {};
+    for (int j = 0; j < r.top_k; ++j) {
+      const int64_t pair = token * r.top_k + j, id = r.expert_ids[pair];
+      if (id < 0 || id >= r.experts) continue;  // a dropped pair: its row was never computed
+      const float w = weights[pair];
+      const Chunk<T> v = load(rows + positions[pair] * ldr + col);
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) sum[i] += w * static_cast<float>(v.e[i]);
+    }
+    Chunk<T> o;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) o.e[i] = static_cast<T>(sum[i]);
+    store(out + token * ldo + col, o);
+  }
+}
+
+template <typename T>
+cudaError_t launch_moe_gather(const void* x, int64_t ldx, const int32_t* positions, int pairs, int top_k, void* rows,
+                              int64_t ldr, int width, cudaStream_t stream) {
+  void* args[] = {&x, &ldx, &positions, &pairs, &top_k, &rows, &ldr, &width};
+  return launch_programmatic(reinterpret_cast<const void*>(moe_gather_kernel<T>),
+                             dim3(unsigned(grid_for(int64_t(pairs) * (width / kChunk)))), dim3(kThreads), 0, stream,
+                             args);
+}
+
+template <typename T>
+cudaError_t launch_moe_combine(const void* rows, int64_t ldr, const int32_t* positions, MoeRouting r,
+                               const float* weights, void* out, int64_t ldo, int width, cudaStream_t stream) {
+  void* args[] = {&rows, &ldr, &positions, &r, &weights, &out, &ldo, &width};
+  return launch_programmatic(reinterpret_cast<const void*>(moe_combine_kernel<T>),
+                             dim3(unsigned(grid_for(int64_t(r.tokens) * (width / kChunk)))), dim3(kThreads), 0,
+                             stream, args);
 }
 
 void check_launch(cudaError_t status, const char* what) {
@@ -244,6 +330,49 @@ void rotary_embedding(const RotaryProblem& p, Stream stream) {
   detail::check_launch(p.dtype == DType::bf16 ? detail::launch_rotary<__nv_bfloat16>(p, stream)
                                               : detail::launch_rotary<__half>(p, stream),
                        "rotary_embedding");
+}
+
+void moe_align(const MoeRouting& r, int32_t* offsets, int32_t* positions, Stream stream) {
+  if (std::string error = moe_routing_error(r); !error.empty()) WAVETUNE_INVALID("moe_align: ", error);
+  if (!offsets || (!positions && r.tokens > 0)) WAVETUNE_INVALID("moe_align: null offsets or positions");
+  detail::check_device();
+  void* args[] = {const_cast<MoeRouting*>(&r), &offsets, &positions};
+  detail::check_launch(detail::launch_programmatic(reinterpret_cast<const void*>(detail::moe_align_kernel), dim3(1),
+                                                   dim3(detail::kAlignThreads), 0, stream, args),
+                       "moe_align");
+}
+
+void moe_gather(const void* x, int64_t x_row_stride, const int32_t* positions, int32_t pairs, int32_t top_k, void* rows,
+                int64_t rows_row_stride, int32_t width, DType dtype, Stream stream) {
+  if (std::string error = rows_error(x, x_row_stride, rows, rows_row_stride, pairs, width); !error.empty()) {
+    WAVETUNE_INVALID("moe_gather: ", error);
+  }
+  if (top_k < 1 || (!positions && pairs > 0)) WAVETUNE_INVALID("moe_gather: top_k must be positive, positions set");
+  if (pairs == 0) return;
+  detail::check_device();
+  detail::check_launch(dtype == DType::bf16
+                           ? detail::launch_moe_gather<__nv_bfloat16>(x, x_row_stride, positions, pairs, top_k, rows,
+                                                                      rows_row_stride, width, stream)
+                           : detail::launch_moe_gather<__half>(x, x_row_stride, positions, pairs, top_k, rows,
+                                                               rows_row_stride, width, stream),
+                       "moe_gather");
+}
+
+void moe_combine(const void* rows, int64_t rows_row_stride, const int32_t* positions, const MoeRouting& r,
+                 const float* weights, void* out, int64_t out_row_stride, int32_t width, DType dtype, Stream stream) {
+  if (std::string error = moe_routing_error(r); !error.empty()) WAVETUNE_INVALID("moe_combine: ", error);
+  if (std::string error = rows_error(rows, rows_row_stride, out, out_row_stride, r.tokens, width); !error.empty()) {
+    WAVETUNE_INVALID("moe_combine: ", error);
+  }
+  if (r.tokens == 0) return;
+  if (!positions || !weights) WAVETUNE_INVALID("moe_combine: null positions or weights");
+  detail::check_device();
+  detail::check_launch(dtype == DType::bf16
+                           ? detail::launch_moe_combine<__nv_bfloat16>(rows, rows_row_stride, positions, r, weights,
+                                                                       out, out_row_stride, width, stream)
+                           : detail::launch_moe_combine<__half>(rows, rows_row_stride, positions, r, weights, out,
+                                                                out_row_stride, width, stream),
+                       "moe_combine");
 }
 
 }  // namespace wavetune

@@ -51,6 +51,19 @@ std::string rotary_problem_error(const RotaryProblem& p) {
   return os.str();
 }
 
+std::string moe_routing_error(const MoeRouting& r) {
+  std::ostringstream os;
+  if (r.tokens < 0 || r.top_k < 1 || r.experts < 1 || r.experts > kMoeMaxExperts) {
+    os << "tokens must be non-negative, top_k positive and the experts 1 to " << kMoeMaxExperts
+       << ", got tokens=" << r.tokens << " top_k=" << r.top_k << " experts=" << r.experts;
+  } else if (int64_t(r.tokens) * r.top_k > INT32_MAX) {
+    os << "tokens x top_k must fit 32 bits, got " << int64_t(r.tokens) * r.top_k;
+  } else if (!r.expert_ids && r.tokens > 0) {
+    os << "null expert ids";
+  }
+  return os.str();
+}
+
 namespace {
 
 const std::vector<VariantInfo>& no_variants() {
@@ -59,7 +72,8 @@ const std::vector<VariantInfo>& no_variants() {
 }
 
 const char* kernels_hash() {
-  static const std::string hash = detail::catalog_hash({"rms_norm", "silu_and_mul", "rotary_embedding"});
+  static const std::string hash = detail::catalog_hash(
+      {"rms_norm", "silu_and_mul", "rotary_embedding", "moe_align", "moe_gather", "moe_combine"});
   return hash.c_str();
 }
 

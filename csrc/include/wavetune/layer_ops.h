@@ -1,6 +1,6 @@
 // The element-wise parts of a decoder layer, one kernel each where PyTorch's eager code runs several: RMS
-// normalization, the gated activation of an MLP (SiLU of the gate times the up projection) and rotary position
-// embedding of queries and keys. Each computes what transformers' modules compute, rounding where they round, so
+// normalization, the gated activation of an MLP (SiLU of the gate times the up projection), rotary position
+// embedding of queries and keys, and a mixture-of-experts layer's routing around its grouped GEMMs. Each computes what transformers' modules compute, rounding where they round, so
 // a patched model's outputs match its own (docs/torch.md, "Layer ops").
 //
 //   wavetune::rms_norm(x, width, weight, out, width, rows, width, 1e-5f, wavetune::DType::bf16, stream);
@@ -49,9 +49,36 @@ struct RotaryProblem {
 // apply_rotary_pos_emb rounds it (rotate_half(x) = [-x2, x1] of x's two halves).
 WAVETUNE_API void rotary_embedding(const RotaryProblem& problem, Stream stream);
 
+// A mixture-of-experts layer's routing: pair p = token * top_k + j of top_k_index [tokens, top_k] (int64 expert
+// ids, as torch.topk returns them) sends token `token` to expert top_k_index[p]; ids outside [0, experts) (expert
+// parallelism's sentinels) are dropped.
+struct MoeRouting {
+  const int64_t* expert_ids;  // [tokens * top_k]
+  int32_t tokens, top_k, experts;
+};
+
+// The pairs sorted by expert: offsets[e] = the rows of experts 0..e (cumulative ends, torch._grouped_mm's offs)
+// and positions[p] = pair p's row, the rows of one expert contiguous and in expert order, dropped pairs after
+// them all. One CTA; experts at most kMoeMaxExperts. A pair's place among its expert's rows follows the order
+// of atomics: the rows of one expert come in any order, which changes no row's product.
+constexpr int32_t kMoeMaxExperts = 1024;
+WAVETUNE_API void moe_align(const MoeRouting& routing, int32_t* offsets, int32_t* positions, Stream stream);
+
+// rows[positions[p], :] = x[p / top_k, :] for every pair: each token's hidden state to the rows of its experts.
+WAVETUNE_API void moe_gather(const void* x, int64_t x_row_stride, const int32_t* positions, int32_t pairs,
+                             int32_t top_k, void* rows, int64_t rows_row_stride, int32_t width, DType dtype,
+                             Stream stream);
+
+// out[t, :] = dtype(sum over j of weights[t * top_k + j] * rows[positions[t * top_k + j], :]) over the pairs
+// kept, in fp32 and in order of j: the experts' outputs weighted and summed per token. weights: fp32.
+WAVETUNE_API void moe_combine(const void* rows, int64_t rows_row_stride, const int32_t* positions,
+                              const MoeRouting& routing, const float* weights, void* out, int64_t out_row_stride,
+                              int32_t width, DType dtype, Stream stream);
+
 // Empty when the sizes, pointers and strides are valid, else the reason. Need no GPU.
 WAVETUNE_API std::string rows_error(const void* x, int64_t x_row_stride, const void* out, int64_t out_row_stride,
                                     int32_t rows, int32_t width);
 WAVETUNE_API std::string rotary_problem_error(const RotaryProblem& problem);
+WAVETUNE_API std::string moe_routing_error(const MoeRouting& routing);
 
 }  // namespace wavetune

@@ -1,5 +1,7 @@
 """The layer ops' entry points (docs/torch.md, "Layer ops"): each computes what transformers' module computes,
-rounding where it rounds, in one kernel; CUDA bf16/fp16 tensors only (anything else raises)."""
+rounding where it rounds, in one kernel; CUDA bf16/fp16 tensors only (anything else raises). The mixture-of-experts
+routing ops (``moe_align``, ``moe_gather``, ``moe_combine``) carry a layer's tokens to its experts' grouped GEMMs
+and back."""
 
 from __future__ import annotations
 
@@ -164,3 +166,83 @@ def rotary_embedding(q, k, cos, sin):
                             (cos.data_ptr(), sin.data_ptr(), batch_stride, cos.stride(1)),
                             dtype_codes(torch)[q.dtype], stream_getter(torch)(device))
     return q_out, k_out
+
+
+def moe_max_experts() -> int:
+    return _C.moe_max_experts
+
+
+def check_routing(torch, top_k_index, experts: int) -> None:
+    """The checks of the MoE routing ops on the routing itself that need no GPU."""
+    if not isinstance(top_k_index, torch.Tensor) or top_k_index.dtype != torch.int64 or top_k_index.dim() != 2:
+        raise ValueError(f"top_k_index must be an int64 [tokens, top_k] tensor (torch.topk's indices), got "
+                         f"{getattr(top_k_index, 'dtype', type(top_k_index).__name__)} "
+                         f"{tuple(getattr(top_k_index, 'shape', ()))}")
+    error = _C.moe_routing_error(top_k_index.shape[0], top_k_index.shape[1], int(experts))
+    if error:
+        raise ValueError(error)
+
+
+def _check_positions(torch, positions, pairs: int) -> None:
+    if (not isinstance(positions, torch.Tensor) or positions.dtype != torch.int32 or positions.dim() != 1
+            or positions.shape[0] != pairs or not positions.is_contiguous()):
+        raise ValueError(f"positions must be a contiguous int32 [{pairs}] tensor (moe_align's), got "
+                         f"{getattr(positions, 'dtype', type(positions).__name__)} {tuple(getattr(positions, 'shape', ()))}")
+
+
+def moe_align(top_k_index, experts: int):
+    """(offsets, positions) of a mixture-of-experts routing: top_k_index [tokens, top_k] int64 sends token t to
+    experts top_k_index[t]; pair p = t * top_k + j goes to row positions[p] of the rows sorted by expert, and
+    offsets[e] (int32 [experts]) ends expert e's rows (torch._grouped_mm's ``offs``). Ids outside [0, experts)
+    are dropped: their rows come after all the others. Read on the GPU: no host synchronization."""
+    torch = _torch()
+    check_routing(torch, top_k_index, experts)
+    device = _launch_device(top_k_index)
+    ids = top_k_index.contiguous()
+    offsets = torch.empty(experts, dtype=torch.int32, device=ids.device)
+    positions = torch.empty(ids.numel(), dtype=torch.int32, device=ids.device)
+    with torch.cuda.device(device):
+        _C.moe_align(ids.data_ptr(), ids.shape[0], ids.shape[1], int(experts), offsets.data_ptr(), positions.data_ptr(),
+                     stream_getter(torch)(device))
+    return offsets, positions
+
+
+def moe_gather(x, positions, top_k: int):
+    """rows [tokens * top_k, width] with rows[positions[p]] = x[p // top_k]: each token's hidden state in the rows
+    of its experts (x [tokens, width], positions from ``moe_align``)."""
+    torch = _torch()
+    check_rows(torch, x)
+    if x.dim() != 2 or top_k < 1:
+        raise ValueError(f"x must be [tokens, width] and top_k positive, got {tuple(x.shape)} and {top_k}")
+    _check_positions(torch, positions, x.shape[0] * top_k)
+    device = _launch_device(x)
+    rows = torch.empty((positions.shape[0], x.shape[1]), dtype=x.dtype, device=x.device)
+    with torch.cuda.device(device):
+        _C.moe_gather(x.data_ptr(), x.stride(0), positions.data_ptr(), positions.shape[0], top_k, rows.data_ptr(),
+                      rows.stride(0), x.shape[1], dtype_codes(torch)[x.dtype], stream_getter(torch)(device))
+    return rows
+
+
+def moe_combine(rows, positions, top_k_index, experts: int, weights):
+    """out [tokens, width] = the sum over j of weights[t, j] * rows[positions[t * top_k + j]], in fp32 and rounded
+    once, over the pairs whose expert id is in [0, experts): the experts' outputs (rows sorted by expert) back to
+    their tokens. weights: float32 [tokens, top_k]."""
+    torch = _torch()
+    check_rows(torch, rows)
+    check_routing(torch, top_k_index, experts)
+    tokens, top_k = top_k_index.shape
+    _check_positions(torch, positions, tokens * top_k)
+    if rows.dim() != 2 or rows.shape[0] < tokens * top_k:
+        raise ValueError(f"rows must be [at least {tokens * top_k}, width], got {tuple(rows.shape)}")
+    if (not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32
+            or tuple(weights.shape) != (tokens, top_k)):
+        raise ValueError(f"weights must be float32 [{tokens}, {top_k}], got "
+                         f"{getattr(weights, 'dtype', type(weights).__name__)} {tuple(getattr(weights, 'shape', ()))}")
+    device = _launch_device(rows)
+    ids, weights = top_k_index.contiguous(), weights.contiguous()
+    out = torch.empty((tokens, rows.shape[1]), dtype=rows.dtype, device=rows.device)
+    with torch.cuda.device(device):
+        _C.moe_combine(rows.data_ptr(), rows.stride(0), positions.data_ptr(), ids.data_ptr(), tokens, top_k,
+                       int(experts), weights.data_ptr(), out.data_ptr(), out.stride(0), rows.shape[1],
+                       dtype_codes(torch)[rows.dtype], stream_getter(torch)(device))
+    return out

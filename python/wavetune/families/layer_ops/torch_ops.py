@@ -4,6 +4,8 @@ them:
 - ``torch.ops.wavetune.rms_norm(x, weight, eps)``
 - ``torch.ops.wavetune.silu_and_mul(x)``
 - ``torch.ops.wavetune.rotary_embedding(q, k, cos, sin) -> (q_out, k_out)``
+- ``torch.ops.wavetune.moe_align(top_k_index, experts) -> (offsets, positions)``, ``moe_gather(x, positions,
+  top_k)``, ``moe_combine(rows, positions, top_k_index, experts, weights)``
 
 Fake implementations let ``torch.compile(fullgraph=True)`` trace them; CUDA graphs capture them. Inference-only.
 """
@@ -18,6 +20,9 @@ from . import api
 LIBRARY.define("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor")
 LIBRARY.define("silu_and_mul(Tensor x) -> Tensor")
 LIBRARY.define("rotary_embedding(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)")
+LIBRARY.define("moe_align(Tensor top_k_index, int experts) -> (Tensor, Tensor)")
+LIBRARY.define("moe_gather(Tensor x, Tensor positions, int top_k) -> Tensor")
+LIBRARY.define("moe_combine(Tensor rows, Tensor positions, Tensor top_k_index, int experts, Tensor weights) -> Tensor")
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -34,6 +39,41 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                      sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel behind torch.ops.wavetune.rotary_embedding: ``wavetune.rotary_embedding``."""
     return api.rotary_embedding(q, k, cos, sin)
+
+
+def moe_align(top_k_index: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel behind torch.ops.wavetune.moe_align: ``wavetune.moe_align``."""
+    return api.moe_align(top_k_index, experts)
+
+
+def moe_gather(x: torch.Tensor, positions: torch.Tensor, top_k: int) -> torch.Tensor:
+    """The kernel behind torch.ops.wavetune.moe_gather: ``wavetune.moe_gather``."""
+    return api.moe_gather(x, positions, top_k)
+
+
+def moe_combine(rows: torch.Tensor, positions: torch.Tensor, top_k_index: torch.Tensor, experts: int,
+                weights: torch.Tensor) -> torch.Tensor:
+    """The kernel behind torch.ops.wavetune.moe_combine: ``wavetune.moe_combine``."""
+    return api.moe_combine(rows, positions, top_k_index, experts, weights)
+
+
+@torch.library.register_fake("wavetune::moe_align", lib=LIBRARY)
+def _moe_align_fake(top_k_index, experts):
+    api.check_routing(torch, top_k_index, experts)
+    return (top_k_index.new_empty((experts,), dtype=torch.int32),
+            top_k_index.new_empty((top_k_index.numel(),), dtype=torch.int32))
+
+
+@torch.library.register_fake("wavetune::moe_gather", lib=LIBRARY)
+def _moe_gather_fake(x, positions, top_k):
+    api.check_rows(torch, x)
+    return x.new_empty((positions.shape[0], x.shape[-1]))
+
+
+@torch.library.register_fake("wavetune::moe_combine", lib=LIBRARY)
+def _moe_combine_fake(rows, positions, top_k_index, experts, weights):
+    api.check_routing(torch, top_k_index, experts)
+    return rows.new_empty((top_k_index.shape[0], rows.shape[-1]))
 
 
 @torch.library.register_fake("wavetune::rms_norm", lib=LIBRARY)
@@ -59,3 +99,6 @@ for _backend in ("CUDA", "CPU"):
     LIBRARY.impl("rms_norm", rms_norm, _backend)
     LIBRARY.impl("silu_and_mul", silu_and_mul, _backend)
     LIBRARY.impl("rotary_embedding", rotary_embedding, _backend)
+    LIBRARY.impl("moe_align", moe_align, _backend)
+    LIBRARY.impl("moe_gather", moe_gather, _backend)
+    LIBRARY.impl("moe_combine", moe_combine, _backend)
