@@ -218,6 +218,7 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(MoeRouting r, 
   }
   __syncthreads();
   for (int e = threadIdx.x; e < r.experts; e += kAlignThreads) offsets[e] = start[e] + count[e];
+  __syncthreads();  // every offset is read before the starts move on as places are handed out
   for (int p = threadIdx.x; p < pairs; p += kAlignThreads) positions[p] = atomicAdd(&start[expert_of(p)], 1);
 }
 
