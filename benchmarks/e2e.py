@@ -91,6 +91,8 @@ WAVETUNE, LAYERS, GROUPED, WAVETUNE_ATTENTION = "+wavetune", "+layers", "+groupe
 PARTS = {"gemm": WAVETUNE, "layers": LAYERS, "grouped": GROUPED, "attention": WAVETUNE_ATTENTION}
 SUFFIXES = tuple(PARTS.values())
 NO_PDL = "-pdl"  # --pdl-off: the fullest twin again, captured with programmatic dependent launch off
+# --torch-routing: the +grouped twin with PyTorch's routing around its grouped GEMMs (what the MoE routing ops bring)
+TORCH_ROUTING, TORCH_ROUTING_EXPERTS = "-torch-routing", "wavetune_e2e_torch_routing"
 # --fp8: the model's linear layers (not the LM head) quantized to e4m3, run by PyTorch and by wavetune.
 FP8_TORCH, FP8 = "+fp8-torch", "+fp8"
 ATTENTION = "wavetune_e2e_sdpa"  # the name context_attention is registered under in transformers
@@ -127,6 +129,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pdl-off", action="store_true",
                    help=f"also capture the fullest wavetune twin with programmatic dependent launch off (suffix "
                         f"{NO_PDL}): what PDL alone brings")
+    p.add_argument("--torch-routing", action="store_true",
+                   help=f"MoE models: also the {GROUPED} twin with PyTorch's routing (sort, histogram, gathers) around its "
+                        f"grouped GEMMs instead of wavetune's routing kernels (suffix {GROUPED}{TORCH_ROUTING})")
     p.add_argument("--no-lm-head", dest="lm_head", action="store_false",
                    help="time the decoder layers alone (the last position's hidden state, no LM head): with "
                         "--layers 1, a decoder layer's time per output token")
@@ -333,6 +338,25 @@ def patched_twin(model: torch.nn.Module, suffix: str = WAVETUNE):
             if hasattr(module, "layer_idx"):
                 module.wavetune_attention = True
     return twin, report
+
+
+def torch_routing_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """The +grouped twin of ``model`` with its experts' routing in PyTorch operations (``torch_routed_experts``):
+    wavetune's grouped GEMMs and layer ops, PyTorch's sort, histogram and gathers."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    from wavetune import hf
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        if hf.experts_fallback_reason(self, hidden_states) is not None:  # as the +grouped twin falls back
+            return hf.experts_forward(self, hidden_states, top_k_index, top_k_weights)
+        return hf.torch_routed_experts(self, hidden_states, top_k_index, top_k_weights, lambda rows, name, offsets:
+                                       hf.run_grouped_gemm(rows, getattr(self, f"{name}_proj"), offsets))
+
+    ExpertsInterface.register(TORCH_ROUTING_EXPERTS, forward)
+    twin, _ = patched_twin(model, GROUPED)
+    twin.set_experts_implementation(TORCH_ROUTING_EXPERTS)
+    return twin
 
 
 class TorchFP8Linear(torch.nn.Module):
@@ -657,6 +681,7 @@ def model_suffixes(args: argparse.Namespace, spec: dict) -> list[str]:
     """The twins a model gets of those asked for: +grouped only with experts (else it is +wavetune); with
     --pdl-off, the last of them again without PDL."""
     suffixes = [suffix for suffix in args.suffixes if suffix != GROUPED or spec.get("moe")]
+    suffixes += [GROUPED + TORCH_ROUTING] if args.torch_routing and spec.get("moe") else []
     return suffixes + [suffixes[-1] + NO_PDL] if args.pdl_off and suffixes else suffixes
 
 
@@ -680,6 +705,9 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
     for suffix in model_suffixes(args, spec):
         if suffix.endswith(NO_PDL):
             twins[suffix] = twins[suffix.removesuffix(NO_PDL)]  # the same twin; methods() turns PDL off
+            continue
+        if suffix.endswith(TORCH_ROUTING):
+            twins[suffix] = torch_routing_twin(model)
             continue
         twins[suffix], report = patched_twin(model, suffix)
         print(f"{label} ({source}, {args.layers} layers) {suffix}: {report}", flush=True)
@@ -750,7 +778,8 @@ def merged(records: list[dict]) -> dict:
 
 def method_order(table: dict) -> list[str]:
     present = {m for entry in table.values() for m in (*entry["ms"], *entry["failed"])}
-    return [m + s for m in MODES for s in ("", *SUFFIXES, *(x + NO_PDL for x in SUFFIXES), FP8_TORCH, FP8)
+    return [m + s for m in MODES
+            for s in ("", *SUFFIXES, GROUPED + TORCH_ROUTING, *(x + NO_PDL for x in SUFFIXES), FP8_TORCH, FP8)
             if m + s in present]
 
 

@@ -333,6 +333,24 @@ def test_a_decode_step_over_transformers_static_cache():
     assert report.switched == {"attention": "sdpa"} and twin.config._attn_implementation == "wavetune"
 
 
+def test_the_torch_routing_twin_is_the_grouped_twin_with_pytorchs_routing():
+    """--torch-routing: MoE models get the +grouped twin again with PyTorch's routing around the grouped GEMMs
+    (on the CPU every experts call falls back, so its logits are the model's)."""
+    pytest.importorskip("transformers")
+    args = e2e.parse_args(["--wavetune", "layers,grouped", "--torch-routing"])
+    moe = dict(family="Mixtral", moe=True, sizes=dict(
+        tiny_spec("Llama")["sizes"], num_local_experts=4, num_experts_per_tok=2, sliding_window=None))
+    assert e2e.model_suffixes(args, moe) == [e2e.LAYERS, e2e.GROUPED, e2e.GROUPED + e2e.TORCH_ROUTING]
+    assert e2e.model_suffixes(args, tiny_spec("Llama")) == [e2e.LAYERS]
+    model, _ = e2e.build_model(moe, 1, "cpu")
+    model.set_experts_implementation("grouped_mm")
+    twin = e2e.torch_routing_twin(model)
+    assert twin.config._experts_implementation == e2e.TORCH_ROUTING_EXPERTS
+    tokens = torch.randint(0, 256, (2, 5))
+    with torch.inference_mode():
+        torch.testing.assert_close(e2e.step_function(twin)(tokens), e2e.step_function(model)(tokens))
+
+
 def test_fp8_twins_of_an_moe_model_share_its_fp8_experts():
     """--fp8 rowwise on an MoE model: both FP8 twins' experts read one set of e4m3 weights with per-channel
     scales (within e4m3 rounding of the bf16 ones) through the script's two experts implementations."""
