@@ -149,6 +149,19 @@ def test_torch_compile_runs_the_host_checks_once_instead_of_tracing_them(monkeyp
     hf._grouped_variants_pending.cache_clear()
 
 
+@pytest.mark.parametrize("name", ["LlamaForCausalLM", "Qwen3MoeForCausalLM"])
+def test_torch_compile_traces_the_fallbacks_without_a_graph_break(name):
+    """Where wavetune's attention and experts do not apply (here: CPU tensors), the previous implementations
+    they hand the call to trace into one graph too."""
+    model = build(name)
+    tokens = torch.randint(0, COMMON["vocab_size"], (2, 9))
+    with torch.no_grad():
+        before = model(tokens).logits
+        wavetune.patch(model)
+        traced = torch.compile(model, fullgraph=True, backend="eager")(tokens).logits  # a graph break raises
+    torch.testing.assert_close(traced, before)
+
+
 @pytest.mark.gpu
 def test_grouped_variants_pending_counts_what_the_build_lacks():
     """On the GPU, with this build and the shipped table: the bf16 variants the grouped table names that are

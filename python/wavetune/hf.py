@@ -358,12 +358,14 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     head dim] read in place as [batch, tokens, heads, head dim]; returns that layout, as SDPA's does."""
     lengths = key_lengths(attention_mask)
     if attention_fallback_reason(module, query, attention_mask, dropout, **kwargs) is not None:
-        from transformers import AttentionInterface
+        # From the modules that define them, as transformers' models import them: torch.compile cannot trace
+        # an import from the lazy top-level package.
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
         if lengths is not None:  # the boolean mask the lengths stand for: each sequence's first keys
             attention_mask = torch.arange(key.shape[2], device=key.device) < lengths.view(-1, 1, 1, 1)
-        fallback = AttentionInterface().get(_previous(module.config, "attention", "sdpa"), sdpa_attention_forward)
+        fallback = ALL_ATTENTION_FUNCTIONS.get(_previous(module.config, "attention", "sdpa"), sdpa_attention_forward)
         return fallback(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                         is_causal=is_causal, **kwargs)
     if lengths is not None:  # one new token per sequence over a static cache: [batch, 1, heads, head dim]
