@@ -157,16 +157,16 @@ def geomean(xs) -> float:
 # ---- measuring ------------------------------------------------------------------------------------------
 
 def design_cases(count: int, seed: int) -> list[dict]:
-    from wavetune.families.attention.cases import NAMED_MODELS, TP
+    from wavetune.families.attention.cases import NAMED_MODELS, tp_degrees
 
     rng = random.Random(seed)
     out = []
     for i in range(count):
-        name, (hq, hkv) = sorted(NAMED_MODELS.items())[i % len(NAMED_MODELS)]
-        tp = rng.choice(TP)
+        name, (hq, hkv, head_dim) = sorted(NAMED_MODELS.items())[i % len(NAMED_MODELS)]
+        tp = rng.choice(tp_degrees(hkv))
         out.append(dict(phase="decode", model=f"{name}/tp{tp}", batch=max(1, int(math.exp(rng.uniform(0, math.log(256))))),
                         seqlen_q=1, seqlen_k=int(math.exp(rng.uniform(math.log(512), math.log(131072)))),
-                        heads_q=hq // tp, heads_kv=hkv // tp, head_dim=128))
+                        heads_q=hq // tp, heads_kv=hkv // tp, head_dim=head_dim))
     return out
 
 

@@ -1,16 +1,18 @@
 """The attention cases attention tables are fitted to (``python -m wavetune tune --family attention``), the
-named suite of benchmarks/attention.py: Llama-3-8B (32 query / 8 KV heads) and Llama-3-70B (64 / 8)
-attention, whole and split by tensor parallelism 2-8, head dim 128; prefill (causal, query length = KV
-length, 128-16384 tokens, batch 1-16) and decode (one query token, KV length 512-131072, batch 1-256).
-Standard library only.
+named suite of benchmarks/attention.py: Llama-3-8B (32 query / 8 KV heads) and Llama-3-70B (64 / 8) at
+head dim 128, TinyLlama-1.1B (32 / 4) at head dim 64 and Gemma-7B (16 / 16) at head dim 256, whole and split
+by tensor parallelism 2-8 where the KV heads divide; prefill (causal, query length = KV length, 128-16384
+tokens, batch 1-16) and decode (one query token, KV length 512-131072, batch 1-256). None of these models is
+in the held-out splits (benchmarks/shape_suite.py). Standard library only.
 """
 
 from __future__ import annotations
 
 import random
 
-# name: (query heads, KV heads), head dim 128.
-NAMED_MODELS = {"llama3-8b": (32, 8), "llama3-70b": (64, 8)}
+# name: (query heads, KV heads, head dim).
+NAMED_MODELS = {"llama3-8b": (32, 8, 128), "llama3-70b": (64, 8, 128), "tinyllama-1.1b": (32, 4, 64),
+                "gemma-7b": (16, 16, 256)}
 TP = (1, 2, 4, 8)
 PREFILL = ((1, 16384), (1, 2048), (4, 4096), (16, 1024), (2, 8192), (8, 512), (1, 128), (16, 128))  # (batch, tokens)
 DECODE = ((1, 131072), (64, 4096), (1, 4096), (256, 2048), (8, 32768), (32, 512), (4, 131072), (128, 8192), (1, 512))
@@ -20,15 +22,20 @@ MAX_KV_BYTES = 8 << 30
 SEED = 5  # the order cases are measured in (benchmarks/attention.py's default seed)
 
 
+def tp_degrees(kv_heads: int) -> list[int]:
+    """The tensor-parallel degrees that split ``kv_heads`` evenly."""
+    return [tp for tp in TP if kv_heads % tp == 0]
+
+
 def named_cases(phases: list[str] | tuple[str, ...] = PHASES) -> list[dict]:
     out = []
     for phase in phases:
         for batch, tokens in PREFILL if phase == "prefill" else DECODE:
-            for model, (hq, hkv) in NAMED_MODELS.items():
-                for tp in TP:
+            for model, (hq, hkv, head_dim) in NAMED_MODELS.items():
+                for tp in tp_degrees(hkv):
                     seqlen_q = tokens if phase == "prefill" else 1
                     out.append(dict(phase=phase, model=f"{model}/tp{tp}", batch=batch, seqlen_q=seqlen_q,
-                                    seqlen_k=tokens, heads_q=hq // tp, heads_kv=hkv // tp, head_dim=128))
+                                    seqlen_k=tokens, heads_q=hq // tp, heads_kv=hkv // tp, head_dim=head_dim))
     return out
 
 
