@@ -439,13 +439,32 @@ def real_sizes() -> dict:
     return e2e.MODELS
 
 
+def record_routing(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The sorted top-k expert indices each call of the model's experts modules receives, call by call (rows:
+    the flattened tokens)."""
+    calls = []
+
+    def hook(module, args, kwargs):
+        calls.append((args[1] if len(args) > 1 else kwargs["top_k_index"]).sort(-1).values)
+
+    for module in model.modules():
+        if hasattr(module, "has_gate"):  # transformers' experts modules
+            module.register_forward_pre_hook(hook, with_kwargs=True)
+    return calls
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["llama3-8b", "qwen2.5-7b", "mistral-7b", "mixtral-8x7b", "qwen3-30b-a3b",
                                   "qwen1.5-moe-a2.7b"])
 def test_real_configs_give_the_unpatched_logits(name):
     """Each class at its real model's sizes (one decoder layer, random weights), fully patched (GEMMs, layer
     ops, experts, attention): a prompt's logits, then decode steps over a static cache, against the unpatched
-    model within bf16 rounding."""
+    model within bf16 rounding.
+
+    NOTES: random routers put some tokens' k-th and (k+1)-th experts within rounding of each other, and then a
+    rounding difference upstream routes the token differently in the two models: a different product, not an
+    error. With one layer, a position's logits depend on that position's routing alone, so a row whose experts
+    differ between the models is left out; at most a quarter of the rows may be."""
     import copy
 
     spec = real_sizes()[name]
@@ -461,7 +480,7 @@ def test_real_configs_give_the_unpatched_logits(name):
     assert report.patched and report.layers and report.switched["attention"] == "sdpa", report
     batch, length = 2, 77
     tokens = torch.randint(0, config.vocab_size, (batch, length + 4), device="cuda")
-    logits = {}
+    logits, routing = {}, {m: record_routing(m) for m in (model, patched)}
     with torch.no_grad():
         for m in (model, patched):
             cache = transformers.StaticCache(config=m.config, max_cache_len=128)
@@ -470,9 +489,23 @@ def test_real_configs_give_the_unpatched_logits(name):
                 position = torch.full((batch, 1), i, device="cuda")
                 logits[m].append(m(tokens[:, i:i + 1], position_ids=position, past_key_values=cache).logits[:, -1]
                                  .float())
+    rows = torch.arange(batch, device="cuda")
+    compared = flipped = 0
     for step, (got, want) in enumerate(zip(logits[patched], logits[model])):
-        error = ((got - want).norm() / want.norm()).item()
-        assert error < 2e-2, f"{'prompt' if step == 0 else f'decode step {step}'}: relative error {error}"
+        # The flattened token of each row's last position: (b, length - 1) of the prompt, b of a decode step.
+        token = rows * length + length - 1 if step == 0 else rows
+        same = torch.ones(batch, dtype=torch.bool, device="cuda")
+        if routing[model]:
+            same = (routing[patched][step][token] == routing[model][step][token]).all(-1)
+        for b in range(batch):
+            if not same[b]:
+                flipped += 1
+                continue
+            compared += 1
+            error = ((got[b] - want[b]).norm() / want[b].norm()).item()
+            where = "prompt" if step == 0 else f"decode step {step}"
+            assert error < 2e-2, f"{where}, sequence {b}: relative error {error}"
+    assert flipped <= (compared + flipped) // 4, f"{flipped} of {compared + flipped} rows routed differently"
 
 
 def fp8_checkpoint_layers(device: str):

@@ -11,6 +11,9 @@
 //   warp_u<U>            each warp streams whole-row segments, U 16-byte loads per lane in flight (512
 //                        contiguous bytes per warp instruction), the next segment's loads issued before
 //                        the current one is summed; segments split evenly over a persistent grid;
+//   frag_u<U>            the decode kernel's access pattern (a warp instruction reads 64 bytes of each of 8
+//                        rows: the mma.sync fragment layout) with warp_u<U>'s balanced persistent schedule: U
+//                        64-byte steps of 16 rows per unit;
 //   bulk_<rows>x<kc>_s<S> one producer thread copies <rows> row segments of <kc> elements per stage into a
 //                        ring of S shared-memory stages (cp.async.bulk on an mbarrier), 4 consumer warps
 //                        sum them; stages split evenly over one CTA per SM. `_early`: the producer fills
@@ -99,6 +102,61 @@ __global__ void __launch_bounds__(256) warp_stream(const bf16* w, const bf16* x,
       acc = warp_sum(acc);
       if (lane == 0) atomicAdd(y + u / segs, acc);
       acc = 0.0f;
+    }
+  }
+}
+
+// --- the fragment pattern, balanced ------------------------------------------------------------------------
+template <int U>
+__global__ void __launch_bounds__(256) frag_stream(const bf16* w, const bf16* x, float* y, int n, int k) {
+  constexpr int kSeg = 32 * U;  // elements per row per unit: U chunks of 4 lanes x 8
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int segs = (k + kSeg - 1) / kSeg, tiles = (n + 15) / 16;
+  const int64_t units = int64_t(tiles) * segs, warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int64_t gw = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t u0 = units * gw / warps, u1 = units * (gw + 1) / warps;
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (u0 >= u1) return;
+  uint4 next[U][2];
+  auto issue = [&](int64_t u) {
+    const int row = int(u / segs) * 16 + g;
+    const int k0 = int(u % segs) * kSeg;
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int kk = k0 + i * 32 + t * 8;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = min(row + 8 * h, n - 1);
+        next[i][h] = kk < k ? dec::load_streaming(w + int64_t(r) * k + kk) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  issue(u0);
+  float acc[2] = {};
+  for (int64_t u = u0; u < u1; ++u) {
+    uint4 cur[U][2];
+#pragma unroll
+    for (int i = 0; i < U; ++i) cur[i][0] = next[i][0], cur[i][1] = next[i][1];
+    if (u + 1 < u1) issue(u + 1);
+    const int k0 = int(u % segs) * kSeg;
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int kk = k0 + i * 32 + t * 8;
+      if (kk < k) {
+        const uint4 xv = dec::load_cached(x + kk);
+        acc[0] += dot8(cur[i][0], xv), acc[1] += dot8(cur[i][1], xv);
+      }
+    }
+    if (u % segs == segs - 1 || u + 1 == u1) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 1);
+        acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], 2);
+        const int row = int(u / segs) * 16 + g + 8 * h;
+        if (t == 0 && row < n) atomicAdd(y + row, acc[h]);
+        acc[h] = 0.0f;
+      }
     }
   }
 }
@@ -288,6 +346,8 @@ int main() {
     };
     add_warp(warp_stream<4>, "warp_u4");
     add_warp(warp_stream<8>, "warp_u8");
+    add_warp(frag_stream<4>, "frag_u4");
+    add_warp(frag_stream<8>, "frag_u8");
     auto add_bulk = [&](auto kernel, int smem, const char* name) {
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       methods.push_back({name, [=](const bf16* w, cudaStream_t st) {
@@ -305,7 +365,7 @@ int main() {
     CHECK(cudaStreamSynchronize(stream));
     CHECK(cudaMemcpy(ref.data(), yb, n * 2, cudaMemcpyDeviceToHost));
     for (auto& m : methods) {
-      const bool fp32 = m.name.rfind("warp", 0) == 0 || m.name.rfind("bulk", 0) == 0;
+      const bool fp32 = m.name.rfind("warp", 0) == 0 || m.name.rfind("frag", 0) == 0 || m.name.rfind("bulk", 0) == 0;
       CHECK(cudaMemset(yf, 0, n * 4));
       CHECK(cudaMemset(yb, 0xff, n * 2));
       m.launch(ws[0], stream);
