@@ -566,7 +566,9 @@ def fp8_experts(device: str, block_size=(128, 128)):
         return experts_class(config=config, block_size=block_size)
 
 
-def test_fp8_checkpoint_experts_get_wavetune_or_say_why_not():
+def test_fp8_checkpoint_experts_get_wavetune_or_say_why_not(monkeypatch):
+    from types import SimpleNamespace
+
     from transformers.integrations.finegrained_fp8 import ALL_FP8_EXPERTS_FUNCTIONS
 
     hf.register()
@@ -577,6 +579,10 @@ def test_fp8_checkpoint_experts_get_wavetune_or_say_why_not():
     static = fp8_experts("meta")
     static.activation_scheme = "static"
     assert hf.fp8_experts_fallback_reason(static, x) == "static activation scales"
+    monkeypatch.setattr(hf, "_block_scaled_output_dtypes", lambda: frozenset({torch.float16}))
+    on_gpu = SimpleNamespace(is_cuda=True, dtype=torch.bfloat16)  # what the check reads of the hidden states
+    assert "no block-scaled FP8 grouped variant with torch.bfloat16" in hf.fp8_experts_fallback_reason(
+        fp8_experts("meta"), on_gpu)
 
 
 @pytest.mark.gpu
@@ -585,6 +591,8 @@ def test_fp8_checkpoint_experts_compute_the_dequantized_product():
     same routing in float32 on the dequantized weights."""
     from wavetune.families.grouped_gemm.measure import dequantize_experts
 
+    if not hf.block_scaled_variant_compiled(torch.bfloat16):
+        pytest.skip("no block-scaled FP8 grouped variant with bf16 output in this build")
     hf.register()
     experts = fp8_experts("cuda")
     g = torch.Generator(device="cuda").manual_seed(5)

@@ -190,7 +190,25 @@ def fp8_experts_fallback_reason(experts: torch.nn.Module, hidden_states: torch.T
         return f"hidden states on {hidden_states.device}"
     if hidden_states.dtype not in (torch.bfloat16, torch.float16):
         return f"{hidden_states.dtype} hidden states (bf16 or fp16)"
+    if not block_scaled_variant_compiled(hidden_states.dtype):
+        return (f"no block-scaled FP8 grouped variant with {hidden_states.dtype} output in this build (python -m wavetune "
+                f"build --family block_scaled_grouped_gemm compiles them)")
     return None
+
+
+@torch.compiler.assume_constant_result
+def block_scaled_variant_compiled(dtype: torch.dtype) -> bool:
+    """Whether one of this build's block-scaled FP8 grouped variants writes ``dtype``; torch.compile calls this
+    once as it traces (it asks the native library)."""
+    return dtype in _block_scaled_output_dtypes()
+
+
+@functools.cache  # cleared when variants are added
+def _block_scaled_output_dtypes() -> frozenset[torch.dtype]:
+    from .families.block_scaled_grouped_gemm.api import block_scaled_grouped_configs
+
+    names = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    return frozenset(names[c.dtype] for c in block_scaled_grouped_configs() if c.dtype in names)
 
 
 def _previous_experts(experts: torch.nn.Module, interface):
@@ -347,6 +365,7 @@ def compiled_head_dims(dtype: torch.dtype) -> frozenset[int]:
 
 # Variants compiled at run time, and tables loaded later, count from then on.
 on_variants_added(compiled_head_dims.cache_clear)
+on_variants_added(_block_scaled_output_dtypes.cache_clear)
 on_variants_added(_grouped_variants_pending.cache_clear)
 on_table_change(_grouped_variants_pending.cache_clear)
 
