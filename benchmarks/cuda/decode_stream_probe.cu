@@ -63,17 +63,26 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// This warp's share [first, last) of `units` work units split evenly over every warp of the grid; waits
+// for the previous kernel (programmatic dependent launch) before returning.
+struct WarpUnits {
+  int64_t first, last;
+};
+__device__ __forceinline__ WarpUnits warp_units(int64_t units) {
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int64_t warp = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  return {units * warp / warps, units * (warp + 1) / warps};
+}
+
 // --- warp streaming ----------------------------------------------------------------------------------
 template <int U>
 __global__ void __launch_bounds__(256) warp_stream(const bf16* w, const bf16* x, float* y, int n, int k) {
   constexpr int kSeg = 256 * U;  // elements per segment: U loads of 32 lanes x 8
   const int lane = threadIdx.x % 32;
   const int segs = (k + kSeg - 1) / kSeg;
-  const int64_t units = int64_t(n) * segs, warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  const int64_t gw = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int64_t u0 = units * gw / warps, u1 = units * (gw + 1) / warps;
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const auto [u0, u1] = warp_units(int64_t(n) * segs);
   if (u0 >= u1) return;
   uint4 next[U];
   auto issue = [&](int64_t u) {
@@ -112,11 +121,7 @@ __global__ void __launch_bounds__(256) frag_stream(const bf16* w, const bf16* x,
   constexpr int kSeg = 32 * U;  // elements per row per unit: U chunks of 4 lanes x 8
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int segs = (k + kSeg - 1) / kSeg, tiles = (n + 15) / 16;
-  const int64_t units = int64_t(tiles) * segs, warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  const int64_t gw = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int64_t u0 = units * gw / warps, u1 = units * (gw + 1) / warps;
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const auto [u0, u1] = warp_units(int64_t(tiles) * segs);
   if (u0 >= u1) return;
   uint4 next[U][2];
   auto issue = [&](int64_t u) {
