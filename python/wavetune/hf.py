@@ -251,7 +251,7 @@ def routed_experts(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_
     offsets counted on the GPU (no host synchronization: CUDA graphs capture it), ``project(rows, name,
     offsets)`` for the expert weights ``name`` ("gate_up" or "up", then "down") over rows sorted by expert,
     then the routing weights and the sum over each token's experts in fp32. On the GPU with int64 ids and at
-    most ``moe_max_experts`` experts, the routing runs on the layer ops (``fused_routed_experts``)."""
+    most ``MOE_MAX_EXPERTS`` experts, the routing runs on the layer ops (``fused_routed_experts``)."""
     if hidden_states.is_cuda and top_k_index.dtype == torch.int64 and experts.num_experts <= MOE_MAX_EXPERTS:
         return fused_routed_experts(experts, hidden_states, top_k_index, top_k_weights, project)
     return torch_routed_experts(experts, hidden_states, top_k_index, top_k_weights, project)
