@@ -269,7 +269,9 @@ def bf16_pair(name: str, **overrides):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(CLASSES))
 def test_logits_match_the_unpatched_model(name):
-    # Head dim 128: the one every kernel set compiles.
+    # Head dim 128: the one every kernel set compiles (a filtered set may leave it out).
+    if not hf.head_dim_compiled(128, torch.bfloat16):
+        pytest.skip("no bf16 attention variant for head dim 128 in this build")
     model, patched = bf16_pair(name, hidden_size=1024, intermediate_size=1024, num_attention_heads=8,
                                num_key_value_heads=2, moe_intermediate_size=256, head_dim=128)
     tokens = torch.randint(0, COMMON["vocab_size"], (2, 37), device="cuda")
