@@ -228,6 +228,23 @@ def test_the_wavetune_paths_compute_what_the_model_does(name, monkeypatch):
     assert torch.equal(generated, cached)  # prefill, then decode steps over a dynamic cache
 
 
+def test_routed_experts_runs_the_routing_kernels_only_where_they_apply(monkeypatch):
+    """The routing kernels take bf16 or fp16 rows on the GPU; anything else (the fp32 references of the GPU
+    tests) routes in PyTorch operations."""
+    from types import SimpleNamespace
+
+    calls = []
+    monkeypatch.setattr(hf, "fused_routed_experts", lambda *args: calls.append("kernels"))
+    monkeypatch.setattr(hf, "torch_routed_experts", lambda *args: calls.append("torch"))
+    experts, index = SimpleNamespace(num_experts=8), torch.zeros(3, 2, dtype=torch.int64)
+    for is_cuda, dtype in [(True, torch.bfloat16), (True, torch.float16), (True, torch.float32),
+                           (False, torch.bfloat16)]:
+        hf.routed_experts(experts, SimpleNamespace(is_cuda=is_cuda, dtype=dtype), index, None, None)
+    hf.routed_experts(SimpleNamespace(num_experts=hf.MOE_MAX_EXPERTS + 1), SimpleNamespace(is_cuda=True,
+                      dtype=torch.bfloat16), index, None, None)
+    assert calls == ["kernels", "kernels", "torch", "torch", "torch"]
+
+
 def test_experts_drop_the_pairs_routed_past_the_experts(monkeypatch):
     """Expert parallelism marks the pairs another rank serves with an id past this rank's experts: they add
     nothing, as in transformers' own grouped_mm path (the grouped GEMM leaves their rows unwritten)."""

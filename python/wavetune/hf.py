@@ -250,9 +250,11 @@ def routed_experts(experts: torch.nn.Module, hidden_states: torch.Tensor, top_k_
     """A transformers experts module's forward over grouped GEMMs: the (token, expert) pairs sorted by expert,
     offsets counted on the GPU (no host synchronization: CUDA graphs capture it), ``project(rows, name,
     offsets)`` for the expert weights ``name`` ("gate_up" or "up", then "down") over rows sorted by expert,
-    then the routing weights and the sum over each token's experts in fp32. On the GPU with int64 ids and at
-    most ``MOE_MAX_EXPERTS`` experts, the routing runs on the layer ops (``fused_routed_experts``)."""
-    if hidden_states.is_cuda and top_k_index.dtype == torch.int64 and experts.num_experts <= MOE_MAX_EXPERTS:
+    then the routing weights and the sum over each token's experts in fp32. On the GPU with bf16 or fp16 rows,
+    int64 ids and at most ``MOE_MAX_EXPERTS`` experts, the routing runs on the layer ops
+    (``fused_routed_experts``)."""
+    if (hidden_states.is_cuda and hidden_states.dtype in (torch.bfloat16, torch.float16)
+            and top_k_index.dtype == torch.int64 and experts.num_experts <= MOE_MAX_EXPERTS):
         return fused_routed_experts(experts, hidden_states, top_k_index, top_k_weights, project)
     return torch_routed_experts(experts, hidden_states, top_k_index, top_k_weights, project)
 
