@@ -33,6 +33,7 @@ import sys
 import torch
 
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
+from .families.layer_ops.api import moe_max_experts
 from .runtime.tables import on_table_change, on_variants_added
 
 IMPLEMENTATION = "wavetune"
@@ -58,7 +59,7 @@ run_moe_gather = torch.ops.wavetune.moe_gather
 run_moe_combine = torch.ops.wavetune.moe_combine
 run_silu_and_mul = torch.ops.wavetune.silu_and_mul
 SCALE_BLOCK = 128  # FP8 checkpoints' block scales: 1x128 activation groups, 128x128 weight blocks
-MOE_MAX_EXPERTS = 1024  # the routing kernels' limit (wavetune/layer_ops.h: kMoeMaxExperts)
+MOE_MAX_EXPERTS = moe_max_experts()  # the routing kernels' limit
 
 
 def register() -> None:

@@ -1,7 +1,8 @@
 // The element-wise parts of a decoder layer, one kernel each where PyTorch's eager code runs several: RMS
 // normalization, the gated activation of an MLP (SiLU of the gate times the up projection), rotary position
-// embedding of queries and keys, and a mixture-of-experts layer's routing around its grouped GEMMs. Each computes what transformers' modules compute, rounding where they round, so
-// a patched model's outputs match its own (docs/torch.md, "Layer ops").
+// embedding of queries and keys, and a mixture-of-experts layer's routing around its grouped GEMMs. Each
+// computes what transformers' modules compute, rounding where they round, so a patched model's outputs match
+// its own (docs/torch.md, "Layer ops").
 //
 //   wavetune::rms_norm(x, width, weight, out, width, rows, width, 1e-5f, wavetune::DType::bf16, stream);
 //

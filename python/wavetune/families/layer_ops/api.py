@@ -169,15 +169,20 @@ def rotary_embedding(q, k, cos, sin):
 
 
 def moe_max_experts() -> int:
+    """The most experts the routing ops take (``wavetune::kMoeMaxExperts``)."""
     return _C.moe_max_experts
+
+
+def _describe(t) -> str:
+    """A tensor's dtype and shape (or what was passed instead), for an error message."""
+    return f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}"
 
 
 def check_routing(torch, top_k_index, experts: int) -> None:
     """The checks of the MoE routing ops on the routing itself that need no GPU."""
     if not isinstance(top_k_index, torch.Tensor) or top_k_index.dtype != torch.int64 or top_k_index.dim() != 2:
         raise ValueError(f"top_k_index must be an int64 [tokens, top_k] tensor (torch.topk's indices), got "
-                         f"{getattr(top_k_index, 'dtype', type(top_k_index).__name__)} "
-                         f"{tuple(getattr(top_k_index, 'shape', ()))}")
+                         f"{_describe(top_k_index)}")
     error = _C.moe_routing_error(top_k_index.shape[0], top_k_index.shape[1], int(experts))
     if error:
         raise ValueError(error)
@@ -187,7 +192,7 @@ def _check_positions(torch, positions, pairs: int) -> None:
     if (not isinstance(positions, torch.Tensor) or positions.dtype != torch.int32 or positions.dim() != 1
             or positions.shape[0] != pairs or not positions.is_contiguous()):
         raise ValueError(f"positions must be a contiguous int32 [{pairs}] tensor (moe_align's), got "
-                         f"{getattr(positions, 'dtype', type(positions).__name__)} {tuple(getattr(positions, 'shape', ()))}")
+                         f"{_describe(positions)}")
 
 
 def moe_align(top_k_index, experts: int):
@@ -236,8 +241,7 @@ def moe_combine(rows, positions, top_k_index, experts: int, weights):
         raise ValueError(f"rows must be [at least {tokens * top_k}, width], got {tuple(rows.shape)}")
     if (not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32
             or tuple(weights.shape) != (tokens, top_k)):
-        raise ValueError(f"weights must be float32 [{tokens}, {top_k}], got "
-                         f"{getattr(weights, 'dtype', type(weights).__name__)} {tuple(getattr(weights, 'shape', ()))}")
+        raise ValueError(f"weights must be float32 [{tokens}, {top_k}], got {_describe(weights)}")
     device = _launch_device(rows)
     ids, weights = top_k_index.contiguous(), weights.contiguous()
     out = torch.empty((tokens, rows.shape[1]), dtype=rows.dtype, device=rows.device)
