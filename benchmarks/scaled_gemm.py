@@ -64,7 +64,7 @@ def split_counts(config, k: int) -> tuple[int, ...]:
     if config.scheduler == "data_parallel":
         return SPLITS
     if config.scheduler == "stream_k":
-        return tuple(s for s in STREAM_K_SPLITS if s <= -(-k // config.tile_k))
+        return tuple(s for s in STREAM_K_SPLITS if s <= -(-k // config.tile[2]))
     return (1,)
 
 VARIANT_M = 64  # the decode variants are measured up to this M, past the default choice's limit, to place it

@@ -161,7 +161,7 @@ def split_counts(config, k: int) -> tuple[int, ...]:
     if config.scheduler == "data_parallel":
         return (0, 1, 2, 3, 8)
     if config.scheduler == "stream_k":
-        return tuple(s for s in (0, 1, 2, 3, 8) if s <= -(-k // config.tile_k))
+        return tuple(s for s in (0, 1, 2, 3, 8) if s <= -(-k // config.tile[2]))
     return (0,)
 
 
