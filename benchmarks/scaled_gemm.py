@@ -14,8 +14,8 @@ CUDA graph each of:
                                     tile per range of M), rowwise, M <= 64
   cutlass_tensor                    the CUTLASS variant chosen for per-row scales, run with per-tensor ones
   bf16                              torch.matmul on bf16 copies of the weights (cuBLAS), for reference
-  <variant>/<splits>                every CUTLASS variant (stream-K ones at 1-16 K splits, the others unsplit),
-                                    and up to M = 64 every decode variant at 1, 2, 4 and 8 K splits, rowwise
+  <variant>/<splits>                every CUTLASS variant (unsplit), and up to M = 64 every decode variant at 1,
+                                    2, 4 and 8 K splits, rowwise
 With --scales block (1x128 activation groups, 128x128 weight blocks), from bf16 activations each:
   wavetune                          wavetune.quantize_fp8(x, group_size=128), then wavetune.scaled_gemm
   dequant                           the weights dequantized to bf16, then torch.matmul (plain PyTorch)
@@ -56,17 +56,6 @@ MODELS = {
 TP = (1, 2, 4, 8)
 M_RANGES = (("1-8", 1, 8), ("9-16", 9, 16), ("17-64", 17, 64), ("65-1024", 65, 1024), ("1025-16384", 1025, 16384))
 SPLITS = (1, 2, 4, 8)
-STREAM_K_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
-
-
-def split_counts(config, k: int) -> tuple[int, ...]:
-    """The K splits a variant is measured at: the decode kernels' SPLITS, a stream-K kernel's up to one a k-block."""
-    if config.scheduler == "data_parallel":
-        return SPLITS
-    if config.scheduler == "stream_k":
-        return tuple(s for s in STREAM_K_SPLITS if s <= -(-k // config.tile[2]))
-    return (1,)
-
 VARIANT_M = 64  # the decode variants are measured up to this M, past the default choice's limit, to place it
 FP8 = torch.float8_e4m3fn
 
@@ -212,7 +201,7 @@ def launches(m: int, n: int, k: int) -> dict:
         decode = c.schedule == "decode"
         if c.dtype != "bf16" or "_block128_" in c.name or (decode and m > VARIANT_M):
             continue
-        for s in split_counts(c, k):
+        for s in (SPLITS if c.scheduler == "data_parallel" else (1,)):
             found[f"{c.name}/{s}"] = lambda o, v=c.name, s=s: wavetune.scaled_gemm(
                 o["x"], o["w"].t(), o["sx"], o["sw"], out=o["out"], config=v, splits=s)
     return found

@@ -1,7 +1,6 @@
 """The FP8 scaled GEMM family (csrc/families/scaled_gemm, wavetune.scaled_gemm, wavetune.quantize_fp8): input
 checks and the family's registration (CPU tier); every variant against an fp32 reference of the dequantized
-operands (random data, odd M and N at tile edges, K not a whole chunk, poisoned outputs, unsplit and split:
-decode kernels across a cluster, stream-K CUTLASS kernels through a workspace,
+operands (random data, odd M and N at tile edges, K not a whole chunk, poisoned outputs, unsplit and split,
 every mix of per-tensor and per-row scales, with and without programmatic dependent launch), the default
 choice (decode kernels, then CUTLASS ones; torch._scaled_mm for per-tensor scales), the quantizer, CUDA graphs and torch.compile (GPU tier)."""
 
@@ -155,16 +154,6 @@ def check_close(out, ref, magnitude=None):
     assert not bad.any(), f"{int(bad.sum())} of {bad.numel()} elements off; first at {bad.nonzero()[0].tolist()}"
 
 
-def split_counts(config, k: int) -> tuple[int, ...]:
-    """The K splits a variant is tested at: the decode kernels' and the stream-K kernels' (at most one a
-    k-block), 0 (its own) for the others."""
-    if config.scheduler == "data_parallel":
-        return (0, 1, 2, 3, 8)
-    if config.scheduler == "stream_k":
-        return tuple(s for s in (0, 1, 2, 3, 8) if s <= -(-k // config.tile[2]))
-    return (0,)
-
-
 def variants_by_kind():
     return {"split": [c for c in wavetune.scaled_gemm_configs() if c.scheduler == "data_parallel"],
             "persistent": [c for c in wavetune.scaled_gemm_configs() if c.scheduler == "persistent"]}
@@ -184,30 +173,12 @@ def test_every_variant_matches_fp32_with_poisoned_outputs(m, n, k):
             for c in wavetune.scaled_gemm_configs():
                 if c.dtype != {torch.bfloat16: "bf16", torch.float16: "fp16"}[out_dtype] or "_block128_" in c.name:
                     continue
-                for splits in split_counts(c, k):
+                for splits in ((0, 1, 2, 3, 8) if c.scheduler == "data_parallel" else (0,)):
                     wide.fill_(float("nan"))
                     out = wavetune.scaled_gemm(a, w.t(), sa, sb, out_dtype=out_dtype, bias=bias, out=wide[:, :n],
                                                config=c.name, splits=splits)
                     check_close(out, ref, size)
                     assert wide[:, n:].isnan().all(), f"{c.name} wrote past N"
-
-
-@pytest.mark.gpu
-def test_cutlass_variants_name_what_they_cannot_split():
-    g = torch.Generator(device="cuda").manual_seed(41)
-    m, n, k = 16, 256, 512
-    a, w = random_fp8(m, k, g), random_fp8(n, k, g)
-    sa, sb = scales("row", m, (m, 1), g), scales("row", n, (1, n), g)
-    cutlass = [c for c in wavetune.scaled_gemm_configs() if c.schedule != "decode" and c.dtype == "bf16"]
-    if not cutlass:
-        pytest.skip("no CUTLASS scaled GEMM variant compiled")
-    for c in cutlass:
-        if c.scheduler == "stream_k":
-            with pytest.raises(ValueError, match="at most one K split per 128-deep k-block: 4"):
-                wavetune.scaled_gemm(a, w.t(), sa, sb, config=c.name, splits=5)
-        else:
-            with pytest.raises(ValueError, match="only the stream-K CUTLASS variants split K"):
-                wavetune.scaled_gemm(a, w.t(), sa, sb, config=c.name, splits=2)
 
 
 def expand_blocks(scale, rows, cols):
@@ -367,30 +338,16 @@ def test_quantize_fp8_per_row_and_static():
         assert ((qs.float() - expected).abs() <= expected.abs() * 2**-4 + 2**-9).all()
 
 
-def stream_k_variant() -> str | None:
-    return next((c.name for c in wavetune.scaled_gemm_configs() if c.scheduler == "stream_k" and c.dtype == "bf16"),
-                None)
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("forced", [False, True], ids=["choice", "stream_k"])
-def test_cuda_graph_capture_as_pytorch_documents_it(forced):
-    """The default choice through the operators, and a stream-K variant split 4 ways, whose workspace comes
-    from the graph's pool."""
+def test_cuda_graph_capture_as_pytorch_documents_it():
     import wavetune.torch_ops  # noqa: F401
 
-    config = stream_k_variant() if forced else None
-    if forced and config is None:
-        pytest.skip("no stream-K scaled GEMM variant compiled")
     g = torch.Generator(device="cuda").manual_seed(13)
     n, k = 2048, 1024
     w, sb = random_fp8(n, k, g), scales("row", n, (1, n), g)
     x = torch.randn(8, k, device="cuda", generator=g, dtype=torch.bfloat16)
 
     def step(x):
-        if forced:
-            q, sx = wavetune.quantize_fp8(x)
-            return wavetune.scaled_gemm(q, w.t(), sx, sb, config=config, splits=4)
         q, sx = torch.ops.wavetune.quantize_fp8(x)
         return torch.ops.wavetune.scaled_gemm(q, w.t(), sx, sb)
 

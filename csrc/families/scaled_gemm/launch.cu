@@ -50,10 +50,7 @@ struct ScaledVariant {
     return {};
   }
 
-  static size_t workspace_bytes(const ScaledGemmProblem&, int32_t, const DeviceInfo&) { return 0; }
-
-  static void run(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev, void*, size_t,
-                  Stream stream) {
+  static void run(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev, Stream stream) {
     const int32_t s = splits(p, requested, dev);
     decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, 0};
     const int k_blocks = (p.k + decode::kScaleBlock - 1) / decode::kScaleBlock;
@@ -69,7 +66,7 @@ struct ScaledVariant {
     }
   }
 
-  static constexpr ScaledVariantOps kOps{&splits, &why_not, &workspace_bytes, &run};
+  static constexpr ScaledVariantOps kOps{&splits, &why_not, &run};
 
   static VariantRegistry<ScaledVariantOps>::Entry entry(int32_t id, const char* name) {
     return {{id, name, kOut, BLayout::col, true, Schedule::decode, K::kTileRows, kTokens, K::kTileK, 1, 1,
@@ -91,65 +88,38 @@ double predicted_cost(const VariantInfo& v, const ScaledGemmProblem& p, int32_t 
   return std::ceil(double(tiles * splits) / capacity) * bytes_per_cta;
 }
 
-}  // namespace
-
 // NOTES: the CUTLASS variants' wave model, the paper's (G, L): G output tiles of the kernel's own problem
-// (weight rows x tokens, or tokens x weight rows), times the K splits of a stream-K variant, run on one
-// persistent CTA per SM in ceil(G / SMs) waves, each walking L = ceil(K / tile K / splits) k-blocks. A k-block
-// of a wave costs the longest of: what its CTAs stream from HBM at the device's bandwidth, what one CTA streams
-// at the rate one SM's TMA pipeline sustains, and one CTA's tensor-core time; each wave adds a fixed start and
-// epilogue, and a split launch the zeroing of its barrier flags and the sum of its partials. The CTAs of a wave
-// take token tiles fastest, so a weight tile is read from HBM once per wave for all token tiles beside it, and
-// the token tiles once per weight tile. kFp8TensorFlopsPerUsPerSm is the dense e4m3 peak of an H100 SXM per SM;
-// the efficiencies and the wave term were set by replaying the model on benchmarks/scaled_gemm.py's sweep of
-// every variant on the design split (it picks 0.994 of the best swapped variant's speed at 9-64 tokens, H200).
-// kCtaBytesPerUs is the rate of the design split's layers of fewer weight tiles than SMs (48-51 GB/s per CTA,
-// H200), where one CTA per tile left most SMs idle; kSplitUs was read off the stream-K variants' sweep.
+// (weight rows x tokens, or tokens x weight rows) run on one persistent CTA per SM in ceil(G / SMs) waves,
+// each walking L = ceil(K / tile K) k-blocks. A k-block of a wave costs the larger of what its CTAs stream
+// from HBM and one CTA's tensor-core time; each wave adds a fixed start and epilogue. The CTAs of a wave take
+// token tiles fastest, so a weight tile is read from HBM once per wave for all token tiles beside it, and the
+// token tiles once per weight tile. kFp8TensorFlopsPerUsPerSm is the dense e4m3 peak of an H100 SXM per SM; the
+// efficiencies and the wave term were set by replaying the model on benchmarks/scaled_gemm.py's sweep of every
+// variant on the design split (it picks 0.994 of the best swapped variant's speed at 9-64 tokens, H200).
 constexpr double kFp8TensorFlopsPerUsPerSm = 1979e6 / 132;
 constexpr double kTensorEfficiency = 0.7;
 constexpr double kHbmEfficiency = 0.9;
 constexpr double kCutlassWaveUs = 2.0;
-constexpr double kCtaBytesPerUs = 50e3;
-constexpr double kSplitUs = 2.0;
-constexpr int32_t kMaxCutlassSplits = 16;
 
-double cutlass_cost_us(const ScaledTile& t, const ScaledGemmProblem& p, int32_t splits, const DeviceInfo& dev) {
-  const int64_t weight_tiles = (p.n + t.weight_rows - 1) / t.weight_rows, token_tiles = (p.m + t.tokens - 1) / t.tokens;
-  const int64_t tiles = weight_tiles * token_tiles * splits, active = std::min<int64_t>(tiles, dev.sm_count);
-  const double waves = std::ceil(double(tiles) / dev.sm_count);
-  const double blocks = std::ceil(std::ceil(double(p.k) / t.k) / splits);
-  const double token_rows = double(std::min(token_tiles, active) * std::min(t.tokens, p.m));
-  const double weight_rows = double((active + token_tiles - 1) / token_tiles * t.weight_rows);
-  const double hbm_us = (weight_rows + token_rows) * t.k / (kHbmEfficiency * dev.memory_bytes_per_us);
-  const double cta_us = double(t.weight_rows + t.tokens) * t.k / kCtaBytesPerUs;
-  const double mma_us = 2.0 * t.weight_rows * t.tokens * t.k / (kTensorEfficiency * kFp8TensorFlopsPerUsPerSm);
-  return waves * (blocks * std::max({hbm_us, cta_us, mma_us}) + kCutlassWaveUs) + (splits > 1 ? kSplitUs : 0.0);
+double cutlass_cost_us(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  const int64_t weight_tile = v.swap_ab ? v.tile_m : v.tile_n, token_tile = v.swap_ab ? v.tile_n : v.tile_m;
+  const int64_t weight_tiles = (p.n + weight_tile - 1) / weight_tile, token_tiles = (p.m + token_tile - 1) / token_tile;
+  const int64_t tiles = weight_tiles * token_tiles, active = std::min<int64_t>(tiles, dev.sm_count);
+  const double waves = std::ceil(double(tiles) / dev.sm_count), blocks = std::ceil(double(p.k) / v.tile_k);
+  const double token_rows = double(std::min(token_tiles, active) * std::min<int64_t>(token_tile, p.m));
+  const double weight_rows = double((active + token_tiles - 1) / token_tiles * weight_tile);
+  const double hbm_us = (weight_rows + token_rows) * v.tile_k / (kHbmEfficiency * dev.memory_bytes_per_us);
+  const double mma_us = 2.0 * v.tile_m * v.tile_n * v.tile_k / (kTensorEfficiency * kFp8TensorFlopsPerUsPerSm);
+  return waves * (blocks * std::max(hbm_us, mma_us) + kCutlassWaveUs);
 }
 
-int32_t cutlass_splits(const ScaledTile& t, const ScaledGemmProblem& p, const DeviceInfo& dev) {
-  const int32_t most = std::min<int32_t>(kMaxCutlassSplits, (p.k + t.k - 1) / t.k);
-  int32_t best = 1;
-  for (int32_t s = 2; s <= most; ++s) {
-    if (cutlass_cost_us(t, p, s, dev) < cutlass_cost_us(t, p, best, dev)) best = s;
-  }
-  return best;
-}
-
-namespace {
-
-ScaledTile tile_of(const VariantInfo& v) {
-  return {v.swap_ab ? v.tile_m : v.tile_n, v.swap_ab ? v.tile_n : v.tile_m, v.tile_k};
-}
-
-// The CUTLASS variant (Schedule::cooperative or pingpong) the wave model predicts fastest at its own split
-// count, null if none takes p.
+// The CUTLASS variant (Schedule::cooperative or pingpong) the wave model predicts fastest, null if none takes p.
 const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   const VariantInfo* best = nullptr;
   double best_us = std::numeric_limits<double>::infinity();
   for (const VariantInfo& v : scaled_gemm_variants()) {
-    const ScaledVariantOps* ops = scaled_variant_ops(v.id);
-    if (v.schedule == Schedule::decode || !ops->why_not(p, 0, dev).empty()) continue;
-    const double us = cutlass_cost_us(tile_of(v), p, ops->splits(p, 0, dev), dev);
+    if (v.schedule == Schedule::decode || !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) continue;
+    const double us = cutlass_cost_us(v, p, dev);
     if (us < best_us) best = &v, best_us = us;
   }
   return best;
@@ -228,33 +198,17 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   return detail::decode_choice(p, dev);
 }
 
-namespace detail {
-namespace {
-
-// The variant's ops on the current device, after the checks every launch and workspace query makes.
-const ScaledVariantOps& checked_ops(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits) {
+void scaled_gemm(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits, Stream stream) {
   std::string error = scaled_gemm_problem_error(p);
   if (!error.empty()) WAVETUNE_INVALID(error);
-  const ScaledVariantOps* ops = scaled_variant_ops(variant_id);
+  const detail::ScaledVariantOps* ops = detail::scaled_variant_ops(variant_id);
   if (!ops) WAVETUNE_INVALID("scaled GEMM variant id ", variant_id, " is not compiled into this build");
   if (splits < 0) WAVETUNE_INVALID("splits must be >= 0 (0: the variant's own), got ", splits);
-  if (const char* device_error = current_device_error()) WAVETUNE_INVALID(device_error);
-  error = ops->why_not(p, splits, current_device_info());
+  if (const char* device_error = detail::current_device_error()) WAVETUNE_INVALID(device_error);
+  const detail::DeviceInfo& dev = detail::current_device_info();
+  error = ops->why_not(p, splits, dev);
   if (!error.empty()) WAVETUNE_INVALID(error, " (M=", p.m, " N=", p.n, " K=", p.k, ")");
-  return *ops;
-}
-
-}  // namespace
-}  // namespace detail
-
-size_t scaled_gemm_workspace_bytes(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits) {
-  return detail::checked_ops(p, variant_id, splits).workspace_bytes(p, splits, detail::current_device_info());
-}
-
-void scaled_gemm(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits, void* workspace,
-                 size_t workspace_bytes, Stream stream) {
-  detail::checked_ops(p, variant_id, splits).run(p, splits, detail::current_device_info(), workspace,
-                                                 workspace_bytes, stream);
+  ops->run(p, splits, dev, stream);
 }
 
 // --- The activation quantizer ---------------------------------------------------------------------------

@@ -16,20 +16,8 @@ struct ScaledVariantOps {
   int32_t (*splits)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&);
   // Empty when the variant runs the (valid) problem with that many splits.
   std::string (*why_not)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&);
-  size_t (*workspace_bytes)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&);
-  void (*run)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&, void* workspace, size_t workspace_bytes,
-              Stream);
+  void (*run)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&, Stream);
 };
-
-// A CUTLASS variant's output tile in the problem's terms: weight rows x tokens, and its k-block depth.
-struct ScaledTile {
-  int32_t weight_rows, tokens, k;
-};
-
-// The CUTLASS variants' wave model (launch.cu): the predicted time of a launch of `splits` K splits, and the
-// split count it predicts fastest for a stream-K variant.
-double cutlass_cost_us(const ScaledTile& tile, const ScaledGemmProblem& p, int32_t splits, const DeviceInfo& dev);
-int32_t cutlass_splits(const ScaledTile& tile, const ScaledGemmProblem& p, const DeviceInfo& dev);
 
 // The built-in decode variants (launch.cu), ids from `first_id`; none without CUDA.
 std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t first_id);

@@ -6,12 +6,9 @@
 #pragma once
 
 // NOTES: as in sm90_gemm.cuh: every multiple of 8 gets its own wgmma atom, and the kernels wait on the
-// previous grid before their first load so that they can be launched early (programmatic dependent launch),
-// except stream-K variants, whose CUTLASS 4.2 scheduler does not build with the grid-dependency instructions.
+// previous grid before their first load so that they can be launched early (programmatic dependent launch).
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
-#ifndef WAVETUNE_VARIANT_SCHEDULER_stream_k
 #define CUTLASS_ENABLE_GDC_FOR_SM90
-#endif
 
 #include <cuda_runtime.h>
 
@@ -34,11 +31,9 @@
 namespace wavetune::detail {
 
 template <DType kOut, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
-          int kClusterN, TileScheduler kScheduler>
+          int kClusterN>
 struct Sm90ScaledGemm {
   static constexpr bool kCooperative = kSchedule == Schedule::cooperative;
-  static constexpr bool kStreamK = kScheduler == TileScheduler::stream_k;
-  static constexpr ScaledTile kTile{kSwapAB ? kTileM : kTileN, kSwapAB ? kTileN : kTileM, kTileK};
   using Input = cutlass::float_e4m3_t;
   using Out = std::conditional_t<kOut == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
   // NOTES: e4m3 wgmma reads both operands K-major. A [m, k] row-major and an nn.Linear weight [n, k] are
@@ -90,13 +85,12 @@ struct Sm90ScaledGemm {
       MainloopSchedule>::CollectiveOp;
   static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
                 "the wgmma atom does not span the tile's N: is CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED defined?");
-  using SchedulerTag = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler, cutlass::gemm::PersistentScheduler>;
-  using Kernel =
-      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Adapter::Arguments;
 
-  static Arguments arguments(const ScaledGemmProblem& p, int32_t splits, const DeviceInfo& dev) {
+  static Arguments arguments(const ScaledGemmProblem& p, const DeviceInfo& dev) {
     using StrideA = typename Kernel::StrideA;
     using StrideB = typename Kernel::StrideB;
     using StrideD = typename Kernel::StrideD;
@@ -123,10 +117,7 @@ struct Sm90ScaledGemm {
     typename WeightScale::Arguments weight_scale{
         p.scale_b, 0.0f, vector_stride<typename WeightScale::StrideMNL>(p.scale_b_kind == ScaleKind::row)};
     args.epilogue.thread = {weight_scale, {token_scale, {}, {}}, {static_cast<const Out*>(p.bias)}, {}};
-    MicroParams micro;
-    micro.splits = splits;
-    micro.decomposition = splits > 1 ? Decomposition::split_k : Decomposition::data_parallel;
-    set_scheduler<kStreamK>(args.scheduler, micro);
+    set_scheduler<false>(args.scheduler, MicroParams{});
     return args;
   }
 
@@ -140,54 +131,37 @@ struct Sm90ScaledGemm {
     }
   }
 
-  // NOTES: a stream-K variant's own split count is the one its wave model (cutlass_cost_us, launch.cu)
-  // predicts fastest for the problem; the others run each tile whole.
-  static int32_t splits(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
-    if (!kStreamK) return 1;
-    return requested > 0 ? requested : cutlass_splits(kTile, p, dev);
-  }
+  static int32_t splits(const ScaledGemmProblem&, int32_t, const DeviceInfo&) { return 1; }
 
   static std::string why_not(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
     if (p.out_dtype != kOut) return std::string("the variant writes ") + to_string(kOut);
     if (p.scale_a_kind == ScaleKind::block128) return "the variant takes per-tensor or per-row scales";
-    if (!kStreamK && requested > 1) return "only the stream-K CUTLASS variants split K";
-    const int32_t k_blocks = (p.k + kTileK - 1) / kTileK;
-    if (requested > k_blocks) {
-      return "at most one K split per " + std::to_string(kTileK) + "-deep k-block: " + std::to_string(k_blocks);
-    }
+    if (requested > 1) return "a CUTLASS variant does not split K";
     if (p.n % kOutAlignment != 0 || p.ldd % kOutAlignment != 0) {
       return "the CUTLASS variants store 16-byte rows: N and the output's row stride must be multiples of 8";
     }
-    const cutlass::Status status = Adapter::can_implement(arguments(p, splits(p, requested, dev), dev));
+    const cutlass::Status status = Adapter::can_implement(arguments(p, dev));
     if (status == cutlass::Status::kSuccess) return {};
     return std::string("CUTLASS cannot implement it: ") + cutlassGetStatusString(status);
   }
 
-  static size_t workspace_bytes(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
-    return Adapter::get_workspace_size(arguments(p, splits(p, requested, dev), dev));
+  static void run(const ScaledGemmProblem& p, int32_t, const DeviceInfo& dev, Stream stream) {
+    launch_gemm_universal<Adapter>(arguments(p, dev), dev, nullptr, 0, programmatic_launch(), stream, [&] {
+      return "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k);
+    });
   }
 
-  static void run(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev, void* workspace,
-                  size_t workspace_bytes, Stream stream) {
-    const int32_t s = splits(p, requested, dev);
-    launch_gemm_universal<Adapter>(arguments(p, s, dev), dev, workspace, workspace_bytes,
-                                   !kStreamK && programmatic_launch(), stream, [&] {
-                                     return "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) +
-                                            " K=" + std::to_string(p.k) + ", " + std::to_string(s) + " splits";
-                                   });
-  }
-
-  static constexpr ScaledVariantOps ops() { return {&splits, &why_not, &workspace_bytes, &run}; }
+  static constexpr ScaledVariantOps ops() { return {&splits, &why_not, &run}; }
 };
 
 }  // namespace wavetune::detail
 
 // Defines wavetune::detail::variant_<NAME>, which the scaled GEMM's registry (registry.cpp) lists. The family's B
-// layout (col) is fixed: config_space.py refuses other values.
+// layout (col) and scheduler (persistent) are fixed: config_space.py refuses other values.
 #define WAVETUNE_SCALED_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SWAP_AB, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER) \
   namespace wavetune::detail {                                                                                      \
-  static_assert(BLayout::B_LAYOUT == BLayout::col);                                                                 \
+  static_assert(BLayout::B_LAYOUT == BLayout::col && TileScheduler::SCHEDULER == TileScheduler::persistent);        \
   extern const ScaledVariantOps variant_##NAME;                                                                     \
   const ScaledVariantOps variant_##NAME =                                                                           \
-      Sm90ScaledGemm<DType::DTYPE, SWAP_AB, Schedule::SCHEDULE, TM, TN, TK, CM, CN, TileScheduler::SCHEDULER>::ops(); \
+      Sm90ScaledGemm<DType::DTYPE, SWAP_AB, Schedule::SCHEDULE, TM, TN, TK, CM, CN>::ops();                        \
   }

@@ -100,8 +100,7 @@ class Variant:
 
     @property
     def name(self) -> str:
-        return self.generation.name_format.format(**_fields_of(self), swap="_swapab" if self.swap_ab else "",
-                                                  stream_k="_stream_k" if self.scheduler == "stream_k" else "")
+        return self.generation.name_format.format(**_fields_of(self), swap="_swapab" if self.swap_ab else "")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,12 +29,6 @@ def _by_id() -> dict[int, KernelConfig]:
     return {v["id"]: KernelConfig(**v) for v in _C.scaled_gemm_variants()}
 
 
-@functools.cache
-def _stream_k(variant: int) -> bool:
-    """Whether the variant is a stream-K CUTLASS kernel, the only kind that needs a workspace."""
-    return _by_id()[variant].scheduler == "stream_k"
-
-
 @functools.lru_cache(maxsize=256)
 def _resolve(config) -> int:
     return family_variant_id(config, _by_id(), "scaled_gemm", "scaled_gemm_configs")
@@ -123,7 +117,7 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
 
     Per-token or per-channel scales: up to ``wavetune._C.scaled_gemm_max_tokens()`` tokens (64) run wavetune's
     kernels, which read the weights once at the speed of HBM: CUTLASS FP8 kernels with the tokens along a narrow
-    tile (split along K on layers narrower than the GPU), picked by a wave model of the launch, or for up to 8 tokens on a layer too narrow to fill the GPU with
+    tile, picked by a wave model of the launch, or for up to 8 tokens on a layer too narrow to fill the GPU with
     them, split-K decode kernels. More tokens, or per-tensor scales on both sides, run ``torch._scaled_mm`` (the
     same arguments, into ``out``), which was faster there (docs/scaled_gemm.md). Block scales run the decode
     kernels up to ``scaled_gemm_max_tokens(True)`` tokens (16) and beyond them the block-scaled grouped
@@ -165,12 +159,7 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
     error = _C.scaled_gemm_problem_error(*args)
     if error:
         raise ValueError(f"wavetune.scaled_gemm: {error}")
-    # NOTES: only stream-K variants take a workspace; it comes from torch's caching allocator on the current
-    # stream (stream-ordered; under CUDA-graph capture from the graph's pool, kept for its replays).
-    workspace_bytes = _C.scaled_gemm_workspace_bytes(*args, variant, splits) if _stream_k(variant) else 0
-    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=out.device) if workspace_bytes else None
-    _C.scaled_gemm(*args, variant, splits, 0 if workspace is None else workspace.data_ptr(), workspace_bytes,
-                   stream_getter(torch)(device))
+    _C.scaled_gemm(*args, variant, splits, stream_getter(torch)(device))
     return out
 
 
