@@ -252,11 +252,11 @@ def test_fp8_linear_per_channel_and_block_against_the_bf16_layer():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n, m, kind", [(896, 5, "decode"), (4096, 1, "cutlass"), (4096, 9, "cutlass"),
-                                        (896, 40, "cutlass"), (4096, 64, "cutlass"), (4096, 65, "torch"),
-                                        (4096, 2053, "torch")])
+                                        (896, 12, "decode"), (1536, 12, "cutlass"), (896, 40, "cutlass"),
+                                        (4096, 64, "cutlass"), (4096, 65, "torch"), (4096, 2053, "torch")])
 def test_the_default_choice_by_tokens_and_width(n, m, kind):
-    """Decode kernels for a few tokens on narrow layers, CUTLASS kernels up to scaled_gemm_max_tokens(), then
-    torch._scaled_mm (into a given output too)."""
+    """Decode kernels for a few tokens on narrow layers (two 8-token tiles of a 896-row layer, not of a 1536-row
+    one), CUTLASS kernels up to scaled_gemm_max_tokens(), then torch._scaled_mm (into a given output too)."""
     if kind == "cutlass" and not any(c.schedule != "decode" for c in wavetune.scaled_gemm_configs()):
         pytest.skip("no CUTLASS scaled GEMM variant compiled (the choice falls back to the decode ones)")
     g = torch.Generator(device="cuda").manual_seed(n + m)

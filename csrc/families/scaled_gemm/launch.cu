@@ -125,24 +125,33 @@ const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& 
   return best;
 }
 
+// The token tile the decode choice considers: the smallest of the decode variants that take the problem (0 if
+// none), several of them for more tokens.
+// NOTES: each CTA of a decode kernel loads its tokens' activations beside its weight rows, so a 16-token tile
+// costs about what two 8-token tiles do, and on the narrow layers where the decode kernels serve 9-16 tokens
+// (below) two 8-token tiles ran 1.3-1.6x faster than one of 16 (design and held-out rows of
+// benchmarks/scaled_gemm.py, H100 and H200).
+int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  int32_t smallest = 0;
+  for (const VariantInfo& v : scaled_gemm_variants()) {
+    if (v.schedule != Schedule::decode || !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) continue;
+    if (smallest == 0 || v.tile_n < smallest) smallest = v.tile_n;
+  }
+  return smallest;
+}
+
 // NOTES: up to kScaledGemmDecodeTokens tokens, a swapped CUTLASS variant streams its weight tile through a deep
 // TMA pipeline, one CTA per SM, and with a third of the SMs busy it read the design split's layers faster than
 // the decode kernels, which pay for their K splits' reduction (M 1-8: 0.77-0.96 of their time from N = 3072
 // at 64 rows a tile); narrower layers leave it too few CTAs, and the decode kernels' K splits fill the GPU.
-bool fills_the_gpu(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
-  return 3 * ((p.n + v.tile_m - 1) / v.tile_m) >= dev.sm_count;
-}
-
-// The token tile the decode choice considers, of the decode variants that take the problem: the smallest that
-// holds M (fewest tokens computed for nothing), else the largest.
-int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
-  int32_t fitting = 0, largest = 0;
-  for (const VariantInfo& v : scaled_gemm_variants()) {
-    if (v.schedule != Schedule::decode || !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) continue;
-    largest = std::max(largest, v.tile_n);
-    if (v.tile_n >= p.m && (fitting == 0 || v.tile_n < fitting)) fitting = v.tile_n;
-  }
-  return fitting ? fitting : largest;
+// Each further token tile of the decode kernels reads the weights again (from L2) and takes as long, so the
+// CUTLASS variant wins once its weight tiles, times the decode kernels' token tiles, occupy a third of the SMs:
+// at 9-16 tokens a layer of under 22 of its 64-row tiles (N < 1,344) still goes to the decode kernels, which
+// ran 1.06-1.41x the CUTLASS variants on such layers (qkv projections at TP 4-8; design and held-out rows).
+bool cutlass_fills_the_gpu(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  const int32_t tokens = token_tile_for(p, dev);
+  if (tokens == 0) return true;
+  return 3 * ((p.n + v.tile_m - 1) / v.tile_m) * ((p.m + tokens - 1) / tokens) >= dev.sm_count;
 }
 
 // The decode variant the wave model (predicted_cost) picks among those of the token tile for M, -1 if none.
@@ -193,7 +202,7 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   if (!blocks) {
     const VariantInfo* cutlass = detail::cutlass_choice(p, dev);
     if (p.m > kScaledGemmDecodeTokens) return cutlass ? cutlass->id : -1;
-    if (cutlass && detail::fills_the_gpu(*cutlass, p, dev)) return cutlass->id;
+    if (cutlass && detail::cutlass_fills_the_gpu(*cutlass, p, dev)) return cutlass->id;
   }
   return detail::decode_choice(p, dev);
 }

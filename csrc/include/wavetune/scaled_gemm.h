@@ -19,9 +19,10 @@
 
 namespace wavetune {
 
-// The most tokens (M) the default choice gives the decode variants: beyond, each CTA's activation loads cost as
-// much as its weight loads, and the CUTLASS variants' tensor-core kernels run (docs/scaled_gemm.md).
-constexpr int32_t kScaledGemmDecodeTokens = 8;
+// The most tokens (M) the default choice gives the decode variants, on layers too narrow for the CUTLASS
+// variants to fill the GPU: beyond, the decode kernels read the weights once more per 8-token tile and the CUTLASS
+// variants' tensor-core kernels run (docs/scaled_gemm.md).
+constexpr int32_t kScaledGemmDecodeTokens = 16;
 // The most tokens the default choice gives the variants with per-tensor or per-row scales: beyond,
 // torch._scaled_mm's kernels were faster than the CUTLASS variants (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmMaxTokens = 64;
