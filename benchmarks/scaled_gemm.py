@@ -24,7 +24,9 @@ With --scales block (1x128 activation groups, 128x128 weight blocks), from bf16 
                                     kernels, compiled on first use of a shape)
   <variant>/<splits>                wavetune's quantizer, then each block-scaled variant (up to M = 64)
   block_grouped/1                   wavetune's quantizer, then the block-scaled grouped GEMM with one expert
-                                    (its choice; what scaled_gemm runs past the decode variants' tokens)
+                                    (its choice; what scaled_gemm runs past the decode variants' tokens where
+                                    cuBLASLt is absent)
+  cublaslt/1                        wavetune's quantizer, then scaled_gemm's cuBLASLt variant (M >= 2)
 replayed round-robin (--reps rounds, medians); weights cold (copies rotated past twice the L2 size), inputs
 random. Every method's output is checked against the fp32 reference of the dequantized operands first
 (output poisoned). Writes <out>/scaled_gemm.jsonl, prints geomeans per M range and TB/s of the weights.
@@ -158,6 +160,12 @@ def block_launches(m: int, deepgemm: bool) -> dict:
         found["transformers"] = lambda o: finegrained_fp8_linear(o["x16"], o["w"], o["sw"], [128, 128], None, None)
     except ImportError:
         pass
+    for c in wavetune.scaled_gemm_configs():
+        if c.dtype == "bf16" and c.schedule == "cublas" and m >= 2:
+            def library(o, v=c.name):
+                q, scale = quantized(o)
+                return wavetune.scaled_gemm(q, o["w"].t(), scale, o["sw"], out=o["out"], block_scales=True, config=v)
+            found["cublaslt/1"] = library
     if m <= VARIANT_M:
         for c in wavetune.scaled_gemm_configs():
             if c.dtype != "bf16" or "_block128_" not in c.name:

@@ -2,7 +2,8 @@
 checks and the family's registration (CPU tier); every variant against an fp32 reference of the dequantized
 operands (random data, odd M and N at tile edges, K not a whole chunk, poisoned outputs, unsplit and split,
 every mix of per-tensor and per-row scales, with and without programmatic dependent launch), the default
-choice (decode kernels, then CUTLASS ones; torch._scaled_mm for per-tensor scales), the quantizer, CUDA graphs and torch.compile (GPU tier)."""
+choice (decode kernels, then CUTLASS ones, then cuBLASLt; cuBLASLt for per-tensor scales), cuBLASLt with every kind
+of scale, the quantizer, CUDA graphs and torch.compile (GPU tier)."""
 
 from __future__ import annotations
 
@@ -170,8 +171,9 @@ def test_every_variant_matches_fp32_with_poisoned_outputs(m, n, k):
             bias = torch.randn(n, device="cuda", generator=g).to(out_dtype) if kb == "row" else None
             ref, size = reference(a, w.t(), sa, sb, bias), magnitude(a, w.t(), sa, sb)
             wide = torch.full((m, n + 24), float("nan"), dtype=out_dtype, device="cuda")
-            for c in wavetune.scaled_gemm_configs():
-                if c.dtype != {torch.bfloat16: "bf16", torch.float16: "fp16"}[out_dtype] or "_block128_" in c.name:
+            for c in wavetune.scaled_gemm_configs():  # cuBLASLt's own test is below
+                if (c.dtype != {torch.bfloat16: "bf16", torch.float16: "fp16"}[out_dtype] or "_block128_" in c.name
+                        or c.schedule == "cublas"):
                     continue
                 for splits in ((0, 1, 2, 3, 8) if c.scheduler == "data_parallel" else (0,)):
                     wide.fill_(float("nan"))
@@ -186,6 +188,48 @@ def expand_blocks(scale, rows, cols):
     if scale.shape[0] != rows:
         scale = scale.repeat_interleave(128, 0)
     return scale[:rows].repeat_interleave(128, 1)[:, :cols]
+
+
+def cublaslt_configs():
+    configs = [c for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas"]
+    if not configs:
+        pytest.skip("cuBLASLt could not be opened (no libcublasLt of this build's CUDA major version)")
+    return configs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(1, 256, 1024), (37, 384, 1024), (130, 2048, 4096)])
+def test_cublaslt_matches_fp32_with_every_kind_of_scale(m, n, k):
+    """Per tensor and per row with a bias, and 128-blocks (the activations' scales transposed into the
+    workspace first), both output dtypes, poisoned outputs wider than N; a mix of kinds and a one-token block
+    problem are refused by name."""
+    g = torch.Generator(device="cuda").manual_seed(m + k)
+    a, w = random_fp8(m, k, g), random_fp8(n, k, g)
+    for c in cublaslt_configs():
+        out_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[c.dtype]
+        wide = torch.empty((m, n + 16), dtype=out_dtype, device="cuda")
+        for kind in ("tensor", "row", "block"):
+            if kind == "block":
+                sa = torch.rand(m, k // 128, device="cuda", generator=g) * 0.01 + 1e-3
+                sb = torch.rand(-(-n // 128), k // 128, device="cuda", generator=g) * 0.01 + 1e-3
+                bias, size = None, None
+                ref = (a.float() * expand_blocks(sa, m, k)) @ (w.float() * expand_blocks(sb, n, k)).t()
+                if m < 2:
+                    with pytest.raises(ValueError, match="2 tokens or more"):
+                        wavetune.scaled_gemm(a, w.t(), sa, sb, block_scales=True, out_dtype=out_dtype, config=c.name)
+                    continue
+            else:
+                sa, sb = scales(kind, m, (m, 1), g), scales(kind, n, (1, n), g)
+                bias = torch.randn(n, device="cuda", generator=g).to(out_dtype)
+                ref, size = reference(a, w.t(), sa, sb, bias), magnitude(a, w.t(), sa, sb)
+            wide.fill_(float("nan"))
+            out = wavetune.scaled_gemm(a, w.t(), sa, sb, out_dtype=out_dtype, bias=bias, out=wide[:, :n],
+                                       block_scales=kind == "block", config=c.name)
+            check_close(out, ref, size)
+            assert wide[:, n:].isnan().all(), f"{c.name} wrote past N"
+        with pytest.raises(ValueError, match="the same kind of scales on both sides"):
+            wavetune.scaled_gemm(a, w.t(), scales("tensor", m, (m, 1), g), scales("row", n, (1, n), g),
+                                 out_dtype=out_dtype, config=c.name)
 
 
 @pytest.mark.gpu
@@ -253,10 +297,11 @@ def test_fp8_linear_per_channel_and_block_against_the_bf16_layer():
 @pytest.mark.gpu
 @pytest.mark.parametrize("n, m, kind", [(896, 5, "decode"), (4096, 1, "cutlass"), (4096, 9, "cutlass"),
                                         (896, 12, "decode"), (1536, 12, "cutlass"), (896, 40, "cutlass"),
-                                        (4096, 64, "cutlass"), (4096, 65, "torch"), (4096, 2053, "torch")])
+                                        (4096, 64, "cutlass"), (4096, 65, "library"), (4096, 2053, "library")])
 def test_the_default_choice_by_tokens_and_width(n, m, kind):
     """Decode kernels for a few tokens on narrow layers (two 8-token tiles of a 896-row layer, not of a 1536-row
-    one), CUTLASS kernels up to scaled_gemm_max_tokens(), then torch._scaled_mm (into a given output too)."""
+    one), CUTLASS kernels up to scaled_gemm_max_tokens(), then cuBLASLt, or where it cannot be opened
+    torch._scaled_mm (into a given output too)."""
     if kind == "cutlass" and not any(c.schedule != "decode" for c in wavetune.scaled_gemm_configs()):
         pytest.skip("no CUTLASS scaled GEMM variant compiled (the choice falls back to the decode ones)")
     g = torch.Generator(device="cuda").manual_seed(n + m)
@@ -266,9 +311,11 @@ def test_the_default_choice_by_tokens_and_width(n, m, kind):
     given = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
     assert wavetune.scaled_gemm(a, w.t(), sa, sb, out=given) is given
     chosen = _C.scaled_gemm_choice(m, n, k, 0, True, True)
-    if kind == "torch":
-        assert chosen == -1 and m > _C.scaled_gemm_max_tokens()
-        assert torch.equal(given, torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16))
+    if kind == "library":
+        library = [c.id for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas" and c.dtype == "bf16"]
+        assert chosen == (library[0] if library else -1) and m > _C.scaled_gemm_max_tokens()
+        torch.testing.assert_close(given, torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16), rtol=8e-3,
+                                   atol=1e-3)
         return
     check_close(given, reference(a, w.t(), sa, sb, None), magnitude(a, w.t(), sa, sb))
     schedule = {c.id: c.schedule for c in wavetune.scaled_gemm_configs()}[chosen]
@@ -289,12 +336,14 @@ def test_equal_predicted_costs_go_to_the_fewest_k_splits(m, n, k, kind, expected
 
 
 @pytest.mark.gpu
-def test_per_tensor_scales_run_torch_scaled_mm():
+def test_per_tensor_scales_run_cublaslt_as_torch_scaled_mm_does():
     g = torch.Generator(device="cuda").manual_seed(3)
     w, a = random_fp8(4096, 4096, g), random_fp8(1, 4096, g)
     sa, sb = scales("tensor", 1, (1, 1), g).reshape(()), scales("tensor", 1, (1, 1), g).reshape(())
-    assert torch.equal(wavetune.scaled_gemm(a, w.t(), sa, sb), torch._scaled_mm(a, w.t(), sa, sb,
-                                                                                out_dtype=torch.bfloat16))
+    library = [c.id for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas" and c.dtype == "bf16"]
+    assert _C.scaled_gemm_choice(1, 4096, 4096, 0, 0, 0) == (library[0] if library else -1)
+    torch.testing.assert_close(wavetune.scaled_gemm(a, w.t(), sa, sb),
+                               torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16), rtol=8e-3, atol=1e-3)
 
 
 @pytest.mark.gpu
@@ -339,13 +388,16 @@ def test_quantize_fp8_per_row_and_static():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_capture_as_pytorch_documents_it():
+@pytest.mark.parametrize("tokens", [8, 80], ids=["kernels", "cublaslt"])
+def test_cuda_graph_capture_as_pytorch_documents_it(tokens):
+    """The wave model's kernels, and past their token limit cuBLASLt, whose workspace then comes from the
+    graph's pool."""
     import wavetune.torch_ops  # noqa: F401
 
     g = torch.Generator(device="cuda").manual_seed(13)
     n, k = 2048, 1024
     w, sb = random_fp8(n, k, g), scales("row", n, (1, n), g)
-    x = torch.randn(8, k, device="cuda", generator=g, dtype=torch.bfloat16)
+    x = torch.randn(tokens, k, device="cuda", generator=g, dtype=torch.bfloat16)
 
     def step(x):
         q, sx = torch.ops.wavetune.quantize_fp8(x)
@@ -360,7 +412,7 @@ def test_cuda_graph_capture_as_pytorch_documents_it():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         y = step(x)
-    x.copy_(torch.randn(8, k, device="cuda", generator=g, dtype=torch.bfloat16))
+    x.copy_(torch.randn(tokens, k, device="cuda", generator=g, dtype=torch.bfloat16))
     y.fill_(float("nan"))
     graph.replay()
     assert torch.equal(y, step(x))

@@ -50,7 +50,10 @@ struct ScaledVariant {
     return {};
   }
 
-  static void run(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev, Stream stream) {
+  static size_t workspace_bytes(const ScaledGemmProblem&, int32_t, const DeviceInfo&) { return 0; }
+
+  static void run(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev, void*, size_t,
+                  Stream stream) {
     const int32_t s = splits(p, requested, dev);
     decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, 0};
     const int k_blocks = (p.k + decode::kScaleBlock - 1) / decode::kScaleBlock;
@@ -66,7 +69,7 @@ struct ScaledVariant {
     }
   }
 
-  static constexpr ScaledVariantOps kOps{&splits, &why_not, &run};
+  static constexpr ScaledVariantOps kOps{&splits, &why_not, &workspace_bytes, &run};
 
   static VariantRegistry<ScaledVariantOps>::Entry entry(int32_t id, const char* name) {
     return {{id, name, kOut, BLayout::col, true, Schedule::decode, K::kTileRows, kTokens, K::kTileK, 1, 1,
@@ -177,6 +180,26 @@ int32_t decode_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   return best;
 }
 
+// NOTES: past the kernels' token limits, and for per-tensor scales, cuBLASLt: its per-tensor kernels ran as fast
+// as the CUTLASS variants (docs/scaled_gemm.md), its per-row (outer-vector) kernels are the ones
+// torch._scaled_mm calls, and its block-scaled kernels ran MEASURE_ME the block-scaled grouped kernel with one
+// expert past 16 tokens. -1 where it is absent (no libcublasLt, no GPU) or refuses the problem: the caller runs
+// another GEMM.
+int32_t library_choice(const ScaledGemmProblem& p) {
+  const std::vector<VariantInfo>& variants = scaled_gemm_variants();
+  const auto is_library = [](const VariantInfo& v) { return v.schedule == Schedule::cublas; };
+  if (std::none_of(variants.begin(), variants.end(), is_library)) return -1;
+  try {
+    if (current_device_error()) return -1;
+  } catch (const RuntimeError&) {  // no driver: a build host
+    return -1;
+  }
+  for (const VariantInfo& v : variants) {
+    if (is_library(v) && scaled_variant_ops(v.id)->why_not(p, 0, current_device_info()).empty()) return v.id;
+  }
+  return -1;
+}
+
 }  // namespace
 
 std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t first_id) {
@@ -195,7 +218,7 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   const bool blocks = p.scale_a_kind == ScaleKind::block128;
   if (p.m > (blocks ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens) ||
       (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) {
-    return -1;
+    return detail::library_choice(p);
   }
   if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();
@@ -207,17 +230,33 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   return detail::decode_choice(p, dev);
 }
 
-void scaled_gemm(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits, Stream stream) {
+namespace detail {
+namespace {
+
+// The variant's ops on the current device, after the checks every launch and workspace query makes.
+const ScaledVariantOps& checked_ops(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits) {
   std::string error = scaled_gemm_problem_error(p);
   if (!error.empty()) WAVETUNE_INVALID(error);
-  const detail::ScaledVariantOps* ops = detail::scaled_variant_ops(variant_id);
+  const ScaledVariantOps* ops = scaled_variant_ops(variant_id);
   if (!ops) WAVETUNE_INVALID("scaled GEMM variant id ", variant_id, " is not compiled into this build");
   if (splits < 0) WAVETUNE_INVALID("splits must be >= 0 (0: the variant's own), got ", splits);
-  if (const char* device_error = detail::current_device_error()) WAVETUNE_INVALID(device_error);
-  const detail::DeviceInfo& dev = detail::current_device_info();
-  error = ops->why_not(p, splits, dev);
+  if (const char* device_error = current_device_error()) WAVETUNE_INVALID(device_error);
+  error = ops->why_not(p, splits, current_device_info());
   if (!error.empty()) WAVETUNE_INVALID(error, " (M=", p.m, " N=", p.n, " K=", p.k, ")");
-  ops->run(p, splits, dev, stream);
+  return *ops;
+}
+
+}  // namespace
+}  // namespace detail
+
+size_t scaled_gemm_workspace_bytes(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits) {
+  return detail::checked_ops(p, variant_id, splits).workspace_bytes(p, splits, detail::current_device_info());
+}
+
+void scaled_gemm(const ScaledGemmProblem& p, int32_t variant_id, int32_t splits, void* workspace,
+                 size_t workspace_bytes, Stream stream) {
+  detail::checked_ops(p, variant_id, splits).run(p, splits, detail::current_device_info(), workspace,
+                                                 workspace_bytes, stream);
 }
 
 // --- The activation quantizer ---------------------------------------------------------------------------

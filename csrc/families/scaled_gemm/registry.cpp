@@ -1,5 +1,5 @@
 // The scaled GEMM's compiled variants (the generated CUTLASS ones of scaled_registry.inc, see
-// python/wavetune/codegen/config_space.py, then the built-in decode ones), the config space's hash and the
+// python/wavetune/codegen/config_space.py, then the built-in decode ones and cuBLASLt), the config space's hash and the
 // problem checks that need no GPU.
 #include <cstdint>
 #include <sstream>
@@ -22,12 +22,14 @@ WAVETUNE_SCALED_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-// Ascending ids: the generated variants, then the decode ones from kDecodeVariantIds.
+// Ascending ids: the generated variants, then the decode ones from kDecodeVariantIds, then cuBLASLt from
+// kLibraryVariantIds.
 VariantRegistry<ScaledVariantOps>& registry() {
   static VariantRegistry<ScaledVariantOps> list([] {
     std::vector<VariantRegistry<ScaledVariantOps>::Entry> entries{WAVETUNE_SCALED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};
-    const auto decode = scaled_decode_variants(kDecodeVariantIds);
-    entries.insert(entries.end(), decode.begin(), decode.end());
+    for (const auto& more : {scaled_decode_variants(kDecodeVariantIds), scaled_library_variants(kLibraryVariantIds)}) {
+      entries.insert(entries.end(), more.begin(), more.end());
+    }
     return entries;
   }());
   return list;

@@ -16,11 +16,16 @@ struct ScaledVariantOps {
   int32_t (*splits)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&);
   // Empty when the variant runs the (valid) problem with that many splits.
   std::string (*why_not)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&);
-  void (*run)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&, Stream);
+  size_t (*workspace_bytes)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&);
+  void (*run)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&, void* workspace, size_t workspace_bytes,
+              Stream);
 };
 
 // The built-in decode variants (launch.cu), ids from `first_id`; none without CUDA.
 std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t first_id);
+// The cuBLASLt candidate per output dtype (cublaslt_variant.cu), ids from `first_id`; none without CUDA or
+// where libcublasLt cannot be opened.
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants(int32_t first_id);
 // Registry (registry.cpp): the ops of a variant, nullptr when not compiled in.
 const ScaledVariantOps* scaled_variant_ops(int32_t id);
 

@@ -145,13 +145,15 @@ struct Sm90ScaledGemm {
     return std::string("CUTLASS cannot implement it: ") + cutlassGetStatusString(status);
   }
 
-  static void run(const ScaledGemmProblem& p, int32_t, const DeviceInfo& dev, Stream stream) {
+  static size_t workspace_bytes(const ScaledGemmProblem&, int32_t, const DeviceInfo&) { return 0; }
+
+  static void run(const ScaledGemmProblem& p, int32_t, const DeviceInfo& dev, void*, size_t, Stream stream) {
     launch_gemm_universal<Adapter>(arguments(p, dev), dev, nullptr, 0, programmatic_launch(), stream, [&] {
       return "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k);
     });
   }
 
-  static constexpr ScaledVariantOps ops() { return {&splits, &why_not, &run}; }
+  static constexpr ScaledVariantOps ops() { return {&splits, &why_not, &workspace_bytes, &run}; }
 };
 
 }  // namespace wavetune::detail

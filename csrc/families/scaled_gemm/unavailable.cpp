@@ -7,6 +7,7 @@ namespace wavetune {
 
 namespace detail {
 std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t) { return {}; }
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants(int32_t) { return {}; }
 }  // namespace detail
 
 using detail::kNoKernels;
@@ -18,7 +19,9 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   WAVETUNE_FAIL(kNoKernels);
 }
 
-void scaled_gemm(const ScaledGemmProblem&, int32_t, int32_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
+size_t scaled_gemm_workspace_bytes(const ScaledGemmProblem&, int32_t, int32_t) { WAVETUNE_FAIL(kNoKernels); }
+
+void scaled_gemm(const ScaledGemmProblem&, int32_t, int32_t, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
 
 void quantize_fp8(const void*, int64_t, DType, int32_t, int32_t, int32_t, void*, float*, const float*, Stream) {
   WAVETUNE_FAIL(kNoKernels);

@@ -6,7 +6,7 @@
 //   wavetune::ScaledGemmProblem p{m, n, k, a, k, b, k, d, n, wavetune::DType::bf16,
 //                                 sa, wavetune::ScaleKind::row, sb, wavetune::ScaleKind::row};
 //   int32_t variant = wavetune::scaled_gemm_choice(p);  // -1: no variant takes M; run another GEMM
-//   wavetune::scaled_gemm(p, variant, 0, stream);
+//   wavetune::scaled_gemm(p, variant, 0, workspace, wavetune::scaled_gemm_workspace_bytes(p, variant, 0), stream);
 //
 // Its variants: CUTLASS FP8 kernels generated from cutlass_configs/sm90_scaled_gemm.toml (ids from 0), and the
 // decode GEMM's kernel with e4m3 inputs (8 or 16 tokens per tile; ids from kDecodeVariantIds). Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
@@ -69,9 +69,14 @@ WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& prob
 // does).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 
+// The device workspace a launch of the variant with `splits` needs: 0 but for the cuBLASLt candidate.
+WAVETUNE_API size_t scaled_gemm_workspace_bytes(const ScaledGemmProblem& problem, int32_t variant_id, int32_t splits);
+
 // Launches the variant on `stream` with `splits` K splits (0: the variant's own wave-aware count; the CUTLASS
-// variants take 0 or 1); no workspace. Programmatic dependent launch follows set_programmatic_launch (kernels.h).
-WAVETUNE_API void scaled_gemm(const ScaledGemmProblem& problem, int32_t variant_id, int32_t splits, Stream stream);
+// variants and cuBLASLt take 0 or 1), with `workspace` of at least scaled_gemm_workspace_bytes (null when that is
+// 0), stream-ordered with the launch. Programmatic dependent launch follows set_programmatic_launch (kernels.h).
+WAVETUNE_API void scaled_gemm(const ScaledGemmProblem& problem, int32_t variant_id, int32_t splits, void* workspace,
+                              size_t workspace_bytes, Stream stream);
 
 // x [m, k] (bf16 or fp16, row-major, leading dimension ldx) to e4m3 q [m, k] (contiguous), scaled per row
 // (group_size 0) or per group of 128 elements of a row (group_size 128: block-scaled activations), the

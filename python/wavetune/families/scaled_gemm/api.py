@@ -29,6 +29,12 @@ def _by_id() -> dict[int, KernelConfig]:
     return {v["id"]: KernelConfig(**v) for v in _C.scaled_gemm_variants()}
 
 
+@functools.cache
+def _needs_workspace(variant: int) -> bool:
+    """Whether the variant is the cuBLASLt candidate, the only kind that needs a workspace."""
+    return _by_id()[variant].schedule == "cublas"
+
+
 @functools.lru_cache(maxsize=256)
 def _resolve(config) -> int:
     return family_variant_id(config, _by_id(), "scaled_gemm", "scaled_gemm_configs")
@@ -39,9 +45,9 @@ TENSOR, ROW, BLOCK128 = (_C.scale_kinds().index(kind) for kind in ("tensor", "ro
 
 
 @functools.lru_cache(maxsize=4096)
-def _choice(device: int, m: int, n: int, k: int, code: int, kind_a: int, kind_b: int) -> int:
+def _choice(device: int, m: int, n: int, k: int, code: int, kind_a: int, kind_b: int, bias: bool) -> int:
     """scaled_gemm_choice on ``device`` (the current one), once per problem: the C++ choice checks every variant."""
-    return _C.scaled_gemm_choice(m, n, k, code, kind_a, kind_b)
+    return _C.scaled_gemm_choice(m, n, k, code, kind_a, kind_b, bias)
 
 
 def _scale_kind(torch, scale, row_shape: tuple, block_shape: tuple | None, name: str) -> int:
@@ -145,7 +151,7 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
                                block_scales=block_scales, config=config, splits=splits)
     code = dtype_codes(torch)[out_dtype]
     if variant < 0:
-        variant = _choice(device, m, n, k, code, kind_a, kind_b)
+        variant = _choice(device, m, n, k, code, kind_a, kind_b, bias is not None)
     if variant < 0 and block_scales:
         return _block_scaled_past_decode(torch, a, b, scale_a, scale_b, bias, out)
     if variant < 0 and n % 16:  # torch._scaled_mm takes N in multiples of 16 only
@@ -159,7 +165,12 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
     error = _C.scaled_gemm_problem_error(*args)
     if error:
         raise ValueError(f"wavetune.scaled_gemm: {error}")
-    _C.scaled_gemm(*args, variant, splits, stream_getter(torch)(device))
+    # NOTES: only the cuBLASLt candidate takes a workspace; it comes from torch's caching allocator on the current
+    # stream (stream-ordered; under CUDA-graph capture from the graph's pool, kept for its replays).
+    workspace_bytes = _C.scaled_gemm_workspace_bytes(*args, variant, splits) if _needs_workspace(variant) else 0
+    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=out.device) if workspace_bytes else None
+    _C.scaled_gemm(*args, variant, splits, 0 if workspace is None else workspace.data_ptr(), workspace_bytes,
+                   stream_getter(torch)(device))
     return out
 
 
