@@ -25,7 +25,7 @@ def test_the_family_is_registered_with_its_entry_points():
     assert family.config_space == "sm90_scaled_gemm.toml" and not family.tuning
     names = [c.name for c in wavetune.scaled_gemm_configs()]
     if wavetune.build_info()["kernels_compiled"]:
-        assert names and all(n.startswith("e4m3_") for n in names)
+        assert names and all(n.startswith(("e4m3_", "cublaslt_e4m3_")) for n in names)
         assert {c.dtype for c in wavetune.scaled_gemm_configs()} == {"bf16", "fp16"}
     else:
         assert names == []
@@ -198,11 +198,11 @@ def cublaslt_configs():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m, n, k", [(1, 256, 1024), (37, 384, 1024), (130, 2048, 4096)])
+@pytest.mark.parametrize("m, n, k", [(2, 256, 1024), (37, 384, 1024), (130, 2048, 4096)])
 def test_cublaslt_matches_fp32_with_every_kind_of_scale(m, n, k):
-    """Per tensor and per row with a bias, and 128-blocks (the activations' scales transposed into the
-    workspace first), both output dtypes, poisoned outputs wider than N; a mix of kinds and a one-token block
-    problem are refused by name."""
+    """Per tensor with a bias, per row, and 128-blocks (the activations' scales transposed into the workspace
+    first), both output dtypes, poisoned outputs wider than N; a mix of kinds and a one-token block problem are
+    refused by name."""
     g = torch.Generator(device="cuda").manual_seed(m + k)
     a, w = random_fp8(m, k, g), random_fp8(n, k, g)
     for c in cublaslt_configs():
@@ -214,13 +214,12 @@ def test_cublaslt_matches_fp32_with_every_kind_of_scale(m, n, k):
                 sb = torch.rand(-(-n // 128), k // 128, device="cuda", generator=g) * 0.01 + 1e-3
                 bias, size = None, None
                 ref = (a.float() * expand_blocks(sa, m, k)) @ (w.float() * expand_blocks(sb, n, k)).t()
-                if m < 2:
-                    with pytest.raises(ValueError, match="2 tokens or more"):
-                        wavetune.scaled_gemm(a, w.t(), sa, sb, block_scales=True, out_dtype=out_dtype, config=c.name)
-                    continue
+                with pytest.raises(ValueError, match="2 tokens or more"):
+                    wavetune.scaled_gemm(a[:1], w.t(), sa[:1], sb, block_scales=True, out_dtype=out_dtype,
+                                         config=c.name)
             else:
                 sa, sb = scales(kind, m, (m, 1), g), scales(kind, n, (1, n), g)
-                bias = torch.randn(n, device="cuda", generator=g).to(out_dtype)
+                bias = torch.randn(n, device="cuda", generator=g).to(out_dtype) if kind == "tensor" else None
                 ref, size = reference(a, w.t(), sa, sb, bias), magnitude(a, w.t(), sa, sb)
             wide.fill_(float("nan"))
             out = wavetune.scaled_gemm(a, w.t(), sa, sb, out_dtype=out_dtype, bias=bias, out=wide[:, :n],
@@ -320,6 +319,21 @@ def test_the_default_choice_by_tokens_and_width(n, m, kind):
     check_close(given, reference(a, w.t(), sa, sb, None), magnitude(a, w.t(), sa, sb))
     schedule = {c.id: c.schedule for c in wavetune.scaled_gemm_configs()}[chosen]
     assert (schedule == "decode") == (kind == "decode"), schedule
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["tensor", "row"])
+def test_a_bias_past_the_kernels_token_limit_matches_fp32(kind):
+    """cuBLASLt with its bias epilogue where it has one, else torch._scaled_mm: the choice asks for a kernel
+    with the bias."""
+    g = torch.Generator(device="cuda").manual_seed(43)
+    m, n, k = 80, 512, 1024
+    a, w = random_fp8(m, k, g), random_fp8(n, k, g)
+    sa, sb = scales(kind, m, (m, 1), g), scales(kind, n, (1, n), g)
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    wavetune.scaled_gemm(a, w.t(), sa, sb, bias=bias, out=out)
+    check_close(out, reference(a, w.t(), sa, sb, bias), magnitude(a, w.t(), sa, sb))
 
 
 @pytest.mark.gpu

@@ -93,8 +93,14 @@ bool algorithm_for(const ScaledGemmProblem& p, const DeviceInfo& dev, cublas::He
   std::lock_guard<std::mutex> lock(s.mutex);
   auto it = s.algorithms.find(key);
   if (it == s.algorithms.end()) {
+    // NOTES: the heuristic reads no data but finds no algorithm for null scale pointers (the choice asks
+    // with sizes alone), so it is asked with a stand-in address where the caller gave none.
+    ScaledGemmProblem sizes = p;
+    const auto* stand_in = reinterpret_cast<const float*>(kScaleAlignment);
+    if (!sizes.scale_a) sizes.scale_a = stand_in;
+    if (!sizes.scale_b) sizes.scale_b = stand_in;
     cublas::LtCall call(cublas::kF32);
-    describe(call, p, p.scale_a);
+    describe(call, sizes, sizes.scale_a);
     cublas::Heuristic best{};
     const bool found = call.first_algorithm(s.handle, best);
     it = s.algorithms.emplace(key, std::make_pair(found, best)).first;
