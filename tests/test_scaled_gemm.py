@@ -214,8 +214,9 @@ def test_cublaslt_matches_fp32_with_every_kind_of_scale(m, n, k):
             if kind == "block":
                 sa = torch.rand(m, k // 128, device="cuda", generator=g) * 0.01 + 1e-3
                 sb = torch.rand(-(-n // 128), k // 128, device="cuda", generator=g) * 0.01 + 1e-3
-                bias, size = None, None
-                ref = (a.float() * expand_blocks(sa, m, k)) @ (w.float() * expand_blocks(sb, n, k)).t()
+                bias, xs, ws = None, expand_blocks(sa, m, k), expand_blocks(sb, n, k)
+                ref = (a.float() * xs) @ (w.float() * ws).t()
+                size = (a.float().abs() * xs) @ (w.float().abs() * ws).t()  # the products' sizes, as magnitude()
                 with pytest.raises(ValueError, match="2 tokens or more"):
                     wavetune.scaled_gemm(a[:1], w.t(), sa[:1], sb, block_scales=True, out_dtype=out_dtype,
                                          config=c.name)
