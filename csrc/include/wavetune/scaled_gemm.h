@@ -8,8 +8,9 @@
 //   int32_t variant = wavetune::scaled_gemm_choice(p);  // -1: no variant takes M; run another GEMM
 //   wavetune::scaled_gemm(p, variant, 0, workspace, wavetune::scaled_gemm_workspace_bytes(p, variant, 0), stream);
 //
-// Its variants: CUTLASS FP8 kernels generated from cutlass_configs/sm90_scaled_gemm.toml (ids from 0), and the
-// decode GEMM's kernel with e4m3 inputs (8 or 16 tokens per tile; ids from kDecodeVariantIds). Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
+// Its variants: CUTLASS FP8 kernels generated from cutlass_configs/sm90_scaled_gemm.toml (ids from 0), the
+// decode GEMM's kernel with e4m3 inputs (8 or 16 tokens per tile; ids from kDecodeVariantIds), and cuBLASLt
+// (ids from kLibraryVariantIds; where libcublasLt can be opened). Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
 #pragma once
 
 #include <string>
@@ -63,10 +64,9 @@ WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& prob
 // The variant a call with no forced variant runs on the current device, from the sizes alone (wave models of
 // the launch): with 128-block scales a decode variant up to kScaledGemmMaxBlockTokens tokens; otherwise a
 // CUTLASS variant up to kScaledGemmMaxTokens, or a decode one up to kScaledGemmDecodeTokens on a layer too
-// narrow for the CUTLASS tiles to fill the GPU. -1 beyond those limits, when both scales are per tensor
-// (cuBLASLt's per-tensor FP8 kernels), or when no compiled variant takes the problem: callers run another
-// GEMM (torch._scaled_mm; for 128-blocks block_scaled_grouped_gemm with one expert, as Python's scaled_gemm
-// does).
+// narrow for the CUTLASS tiles to fill the GPU. Beyond those limits, and when both scales are per tensor, the
+// cuBLASLt variant where it takes the problem. -1 otherwise: callers run another GEMM (torch._scaled_mm; for
+// 128-blocks block_scaled_grouped_gemm with one expert, as Python's scaled_gemm does).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 
 // The device workspace a launch of the variant with `splits` needs: 0 but for the cuBLASLt candidate.
