@@ -150,7 +150,7 @@ int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
 // Each further token tile of the decode kernels reads the weights again (from L2) and takes as long, so the
 // CUTLASS variant wins once its weight tiles, times the decode kernels' token tiles, occupy a third of the SMs:
 // at 9-16 tokens a layer of under 22 of its 64-row tiles (N < 1,344) still goes to the decode kernels, which
-// ran 1.06-1.41x the CUTLASS variants on such layers (qkv projections at TP 4-8; design and held-out rows).
+// ran 1.09-1.41x the CUTLASS variants on such layers (qkv projections at TP 4-8; design and held-out rows).
 bool cutlass_fills_the_gpu(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
   const int32_t tokens = token_tile_for(p, dev);
   if (tokens == 0) return true;
