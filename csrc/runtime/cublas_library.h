@@ -5,11 +5,14 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <mutex>
 #include <type_traits>
 
+#include "device.h"
 #include "wavetune/errors.h"
 #include "wavetune/types.h"
 
@@ -110,6 +113,15 @@ inline const Lt* lt() {
 
 inline void check(Status status, const char* what) {
   if (status != 0) WAVETUNE_FAIL("cuBLASLt ", what, " failed: ", lt()->status_name(status));
+}
+
+// The cuBLASLt handle of `device`, made on first use there. cuBLASLt takes its stream and workspace per call,
+// so every family's calls share it without a lock.
+inline Handle lt_handle(int device) {
+  static std::array<std::once_flag, kMaxDevices> made;
+  static std::array<Handle, kMaxDevices> handles{};
+  std::call_once(made.at(device), [&] { check(lt()->create(&handles[device]), "handle creation"); });
+  return handles[device];
 }
 
 // The descriptors of one cuBLASLt call, destroyed with it: the matmul descriptor, a preference capped at

@@ -63,16 +63,12 @@ struct DeviceHandle {
   std::once_flag once;
   std::mutex mutex;
   Handle handle = nullptr;
-  Handle lt = nullptr;  // cuBLASLt takes its stream and workspace per call: no lock needed
 };
 
 DeviceHandle& device_handle(const DeviceInfo& dev) {
   static std::array<DeviceHandle, kMaxDevices> handles;
   DeviceHandle& h = handles[dev.device];
-  std::call_once(h.once, [&] {
-    check(api()->create(&h.handle), "handle creation");
-    cublas::check(cublas::lt()->create(&h.lt), "handle creation");
-  });
+  std::call_once(h.once, [&] { check(api()->create(&h.handle), "handle creation"); });
   return h;
 }
 
@@ -89,7 +85,7 @@ size_t workspace_bytes(const GemmProblem&, const MicroParams&, const DeviceInfo&
 // cuBLAS is column-major, so it computes D^T[n,m] = B^T[n,k] A^T[k,m]: row-major A is A^T with ld lda,
 // row-major D is D^T with ld ldd, and B is B^T transposed (column-major B, an nn.Linear weight) or as it
 // is (row-major B). The bias runs along D^T's rows, as cuBLASLt's bias epilogue takes it.
-void run_with_bias(const GemmProblem& p, DeviceHandle& h, void* workspace, Stream stream) {
+void run_with_bias(const GemmProblem& p, const DeviceInfo& dev, void* workspace, Stream stream) {
   const int type = p.dtype == DType::bf16 ? cublas::kBF16 : cublas::kF16;
   const int trans_b = p.b_layout == BLayout::col ? cublas::kOpT : cublas::kOpN;
   cublas::LtCall call(cublas::kF32);
@@ -102,17 +98,18 @@ void run_with_bias(const GemmProblem& p, DeviceHandle& h, void* workspace, Strea
   call.layout(1, type, p.k, p.m, p.lda);
   call.layout(2, type, p.n, p.m, p.ldd);
   cublas::Heuristic best{};
-  if (!call.first_algorithm(h.lt, best)) {
+  const Handle lt = cublas::lt_handle(dev.device);
+  if (!call.first_algorithm(lt, best)) {
     WAVETUNE_FAIL("cuBLASLt has no kernel for the bias epilogue of M=", p.m, " N=", p.n, " K=", p.k);
   }
-  call.run(h.lt, best, p.b, p.a, p.d, workspace, stream);
+  call.run(lt, best, p.b, p.a, p.d, workspace, stream);
 }
 
 void run(const GemmProblem& p, const MicroParams&, const DeviceInfo& dev, void* workspace, size_t workspace_bytes,
          Stream stream) {
   require_workspace(cublas::kWorkspaceBytes, workspace, workspace_bytes);
+  if (p.bias) return run_with_bias(p, dev, workspace, stream);
   DeviceHandle& h = device_handle(dev);
-  if (p.bias) return run_with_bias(p, h, workspace, stream);
   const int type = p.dtype == DType::bf16 ? cublas::kBF16 : cublas::kF16;
   const int trans_b = p.b_layout == BLayout::col ? cublas::kOpT : cublas::kOpN;
   const float alpha = 1, beta = 0;

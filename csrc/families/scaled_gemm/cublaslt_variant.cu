@@ -69,11 +69,9 @@ void describe(cublas::LtCall& call, const ScaledGemmProblem& p, const float* sca
   call.layout(2, out_type, p.n, p.m, p.ldd);
 }
 
-// A cuBLASLt handle per device, and the heuristic's algorithm per problem shape and kind, kept: a call then
-// builds its descriptors (the pointers change) but asks the heuristic once per shape.
+// The heuristic's algorithm per device, problem shape and kind, kept: a call then builds its descriptors (the
+// pointers change) but asks the heuristic once per shape.
 struct DeviceState {
-  std::once_flag once;
-  cublas::Handle handle = nullptr;
   std::mutex mutex;
   using Key = std::tuple<int32_t, int32_t, int32_t, int64_t, int64_t, int64_t, int, int, int, bool>;
   std::map<Key, std::pair<bool, cublas::Heuristic>> algorithms;
@@ -81,9 +79,7 @@ struct DeviceState {
 
 DeviceState& device_state(const DeviceInfo& dev) {
   static std::array<DeviceState, kMaxDevices> states;
-  DeviceState& s = states[dev.device];
-  std::call_once(s.once, [&] { cublas::check(cublas::lt()->create(&s.handle), "handle creation"); });
-  return s;
+  return states[dev.device];
 }
 
 // The heuristic's first algorithm for p, asked once per shape; false when cuBLASLt has none.
@@ -103,7 +99,7 @@ bool algorithm_for(const ScaledGemmProblem& p, const DeviceInfo& dev, cublas::He
     cublas::LtCall call(cublas::kF32);
     describe(call, sizes, sizes.scale_a);
     cublas::Heuristic best{};
-    const bool found = call.first_algorithm(s.handle, best);
+    const bool found = call.first_algorithm(cublas::lt_handle(dev.device), best);
     it = s.algorithms.emplace(key, std::make_pair(found, best)).first;
   }
   algorithm = it->second.second;
@@ -150,7 +146,7 @@ struct CublasLtVariant {
     }
     cublas::LtCall call(cublas::kF32);
     describe(call, p, scale_a);
-    call.run(device_state(dev).handle, algorithm, p.b, p.a, p.d, workspace, stream);
+    call.run(cublas::lt_handle(dev.device), algorithm, p.b, p.a, p.d, workspace, stream);
   }
 
   static constexpr ScaledVariantOps kOps{&splits, &why_not, &workspace_bytes, &run};
