@@ -68,6 +68,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--scales", choices=("rowwise", "block"), default="rowwise")
     p.add_argument("--deepgemm", action="store_true", help="with --scales block: also DeepGEMM's fp8_gemm_nt")
     p.add_argument("--max-m", type=int, default=16384, help="leave out M ranges above this")
+    p.add_argument("--min-m", type=int, default=1, help="leave out problems below this M (the others draw the same M)")
     p.add_argument("--limit", type=int, help="a seeded random sample of this many problems")
     p.add_argument("--reps", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
@@ -336,6 +337,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     props = torch.cuda.get_device_properties(0)
     todo = problems(args.split, args.max_m, args.seed)
+    todo = [problem for problem in todo if problem["m"] >= args.min_m]
     if args.limit:
         todo = sorted(random.Random(args.seed).sample(todo, min(args.limit, len(todo))), key=todo.index)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@ checks and the family's registration (CPU tier); every variant against an fp32 r
 operands (random data, odd M and N at tile edges, K not a whole chunk, poisoned outputs, unsplit and split,
 every mix of per-tensor and per-row scales, with and without programmatic dependent launch), the default
 choice (decode kernels, then CUTLASS ones, then cuBLASLt; cuBLASLt for per-tensor scales), cuBLASLt with every kind
-of scale, the quantizer, CUDA graphs and torch.compile (GPU tier)."""
+of scale and with a second pass for per-row scales, the quantizer, CUDA graphs and torch.compile (GPU tier)."""
 
 from __future__ import annotations
 
@@ -192,8 +192,10 @@ def expand_blocks(scale, rows, cols):
     return scale[:rows].repeat_interleave(128, 1)[:, :cols]
 
 
-def cublaslt_configs():
-    configs = [c for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas"]
+def cublaslt_configs(second_pass=False):
+    """The cuBLASLt variants, those that scale their product in a second pass or the others."""
+    configs = [c for c in wavetune.scaled_gemm_configs()
+               if c.schedule == "cublas" and c.name.endswith("_rescaled") == second_pass]
     if not configs:
         pytest.skip("cuBLASLt could not be opened (no libcublasLt of this build's CUDA major version)")
     return configs
@@ -232,6 +234,36 @@ def test_cublaslt_matches_fp32_with_every_kind_of_scale(m, n, k):
         with pytest.raises(ValueError, match="the same kind of scales on both sides"):
             wavetune.scaled_gemm(a, w.t(), scales("tensor", m, (m, 1), g), scales("row", n, (1, n), g),
                                  out_dtype=out_dtype, config=c.name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k, pad", [(1, 200, 1040, 16), (67, 264, 2048, 16), (130, 4104, 4096, 8),
+                                          (97, 196, 1024, 4), (70, 200, 1024, 3)])
+def test_the_second_pass_variant_matches_fp32_with_every_mix_of_scales(m, n, k, pad):
+    """cuBLASLt's per-tensor kernel with unit scales, then the token and channel scales and the bias in one pass
+    over the bf16 product: every mix of per-tensor and per-row scales, with and without a bias, into poisoned
+    outputs wider than N (rows 16-byte aligned or not, N not a multiple of 8); two roundings to bf16, within the
+    tolerance of one plus half an ulp. Block scales and fp16 are refused by name."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a, w = random_fp8(m, k, g), random_fp8(n, k, g)
+    (c,) = cublaslt_configs(second_pass=True)
+    wide = torch.empty((m, n + pad), dtype=torch.bfloat16, device="cuda")
+    for ka, kb in (("row", "row"), ("tensor", "row"), ("row", "tensor"), ("tensor", "tensor")):
+        sa, sb = scales(ka, m, (m, 1), g), scales(kb, n, (1, n), g)
+        for bias in (None, torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)):
+            wide.fill_(float("nan"))
+            try:
+                out = wavetune.scaled_gemm(a, w.t(), sa, sb, bias=bias, out=wide[:, :n], config=c.name)
+            except ValueError as error:  # cuBLASLt's own alignment rules for the output's rows
+                assert "no FP8 kernel" in str(error) and (n + pad) % 8, error
+                continue
+            check_close(out, reference(a, w.t(), sa, sb, bias), magnitude(a, w.t(), sa, sb))
+            assert wide[:, n:].isnan().all(), f"{c.name} wrote past N"
+    with pytest.raises(ValueError, match="writes bf16"):
+        wavetune.scaled_gemm(a, w.t(), sa, sb, out_dtype=torch.float16, config=c.name)
+    blocks = torch.ones(m, -(-k // 128), device="cuda"), torch.ones(-(-n // 128), -(-k // 128), device="cuda")
+    with pytest.raises(ValueError, match="per-tensor or per-row scales"):
+        wavetune.scaled_gemm(a, w.t(), *blocks, block_scales=True, config=c.name)
 
 
 @pytest.mark.gpu
@@ -299,11 +331,13 @@ def test_fp8_linear_per_channel_and_block_against_the_bf16_layer():
 @pytest.mark.gpu
 @pytest.mark.parametrize("n, m, kind", [(896, 5, "decode"), (4096, 1, "cutlass"), (4096, 9, "cutlass"),
                                         (896, 12, "decode"), (1536, 12, "cutlass"), (896, 40, "cutlass"),
-                                        (4096, 64, "cutlass"), (4096, 65, "library"), (4096, 2053, "library")])
+                                        (4096, 64, "cutlass"), (4096, 65, "second pass"), (4096, 512, "second pass"),
+                                        (4096, 513, "library"), (4096, 2053, "library")])
 def test_the_default_choice_by_tokens_and_width(n, m, kind):
     """Decode kernels for a few tokens on narrow layers (two 8-token tiles of a 896-row layer, not of a 1536-row
-    one), CUTLASS kernels up to scaled_gemm_max_tokens(), then cuBLASLt, or where it cannot be opened
-    torch._scaled_mm (into a given output too)."""
+    one), CUTLASS kernels up to scaled_gemm_max_tokens(), then cuBLASLt: its per-tensor kernel and a second pass
+    for the scales up to K / 8 tokens, its per-row kernels beyond, or where it cannot be opened torch._scaled_mm
+    (into a given output too)."""
     if kind == "cutlass" and not any(c.schedule != "decode" for c in wavetune.scaled_gemm_configs()):
         pytest.skip("no CUTLASS scaled GEMM variant compiled (the choice falls back to the decode ones)")
     g = torch.Generator(device="cuda").manual_seed(n + m)
@@ -313,11 +347,14 @@ def test_the_default_choice_by_tokens_and_width(n, m, kind):
     given = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
     assert wavetune.scaled_gemm(a, w.t(), sa, sb, out=given) is given
     chosen = _C.scaled_gemm_choice(m, n, k, 0, True, True)
-    if kind == "library":
-        library = [c.id for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas" and c.dtype == "bf16"]
+    if kind in ("library", "second pass"):
+        library = [c.id for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas" and c.dtype == "bf16"
+                   and c.name.endswith("_rescaled") == (kind == "second pass")]
         assert chosen == (library[0] if library else -1) and m > _C.scaled_gemm_max_tokens()
-        torch.testing.assert_close(given, torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16), rtol=8e-3,
-                                   atol=1e-3)
+        check_close(given, reference(a, w.t(), sa, sb, None), magnitude(a, w.t(), sa, sb))
+        if kind == "library":
+            torch.testing.assert_close(given, torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16),
+                                       rtol=8e-3, atol=1e-3)
         return
     check_close(given, reference(a, w.t(), sa, sb, None), magnitude(a, w.t(), sa, sb))
     schedule = {c.id: c.schedule for c in wavetune.scaled_gemm_configs()}[chosen]
@@ -327,8 +364,8 @@ def test_the_default_choice_by_tokens_and_width(n, m, kind):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["tensor", "row"])
 def test_a_bias_past_the_kernels_token_limit_matches_fp32(kind):
-    """cuBLASLt with its bias epilogue where it has one, else torch._scaled_mm: the choice asks for a kernel
-    with the bias."""
+    """cuBLASLt with its bias epilogue (per tensor) or its second pass (per row, 80 tokens of K = 1,024), else
+    torch._scaled_mm: the choice asks for a kernel with the bias."""
     g = torch.Generator(device="cuda").manual_seed(43)
     m, n, k = 80, 512, 1024
     a, w = random_fp8(m, k, g), random_fp8(n, k, g)
@@ -405,10 +442,10 @@ def test_quantize_fp8_per_row_and_static():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [8, 80], ids=["kernels", "cublaslt"])
+@pytest.mark.parametrize("tokens", [8, 80, 200], ids=["kernels", "cublaslt_second_pass", "cublaslt"])
 def test_cuda_graph_capture_as_pytorch_documents_it(tokens):
-    """The wave model's kernels, and past their token limit cuBLASLt, whose workspace then comes from the
-    graph's pool."""
+    """The wave model's kernels, and past their token limit cuBLASLt (with the second pass for the scales up to
+    K / 8 tokens), whose workspace then comes from the graph's pool."""
     import wavetune.torch_ops  # noqa: F401
 
     g = torch.Generator(device="cuda").manual_seed(13)

@@ -1,8 +1,11 @@
 // cuBLASLt's FP8 matmul as one more scaled GEMM variant per output dtype: per-tensor scales, per-token x
 // per-channel scales (its outer-vector mode) and 128-blocks (1x128 activation vectors x 128x128 weight blocks),
-// the call torch._scaled_mm makes for the first two (docs/scaled_gemm.md, "cuBLASLt").
+// the call torch._scaled_mm makes for the first two; and a bf16 variant that runs the per-tensor kernels and
+// applies per-token and per-channel scales in a second pass (docs/scaled_gemm.md, "cuBLASLt").
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -30,6 +33,93 @@ constexpr size_t kScaleAlignment = 256;
 __global__ void transpose_scales(const float* scale, int rows, int cols, float* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < rows * cols) out[(i % cols) * rows + i / cols] = scale[i];
+}
+
+// NOTES: the second pass. Past 64 tokens cuBLASLt's per-tensor kernels ran 1.1-1.9x faster than its
+// outer-vector ones on the same problems up to about 1,000 tokens (H100 and H200, benchmarks/scaled_gemm.py), so
+// the rescaled variant runs a per-tensor kernel with unit scales into D (bf16: the product's range is fp32's)
+// and then scales D in place, D[m, n] = sa[m] sb[n] D[m, n] + bias[n]: one more pass over D, and two roundings
+// to bf16 instead of one (the second adds at most half a bf16 ulp, far below e4m3's rounding).
+__device__ const float kUnitScale = 1.0f;
+
+constexpr int kRescaleVector = 8;    // bf16 per 16-byte access
+constexpr int kRescaleThreads = 128;
+constexpr int kRescaleRowBlocks = 1024;  // grid rows: each CTA then walks rows gridDim.y apart
+
+struct RescaleParams {
+  __nv_bfloat16* d;
+  int64_t ldd;
+  int m, n;
+  const float* scale_a;  // token m's: scale_a[m * scale_a_step]
+  const float* scale_b;  // channel n's: scale_b[n * scale_b_step]
+  int scale_a_step, scale_b_step;
+  const __nv_bfloat16* bias;
+  bool vectorized;  // D 16-byte aligned and ldd a multiple of kRescaleVector
+};
+
+__global__ void rescale_product(RescaleParams p) {
+  const int col = (blockIdx.x * blockDim.x + threadIdx.x) * kRescaleVector;
+  if (col >= p.n) return;
+  const int width = min(kRescaleVector, p.n - col);
+  float scale_b[kRescaleVector], bias[kRescaleVector];
+#pragma unroll
+  for (int j = 0; j < kRescaleVector; ++j) {
+    scale_b[j] = j < width ? p.scale_b[int64_t(col + j) * p.scale_b_step] : 0.0f;
+    bias[j] = j < width && p.bias ? __bfloat162float(p.bias[col + j]) : 0.0f;
+  }
+  for (int row = blockIdx.y; row < p.m; row += gridDim.y) {
+    const float scale_a = p.scale_a[int64_t(row) * p.scale_a_step];
+    __nv_bfloat16* out = p.d + row * p.ldd + col;
+    if (p.vectorized && width == kRescaleVector) {
+      uint4 packed = *reinterpret_cast<const uint4*>(out);
+      auto* values = reinterpret_cast<__nv_bfloat16*>(&packed);
+#pragma unroll
+      for (int j = 0; j < kRescaleVector; ++j) {
+        values[j] = __float2bfloat16_rn(__bfloat162float(values[j]) * scale_a * scale_b[j] + bias[j]);
+      }
+      *reinterpret_cast<uint4*>(out) = packed;
+    } else {
+      for (int j = 0; j < width; ++j) {
+        out[j] = __float2bfloat16_rn(__bfloat162float(out[j]) * scale_a * scale_b[j] + bias[j]);
+      }
+    }
+  }
+}
+
+void launch_rescale(const ScaledGemmProblem& p, Stream stream) {
+  const RescaleParams params{static_cast<__nv_bfloat16*>(p.d), p.ldd, p.m, p.n, p.scale_a, p.scale_b,
+                             p.scale_a_kind == ScaleKind::row ? 1 : 0, p.scale_b_kind == ScaleKind::row ? 1 : 0,
+                             static_cast<const __nv_bfloat16*>(p.bias),
+                             reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && p.ldd % kRescaleVector == 0};
+  const int vectors = (p.n + kRescaleVector - 1) / kRescaleVector;
+  const dim3 grid((vectors + kRescaleThreads - 1) / kRescaleThreads, std::min(p.m, kRescaleRowBlocks));
+  rescale_product<<<grid, kRescaleThreads, 0, stream>>>(params);
+  const cudaError_t launch = cudaGetLastError();
+  if (launch != cudaSuccess) WAVETUNE_FAIL("scale pass launch failed: ", cudaGetErrorString(launch));
+}
+
+// kUnitScale's address on the device, looked up once per device.
+const float* unit_scale(const DeviceInfo& dev) {
+  static std::array<std::once_flag, kMaxDevices> done;
+  static std::array<const float*, kMaxDevices> address{};
+  std::call_once(done.at(dev.device), [&] {
+    void* symbol = nullptr;
+    if (cudaGetSymbolAddress(&symbol, kUnitScale) != cudaSuccess) {
+      cudaGetLastError();
+      WAVETUNE_FAIL("cannot find the unit scale on device ", dev.device);
+    }
+    address[dev.device] = static_cast<const float*>(symbol);
+  });
+  return address[dev.device];
+}
+
+// The problem the rescaled variant hands cuBLASLt: unit per-tensor scales, no bias (both come in the second pass).
+ScaledGemmProblem unit_scaled(const ScaledGemmProblem& p, const float* unit) {
+  ScaledGemmProblem q = p;
+  q.scale_a = q.scale_b = unit;
+  q.scale_a_kind = q.scale_b_kind = ScaleKind::tensor;
+  q.bias = nullptr;
+  return q;
 }
 
 int k_blocks(const ScaledGemmProblem& p) { return (p.k + kScaleBlock - 1) / kScaleBlock; }
@@ -152,7 +242,43 @@ struct CublasLtVariant {
   static constexpr ScaledVariantOps kOps{&splits, &why_not, &workspace_bytes, &run};
 };
 
+// The second-pass variant (the NOTES above): bf16 output, per-tensor or per-row scales in any mix.
+struct RescaledVariant {
+  static int32_t splits(const ScaledGemmProblem&, int32_t, const DeviceInfo&) { return 1; }
+
+  static std::string why_not(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
+    if (p.out_dtype != DType::bf16) return "the variant writes bf16";
+    if (requested > 1) return "cuBLASLt does not take K splits";
+    if (p.scale_a_kind == ScaleKind::block128) return "the variant takes per-tensor or per-row scales";
+    cublas::Heuristic algorithm{};
+    if (!algorithm_for(unit_scaled(p, nullptr), dev, algorithm)) return "cuBLASLt has no FP8 kernel for this problem";
+    return {};
+  }
+
+  static size_t workspace_bytes(const ScaledGemmProblem&, int32_t, const DeviceInfo&) {
+    return cublas::kWorkspaceBytes;
+  }
+
+  static void run(const ScaledGemmProblem& p, int32_t, const DeviceInfo& dev, void* workspace, size_t bytes,
+                  Stream stream) {
+    require_workspace(cublas::kWorkspaceBytes, workspace, bytes);
+    const ScaledGemmProblem unit = unit_scaled(p, unit_scale(dev));
+    cublas::Heuristic algorithm{};
+    if (!algorithm_for(unit, dev, algorithm)) {
+      WAVETUNE_INVALID("cuBLASLt has no FP8 kernel for M=", p.m, " N=", p.n, " K=", p.k);
+    }
+    cublas::LtCall call(cublas::kF32);
+    describe(call, unit, unit.scale_a);
+    call.run(cublas::lt_handle(dev.device), algorithm, p.b, p.a, p.d, workspace, stream);
+    launch_rescale(p, stream);
+  }
+
+  static constexpr ScaledVariantOps kOps{&splits, &why_not, &workspace_bytes, &run};
+};
+
 }  // namespace
+
+bool scales_in_second_pass(int32_t variant_id) { return variant_id == kLibraryVariantIds + kRescaledVariantOffset; }
 
 std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants(int32_t first_id) {
   if (!cublas::lt()) return {};
@@ -162,7 +288,10 @@ std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants(in
            &CublasLtVariant<DType::bf16>::kOps},
           {{first_id + 1, "cublaslt_e4m3_fp16", DType::fp16, BLayout::col, false, Schedule::cublas, 128, 128, 128, 1,
             1, TileScheduler::persistent},
-           &CublasLtVariant<DType::fp16>::kOps}};
+           &CublasLtVariant<DType::fp16>::kOps},
+          {{first_id + kRescaledVariantOffset, "cublaslt_e4m3_bf16_rescaled", DType::bf16, BLayout::col, false,
+            Schedule::cublas, 128, 128, 128, 1, 1, TileScheduler::persistent},
+           &RescaledVariant::kOps}};
 }
 
 }  // namespace wavetune::detail

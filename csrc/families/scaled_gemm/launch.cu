@@ -180,11 +180,32 @@ int32_t decode_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   return best;
 }
 
+// NOTES: the second pass pays where it moves little next to the weights: it reads and writes 4 bytes per output
+// element, at most half the weight's bytes when 8 M <= K. There cuBLASLt's per-tensor kernels ran 1.1-1.9x its
+// outer-vector ones (65-1,000 tokens), past it the pass costs more than the per-tensor kernel saves (held-out and
+// design problems, H100 and H200; docs/scaled_gemm.md).
+bool second_pass_pays(const ScaledGemmProblem& p) {
+  const bool per_row = p.scale_a_kind == ScaleKind::row || p.scale_b_kind == ScaleKind::row;
+  return per_row && p.scale_a_kind != ScaleKind::block128 && p.out_dtype == DType::bf16 && 8 * int64_t(p.m) <= p.k;
+}
+
+// The first cuBLASLt variant, of the second-pass kind or not, that takes p on the current device; -1 if none.
+int32_t library_variant(const ScaledGemmProblem& p, bool second_pass) {
+  for (const VariantInfo& v : scaled_gemm_variants()) {
+    if (v.schedule == Schedule::cublas && scales_in_second_pass(v.id) == second_pass &&
+        scaled_variant_ops(v.id)->why_not(p, 0, current_device_info()).empty()) {
+      return v.id;
+    }
+  }
+  return -1;
+}
+
 // NOTES: past the kernels' token limits, and for per-tensor scales, cuBLASLt: its per-tensor kernels ran as fast
 // as the CUTLASS variants, its per-row (outer-vector) kernels are the ones torch._scaled_mm runs (1.00x of it past
 // 64 tokens), and its block-scaled kernels ran 1.13-1.33x the block-scaled grouped kernel with one expert past 16
 // tokens (held-out problems on an H200, docs/scaled_gemm.md). -1 where it is absent (no libcublasLt, no GPU) or
 // refuses the problem (block scales at token counts that are not multiples of 4): the caller runs another GEMM.
+// Per-row scales go to the second-pass variant where second_pass_pays.
 int32_t library_choice(const ScaledGemmProblem& p) {
   const std::vector<VariantInfo>& variants = scaled_gemm_variants();
   const auto is_library = [](const VariantInfo& v) { return v.schedule == Schedule::cublas; };
@@ -194,10 +215,8 @@ int32_t library_choice(const ScaledGemmProblem& p) {
   } catch (const RuntimeError&) {  // no driver: a build host
     return -1;
   }
-  for (const VariantInfo& v : variants) {
-    if (is_library(v) && scaled_variant_ops(v.id)->why_not(p, 0, current_device_info()).empty()) return v.id;
-  }
-  return -1;
+  const int32_t rescaled = second_pass_pays(p) ? library_variant(p, true) : -1;
+  return rescaled >= 0 ? rescaled : library_variant(p, false);
 }
 
 }  // namespace
