@@ -186,14 +186,20 @@ std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() {
 
 }  // namespace detail
 
+// NOTES: where a KV head's query rows fit one 16-row tile (decode; a few tokens of a small group), a rows_split
+// kernel's warps each compute a tile of 16 rows of which at most the first holds queries, and all wait on one
+// shared pipeline; its wave model sees neither. On every decode case swept with both kinds (15 held-out cases,
+// H100, results/paged_decode_heldout_h100_varlen_build) it ran 1-150% slower than the best keys_split kernel, so
+// such problems are left to the keys_split kernels.
 PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& p) {
   const std::string error = paged_attention_problem_error(p);
   if (!error.empty()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();
+  const bool one_row_tile = int64_t(p.max_q_len) * (p.heads_q / p.heads_kv) <= detail::paged::kRows;
   PagedAttentionLaunch best{-1, 1};
   double best_us = 0;
   for (const VariantInfo& v : paged_attention_variants()) {
-    if (v.dtype != p.dtype || v.tile_k != p.head_dim) continue;
+    if (v.dtype != p.dtype || v.tile_k != p.head_dim || (one_row_tile && v.tile_m > detail::paged::kRows)) continue;
     const int64_t slots = int64_t(dev.sm_count) * paged_attention_resident_ctas(v.id);
     const auto [splits, us] =
         detail::best_splits(p, v, dev.sm_count, slots, detail::kHbmFraction * dev.memory_bytes_per_us);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cublas_library.h"
+#include "programmatic_launch.cuh"
 #include "scaled_ops.h"
 #include "wavetune/errors.h"
 
@@ -57,9 +58,11 @@ struct RescaleParams {
   bool vectorized;  // D 16-byte aligned and ldd a multiple of kRescaleVector
 };
 
+// NOTES: programmatic dependent launch. The pass starts while cuBLASLt's kernel runs and reads the channel scales
+// and the bias, which that kernel does not write (whatever wrote them finished before it started), then waits for
+// it with griddepcontrol.wait before reading D; its own dependents are released at once.
 __global__ void rescale_product(RescaleParams p) {
   const int col = (blockIdx.x * blockDim.x + threadIdx.x) * kRescaleVector;
-  if (col >= p.n) return;
   const int width = min(kRescaleVector, p.n - col);
   float scale_b[kRescaleVector], bias[kRescaleVector];
 #pragma unroll
@@ -67,6 +70,9 @@ __global__ void rescale_product(RescaleParams p) {
     scale_b[j] = j < width ? p.scale_b[int64_t(col + j) * p.scale_b_step] : 0.0f;
     bias[j] = j < width && p.bias ? __bfloat162float(p.bias[col + j]) : 0.0f;
   }
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (width <= 0) return;
   for (int row = blockIdx.y; row < p.m; row += gridDim.y) {
     const float scale_a = p.scale_a[int64_t(row) * p.scale_a_step];
     __nv_bfloat16* out = p.d + row * p.ldd + col;
@@ -93,9 +99,13 @@ void launch_rescale(const ScaledGemmProblem& p, Stream stream) {
                              reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && p.ldd % kRescaleVector == 0};
   const int vectors = (p.n + kRescaleVector - 1) / kRescaleVector;
   const dim3 grid((vectors + kRescaleThreads - 1) / kRescaleThreads, std::min(p.m, kRescaleRowBlocks));
-  rescale_product<<<grid, kRescaleThreads, 0, stream>>>(params);
-  const cudaError_t launch = cudaGetLastError();
-  if (launch != cudaSuccess) WAVETUNE_FAIL("scale pass launch failed: ", cudaGetErrorString(launch));
+  void* args[] = {const_cast<RescaleParams*>(&params)};
+  const cudaError_t launch = launch_programmatic(reinterpret_cast<const void*>(rescale_product), grid,
+                                                 dim3(kRescaleThreads), 0, stream, args);
+  if (launch != cudaSuccess) {
+    cudaGetLastError();
+    WAVETUNE_FAIL("scale pass launch failed: ", cudaGetErrorString(launch));
+  }
 }
 
 // kUnitScale's address on the device, looked up once per device.
