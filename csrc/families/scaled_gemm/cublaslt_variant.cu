@@ -43,9 +43,10 @@ __global__ void transpose_scales(const float* scale, int rows, int cols, float* 
 // to bf16 instead of one (the second adds at most half a bf16 ulp, far below e4m3's rounding).
 __device__ const float kUnitScale = 1.0f;
 
-constexpr int kRescaleVector = 8;    // bf16 per 16-byte access
-constexpr int kRescaleThreads = 128;
-constexpr int kRescaleRowBlocks = 1024;  // grid rows: each CTA then walks rows gridDim.y apart
+constexpr int kRescaleVector = 8;      // bf16 per 16-byte access
+constexpr int kRescaleThreads = 256;
+constexpr int kRescaleRowsInFlight = 4;  // rows a thread loads before it scales and stores them
+constexpr int kRescaleCtasPerSm = 4;
 
 struct RescaleParams {
   __nv_bfloat16* d;
@@ -58,9 +59,16 @@ struct RescaleParams {
   bool vectorized;  // D 16-byte aligned and ldd a multiple of kRescaleVector
 };
 
-// NOTES: programmatic dependent launch. The pass starts while cuBLASLt's kernel runs and reads the channel scales
-// and the bias, which that kernel does not write (whatever wrote them finished before it started), then waits for
-// it with griddepcontrol.wait before reading D; its own dependents are released at once.
+__device__ __forceinline__ __nv_bfloat16 rescaled(__nv_bfloat16 value, float scale, float bias) {
+  return __float2bfloat16_rn(__bfloat162float(value) * scale + bias);
+}
+
+// NOTES: a thread owns 8 columns (their channel scales and bias loaded once) and walks the rows gridDim.y *
+// kRescaleRowsInFlight apart, loading kRescaleRowsInFlight rows before storing any, so that about 4 CTAs per SM
+// keep enough bytes in flight to run at HBM speed. Programmatic dependent launch: the pass starts while cuBLASLt's
+// kernel runs and reads the channel scales and the bias, which that kernel does not write (whatever wrote them
+// finished before it started), then waits for it with griddepcontrol.wait before reading D; its own dependents
+// are released at once.
 __global__ void rescale_product(RescaleParams p) {
   const int col = (blockIdx.x * blockDim.x + threadIdx.x) * kRescaleVector;
   const int width = min(kRescaleVector, p.n - col);
@@ -73,35 +81,44 @@ __global__ void rescale_product(RescaleParams p) {
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (width <= 0) return;
-  for (int row = blockIdx.y; row < p.m; row += gridDim.y) {
-    const float scale_a = p.scale_a[int64_t(row) * p.scale_a_step];
-    __nv_bfloat16* out = p.d + row * p.ldd + col;
-    if (p.vectorized && width == kRescaleVector) {
-      uint4 packed = *reinterpret_cast<const uint4*>(out);
-      auto* values = reinterpret_cast<__nv_bfloat16*>(&packed);
+  const bool vector = p.vectorized && width == kRescaleVector;
+  for (int first = blockIdx.y * kRescaleRowsInFlight; first < p.m; first += gridDim.y * kRescaleRowsInFlight) {
+    uint4 packed[kRescaleRowsInFlight];
+    float scale_a[kRescaleRowsInFlight];
 #pragma unroll
-      for (int j = 0; j < kRescaleVector; ++j) {
-        values[j] = __float2bfloat16_rn(__bfloat162float(values[j]) * scale_a * scale_b[j] + bias[j]);
-      }
-      *reinterpret_cast<uint4*>(out) = packed;
-    } else {
-      for (int j = 0; j < width; ++j) {
-        out[j] = __float2bfloat16_rn(__bfloat162float(out[j]) * scale_a * scale_b[j] + bias[j]);
+    for (int r = 0; r < kRescaleRowsInFlight; ++r) {
+      if (first + r >= p.m) break;
+      scale_a[r] = p.scale_a[int64_t(first + r) * p.scale_a_step];
+      if (vector) packed[r] = *reinterpret_cast<const uint4*>(p.d + (first + r) * p.ldd + col);
+    }
+#pragma unroll
+    for (int r = 0; r < kRescaleRowsInFlight; ++r) {
+      if (first + r >= p.m) break;
+      __nv_bfloat16* out = p.d + (first + r) * p.ldd + col;
+      if (vector) {
+        auto* values = reinterpret_cast<__nv_bfloat16*>(&packed[r]);
+#pragma unroll
+        for (int j = 0; j < kRescaleVector; ++j) values[j] = rescaled(values[j], scale_a[r] * scale_b[j], bias[j]);
+        *reinterpret_cast<uint4*>(out) = packed[r];
+      } else {
+        for (int j = 0; j < width; ++j) out[j] = rescaled(out[j], scale_a[r] * scale_b[j], bias[j]);
       }
     }
   }
 }
 
-void launch_rescale(const ScaledGemmProblem& p, Stream stream) {
-  const RescaleParams params{static_cast<__nv_bfloat16*>(p.d), p.ldd, p.m, p.n, p.scale_a, p.scale_b,
-                             p.scale_a_kind == ScaleKind::row ? 1 : 0, p.scale_b_kind == ScaleKind::row ? 1 : 0,
-                             static_cast<const __nv_bfloat16*>(p.bias),
-                             reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && p.ldd % kRescaleVector == 0};
+void launch_rescale(const ScaledGemmProblem& p, const DeviceInfo& dev, Stream stream) {
+  RescaleParams params{static_cast<__nv_bfloat16*>(p.d), p.ldd, p.m, p.n, p.scale_a, p.scale_b,
+                       p.scale_a_kind == ScaleKind::row ? 1 : 0, p.scale_b_kind == ScaleKind::row ? 1 : 0,
+                       static_cast<const __nv_bfloat16*>(p.bias),
+                       reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && p.ldd % kRescaleVector == 0};
   const int vectors = (p.n + kRescaleVector - 1) / kRescaleVector;
-  const dim3 grid((vectors + kRescaleThreads - 1) / kRescaleThreads, std::min(p.m, kRescaleRowBlocks));
-  void* args[] = {const_cast<RescaleParams*>(&params)};
-  const cudaError_t launch = launch_programmatic(reinterpret_cast<const void*>(rescale_product), grid,
-                                                 dim3(kRescaleThreads), 0, stream, args);
+  const int column_ctas = (vectors + kRescaleThreads - 1) / kRescaleThreads;
+  const int row_steps = (p.m + kRescaleRowsInFlight - 1) / kRescaleRowsInFlight;
+  const int row_ctas = std::clamp(kRescaleCtasPerSm * dev.sm_count / column_ctas, 1, std::min(row_steps, 65535));
+  void* args[] = {&params};
+  const cudaError_t launch = launch_programmatic(reinterpret_cast<const void*>(rescale_product),
+                                                 dim3(column_ctas, row_ctas), dim3(kRescaleThreads), 0, stream, args);
   if (launch != cudaSuccess) {
     cudaGetLastError();
     WAVETUNE_FAIL("scale pass launch failed: ", cudaGetErrorString(launch));
@@ -280,7 +297,7 @@ struct RescaledVariant {
     cublas::LtCall call(cublas::kF32);
     describe(call, unit, unit.scale_a);
     call.run(cublas::lt_handle(dev.device), algorithm, p.b, p.a, p.d, workspace, stream);
-    launch_rescale(p, stream);
+    launch_rescale(p, dev, stream);
   }
 
   static constexpr ScaledVariantOps kOps{&splits, &why_not, &workspace_bytes, &run};
