@@ -181,9 +181,10 @@ int32_t decode_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
 }
 
 // NOTES: the second pass pays where it moves little next to the weights: it reads and writes 4 bytes per output
-// element, at most half the weight's bytes when 8 M <= K. There cuBLASLt's per-tensor kernels ran 1.1-1.9x its
-// outer-vector ones (65-1,000 tokens), past it the pass costs more than the per-tensor kernel saves (held-out and
-// design problems, H100 and H200; docs/scaled_gemm.md).
+// element, at most half the weight's bytes when 8 M <= K. There the per-tensor kernel and the pass ran 1.24-1.29x
+// cuBLASLt's outer-vector kernels (held-out problems on an H100 and an H200, design ones on the H200); the rule
+// gives 1.11-1.13x torch._scaled_mm at 65-1,024 tokens where the faster variant per problem would give 1.14-1.19x
+// (docs/scaled_gemm.md). Past K / 8 tokens the pass often costs more than the outer-vector kernels lose.
 bool second_pass_pays(const ScaledGemmProblem& p) {
   const bool per_row = p.scale_a_kind == ScaleKind::row || p.scale_b_kind == ScaleKind::row;
   return per_row && p.scale_a_kind != ScaleKind::block128 && p.out_dtype == DType::bf16 && 8 * int64_t(p.m) <= p.k;

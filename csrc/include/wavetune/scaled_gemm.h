@@ -10,7 +10,8 @@
 //
 // Its variants: CUTLASS FP8 kernels generated from cutlass_configs/sm90_scaled_gemm.toml (ids from 0), the
 // decode GEMM's kernel with e4m3 inputs (8 or 16 tokens per tile; ids from kDecodeVariantIds), and cuBLASLt
-// (ids from kLibraryVariantIds; where libcublasLt can be opened). Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
+// (ids from kLibraryVariantIds, one per output dtype and a bf16 one that scales per row in a second pass; where
+// libcublasLt can be opened). Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
 #pragma once
 
 #include <string>
@@ -64,8 +65,9 @@ WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& prob
 // The variant a call with no forced variant runs on the current device, from the sizes alone (wave models of
 // the launch): with 128-block scales a decode variant up to kScaledGemmMaxBlockTokens tokens; otherwise a
 // CUTLASS variant up to kScaledGemmMaxTokens, or a decode one up to kScaledGemmDecodeTokens on a layer too
-// narrow for the CUTLASS tiles to fill the GPU. Beyond those limits, and when both scales are per tensor, the
-// cuBLASLt variant where it takes the problem. -1 otherwise: callers run another GEMM (torch._scaled_mm; for
+// narrow for the CUTLASS tiles to fill the GPU. Beyond those limits, and when both scales are per tensor, a
+// cuBLASLt variant where one takes the problem: with per-row scales and a bf16 output up to K / 8 tokens its
+// per-tensor kernel and a second pass for the scales (cublaslt_e4m3_bf16_rescaled), else its own scaling. -1 otherwise: callers run another GEMM (torch._scaled_mm; for
 // 128-blocks block_scaled_grouped_gemm with one expert, as Python's scaled_gemm does).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 
