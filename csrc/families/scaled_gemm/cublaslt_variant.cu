@@ -223,6 +223,18 @@ bool algorithm_for(const ScaledGemmProblem& p, const DeviceInfo& dev, cublas::He
   return it->second.first;
 }
 
+// Runs p with the heuristic's algorithm, scale_a being what the kernel reads for the activations.
+void run_matmul(const ScaledGemmProblem& p, const float* scale_a, const DeviceInfo& dev, void* workspace,
+                Stream stream) {
+  cublas::Heuristic algorithm{};
+  if (!algorithm_for(p, dev, algorithm)) {
+    WAVETUNE_INVALID("cuBLASLt has no FP8 kernel for M=", p.m, " N=", p.n, " K=", p.k);
+  }
+  cublas::LtCall call(cublas::kF32);
+  describe(call, p, scale_a);
+  call.run(cublas::lt_handle(dev.device), algorithm, p.b, p.a, p.d, workspace, stream);
+}
+
 template <DType kOut>
 struct CublasLtVariant {
   static int32_t splits(const ScaledGemmProblem&, int32_t, const DeviceInfo&) { return 1; }
@@ -257,13 +269,7 @@ struct CublasLtVariant {
       if (launch != cudaSuccess) WAVETUNE_FAIL("scale transpose launch failed: ", cudaGetErrorString(launch));
       scale_a = transposed;
     }
-    cublas::Heuristic algorithm{};
-    if (!algorithm_for(p, dev, algorithm)) {
-      WAVETUNE_INVALID("cuBLASLt has no FP8 kernel for M=", p.m, " N=", p.n, " K=", p.k);
-    }
-    cublas::LtCall call(cublas::kF32);
-    describe(call, p, scale_a);
-    call.run(cublas::lt_handle(dev.device), algorithm, p.b, p.a, p.d, workspace, stream);
+    run_matmul(p, scale_a, dev, workspace, stream);
   }
 
   static constexpr ScaledVariantOps kOps{&splits, &why_not, &workspace_bytes, &run};
@@ -290,13 +296,7 @@ struct RescaledVariant {
                   Stream stream) {
     require_workspace(cublas::kWorkspaceBytes, workspace, bytes);
     const ScaledGemmProblem unit = unit_scaled(p, unit_scale(dev));
-    cublas::Heuristic algorithm{};
-    if (!algorithm_for(unit, dev, algorithm)) {
-      WAVETUNE_INVALID("cuBLASLt has no FP8 kernel for M=", p.m, " N=", p.n, " K=", p.k);
-    }
-    cublas::LtCall call(cublas::kF32);
-    describe(call, unit, unit.scale_a);
-    call.run(cublas::lt_handle(dev.device), algorithm, p.b, p.a, p.d, workspace, stream);
+    run_matmul(unit, unit.scale_a, dev, workspace, stream);
     launch_rescale(p, dev, stream);
   }
 
