@@ -264,3 +264,28 @@ def test_torch_compile_traces_a_patched_model_without_breaks():
     # Inductor compiles the rest of the model (residual adds, the rotary tables) in its own order of roundings.
     assert ((traced - eager).norm() / eager.norm()).item() < 1e-2
     assert ((eager - reference).norm() / reference.norm()).item() < 2e-2
+
+
+@pytest.mark.gpu
+def test_torch_compile_traces_transformers_code_for_inductor_to_fuse():
+    model = tiny("LlamaForCausalLM", "LlamaConfig", device="cuda", hidden_size=1024, intermediate_size=2048,
+                 num_attention_heads=8, num_key_value_heads=2)
+    report = wavetune.patch(model, attention=False)
+    assert report.layers and not report.layers_skipped
+    traced = []
+
+    def recording_backend(gm, example_inputs):
+        traced.extend(node for node in gm.graph.nodes if node.op in ("call_function", "call_method", "call_module"))
+        return gm.forward
+
+    tokens = torch.randint(0, TINY["vocab_size"], (1, 9), device="cuda")
+    with torch.no_grad():
+        eager = model(tokens).logits.float()
+        compiled = torch.compile(model, backend=recording_backend, fullgraph=True)(tokens).logits.float()
+    targets = [str(node.target) for node in traced]
+    assert not [t for t in targets if any(op in t for op in ("rms_norm", "silu_and_mul", "rotary_embedding"))]
+    # One GEMM per layer for the MLP's gate and up projections, as in eager mode: outputs 2 x 2048 wide.
+    merged = [node for node in traced if "linear" in str(node.target)
+              and getattr(node.meta.get("example_value"), "shape", (0,))[-1] == 2 * 2048]
+    assert len(merged) == TINY["num_hidden_layers"]
+    assert ((compiled - eager).norm() / eager.norm()).item() < 2e-2
