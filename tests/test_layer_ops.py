@@ -131,6 +131,18 @@ def test_swapped_modules_fall_back_to_what_they_replaced_on_the_cpu():
     assert set(original.state_dict()) == {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
 
 
+def test_swapped_modules_trace_under_torch_compile_on_the_cpu():
+    model = tiny("LlamaForCausalLM", "LlamaConfig")
+    model.model.norm = fused.RMSNorm(model.model.norm)
+    for layer in model.model.layers:
+        layer.input_layernorm, layer.mlp = fused.RMSNorm(layer.input_layernorm), fused.GatedMLP(layer.mlp)
+    tokens = torch.randint(0, TINY["vocab_size"], (1, 9))
+    with torch.no_grad():
+        eager = model(tokens).logits
+        compiled = torch.compile(model, backend="eager", fullgraph=True)(tokens).logits
+    assert torch.equal(compiled, eager)
+
+
 def test_biased_projections_merge_with_their_biases_and_layers_false_swaps_nothing():
     model = tiny("LlamaForCausalLM", "LlamaConfig", mlp_bias=True)
     mlp = model.model.layers[0].mlp

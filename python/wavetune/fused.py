@@ -45,7 +45,7 @@ def _same_code(function, reference) -> bool:
 
 
 def _original(module: torch.nn.Module) -> torch.nn.Module:
-    return object.__getattribute__(module, "_replaced")
+    return module._replaced  # an instance attribute (set past nn.Module.__setattr__): plain lookup finds it
 
 
 class RMSNorm(torch.nn.Module):
