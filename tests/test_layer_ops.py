@@ -295,7 +295,7 @@ def test_torch_compile_traces_transformers_code_for_inductor_to_fuse():
         eager = model(tokens).logits.float()
         compiled = torch.compile(model, backend=recording_backend, fullgraph=True)(tokens).logits.float()
     targets = [str(node.target) for node in traced]
-    assert not [t for t in targets if any(op in t for op in ("rms_norm", "silu_and_mul", "rotary_embedding"))]
+    assert not [t for t in targets if any(op in t for op in ("rms_norm", "silu_and_mul"))]
     # One GEMM per layer for the MLP's gate and up projections, as in eager mode: outputs 2 x 2048 wide.
     merged = [node for node in traced if "linear" in str(node.target)
               and getattr(node.meta.get("example_value"), "shape", (0,))[-1] == 2 * 2048]

@@ -9,11 +9,12 @@ activation is SiLU, an attention whose module's ``apply_rotary_pos_emb`` is Llam
 what it replaced for inputs its kernel does not take (a CPU tensor, another dtype, a width not a multiple of 8),
 so the model computes what it did; ``unpatch_layers`` puts the modules back.
 
-NOTES: under ``torch.compile`` (and export) the swapped modules trace transformers' own PyTorch code instead of
-the kernels, keeping only the merged gate and up GEMM. Inductor fuses that code with what surrounds it (the
-residual addition before a norm, the rotary tables, the cache writes), which an opaque operator would split
-into kernels of their own: inside a compiled Qwen2.5-7B decode step at one token, the operators left 27 us of
-kernel time outside the GEMMs and attention against Inductor's 9 (docs/torch.md, "The decode step of one layer").
+NOTES: under ``torch.compile`` (and export) the swapped norms and MLPs trace transformers' own PyTorch code
+instead of the kernels, keeping only the merged gate and up GEMM: Inductor fuses that code with what surrounds
+it (the residual addition before each norm), which an opaque operator would leave as kernels of their own.
+The rotary embedding stays on its operator there: the attention forward that calls it runs on a copy of its
+module's globals, and a guard Dynamo puts on a closure of that copy cannot be built (it looks the function
+up in the module's own globals).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def rotary_embedding(original):
     the kernel does not take."""
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if (not torch.compiler.is_compiling() and unsqueeze_dim == 1 and q.is_cuda and q.dtype in DTYPES and k.dtype == cos.dtype == sin.dtype == q.dtype
+        if (unsqueeze_dim == 1 and q.is_cuda and q.dtype in DTYPES and k.dtype == cos.dtype == sin.dtype == q.dtype
                 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and q.shape[-1] % 16 == 0
                 and cos.shape == sin.shape and cos.stride() == sin.stride()
                 and all(t.stride(-1) == 1 for t in (q, k, cos, sin))):
