@@ -8,6 +8,7 @@ graph and torch.compile."""
 from __future__ import annotations
 
 import copy
+import types
 
 import pytest
 
@@ -136,11 +137,13 @@ def test_swapped_modules_trace_under_torch_compile_on_the_cpu():
     model.model.norm = fused.RMSNorm(model.model.norm)
     for layer in model.model.layers:
         layer.input_layernorm, layer.mlp = fused.RMSNorm(layer.input_layernorm), fused.GatedMLP(layer.mlp)
-    tokens = torch.randint(0, TINY["vocab_size"], (1, 9))
-    with torch.no_grad():
-        eager = model(tokens).logits
-        compiled = torch.compile(model, backend="eager", fullgraph=True)(tokens).logits
-    assert torch.equal(compiled, eager)
+        attention = layer.self_attn
+        attention.forward = types.MethodType(fused._rotary_forward(type(attention).forward), attention)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(2):  # the guards hold: a second call with new tokens reuses the graph
+            tokens = torch.randint(0, TINY["vocab_size"], (1, 9))
+            assert torch.equal(compiled(tokens).logits, model(tokens).logits)
 
 
 def test_biased_projections_merge_with_their_biases_and_layers_false_swaps_nothing():
@@ -295,7 +298,7 @@ def test_torch_compile_traces_transformers_code_for_inductor_to_fuse():
         eager = model(tokens).logits.float()
         compiled = torch.compile(model, backend=recording_backend, fullgraph=True)(tokens).logits.float()
     targets = [str(node.target) for node in traced]
-    assert not [t for t in targets if any(op in t for op in ("rms_norm", "silu_and_mul"))]
+    assert not [t for t in targets if any(op in t for op in ("rms_norm", "silu_and_mul", "rotary_embedding"))]
     # One GEMM per layer for the MLP's gate and up projections, as in eager mode: outputs 2 x 2048 wide.
     merged = [node for node in traced if "linear" in str(node.target)
               and getattr(node.meta.get("example_value"), "shape", (0,))[-1] == 2 * 2048]

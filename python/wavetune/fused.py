@@ -9,12 +9,10 @@ activation is SiLU, an attention whose module's ``apply_rotary_pos_emb`` is Llam
 what it replaced for inputs its kernel does not take (a CPU tensor, another dtype, a width not a multiple of 8),
 so the model computes what it did; ``unpatch_layers`` puts the modules back.
 
-NOTES: under ``torch.compile`` (and export) the swapped norms and MLPs trace transformers' own PyTorch code
-instead of the kernels, keeping only the merged gate and up GEMM: Inductor fuses that code with what surrounds
-it (the residual addition before each norm), which an opaque operator would leave as kernels of their own.
-The rotary embedding stays on its operator there: the attention forward that calls it runs on a copy of its
-module's globals, and a guard Dynamo puts on a closure of that copy cannot be built (it looks the function
-up in the module's own globals).
+NOTES: under ``torch.compile`` (and export) the swapped modules trace transformers' own PyTorch code instead of
+the kernels, keeping only the merged gate and up GEMM: Inductor fuses that code with what surrounds it (the
+residual addition before each norm, the rotary embedding with the projections and the cache writes), which an
+opaque operator would leave as kernels of their own.
 """
 
 from __future__ import annotations
@@ -115,7 +113,7 @@ def rotary_embedding(original):
     the kernel does not take."""
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if (unsqueeze_dim == 1 and q.is_cuda and q.dtype in DTYPES and k.dtype == cos.dtype == sin.dtype == q.dtype
+        if (not torch.compiler.is_compiling() and unsqueeze_dim == 1 and q.is_cuda and q.dtype in DTYPES and k.dtype == cos.dtype == sin.dtype == q.dtype
                 and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3 and q.shape[-1] % 16 == 0
                 and cos.shape == sin.shape and cos.stride() == sin.stride()
                 and all(t.stride(-1) == 1 for t in (q, k, cos, sin))):
@@ -128,10 +126,19 @@ def rotary_embedding(original):
 @functools.cache
 def _rotary_forward(forward):
     """``forward`` (an attention class's function) calling wavetune's rotary embedding: the same code with its
-    module's globals but for ``apply_rotary_pos_emb``."""
-    scope = dict(forward.__globals__)
-    scope[ROTARY] = rotary_embedding(forward.__globals__[ROTARY])
-    function = types.FunctionType(forward.__code__, scope, forward.__name__, forward.__defaults__, forward.__closure__)
+    module's globals but for ``apply_rotary_pos_emb``.
+
+    NOTES: the copied globals are the dict of a module of their own, registered in ``sys.modules`` under a name
+    of their own: Dynamo finds a traced function's globals again, for its guards, through their ``__name__``,
+    and the transformers module of that name holds the original ``apply_rotary_pos_emb``."""
+    name = f"{__name__}.rotary_globals.{forward.__module__}.{forward.__qualname__}"
+    scope = types.ModuleType(name)
+    scope.__dict__.update(forward.__globals__)
+    scope.__name__, scope.__spec__ = name, None
+    setattr(scope, ROTARY, rotary_embedding(forward.__globals__[ROTARY]))
+    sys.modules[name] = scope
+    function = types.FunctionType(forward.__code__, scope.__dict__, forward.__name__, forward.__defaults__,
+                                  forward.__closure__)
     function.__kwdefaults__, function.__qualname__ = forward.__kwdefaults__, forward.__qualname__
     return function
 
