@@ -85,6 +85,14 @@ def test_dequantize_fp8_takes_every_scale_layout():
     rows = torch.rand(300, 1)
     torch.testing.assert_close(wavetune.dequantize_fp8(q, rows, dtype=torch.float32), q.float() * rows)
     assert wavetune.dequantize_fp8(q, torch.tensor(2.0)).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"scale must hold one value, or be \(300, 1\).*got \(299, 1\)"):
+        wavetune.dequantize_fp8(q, torch.rand(299, 1))
+    with pytest.raises(ValueError, match=r"\(3, 3\) \(per 128x128 block\).*got \(3, 2\)"):
+        wavetune.dequantize_fp8(q, torch.rand(3, 2))
+    with pytest.raises(TypeError, match="scale must be a float32 tensor"):
+        wavetune.dequantize_fp8(q, torch.rand(300, 1, dtype=torch.float64))
+    with pytest.raises(TypeError, match="2-D torch.float8_e4m3fn"):
+        wavetune.dequantize_fp8(q.float(), torch.rand(300, 1))
 
 
 def test_bad_options_name_the_problem():

@@ -193,11 +193,23 @@ def dequantize_fp8(q, scale, *, dtype=None):
     ``dtype``: one scale, one per row ([rows, 1]), or one per 128-block of a row ([rows, ceil(cols/128)],
     activations) or of the matrix ([ceil(rows/128), ceil(cols/128)], weights)."""
     torch = sys.modules.get("torch")
+    if torch is None or not isinstance(q, torch.Tensor) or q.dtype != torch.float8_e4m3fn or q.dim() != 2:
+        got = f"{q.dtype} {tuple(q.shape)}" if torch is not None and isinstance(q, torch.Tensor) else type(q).__name__
+        raise TypeError(f"dequantize_fp8 takes a 2-D torch.float8_e4m3fn tensor, got {got}")
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
+        got = scale.dtype if isinstance(scale, torch.Tensor) else type(scale).__name__
+        raise TypeError(f"scale must be a float32 tensor, got {got}")
     dtype = torch.bfloat16 if dtype is None else dtype
     rows, cols = q.shape
-    if scale.numel() > 1 and scale.shape[-1] == -(-cols // BLOCK) and scale.shape != (rows, 1):
-        if scale.shape[0] != rows:
+    row_blocks, col_blocks = -(-rows // BLOCK), -(-cols // BLOCK)
+    shape = tuple(scale.shape)
+    if scale.numel() > 1 and shape != (rows, 1):
+        if shape == (row_blocks, col_blocks) and rows > 1:
             scale = scale.repeat_interleave(BLOCK, dim=0)[:rows]
+        elif shape != (rows, col_blocks):
+            raise ValueError(f"scale must hold one value, or be ({rows}, 1) (per row), ({rows}, {col_blocks}) (per "
+                             f"128-group of a row) or ({row_blocks}, {col_blocks}) (per 128x128 block) for q of "
+                             f"shape {tuple(q.shape)}, got {shape}")
         scale = scale.repeat_interleave(BLOCK, dim=1)[:, :cols]
     return q.to(dtype) * scale.to(dtype)
 
