@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -28,6 +29,15 @@ def test_imports_without_torch_and_without_a_gpu():
     assert done.returncode == 0, done.stderr
     count, kernel_set = done.stdout.split()
     assert int(count) == len(wavetune.configs()) and kernel_set == wavetune.build_info()["kernel_set"]
+
+
+def test_wavetune_nn_is_there_after_import_wavetune():
+    pytest.importorskip("torch")
+    code = "import wavetune; print(wavetune.nn.FP8Linear.__name__, wavetune.nn.Linear.__name__)"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["FP8Linear", "Linear"]
 
 
 def test_cublas_is_looked_for_in_the_nvidia_wheels(tmp_path):

@@ -204,6 +204,10 @@ class TestCPU:
         with torch.inference_mode():
             model(torch.randint(0, 136, (2, 5)))  # still runs, on PyTorch's kernels
 
+    def test_patch_takes_a_module(self):
+        with pytest.raises(TypeError, match="wavetune.patch takes a torch.nn.Module, got int"):
+            wavetune.patch(3)
+
     def test_a_wavetune_layer_on_the_cpu_refuses(self):
         layer = wnn.Linear.from_linear(torch.nn.Linear(64, 64, dtype=BF16))
         with torch.inference_mode(), pytest.raises(ValueError, match="runs on CUDA tensors"):

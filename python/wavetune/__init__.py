@@ -14,6 +14,7 @@
 Importing needs neither torch nor a GPU: ``patch`` and ``unpatch`` import torch (``wavetune.nn``) on first use.
 """
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
 
 from .runtime.configs import KernelConfig, LaunchConfig
@@ -50,12 +51,12 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # NOTES: patch and unpatch live in wavetune.nn, which imports torch; loading it here on first use
-    # keeps `import wavetune` free of torch.
-    if name in ("patch", "unpatch"):
+    # NOTES: wavetune.nn (and its patch and unpatch) imports torch; loading it here on first use keeps
+    # `import wavetune` free of torch.
+    if name in ("nn", "patch", "unpatch"):
         try:
-            from . import nn
+            nn = importlib.import_module(f"{__name__}.nn")  # not `from . import nn`: that asks this hook for nn
         except ImportError as exc:
             raise ImportError(f"wavetune.{name} needs torch (pip install torch): {exc}") from exc
-        return getattr(nn, name)
+        return nn if name == "nn" else getattr(nn, name)
     raise AttributeError(f"module 'wavetune' has no attribute {name!r}")

@@ -230,6 +230,8 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
     transformers RMSNorms, SiLU-gated MLPs (gate and up merged into one GEMM) and rotary embeddings run the
     layer ops (``wavetune.fused``). ``unpatch`` reverses it.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"wavetune.patch takes a torch.nn.Module, got {type(model).__name__}")
     if isinstance(model, torch.nn.Linear):
         raise ValueError("the model is itself an nn.Linear: use wavetune.nn.Linear.from_linear(model)")
     report = PatchReport(patched=[], skipped={})
