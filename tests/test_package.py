@@ -24,7 +24,7 @@ def test_imports_without_torch_and_without_a_gpu():
         "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
         "print(len(wavetune.configs()), wavetune.build_info()['kernel_set'])\n"
     )
-    env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
+    env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
     assert done.returncode == 0, done.stderr
     count, kernel_set = done.stdout.split()
@@ -46,7 +46,7 @@ def test_cublas_is_looked_for_in_the_nvidia_wheels(tmp_path):
     for wheel in ("cu13", "cublas"):
         (tmp_path / "nvidia" / wheel / "lib").mkdir(parents=True)
     code = "import os, wavetune; print(os.environ['WAVETUNE_CUBLAS'])"
-    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/")
     assert done.returncode == 0, done.stderr
     dirs = done.stdout.split()[0].split(":")  # PYTHONPATH first; installed nvidia-* wheels may follow
