@@ -298,6 +298,7 @@ def test_torch_compile_traces_transformers_code_for_inductor_to_fuse():
         return gm.forward
 
     tokens = torch.randint(0, TINY["vocab_size"], (1, 9), device="cuda")
+    torch._dynamo.reset()  # a fresh trace through recording_backend, whatever other tests compiled
     with torch.no_grad():
         eager = model(tokens).logits.float()
         compiled = torch.compile(model, backend=recording_backend, fullgraph=True)(tokens).logits.float()
