@@ -114,9 +114,8 @@ def rotary_embedding(original):
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
         if (not torch.compiler.is_compiling() and unsqueeze_dim == 1 and q.is_cuda and q.dtype in DTYPES
-                and k.dtype == cos.dtype == sin.dtype == q.dtype and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3
-                and q.shape[-1] % 16 == 0
-                and cos.shape == sin.shape and cos.stride() == sin.stride()
+                and k.dtype == cos.dtype == sin.dtype == q.dtype and q.dim() == 4 and k.dim() == 4
+                and cos.dim() == 3 and q.shape[-1] % 16 == 0 and cos.shape == sin.shape and cos.stride() == sin.stride()
                 and all(t.stride(-1) == 1 for t in (q, k, cos, sin))):
             return torch.ops.wavetune.rotary_embedding(q, k, cos, sin)
         return original(q, k, cos, sin, unsqueeze_dim)

@@ -50,12 +50,16 @@ def _choice(device: int, m: int, n: int, k: int, code: int, kind_a: int, kind_b:
     return _C.scaled_gemm_choice(m, n, k, code, kind_a, kind_b, bias)
 
 
-def _scale_kind(torch, scale, row_shape: tuple, block_shape: tuple | None, name: str) -> int:
-    """The ScaleKind of ``scale``: one value, ``row_shape`` or, with block scales, ``block_shape``; errors name
-    the problem."""
+def _check_float32(torch, scale, name: str) -> None:
     if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
         got = scale.dtype if isinstance(scale, torch.Tensor) else type(scale).__name__
         raise TypeError(f"{name} must be a float32 tensor (torch._scaled_mm's convention), got {got}")
+
+
+def _scale_kind(torch, scale, row_shape: tuple, block_shape: tuple | None, name: str) -> int:
+    """The ScaleKind of ``scale``: one value, ``row_shape`` or, with block scales, ``block_shape``; errors name
+    the problem."""
+    _check_float32(torch, scale, name)
     if block_shape is not None:
         if tuple(scale.shape) != block_shape or not scale.is_contiguous():
             raise ValueError(f"with block_scales, {name} must be a contiguous {block_shape} tensor (one scale per "
@@ -196,15 +200,13 @@ def dequantize_fp8(q, scale, *, dtype=None):
     if torch is None or not isinstance(q, torch.Tensor) or q.dtype != torch.float8_e4m3fn or q.dim() != 2:
         got = f"{q.dtype} {tuple(q.shape)}" if torch is not None and isinstance(q, torch.Tensor) else type(q).__name__
         raise TypeError(f"dequantize_fp8 takes a 2-D torch.float8_e4m3fn tensor, got {got}")
-    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
-        got = scale.dtype if isinstance(scale, torch.Tensor) else type(scale).__name__
-        raise TypeError(f"scale must be a float32 tensor, got {got}")
+    _check_float32(torch, scale, "scale")
     dtype = torch.bfloat16 if dtype is None else dtype
     rows, cols = q.shape
     row_blocks, col_blocks = -(-rows // BLOCK), -(-cols // BLOCK)
     shape = tuple(scale.shape)
     if scale.numel() > 1 and shape != (rows, 1):
-        if shape == (row_blocks, col_blocks) and rows > 1:
+        if shape == (row_blocks, col_blocks):
             scale = scale.repeat_interleave(BLOCK, dim=0)[:rows]
         elif shape != (rows, col_blocks):
             raise ValueError(f"scale must hold one value, or be ({rows}, 1) (per row), ({rows}, {col_blocks}) (per "
