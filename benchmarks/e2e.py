@@ -42,6 +42,7 @@ e2e_<device>.md, .json and .png beside it.
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import datetime
 import json
@@ -601,10 +602,11 @@ def time_interleaved(graphs: dict, reps: int, stream) -> dict:
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-# What a kernel's name says it is, for --profile: GEMMs (cuBLAS's nvjet/xmma/gemm kernels, CUTLASS's,
-# wavetune's decode and grouped kernels, Inductor's matmul templates), attention (FlashAttention, cuDNN,
-# CUTLASS's FMHA), and the rest (norms, rotary, activations, copies).
-KERNEL_KINDS = (("gemm", re.compile(r"gemm|gemv|nvjet|xmma|cutlass|decode_gemm|tem_fused_.*mm|_mm_", re.I)),
+# What a kernel's name says it is, for --profile: GEMMs (cuBLAS's nvjet/xmma/gemm kernels and the reduction of
+# its split-K kernels, CUTLASS's, wavetune's decode and grouped kernels, Inductor's matmul templates), attention
+# (FlashAttention, cuDNN, CUTLASS's FMHA), and the rest (norms, rotary, activations, copies).
+KERNEL_KINDS = (("gemm", re.compile(r"gemm|gemv|nvjet|xmma|cutlass|decode_gemm|splitKreduce|tem_fused_.*mm|_mm_",
+                                    re.I)),
                 ("attention", re.compile(r"attention|flash|fmha|cudnn|sdpa", re.I)))
 
 
@@ -613,7 +615,8 @@ def kernel_kind(name: str) -> str:
 
 
 def kernel_ms(graphs: dict, stream) -> dict:
-    """Per method, ms of GPU kernel time in one replay of its graph by kernel kind (torch.profiler)."""
+    """Per method, ms of GPU kernel time in one replay of its graph by kernel kind (torch.profiler), and the
+    five longest kernels of kind "other" (name, ms)."""
     from torch.profiler import ProfilerActivity, profile
 
     out = {}
@@ -623,10 +626,14 @@ def kernel_ms(graphs: dict, stream) -> dict:
                 graph.replay()
                 stream.synchronize()
             kinds = dict.fromkeys(("gemm", "attention", "other"), 0.0)
+            others = collections.Counter()
             for event in prof.events():  # the kernels, as device events
                 if event.device_type == torch.autograd.DeviceType.CUDA:
-                    kinds[kernel_kind(event.name)] += event.time_range.elapsed_us() / 1e3
-            out[name] = kinds
+                    kind, ms = kernel_kind(event.name), event.time_range.elapsed_us() / 1e3
+                    kinds[kind] += ms
+                    if kind == "other":
+                        others[event.name[:120]] += ms
+            out[name] = {**kinds, "longest_other": others.most_common(5)}
     return out
 
 
@@ -817,8 +824,9 @@ def gemm_shares(entries: list[dict]) -> list[str]:
     shares: dict[str, list[float]] = {}
     for e in entries:
         for method, kinds in e.get("kernel_ms", {}).items():
-            if sum(kinds.values()) > 0:
-                shares.setdefault(method, []).append(kinds["gemm"] / sum(kinds.values()))
+            total = sum(kinds[kind] for kind in ("gemm", "attention", "other"))
+            if total > 0:
+                shares.setdefault(method, []).append(kinds["gemm"] / total)
     if not shares:
         return []
     return ["- GEMMs' share of kernel time (one profiled replay per shape): " + ", ".join(

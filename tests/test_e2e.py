@@ -142,9 +142,10 @@ def test_kernel_names_are_sorted_into_gemm_attention_and_the_rest():
         "nvjet_tst_128x64_64x6_2x1_v_bz_coopA_TNN", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
         "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<...>>",
         "void wavetune::detail::decode::decode_gemm_kernel<...>", "triton_tem_fused_mm_0",
+        "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, ...>",
         "cudnn_generated_fort_native_sdpa_sm90_flash_fprop", "void flash::flash_fwd_kernel<...>",
         "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "void at::native::elementwise_kernel<...>")] == [
-        "gemm", "gemm", "gemm", "gemm", "gemm", "attention", "attention", "other", "other"]
+        "gemm", "gemm", "gemm", "gemm", "gemm", "gemm", "attention", "attention", "other", "other"]
 
 
 def test_options():
