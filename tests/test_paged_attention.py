@@ -70,6 +70,38 @@ def test_the_fitting_replay_prices_waves_and_merges():
     assert quality == pytest.approx(min(times.values()) / times[f"{pick[0]}/s{pick[1]}"])
 
 
+@pytest.mark.gpu
+def test_the_fitting_replay_restates_the_launch_model():
+    """benchmarks/paged_attention.py's predicted_us is launch.cu's wave model with its constants as parameters:
+    on decode cases the kernel and split count the library picks are the replay's least predicted."""
+    import random
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import attention
+    import paged_attention as bench
+
+    props = wavetune.device_properties()
+    hbm = bench.SHIPPED[0] * props["memory_bytes_per_s"] / 1e6
+    rng = random.Random(5)
+    for _ in range(40):
+        heads_q, heads_kv = rng.choice([(32, 8), (64, 8), (8, 1), (16, 16), (28, 4)])
+        case = dict(batch=rng.choice([1, 3, 17, 64, 256]), heads_q=heads_q, heads_kv=heads_kv,
+                    head_dim=rng.choice([64, 128, 256]), seqlen_k=rng.randint(300, 131072))
+        kernels = {c.id: {"step_keys": c.tile[1], "rows": c.tile[0], "resident": _C.paged_attention_resident_ctas(c.id)}
+                   for c in wavetune.paged_attention_configs()
+                   if c.dtype == "bf16" and c.tile[2] == case["head_dim"] and c.tile[0] == 16}  # decode's kernels
+
+        def predicted(variant, splits):
+            return bench.predicted_us(case, splits, kernels[variant], props["sm_count"], hbm, *bench.SHIPPED[1:])
+
+        variant, splits = _C.paged_attention_choice(*attention.paged_problem(case), _C.DTYPES.index("bf16"))
+        least = min(predicted(v, n) for v in kernels for n in range(1, _C.paged_attention_max_splits() + 1))
+        assert predicted(variant, splits) == pytest.approx(least, rel=1e-6), case
+
+
 def cpu_inputs(batch=2, heads_q=8, heads_kv=2, head_dim=64, pages=6, page_size=16):
     q = torch.randn(batch, heads_q, head_dim, dtype=torch.bfloat16)
     k = torch.randn(pages, page_size, heads_kv, head_dim, dtype=torch.bfloat16)
