@@ -608,10 +608,11 @@ def time_interleaved(graphs: dict, reps: int, stream) -> dict:
 KERNEL_KINDS = (("gemm", re.compile(r"gemm|gemv|nvjet|xmma|cutlass|decode_gemm|splitKreduce|tem_fused_.*mm|_mm_",
                                     re.I)),
                 ("attention", re.compile(r"attention|flash|fmha|cudnn|sdpa", re.I)))
+KINDS = (*(kind for kind, _ in KERNEL_KINDS), "other")
 
 
 def kernel_kind(name: str) -> str:
-    return next((kind for kind, pattern in KERNEL_KINDS if pattern.search(name)), "other")
+    return next((kind for kind, pattern in KERNEL_KINDS if pattern.search(name)), KINDS[-1])
 
 
 def kernel_ms(graphs: dict, stream) -> dict:
@@ -625,13 +626,13 @@ def kernel_ms(graphs: dict, stream) -> dict:
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 graph.replay()
                 stream.synchronize()
-            kinds = dict.fromkeys(("gemm", "attention", "other"), 0.0)
+            kinds = dict.fromkeys(KINDS, 0.0)
             others = collections.Counter()
             for event in prof.events():  # the kernels, as device events
                 if event.device_type == torch.autograd.DeviceType.CUDA:
                     kind, ms = kernel_kind(event.name), event.time_range.elapsed_us() / 1e3
                     kinds[kind] += ms
-                    if kind == "other":
+                    if kind == KINDS[-1]:
                         others[event.name[:120]] += ms
             out[name] = {**kinds, "longest_other": others.most_common(5)}
     return out
@@ -824,7 +825,7 @@ def gemm_shares(entries: list[dict]) -> list[str]:
     shares: dict[str, list[float]] = {}
     for e in entries:
         for method, kinds in e.get("kernel_ms", {}).items():
-            total = sum(kinds[kind] for kind in ("gemm", "attention", "other"))
+            total = sum(kinds[kind] for kind in KINDS)
             if total > 0:
                 shares.setdefault(method, []).append(kinds["gemm"] / total)
     if not shares:

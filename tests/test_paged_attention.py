@@ -29,6 +29,18 @@ def test_the_family_is_registered_with_its_entry_point():
         assert configs == []
 
 
+def benchmark(name: str):
+    """A module of benchmarks/ (they import each other by their bare names)."""
+    import importlib
+    import sys
+
+    from conftest import REPO
+
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    return importlib.import_module(name)
+
+
 def test_workspace_holds_the_splits_it_runs():
     sizes = (3, 32, 8, 128, 16, 1000)  # batch, heads_q, heads_kv, head_dim, page_size, max_seq_len
     for config in wavetune.paged_attention_configs():
@@ -44,13 +56,7 @@ def test_the_fitting_replay_prices_waves_and_merges():
     """benchmarks/paged_attention.py replays launch.cu's model to fit its constants: with the shipped ones a
     long single sequence wants many splits, a batch that fills the GPU wants none, and the replay picks the
     (kernel, splits) it predicts fastest."""
-    import sys
-
-    from conftest import REPO
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import paged_attention as bench
-
+    bench = benchmark("paged_attention")
     shipped = (0.98, 3.75e3, 3.0, 3.0)  # launch.cu: kHbmFraction, kWarpBytesPerUs, kWaveUs, kMergeUs
     header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
     kernels = {"w8": {"step_keys": 128, "resident": 1}, "w4": {"step_keys": 64, "resident": 2}}
@@ -75,14 +81,8 @@ def test_the_fitting_replay_restates_the_launch_model():
     """benchmarks/paged_attention.py's predicted_us is launch.cu's wave model with its constants as parameters:
     on decode cases the kernel and split count the library picks are the replay's least predicted."""
     import random
-    import sys
 
-    from conftest import REPO
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import attention
-    import paged_attention as bench
-
+    attention, bench = benchmark("attention"), benchmark("paged_attention")
     props = wavetune.device_properties()
     hbm = bench.SHIPPED[0] * props["memory_bytes_per_s"] / 1e6
     rng = random.Random(5)
