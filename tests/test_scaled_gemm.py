@@ -338,6 +338,31 @@ def test_fp8_linear_per_channel_and_block_against_the_bf16_layer():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n, m, kind", [(896, 5, "decode"), (896, 12, "decode"), (1536, 12, "library"),
+                                        (4096, 5, "library"), (896, 17, "library")])
+def test_per_tensor_scales_take_the_decode_kernels_on_narrow_layers(n, m, kind):
+    """Both scales per tensor: the decode kernels where per-row scales take them (a few tokens on a layer the
+    CUTLASS tiles leave mostly idle), cuBLASLt's per-tensor kernels elsewhere; into a poisoned output, against
+    the fp32 reference."""
+    if not any(c.schedule not in ("decode", "cublas") for c in wavetune.scaled_gemm_configs()):
+        pytest.skip("no CUTLASS scaled GEMM variant compiled (the narrow-layer rule measures its tiles)")
+    g = torch.Generator(device="cuda").manual_seed(n * m)
+    k = 4096
+    w, a = random_fp8(n, k, g), random_fp8(m, k, g)
+    sa, sb = scales("tensor", 1, (1, 1), g).reshape(()), scales("tensor", 1, (1, 1), g).reshape(())
+    chosen = _C.scaled_gemm_choice(m, n, k, 0, 0, 0)
+    schedules = {c.id: c.schedule for c in wavetune.scaled_gemm_configs()}
+    if kind == "library":
+        library = [c.id for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas" and c.dtype == "bf16"]
+        assert chosen == (library[0] if library else -1)
+    else:
+        assert schedules[chosen] == "decode"
+    given = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert wavetune.scaled_gemm(a, w.t(), sa, sb, out=given) is given
+    check_close(given, reference(a, w.t(), sa, sb, None), magnitude(a, w.t(), sa, sb))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n, m, kind", [(896, 5, "decode"), (4096, 1, "cutlass"), (4096, 9, "cutlass"),
                                         (896, 12, "decode"), (1536, 12, "cutlass"), (896, 40, "cutlass"),
                                         (4096, 64, "cutlass"), (4096, 65, "second pass"), (4096, 512, "second pass"),

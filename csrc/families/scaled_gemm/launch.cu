@@ -207,17 +207,33 @@ int32_t library_variant(const ScaledGemmProblem& p, bool second_pass) {
 // tokens (held-out problems on an H200, docs/scaled_gemm.md). -1 where it is absent (no libcublasLt, no GPU) or
 // refuses the problem (block scales at token counts that are not multiples of 4): the caller runs another GEMM.
 // Per-row scales go to the second-pass variant where second_pass_pays.
+bool device_usable() {
+  try {
+    return current_device_error() == nullptr;
+  } catch (const RuntimeError&) {  // no driver: a build host
+    return false;
+  }
+}
+
 int32_t library_choice(const ScaledGemmProblem& p) {
   const std::vector<VariantInfo>& variants = scaled_gemm_variants();
   const auto is_library = [](const VariantInfo& v) { return v.schedule == Schedule::cublas; };
-  if (std::none_of(variants.begin(), variants.end(), is_library)) return -1;
-  try {
-    if (current_device_error()) return -1;
-  } catch (const RuntimeError&) {  // no driver: a build host
-    return -1;
-  }
+  if (std::none_of(variants.begin(), variants.end(), is_library) || !device_usable()) return -1;
   const int32_t rescaled = second_pass_pays(p) ? library_variant(p, true) : -1;
   return rescaled >= 0 ? rescaled : library_variant(p, false);
+}
+
+// NOTES: per-tensor scales. cuBLASLt's per-tensor kernels ran as fast as the CUTLASS variants on the layers those
+// fill, and faster than the decode kernels there, but 1.04-1.56x slower than the decode kernels on the narrow
+// layers the decode kernels serve at up to 8 tokens (qkv projections at TP 4-8; rows of benchmarks/scaled_gemm.py
+// on the design and held-out splits, H200) and about as fast at 9-16 tokens. So per-tensor calls go to the
+// decode kernels where per-row ones do (cutlass_fills_the_gpu), and to cuBLASLt elsewhere.
+int32_t per_tensor_choice(const ScaledGemmProblem& p) {
+  if (p.m > kScaledGemmDecodeTokens || !device_usable()) return library_choice(p);
+  const DeviceInfo& dev = current_device_info();
+  const VariantInfo* cutlass = cutlass_choice(p, dev);
+  const int32_t decode = cutlass && !cutlass_fills_the_gpu(*cutlass, p, dev) ? decode_choice(p, dev) : -1;
+  return decode >= 0 ? decode : library_choice(p);
 }
 
 }  // namespace
@@ -236,10 +252,9 @@ std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int
 
 int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   const bool blocks = p.scale_a_kind == ScaleKind::block128;
-  if (p.m > (blocks ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens) ||
-      (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) {
-    return detail::library_choice(p);
-  }
+  const bool per_tensor = p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor;
+  if (p.m > (blocks ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens)) return detail::library_choice(p);
+  if (per_tensor) return detail::per_tensor_choice(p);
   if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();
   if (!blocks) {
