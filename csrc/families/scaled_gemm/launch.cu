@@ -143,6 +143,13 @@ int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   return smallest;
 }
 
+// Whether the variant's weight tiles, times the decode kernels' token tiles for M, occupy 1 / share of the SMs.
+bool cutlass_occupies(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev, int32_t share) {
+  const int32_t tokens = token_tile_for(p, dev);
+  if (tokens == 0) return true;
+  return share * ((p.n + v.tile_m - 1) / v.tile_m) * ((p.m + tokens - 1) / tokens) >= dev.sm_count;
+}
+
 // NOTES: up to kScaledGemmDecodeTokens tokens, a swapped CUTLASS variant streams its weight tile through a deep
 // TMA pipeline, one CTA per SM, and with a third of the SMs busy it read the design split's layers faster than
 // the decode kernels, which pay for their K splits' reduction (M 1-8: 0.77-0.96 of their time from N = 3072
@@ -152,9 +159,7 @@ int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
 // at 9-16 tokens a layer of under 22 of its 64-row tiles (N < 1,344) still goes to the decode kernels, which
 // ran 1.09-1.41x the CUTLASS variants on such layers (qkv projections at TP 4-8; design and held-out rows).
 bool cutlass_fills_the_gpu(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
-  const int32_t tokens = token_tile_for(p, dev);
-  if (tokens == 0) return true;
-  return 3 * ((p.n + v.tile_m - 1) / v.tile_m) * ((p.m + tokens - 1) / tokens) >= dev.sm_count;
+  return cutlass_occupies(v, p, dev, 3);
 }
 
 // The decode variant the wave model (predicted_cost) picks among those of the token tile for M, -1 if none.
@@ -224,15 +229,16 @@ int32_t library_choice(const ScaledGemmProblem& p) {
 }
 
 // NOTES: per-tensor scales. cuBLASLt's per-tensor kernels ran as fast as the CUTLASS variants on the layers those
-// fill, and faster than the decode kernels there, but 1.04-1.56x slower than the decode kernels on the narrow
-// layers the decode kernels serve at up to 8 tokens (qkv projections at TP 4-8; rows of benchmarks/scaled_gemm.py
-// on the design and held-out splits, H200) and about as fast at 9-16 tokens. So per-tensor calls go to the
-// decode kernels where per-row ones do (cutlass_fills_the_gpu), and to cuBLASLt elsewhere.
+// fill, and faster than the decode kernels on most layers those serve, but slower than the decode kernels where
+// the CUTLASS tiles would occupy under a sixth of the SMs: at up to 8 tokens on the design split (H200) layers of
+// 896 and 1,280 rows ran 1.43x and 1.04x the decode kernels' time on cuBLASLt, one of 1,792 rows 0.86x. So
+// per-tensor calls go to the decode kernels on such layers (N < 1,408 at up to 8 tokens on 132 SMs), to
+// cuBLASLt elsewhere.
 int32_t per_tensor_choice(const ScaledGemmProblem& p) {
   if (p.m > kScaledGemmDecodeTokens || !device_usable()) return library_choice(p);
   const DeviceInfo& dev = current_device_info();
   const VariantInfo* cutlass = cutlass_choice(p, dev);
-  const int32_t decode = cutlass && !cutlass_fills_the_gpu(*cutlass, p, dev) ? decode_choice(p, dev) : -1;
+  const int32_t decode = cutlass && !cutlass_occupies(*cutlass, p, dev, 6) ? decode_choice(p, dev) : -1;
   return decode >= 0 ? decode : library_choice(p);
 }
 
