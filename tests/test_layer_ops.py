@@ -3,7 +3,7 @@ transformers model's norms, MLPs and attention (wavetune.fused). CPU tier: input
 are swapped and why not, the swapped modules' fallbacks computing what the model did, merged weights, unpatch.
 GPU tier: each op against transformers' own module or function (bit-identical where both round the same values;
 the norm's fp32 sum may differ in order), with poisoned outputs, odd sizes, strided views, PDL on and off, a CUDA
-graph and torch.compile."""
+graph and torch.compile; the merged query, key and value projections in a model, eager and in a CUDA graph."""
 
 from __future__ import annotations
 
@@ -102,10 +102,17 @@ def test_a_meta_model_gets_its_norms_mlps_and_rotary_embeddings_swapped_and_back
         assert isinstance(layer.mlp.down_proj, wavetune.nn.Linear)
     if name.startswith("Qwen3"):
         assert isinstance(layer.self_attn.q_norm, fused.RMSNorm)  # the per-head norms too
+    attention = layer.self_attn
+    assert all(isinstance(getattr(attention, p), fused.ProjectionSlice) for p in fused.PROJECTIONS)
+    assert isinstance(attention.q_proj.merged, wavetune.nn.Linear)  # one GEMM, on wavetune's
+    widths = [fused._original(getattr(attention, p)).out_features for p in fused.PROJECTIONS]
+    assert attention.q_proj.merged.out_features == sum(widths) and attention.v_proj.end == sum(widths)
     assert not report.layers_skipped
     wavetune.unpatch(model)
     assert type(layer.input_layernorm).__name__.endswith("RMSNorm") and "forward" not in layer.self_attn.__dict__
-    assert not any(isinstance(m, (fused.RMSNorm, fused.GatedMLP, wavetune.nn.Linear)) for m in model.modules())
+    assert all(type(getattr(attention, p)) is torch.nn.Linear for p in fused.PROJECTIONS)
+    assert not any(isinstance(m, (fused.RMSNorm, fused.GatedMLP, fused.ProjectionSlice, wavetune.nn.Linear))
+                   for m in model.modules())
 
 
 def test_modules_with_other_code_are_left_with_the_reason():
@@ -130,6 +137,13 @@ def test_swapped_modules_fall_back_to_what_they_replaced_on_the_cpu():
     assert original.gate_proj.weight.data_ptr() == mlp.gate_up.weight.data_ptr()
     assert original.up_proj.weight.data_ptr() == mlp.gate_up.weight[TINY["intermediate_size"]:].data_ptr()
     assert set(original.state_dict()) == {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
+    # the query, key and value projections: each slice computes its own layer on the CPU
+    attention = copy.deepcopy(layer.self_attn)
+    before = {p: getattr(attention, p)(x) for p in fused.PROJECTIONS}
+    fused.merge_projections(attention)
+    assert all(torch.equal(getattr(attention, p)(x), before[p]) for p in fused.PROJECTIONS)
+    merged, k_proj = attention.q_proj.merged, fused._original(attention.k_proj)
+    assert k_proj.weight.data_ptr() == merged.weight[attention.k_proj.start:].data_ptr()
 
 
 def test_swapped_modules_trace_under_torch_compile_on_the_cpu():
@@ -139,6 +153,7 @@ def test_swapped_modules_trace_under_torch_compile_on_the_cpu():
         layer.input_layernorm, layer.mlp = fused.RMSNorm(layer.input_layernorm), fused.GatedMLP(layer.mlp)
         attention = layer.self_attn
         attention.forward = types.MethodType(fused._rotary_forward(type(attention).forward), attention)
+        fused.merge_projections(attention)
     torch._dynamo.reset()  # other tests compiled the same transformers code for other shapes
     compiled = torch.compile(model, backend="eager", fullgraph=True)
     with torch.no_grad():
@@ -266,6 +281,39 @@ def test_pdl_on_and_off_give_the_same_bits_and_a_graph_replays_new_inputs():
     q.copy_(torch.randn_like(q))
     graph.replay()
     assert all(torch.equal(a, b) for a, b in zip(captured, step()))
+
+
+@pytest.mark.gpu
+def test_merged_projections_run_one_gemm_per_layer_and_replay_in_a_graph():
+    """Eager: the merged query, key and value GEMM runs once per layer and step, and the model computes what it
+    does with the three projections apart (each on wavetune's GEMM); a CUDA graph captured the way PyTorch
+    documents replays new tokens as eager mode computes them."""
+    model = tiny("Qwen2ForCausalLM", "Qwen2Config", device="cuda", hidden_size=1024, intermediate_size=2048,
+                 num_attention_heads=8, num_key_value_heads=2)
+    apart, merged = copy.deepcopy(model), model
+    wavetune.patch(merged, attention=False)
+    wavetune.patch(apart, attention=False, layers=False)
+    assert all(isinstance(layer.self_attn.k_proj, fused.ProjectionSlice) for layer in merged.model.layers)
+    calls = []
+    for layer in merged.model.layers:
+        layer.self_attn.q_proj.merged.register_forward_hook(lambda *_: calls.append(1))
+    tokens = torch.randint(0, TINY["vocab_size"], (3, 1), device="cuda")
+    with torch.no_grad():
+        expected, got = apart(tokens).logits.float(), merged(tokens).logits.float()
+    assert len(calls) == TINY["num_hidden_layers"]  # Qwen2's projections have biases: merged with them
+    assert ((got - expected).norm() / expected.norm()).item() < 2e-2
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        merged(tokens)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        captured = merged(tokens).logits
+    tokens.copy_(torch.randint(0, TINY["vocab_size"], tokens.shape, device="cuda"))
+    graph.replay()
+    with torch.no_grad():
+        assert torch.equal(captured, merged(tokens).logits)
 
 
 @pytest.mark.gpu

@@ -1,0 +1,93 @@
+"""What merging an attention's query, key and value projections into one GEMM brings to a decode step:
+
+    python benchmarks/merged_projections.py --out $OUT
+
+One decoder layer (transformers' classes, random bf16 weights, no LM head) of each model, patched with
+wavetune.patch (GEMMs, layer ops and attention: e2e.py's +attention twin), once as patch makes it (the three
+projections one GEMM) and once with them apart (each its own GEMM); a decode step over --context cached tokens
+at each batch, each twin captured as one CUDA graph and the graphs replayed interleaved (the order rotating),
+--reps times; medians. The hidden states of the two are compared first. Writes <out>/merged_projections.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from pathlib import Path
+
+import torch
+
+import e2e
+from wavetune import fused
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default="llama3-8b,qwen2.5-7b")
+    p.add_argument("--batches", type=e2e.ints, default=[1, 16])
+    p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--reps", type=int, default=40)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "."))
+    return p.parse_args()
+
+
+def twins(name: str) -> dict:
+    """The +attention twin of one layer of ``name`` as patch makes it, and with the projections kept apart."""
+    model, _ = e2e.build_model(e2e.MODELS[name], 1, "cuda")
+    merged, _ = e2e.patched_twin(model, e2e.WAVETUNE_ATTENTION)
+    merge = fused.projections_reason
+    fused.projections_reason = lambda module: "kept apart for the comparison"
+    try:
+        apart, _ = e2e.patched_twin(model, e2e.WAVETUNE_ATTENTION)
+    finally:
+        fused.projections_reason = merge
+    return {"merged": merged, "apart": apart}
+
+
+def measure(models: dict, spec: dict, batch: int, context: int, reps: int) -> dict:
+    inputs = e2e.shape_inputs(spec, 1, "decode", batch, context)
+    stream, pool = torch.cuda.Stream(), torch.cuda.graph_pool_handle()
+    with torch.inference_mode():
+        captured = {k: e2e.capture(e2e.step_function(m, lm_head=False), inputs, stream, pool)
+                    for k, m in models.items()}
+        graphs = {k: g for k, (g, _) in captured.items()}
+        error = e2e.relative_error(captured["merged"][1], captured["apart"][1].float())
+        samples = {k: [] for k in graphs}
+        names = list(graphs)
+        with torch.cuda.stream(stream):
+            for graph in [*graphs.values()] * 2:
+                graph.replay()
+            for rep in range(reps):
+                for k in names[rep % len(names):] + names[:rep % len(names)]:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    graphs[k].replay()
+                    end.record()
+                    end.synchronize()
+                    samples[k].append(start.elapsed_time(end) * 1e3)
+    us = {k: statistics.median(v) for k, v in samples.items()}
+    return {"us": us, "speedup": us["apart"] / us["merged"], "error": error}
+
+
+def main() -> None:
+    args = parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "merged_projections.jsonl"
+    with path.open("w") as log:
+        log.write(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                              "context": args.context, "reps": args.reps}) + "\n")
+        for name in args.models.split(","):
+            models = twins(name)
+            for batch in args.batches:
+                row = {"model": name, "batch": batch, **measure(models, e2e.MODELS[name], batch, args.context,
+                                                                args.reps)}
+                log.write(json.dumps(row) + "\n")
+                print(f"{name} batch {batch}: merged {row['us']['merged']:.1f} us, apart {row['us']['apart']:.1f} us "
+                      f"({row['speedup']:.3f}x), hidden states {row['error']:.4f} apart", flush=True)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
