@@ -28,14 +28,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--models", default="llama3-8b,qwen2.5-7b")
     p.add_argument("--batches", type=e2e.ints, default=[1, 16])
     p.add_argument("--context", type=int, default=1024)
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree: one rank's slice of each model")
     p.add_argument("--reps", type=int, default=40)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "."))
     return p.parse_args()
 
 
-def twins(name: str) -> dict:
-    """The +attention twin of one layer of ``name`` as patch makes it, and with the projections kept apart."""
-    model, _ = e2e.build_model(e2e.MODELS[name], 1, "cuda")
+def twins(spec: dict) -> dict:
+    """The +attention twin of one layer of ``spec`` as patch makes it, and with the projections kept apart."""
+    model, _ = e2e.build_model(spec, 1, "cuda")
     merged, _ = e2e.patched_twin(model, e2e.WAVETUNE_ATTENTION)
     merge = fused.projections_reason
     fused.projections_reason = lambda module: "kept apart for the comparison"
@@ -79,12 +80,13 @@ def main() -> None:
         log.write(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "context": args.context, "reps": args.reps}) + "\n")
         for name in args.models.split(","):
-            models = twins(name)
+            spec = e2e.sliced(e2e.MODELS[name], args.tp)
+            models = twins(spec)
             for batch in args.batches:
-                row = {"model": name, "batch": batch, **measure(models, e2e.MODELS[name], batch, args.context,
-                                                                args.reps)}
+                row = {"model": name, "tp": args.tp, "batch": batch,
+                       **measure(models, spec, batch, args.context, args.reps)}
                 log.write(json.dumps(row) + "\n")
-                print(f"{name} batch {batch}: merged {row['us']['merged']:.1f} us, apart {row['us']['apart']:.1f} us "
+                print(f"{name} tp {args.tp} batch {batch}: merged {row['us']['merged']:.1f} us, apart {row['us']['apart']:.1f} us "
                       f"({row['speedup']:.3f}x), hidden states {row['error']:.4f} apart", flush=True)
     print(f"wrote {path}")
 
