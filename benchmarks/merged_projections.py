@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 from pathlib import Path
 
 import torch
@@ -53,22 +52,9 @@ def measure(models: dict, spec: dict, batch: int, context: int, reps: int) -> di
     with torch.inference_mode():
         captured = {k: e2e.capture(e2e.step_function(m, lm_head=False), inputs, stream, pool)
                     for k, m in models.items()}
-        graphs = {k: g for k, (g, _) in captured.items()}
         error = e2e.relative_error(captured["merged"][1], captured["apart"][1].float())
-        samples = {k: [] for k in graphs}
-        names = list(graphs)
-        with torch.cuda.stream(stream):
-            for graph in [*graphs.values()] * 2:
-                graph.replay()
-            for rep in range(reps):
-                for k in names[rep % len(names):] + names[:rep % len(names)]:
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    graphs[k].replay()
-                    end.record()
-                    end.synchronize()
-                    samples[k].append(start.elapsed_time(end) * 1e3)
-    us = {k: statistics.median(v) for k, v in samples.items()}
+        ms = e2e.time_interleaved({k: graph for k, (graph, _) in captured.items()}, reps, stream)
+    us = {k: v * 1e3 for k, v in ms.items()}
     return {"us": us, "speedup": us["apart"] / us["merged"], "error": error}
 
 
@@ -86,7 +72,8 @@ def main() -> None:
                 row = {"model": name, "tp": args.tp, "batch": batch,
                        **measure(models, spec, batch, args.context, args.reps)}
                 log.write(json.dumps(row) + "\n")
-                print(f"{name} tp {args.tp} batch {batch}: merged {row['us']['merged']:.1f} us, apart {row['us']['apart']:.1f} us "
+                us = row["us"]
+                print(f"{name} tp {args.tp} batch {batch}: merged {us['merged']:.1f} us, apart {us['apart']:.1f} us "
                       f"({row['speedup']:.3f}x), hidden states {row['error']:.4f} apart", flush=True)
     print(f"wrote {path}")
 

@@ -130,6 +130,7 @@ class ProjectionSlice(torch.nn.Module):
             self.merged = merged  # a submodule: patch runs it on wavetune's GEMM
         object.__setattr__(self, "_replaced", linear)
         object.__setattr__(self, "_owner", owner or self)
+        object.__setattr__(self, "_group", (self,))  # the owner's: its slices, itself first (merge_projections)
         object.__setattr__(self, "_pending", None)  # the owner's: (input, output, slices yet to read it)
 
     def extra_repr(self) -> str:
@@ -139,7 +140,7 @@ class ProjectionSlice(torch.nn.Module):
         owner = self._owner
         pending = owner._pending
         if pending is None or pending[0]() is not x or self not in pending[2]:
-            pending = (weakref.ref(x), owner.merged(x), {owner, *owner._slices})
+            pending = (weakref.ref(x), owner.merged(x), set(owner._group))
         pending[2].discard(self)
         object.__setattr__(owner, "_pending", pending if pending[2] else None)
         return pending[1]
@@ -162,7 +163,7 @@ def merge_projections(attention: torch.nn.Module) -> None:
     for layer in layers[1:]:
         others.append(ProjectionSlice(layer, start, owner=owner))
         start += layer.out_features
-    object.__setattr__(owner, "_slices", tuple(others))
+    object.__setattr__(owner, "_group", (owner, *others))
     for name, module in zip(PROJECTIONS, (owner, *others)):
         setattr(attention, name, module)
 

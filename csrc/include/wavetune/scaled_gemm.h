@@ -65,10 +65,12 @@ WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& prob
 // The variant a call with no forced variant runs on the current device, from the sizes alone (wave models of
 // the launch): with 128-block scales a decode variant up to kScaledGemmMaxBlockTokens tokens; otherwise a
 // CUTLASS variant up to kScaledGemmMaxTokens, or a decode one up to kScaledGemmDecodeTokens on a layer too
-// narrow for the CUTLASS tiles to fill the GPU (there too when both scales are per tensor). Beyond those limits,
-// and for other problems with both scales per tensor, a cuBLASLt variant where one takes the problem: with per-row scales and a bf16 output up to K / 8 tokens its
-// per-tensor kernel and a second pass for the scales (cublaslt_e4m3_bf16_rescaled), else its own scaling. -1 otherwise: callers run another GEMM (torch._scaled_mm; for
-// 128-blocks block_scaled_grouped_gemm with one expert, as Python's scaled_gemm does).
+// narrow for the CUTLASS tiles to fill the GPU (with both scales per tensor, only where they would occupy under
+// a sixth of the SMs). Beyond those limits, and for other problems with both scales per tensor, a cuBLASLt
+// variant where one takes the problem: with per-row scales and a bf16 output up to K / 8 tokens its per-tensor
+// kernel and a second pass for the scales (cublaslt_e4m3_bf16_rescaled), else its own scaling. -1 otherwise:
+// callers run another GEMM (torch._scaled_mm; for 128-blocks block_scaled_grouped_gemm with one expert, as
+// Python's scaled_gemm does).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 
 // The device workspace a launch of the variant with `splits` needs: 0 but for the cuBLASLt candidate.
