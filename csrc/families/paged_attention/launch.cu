@@ -109,15 +109,16 @@ struct PagedVariant {
 // bandwidth (the row blocks of one sequence and KV head read the same keys, so HBM sees them once and L2
 // serves the rest); one warp's chain of dependent mma.sync tiles (16 rows by its keys, kWarpFlopsPerUs);
 // and the tile math of the SM's CTAs at kSmFlopsPerUs (a tile does all 16 rows' work however few are
-// queries). With the causal mask a CTA reads on average the keys of its middle query. In a batch of mixed
+// queries); a rows_split warp's chain also pays kRowsStepUs per softmax step (its CTA-wide barrier and
+// the rescale), so a kernel of longer steps runs the same keys in fewer of them. With the causal mask a CTA reads on average the keys of its middle query. In a batch of mixed
 // lengths (total_keys) only the batch's share of the CTAs has keys, and they no longer fill whole waves:
 // the waves are counted as a fraction. Splits add the merge: a launch, then the longer of its threads' sums
 // over the splits, one after another (kMergeSplitUs a split: what a decode step's merge costs), and the
 // partial outputs written and read once (what many queries' merge costs). The constants are the replay
 // optimum (benchmarks/paged_attention.py --fit) of kernel and split sweeps: the first four and
 // kMergeSplitUs on decode design cases (Llama-3-8B and -70B heads; H100 and H200, 2026-11-26), whose choices
-// ran at 0.977 and 0.986 of the best there and at 0.968-0.978 on held-out models; the other three on
-// several-query cases of benchmarks/varlen_attention.py (H100, 2026-11-27).
+// ran at 0.977 and 0.986 of the best there and at 0.968-0.978 on held-out models; the other four on
+// several-query cases of benchmarks/varlen_attention.py (H100, and for kRowsStepUs an H200, 2026-11-27).
 constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 3.0;
@@ -126,6 +127,7 @@ constexpr double kMergeSplitUs = 0.3;
 constexpr double kWarpFlopsPerUs = 3.0e5;
 constexpr double kSmFlopsPerUs = 4.0e6;
 constexpr double kL2Speedup = 3.0;
+constexpr double kRowsStepUs = 0.3;
 
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
                     int64_t slots, double hbm_bytes_per_us) {
@@ -142,9 +144,11 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
           ? std::max(1.0, p.max_seq_len - 0.5 * p.max_q_len) / p.max_seq_len
           : 1.0;
   const double keys_per_cta = s.split_keys * causal_share;
-  const double keys_per_warp = v.tile_m > paged::kRows ? keys_per_cta : keys_per_cta / warps;
+  const bool rows_split = v.tile_m > paged::kRows;
+  const double keys_per_warp = rows_split ? keys_per_cta : keys_per_cta / warps;
   const double bytes_per_cta = 2.0 * keys_per_cta * p.head_dim * 2;
-  const double warp_us = 4.0 * paged::kRows * keys_per_warp * p.head_dim / kWarpFlopsPerUs;
+  const double warp_us = (rows_split ? keys_per_cta / v.tile_n * kRowsStepUs : 0.0) +
+                         4.0 * paged::kRows * keys_per_warp * p.head_dim / kWarpFlopsPerUs;
   const double flops_per_cta = 4.0 * v.tile_m * keys_per_cta * p.head_dim;
   const double sharing = double(std::max<int64_t>(1, row_blocks / head_blocks));
   const double cta_rate = kWarpBytesPerUs * warps * (1.0 + (kL2Speedup - 1.0) * (1.0 - 1.0 / sharing));

@@ -1,5 +1,5 @@
 // The paged attention kernels as data: (dtype, head dim, warps per CTA, what the warps split, name), in id
-// order. launch.cu instantiates them; registry.cpp hashes their names.
+// order (append to keep ids stable). launch.cu instantiates them; registry.cpp hashes their names.
 #pragma once
 
 #define WAVETUNE_PAGED_VARIANTS(X)                  \
@@ -18,4 +18,6 @@
   X(fp16, 256, 4, keys, "paged_fp16_d256_w4")       \
   X(fp16, 64, 4, rows, "paged_fp16_d64_rows_w4")    \
   X(fp16, 128, 4, rows, "paged_fp16_d128_rows_w4")  \
-  X(fp16, 256, 4, rows, "paged_fp16_d256_rows_w4")
+  X(fp16, 256, 4, rows, "paged_fp16_d256_rows_w4")  \
+  X(bf16, 128, 8, rows, "paged_bf16_d128_rows_w8")  \
+  X(fp16, 128, 8, rows, "paged_fp16_d128_rows_w8")

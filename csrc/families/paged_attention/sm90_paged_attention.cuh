@@ -69,7 +69,10 @@ constexpr int stages() {
 // with about 128 KB in flight, for launches of fewer CTAs than SMs (one sequence, few KV heads), where each
 // CTA's own pipeline sets the bandwidth. One of 4 warps runs two CTAs per SM: finer waves and less fixed
 // cost per CTA for launches of many short CTAs. A rows_split kernel of 4 warps (64 rows) runs two CTAs per
-// SM at head dim 128. The wave model picks among them (launch.cu).
+// SM at head dim 128; one of 8 warps (128 rows, 224 KB, 254 registers a thread) one: each key it brings on
+// chip serves twice the rows, and each softmax step (a CTA-wide barrier) covers 128 keys instead of 64.
+// At head dim 64 the 4-warp kernel runs three CTAs per SM, and 8 warps gained nothing there. The wave model
+// picks among them (launch.cu).
 template <int kHeadDim, int kWarps, WarpSplit kSplit>
 constexpr size_t shared_bytes() {
   const size_t rows = kSplit == WarpSplit::keys ? kRows : kRows * kWarps;
@@ -479,7 +482,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   const QueryFragments<kHeadDim> queries(warp_queries, lane);
 
   SoftmaxState<kHeadDim> st;
-  for (int i = 0; i < steps; ++i) {
+  auto copy_ahead = [&](int i) {  // the copies of step i + kStages - 1, into the stage step i - 1 used
     const int ahead = i + kStages - 1;
     if (ahead < steps) {
       const uint32_t stage = uint32_t(ahead % kStages) * kStageStride;
@@ -487,21 +490,27 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
       next_rows = row_offset(ahead + 1);
     }
     asm volatile("cp.async.commit_group;\n" ::);
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));
+  };
+  for (int i = 0; i < steps; ++i) {
     const uint32_t stage = uint32_t(i % kStages) * kStageStride;
     if constexpr (kSplit == WarpSplit::keys) {
+      copy_ahead(i);
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));
       __syncwarp();
       attend<T, kHeadDim, kTileKeys>(st, queries, k_stages + stage, v_stages + stage, tile_key(i, warp), row_end,
                                      p.scale_log2, lane);
       __syncwarp();
     } else {
-      __syncthreads();  // every warp's tile of the step has landed
+      // NOTES: one barrier a step: past it, every warp's tile of step i has landed and every warp is done with
+      // step i - 1, whose stage the copies issued next reuse.
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+      __syncthreads();
+      copy_ahead(i);
       const uint32_t step_k = k_stages - uint32_t(warp) * kWarpStride + stage;
       if (tile_key(i, 0) < warp_end) {
         attend<T, kHeadDim, kTileKeys * kWarps>(st, queries, step_k, step_k + kValueOffset, tile_key(i, 0), row_end,
                                                 p.scale_log2, lane);
       }
-      __syncthreads();  // before the next iteration's copies overwrite a stage
     }
   }
   asm volatile("cp.async.wait_all;\n" ::);
