@@ -398,6 +398,24 @@ def test_the_default_choice_by_tokens_and_width(n, m, kind):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k, decode", [(6, 14336, 4096, True), (12, 14336, 4096, False),
+                                             (12, 7168, 4096, True), (16, 5120, 8192, True)])
+def test_block_scales_take_the_decode_kernels_for_one_token_tile_on_large_layers(m, n, k, decode):
+    """128-block scales: the decode kernels up to 16 tokens, but for more than one 8-token tile on weights of
+    45 MB or more the path of more tokens (cuBLASLt, or the block-scaled grouped kernel with one expert)."""
+    g = torch.Generator(device="cuda").manual_seed(m + n)
+    a, w = random_fp8(m, k, g), random_fp8(n, k, g)
+    sa = torch.rand(m, -(-k // 128), device="cuda", generator=g) * 0.01 + 1e-3
+    sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda", generator=g) * 0.01 + 1e-3
+    code = _C.scale_kinds().index("block128")
+    chosen = _C.scaled_gemm_choice(m, n, k, 0, code, code)
+    assert ("_decode_" in {c.id: c.name for c in wavetune.scaled_gemm_configs()}.get(chosen, "")) == decode
+    out = wavetune.scaled_gemm(a, w.t(), sa, sb, block_scales=True)
+    ref = (a.float() * expand_blocks(sa, m, k)) @ (w.float() * expand_blocks(sb, n, k)).t()
+    assert ((out.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["tensor", "row"])
 def test_a_bias_past_the_kernels_token_limit_matches_fp32(kind):
     """cuBLASLt with its bias epilogue (per tensor) or its second pass (per row, 80 tokens of K = 1,024), else

@@ -121,13 +121,16 @@ __device__ __forceinline__ void mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 // read the same weights run at the same time: the first brings them from HBM, the others find them in L2,
 // and more tokens than one tile holds cost little more HBM traffic than one tile.
 // T: the inputs' type; Out: the output's (and the bias's); kBlockScaled: scales per 128-block, applied to
-// each K chunk's product (else per tensor or row, applied once to the sum).
+// each 128-wide K block's product (else per tensor or row, applied once to the sum).
 template <typename T, typename Out, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll,
           bool kBlockScaled = false>
 struct Kernel {
   static constexpr int kChunk = Operand<T>::kChunk;
   static constexpr int kElementsPerLoad = Operand<T>::kElementsPerLoad;
-  static_assert(!kBlockScaled || kScaleBlock % kChunk == 0, "a chunk lies within one scale block");
+  static constexpr int kChunksPerBlock = kScaleBlock / kChunk;
+  static_assert(!kBlockScaled || (kScaleBlock % kChunk == 0 && kUnroll % kChunksPerBlock == 0),
+                "a loop step covers whole scale blocks");
+  static constexpr int kBlocksPerStep = kBlockScaled ? kUnroll / kChunksPerBlock : 1;
   static constexpr int kThreads = 32 * kWarpsN * kWarpsK;
   // The template's parameters, for the host-side launch.
   static constexpr int kTokensPerTile = kTokens, kWarpsAlongK = kWarpsK, kChunksPerStep = kUnroll;
@@ -143,7 +146,14 @@ struct Kernel {
   };
   using Accumulators = float[kRowTiles][kFragments][4];
   using Rows = const T* [kRowTiles][2];         // a lane's weight rows: tile r, rows + 0 and + 8
-  using Weights = uint4[kUnroll][kRowTiles][2];  // a loop step's weight fragments
+  // A loop step's operands: its weight fragments and, block scaled, the scales of its K blocks (this lane's
+  // tokens', each row tile's; 0 past K), loaded with the weights so that their latency hides behind the step
+  // before.
+  struct Step {
+    uint4 w[kUnroll][kRowTiles][2];
+    float token_scale[kBlocksPerStep][kFragments][2];
+    float row_scale[kBlocksPerStep][kRowTiles];
+  };
 
   // This thread's place: its warp's row tiles and K worker, its MMA row g and K quarter t.
   struct Lane {
@@ -185,30 +195,61 @@ struct Kernel {
     }
   }
 
-  __device__ static void load(const Params& p, const Rows& rows, const Chunks& chunks, int c0, int t, Weights& w) {
+  __device__ static void load(const Params& p, const Rows& rows, const Chunks& chunks, int c0, int row0, int token0,
+                              const Lane& l, Step& step) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const bool valid = chunks.valid(p, c0 + u, t);
+      const bool valid = chunks.valid(p, c0 + u, l.t);
 #pragma unroll
       for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          w[u][r][h] = valid ? load_streaming(rows[r][h] + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
+          step.w[u][r][h] = valid ? load_streaming(rows[r][h] + (c0 + u) * kChunk) : make_uint4(0, 0, 0, 0);
         }
+      }
+    }
+    if constexpr (kBlockScaled) load_block_scales(p, chunks, c0, row0, token0, l, step);
+  }
+
+  // The scales of the step's K blocks: each token's activation group, each row tile's weight block (a tile's
+  // 16 rows share one).
+  __device__ static void load_block_scales(const Params& p, const Chunks& chunks, int c0, int row0, int token0,
+                                           const Lane& l, Step& step) {
+#pragma unroll
+    for (int b = 0; b < kBlocksPerStep; ++b) {
+      const int c = c0 + b * kChunksPerBlock, block = c * kChunk / kScaleBlock;
+      const bool valid = c < chunks.last && c * kChunk < p.k;
+#pragma unroll
+      for (int f = 0; f < kFragments; ++f) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int token = token0 + 8 * f + 2 * l.t + j;
+          step.token_scale[b][f][j] =
+              valid && token < p.m ? __ldg(p.scale_x + int64_t(token) * p.scale_x_step + block) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) {
+        const int tile_row = min(row0 - l.g + 16 * r, p.n - 1);
+        step.row_scale[b][r] =
+            valid ? __ldg(p.scale_w + int64_t(tile_row / kScaleBlock) * p.scale_w_step + block) : 0.0f;
       }
     }
   }
 
   // acc += the loop step at chunk c0: each token fragment loaded once, multiplied by every row tile. Block
-  // scaled: each chunk's product goes to `part` first, then into acc times its block's scales.
-  __device__ static void multiply(const Params& p, const Weights& a, const Chunks& chunks, int c0, int row0,
-                                  int token0, const Lane& l, Accumulators& acc) {
+  // scaled: each K block's product (two chunks) goes to `part` first, then into acc times its scales.
+  __device__ static void multiply(const Params& p, const Step& step, const Chunks& chunks, int c0, int token0,
+                                  const Lane& l, Accumulators& acc) {
     const auto* x = static_cast<const T*>(p.x);
+    Accumulators part;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u;
       const bool valid = chunks.valid(p, c, l.t);
-      Accumulators part = {};
+      if constexpr (kBlockScaled) {
+        if (u % kChunksPerBlock == 0) zero(part);
+      }
       Accumulators& into = kBlockScaled ? part : acc;
 #pragma unroll
       for (int f = 0; f < kFragments; ++f) {
@@ -218,48 +259,34 @@ struct Kernel {
                             : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int r = 0; r < kRowTiles; ++r) {
-          const uint4 lo = a[u][r][0], hi = a[u][r][1];
+          const uint4 lo = step.w[u][r][0], hi = step.w[u][r][1];
           mma<T>(into[r][f], lo.x, hi.x, lo.y, hi.y, b.x, b.y);
           mma<T>(into[r][f], lo.z, hi.z, lo.w, hi.w, b.z, b.w);
         }
       }
       if constexpr (kBlockScaled) {
-        if (c < chunks.last && c * kChunk < p.k) {
-          add_block_scaled(p, part, c * kChunk / kScaleBlock, row0, token0, l, acc);
+        if (u % kChunksPerBlock == kChunksPerBlock - 1) add_block_scaled(part, step, u / kChunksPerBlock, acc);
+      }
+    }
+  }
+
+  // acc += part x the scales of the step's K block b.
+  __device__ static void add_block_scaled(const Accumulators& part, const Step& step, int b, Accumulators& acc) {
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+      for (int f = 0; f < kFragments; ++f) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          acc[r][f][i] += part[r][f][i] * step.row_scale[b][r] * step.token_scale[b][f][i % 2];
         }
       }
     }
   }
 
-  // acc += part x the scales of K block `block`: row tile r's weight block, each token's activation group.
-  __device__ static void add_block_scaled(const Params& p, const Accumulators& part, int block, int row0, int token0,
-                                          const Lane& l, Accumulators& acc) {
-    float token_scale[kFragments][2];
-#pragma unroll
-    for (int f = 0; f < kFragments; ++f) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int token = token0 + 8 * f + 2 * l.t + j;
-        token_scale[f][j] = token < p.m ? __ldg(p.scale_x + int64_t(token) * p.scale_x_step + block) : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kRowTiles; ++r) {
-      const int tile_row = min(row0 - l.g + 16 * r, p.n - 1);  // a tile's 16 rows share one weight block
-      const float row_scale = __ldg(p.scale_w + int64_t(tile_row / kScaleBlock) * p.scale_w_step + block);
-#pragma unroll
-      for (int f = 0; f < kFragments; ++f) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[r][f][i] += part[r][f][i] * row_scale * token_scale[f][i % 2];
-      }
-    }
-  }
-
-  __device__ static void copy(const Weights& from, Weights& to) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) to[u][r][0] = from[u][r][0], to[u][r][1] = from[u][r][1];
+  __device__ static void zero(Accumulators& acc) {
+    for (auto& per_row : acc) {
+      for (auto& per_token : per_row) per_token[0] = per_token[1] = per_token[2] = per_token[3] = 0;
     }
   }
 
@@ -278,13 +305,12 @@ struct Kernel {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
     Accumulators acc = {};
-    Weights next;
-    load(p, rows, chunks, chunks.first, l.t, next);
+    Step next;
+    load(p, rows, chunks, chunks.first, row0, token0, l, next);
     for (int c0 = chunks.first; c0 < chunks.last; c0 += kUnroll) {
-      Weights a;
-      copy(next, a);
-      if (c0 + kUnroll < chunks.last) load(p, rows, chunks, c0 + kUnroll, l.t, next);  // in flight meanwhile
-      multiply(p, a, chunks, c0, row0, token0, l, acc);
+      const Step step = next;
+      if (c0 + kUnroll < chunks.last) load(p, rows, chunks, c0 + kUnroll, row0, token0, l, next);  // in flight
+      multiply(p, step, chunks, c0, token0, l, acc);
     }
     reduce_and_store(p, smem, l, acc, row0, token0);
   }
@@ -347,11 +373,10 @@ struct Kernel {
     if (item >= items) return;
 
     Accumulators acc = {};
-    Weights next;
-    load(p, rows, chunks, 0, l.t, next);
+    Step next;
+    load(p, rows, chunks, 0, row0, token0, l, next);
     for (int c0 = 0;;) {
-      Weights a;
-      copy(next, a);
+      const Step step = next;
       // The next step: this tile's next chunks, or the next tile's first ones.
       int next_item = item, next_c0 = c0 + kUnroll, next_row0 = row0, next_token0 = token0;
       Rows next_rows;
@@ -359,18 +384,16 @@ struct Kernel {
       if (next_item < items) {
         if (next_item != item) {
           place(p, next_item, l, next_rows, &next_row0, &next_token0);
-          load(p, next_rows, chunks, 0, l.t, next);
+          load(p, next_rows, chunks, 0, next_row0, next_token0, l, next);
         } else {
-          load(p, rows, chunks, next_c0, l.t, next);
+          load(p, rows, chunks, next_c0, row0, token0, l, next);
         }
       }
-      multiply(p, a, chunks, c0, row0, token0, l, acc);
+      multiply(p, step, chunks, c0, token0, l, acc);
       if (next_item != item) {
         store(p, acc, row0, token0, l.t);
         if (next_item >= items) return;
-        for (auto& per_row : acc) {
-          for (auto& per_token : per_row) per_token[0] = per_token[1] = per_token[2] = per_token[3] = 0;
-        }
+        zero(acc);
         item = next_item, row0 = next_row0, token0 = next_token0;
         for (int r = 0; r < kRowTiles; ++r) rows[r][0] = next_rows[r][0], rows[r][1] = next_rows[r][1];
       }

@@ -234,6 +234,15 @@ int32_t library_choice(const ScaledGemmProblem& p) {
 // 896 and 1,280 rows ran 1.43x and 1.04x the decode kernels' time on cuBLASLt, one of 1,792 rows 0.86x. So
 // per-tensor calls go to the decode kernels on such layers (N < 1,408 at up to 8 tokens on 132 SMs), to
 // cuBLASLt elsewhere.
+// NOTES: block scales past one 8-token tile. Each further token tile of the decode variants reads the weights
+// again, which large layers feel most: there the block-scaled grouped kernel with one expert, which streams each
+// weight tile once for all tokens, ran faster than the best decode variant and split (about 0.85x its time from
+// 58 MB on the design split, H100; 0.71-0.86x from 42 MB on an H200 held-out run), so such calls take the path of
+// more tokens.
+bool block_decode_reads_twice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  return p.m > token_tile_for(p, dev) && int64_t(p.n) * p.k >= kScaledGemmBlockDecodeMaxWeightBytes;
+}
+
 int32_t per_tensor_choice(const ScaledGemmProblem& p) {
   if (p.m > kScaledGemmDecodeTokens || !device_usable()) return library_choice(p);
   const DeviceInfo& dev = current_device_info();
@@ -263,6 +272,7 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   if (per_tensor) return detail::per_tensor_choice(p);
   if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();
+  if (blocks && detail::block_decode_reads_twice(p, dev)) return detail::library_choice(p);
   if (!blocks) {
     const VariantInfo* cutlass = detail::cutlass_choice(p, dev);
     if (p.m > kScaledGemmDecodeTokens) return cutlass ? cutlass->id : -1;

@@ -32,6 +32,11 @@ constexpr int32_t kScaledGemmMaxTokens = 64;
 // (block_scaled_grouped.h) was faster than the decode variants, 1.3-1.7x at 17-64 tokens on the design split
 // (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmMaxBlockTokens = 16;
+// With 128-block scales past one 8-token tile of the decode variants, the weight size (N x K bytes) from which
+// the block-scaled grouped kernel with one expert (or cuBLASLt's block-scaled kernels) ran faster than the
+// decode variants: 0.86-0.94x their best time at 58-68 MB on the design split, 1.01-1.12x at 26-42 MB
+// (docs/scaled_gemm.md).
+constexpr int64_t kScaledGemmBlockDecodeMaxWeightBytes = 45'000'000;
 
 // How a scale tensor covers its operand. block128: A's scales are [m, ceil(k / 128)] (1x128 groups of a
 // token), B's [ceil(n / 128), ceil(k / 128)] (128x128 blocks of the weight, as FP8 checkpoints store them);
@@ -63,7 +68,8 @@ WAVETUNE_API const char* scaled_gemm_config_space_hash();
 WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& problem);
 
 // The variant a call with no forced variant runs on the current device, from the sizes alone (wave models of
-// the launch): with 128-block scales a decode variant up to kScaledGemmMaxBlockTokens tokens; otherwise a
+// the launch): with 128-block scales a decode variant up to kScaledGemmMaxBlockTokens tokens (up to 8 on
+// weights of kScaledGemmBlockDecodeMaxWeightBytes or more); otherwise a
 // CUTLASS variant up to kScaledGemmMaxTokens, or a decode one up to kScaledGemmDecodeTokens on a layer too
 // narrow for the CUTLASS tiles to fill the GPU (with both scales per tensor, only where they would occupy under
 // a sixth of the SMs). Beyond those limits, and for other problems with both scales per tensor, a cuBLASLt
