@@ -35,10 +35,12 @@ random. Every method's output is checked against the fp32 reference of the dequa
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
 import random
+import re
 import statistics
 import time
 from pathlib import Path
@@ -74,7 +76,74 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget-s", type=float, default=420.0, help="start no new problem after this")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
+    p.add_argument("--replay", type=Path, nargs="+", metavar="LOG",
+                   help="offline, no GPU: replay the decode variants' choice on logs of this benchmark")
     return p.parse_args()
+
+
+# ---- the decode variants' choice, replayed offline ----------------------------------------------------------
+
+WAVE_STEPS, SPLIT_STEPS, SPLIT_COUNTS = 8.0, 0.5, (1, 2, 4, 8)  # launch.cu's kDecodeWave/SplitSteps, split counts
+DECODE_NAME = re.compile(r"e4m3_\w+?_(block128_)?decode_(\d+)x(\d+)_\d+x(\d+)(_persistent)?$")
+
+
+def decode_facts(header: dict, name: str) -> dict | None:
+    """A decode variant's tile (rows, tokens, K per loop step), scheduler and resident CTAs per SM: as the log
+    recorded them, or for logs without them from the name, with the CTAs per SM of these kernels on an H100 or
+    H200 (their register counts: 2 for 128-row tiles, else 4, or 3 for the block-scaled data-parallel ones)."""
+    if name in header.get("decode_variants", {}):
+        return header["decode_variants"][name]
+    found = DECODE_NAME.match(name)
+    if not found:
+        return None
+    block, rows, tokens, warps_k, persistent = found.groups()
+    resident = 2 if rows == "128" else 3 if block and not persistent else 4
+    return dict(rows=int(rows), tokens=int(tokens), tile_k=256 * int(warps_k), persistent=bool(persistent),
+                resident=resident)
+
+
+def predicted_steps(facts: dict, m: int, n: int, k: int, splits: int, sm_count: int) -> float:
+    """launch.cu's predicted_steps."""
+    tiles = -(-n // facts["rows"]) * -(-m // facts["tokens"])
+    slots = facts["resident"] * sm_count
+    waves = max(tiles / slots, 1.0) if facts["persistent"] else math.ceil(tiles * splits / slots)
+    return waves * (math.ceil(k / (facts["tile_k"] * splits)) + WAVE_STEPS) + SPLIT_STEPS * (splits - 1)
+
+
+def decode_pick(header: dict, row: dict) -> tuple[str, float] | None:
+    """The model's (variant/splits, measured us) among a row's 8-token decode variants, and the best's us."""
+    sweep = {}
+    for key, us in row["us"].items():
+        name, _, splits = key.rpartition("/")
+        facts = decode_facts(header, name)
+        if facts and facts["tokens"] == 8:
+            sweep[name, int(splits)] = (facts, us)
+    if not sweep:
+        return None
+    sm_count = header.get("sm_count", 132)
+    own = {}  # each variant at the split count the model gives it
+    for (name, splits), (facts, _) in sweep.items():
+        if facts["persistent"] or splits in SPLIT_COUNTS:
+            steps = predicted_steps(facts, row["m"], row["n"], row["k"], splits, sm_count)
+            if name not in own or (steps, splits) < own[name][:2]:
+                own[name] = (steps, splits)
+    name, (steps, splits) = min(own.items(), key=lambda item: item[1])
+    return sweep[name, splits][1], min(us for _, us in sweep.values())
+
+
+def replay(logs: list[Path]) -> None:
+    """choice / best 8-token decode variant and split, geomean per log and token range."""
+    for log in logs:
+        opener = gzip.open if log.suffix == ".gz" else open
+        with opener(log, "rt") as f:
+            header, *rows = [json.loads(line) for line in f]
+        line = [f"{log.name}:"]
+        for low, high in ((1, 8), (9, 16)):
+            picks = [decode_pick(header, r) for r in rows if low <= r["m"] <= high]
+            quality = [best / us for us, best in filter(None, picks)]
+            line.append(f"M {low}-{high}: {geomean(quality):.3f} (worst {min(quality, default=float('nan')):.2f}, "
+                        f"{len(quality)})")
+        print(" ".join(line))
 
 
 def problems(split: str, max_m: int, seed: int) -> list[dict]:
@@ -334,6 +403,9 @@ def summary(rows: list[dict]) -> str:
 
 def main() -> None:
     args = parse_args()
+    if args.replay:
+        replay(args.replay)
+        return
     torch.manual_seed(args.seed)
     props = torch.cuda.get_device_properties(0)
     todo = problems(args.split, args.max_m, args.seed)
@@ -346,9 +418,14 @@ def main() -> None:
     rows = []
     started = time.monotonic()
     with path.open("w") as f:
+        decode_variants = {c.name: dict(rows=c.tile[0], tokens=c.tile[1], tile_k=c.tile[2],
+                                        persistent=c.scheduler == "persistent",
+                                        resident=wavetune._C.scaled_gemm_resident_ctas(c.id))
+                           for c in wavetune.scaled_gemm_configs() if c.schedule == "decode"}
         f.write(json.dumps({"device": props.name, "torch": torch.__version__, "wavetune": wavetune.__version__,
                             "pdl": wavetune._C.programmatic_launch(), "split": args.split, "scales": args.scales,
-                            "reps": args.reps}) + "\n")
+                            "reps": args.reps, "sm_count": props.multi_processor_count,
+                            "decode_variants": decode_variants}) + "\n")
         for i, problem in enumerate(todo):
             if time.monotonic() - started > args.time_budget_s:
                 print(f"time budget spent: {len(todo) - i} problems left out")

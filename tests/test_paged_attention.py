@@ -13,6 +13,7 @@ import pytest
 
 import wavetune
 from wavetune import _C, families
+from conftest import benchmark
 
 torch = pytest.importorskip("torch")
 
@@ -27,18 +28,6 @@ def test_the_family_is_registered_with_its_entry_point():
         assert {(c.dtype, c.tile[2]) for c in configs} == {(d, h) for d in ("bf16", "fp16") for h in (64, 128, 256)}
     else:
         assert configs == []
-
-
-def benchmark(name: str):
-    """A module of benchmarks/ (they import each other by their bare names)."""
-    import importlib
-    import sys
-
-    from conftest import REPO
-
-    if str(REPO / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO / "benchmarks"))
-    return importlib.import_module(name)
 
 
 def test_workspace_holds_the_splits_it_runs():

@@ -11,6 +11,7 @@ import pytest
 
 import wavetune
 from wavetune import _C, families
+from conftest import benchmark
 
 torch = pytest.importorskip("torch")
 
@@ -432,15 +433,44 @@ def test_a_bias_past_the_kernels_token_limit_matches_fp32(kind):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k, kind, expected", [(8, 1024, 6144, "row", "e4m3_bf16_decode_16x8_1x4"),
-                                                     (3, 8192, 4608, "block128", "e4m3_bf16_block128_decode_16x8_1x4")])
-def test_equal_predicted_costs_go_to_the_fewest_k_splits(m, n, k, kind, expected):
-    """On 132 SMs these layers cost the same in one wave with the 16-row tile split 2 or 1 ways (warps along K)
-    and the 64-row tile split 8 or 4 ways across a cluster: the choice takes the fewer splits."""
+                                                     (3, 8192, 4608, "block128", "e4m3_bf16_block128_decode_128x8_4x1")])
+def test_the_decode_choice_counts_loop_steps_per_wave(m, n, k, kind, expected):
+    """On 132 SMs: the narrow layer's 16-row tiles, their K split over the CTA's warps, walk the fewest loop steps
+    in one wave; on the wide one the 128-row tiles (two per warp, two CTAs per SM) split four ways do."""
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
-        pytest.skip("the tie is worked out for 132 SMs (H100 SXM, H200)")
+        pytest.skip("the waves are worked out for 132 SMs (H100 SXM, H200)")
     code = _C.scale_kinds().index(kind)
     chosen = _C.scaled_gemm_choice(m, n, k, 0, code, code)
     assert {c.id: c.name for c in wavetune.scaled_gemm_configs()}[chosen] == expected
+
+
+@pytest.mark.gpu
+def test_the_replay_restates_the_decode_choice():
+    """benchmarks/scaled_gemm.py's predicted_steps is launch.cu's: on random layers at 1-16 tokens, where the
+    choice runs a decode variant (per-row or 128-block scales), the replay predicts it the fewest steps."""
+    import random
+
+    bench = benchmark("scaled_gemm")
+    facts = {c.name: dict(rows=c.tile[0], tokens=c.tile[1], tile_k=c.tile[2], persistent=c.scheduler == "persistent",
+                          resident=_C.scaled_gemm_resident_ctas(c.id))
+             for c in wavetune.scaled_gemm_configs() if c.schedule == "decode" and c.dtype == "bf16"}
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    names = {c.id: c.name for c in wavetune.scaled_gemm_configs()}
+    rng = random.Random(11)
+    checked = 0
+    for _ in range(60):
+        m, n, k = rng.randint(1, 16), rng.choice([768, 1024, 1792, 4096, 7168]), rng.choice([2048, 4096, 5120])
+        for kind in ("row", "block128"):
+            code = _C.scale_kinds().index(kind)
+            chosen = names.get(_C.scaled_gemm_choice(m, n, k, 0, code, code), "")
+            if "_decode_" not in chosen:
+                continue
+            steps = {name: min(bench.predicted_steps(f, m, n, k, s, sm_count)
+                               for s in ((1,) if f["persistent"] else bench.SPLIT_COUNTS))
+                     for name, f in facts.items() if f["tokens"] == 8 and ("_block128_" in name) == ("_block128_" in chosen)}
+            assert steps[chosen] == pytest.approx(min(steps.values())), (m, n, k, kind)
+            checked += 1
+    assert checked >= 20
 
 
 @pytest.mark.gpu

@@ -81,7 +81,14 @@ __device__ __forceinline__ uint4 load_streaming(const void* p) {
   return v;
 }
 
-__device__ __forceinline__ uint4 load_cached(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+// NOTES: what the previous kernel may have written (the activations, their scales) is read with ordinary
+// coherent loads (cached in L1 and L2), not the read-only path. Under programmatic dependent launch this grid
+// starts while that kernel still runs, so those bytes change during its lifetime, and the read-only path
+// (ld.global.nc, __ldg) is only defined for bytes that do not; griddepcontrol.wait orders ordinary loads after
+// the previous grid's writes.
+__device__ __forceinline__ uint4 load_written(const void* p) { return __ldca(static_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ float load_written(const float* p) { return __ldca(p); }
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
@@ -225,7 +232,7 @@ struct Kernel {
         for (int j = 0; j < 2; ++j) {
           const int token = token0 + 8 * f + 2 * l.t + j;
           step.token_scale[b][f][j] =
-              valid && token < p.m ? __ldg(p.scale_x + int64_t(token) * p.scale_x_step + block) : 0.0f;
+              valid && token < p.m ? load_written(p.scale_x + int64_t(token) * p.scale_x_step + block) : 0.0f;
         }
       }
 #pragma unroll
@@ -255,7 +262,7 @@ struct Kernel {
       for (int f = 0; f < kFragments; ++f) {
         const int token = token0 + f * 8 + l.g;
         const uint4 b = valid && token < p.m
-                            ? load_cached(x + int64_t(token) * p.ldx + c * kChunk + kElementsPerLoad * l.t)
+                            ? load_written(x + int64_t(token) * p.ldx + c * kChunk + kElementsPerLoad * l.t)
                             : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int r = 0; r < kRowTiles; ++r) {
@@ -454,12 +461,18 @@ int32_t heuristic_splits(int64_t m, int64_t n, int64_t k, int32_t sm_count) {
   return s;
 }
 
-// CTAs of `kernel` (kThreads each) resident per SM on `device`, read once per device.
-template <class K>
-int resident_ctas_per_sm(int device, const void* kernel) {
+// CTAs of the kernel (kThreads each) resident per SM on `device`, read once per device.
+template <class K, bool kPersistent>
+int resident_ctas_per_sm(int device) {
   static std::array<std::once_flag, kMaxDevices> done;
   static std::array<int, kMaxDevices> ctas{};
   std::call_once(done.at(device), [&] {
+    const void* kernel;
+    if constexpr (kPersistent) {
+      kernel = reinterpret_cast<const void*>(persistent_decode_gemm_kernel<K>);
+    } else {
+      kernel = reinterpret_cast<const void*>(decode_gemm_kernel<K>);
+    }
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas[device], kernel, K::kThreads, 0) != cudaSuccess) {
       cudaGetLastError();
       ctas[device] = 1;
@@ -468,15 +481,19 @@ int resident_ctas_per_sm(int device, const void* kernel) {
   return std::max(ctas[device], 1);
 }
 
+// The loop steps each K worker (split x warp along K) walks: whole steps, so that only the last worker has a
+// partial one.
+template <class K>
+int loop_steps(int k, int32_t splits) {
+  const int total_chunks = (k + K::kChunk - 1) / K::kChunk, workers = splits * K::kWarpsAlongK;
+  return ((total_chunks + workers - 1) / workers + K::kChunksPerStep - 1) / K::kChunksPerStep;
+}
+
 // One launch of `params` (chunks_per_worker is filled in here) with `splits` K splits (1 when persistent);
 // programmatic dependent launch when `pdl`.
 template <class K, bool kPersistent>
 cudaError_t launch(Params params, int32_t splits, int device, int32_t sm_count, bool pdl, cudaStream_t stream) {
-  const int total_chunks = (params.k + K::kChunk - 1) / K::kChunk;
-  // Whole loop steps per worker, so that only the last worker has a partial step.
-  const int workers = splits * K::kWarpsAlongK;
-  const int steps_per_worker = ((total_chunks + workers - 1) / workers + K::kChunksPerStep - 1) / K::kChunksPerStep;
-  params.chunks_per_worker = steps_per_worker * K::kChunksPerStep;
+  params.chunks_per_worker = loop_steps<K>(params.k, splits) * K::kChunksPerStep;
   const int64_t row_tiles = (params.n + K::kTileRows - 1) / K::kTileRows;
   const int64_t token_tiles = (params.m + K::kTokensPerTile - 1) / K::kTokensPerTile;
 
@@ -494,7 +511,7 @@ cudaError_t launch(Params params, int32_t splits, int device, int32_t sm_count, 
   config.numAttrs = (pdl ? 1 : 0) + (kPersistent ? 0 : 1);
   if constexpr (kPersistent) {
     void (*const kernel)(Params) = persistent_decode_gemm_kernel<K>;
-    const int64_t resident = int64_t(resident_ctas_per_sm<K>(device, reinterpret_cast<const void*>(kernel))) * sm_count;
+    const int64_t resident = int64_t(resident_ctas_per_sm<K, true>(device)) * sm_count;
     config.gridDim = dim3(unsigned(std::min(row_tiles * token_tiles, resident)));
     return cudaLaunchKernelEx(&config, kernel, params);
   } else {

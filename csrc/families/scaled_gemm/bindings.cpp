@@ -72,6 +72,8 @@ void bind(py::module_& m) {
       py::arg("scale_b_kind"), py::arg("bias") = false,
       "The variant a scaled_gemm call with no config runs on the current device; -1: another GEMM runs it "
       "(torch._scaled_mm, or for 128-block scales the block-scaled grouped GEMM).");
+  m.def("scaled_gemm_resident_ctas", &scaled_gemm_resident_ctas, py::arg("variant"),
+        "CTAs of a decode variant resident per SM on the current device (0 for the other variants).");
   m.def(
       "scaled_gemm_workspace_bytes",
       [](int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d, int64_t ldd,

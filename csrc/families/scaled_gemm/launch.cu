@@ -24,6 +24,31 @@ namespace wavetune {
 namespace detail {
 namespace {
 
+// NOTES: the wave model of a decode launch, the paper's (G, L) without a table. G CTAs (row tiles x token tiles x
+// K splits) run in waves of the kernel's resident CTAs on every SM; in a wave each CTA's warps walk L loop
+// steps (their share of K), each step streaming the next weights of all their row tiles at once, so a wave
+// lasts about L steps, whatever the rows per warp, plus kDecodeWaveSteps of start, reduction and store. A
+// persistent CTA walks its G / slots tiles one after another, without a tail wave. Each K split past the first
+// adds kDecodeSplitSteps (the cluster's sum). The fewest predicted steps choose the split count of a variant and
+// then the variant (ties: fewer splits). Both constants were set by replaying the choice (benchmarks/
+// scaled_gemm.py --replay) on sweeps of every decode variant at 1-8 splits and 1-16 tokens: the design split's
+// (H100, H200) and a held-out sample with 128-block scales (H200, seed 5); judged on other held-out runs it picks
+// 0.975-0.995 of the best variant and split with per-row scales and 0.95-0.98 with 128-block scales
+// (docs/scaled_gemm.md).
+constexpr double kDecodeWaveSteps = 8.0;
+constexpr double kDecodeSplitSteps = 0.5;
+constexpr int32_t kDecodeSplitCounts[] = {1, 2, 4, 8};
+
+// The model's steps for a decode variant (its tile of rows x tokens, its K per loop step, its scheduler and
+// resident CTAs per SM) on p with `splits` K splits.
+double predicted_steps(int64_t tile_rows, int64_t tokens, int64_t tile_k, bool persistent, int32_t resident,
+                       const ScaledGemmProblem& p, int32_t splits, int32_t sm_count) {
+  const double tiles = double((p.n + tile_rows - 1) / tile_rows) * double((p.m + tokens - 1) / tokens);
+  const double slots = double(resident) * sm_count, steps = std::ceil(double(p.k) / double(tile_k * splits));
+  const double waves = persistent ? std::max(tiles / slots, 1.0) : std::ceil(tiles * splits / slots);
+  return waves * (steps + kDecodeWaveSteps) + kDecodeSplitSteps * (splits - 1);
+}
+
 template <DType kOut, bool kBlockScaled, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll,
           TileScheduler kScheduler>
 struct ScaledVariant {
@@ -31,9 +56,20 @@ struct ScaledVariant {
   using K = decode::Kernel<__nv_fp8_e4m3, Out, kTokens, kRowTiles, kWarpsN, kWarpsK, kUnroll, kBlockScaled>;
   static constexpr bool kPersistent = kScheduler == TileScheduler::persistent;
 
+  static int32_t resident(const DeviceInfo& dev) { return decode::resident_ctas_per_sm<K, kPersistent>(dev.device); }
+
+  static double steps(const ScaledGemmProblem& p, int32_t s, const DeviceInfo& dev) {
+    return predicted_steps(K::kTileRows, kTokens, K::kTileK, kPersistent, resident(dev), p, s, dev.sm_count);
+  }
+
   static int32_t splits(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
     if (kPersistent) return 1;
-    return requested > 0 ? requested : decode::heuristic_splits<K>(p.m, p.n, p.k, dev.sm_count);
+    if (requested > 0) return requested;
+    int32_t best = 1;
+    for (const int32_t s : kDecodeSplitCounts) {
+      if (steps(p, s, dev) < steps(p, best, dev)) best = s;
+    }
+    return best;
   }
 
   static std::string why_not(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
@@ -69,7 +105,7 @@ struct ScaledVariant {
     }
   }
 
-  static constexpr ScaledVariantOps kOps{&splits, &why_not, &workspace_bytes, &run};
+  static constexpr ScaledVariantOps kOps{&splits, &why_not, &workspace_bytes, &run, &resident};
 
   static VariantRegistry<ScaledVariantOps>::Entry entry(int32_t id, const char* name) {
     return {{id, name, kOut, BLayout::col, true, Schedule::decode, K::kTileRows, kTokens, K::kTileK, 1, 1,
@@ -77,19 +113,6 @@ struct ScaledVariant {
             &kOps};
   }
 };
-
-// NOTES: the wave model of a decode launch, without a table. A CTA's time is the weight bytes it reads
-// (tile rows x K / splits); CTAs run C = kTargetCtasPerSm per SM at a time, so a data-parallel launch of G
-// CTAs takes ceil(G / C) waves and a persistent one streams G / C tiles per CTA (at least one), with no
-// tail. Token tiles sharing a row tile read its weights once from HBM and then from L2, but each CTA still
-// spends its time on them, so they count in G.
-double predicted_cost(const VariantInfo& v, const ScaledGemmProblem& p, int32_t splits, int32_t sm_count) {
-  const int64_t tiles = (p.n + v.tile_m - 1) / v.tile_m * ((p.m + v.tile_n - 1) / v.tile_n);
-  const double capacity = double(decode::kTargetCtasPerSm) * sm_count;
-  const double bytes_per_cta = double(v.tile_m) * double(p.k) / splits;
-  if (v.scheduler == TileScheduler::persistent) return std::max(double(tiles) / capacity, 1.0) * bytes_per_cta;
-  return std::ceil(double(tiles * splits) / capacity) * bytes_per_cta;
-}
 
 // NOTES: the CUTLASS variants' wave model, the paper's (G, L): G output tiles of the kernel's own problem
 // (weight rows x tokens, or tokens x weight rows) run on one persistent CTA per SM in ceil(G / SMs) waves,
@@ -162,24 +185,20 @@ bool cutlass_fills_the_gpu(const VariantInfo& v, const ScaledGemmProblem& p, con
   return cutlass_occupies(v, p, dev, 3);
 }
 
-// The decode variant the wave model (predicted_cost) picks among those of the token tile for M, -1 if none.
-// NOTES: ties. Variants often predict the same cost, the same bytes per CTA in the same waves: one sums its K
-// split across a cluster of s CTAs (through distributed shared memory), another inside one CTA (warps along
-// K, s = 1). With one token tile the one with fewer splits was the faster of such ties on the design split
-// (benchmarks/scaled_gemm.py, every decode variant at every split), with per-row and with 128-block scales;
-// with several token tiles the catalog's order, larger row tiles first, was.
+// The decode variant the wave model (predicted_steps, at the split count it picks) predicts fastest among those of
+// the token tile for M, -1 if none; equal predictions go to the fewer splits, then to the catalog's order.
 int32_t decode_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   const int32_t tokens = token_tile_for(p, dev);
-  const bool one_token_tile = p.m <= tokens;
   int32_t best = -1, best_splits = 0;
-  double best_cost = std::numeric_limits<double>::infinity();
+  double best_steps = std::numeric_limits<double>::infinity();
   for (const VariantInfo& v : scaled_gemm_variants()) {
     const ScaledVariantOps* ops = scaled_variant_ops(v.id);
     if (v.schedule != Schedule::decode || v.tile_n != tokens || !ops->why_not(p, 0, dev).empty()) continue;
     const int32_t splits = ops->splits(p, 0, dev);
-    const double cost = predicted_cost(v, p, splits, dev.sm_count);
-    if (cost < best_cost || (one_token_tile && cost == best_cost && splits < best_splits)) {
-      best = v.id, best_cost = cost, best_splits = splits;
+    const double steps = predicted_steps(v.tile_m, v.tile_n, v.tile_k, v.scheduler == TileScheduler::persistent,
+                                         ops->resident_ctas(dev), p, splits, dev.sm_count);
+    if (steps < best_steps || (steps == best_steps && splits < best_splits)) {
+      best = v.id, best_steps = steps, best_splits = splits;
     }
   }
   return best;
@@ -279,6 +298,13 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
     if (cutlass && detail::cutlass_fills_the_gpu(*cutlass, p, dev)) return cutlass->id;
   }
   return detail::decode_choice(p, dev);
+}
+
+int32_t scaled_gemm_resident_ctas(int32_t variant_id) {
+  const detail::ScaledVariantOps* ops = detail::scaled_variant_ops(variant_id);
+  if (!ops) WAVETUNE_INVALID("scaled GEMM variant id ", variant_id, " is not compiled into this build");
+  if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
+  return ops->resident_ctas ? ops->resident_ctas(detail::current_device_info()) : 0;
 }
 
 namespace detail {

@@ -19,6 +19,8 @@ struct ScaledVariantOps {
   size_t (*workspace_bytes)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&);
   void (*run)(const ScaledGemmProblem&, int32_t splits, const DeviceInfo&, void* workspace, size_t workspace_bytes,
               Stream);
+  // The decode variants' CTAs resident per SM (the size of their waves, launch.cu); null for the others.
+  int32_t (*resident_ctas)(const DeviceInfo&) = nullptr;
 };
 
 // The built-in decode variants (launch.cu), ids from `first_id`; none without CUDA.

@@ -19,6 +19,8 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   WAVETUNE_FAIL(kNoKernels);
 }
 
+int32_t scaled_gemm_resident_ctas(int32_t) { WAVETUNE_FAIL(kNoKernels); }
+
 size_t scaled_gemm_workspace_bytes(const ScaledGemmProblem&, int32_t, int32_t) { WAVETUNE_FAIL(kNoKernels); }
 
 void scaled_gemm(const ScaledGemmProblem&, int32_t, int32_t, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }

@@ -79,6 +79,10 @@ WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& prob
 // Python's scaled_gemm does).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 
+// CTAs of a decode variant resident per SM on the current device: the size of the waves its choice counts
+// (0 for the other variants).
+WAVETUNE_API int32_t scaled_gemm_resident_ctas(int32_t variant_id);
+
 // The device workspace a launch of the variant with `splits` needs: 0 but for the cuBLASLt candidate.
 WAVETUNE_API size_t scaled_gemm_workspace_bytes(const ScaledGemmProblem& problem, int32_t variant_id, int32_t splits);
 
