@@ -247,12 +247,6 @@ int32_t library_choice(const ScaledGemmProblem& p) {
   return rescaled >= 0 ? rescaled : library_variant(p, false);
 }
 
-// NOTES: per-tensor scales. cuBLASLt's per-tensor kernels ran as fast as the CUTLASS variants on the layers those
-// fill, and faster than the decode kernels on most layers those serve, but slower than the decode kernels where
-// the CUTLASS tiles would occupy under a sixth of the SMs: at up to 8 tokens on the design split (H200) layers of
-// 896 and 1,280 rows ran 1.43x and 1.04x the decode kernels' time on cuBLASLt, one of 1,792 rows 0.86x. So
-// per-tensor calls go to the decode kernels on such layers (N < 1,408 at up to 8 tokens on 132 SMs), to
-// cuBLASLt elsewhere.
 // NOTES: block scales past one 8-token tile. Each further token tile of the decode variants reads the weights
 // again, which large layers feel most: there the block-scaled grouped kernel with one expert, which streams each
 // weight tile once for all tokens, ran faster than the best decode variant and split (about 0.85x its time from
@@ -262,6 +256,12 @@ bool block_decode_reads_twice(const ScaledGemmProblem& p, const DeviceInfo& dev)
   return p.m > token_tile_for(p, dev) && int64_t(p.n) * p.k >= kScaledGemmBlockDecodeMaxWeightBytes;
 }
 
+// NOTES: per-tensor scales. cuBLASLt's per-tensor kernels ran as fast as the CUTLASS variants on the layers those
+// fill, and faster than the decode kernels on most layers those serve, but slower than the decode kernels where
+// the CUTLASS tiles would occupy under a sixth of the SMs: at up to 8 tokens on the design split (H200) layers of
+// 896 and 1,280 rows ran 1.43x and 1.04x the decode kernels' time on cuBLASLt, one of 1,792 rows 0.86x. So
+// per-tensor calls go to the decode kernels on such layers (N < 1,408 at up to 8 tokens on 132 SMs), to
+// cuBLASLt elsewhere.
 int32_t per_tensor_choice(const ScaledGemmProblem& p) {
   if (p.m > kScaledGemmDecodeTokens || !device_usable()) return library_choice(p);
   const DeviceInfo& dev = current_device_info();
