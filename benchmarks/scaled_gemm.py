@@ -131,16 +131,23 @@ def decode_pick(header: dict, row: dict) -> tuple[str, float] | None:
     return sweep[name, splits][1], min(us for _, us in sweep.values())
 
 
+def replay_quality(log: Path) -> dict[tuple[int, int], list[float]]:
+    """Per token range (1-8, 9-16): best / chosen time of the 8-token decode variants and splits on a log's rows."""
+    opener = gzip.open if log.suffix == ".gz" else open
+    with opener(log, "rt") as f:
+        header, *rows = [json.loads(line) for line in f]
+    out = {}
+    for low, high in ((1, 8), (9, 16)):
+        picks = [decode_pick(header, r) for r in rows if low <= r["m"] <= high]
+        out[low, high] = [best / us for us, best in filter(None, picks)]
+    return out
+
+
 def replay(logs: list[Path]) -> None:
     """choice / best 8-token decode variant and split, geomean per log and token range."""
     for log in logs:
-        opener = gzip.open if log.suffix == ".gz" else open
-        with opener(log, "rt") as f:
-            header, *rows = [json.loads(line) for line in f]
         line = [f"{log.name}:"]
-        for low, high in ((1, 8), (9, 16)):
-            picks = [decode_pick(header, r) for r in rows if low <= r["m"] <= high]
-            quality = [best / us for us, best in filter(None, picks)]
+        for (low, high), quality in replay_quality(log).items():
             line.append(f"M {low}-{high}: {geomean(quality):.3f} (worst {min(quality, default=float('nan')):.2f}, "
                         f"{len(quality)})")
         print(" ".join(line))

@@ -444,6 +444,21 @@ def test_the_decode_choice_counts_loop_steps_per_wave(m, n, k, kind, expected):
     assert {c.id: c.name for c in wavetune.scaled_gemm_configs()}[chosen] == expected
 
 
+def test_the_decode_choice_replays_close_to_the_best_on_logged_sweeps():
+    """benchmarks/scaled_gemm.py --replay on committed sweeps of every decode variant and split: the loop-step
+    model's picks stay within a few percent of the best, on the design split and on a held-out block-scaled
+    sample it was not fitted on."""
+    from conftest import REPO
+
+    bench = benchmark("scaled_gemm")
+    results = REPO / "docs" / "results"
+    design = bench.replay_quality(results / "scaled_gemm_design_all_h200.jsonl.gz")
+    held_out = bench.replay_quality(results / "scaled_gemm_heldout_block_deepgemm_h200_m16_seed13.jsonl")
+    assert len(design[1, 8]) >= 10 and len(held_out[9, 16]) >= 10
+    assert bench.geomean(design[1, 8]) > 0.97 and bench.geomean(held_out[1, 8]) > 0.95
+    assert bench.geomean(held_out[9, 16]) > 0.93 and min(held_out[9, 16]) > 0.8
+
+
 @pytest.mark.gpu
 def test_the_replay_restates_the_decode_choice():
     """benchmarks/scaled_gemm.py's predicted_steps is launch.cu's: on random layers at 1-16 tokens, where the
