@@ -87,6 +87,14 @@ WAVE_STEPS, SPLIT_STEPS, SPLIT_COUNTS = 8.0, 0.5, (1, 2, 4, 8)  # launch.cu's kD
 DECODE_NAME = re.compile(r"e4m3_\w+?_(block128_)?decode_(\d+)x(\d+)_\d+x(\d+)(_persistent)?$")
 
 
+def device_decode_facts() -> dict[str, dict]:
+    """Each compiled decode variant's tile, scheduler and resident CTAs per SM on the current GPU (what the
+    choice's model reads; a log's header records them)."""
+    return {c.name: dict(rows=c.tile[0], tokens=c.tile[1], tile_k=c.tile[2], persistent=c.scheduler == "persistent",
+                         resident=wavetune._C.scaled_gemm_resident_ctas(c.id))
+            for c in wavetune.scaled_gemm_configs() if c.schedule == "decode"}
+
+
 def decode_facts(header: dict, name: str) -> dict | None:
     """A decode variant's tile (rows, tokens, K per loop step), scheduler and resident CTAs per SM: as the log
     recorded them, or for logs without them from the name, with the CTAs per SM of these kernels on an H100 or
@@ -425,14 +433,10 @@ def main() -> None:
     rows = []
     started = time.monotonic()
     with path.open("w") as f:
-        decode_variants = {c.name: dict(rows=c.tile[0], tokens=c.tile[1], tile_k=c.tile[2],
-                                        persistent=c.scheduler == "persistent",
-                                        resident=wavetune._C.scaled_gemm_resident_ctas(c.id))
-                           for c in wavetune.scaled_gemm_configs() if c.schedule == "decode"}
         f.write(json.dumps({"device": props.name, "torch": torch.__version__, "wavetune": wavetune.__version__,
                             "pdl": wavetune._C.programmatic_launch(), "split": args.split, "scales": args.scales,
                             "reps": args.reps, "sm_count": props.multi_processor_count,
-                            "decode_variants": decode_variants}) + "\n")
+                            "decode_variants": device_decode_facts()}) + "\n")
         for i, problem in enumerate(todo):
             if time.monotonic() - started > args.time_budget_s:
                 print(f"time budget spent: {len(todo) - i} problems left out")

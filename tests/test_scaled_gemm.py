@@ -466,9 +466,7 @@ def test_the_replay_restates_the_decode_choice():
     import random
 
     bench = benchmark("scaled_gemm")
-    facts = {c.name: dict(rows=c.tile[0], tokens=c.tile[1], tile_k=c.tile[2], persistent=c.scheduler == "persistent",
-                          resident=_C.scaled_gemm_resident_ctas(c.id))
-             for c in wavetune.scaled_gemm_configs() if c.schedule == "decode" and c.dtype == "bf16"}
+    facts = {name: f for name, f in bench.device_decode_facts().items() if "_bf16_" in name}
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     names = {c.id: c.name for c in wavetune.scaled_gemm_configs()}
     rng = random.Random(11)

@@ -66,8 +66,10 @@ struct ScaledVariant {
     if (kPersistent) return 1;
     if (requested > 0) return requested;
     int32_t best = 1;
+    double best_steps = std::numeric_limits<double>::infinity();
     for (const int32_t s : kDecodeSplitCounts) {
-      if (steps(p, s, dev) < steps(p, best, dev)) best = s;
+      const double predicted = steps(p, s, dev);
+      if (predicted < best_steps) best = s, best_steps = predicted;
     }
     return best;
   }
