@@ -48,7 +48,9 @@ void bind(py::module_& m) {
   m.def(
       "scaled_gemm_max_tokens",
       [](bool block_scales) { return block_scales ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens; },
-      py::arg("block_scales") = false, "The most tokens the default choice gives the variants.");
+      py::arg("block_scales") = false,
+      "The most tokens the default choice gives the variants (with block_scales: the decode variants, in a build "
+      "without the block-scaled CUTLASS ones).");
   m.def("scale_kinds", [] { return py::make_tuple("tensor", "row", "block128"); },
         "The ScaleKind names, by code.");
   m.def(

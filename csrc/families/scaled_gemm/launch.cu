@@ -249,13 +249,15 @@ int32_t library_choice(const ScaledGemmProblem& p) {
   return rescaled >= 0 ? rescaled : library_variant(p, false);
 }
 
-// NOTES: block scales past one 8-token tile. Each further token tile of the decode variants reads the weights
-// again, which large layers feel most: there the block-scaled grouped kernel with one expert, which streams each
-// weight tile once for all tokens, ran faster than the best decode variant and split (about 0.85x its time from
-// 58 MB on the design split, H100; 0.71-0.86x from 42 MB on an H200 held-out run), so such calls take the path of
-// more tokens.
-bool block_decode_reads_twice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
-  return p.m > token_tile_for(p, dev) && int64_t(p.n) * p.k >= kScaledGemmBlockDecodeMaxWeightBytes;
+// NOTES: block scales in a build without the block-scaled CUTLASS variants: the decode variants up to
+// kScaledGemmMaxBlockTokens tokens, but not past one 8-token tile on large layers. Each further token tile of the
+// decode variants reads the weights again, which large layers feel most: there the block-scaled grouped kernel with
+// one expert, which streams each weight tile once for all tokens, ran faster than the best decode variant and split
+// (about 0.85x its time from 58 MB on the design split, H100; 0.71-0.86x from 42 MB on an H200 held-out run), so
+// such calls take the path of more tokens.
+int32_t block_choice_without_cutlass(const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  const bool reads_twice = p.m > token_tile_for(p, dev) && int64_t(p.n) * p.k >= kScaledGemmBlockDecodeMaxWeightBytes;
+  return p.m > kScaledGemmMaxBlockTokens || reads_twice ? library_choice(p) : decode_choice(p, dev);
 }
 
 // NOTES: per-tensor scales. cuBLASLt's per-tensor kernels ran as fast as the CUTLASS variants on the layers those
@@ -289,16 +291,14 @@ std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int
 int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   const bool blocks = p.scale_a_kind == ScaleKind::block128;
   const bool per_tensor = p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor;
-  if (p.m > (blocks ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens)) return detail::library_choice(p);
+  if (p.m > kScaledGemmMaxTokens) return detail::library_choice(p);
   if (per_tensor) return detail::per_tensor_choice(p);
   if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();
-  if (blocks && detail::block_decode_reads_twice(p, dev)) return detail::library_choice(p);
-  if (!blocks) {
-    const VariantInfo* cutlass = detail::cutlass_choice(p, dev);
-    if (p.m > kScaledGemmDecodeTokens) return cutlass ? cutlass->id : -1;
-    if (cutlass && detail::cutlass_fills_the_gpu(*cutlass, p, dev)) return cutlass->id;
-  }
+  const VariantInfo* cutlass = detail::cutlass_choice(p, dev);
+  if (blocks && !cutlass) return detail::block_choice_without_cutlass(p, dev);
+  if (p.m > kScaledGemmDecodeTokens) return cutlass ? cutlass->id : -1;
+  if (cutlass && detail::cutlass_fills_the_gpu(*cutlass, p, dev)) return cutlass->id;
   return detail::decode_choice(p, dev);
 }
 

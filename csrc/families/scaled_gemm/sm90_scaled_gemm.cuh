@@ -1,8 +1,11 @@
 // The CUTLASS template behind the scaled GEMM's generated variants (cutlass_configs/sm90_scaled_gemm.toml): a
 // Hopper TMA warp-specialized FP8 GEMM, D = sb * (sa * (A @ B^T)) (+ bias) with A, B in e4m3, fp32
 // accumulation promoted from the tensor cores' every few k-blocks, scales per tensor or per row applied in
-// the epilogue, and D in bf16 or fp16: scaled_gemm.h's problem for any number of tokens. Generated sources
-// instantiate it once per translation unit with WAVETUNE_SCALED_INSTANTIATE_VARIANT.
+// the epilogue, and D in bf16 or fp16: scaled_gemm.h's problem for any number of tokens. Its block-scaled
+// variants run CUTLASS's blockwise-scaling mainloop instead, which scales each 128-wide k-block's products by
+// the 1x128 token and 128x128 weight scales as it promotes them to fp32. Generated sources instantiate it
+// once per translation unit with WAVETUNE_SCALED_INSTANTIATE_VARIANT (WAVETUNE_SCALED_BLOCK128_... for
+// block scales).
 #pragma once
 
 // NOTES: as in sm90_gemm.cuh: every multiple of 8 gets its own wgmma atom, and the kernels wait on the
@@ -17,6 +20,7 @@
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
+#include "cutlass/detail/blockwise_scale_layout.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
@@ -30,8 +34,45 @@
 
 namespace wavetune::detail {
 
+// NOTES: the weights' 128-block scales as CUTLASS's blockwise mainloop reads them: a layout over the weight's
+// elements (rows x K, zero strides within a block), K-major as checkpoints store them ([ceil(N / 128),
+// ceil(K / 128)]). The mainloop takes one scale per kGranularity rows of a tile and refuses tiles of fewer
+// rows, so each 128-row block is described as 128 / kGranularity groups of kGranularity rows that share its
+// scale (a zero stride): tiles of 64 weight rows then fill a layer with twice the CTAs of 128-row ones.
+template <int kGranularity>
+struct WeightBlockScales {
+  static constexpr int kBlock = 128;
+  static_assert(kBlock % kGranularity == 0);
+  using Config = cutlass::detail::Sm90BlockwiseScaleConfig<kGranularity, 1, kBlock, cute::GMMA::Major::K,
+                                                           cute::GMMA::Major::K>;
+  using Layout = cute::Layout<
+      cute::Shape<cute::Shape<cute::Int<kGranularity>, cute::Shape<cute::Int<kBlock / kGranularity>, int32_t>>,
+                  cute::Shape<cute::Int<kBlock>, int32_t>, int32_t>,
+      cute::Stride<cute::Stride<cute::_0, cute::Stride<cute::_0, int32_t>>, cute::Stride<cute::_0, cute::_1>, int32_t>>;
+
+  static Layout of(int rows, int k) {
+    const int32_t row_blocks = (rows + kBlock - 1) / kBlock, k_blocks = (k + kBlock - 1) / kBlock;
+    return Layout{{{{}, {{}, row_blocks}}, {{}, k_blocks}, 1}, {{{}, {{}, k_blocks}}, {{}, {}}, row_blocks * k_blocks}};
+  }
+};
+
+// The collective `Mainloop`, with its A operand's scale layout replaced by `LayoutSFA` if kReplace.
+template <bool kReplace, class Mainloop, class LayoutSFA>
+struct WithScaleLayoutA {
+  using type = Mainloop;
+};
+template <class LayoutSFA, class Policy, class Tile, class ElementA, class StrideA, class OldSFA, class ElementB,
+          class PairB, class... Rest>
+struct WithScaleLayoutA<true,
+                        cutlass::gemm::collective::CollectiveMma<Policy, Tile, ElementA, cute::tuple<StrideA, OldSFA>,
+                                                                 ElementB, PairB, Rest...>,
+                        LayoutSFA> {
+  using type = cutlass::gemm::collective::CollectiveMma<Policy, Tile, ElementA, cute::tuple<StrideA, LayoutSFA>,
+                                                        ElementB, PairB, Rest...>;
+};
+
 template <DType kOut, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
-          int kClusterN>
+          int kClusterN, bool kBlockScaled = false>
 struct Sm90ScaledGemm {
   static constexpr bool kCooperative = kSchedule == Schedule::cooperative;
   using Input = cutlass::float_e4m3_t;
@@ -47,8 +88,13 @@ struct Sm90ScaledGemm {
 
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
-  using MainloopSchedule = std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                                              cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+  static_assert(!kBlockScaled || kSwapAB, "block-scaled variants run swapped: the weight is the kernel's A");
+  using MainloopSchedule = std::conditional_t<
+      kBlockScaled,
+      std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise,
+                         cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise>,
+      std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                         cutlass::gemm::KernelTmaWarpSpecializedPingpong>>;
   using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::TmaWarpSpecializedCooperative,
                                               cutlass::epilogue::TmaWarpSpecialized>;
 
@@ -78,11 +124,19 @@ struct Sm90ScaledGemm {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kOutAlignment, Out, LayoutD,
       kOutAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Input, LayoutA, kInputAlignment, Input, LayoutB,
-      kInputAlignment, float, TileShape, ClusterShape,
+  // Block scales: the builder sees the standard scale layouts of the tile's granularity, then the weights' layout
+  // replaces A's (WeightBlockScales).
+  using WeightScales = WeightBlockScales<(kTileM < 128 ? kTileM : 128)>;
+  using MainloopLayoutA =
+      std::conditional_t<kBlockScaled, cute::tuple<LayoutA, typename WeightScales::Config::LayoutSFA>, LayoutA>;
+  using MainloopLayoutB =
+      std::conditional_t<kBlockScaled, cute::tuple<LayoutB, typename WeightScales::Config::LayoutSFB>, LayoutB>;
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Input, MainloopLayoutA, kInputAlignment, Input,
+      MainloopLayoutB, kInputAlignment, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
+  using Mainloop = typename WithScaleLayoutA<kBlockScaled, BuiltMainloop, typename WeightScales::Layout>::type;
   static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
                 "the wgmma atom does not span the tile's N: is CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED defined?");
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
@@ -109,16 +163,32 @@ struct Sm90ScaledGemm {
     const auto* b = static_cast<const Input*>(kSwapAB ? p.a : p.b);
     Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
                    {m, n, p.k, 1},
-                   {a, stride_a, b, stride_b},
+                   mainloop_arguments(p, a, stride_a, b, stride_b),
                    {{}, nullptr, stride_d, static_cast<Out*>(p.d), stride_d},
                    hw_info};
-    typename TokenScale::Arguments token_scale{
-        p.scale_a, 0.0f, vector_stride<typename TokenScale::StrideMNL>(p.scale_a_kind == ScaleKind::row)};
-    typename WeightScale::Arguments weight_scale{
-        p.scale_b, 0.0f, vector_stride<typename WeightScale::StrideMNL>(p.scale_b_kind == ScaleKind::row)};
+    // Block scales were applied in the mainloop: the epilogue's scales read their null default, 1.
+    const bool row_a = p.scale_a_kind == ScaleKind::row, row_b = p.scale_b_kind == ScaleKind::row;
+    typename TokenScale::Arguments token_scale{kBlockScaled ? nullptr : p.scale_a, 1.0f,
+                                               vector_stride<typename TokenScale::StrideMNL>(row_a)};
+    typename WeightScale::Arguments weight_scale{kBlockScaled ? nullptr : p.scale_b, 1.0f,
+                                                 vector_stride<typename WeightScale::StrideMNL>(row_b)};
     args.epilogue.thread = {weight_scale, {token_scale, {}, {}}, {static_cast<const Out*>(p.bias)}, {}};
     set_scheduler<false>(args.scheduler, MicroParams{});
     return args;
+  }
+
+  template <class StrideA, class StrideB>
+  static typename Mainloop::Arguments mainloop_arguments(const ScaledGemmProblem& p, const Input* a, StrideA stride_a,
+                                                         const Input* b, StrideB stride_b) {
+    if constexpr (kBlockScaled) {
+      using TokenScales = typename WeightScales::Config;  // granularity 1 along the kernel's N: one token
+      return {a,         stride_a,
+              b,         stride_b,
+              p.scale_b, WeightScales::of(p.n, p.k),
+              p.scale_a, TokenScales::tile_atom_to_shape_SFB(cute::make_shape(p.n, p.m, p.k, 1))};
+    } else {
+      return {a, stride_a, b, stride_b};
+    }
   }
 
   // A scale vector's stride: one value per row of the operand, or one broadcast value.
@@ -135,7 +205,9 @@ struct Sm90ScaledGemm {
 
   static std::string why_not(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
     if (p.out_dtype != kOut) return std::string("the variant writes ") + to_string(kOut);
-    if (p.scale_a_kind == ScaleKind::block128) return "the variant takes per-tensor or per-row scales";
+    if (kBlockScaled != (p.scale_a_kind == ScaleKind::block128)) {
+      return kBlockScaled ? "the variant takes 128-block scales" : "the variant takes per-tensor or per-row scales";
+    }
     if (requested > 1) return "a CUTLASS variant does not split K";
     if (p.n % kOutAlignment != 0 || p.ldd % kOutAlignment != 0) {
       return "the CUTLASS variants store 16-byte rows: N and the output's row stride must be multiples of 8";
@@ -160,10 +232,13 @@ struct Sm90ScaledGemm {
 
 // Defines wavetune::detail::variant_<NAME>, which the scaled GEMM's registry (registry.cpp) lists. The family's B
 // layout (col) and scheduler (persistent) are fixed: config_space.py refuses other values.
-#define WAVETUNE_SCALED_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SWAP_AB, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER) \
+#define WAVETUNE_SCALED_DEFINE_VARIANT(BLOCK_SCALED, NAME, DTYPE, B_LAYOUT, SWAP_AB, SCHEDULE, TM, TN, TK, CM, CN,    \
+                                       SCHEDULER)                                                                  \
   namespace wavetune::detail {                                                                                      \
   static_assert(BLayout::B_LAYOUT == BLayout::col && TileScheduler::SCHEDULER == TileScheduler::persistent);        \
   extern const ScaledVariantOps variant_##NAME;                                                                     \
   const ScaledVariantOps variant_##NAME =                                                                           \
-      Sm90ScaledGemm<DType::DTYPE, SWAP_AB, Schedule::SCHEDULE, TM, TN, TK, CM, CN>::ops();                        \
+      Sm90ScaledGemm<DType::DTYPE, SWAP_AB, Schedule::SCHEDULE, TM, TN, TK, CM, CN, BLOCK_SCALED>::ops();          \
   }
+#define WAVETUNE_SCALED_INSTANTIATE_VARIANT(...) WAVETUNE_SCALED_DEFINE_VARIANT(false, __VA_ARGS__)
+#define WAVETUNE_SCALED_BLOCK128_INSTANTIATE_VARIANT(...) WAVETUNE_SCALED_DEFINE_VARIANT(true, __VA_ARGS__)

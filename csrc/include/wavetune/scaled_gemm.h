@@ -25,17 +25,17 @@ namespace wavetune {
 // variants to fill the GPU: beyond, the decode kernels read the weights once more per 8-token tile and the CUTLASS
 // variants' tensor-core kernels run (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmDecodeTokens = 16;
-// The most tokens the default choice gives the variants with per-tensor or per-row scales: beyond,
-// torch._scaled_mm's kernels were faster than the CUTLASS variants (docs/scaled_gemm.md).
+// The most tokens the default choice gives the variants: beyond, torch._scaled_mm's kernels were faster than
+// the CUTLASS variants (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmMaxTokens = 64;
-// The same with 128-block scales: beyond, the block-scaled grouped GEMM's CUTLASS kernel with one expert
-// (block_scaled_grouped.h) was faster than the decode variants, 1.3-1.7x at 17-64 tokens on the design split
-// (docs/scaled_gemm.md).
+// In a build without the block-scaled CUTLASS variants, the most tokens the default choice gives the decode
+// variants with 128-block scales: beyond, the block-scaled grouped GEMM's CUTLASS kernel with one expert
+// (block_scaled_grouped.h) was faster, 1.3-1.7x at 17-64 tokens on the design split (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmMaxBlockTokens = 16;
-// With 128-block scales past one 8-token tile of the decode variants, the weight size (N x K bytes) from which
-// the block-scaled grouped kernel with one expert (or cuBLASLt's block-scaled kernels) ran faster than the
-// decode variants: 0.86-0.94x their best time at 58-68 MB on the design split, 1.01-1.12x at 26-42 MB
-// (docs/scaled_gemm.md).
+// In such a build, with 128-block scales past one 8-token tile of the decode variants, the weight size (N x K
+// bytes) from which the block-scaled grouped kernel with one expert (or cuBLASLt's block-scaled kernels) ran
+// faster than the decode variants: 0.86-0.94x their best time at 58-68 MB on the design split, 1.01-1.12x at
+// 26-42 MB (docs/scaled_gemm.md).
 constexpr int64_t kScaledGemmBlockDecodeMaxWeightBytes = 45'000'000;
 
 // How a scale tensor covers its operand. block128: A's scales are [m, ceil(k / 128)] (1x128 groups of a
@@ -68,12 +68,13 @@ WAVETUNE_API const char* scaled_gemm_config_space_hash();
 WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& problem);
 
 // The variant a call with no forced variant runs on the current device, from the sizes alone (wave models of
-// the launch): with 128-block scales a decode variant up to kScaledGemmMaxBlockTokens tokens (up to 8 on
-// weights of kScaledGemmBlockDecodeMaxWeightBytes or more); otherwise a
-// CUTLASS variant up to kScaledGemmMaxTokens, or a decode one up to kScaledGemmDecodeTokens on a layer too
-// narrow for the CUTLASS tiles to fill the GPU (with both scales per tensor, only where they would occupy under
-// a sixth of the SMs). Beyond those limits, and for other problems with both scales per tensor, a cuBLASLt
-// variant where one takes the problem: with per-row scales and a bf16 output up to K / 8 tokens its per-tensor
+// the launch): a CUTLASS variant up to kScaledGemmMaxTokens, or a decode one up to kScaledGemmDecodeTokens on a
+// layer too narrow for the CUTLASS tiles to fill the GPU (with both scales per tensor, only where they would
+// occupy under a sixth of the SMs); with 128-block scales in a build without the block-scaled CUTLASS
+// variants, a decode variant up to kScaledGemmMaxBlockTokens tokens (up to 8 on weights of
+// kScaledGemmBlockDecodeMaxWeightBytes or more). Beyond those limits, and for other problems with both scales
+// per tensor, a cuBLASLt variant where one takes the problem: with per-row scales and a bf16 output up to K / 8
+// tokens its per-tensor
 // kernel and a second pass for the scales (cublaslt_e4m3_bf16_rescaled), else its own scaling. -1 otherwise:
 // callers run another GEMM (torch._scaled_mm; for 128-blocks block_scaled_grouped_gemm with one expert, as
 // Python's scaled_gemm does).

@@ -29,7 +29,10 @@ SCHEDULES = ("cooperative", "pingpong")
 TILE_SCHEDULERS = ("persistent", "stream_k", "data_parallel")
 
 GROUP_KEYS = {"dtypes", "b_layouts", "schedule", "tiles", "clusters", "schedulers"}
-OPTIONAL_GROUP_KEYS = {"swap_ab"}
+OPTIONAL_GROUP_KEYS = {"swap_ab", "scales"}
+# A group's `scales`: how its operands are scaled where the family's template has more than one way. The
+# variants are instantiated by the template's {macro_prefix}_{SCALES}_INSTANTIATE_VARIANT and named with it.
+SCALES = ("block128",)
 # NOTES: Hopper wgmma tiles: M is a multiple of 64 per consumer warpgroup, N a multiple of 8 up to 256,
 # K one or more 64-byte swizzle atoms (32 bf16 elements). We keep to the shapes CUTLASS's builder takes.
 # Tile N is the side that runs over the tokens under swap_ab, so it comes in steps of 16 (and 8 for a
@@ -97,10 +100,17 @@ class Variant:
     scheduler: str
     family: str
     generation: Family = dataclasses.field(repr=False, compare=False)  # its family's [family] table
+    scales: str = ""  # one of SCALES, or the template's default
 
     @property
     def name(self) -> str:
-        return self.generation.name_format.format(**_fields_of(self), swap="_swapab" if self.swap_ab else "")
+        return self.generation.name_format.format(**{**_fields_of(self), "scales": f"_{self.scales}" if self.scales else ""},
+                                                  swap="_swapab" if self.swap_ab else "")
+
+    @property
+    def instantiate_macro(self) -> str:
+        scales = f"_{self.scales.upper()}" if self.scales else ""
+        return f"{self.generation.macro_prefix}{scales}_INSTANTIATE_VARIANT"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +267,11 @@ def load(path: str | Path) -> ConfigSpace:
         swap_ab = group.get("swap_ab", False)
         if not isinstance(swap_ab, bool):
             raise ConfigError(f"{where}: swap_ab must be true or false, got {swap_ab!r}")
+        scales = group.get("scales", "")
+        if scales and scales not in SCALES:
+            raise ConfigError(f"{where}: scales {scales!r}; allowed: {', '.join(SCALES)}")
+        if scales and "{scales}" not in family.name_format:
+            raise ConfigError(f"{where}: scales {scales!r}, but the family's name_format has no {{scales}}")
         if group["schedule"] not in SCHEDULES:
             raise ConfigError(f"{where}: schedule {group['schedule']!r}; allowed: {', '.join(SCHEDULES)}")
         axes = (
@@ -268,7 +283,7 @@ def load(path: str | Path) -> ConfigSpace:
         )
         for dtype, b_layout, tile, cluster, scheduler in itertools.product(*axes):
             v = Variant(len(variants), dtype, b_layout, swap_ab, group["schedule"], *tile, *cluster, scheduler, family.name,
-                        family)
+                        family, scales)
             _check_variant(v, f"{where}: {v.name}")
             if v.name in seen:
                 raise ConfigError(f"{where}: {v.name} is already defined by {seen[v.name]}")
@@ -372,7 +387,7 @@ VARIANT_TEMPLATE = """\
 #define WAVETUNE_VARIANT_SCHEDULER_{scheduler}  // before the template, which may configure CUTLASS by it
 #include "{header}"
 
-{prefix}_INSTANTIATE_VARIANT({name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, {tile_k}, {cluster_m}, {cluster_n}, {scheduler})
+{instantiate}({name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, {tile_k}, {cluster_m}, {cluster_n}, {scheduler})
 """
 
 REGISTRY_TEMPLATE = """\
@@ -400,7 +415,7 @@ def _fields(v: Variant) -> dict[str, object]:
 
 
 def render_variant(v: Variant, source: str) -> str:
-    return VARIANT_TEMPLATE.format(source=source, header=v.generation.header, prefix=v.generation.macro_prefix, **_fields(v))
+    return VARIANT_TEMPLATE.format(source=source, header=v.generation.header, instantiate=v.instantiate_macro, **_fields(v))
 
 
 _REGISTRY_ROW = ("  WAVETUNE_VARIANT({id}, {name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, "
