@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kScaleBlock = 128;
 constexpr size_t kScaleAlignment = 256;
+constexpr int kScaleRowAlignment = 4;  // weight scales per row that the block-scaled kernels read correctly
 
 // NOTES: what the block-scaled kernels read, found on an H100 with benchmarks/cublaslt_fp8_probe.py: the
 // weight's 128x128 block scales as checkpoints store them ([ceil(N/128), ceil(K/128)], K fastest), the
@@ -31,6 +32,9 @@ constexpr size_t kScaleAlignment = 256;
 // products. The quantizer writes the activations' K fastest, so a launch first transposes them into the
 // workspace. Its heuristic offered block-scaled kernels for token counts that are multiples of 4 only (40
 // held-out problems on an H200) and none for one token; the choice then takes the block-scaled grouped GEMM.
+// With K = 640 (5 scales per weight row) every 128-row block past the first came out wrong (H200, cuBLASLt
+// 13.1; K of 16 and 32 scales per row were right), as if it read the scales' rows padded to 4 values: such
+// problems are refused.
 __global__ void transpose_scales(const float* scale, int rows, int cols, float* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < rows * cols) out[(i % cols) * rows + i / cols] = scale[i];
@@ -247,6 +251,10 @@ struct CublasLtVariant {
              "expand a per-tensor scale to a vector";
     }
     if (p.scale_a_kind == ScaleKind::block128 && p.m < 2) return "cuBLASLt's block-scaled kernels take 2 tokens or more";
+    if (p.scale_a_kind == ScaleKind::block128 && k_blocks(p) % kScaleRowAlignment != 0) {
+      return "cuBLASLt's block-scaled kernels gave wrong products where ceil(K/128) is not a multiple of " +
+             std::to_string(kScaleRowAlignment) + " (docs/scaled_gemm.md)";
+    }
     cublas::Heuristic algorithm{};
     if (!algorithm_for(p, dev, algorithm)) return "cuBLASLt has no FP8 kernel for this problem";
     return {};
