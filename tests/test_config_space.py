@@ -128,6 +128,8 @@ def test_kernel_sets_and_filter():
          "swap_ab is supported for column-major B"),
         (GOOD_GROUP.replace("[[group]]", "[[group]]\nswap_ab = 1"), "swap_ab must be true or false"),
         (GOOD_GROUP.replace('"128x128x64"', '"128x32x64"'), "tile N below 64 is for swap_ab groups"),
+        (GOOD_GROUP.replace("[[group]]", '[[group]]\nscales = "block64"'), "scales 'block64'; allowed: block128"),
+        (GOOD_GROUP.replace("[[group]]", '[[group]]\nscales = "block128"'), "name_format has no \\{scales\\}"),
         ("", "no \\[\\[group\\]\\] tables"),
         ("[[group\n", "cannot read config space"),
     ],
@@ -153,6 +155,18 @@ def test_swap_ab_group(tmp_path):
     assert v.swap_ab and v.name == "bf16_bcol_swapab_cooperative_128x16x128_1x1_persistent"
     text = cs.render_variant(v, "x.toml")
     assert "(bf16_bcol_swapab_cooperative_128x16x128_1x1_persistent, bf16, col, true, cooperative, 128, 16, 128," in text
+
+
+def test_a_scales_group_is_named_and_instantiated_by_its_scales():
+    """The shipped FP8 space: its block-scaled groups carry "_block128" in their names and are instantiated by
+    the template's _BLOCK128_ macro; the others keep the plain names and macro."""
+    space = cs.load(CONFIG_SPACE.parent / "sm90_scaled_gemm.toml")
+    block = [v for v in space.variants if v.scales == "block128"]
+    assert block and all("_block128_swapab_" in v.name for v in block)
+    assert "WAVETUNE_SCALED_BLOCK128_INSTANTIATE_VARIANT(" + block[0].name in cs.render_variant(block[0], "x.toml")
+    plain = next(v for v in space.variants if not v.scales)
+    assert "_block128" not in plain.name
+    assert "WAVETUNE_SCALED_INSTANTIATE_VARIANT(" + plain.name in cs.render_variant(plain, "x.toml")
 
 
 def test_generate_writes_one_source_per_variant_and_only_on_change(tmp_path):
