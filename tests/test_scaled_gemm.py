@@ -411,12 +411,14 @@ def test_the_default_choice_by_tokens_and_width(n, m, kind):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m, n, k, kind", [(6, 14336, 4096, "cutlass"), (12, 896, 5120, "decode"),
-                                           (12, 1536, 4096, "cutlass"), (40, 896, 4096, "cutlass"),
+@pytest.mark.parametrize("m, n, k, kind", [(6, 14336, 4096, "cutlass"), (5, 768, 5120, "decode"),
+                                           (12, 640, 5120, "decode"), (3, 1792, 5120, "cutlass"),
+                                           (12, 896, 4096, "cutlass"), (40, 896, 4096, "cutlass"),
                                            (64, 5120, 640, "cutlass")])
 def test_block_scales_take_the_cutlass_variants_where_they_fill_the_gpu(m, n, k, kind):
     """128-block scales choose as per-row ones do: the block-scaled CUTLASS variants up to 64 tokens, but the
-    decode kernels where the CUTLASS tiles would leave two thirds of the SMs idle (few tokens, narrow layers)."""
+    decode kernels where the CUTLASS tiles would leave four fifths of the SMs idle (few tokens, narrow layers;
+    per-row scales: two thirds)."""
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the layer widths are worked out for 132 SMs (H100 SXM, H200)")
     if not cutlass_configs(block_scales=True):
@@ -452,7 +454,7 @@ def test_a_bias_past_the_kernels_token_limit_matches_fp32(kind):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k, kind, expected", [(8, 1024, 6144, "row", "e4m3_bf16_decode_16x8_1x4"),
-                                                     (3, 2048, 4608, "block128", "e4m3_bf16_block128_decode_16x8_1x4")])
+                                                     (3, 1024, 6144, "block128", "e4m3_bf16_block128_decode_16x8_1x4")])
 def test_the_decode_choice_counts_loop_steps_per_wave(m, n, k, kind, expected):
     """On 132 SMs, on layers too narrow for the CUTLASS tiles: the 16-row tiles, their K split over the CTA's warps,
     walk the fewest loop steps in one wave."""

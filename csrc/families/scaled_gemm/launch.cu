@@ -183,8 +183,12 @@ bool cutlass_occupies(const VariantInfo& v, const ScaledGemmProblem& p, const De
 // CUTLASS variant wins once its weight tiles, times the decode kernels' token tiles, occupy a third of the SMs:
 // at 9-16 tokens a layer of under 22 of its 64-row tiles (N < 1,344) still goes to the decode kernels, which
 // ran 1.09-1.41x the CUTLASS variants on such layers (qkv projections at TP 4-8; design and held-out rows).
+// NOTES: with 128-block scales the decode variants apply the scales per K block, and the CUTLASS variants won from
+// a fifth of the SMs: replayed on an H100 design-split run (28 problems at 1-16 tokens), the fifth picked 0.996 of
+// the best variant where the third picked 0.981; on held-out runs 1.000 (H100, 27) and 1.000 (H200, 28) where the
+// third gave 0.983 and 1.000 (docs/scaled_gemm.md).
 bool cutlass_fills_the_gpu(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
-  return cutlass_occupies(v, p, dev, 3);
+  return cutlass_occupies(v, p, dev, p.scale_a_kind == ScaleKind::block128 ? 5 : 3);
 }
 
 // The decode variant the wave model (predicted_steps, at the split count it picks) predicts fastest among those of
