@@ -139,11 +139,34 @@ def decode_pick(header: dict, row: dict) -> tuple[str, float] | None:
     return sweep[name, splits][1], min(us for _, us in sweep.values())
 
 
-def replay_quality(log: Path) -> dict[tuple[int, int], list[float]]:
-    """Per token range (1-8, 9-16): best / chosen time of the 8-token decode variants and splits on a log's rows."""
+def read_log(log: Path) -> tuple[dict, list[dict]]:
     opener = gzip.open if log.suffix == ".gz" else open
     with opener(log, "rt") as f:
         header, *rows = [json.loads(line) for line in f]
+    return header, rows
+
+
+def cutlass_share_quality(log: Path, share: int) -> list[float]:
+    """launch.cu's cutlass_fills_the_gpu with a given share, on a log's rows of 1-16 tokens: the best variant's
+    time over that of the fastest CUTLASS variant where the rule takes them (their 64-row tiles times the decode
+    variants' 8-token tiles occupy 1 / share of the SMs), else of the decode model's pick."""
+    header, rows = read_log(log)
+    sm_count = header.get("sm_count", 132)
+    out = []
+    for row in rows:
+        pick = decode_pick(header, row) if row["m"] <= 16 else None
+        cutlass = [us for name, us in row["us"].items() if "_swapab_" in name and "/" in name]
+        if pick is None or not cutlass:
+            continue
+        takes_cutlass = share * -(-row["n"] // 64) * -(-row["m"] // 8) >= sm_count
+        out.append(min(us for name, us in row["us"].items() if "/" in name) / (min(cutlass) if takes_cutlass
+                                                                               else pick[0]))
+    return out
+
+
+def replay_quality(log: Path) -> dict[tuple[int, int], list[float]]:
+    """Per token range (1-8, 9-16): best / chosen time of the 8-token decode variants and splits on a log's rows."""
+    header, rows = read_log(log)
     out = {}
     for low, high in ((1, 8), (9, 16)):
         picks = [decode_pick(header, r) for r in rows if low <= r["m"] <= high]
@@ -152,12 +175,17 @@ def replay_quality(log: Path) -> dict[tuple[int, int], list[float]]:
 
 
 def replay(logs: list[Path]) -> None:
-    """choice / best 8-token decode variant and split, geomean per log and token range."""
+    """choice / best 8-token decode variant and split, geomean per log and token range; and the CUTLASS-or-decode
+    rule's quality at 1-16 tokens for each share of the SMs."""
     for log in logs:
         line = [f"{log.name}:"]
         for (low, high), quality in replay_quality(log).items():
             line.append(f"M {low}-{high}: {geomean(quality):.3f} (worst {min(quality, default=float('nan')):.2f}, "
                         f"{len(quality)})")
+        for share in (3, 4, 5, 6):
+            quality = cutlass_share_quality(log, share)
+            if quality:
+                line.append(f"share {share}: {geomean(quality):.3f} (worst {min(quality):.2f}, {len(quality)})")
         print(" ".join(line))
 
 

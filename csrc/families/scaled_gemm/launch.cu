@@ -184,9 +184,10 @@ bool cutlass_occupies(const VariantInfo& v, const ScaledGemmProblem& p, const De
 // at 9-16 tokens a layer of under 22 of its 64-row tiles (N < 1,344) still goes to the decode kernels, which
 // ran 1.09-1.41x the CUTLASS variants on such layers (qkv projections at TP 4-8; design and held-out rows).
 // NOTES: with 128-block scales the decode variants apply the scales per K block, and the CUTLASS variants won from
-// a fifth of the SMs: replayed on an H100 design-split run (28 problems at 1-16 tokens), the fifth picked 0.996 of
-// the best variant where the third picked 0.981; on held-out runs 1.000 (H100, 27) and 1.000 (H200, 28) where the
-// third gave 0.983 and 1.000 (docs/scaled_gemm.md).
+// a fifth of the SMs. Replayed (benchmarks/scaled_gemm.py --replay) on an H100 design-split run (28 problems at
+// 1-16 tokens) the fifth picked 0.996 of the best variant where the third picked 0.981; on held-out runs 1.000
+// (H100, 27 problems) and 1.000 (H200, 28) where the third gave 0.984 and 1.000. On per-row runs the third stays
+// ahead (0.996 against 0.991 on the design split, H200).
 bool cutlass_fills_the_gpu(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
   return cutlass_occupies(v, p, dev, p.scale_a_kind == ScaleKind::block128 ? 5 : 3);
 }
