@@ -104,8 +104,8 @@ class Variant:
 
     @property
     def name(self) -> str:
-        return self.generation.name_format.format(**{**_fields_of(self), "scales": f"_{self.scales}" if self.scales else ""},
-                                                  swap="_swapab" if self.swap_ab else "")
+        fields = {**_fields_of(self), "scales": f"_{self.scales}" if self.scales else ""}
+        return self.generation.name_format.format(**fields, swap="_swapab" if self.swap_ab else "")
 
     @property
     def instantiate_macro(self) -> str:
