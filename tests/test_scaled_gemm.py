@@ -207,6 +207,19 @@ def expand_blocks(scale, rows, cols):
     return scale[:rows].repeat_interleave(128, 1)[:, :cols]
 
 
+def block_scales(m, n, k, generator):
+    """Random 128-block scales of a [m, k] x [n, k] problem: the tokens' [m, ceil(k/128)], the weight's
+    [ceil(n/128), ceil(k/128)]."""
+    return tuple(torch.rand(rows, -(-k // 128), device="cuda", generator=generator) * 0.01 + 1e-3
+                 for rows in (m, -(-n // 128)))
+
+
+def block_reference(a, w, sa, sb):
+    """The fp32 product of the dequantized operands, and the products' sizes (as magnitude())."""
+    xs, ws = expand_blocks(sa, a.shape[0], a.shape[1]), expand_blocks(sb, w.shape[0], w.shape[1])
+    return (a.float() * xs) @ (w.float() * ws).t(), (a.float().abs() * xs) @ (w.float().abs() * ws).t()
+
+
 def cublaslt_configs(second_pass=False):
     """The cuBLASLt variants, those that scale their product in a second pass or the others."""
     configs = [c for c in wavetune.scaled_gemm_configs()
@@ -229,11 +242,8 @@ def test_cublaslt_matches_fp32_with_every_kind_of_scale(m, n, k):
         wide = torch.empty((m, n + 16), dtype=out_dtype, device="cuda")
         for kind in ("tensor", "row", "block"):
             if kind == "block":
-                sa = torch.rand(m, k // 128, device="cuda", generator=g) * 0.01 + 1e-3
-                sb = torch.rand(-(-n // 128), k // 128, device="cuda", generator=g) * 0.01 + 1e-3
-                bias, xs, ws = None, expand_blocks(sa, m, k), expand_blocks(sb, n, k)
-                ref = (a.float() * xs) @ (w.float() * ws).t()
-                size = (a.float().abs() * xs) @ (w.float().abs() * ws).t()  # the products' sizes, as magnitude()
+                (sa, sb), bias = block_scales(m, n, k, g), None
+                ref, size = block_reference(a, w, sa, sb)
                 with pytest.raises(ValueError, match="2 tokens or more"):
                     wavetune.scaled_gemm(a[:1], w.t(), sa[:1], sb, block_scales=True, out_dtype=out_dtype,
                                          config=c.name)
@@ -291,12 +301,10 @@ def test_the_second_pass_variant_matches_fp32_with_every_mix_of_scales(m, n, k, 
 def test_every_block_scaled_variant_matches_fp32(m, n, k):
     g = torch.Generator(device="cuda").manual_seed(m + n)
     a, w = random_fp8(m, k, g), random_fp8(n, k, g)
-    sa = torch.rand(m, -(-k // 128), device="cuda", generator=g) * 0.01 + 1e-3
-    sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda", generator=g) * 0.01 + 1e-3
+    sa, sb = block_scales(m, n, k, g)
     bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
-    xs, ws = expand_blocks(sa, m, k), expand_blocks(sb, n, k)
-    ref = (a.float() * xs) @ (w.float() * ws).t() + bias.float()
-    size = (a.float().abs() * xs) @ (w.float().abs() * ws).t()  # the products' sizes, as magnitude()
+    ref, size = block_reference(a, w, sa, sb)
+    ref = ref + bias.float()
     block = [c for c in wavetune.scaled_gemm_configs() if "_block128_" in c.name]
     assert block, "no block-scaled variant compiled"
     wide = torch.empty((m, n + 8), dtype=torch.bfloat16, device="cuda")
@@ -426,15 +434,13 @@ def test_block_scales_take_the_cutlass_variants_where_they_fill_the_gpu(m, n, k,
                     "scaled_gemm_max_tokens(True) tokens)")
     g = torch.Generator(device="cuda").manual_seed(m + n)
     a, w = random_fp8(m, k, g), random_fp8(n, k, g)
-    sa = torch.rand(m, -(-k // 128), device="cuda", generator=g) * 0.01 + 1e-3
-    sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda", generator=g) * 0.01 + 1e-3
+    sa, sb = block_scales(m, n, k, g)
     code = _C.scale_kinds().index("block128")
     chosen = {c.id: c for c in wavetune.scaled_gemm_configs()}[_C.scaled_gemm_choice(m, n, k, 0, code, code)]
     assert "_block128_" in chosen.name and (chosen.schedule == "decode") == (kind == "decode"), chosen.name
     given = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
     assert wavetune.scaled_gemm(a, w.t(), sa, sb, block_scales=True, out=given) is given
-    xs, ws = expand_blocks(sa, m, k), expand_blocks(sb, n, k)
-    check_close(given, (a.float() * xs) @ (w.float() * ws).t(), (a.float().abs() * xs) @ (w.float().abs() * ws).t())
+    check_close(given, *block_reference(a, w, sa, sb))
 
 
 @pytest.mark.gpu
