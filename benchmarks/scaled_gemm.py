@@ -78,6 +78,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
     p.add_argument("--replay", type=Path, nargs="+", metavar="LOG",
                    help="offline, no GPU: replay the decode variants' choice on logs of this benchmark")
+    p.add_argument("--fit-table", type=Path, metavar="DESIGN_LOG",
+                   help="with --replay: instead, fit the shared wave model to this log's sweep (a table) and judge "
+                        "its choices on the replayed logs beside the shipped choice's")
     return p.parse_args()
 
 
@@ -174,6 +177,77 @@ def replay_quality(log: Path) -> dict[tuple[int, int], list[float]]:
     return out
 
 
+# ---- a fitted table, replayed offline (docs/scaled_gemm.md, "Tables") --------------------------------------
+
+CUTLASS_TILE = re.compile(r"_swapab_\w+?_(\d+)x(\d+)x(\d+)_(\d+)x(\d+)$")
+
+
+def table_config(header: dict, key: str) -> tuple | None:
+    """(tile, cluster, decomposition, splits) of a logged ``variant/splits`` as a table's mapping takes it: the
+    swapped CUTLASS variants unsplit, the decode ones (tile: rows x tokens x K per loop step) at their splits; None
+    for the other methods."""
+    name, _, splits = key.rpartition("/")
+    facts = decode_facts(header, name)
+    if facts:
+        s = int(splits)
+        return (facts["rows"], facts["tokens"], facts["tile_k"]), (1, 1), "split_k" if s > 1 else "data_parallel", s
+    found = CUTLASS_TILE.search(name)
+    if not found or splits != "1":
+        return None
+    tm, tn, tk, cm, cn = map(int, found.groups())
+    return (tm, tn, tk), (cm, cn), "data_parallel", 1
+
+
+def fitted_table(header: dict, rows: list[dict]) -> tuple[dict, float]:
+    """The shared wave model (wavetune.tuning.model: one bilinear fit per wave regime of each config, the memory
+    floor) fitted to every variant and split the rows of a sweep timed: ``({key: (config, waves)}, bytes/us)``."""
+    from wavetune.tuning import model
+
+    sm_count = header.get("sm_count", 132)
+    keys = set.intersection(*(set(r["us"]) for r in rows))
+    configs = {key: config for key in sorted(keys) if (config := table_config(header, key))}
+    memory = max(fp8_bytes(r) / min(r["us"][key] for key in configs) for r in rows)
+    fits = {}
+    for key, (tile, cluster, decomposition, splits) in configs.items():
+        coords = [model.map_problem(tile, cluster, True, r["m"], r["n"], r["k"], decomposition, splits, sm_count)
+                  for r in rows]
+        G, L, _, W = zip(*coords)
+        fits[key] = (configs[key], model.fit_config(G, L, W, [r["us"][key] for r in rows]))
+    return fits, memory
+
+
+def fp8_bytes(row: dict) -> int:
+    """A problem's operand bytes: e4m3 activations and weights, a 2-byte output."""
+    return row["m"] * row["k"] + row["n"] * row["k"] + 2 * row["m"] * row["n"]
+
+
+def table_pick(fits: dict, memory: float, sm_count: int, row: dict) -> str:
+    """The fitted table's choice for a row: the least predicted of its configs the row timed."""
+    from wavetune.tuning import model
+
+    def predicted(key: str) -> float:
+        (tile, cluster, decomposition, splits), waves = fits[key]
+        G, L, C, w = model.map_problem(tile, cluster, True, row["m"], row["n"], row["k"], decomposition, splits,
+                                       sm_count)
+        return max(model.predict(waves, G, L, w, C), fp8_bytes(row) / memory)
+
+    return min((key for key in fits if key in row["us"]), key=predicted)
+
+
+def table_quality(design: Path, held_out: Path, max_m: int = VARIANT_M) -> tuple[list[float], list[float]]:
+    """Per row of ``held_out`` up to ``max_m`` tokens: the best timed config's time over that of a table fitted
+    to ``design``'s rows (``fitted_table``) and over that of the shipped choice (``wavetune_rowwise``)."""
+    header, rows = read_log(design)
+    fits, memory = fitted_table(header, [r for r in rows if r["m"] <= max_m])
+    held_header, held_rows = read_log(held_out)
+    table, shipped = [], []
+    for row in (r for r in held_rows if r["m"] <= max_m and "wavetune_rowwise" in r["us"]):
+        best = min(row["us"][key] for key in fits if key in row["us"])
+        table.append(best / row["us"][table_pick(fits, memory, held_header.get("sm_count", 132), row)])
+        shipped.append(best / row["us"]["wavetune_rowwise"])
+    return table, shipped
+
+
 def replay(logs: list[Path]) -> None:
     """choice / best 8-token decode variant and split, geomean per log and token range; and the CUTLASS-or-decode
     rule's quality at 1-16 tokens for each share of the SMs."""
@@ -187,6 +261,14 @@ def replay(logs: list[Path]) -> None:
             if quality:
                 line.append(f"share {share}: {geomean(quality):.3f} (worst {min(quality):.2f}, {len(quality)})")
         print(" ".join(line))
+
+
+def replay_table(design: Path, logs: list[Path]) -> None:
+    """choice / best of a table fitted to ``design``, and of the shipped choice, on each log up to 64 tokens."""
+    for log in logs:
+        table, shipped = table_quality(design, log)
+        print(f"{log.name}: table fitted to {design.name}: {geomean(table):.3f} (worst {min(table):.2f}); the shipped "
+              f"choice: {geomean(shipped):.3f} (worst {min(shipped):.2f}); {len(table)} problems")
 
 
 def problems(split: str, max_m: int, seed: int) -> list[dict]:
@@ -447,7 +529,7 @@ def summary(rows: list[dict]) -> str:
 def main() -> None:
     args = parse_args()
     if args.replay:
-        replay(args.replay)
+        replay_table(args.fit_table, args.replay) if args.fit_table else replay(args.replay)
         return
     torch.manual_seed(args.seed)
     props = torch.cuda.get_device_properties(0)

@@ -93,7 +93,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if not families.get(args.family).tuning:
         raise ValueError(f"the {args.family} family has no tuning driver: its variants are chosen by its built-in "
-                         "wave model")
+                         f"wave model ({families.get(args.family).doc})")
     if args.family != "gemm" and not args.offline and args.log and all(map(is_benchmark_log, args.log.split(","))):
         # NOTES: before the families measured their own cases, `tune --family F --log LOGS` fitted a table to
         # benchmarks/grouped.py or benchmarks/attention.py logs; such logs are still fitted, as --offline does.

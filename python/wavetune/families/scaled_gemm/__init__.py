@@ -4,7 +4,8 @@ operators, and the variant listing (docs/scaled_gemm.md).
 
 Modules: ``api`` (entry points, variant listing), ``torch_ops`` (operators; imports torch). Its variants are
 CUTLASS kernels generated from ``cutlass_configs/sm90_scaled_gemm.toml`` and built-in decode kernels, chosen
-by wave models of the launch; it has no tuned tables yet, so no tuning driver.
+by built-in wave models of the launch, which replayed closer to the best than a fitted table (docs/scaled_gemm.md,
+"Tables"), so it has no tuning driver.
 """
 
 from .. import Family, register
