@@ -31,6 +31,8 @@ DIGESTS = {
     "nvidia-h200.wtt": "ab577ede3bcd897a",
     "nvidia-h200.grouped_gemm.wtt": "c9b20f55e9c85572",
     "nvidia-h200.attention.wtt": "28ab77195c0799f4",
+    "nvidia-h200.scaled_grouped_gemm.wtt": "60670c9ffa0afed7",
+    "nvidia-h200.block_scaled_grouped_gemm.wtt": "c5c54287beb23e1c",
 }
 
 
