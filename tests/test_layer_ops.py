@@ -352,8 +352,12 @@ def test_torch_compile_traces_transformers_code_for_inductor_to_fuse():
         compiled = torch.compile(model, backend=recording_backend, fullgraph=True)(tokens).logits.float()
     targets = [str(node.target) for node in traced]
     assert not [t for t in targets if any(op in t for op in ("rms_norm", "silu_and_mul", "rotary_embedding"))]
-    # One GEMM per layer for the MLP's gate and up projections, as in eager mode: outputs 2 x 2048 wide.
-    merged = [node for node in traced if "linear" in str(node.target)
-              and getattr(node.meta.get("example_value"), "shape", (0,))[-1] == 2 * 2048]
-    assert len(merged) == TINY["num_hidden_layers"]
+    # As in eager mode, one GEMM per layer for the MLP's gate and up projections (2 x 2048 wide) and one for the
+    # query, key and value projections (1024 + 2 x 256 wide): four a layer with the output and down projections,
+    # and the LM head where patch swapped it.
+    widths = [getattr(node.meta.get("example_value"), "shape", (0,))[-1] for node in traced
+              if "wavetune.linear" in str(node.target)]
+    assert widths.count(2 * 2048) == widths.count(1024 + 2 * 256) == TINY["num_hidden_layers"]
+    assert len(widths) == 4 * TINY["num_hidden_layers"] + isinstance(model.lm_head, wavetune.nn.Linear)
+    assert all(layer.self_attn.q_proj._traced is None for layer in model.model.layers)  # no tensor kept
     assert ((compiled - eager).norm() / eager.norm()).item() < 2e-2

@@ -10,7 +10,7 @@ what it replaced for inputs its kernel does not take (a CPU tensor, another dtyp
 so the model computes what it did; ``unpatch_layers`` puts the modules back.
 
 NOTES: under ``torch.compile`` (and export) the swapped modules trace transformers' own PyTorch code instead of
-the kernels, keeping only the merged gate and up GEMM: Inductor fuses that code with what surrounds it (the
+the kernels, keeping only the merged GEMMs (gate and up; query, key and value): Inductor fuses that code with what surrounds it (the
 residual addition before each norm, the rotary embedding with the projections and the cache writes), which an
 opaque operator would leave as kernels of their own.
 """
@@ -119,8 +119,9 @@ class ProjectionSlice(torch.nn.Module):
     NOTES: transformers' attention forwards call the three projections one after another on the same hidden
     states. Apart, each GEMM pays its launch, its ramp-up and, in cuBLAS at a few tokens, a split-K reduction
     kernel: 26 us for a Llama-3-8B layer's 50 MB at one token on an H200 (benchmarks/merged_projections.py
-    measures the step with and without the merge). Under torch.compile (and export) each slice is the
-    operator on its own weight, as an unmerged layer."""
+    measures the step with and without the merge). Under torch.compile (and export) the first slice traced
+    traces the merged GEMM and the others its columns (``_traced_output``), so the compiled graph holds one
+    GEMM too."""
 
     def __init__(self, linear: torch.nn.Linear, start: int, owner: ProjectionSlice | None = None,
                  merged: torch.nn.Linear | None = None):
@@ -132,6 +133,7 @@ class ProjectionSlice(torch.nn.Module):
         object.__setattr__(self, "_owner", owner or self)
         object.__setattr__(self, "_group", (self,))  # the owner's: its slices, itself first (merge_projections)
         object.__setattr__(self, "_pending", None)  # the owner's: (input, output, slices yet to read it)
+        self._traced = None  # the owner's, while torch.compile traces: (input, output, reads left)
 
     def extra_repr(self) -> str:
         return f"columns {self.start}:{self.end} of the merged query, key and value projection"
@@ -145,12 +147,30 @@ class ProjectionSlice(torch.nn.Module):
         object.__setattr__(owner, "_pending", pending if pending[2] else None)
         return pending[1]
 
+    def _traced_output(self, x: torch.Tensor) -> torch.Tensor:
+        """The merged projection's output while torch.compile traces: the group's first slice traces the GEMM
+        and keeps it on the owner for the others; the last reader drops it, so the compiled module stores no
+        tensor.
+
+        NOTES: Dynamo records the attribute writes as side effects of the trace and reads them back within it;
+        the weakrefs and sets of ``_merged_output`` it would not trace without a graph break. Inductor
+        deduplicates no GEMM (no common-subexpression pass on inference graphs), so the three slices must not
+        each trace one."""
+        owner = self._owner
+        traced = owner._traced
+        if traced is None or traced[0] is not x:
+            merged = owner.merged
+            traced = (x, torch.ops.wavetune.linear(x, merged.weight, merged.bias), len(owner._group))
+        left = traced[2] - 1
+        owner._traced = (traced[0], traced[1], left) if left else None
+        return traced[1]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         linear = _original(self)
         if not (x.is_cuda and x.dtype == linear.weight.dtype and x.dtype in DTYPES):
             return linear(x)
         if torch.compiler.is_compiling():
-            return torch.ops.wavetune.linear(x, linear.weight, linear.bias)
+            return self._traced_output(x)[..., self.start:self.end]
         return self._merged_output(x)[..., self.start:self.end]
 
 
