@@ -198,6 +198,14 @@ def table_config(header: dict, key: str) -> tuple | None:
     return (tm, tn, tk), (cm, cn), "data_parallel", 1
 
 
+def table_coordinates(config: tuple, row: dict, sm_count: int) -> tuple[int, int, int, int]:
+    """(G, L, C, waves) of a row under a ``table_config``, by the tables' mapping (swapped: weight rows along M)."""
+    from wavetune.tuning import model
+
+    tile, cluster, decomposition, splits = config
+    return model.map_problem(tile, cluster, True, row["m"], row["n"], row["k"], decomposition, splits, sm_count)
+
+
 def fitted_table(header: dict, rows: list[dict]) -> tuple[dict, float]:
     """The shared wave model (wavetune.tuning.model: one bilinear fit per wave regime of each config, the memory
     floor) fitted to every variant and split the rows of a sweep timed: ``({key: (config, waves)}, bytes/us)``."""
@@ -208,11 +216,9 @@ def fitted_table(header: dict, rows: list[dict]) -> tuple[dict, float]:
     configs = {key: config for key in sorted(keys) if (config := table_config(header, key))}
     memory = max(fp8_bytes(r) / min(r["us"][key] for key in configs) for r in rows)
     fits = {}
-    for key, (tile, cluster, decomposition, splits) in configs.items():
-        coords = [model.map_problem(tile, cluster, True, r["m"], r["n"], r["k"], decomposition, splits, sm_count)
-                  for r in rows]
-        G, L, _, W = zip(*coords)
-        fits[key] = (configs[key], model.fit_config(G, L, W, [r["us"][key] for r in rows]))
+    for key, config in configs.items():
+        G, L, _, W = zip(*(table_coordinates(config, r, sm_count) for r in rows))
+        fits[key] = (config, model.fit_config(G, L, W, [r["us"][key] for r in rows]))
     return fits, memory
 
 
@@ -226,9 +232,8 @@ def table_pick(fits: dict, memory: float, sm_count: int, row: dict) -> str:
     from wavetune.tuning import model
 
     def predicted(key: str) -> float:
-        (tile, cluster, decomposition, splits), waves = fits[key]
-        G, L, C, w = model.map_problem(tile, cluster, True, row["m"], row["n"], row["k"], decomposition, splits,
-                                       sm_count)
+        config, waves = fits[key]
+        G, L, C, w = table_coordinates(config, row, sm_count)
         return max(model.predict(waves, G, L, w, C), fp8_bytes(row) / memory)
 
     return min((key for key in fits if key in row["us"]), key=predicted)
