@@ -22,7 +22,8 @@ With --scales block (1x128 activation groups, 128x128 weight blocks), from bf16 
   transformers                      transformers' finegrained FP8 linear (its Triton kernels), where importable
   deepgemm                          with --deepgemm: wavetune's quantizer, then DeepGEMM's fp8_gemm_nt (its sm90
                                     kernels, compiled on first use of a shape)
-  <variant>/<splits>                wavetune's quantizer, then each block-scaled variant (up to M = 64)
+  <variant>/<splits>                wavetune's quantizer, then each block-scaled variant (swapped and decode up
+                                    to M = 64, unswapped past it)
   block_grouped/1                   wavetune's quantizer, then the block-scaled grouped GEMM with one expert
                                     (its choice; what scaled_gemm runs past the decode variants' tokens where
                                     cuBLASLt is absent)
@@ -366,16 +367,16 @@ def block_launches(m: int, deepgemm: bool) -> dict:
                 q, scale = quantized(o)
                 return wavetune.scaled_gemm(q, o["w"].t(), scale, o["sw"], out=o["out"], block_scales=True, config=v)
             found["cublaslt/1"] = library
-    if m <= VARIANT_M:
-        for c in wavetune.scaled_gemm_configs():
-            if c.dtype != "bf16" or "_block128_" not in c.name:
-                continue
-            for s in (SPLITS if c.scheduler == "data_parallel" else (1,)):
-                def variant(o, v=c.name, s=s):
-                    q, scale = quantized(o)
-                    return wavetune.scaled_gemm(q, o["w"].t(), scale, o["sw"], out=o["out"], block_scales=True,
-                                                config=v, splits=s)
-                found[f"{c.name}/{s}"] = variant
+    for c in wavetune.scaled_gemm_configs():
+        # up to 64 tokens the swapped and decode variants, past them the unswapped ones
+        if c.dtype != "bf16" or "_block128_" not in c.name or c.swap_ab != (m <= VARIANT_M):
+            continue
+        for s in (SPLITS if c.scheduler == "data_parallel" else (1,)):
+            def variant(o, v=c.name, s=s):
+                q, scale = quantized(o)
+                return wavetune.scaled_gemm(q, o["w"].t(), scale, o["sw"], out=o["out"], block_scales=True,
+                                            config=v, splits=s)
+            found[f"{c.name}/{s}"] = variant
     return found
 
 

@@ -126,6 +126,12 @@ struct ScaledVariant {
 // variant on the design split (it picks 0.994 of the best swapped variant's speed at 9-64 tokens, H200).
 constexpr double kFp8TensorFlopsPerUsPerSm = 1979e6 / 132;
 constexpr double kTensorEfficiency = 0.7;
+// NOTES: a ping-pong kernel runs its two consumer warpgroups' mainloops one after the other, and with block scales
+// each k-block's promotion (an FMA per accumulator) holds up the tensor cores; the cooperative tiles overlap one
+// warpgroup's promotion with the other's MMAs. Past 64 tokens the block-scaled ping-pong 64x128 tile ran 1.4-1.7x
+// the cooperative 128x128 tile's time on the design split's large layers (H100); efficiencies of 0.4-0.5 pick the
+// best unswapped variant on all 16 design problems (0.7: 0.944).
+constexpr double kBlockPingpongTensorEfficiency = 0.45;
 constexpr double kHbmEfficiency = 0.9;
 constexpr double kCutlassWaveUs = 2.0;
 
@@ -137,18 +143,34 @@ double cutlass_cost_us(const VariantInfo& v, const ScaledGemmProblem& p, const D
   const double token_rows = double(std::min(token_tiles, active) * std::min<int64_t>(token_tile, p.m));
   const double weight_rows = double((active + token_tiles - 1) / token_tiles * weight_tile);
   const double hbm_us = (weight_rows + token_rows) * v.tile_k / (kHbmEfficiency * dev.memory_bytes_per_us);
-  const double mma_us = 2.0 * v.tile_m * v.tile_n * v.tile_k / (kTensorEfficiency * kFp8TensorFlopsPerUsPerSm);
+  const bool block_pingpong = p.scale_a_kind == ScaleKind::block128 && v.schedule == Schedule::pingpong;
+  const double efficiency = block_pingpong ? kBlockPingpongTensorEfficiency : kTensorEfficiency;
+  const double mma_us = 2.0 * v.tile_m * v.tile_n * v.tile_k / (efficiency * kFp8TensorFlopsPerUsPerSm);
   return waves * (blocks * std::max(hbm_us, mma_us) + kCutlassWaveUs);
 }
 
-// The CUTLASS variant (Schedule::cooperative or pingpong) the wave model predicts fastest, null if none takes p.
-const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
+// NOTES: the wave model does not see clusters; among variants of one tile, a pair of CTAs along the longer side of
+// the kernel's output first (rank 0), then the other pair (1), then none (2). Past 64 tokens with block scales the
+// pair along the longer side ran within 2% of the best of the three on all 16 design problems (H100), and up to
+// 1.41x faster than the CTAs without a cluster.
+int32_t cluster_rank(const VariantInfo& v, const ScaledGemmProblem& p) {
+  if (v.cluster_m * v.cluster_n == 1) return 2;
+  const int64_t kernel_m = v.swap_ab ? p.n : p.m, kernel_n = v.swap_ab ? p.m : p.n;
+  return (v.cluster_m > 1) == (kernel_m > kernel_n) ? 0 : 1;
+}
+
+// The CUTLASS variant (Schedule::cooperative or pingpong) with the tokens along the tile's N (swapped: up to
+// kScaledGemmMaxTokens) or M that the wave model predicts fastest (ties: cluster_rank), null if none takes p.
+const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& dev, bool swapped = true) {
   const VariantInfo* best = nullptr;
   double best_us = std::numeric_limits<double>::infinity();
   for (const VariantInfo& v : scaled_gemm_variants()) {
-    if (v.schedule == Schedule::decode || !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) continue;
+    if (v.schedule == Schedule::decode || v.schedule == Schedule::cublas || v.swap_ab != swapped ||
+        !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) {
+      continue;
+    }
     const double us = cutlass_cost_us(v, p, dev);
-    if (us < best_us) best = &v, best_us = us;
+    if (us < best_us || (us == best_us && cluster_rank(v, p) < cluster_rank(*best, p))) best = &v, best_us = us;
   }
   return best;
 }
@@ -265,6 +287,15 @@ int32_t block_choice_without_cutlass(const ScaledGemmProblem& p, const DeviceInf
   return p.m > kScaledGemmMaxBlockTokens || reads_twice ? library_choice(p) : decode_choice(p, dev);
 }
 
+// NOTES: block scales past kScaledGemmMaxTokens tokens: the unswapped block-scaled CUTLASS variant the wave model
+// picks, else cuBLASLt's block-scaled kernels where it has one (the caller then runs the block-scaled grouped
+// kernel with one expert). On 16 design problems of 65-14,000 tokens (H100) the variants ran 1.28x that grouped
+// kernel's speed (0.92x DeepGEMM's against 0.72x), and cuBLASLt offered no block-scaled kernel there.
+int32_t block_prefill_choice(const ScaledGemmProblem& p) {
+  const VariantInfo* cutlass = device_usable() ? cutlass_choice(p, current_device_info(), false) : nullptr;
+  return cutlass ? cutlass->id : library_choice(p);
+}
+
 // NOTES: per-tensor scales. cuBLASLt's per-tensor kernels ran as fast as the CUTLASS variants on the layers those
 // fill, and faster than the decode kernels on most layers those serve, but slower than the decode kernels where
 // the CUTLASS tiles would occupy under a sixth of the SMs: at up to 8 tokens on the design split (H200) layers of
@@ -296,7 +327,7 @@ std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int
 int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   const bool blocks = p.scale_a_kind == ScaleKind::block128;
   const bool per_tensor = p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor;
-  if (p.m > kScaledGemmMaxTokens) return detail::library_choice(p);
+  if (p.m > kScaledGemmMaxTokens) return blocks ? detail::block_prefill_choice(p) : detail::library_choice(p);
   if (per_tensor) return detail::per_tensor_choice(p);
   if (const char* error = detail::current_device_error()) WAVETUNE_INVALID(error);
   const detail::DeviceInfo& dev = detail::current_device_info();

@@ -88,7 +88,6 @@ struct Sm90ScaledGemm {
 
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
-  static_assert(!kBlockScaled || kSwapAB, "block-scaled variants run swapped: the weight is the kernel's A");
   using MainloopSchedule = std::conditional_t<
       kBlockScaled,
       std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise,
@@ -124,19 +123,25 @@ struct Sm90ScaledGemm {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kOutAlignment, Out, LayoutD,
       kOutAlignment, EpilogueSchedule, Fusion>::CollectiveOp;
-  // Block scales: the builder sees the standard scale layouts of the tile's granularity, then the weights' layout
-  // replaces A's (WeightBlockScales).
+  // Block scales, swapped: the builder sees the standard scale layouts of the tile's granularity, then the weights'
+  // layout replaces A's (WeightBlockScales). Unswapped, the tokens are A, one scale per token and 128 k, and the
+  // weights B, one per 128x128 block, both as stored (K-major): tile N spans whole weight blocks.
   using WeightScales = WeightBlockScales<(kTileM < 128 ? kTileM : 128)>;
+  using TokenRowScales = cutlass::detail::Sm90BlockwiseScaleConfig<1, WeightScales::kBlock, WeightScales::kBlock,
+                                                                   cute::GMMA::Major::K, cute::GMMA::Major::K>;
+  using BlockScales = std::conditional_t<kSwapAB, typename WeightScales::Config, TokenRowScales>;
+  static_assert(!kBlockScaled || kSwapAB || kTileN % WeightScales::kBlock == 0,
+                "unswapped block-scaled tiles span whole 128-row weight blocks along N");
   using MainloopLayoutA =
-      std::conditional_t<kBlockScaled, cute::tuple<LayoutA, typename WeightScales::Config::LayoutSFA>, LayoutA>;
+      std::conditional_t<kBlockScaled, cute::tuple<LayoutA, typename BlockScales::LayoutSFA>, LayoutA>;
   using MainloopLayoutB =
-      std::conditional_t<kBlockScaled, cute::tuple<LayoutB, typename WeightScales::Config::LayoutSFB>, LayoutB>;
+      std::conditional_t<kBlockScaled, cute::tuple<LayoutB, typename BlockScales::LayoutSFB>, LayoutB>;
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Input, MainloopLayoutA, kInputAlignment, Input,
       MainloopLayoutB, kInputAlignment, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
-  using Mainloop = typename WithScaleLayoutA<kBlockScaled, BuiltMainloop, typename WeightScales::Layout>::type;
+  using Mainloop = typename WithScaleLayoutA<kBlockScaled && kSwapAB, BuiltMainloop, typename WeightScales::Layout>::type;
   static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
                 "the wgmma atom does not span the tile's N: is CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED defined?");
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
@@ -180,12 +185,18 @@ struct Sm90ScaledGemm {
   template <class StrideA, class StrideB>
   static typename Mainloop::Arguments mainloop_arguments(const ScaledGemmProblem& p, const Input* a, StrideA stride_a,
                                                          const Input* b, StrideB stride_b) {
-    if constexpr (kBlockScaled) {
+    if constexpr (kBlockScaled && kSwapAB) {
       using TokenScales = typename WeightScales::Config;  // granularity 1 along the kernel's N: one token
       return {a,         stride_a,
               b,         stride_b,
               p.scale_b, WeightScales::of(p.n, p.k),
               p.scale_a, TokenScales::tile_atom_to_shape_SFB(cute::make_shape(p.n, p.m, p.k, 1))};
+    } else if constexpr (kBlockScaled) {
+      const auto shape = cute::make_shape(p.m, p.n, p.k, 1);
+      return {a,         stride_a,
+              b,         stride_b,
+              p.scale_a, TokenRowScales::tile_atom_to_shape_SFA(shape),
+              p.scale_b, TokenRowScales::tile_atom_to_shape_SFB(shape)};
     } else {
       return {a, stride_a, b, stride_b};
     }
