@@ -178,6 +178,52 @@ def replay_quality(log: Path) -> dict[tuple[int, int], list[float]]:
     return out
 
 
+# ---- block scales past 64 tokens: the CUTLASS choice, replayed offline -------------------------------------
+
+# launch.cu's cutlass_cost_us constants, and each GPU's peak DRAM bandwidth as DeviceInfo derives it (bytes / us).
+TENSOR_FLOPS_PER_US_PER_SM, TENSOR_EFFICIENCY, BLOCK_PINGPONG_EFFICIENCY = 1979e6 / 132, 0.7, 0.45
+HBM_EFFICIENCY, CUTLASS_WAVE_US = 0.9, 2.0
+PEAK_BYTES_PER_US = {"NVIDIA H100 80GB HBM3": 3.35e6, "NVIDIA H200": 4.8e6}
+UNSWAPPED_TILE = re.compile(r"_block128_(cooperative|pingpong)_(\d+)x(\d+)x(\d+)_(\d+)x(\d+)$")
+
+
+def prefill_cost_us(name: str, row: dict, header: dict) -> float:
+    """launch.cu's cutlass_cost_us for an unswapped block-scaled variant (tokens along tile M)."""
+    schedule, *shape = UNSWAPPED_TILE.search(name).groups()
+    tile_m, tile_n, tile_k = map(int, shape[:3])
+    sm_count = header.get("sm_count", 132)
+    weight_tiles, token_tiles = -(-row["n"] // tile_n), -(-row["m"] // tile_m)
+    tiles = weight_tiles * token_tiles
+    active = min(tiles, sm_count)
+    token_rows = min(token_tiles, active) * min(tile_m, row["m"])
+    weight_rows = -(-active // token_tiles) * tile_n
+    hbm_us = (weight_rows + token_rows) * tile_k / (HBM_EFFICIENCY * PEAK_BYTES_PER_US[header["device"]])
+    efficiency = BLOCK_PINGPONG_EFFICIENCY if schedule == "pingpong" else TENSOR_EFFICIENCY
+    mma_us = 2 * tile_m * tile_n * tile_k / (efficiency * TENSOR_FLOPS_PER_US_PER_SM)
+    return math.ceil(tiles / sm_count) * (math.ceil(row["k"] / tile_k) * max(hbm_us, mma_us) + CUTLASS_WAVE_US)
+
+
+def cluster_rank(name: str, row: dict) -> int:
+    """launch.cu's cluster_rank for an unswapped variant: a pair along the longer output side, the other, none."""
+    cluster_m, cluster_n = map(int, UNSWAPPED_TILE.search(name).groups()[4:])
+    if cluster_m * cluster_n == 1:
+        return 2
+    return 0 if (cluster_m > 1) == (row["m"] > row["n"]) else 1
+
+
+def prefill_quality(log: Path) -> list[float]:
+    """Per row of a block-scaled log past 64 tokens: the best unswapped variant's time over the choice's."""
+    header, rows = read_log(log)
+    out = []
+    for row in rows:
+        timed = {key: us for key, us in row["us"].items() if UNSWAPPED_TILE.search(key.rpartition("/")[0])}
+        if row["m"] > VARIANT_M and timed:
+            pick = min(timed, key=lambda key: (prefill_cost_us(key.rpartition("/")[0], row, header),
+                                               cluster_rank(key.rpartition("/")[0], row)))
+            out.append(min(timed.values()) / timed[pick])
+    return out
+
+
 # ---- a fitted table, replayed offline (docs/scaled_gemm.md, "Tables") --------------------------------------
 
 CUTLASS_TILE = re.compile(r"_swapab_\w+?_(\d+)x(\d+)x(\d+)_(\d+)x(\d+)$")
@@ -255,8 +301,9 @@ def table_quality(design: Path, held_out: Path, max_m: int = VARIANT_M) -> tuple
 
 
 def replay(logs: list[Path]) -> None:
-    """choice / best 8-token decode variant and split, geomean per log and token range; and the CUTLASS-or-decode
-    rule's quality at 1-16 tokens for each share of the SMs."""
+    """choice / best 8-token decode variant and split, geomean per log and token range; the CUTLASS-or-decode
+    rule's quality at 1-16 tokens for each share of the SMs; with block scales past 64 tokens, the CUTLASS
+    choice's."""
     for log in logs:
         line = [f"{log.name}:"]
         for (low, high), quality in replay_quality(log).items():
@@ -266,6 +313,9 @@ def replay(logs: list[Path]) -> None:
             quality = cutlass_share_quality(log, share)
             if quality:
                 line.append(f"share {share}: {geomean(quality):.3f} (worst {min(quality):.2f}, {len(quality)})")
+        if quality := prefill_quality(log):
+            line.append(f"block scales past {VARIANT_M} tokens: {geomean(quality):.3f} (worst {min(quality):.2f}, "
+                        f"{len(quality)})")
         print(" ".join(line))
 
 

@@ -524,6 +524,21 @@ def test_block_scales_leave_the_decode_kernels_from_a_fifth_of_the_sms_on_logged
     assert bench.geomean(bench.cutlass_share_quality(per_row, 3)) > bench.geomean(bench.cutlass_share_quality(per_row, 5))
 
 
+def test_block_scales_past_64_tokens_pick_close_to_the_best_unswapped_tile_on_logged_sweeps():
+    """launch.cu's CUTLASS choice past 64 tokens with block scales (the ping-pong tiles' lower tensor efficiency,
+    clusters along the longer output side), replayed on committed H100 sweeps of every unswapped variant: the
+    design sample it was set on and two held-out ones."""
+    from conftest import REPO
+
+    bench = benchmark("scaled_gemm")
+    results = REPO / "docs" / "results"
+    design = bench.prefill_quality(results / "scaled_gemm_design_block_prefill_h100_seed31.jsonl")
+    assert len(design) == 16 and min(design) > 0.99
+    for seed in (31, 37):
+        held_out = bench.prefill_quality(results / f"scaled_gemm_heldout_block_prefill_h100_seed{seed}.jsonl")
+        assert len(held_out) >= 10 and bench.geomean(held_out) > 0.97 and min(held_out) > 0.85
+
+
 @pytest.mark.gpu
 def test_the_replay_restates_the_decode_choice():
     """benchmarks/scaled_gemm.py's predicted_steps is launch.cu's: on random layers at 1-16 tokens, where the
