@@ -170,7 +170,9 @@ const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& 
       continue;
     }
     const double us = cutlass_cost_us(v, p, dev);
-    if (us < best_us || (us == best_us && cluster_rank(v, p) < cluster_rank(*best, p))) best = &v, best_us = us;
+    if (!best || us < best_us || (us == best_us && cluster_rank(v, p) < cluster_rank(*best, p))) {
+      best = &v, best_us = us;
+    }
   }
   return best;
 }
