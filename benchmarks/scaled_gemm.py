@@ -27,7 +27,8 @@ With --scales block (1x128 activation groups, 128x128 weight blocks), from bf16 
   block_grouped/1                   wavetune's quantizer, then the block-scaled grouped GEMM with one expert
                                     (its choice; what scaled_gemm runs past the decode variants' tokens where
                                     cuBLASLt is absent)
-  cublaslt/1                        wavetune's quantizer, then scaled_gemm's cuBLASLt variant (M >= 2)
+  cublaslt_e4m3_bf16/1              wavetune's quantizer, then scaled_gemm's cuBLASLt variant where it has a
+                                    block-scaled kernel (M >= 2)
 replayed round-robin (--reps rounds, medians); weights cold (copies rotated past twice the L2 size), inputs
 random. Every method's output is checked against the fp32 reference of the dequantized operands first
 (output poisoned). Writes <out>/scaled_gemm.jsonl, prints geomeans per M range and TB/s of the weights.
@@ -412,11 +413,11 @@ def block_launches(m: int, deepgemm: bool) -> dict:
     except ImportError:
         pass
     for c in wavetune.scaled_gemm_configs():
-        if c.dtype == "bf16" and c.schedule == "cublas" and m >= 2:
+        if c.dtype == "bf16" and c.schedule == "cublas" and m >= 2:  # the second-pass one refuses block scales
             def library(o, v=c.name):
                 q, scale = quantized(o)
                 return wavetune.scaled_gemm(q, o["w"].t(), scale, o["sw"], out=o["out"], block_scales=True, config=v)
-            found["cublaslt/1"] = library
+            found[f"{c.name}/1"] = library
     for c in wavetune.scaled_gemm_configs():
         # up to 64 tokens the swapped and decode variants, past them the unswapped ones
         if c.dtype != "bf16" or "_block128_" not in c.name or c.swap_ab != (m <= VARIANT_M):

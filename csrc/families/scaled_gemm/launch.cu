@@ -289,13 +289,16 @@ int32_t block_choice_without_cutlass(const ScaledGemmProblem& p, const DeviceInf
   return p.m > kScaledGemmMaxBlockTokens || reads_twice ? library_choice(p) : decode_choice(p, dev);
 }
 
-// NOTES: block scales past kScaledGemmMaxTokens tokens: the unswapped block-scaled CUTLASS variant the wave model
-// picks, else cuBLASLt's block-scaled kernels where it has one (the caller then runs the block-scaled grouped
-// kernel with one expert). On 16 design problems of 65-14,000 tokens (H100) the variants ran 1.28x that grouped
-// kernel's speed (0.92x DeepGEMM's against 0.72x), and cuBLASLt offered no block-scaled kernel there.
+// NOTES: block scales past kScaledGemmMaxTokens tokens: cuBLASLt's block-scaled kernels where it has one (token
+// counts that are multiples of 4, library_choice), else the unswapped block-scaled CUTLASS variant the wave model
+// picks, else (-1) the caller's block-scaled grouped kernel with one expert. On the 12 of 16 design problems of
+// 65-14,000 tokens that cuBLASLt refuses (H100) the variants ran 1.22x that grouped kernel's speed; they were not
+// timed beside cuBLASLt's kernels, which stay first where they apply, as before the variants.
 int32_t block_prefill_choice(const ScaledGemmProblem& p) {
-  const VariantInfo* cutlass = device_usable() ? cutlass_choice(p, current_device_info(), false) : nullptr;
-  return cutlass ? cutlass->id : library_choice(p);
+  const int32_t library = library_choice(p);
+  if (library >= 0 || !device_usable()) return library;
+  const VariantInfo* cutlass = cutlass_choice(p, current_device_info(), false);
+  return cutlass ? cutlass->id : -1;
 }
 
 // NOTES: per-tensor scales. cuBLASLt's per-tensor kernels ran as fast as the CUTLASS variants on the layers those
