@@ -162,7 +162,7 @@ def test_a_scales_group_is_named_and_instantiated_by_its_scales():
     the template's _BLOCK128_ macro; the others keep the plain names and macro."""
     space = cs.load(CONFIG_SPACE.parent / "sm90_scaled_gemm.toml")
     block = [v for v in space.variants if v.scales == "block128"]
-    assert block and all("_block128_swapab_" in v.name for v in block)
+    assert block and all(f"_block128{'_swapab' if v.swap_ab else ''}_{v.schedule}_" in v.name for v in block)
     assert "WAVETUNE_SCALED_BLOCK128_INSTANTIATE_VARIANT(" + block[0].name in cs.render_variant(block[0], "x.toml")
     plain = next(v for v in space.variants if not v.scales)
     assert "_block128" not in plain.name
