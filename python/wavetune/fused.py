@@ -10,9 +10,9 @@ what it replaced for inputs its kernel does not take (a CPU tensor, another dtyp
 so the model computes what it did; ``unpatch_layers`` puts the modules back.
 
 NOTES: under ``torch.compile`` (and export) the swapped modules trace transformers' own PyTorch code instead of
-the kernels, keeping only the merged GEMMs (gate and up; query, key and value): Inductor fuses that code with what surrounds it (the
-residual addition before each norm, the rotary embedding with the projections and the cache writes), which an
-opaque operator would leave as kernels of their own.
+the kernels, keeping only the merged GEMMs (gate and up; query, key and value): Inductor fuses that code with
+what surrounds it (the residual addition before each norm, the rotary embedding with the projections and the
+cache writes), which an opaque operator would leave as kernels of their own.
 """
 
 from __future__ import annotations

@@ -141,7 +141,8 @@ struct Sm90ScaledGemm {
       MainloopLayoutB, kInputAlignment, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
-  using Mainloop = typename WithScaleLayoutA<kBlockScaled && kSwapAB, BuiltMainloop, typename WeightScales::Layout>::type;
+  using Mainloop =
+      typename WithScaleLayoutA<kBlockScaled && kSwapAB, BuiltMainloop, typename WeightScales::Layout>::type;
   static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
                 "the wgmma atom does not span the tile's N: is CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED defined?");
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
