@@ -98,6 +98,15 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     return us
 
 
+def kernel_facts(config) -> dict:
+    """What predicted_us needs of a compiled kernel on the current device: its step keys, rows and resident
+    CTAs per SM."""
+    from wavetune import _C
+
+    return {"step_keys": config.tile[1], "rows": config.tile[0],
+            "resident": _C.paged_attention_resident_ctas(config.id)}
+
+
 def sweep_of(row: dict) -> dict[tuple[str, int], float]:
     """(kernel, splits) -> us of a row's sweep."""
     out = {}
@@ -116,7 +125,9 @@ def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
     out = []
     for r in rows:
         sweep = sweep_of(r)
-        pick = min(sweep, key=lambda ks: (predicted_us(r, ks[1], r["kernels"][ks[0]], *device), ks[1]))
+        one_tile = r.get("seqlen_q", 1) * (r["heads_q"] // r["heads_kv"]) <= 16  # launch.cu: rows_split left out
+        candidates = [ks for ks in sweep if not (one_tile and r["kernels"][ks[0]].get("rows", 16) > 16)]
+        pick = min(candidates, key=lambda ks: (predicted_us(r, ks[1], r["kernels"][ks[0]], *device), ks[1]))
         out.append(min(sweep.values()) / sweep[pick])
     return out
 
@@ -229,9 +240,7 @@ def measure(case: dict, args, props: dict) -> dict:
     sweep = {name: us for name, us in times.items() if "/s" in name}
     sdpa = {name: us for name, us in times.items() if name.startswith("sdpa")}
     torch.cuda.empty_cache()
-    kernel_facts = {c.name: {"step_keys": c.tile[1], "rows": c.tile[0], "resident": _C.paged_attention_resident_ctas(c.id)}
-                    for c in kernels}
-    return {**case, "kernels": kernel_facts, "choice": choice, "times": times, "best": min(sweep, key=sweep.get),
+    return {**case, "kernels": {c.name: kernel_facts(c) for c in kernels}, "choice": choice, "times": times, "best": min(sweep, key=sweep.get),
             "best_us": min(sweep.values()), "sdpa_best": min(sdpa, key=sdpa.get) if sdpa else None,
             "sdpa_best_us": min(sdpa.values()) if sdpa else None, "max_error": max(errors.values())}
 

@@ -273,8 +273,8 @@ def measure(case: dict, args, props: dict) -> dict:
     import torch
 
     import wavetune
-    from wavetune import _C
     from wavetune.tuning.timing import interleaved_us
+    from paged_attention import kernel_facts
 
     kernels = [c for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"]]
     index, sets = operands(case, props["l2_bytes"])
@@ -290,8 +290,7 @@ def measure(case: dict, args, props: dict) -> dict:
     # What benchmarks/paged_attention.py --fit replays: the sizes the wave model reads, the kernels' facts.
     model_view = dict(batch=len(case["new"]), seqlen_q=index["max_q"], seqlen_k=index["max_k"], causal=True,
                       total_keys=sum(p + n for p, n in zip(case["prefix"], case["new"])),
-                      kernels={c.name: {"step_keys": c.tile[1], "rows": c.tile[0],
-                                        "resident": _C.paged_attention_resident_ctas(c.id)} for c in kernels})
+                      kernels={c.name: kernel_facts(c) for c in kernels})
     flash = [us for name, us in times.items() if name.startswith("flashinfer_")]
     if flash:
         times["flashinfer"] = min(flash)  # its faster backend

@@ -65,6 +65,24 @@ def test_the_fitting_replay_prices_waves_and_merges():
     assert quality == pytest.approx(min(times.values()) / times[f"{pick[0]}/s{pick[1]}"])
 
 
+def test_the_fitting_replay_leaves_rows_split_kernels_out_of_decode():
+    """As launch.cu's choice does: where a KV head's query rows fit one 16-row tile, the replay never picks a
+    rows_split kernel, however fast the model thinks it."""
+    bench = benchmark("paged_attention")
+    header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
+    kernels = {"keys": {"step_keys": 128, "rows": 16, "resident": 1},
+               "rows": {"step_keys": 64, "rows": 64, "resident": 2}}
+    case = dict(batch=64, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=4096)
+    hbm = bench.SHIPPED[0] * header["memory_bytes_per_s"] / 1e6
+    predicted = {k: bench.predicted_us(case, 1, kernels[k], header["sm_count"], hbm, *bench.SHIPPED[1:])
+                 for k in kernels}
+    assert predicted["rows"] < predicted["keys"]  # the model alone would take the rows_split kernel
+    row = {**case, "kernels": kernels, "times": {"keys/s1": 20.0, "rows/s1": 10.0}}
+    assert bench.replay([row], bench.SHIPPED, header) == [0.5]  # it ran keys/s1, twice the best time
+    several = {**row, "seqlen_q": 8}  # 32 rows per KV head: two tiles, both kinds are candidates
+    assert bench.replay([several], bench.SHIPPED, header) == [1.0]
+
+
 @pytest.mark.gpu
 def test_the_fitting_replay_restates_the_launch_model():
     """benchmarks/paged_attention.py's predicted_us is launch.cu's wave model with its constants as parameters:
@@ -79,8 +97,7 @@ def test_the_fitting_replay_restates_the_launch_model():
         heads_q, heads_kv = rng.choice([(32, 8), (64, 8), (8, 1), (16, 16), (28, 4)])
         case = dict(batch=rng.choice([1, 3, 17, 64, 256]), heads_q=heads_q, heads_kv=heads_kv,
                     head_dim=rng.choice([64, 128, 256]), seqlen_k=rng.randint(300, 131072))
-        kernels = {c.id: {"step_keys": c.tile[1], "rows": c.tile[0], "resident": _C.paged_attention_resident_ctas(c.id)}
-                   for c in wavetune.paged_attention_configs()
+        kernels = {c.id: bench.kernel_facts(c) for c in wavetune.paged_attention_configs()
                    if c.dtype == "bf16" and c.tile[2] == case["head_dim"] and c.tile[0] == 16}  # decode's kernels
 
         def predicted(variant, splits):
@@ -114,8 +131,7 @@ def test_the_fitting_replay_restates_the_launch_model_for_several_queries():
         case = dict(batch=batch, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim, seqlen_q=new, seqlen_k=keys,
                     causal=True, total_keys=batch * keys)
         one_tile = new * (heads_q // heads_kv) <= 16  # rows-split kernels left out (launch.cu's NOTES)
-        kernels = {c.id: {"step_keys": c.tile[1], "rows": c.tile[0], "resident": _C.paged_attention_resident_ctas(c.id)}
-                   for c in wavetune.paged_attention_configs()
+        kernels = {c.id: bench.kernel_facts(c) for c in wavetune.paged_attention_configs()
                    if c.dtype == "bf16" and c.tile[2] == head_dim and not (one_tile and c.tile[0] > 16)}
 
         def predicted(kernel, n):
