@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, MERGE_SPLIT_US, ROWS_STEP_US = 3.0e5, 4.0e6, 3.0, 0.3, 0.3  # launch.cu's
+WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US = 3.0e5, 4.0e6, 3.0, 0.3  # launch.cu's
 
 
 def parse_args() -> argparse.Namespace:
@@ -59,8 +59,7 @@ def parse_args() -> argparse.Namespace:
 
 def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
                  merge: float, warp_flops: float = WARP_FLOPS_PER_US, sm_flops: float = SM_FLOPS_PER_US,
-                 l2_speedup: float = L2_SPEEDUP, merge_split: float = MERGE_SPLIT_US,
-                 rows_step: float = ROWS_STEP_US) -> float:
+                 l2_speedup: float = L2_SPEEDUP, rows_step: float = ROWS_STEP_US) -> float:
     """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
     ``kernel``: its step keys, rows (16 in logs without them) and resident CTAs; ``case``: decode, or with
     seqlen_q (queries per sequence, at most) and causal several queries; total_keys: all sequences' keys."""
@@ -93,8 +92,7 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     else:
         us = ctas // slots * wave_us(slots) + (wave_us(ctas % slots) if ctas % slots else 0.0)
     if runs > 1:
-        partials_us = 2.0 * batch * max_q * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
-        us += merge + max(merge_split * (runs - 1), partials_us)
+        us += merge + 2.0 * batch * max_q * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
     return us
 
 
@@ -132,14 +130,13 @@ def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
     return out
 
 
-SHIPPED = (0.98, 3.75e3, 3.0, 3.0, WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, MERGE_SPLIT_US,
-           ROWS_STEP_US)  # launch.cu's
+SHIPPED = (0.98, 3.75e3, 4.0, 5.0, WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US)  # launch.cu's
 
 
 def fit(design: Path, check: Path | None) -> None:
-    """Decode logs fit the first four constants and the merge's cost per split (the others as shipped); logs of
-    several queries per sequence (benchmarks/varlen_attention.py) fit the tile-math rates, the L2 speed-up and
-    the rows_split kernels' cost per softmax step (the others as shipped)."""
+    """Decode logs fit the first four constants (the others as shipped); logs of several queries per sequence
+    (benchmarks/varlen_attention.py) fit the tile-math rates, the L2 speed-up and the rows_split kernels' cost
+    per softmax step (the others as shipped)."""
     def load(path):
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt") as f:
@@ -148,15 +145,15 @@ def fit(design: Path, check: Path | None) -> None:
 
     header, rows = load(design)
     if any(r.get("seqlen_q", 1) > 1 for r in rows):
-        grid = [(*SHIPPED[:4], *c[:3], SHIPPED[7], c[3]) for c in itertools.product(
+        grid = [(*SHIPPED[:4], *c) for c in itertools.product(
             (1e5, 2e5, 3e5, 4e5, 6e5), (1.5e6, 2.6e6, 4e6), (1.0, 2.0, 3.0, 5.0, 8.0), (0.0, 0.1, 0.2, 0.3, 0.5))]
     else:
-        grid = [(*c[:4], *SHIPPED[4:7], c[4], SHIPPED[8]) for c in itertools.product(
-            (0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0), (2.0, 3.0, 5.0), (0.0, 0.3, 0.6))]
+        grid = [(*c, *SHIPPED[4:]) for c in itertools.product(
+            (0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0, 5.0), (2.0, 3.0, 5.0, 7.0))]
     scored = sorted(((geomean(replay(rows, c, header)), c) for c in grid), reverse=True)
     for score, c in scored[:5]:
-        line = (f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us + {c[7]} us a split, "
-                f"warp math {c[4]:.3g} and SM math {c[5]:.3g} flop/us, L2 {c[6]}x, {c[8]} us a rows step: "
+        line = (f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us, "
+                f"warp math {c[4]:.3g} and SM math {c[5]:.3g} flop/us, L2 {c[6]}x, {c[7]} us a rows step: "
                 f"design {score:.3f} "
                 f"(worst {min(replay(rows, c, header)):.2f})")
         if check:

@@ -80,9 +80,11 @@ struct PagedVariant {
     if (status == cudaSuccess && s.splits > 1) {
       int head_dim = kHeadDim;
       void* merge_args[] = {&params, &head_dim};
+      const int groups = paged::merge_groups(kHeadDim, s.splits);
       status = launch_programmatic(reinterpret_cast<const void*>(paged::merge_splits_kernel<T>),
-                             dim3(unsigned(int64_t(paged_query_tokens(p)) * p.heads_q)), dim3(kHeadDim),
-                             s.splits * sizeof(float), stream, merge_args);
+                                   dim3(unsigned(int64_t(paged_query_tokens(p)) * p.heads_q)),
+                                   dim3(unsigned(groups * kHeadDim)), (s.splits + groups * kHeadDim) * sizeof(float),
+                                   stream, merge_args);
     }
     if (status != cudaSuccess) {
       cudaGetLastError();
@@ -110,20 +112,20 @@ struct PagedVariant {
 // serves the rest); one warp's chain of dependent mma.sync tiles (16 rows by its keys, kWarpFlopsPerUs);
 // and the tile math of the SM's CTAs at kSmFlopsPerUs (a tile does all 16 rows' work however few are
 // queries); a rows_split warp's chain also pays kRowsStepUs per softmax step (its CTA-wide barrier and
-// the rescale), so a kernel of longer steps runs the same keys in fewer of them. With the causal mask a CTA reads on average the keys of its middle query. In a batch of mixed
+// the rescale), so a kernel of longer steps runs the same keys in fewer of them. With the causal mask a CTA
+// reads on average the keys of its middle query. In a batch of mixed
 // lengths (total_keys) only the batch's share of the CTAs has keys, and they no longer fill whole waves:
-// the waves are counted as a fraction. Splits add the merge: a launch, then the longer of its threads' sums
-// over the splits, one after another (kMergeSplitUs a split: what a decode step's merge costs), and the
-// partial outputs written and read once (what many queries' merge costs). The constants are the replay
-// optimum (benchmarks/paged_attention.py --fit) of kernel and split sweeps: the first four and
-// kMergeSplitUs on decode design cases (Llama-3-8B and -70B heads; H100 and H200, 2026-11-26), whose choices
-// ran at 0.977 and 0.986 of the best there and at 0.968-0.978 on held-out models; the other four on
-// several-query cases of benchmarks/varlen_attention.py (H100, and for kRowsStepUs an H200, 2026-11-27).
+// the waves are counted as a fraction. Splits add the merge: kMergeUs (its launch and its wait for the
+// splits), and the partial outputs written and read once (what many queries' merge costs); its thread groups
+// read the splits side by side, so their count adds nothing the sweeps could see. The constants are the replay
+// optimum (benchmarks/paged_attention.py --fit) of kernel and split sweeps: the first four on decode design
+// cases (attention.py's named models' heads; H100, 2026-11-28), whose choices ran at 0.973 of the best there
+// and at 0.977 on 59 held-out cases; the other four on several-query cases of benchmarks/varlen_attention.py
+// (H100, and for kRowsStepUs an H200, 2026-11-27).
 constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
-constexpr double kWaveUs = 3.0;
-constexpr double kMergeUs = 3.0;
-constexpr double kMergeSplitUs = 0.3;
+constexpr double kWaveUs = 4.0;
+constexpr double kMergeUs = 5.0;
 constexpr double kWarpFlopsPerUs = 3.0e5;
 constexpr double kSmFlopsPerUs = 4.0e6;
 constexpr double kL2Speedup = 3.0;
@@ -161,8 +163,7 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
                          : double(ctas / slots) * wave_us(slots) + (ctas % slots ? wave_us(ctas % slots) : 0.0);
   if (s.splits > 1) {
     const double queries = double(p.batch) * p.max_q_len;  // at most; the sizes alone set the choice
-    us += kMergeUs + std::max(kMergeSplitUs * (s.splits - 1),
-                              2.0 * queries * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us);
+    us += kMergeUs + 2.0 * queries * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;
   }
   return us;
 }

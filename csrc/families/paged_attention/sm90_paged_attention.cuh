@@ -536,11 +536,32 @@ __device__ __forceinline__ int sequence_of(const Params& p, int token) {
   return token - p.q_starts[lo] < p.max_q_len ? lo : -1;
 }
 
-// One CTA per (query token, query head), one thread per column: the outputs of the splits the sequence's
-// keys reach, weighted by exp2(lse - max) over the total weight; zeros when no split saw a key.
+// The largest of every thread's `value` in the CTA (`scratch`: 32 floats of shared memory).
+__device__ __forceinline__ float block_max(float value, float* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, o));
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
+  __syncthreads();
+  value = -INFINITY;
+  for (int w = 0; w < int(blockDim.x + 31) / 32; ++w) value = fmaxf(value, scratch[w]);
+  return value;
+}
+
+// Threads of merge_splits_kernel for a head dim and split count: `merge_groups` groups of head_dim columns.
+constexpr int kMergeThreads = 512;
+__host__ __device__ constexpr int merge_groups(int head_dim, int splits) {
+  return splits < kMergeThreads / head_dim ? splits : kMergeThreads / head_dim;
+}
+
+// One CTA per (query token, query head): the outputs of the splits the sequence's keys reach, weighted by
+// exp2(lse - max) over the total weight; zeros when no split saw a key. NOTES: a decode step's merge is a
+// chain of dependent L2 reads, so none of them waits on another more than it must: the log-sum-exps are read
+// one per thread, and groups of head_dim threads (one per column) sum every groups-th split's partial
+// outputs side by side before the first group adds up the groups' sums.
 template <class T>
 __global__ void merge_splits_kernel(Params p, int head_dim) {
-  extern __shared__ float weight[];  // [splits]
+  extern __shared__ float merged[];  // weights [splits], then the groups' sums [groups][head_dim]
+  __shared__ float scratch[32];
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t row = blockIdx.x;  // token * heads_q + head
@@ -549,17 +570,26 @@ __global__ void merge_splits_kernel(Params p, int head_dim) {
   if (batch < 0) return;
   const int splits = max(1, min(p.splits, (sequence(p, batch).keys + p.split_keys - 1) / p.split_keys));
   const float* lse = p.lse + row * p.splits;
+  float* weight = merged;
   float top = -INFINITY;
-  for (int s = 0; s < splits; ++s) top = fmaxf(top, lse[s]);
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) weight[s] = top == -INFINITY ? 0.0f : exp2f(lse[s] - top);
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) top = fmaxf(top, weight[s] = lse[s]);
+  top = block_max(top, scratch);
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) weight[s] = top == -INFINITY ? 0.0f : exp2f(weight[s] - top);
   __syncthreads();
-  float total = 0.0f, acc = 0.0f;
-  const float* partial = p.partial + row * p.splits * head_dim + threadIdx.x;
-  for (int s = 0; s < splits; ++s) {
-    total += weight[s];
-    acc += weight[s] * partial[int64_t(s) * head_dim];
-  }
-  static_cast<T*>(p.out)[token * p.o_t + head * p.o_h + threadIdx.x] = to_element<T>(total > 0.0f ? acc / total : 0.0f);
+  const int groups = int(blockDim.x) / head_dim, group = int(threadIdx.x) / head_dim;
+  const int column = int(threadIdx.x) % head_dim;
+  const float* partial = p.partial + row * p.splits * head_dim + column;
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int s = group; s < splits; s += groups) acc += weight[s] * partial[int64_t(s) * head_dim];
+  float* sums = merged + p.splits;
+  sums[group * head_dim + column] = acc;
+  __syncthreads();
+  if (group > 0) return;
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s) total += weight[s];
+  for (int g = 1; g < groups; ++g) acc += sums[g * head_dim + column];
+  static_cast<T*>(p.out)[token * p.o_t + head * p.o_h + column] = to_element<T>(total > 0.0f ? acc / total : 0.0f);
 }
 
 }  // namespace wavetune::detail::paged
