@@ -302,6 +302,33 @@ def test_attention_decode_runs_it_on_dense_caches(seqlen_k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_decode_of_large_groups_at_head_dim_64(causal):
+    """16 query heads of 64 dims per KV head: wavetune.attention decodes through cuDNN first (one query sees
+    every key, with or without the bottom-right mask), into out= or not, eager and in a CUDA graph."""
+    g = torch.Generator(device="cuda").manual_seed(64)
+    opts = dict(device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(5, 1, 32, 64, generator=g, **opts)
+    cache = torch.randn(5, 2, 777 + 9, 64, generator=g, **opts)
+    k, v = cache.transpose(1, 2)[:, :777], torch.randn_like(cache).transpose(1, 2)[:, :777]
+    want = reference(q[:, 0], k, v, torch.arange(5, device="cuda", dtype=torch.int32).view(5, 1), [777] * 5)
+    assert_close(wavetune.attention(q, k, v, causal=causal)[:, 0], want)
+    out = torch.full_like(q, float("nan"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            wavetune.attention(q, k, v, causal=causal, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        wavetune.attention(q, k, v, causal=causal, out=out)
+    out.fill_(float("nan"))
+    graph.replay()
+    assert_close(out[:, 0], want)
+
+
+@pytest.mark.gpu
 def test_cuda_graph_capture_as_pytorch_documents_it():
     import wavetune.torch_ops  # noqa: F401
 

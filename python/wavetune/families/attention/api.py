@@ -107,6 +107,16 @@ def _cudnn_attention(torch, q, k, v, causal: bool, scale: float, out, dtype_code
     return out.copy_(result)
 
 
+def _decode_prefers_cudnn(heads_q: int, heads_kv: int, head_dim: int) -> bool:
+    """Whether a decode call goes to cuDNN's attention first.
+
+    NOTES: with 16 or more query heads per KV head and 64-dim heads, a tile of the paged decode kernel is all
+    queries and each byte of K and V it reads carries the most softmax and mma work; there cuDNN's decode ran
+    1.07-1.37x faster than the best kernel and split count on every measured case (Falcon-40B's heads at TP
+    1-8, H100 and H200, docs/attention.md), while elsewhere the kernel matched it."""
+    return head_dim == 64 and heads_q // heads_kv >= 16
+
+
 def tensor_args(t) -> tuple[int, int, int, int]:
     return (t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
 
@@ -127,9 +137,10 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         (decode only: seqlen_q == 1); default: both chosen from the sizes by the GPU's attention table
         (``tables/<gpu>.attention.wtt``, or $WAVETUNE_ATTENTION_TABLE), else by the built-in wave model.
         With neither forced, decode (seqlen_q == 1) runs ``paged_attention``'s kernel on the dense cache
-        when K and V share their strides, and prefill runs cuDNN's attention through PyTorch's SDPA where
-        its backend takes the problem (not causal, or as many queries as keys): each was faster than
-        every variant there (docs/attention.md).
+        when K and V share their strides (cuDNN's attention through PyTorch's SDPA first at head dim 64
+        with 16 or more query heads per KV head), and prefill runs cuDNN's attention where its backend takes
+        the problem (not causal, or as many queries as keys): each was faster than every variant there
+        (docs/attention.md).
 
     Runs on the current torch stream of q's device.
     """
@@ -156,6 +167,10 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
+    if seqlen_q == 1 and variant < 0 and splits is None and _decode_prefers_cudnn(heads_q, heads_kv, head_dim):
+        done = _cudnn_attention(torch, q, k, v, False, scale, given_out, dtype_code)  # one query sees every key
+        if done is not None:
+            return done
     if seqlen_q == 1 and variant < 0 and splits is None and k.stride() == v.stride():
         paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0])
         return out
