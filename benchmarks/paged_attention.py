@@ -12,6 +12,8 @@ other models' heads and head dims (attention.py's held-out decode cases), fitted
   <kernel>/s<N>  the same forced to each kernel of the head dim and N splits (every count of SPLITS that
              runs differently): the fastest is the best
   paged      wavetune.paged_attention on 16-token pages in shuffled order, its own choice
+  attention  wavetune.attention on the dense cache: the library's decode call (cuDNN first where it
+             routes there)
   fmha       wavetune.attention forced to the FMHA variant and splits its table or model picks (the path
              decode took before), where a variant of the head dim is compiled
   sdpa_*     torch SDPA pinned to cuDNN, flash or efficient (a backend that refuses is left out)
@@ -49,6 +51,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--time-budget-s", type=float, default=240)
     p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--min-group", type=int, default=1, help="only cases of at least this many query heads per KV head")
+    p.add_argument("--head-dim", type=int, help="only cases of this head dim")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
     p.add_argument("--fit", type=Path, help="a design log to fit the split model's constants to (offline)")
     p.add_argument("--check", type=Path, help="with --fit: a held-out log to evaluate the fitted constants on")
@@ -204,6 +208,7 @@ def methods_for(case: dict, kernels: list) -> dict:
             runs.setdefault(-(-steps // -(-steps // min(s, steps))), s)  # splits that really run -> first asking
         methods.update({f"{kernel.name}/s{n}": paged(kernel.id, n) for n in runs})
     methods["paged"] = bench.paged_launch()
+    methods["attention"] = lambda q, k, v, out: wavetune.attention(q, k, v, out=out)
     if any(c.dtype == "bf16" and c.tile[2] == case["head_dim"] for c in wavetune.attention_configs()):
         def forced(q, k, v, out):
             args = (tuple(bench.tuning.attention_sizes(case)), *map(fmha.tensor_args, (q, k, v, out)),
@@ -254,13 +259,14 @@ def summary(rows: list[dict], header: dict) -> str:
              "wave model's split count; `paged`: on 16-token pages in shuffled order; `best`: the fastest split count "
              "of the sweep; SDPA: its fastest backend per case; `fmha`: wavetune's FMHA decode.", "",
              "| batch | n | choice vs SDPA | worst | paged vs SDPA | worst | choice / best | worst | choice vs fmha | "
-             "worst |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "worst | attention vs SDPA | worst |", "|" + " --- |" * 12]
     for low, high in ((1, 1), (2, 16), (17, 64), (65, 256), (1, 256)):
         rs = [r for r in rows if low <= r["batch"] <= high and r["sdpa_best_us"]]
         if not rs:
             continue
         cells = []
-        for num, den in (("sdpa", "choice"), ("sdpa", "paged"), ("best", "choice"), ("fmha", "choice")):
+        for num, den in (("sdpa", "choice"), ("sdpa", "paged"), ("best", "choice"), ("fmha", "choice"),
+                         ("sdpa", "attention")):
             ratios = [value(r, num) / value(r, den) for r in rs if value(r, num) and value(r, den)]
             cells.append(f"{geomean(ratios):.3f}x | {min(ratios):.2f}x" if ratios else "- | -")
         lines.append(f"| {'all' if (low, high) == (1, 256) else f'{low}-{high}'} | {len(rs)} | " + " | ".join(cells) + " |")
@@ -276,7 +282,7 @@ def describe(row: dict) -> str:
     return (f"{row['model']} b{row['batch']} k{row['seqlen_k']} h{row['heads_q']}/{row['heads_kv']} d{row['head_dim']}: "
             f"choice {t['choice']:.1f} us ({row['choice']}), best {row['best_us']:.1f} ({row['best']}), "
             f"paged {t['paged']:.1f}, sdpa {row['sdpa_best_us'] or 0:.1f} ({row['sdpa_best']}), "
-            f"fmha {t.get('fmha', 0):.1f}")
+            f"fmha {t.get('fmha', 0):.1f}, attention {t.get('attention', 0):.1f}")
 
 
 def main() -> None:
@@ -295,7 +301,8 @@ def main() -> None:
     props = wavetune.device_properties()
     todo = design_cases(args.count, args.seed) if args.split == "design" else bench.heldout_cases(
         ["decode"], args.count, args.seed)
-    todo = measurable(todo, {c.tile[2] for c in wavetune_configs()}, args.seed)
+    todo = [c for c in measurable(todo, {c.tile[2] for c in wavetune_configs()}, args.seed)
+            if c["heads_q"] // c["heads_kv"] >= args.min_group and args.head_dim in (None, c["head_dim"])]
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(), "split": args.split,
               "sm_count": props["sm_count"], "memory_bytes_per_s": props["memory_bytes_per_s"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "args": {k: str(v) for k, v in vars(args).items()}}
