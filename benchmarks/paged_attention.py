@@ -242,8 +242,9 @@ def measure(case: dict, args, props: dict) -> dict:
     sweep = {name: us for name, us in times.items() if "/s" in name}
     sdpa = {name: us for name, us in times.items() if name.startswith("sdpa")}
     torch.cuda.empty_cache()
-    return {**case, "kernels": {c.name: kernel_facts(c) for c in kernels}, "choice": choice, "times": times, "best": min(sweep, key=sweep.get),
-            "best_us": min(sweep.values()), "sdpa_best": min(sdpa, key=sdpa.get) if sdpa else None,
+    return {**case, "kernels": {c.name: kernel_facts(c) for c in kernels}, "choice": choice, "times": times,
+            "best": min(sweep, key=sweep.get), "best_us": min(sweep.values()),
+            "sdpa_best": min(sdpa, key=sdpa.get) if sdpa else None,
             "sdpa_best_us": min(sdpa.values()) if sdpa else None, "max_error": max(errors.values())}
 
 

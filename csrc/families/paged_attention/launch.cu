@@ -113,15 +113,15 @@ struct PagedVariant {
 // and the tile math of the SM's CTAs at kSmFlopsPerUs (a tile does all 16 rows' work however few are
 // queries); a rows_split warp's chain also pays kRowsStepUs per softmax step (its CTA-wide barrier and
 // the rescale), so a kernel of longer steps runs the same keys in fewer of them. With the causal mask a CTA
-// reads on average the keys of its middle query. In a batch of mixed
-// lengths (total_keys) only the batch's share of the CTAs has keys, and they no longer fill whole waves:
-// the waves are counted as a fraction. Splits add the merge: kMergeUs (its launch and its wait for the
-// splits), and the partial outputs written and read once (what many queries' merge costs); its thread groups
-// read the splits side by side, so their count adds nothing the sweeps could see. The constants are the replay
-// optimum (benchmarks/paged_attention.py --fit) of kernel and split sweeps: the first four on decode design
-// cases (attention.py's named models' heads; H100, 2026-11-28), whose choices ran at 0.973 of the best there
-// and at 0.977 on 59 held-out cases; the other four on several-query cases of benchmarks/varlen_attention.py
-// (H100, and for kRowsStepUs an H200, 2026-11-27).
+// reads on average the keys of its middle query. In a batch of mixed lengths (total_keys) only the batch's
+// share of the CTAs has keys, and they no longer fill whole waves: the waves are counted as a fraction.
+// Splits add the merge: kMergeUs (its launch and its wait for the splits), and the partial outputs written
+// and read once (what many queries' merge costs); its thread groups read the splits side by side, so their
+// count adds nothing the sweeps could see. The constants are the replay optimum (benchmarks/paged_attention.py
+// --fit) of kernel and split sweeps: the first four on decode design cases (attention.py's named models'
+// heads; H100, 2026-11-28), whose choices ran at 0.973 of the best there and at 0.977 on 59 held-out cases;
+// the other four on several-query cases of benchmarks/varlen_attention.py (H100, and for kRowsStepUs an
+// H200, 2026-11-27).
 constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 4.0;
