@@ -119,7 +119,7 @@ class ProjectionSlice(torch.nn.Module):
     NOTES: transformers' attention forwards call the three projections one after another on the same hidden
     states. Apart, each GEMM pays its launch, its ramp-up and, in cuBLAS at a few tokens, a split-K reduction
     kernel: 26 us for a Llama-3-8B layer's 50 MB at one token on an H200 (benchmarks/merged_projections.py
-    measures the step with and without the merge). Under torch.compile (and export) the first slice traced
+    measures the step with and without the merge). Under torch.compile (and export) the group's first slice
     traces the merged GEMM and the others its columns (``_traced_output``), so the compiled graph holds one
     GEMM too."""
 

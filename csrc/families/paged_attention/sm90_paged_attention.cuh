@@ -549,7 +549,7 @@ __device__ __forceinline__ float block_max(float value, float* scratch) {
 
 // Threads of merge_splits_kernel for a head dim and split count: `merge_groups` groups of head_dim columns.
 constexpr int kMergeThreads = 512;
-__host__ __device__ constexpr int merge_groups(int head_dim, int splits) {
+constexpr int merge_groups(int head_dim, int splits) {
   return splits < kMergeThreads / head_dim ? splits : kMergeThreads / head_dim;
 }
 

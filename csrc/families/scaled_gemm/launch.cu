@@ -292,8 +292,8 @@ int32_t block_choice_without_cutlass(const ScaledGemmProblem& p, const DeviceInf
 // NOTES: block scales past kScaledGemmMaxTokens tokens: cuBLASLt's block-scaled kernels where it has one (token
 // counts that are multiples of 4, library_choice), else the unswapped block-scaled CUTLASS variant the wave model
 // picks, else (-1) the caller's block-scaled grouped kernel with one expert. On the 12 of 16 design problems of
-// 65-14,000 tokens that cuBLASLt refuses (H100) the variants ran 1.22x that grouped kernel's speed; they were not
-// timed beside cuBLASLt's kernels, which stay first where they apply, as before the variants.
+// 65-14,000 tokens that cuBLASLt refuses (H100) the variants ran 1.22x that grouped kernel's speed. They were not
+// timed beside cuBLASLt's kernels, so those stay first where they apply.
 int32_t block_prefill_choice(const ScaledGemmProblem& p) {
   const int32_t library = library_choice(p);
   if (library >= 0 || !device_usable()) return library;

@@ -133,8 +133,8 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
     kernel and a second pass applying the scales; docs/scaled_gemm.md), or ``torch._scaled_mm`` itself (the same
     arguments, into ``out``) where cuBLASLt is absent or refuses the problem. Block
     scales choose the same way among block-scaled CUTLASS and decode kernels (in a build without the CUTLASS
-    ones, the decode kernels up to ``scaled_gemm_max_tokens(True)`` tokens, 16); beyond them unswapped
-    block-scaled CUTLASS kernels (bf16 output), else cuBLASLt's block-scaled kernels where it has one, else the
+    ones, the decode kernels up to ``scaled_gemm_max_tokens(True)`` tokens, 16); beyond them cuBLASLt's
+    block-scaled kernels where it has one, else unswapped block-scaled CUTLASS kernels (bf16 output), else the
     block-scaled grouped family's CUTLASS kernel with one expert
     (``block_scaled_grouped_gemm``; a dequantized bf16/fp16 GEMM in a build without its variants). K must be a
     multiple of 16.
