@@ -190,6 +190,22 @@ def test_padding_rows_are_left_alone(splits):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_out_views_without_16_byte_rows(head_dim):
+    """A view of out whose rows do not start on 16 bytes (a slice of a wider buffer) gets every value, and
+    nothing beside it is written."""
+    q_lengths, k_lengths = [3, 150, 41], [3, 400, 41]
+    q, k, v, cq, ck = varlen_case(q_lengths, k_lengths, 12, 4, head_dim, seed=5)
+    want = reference(q, split_keys(k, k_lengths), split_keys(v, k_lengths), q_lengths, k_lengths, True)
+    for config in kernels(head_dim):
+        wide = torch.full((q.shape[0], q.shape[1], head_dim + 3), float("nan"), device="cuda", dtype=q.dtype)
+        out = wide[..., 1:head_dim + 1]
+        wavetune.varlen_attention(q, k, v, cq, ck, 150, 400, causal=True, out=out, config=config, splits=1)
+        assert_close(out, want)
+        assert wide[..., 0].isnan().all() and wide[..., head_dim + 1:].isnan().all()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("page_size", [16, 100, 256])
 def test_prefill_after_a_paged_prefix(page_size):
     """Chunked prefill: each sequence's new tokens attend to its cached prefix (pages in random order) and to

@@ -392,26 +392,66 @@ __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, flo
   }
 }
 
-// rows_split: one warp's own 16 rows, stored straight from its registers.
-template <class T, int kHeadDim>
-__device__ void store_rows(const Params& p, SoftmaxState<kHeadDim>& st, const Sequence& seq, int kv_head,
-                           int first_row, int rows, int split, int lane) {
+// rows_split's outputs pass through shared memory (which the pipeline no longer uses): a row of kHeadDim
+// floats and 4 of padding, so the 8 rows of one store instruction start in different banks.
+template <int kHeadDim>
+constexpr int staged_row_floats() {
+  return kHeadDim + 4;
+}
+
+template <int kHeadDim>
+constexpr size_t staged_bytes(int rows) {
+  return size_t(rows) * (staged_row_floats<kHeadDim>() + 1) * sizeof(float);  // the rows, then one lse each
+}
+
+// rows_split: one warp's 16 rows, normalized, into rows [tile_row, tile_row + 16) of the staged tile.
+template <int kHeadDim>
+__device__ void stage_rows(SoftmaxState<kHeadDim>& st, float* staged, float* staged_lse, int tile_row, int lane) {
+  constexpr int kStride = staged_row_floats<kHeadDim>();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 1);
     st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 2);
+    const int row = tile_row + lane / 4 + 8 * r;
+    const float total = st.sum[r], inverse = total > 0.0f ? 1.0f / total : 0.0f;
+#pragma unroll
+    for (int n = 0; n < kHeadDim / 8; ++n) {
+      *reinterpret_cast<float2*>(staged + row * kStride + 8 * n + 2 * (lane % 4)) =
+          make_float2(st.o[n][2 * r] * inverse, st.o[n][2 * r + 1] * inverse);
+    }
+    if (lane % 4 == 0) staged_lse[row] = total > 0.0f ? st.max[r] + log2f(total) : -INFINITY;
   }
+}
+
+// rows_split: the CTA's `rows` staged rows written out, 8 columns (16 or 32 bytes) a thread, so each row
+// leaves in whole sectors. NOTES: stored straight from the mma layout instead, each 32-byte sector of out
+// took four partial writes from rows 8 apart, and the rows_split kernels ran 1.08-2.2x slower
+// (docs/attention.md).
+template <class T, int kHeadDim>
+__device__ void write_rows(const Params& p, const Sequence& seq, int kv_head, int first_row, int rows, int split,
+                           const float* staged, const float* staged_lse, int threads) {
+  constexpr int kStride = staged_row_floats<kHeadDim>(), kChunks = kHeadDim / 8;
+  const bool whole_chunks = p.splits > 1 || (reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_t % 8 == 0 &&
+                                             p.o_h % 8 == 0);
+  for (int i = threadIdx.x; i < rows * kChunks; i += threads) {
+    const int r = i / kChunks, chunk = i % kChunks, row = first_row + r;
+    const int64_t token = seq.first_token + row / p.group, head = int64_t(kv_head) * p.group + row % p.group;
+    const float* from = staged + r * kStride + 8 * chunk;
+    const float4 lo = *reinterpret_cast<const float4*>(from), hi = *reinterpret_cast<const float4*>(from + 4);
+    if (p.splits > 1) {
+      const int64_t at = (token * p.heads_kv * p.group + head) * p.splits + split;
+      float4* partial = reinterpret_cast<float4*>(p.partial + at * kHeadDim + 8 * chunk);
+      partial[0] = lo;
+      partial[1] = hi;
+      if (chunk == 0) p.lse[at] = staged_lse[r];
+    } else if (whole_chunks) {
+      const uint4 packed{pack<T>(lo.x, lo.y), pack<T>(lo.z, lo.w), pack<T>(hi.x, hi.y), pack<T>(hi.z, hi.w)};
+      *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + token * p.o_t + head * p.o_h + 8 * chunk) = packed;
+    } else {  // an out view without 16-byte rows
+      T* out = static_cast<T*>(p.out) + token * p.o_t + head * p.o_h + 8 * chunk;
+      const float values[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-  for (int n = 0; n < kHeadDim / 8; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = lane / 4 + 8 * (e / 2), column = 8 * n + 2 * (lane % 4) + e % 2;
-      const float total = st.sum[e / 2];
-      if (row < rows) {
-        store_value<T, kHeadDim>(p, seq, kv_head, first_row + row, split, column,
-                                 total > 0.0f ? st.o[n][e] / total : 0.0f,
-                                 total > 0.0f ? st.max[e / 2] + log2f(total) : -INFINITY);
-      }
+      for (int c = 0; c < 8; ++c) out[c] = to_element<T>(values[c]);
     }
   }
 }
@@ -519,7 +559,13 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
     merge_and_store<T, kHeadDim, kWarps>(p, st, reinterpret_cast<float*>(shared), seq, kv_head, first_row, rows, split,
                                          warp, lane);
   } else {
-    store_rows<T, kHeadDim>(p, st, seq, kv_head, warp_first_row, rows - (warp_first_row - first_row), split, lane);
+    static_assert(staged_bytes<kHeadDim>(kBlockRows) <= shared_bytes<kHeadDim, kWarps, kSplit>());
+    float* staged = reinterpret_cast<float*>(shared);
+    float* staged_lse = staged + kBlockRows * staged_row_floats<kHeadDim>();
+    __syncthreads();  // every warp is done with the pipeline's shared memory
+    stage_rows<kHeadDim>(st, staged, staged_lse, warp_first_row - first_row, lane);
+    __syncthreads();
+    write_rows<T, kHeadDim>(p, seq, kv_head, first_row, rows, split, staged, staged_lse, 32 * kWarps);
   }
 }
 
