@@ -41,7 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US = 3.0e5, 4.0e6, 3.0, 0.3  # launch.cu's
+WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US = 4.0e5, 4.0e6, 2.0, 0.5  # launch.cu's
 
 
 def parse_args() -> argparse.Namespace:
