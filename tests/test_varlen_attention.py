@@ -31,6 +31,23 @@ def cpu_varlen(heads_q=8, heads_kv=2, head_dim=64):
     return q, k, k.clone(), starts([4, 6]), starts([5, 7])
 
 
+@pytest.mark.parametrize("tokens_q, tokens_k, heads_q, heads_kv, head_dim, flash", [
+    (100, 100, 32, 32, 128, True),    # prompts, multi-head
+    (100, 100, 32, 16, 128, True),    # 2 query heads per KV head
+    (100, 100, 24, 8, 128, False),    # 3: these kernels read each key once for all three
+    (100, 100, 32, 8, 64, False),
+    (100, 100, 32, 8, 256, True),     # head dim 256
+    (100, 200, 32, 32, 128, True),    # queries half the keys
+    (100, 201, 32, 32, 128, False),   # fewer: a chunk after a prefix
+])
+def test_which_batches_go_to_flash_attention(tokens_q, tokens_k, heads_q, heads_kv, head_dim, flash):
+    from wavetune.families.paged_attention.api import _prompts_prefer_flash
+
+    q = torch.empty(tokens_q, heads_q, head_dim, dtype=torch.bfloat16)
+    k = torch.empty(tokens_k, heads_kv, head_dim, dtype=torch.bfloat16)
+    assert _prompts_prefer_flash(q, k) == flash
+
+
 @pytest.mark.parametrize("change, error, match", [
     (lambda q, k, v, cq, ck: (q.float(), k, v, cq, ck), TypeError, "must all be bfloat16 or all float16"),
     (lambda q, k, v, cq, ck: (q[:, :5], k, v, cq, ck), ValueError, "multiple of k's"),

@@ -259,10 +259,7 @@ def _flash_varlen(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q: int, max_k:
     """``out`` (or a new tensor) from PyTorch's variable-length FlashAttention-2 (what torch.nn.attention.varlen
     calls); None where it refuses the problem (remembered, so it is asked once).
 
-    NOTES: on packed prompts without a cached prefix (the queries are most of the keys) these kernels ran at
-    0.53-1.05x of it (docs/attention.md, "Paged and variable-length attention"): long prefill is tensor-core
-    bound, where its 128-row tiles read each key fragment for twice the rows ours do. Few queries per key
-    (chunks after a prefix, speculative steps) stay on these kernels, which ran 2-13x faster there."""
+    NOTES: see _prompts_prefer_flash for the problems sent here."""
     key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), q.dtype, causal)
     if key in _flash_refused:
         return None
@@ -273,6 +270,20 @@ def _flash_varlen(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q: int, max_k:
         _flash_refused.add(key)
         return None
     return result if out is None else out.copy_(result)
+
+
+def _prompts_prefer_flash(q, k) -> bool:
+    """Whether a varlen batch goes to PyTorch's FlashAttention-2 first: packed prompts (the queries are at least
+    half the keys) with fewer than 3 query heads per KV head or head dim 256.
+
+    NOTES: long prefill is tensor-core bound, where FlashAttention-2's 128-row tiles read each key fragment for
+    twice the rows a warp of these kernels does; but these kernels read each key once for all the query heads
+    of its KV head. On the design sweep (docs/attention.md, "Paged and variable-length attention"; 12 prompt
+    batches, H100) they ran at 0.96-1.68x of it from 3 query heads per KV head on (faster on five of seven),
+    and at 0.88-1.10x below; this rule replays there at 1.12x FlashAttention-2's time and at 1.10x (worst 0.95x)
+    on 10 held-out batches. Few queries per key (chunks after a prefix, speculative steps) stay on these
+    kernels, which ran 2-15x faster there."""
+    return 2 * q.shape[0] >= k.shape[0] and (q.shape[1] < 3 * k.shape[1] or q.shape[2] > 128)
 
 
 def _varlen_sizes(q, k, cu_seqlens_q, max_k: int) -> tuple:
@@ -308,12 +319,13 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     scale, out, config, splits: as ``paged_attention``.
 
     Without config or splits, a batch whose queries are at least half its keys (prompts without a cached
-    prefix) runs PyTorch's variable-length FlashAttention-2 (faster there); others run these kernels.
+    prefix) with fewer than 3 query heads per KV head, or of head dim 256, runs PyTorch's variable-length
+    FlashAttention-2 (faster there); others run these kernels.
     """
     torch = sys.modules.get("torch")
     max_q, max_k = check_varlen_inputs(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out)
     routable = all(t.is_cuda for t in (q, k, v, cu_seqlens_q, cu_seqlens_k)) and q.numel()
-    if config is None and splits is None and 2 * q.shape[0] >= k.shape[0] and routable:
+    if config is None and splits is None and _prompts_prefer_flash(q, k) and routable:
         done = _flash_varlen(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, scale, out)
         if done is not None:
             return done
