@@ -189,6 +189,20 @@ __device__ __forceinline__ int64_t key_offset(const Params& p, int batch, int kv
   return int64_t(batch) * p.page_stride + int64_t(key) * p.row_stride + head;  // dense: sequence b is page b
 }
 
+// Row `row` of a sequence's rows for one KV head: its token (a row of q and out) and query head.
+struct QueryRow {
+  int64_t token, head;
+};
+
+__device__ __forceinline__ QueryRow query_row(const Params& p, const Sequence& seq, int kv_head, int row) {
+  return {seq.first_token + row / p.group, int64_t(kv_head) * p.group + row % p.group};
+}
+
+// Where split `split` of a query row keeps its output (kHeadDim floats of partial) and log-sum-exp (one of lse).
+__device__ __forceinline__ int64_t split_slot(const Params& p, const QueryRow& q, int split) {
+  return (q.token * p.heads_kv * p.group + q.head) * p.splits + split;
+}
+
 // Loads rows [first_row, first_row + count) of a sequence's (token, head) rows into a swizzled tile of
 // `tile_rows` (cp.async, one group the caller commits); rows past `rows` are zero-filled.
 template <int kHeadDim>
@@ -197,9 +211,9 @@ __device__ __forceinline__ void load_queries(const Params& p, const Sequence& se
   constexpr int kChunks = kHeadDim / 8;
   const auto* q = static_cast<const uint4*>(p.q);
   for (int i = thread; i < tile_rows * kChunks; i += threads) {
-    const int r = i / kChunks, chunk = i % kChunks, row = first_row + r;
-    const int64_t token = seq.first_token + row / p.group, head = int64_t(kv_head) * p.group + row % p.group;
-    const int64_t at = r < rows ? (token * p.q_t + head * p.q_h) / 8 + chunk : 0;
+    const int r = i / kChunks, chunk = i % kChunks;
+    const QueryRow row = query_row(p, seq, kv_head, first_row + r);
+    const int64_t at = r < rows ? (row.token * p.q_t + row.head * p.q_h) / 8 + chunk : 0;
     cp_async_16(tile + 16u * swizzled<kHeadDim>(r, chunk), q + at, r < rows);
   }
 }
@@ -209,11 +223,11 @@ __device__ __forceinline__ void load_queries(const Params& p, const Sequence& se
 template <class T, int kHeadDim>
 __device__ __forceinline__ void store_value(const Params& p, const Sequence& seq, int kv_head, int row, int split,
                                             int column, float value, float lse) {
-  const int64_t token = seq.first_token + row / p.group, head = int64_t(kv_head) * p.group + row % p.group;
+  const QueryRow q = query_row(p, seq, kv_head, row);
   if (p.splits == 1) {
-    static_cast<T*>(p.out)[token * p.o_t + head * p.o_h + column] = to_element<T>(value);
+    static_cast<T*>(p.out)[q.token * p.o_t + q.head * p.o_h + column] = to_element<T>(value);
   } else {
-    const int64_t at = (token * p.heads_kv * p.group + head) * p.splits + split;
+    const int64_t at = split_slot(p, q, split);
     p.partial[at * kHeadDim + column] = value;
     if (column == 0) p.lse[at] = lse;
   }
@@ -434,21 +448,21 @@ __device__ void write_rows(const Params& p, const Sequence& seq, int kv_head, in
   const bool whole_chunks = p.splits > 1 || (reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_t % 8 == 0 &&
                                              p.o_h % 8 == 0);
   for (int i = threadIdx.x; i < rows * kChunks; i += threads) {
-    const int r = i / kChunks, chunk = i % kChunks, row = first_row + r;
-    const int64_t token = seq.first_token + row / p.group, head = int64_t(kv_head) * p.group + row % p.group;
+    const int r = i / kChunks, chunk = i % kChunks;
+    const QueryRow q = query_row(p, seq, kv_head, first_row + r);
     const float* from = staged + r * kStride + 8 * chunk;
     const float4 lo = *reinterpret_cast<const float4*>(from), hi = *reinterpret_cast<const float4*>(from + 4);
     if (p.splits > 1) {
-      const int64_t at = (token * p.heads_kv * p.group + head) * p.splits + split;
+      const int64_t at = split_slot(p, q, split);
       float4* partial = reinterpret_cast<float4*>(p.partial + at * kHeadDim + 8 * chunk);
       partial[0] = lo;
       partial[1] = hi;
       if (chunk == 0) p.lse[at] = staged_lse[r];
     } else if (whole_chunks) {
       const uint4 packed{pack<T>(lo.x, lo.y), pack<T>(lo.z, lo.w), pack<T>(hi.x, hi.y), pack<T>(hi.z, hi.w)};
-      *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + token * p.o_t + head * p.o_h + 8 * chunk) = packed;
+      *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + q.token * p.o_t + q.head * p.o_h + 8 * chunk) = packed;
     } else {  // an out view without 16-byte rows
-      T* out = static_cast<T*>(p.out) + token * p.o_t + head * p.o_h + 8 * chunk;
+      T* out = static_cast<T*>(p.out) + q.token * p.o_t + q.head * p.o_h + 8 * chunk;
       const float values[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
       for (int c = 0; c < 8; ++c) out[c] = to_element<T>(values[c]);
