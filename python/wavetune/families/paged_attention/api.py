@@ -280,9 +280,9 @@ def _prompts_prefer_flash(q, k) -> bool:
     twice the rows a warp of these kernels does; but these kernels read each key once for all the query heads
     of its KV head. On the design sweep (docs/attention.md, "Paged and variable-length attention"; 12 prompt
     batches, H100) they ran at 0.96-1.68x of it from 3 query heads per KV head on (faster on five of seven),
-    and at 0.88-1.10x below; this rule replays there at 1.12x FlashAttention-2's time and at 1.10x (worst 0.95x)
-    on 10 held-out batches. Few queries per key (chunks after a prefix, speculative steps) stay on these
-    kernels, which ran 2-15x faster there."""
+    and at 0.88-1.10x below; replayed on those times, the call with this rule runs at 1.12x FlashAttention-2's
+    speed there and at 1.10x (worst 0.95x) on 10 held-out batches. Few queries per key (chunks after a prefix,
+    speculative steps) stay on these kernels, which ran 2-15x faster there."""
     return 2 * q.shape[0] >= k.shape[0] and (q.shape[1] < 3 * k.shape[1] or q.shape[2] > 128)
 
 
