@@ -18,6 +18,7 @@
 #include "programmatic_launch.cuh"
 #include "paged_variants.h"
 #include "sm90_paged_attention.cuh"
+#include "sm90_paged_attention_ws.cuh"
 #include "wavetune/errors.h"
 #include "wavetune/kernels.h"
 
@@ -28,10 +29,18 @@ namespace {
 template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit>
 struct PagedVariant {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
-  static constexpr size_t kShared = paged::shared_bytes<kHeadDim, kWarps, kSplit>();
-  static constexpr int kBlockRows = kSplit == paged::WarpSplit::keys ? paged::kRows : paged::kRows * kWarps;
-  static constexpr int kStepKeys = kWarps * paged::kTileKeys;
-  static constexpr auto kKernel = paged::paged_attention_kernel<T, kHeadDim, kWarps, kSplit>;
+  static constexpr bool kSpecialized = kSplit == paged::WarpSplit::specialized;
+  static_assert(!kSpecialized || 32 * kWarps == paged::kWsThreads);
+  static constexpr size_t kShared =
+      kSpecialized ? paged::ws_shared_bytes<kHeadDim>() : paged::shared_bytes<kHeadDim, kWarps, kSplit>();
+  static constexpr int kBlockRows = kSplit == paged::WarpSplit::keys ? paged::kRows
+                                    : kSpecialized                   ? paged::kWsBlockRows
+                                                                     : paged::kRows * kWarps;
+  static constexpr int kStepKeys = kSpecialized ? paged::kWsStepKeys : kWarps * paged::kTileKeys;
+  static constexpr auto kKernel = [] {
+    if constexpr (kSpecialized) return paged::paged_attention_ws_kernel<T, kHeadDim>;
+    else return paged::paged_attention_kernel<T, kHeadDim, kWarps, kSplit>;
+  }();
 
   // The shared-memory limit raised and the occupancy read once per device.
   static int32_t ctas_per_sm(const DeviceInfo& dev) {
@@ -97,8 +106,9 @@ struct PagedVariant {
   static constexpr PagedVariantOps kOps{&ctas_per_sm, &run};
 
   static VariantRegistry<PagedVariantOps>::Entry entry(int32_t id, const char* name) {
-    return {{id, name, kDType, BLayout::col, false, Schedule::decode, kBlockRows, kStepKeys, kHeadDim, 1, 1,
-             TileScheduler::data_parallel},
+    // The warp-specialized kernel's schedule is "cooperative": its warpgroups split one tile's rows, as CUTLASS's.
+    return {{id, name, kDType, BLayout::col, false, kSpecialized ? Schedule::cooperative : Schedule::decode, kBlockRows,
+             kStepKeys, kHeadDim, 1, 1, TileScheduler::data_parallel},
             &kOps};
   }
 };

@@ -20,4 +20,8 @@
   X(fp16, 128, 4, rows, "paged_fp16_d128_rows_w4")  \
   X(fp16, 256, 4, rows, "paged_fp16_d256_rows_w4")  \
   X(bf16, 128, 8, rows, "paged_bf16_d128_rows_w8")  \
-  X(fp16, 128, 8, rows, "paged_fp16_d128_rows_w8")
+  X(fp16, 128, 8, rows, "paged_fp16_d128_rows_w8")  \
+  X(bf16, 128, 12, specialized, "paged_bf16_d128_ws")  \
+  X(fp16, 128, 12, specialized, "paged_fp16_d128_ws")  \
+  X(bf16, 64, 12, specialized, "paged_bf16_d64_ws")  \
+  X(fp16, 64, 12, specialized, "paged_fp16_d64_ws")

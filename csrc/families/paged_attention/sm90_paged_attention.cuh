@@ -30,8 +30,8 @@ namespace wavetune::detail::paged {
 constexpr int kRows = 16;      // rows per tile (an mma's M)
 constexpr int kTileKeys = 16;  // keys per warp step (an mma's K for P V)
 
-// How a CTA's warps share its work (the header's NOTES).
-enum class WarpSplit { keys, rows };
+// How a CTA's warps share its work (the header's NOTES; specialized: sm90_paged_attention_ws.cuh).
+enum class WarpSplit { keys, rows, specialized };
 
 struct Params {
   const void* q;
@@ -274,6 +274,67 @@ struct QueryFragments {
   }
 };
 
+// One online-softmax step of a warp's two rows (lane / 4 and lane / 4 + 8) over kKeys scores in mma C layout
+// (s[n] holds keys first_key + 8 n + 2 (lane % 4) + {0, 1}), in place: keys at or past a row's row_end are
+// masked, the state's maximum and sum move on, s becomes the step's probabilities, and `correction` is what
+// the output accumulated so far must be scaled by.
+template <int kHeadDim, int kKeys>
+__device__ __forceinline__ void online_softmax(SoftmaxState<kHeadDim>& st, float (&s)[kKeys / 8][4],
+                                               float (&correction)[2], int first_key, const int (&row_end)[2],
+                                               float scale_log2, int lane) {
+  float step_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = first_key + 8 * n + 2 * (lane % 4) + e % 2;
+      s[n][e] = key < row_end[e / 2] ? s[n][e] * scale_log2 : -INFINITY;
+      step_max[e / 2] = fmaxf(step_max[e / 2], s[n][e]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    step_max[r] = fmaxf(step_max[r], __shfl_xor_sync(0xffffffffu, step_max[r], 1));
+    step_max[r] = fmaxf(step_max[r], __shfl_xor_sync(0xffffffffu, step_max[r], 2));
+    const float next = fmaxf(st.max[r], step_max[r]);
+    const float base = next == -INFINITY ? 0.0f : next;  // no key seen yet: keep exp2 of -inf at 0, not NaN
+    correction[r] = exp2f(st.max[r] - base);
+    st.max[r] = next;
+    step_max[r] = base;
+  }
+  float step_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = exp2f(s[n][e] - step_max[e / 2]);
+      step_sum[e / 2] += s[n][e];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.sum[r] = st.sum[r] * correction[r] + step_sum[r];
+}
+
+// A step's probabilities (mma C layout) as the A operand of each 16-key group.
+template <class T, int kKeys>
+__device__ __forceinline__ void pack_probabilities(const float (&s)[kKeys / 8][4], uint32_t (&p)[kKeys / 16][4]) {
+#pragma unroll
+  for (int n = 0; n < kKeys / 8; ++n) {
+    p[n / 2][2 * (n % 2)] = pack<T>(s[n][0], s[n][1]);
+    p[n / 2][2 * (n % 2) + 1] = pack<T>(s[n][2], s[n][3]);
+  }
+}
+
+// The output accumulated so far scaled by each row's softmax correction.
+template <int kHeadDim>
+__device__ __forceinline__ void rescale(SoftmaxState<kHeadDim>& st, const float (&correction)[2]) {
+#pragma unroll
+  for (int n = 0; n < kHeadDim / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[n][e] *= correction[e / 2];
+  }
+}
+
 // kKeys keys (16-key tiles, one after another in shared memory): scores, online softmax, P V. Row lane / 4
 // + 8 r sees the keys below row_end[r]. A wider step rescales the accumulators once per kKeys keys.
 template <class T, int kHeadDim, int kKeys>
@@ -301,46 +362,11 @@ __device__ __forceinline__ void attend(SoftmaxState<kHeadDim>& st, const QueryFr
       mma<T>(s[2 * g + 1], a, b[2], b[3]);
     }
   }
-  float step_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int n = 0; n < 2 * kGroups; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = first_key + 8 * n + 2 * (lane % 4) + e % 2;
-      s[n][e] = key < row_end[e / 2] ? s[n][e] * scale_log2 : -INFINITY;
-      step_max[e / 2] = fmaxf(step_max[e / 2], s[n][e]);
-    }
-  }
-  float correction[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    step_max[r] = fmaxf(step_max[r], __shfl_xor_sync(0xffffffffu, step_max[r], 1));
-    step_max[r] = fmaxf(step_max[r], __shfl_xor_sync(0xffffffffu, step_max[r], 2));
-    const float next = fmaxf(st.max[r], step_max[r]);
-    const float base = next == -INFINITY ? 0.0f : next;  // no key seen yet: keep exp2 of -inf at 0, not NaN
-    correction[r] = exp2f(st.max[r] - base);
-    st.max[r] = next;
-    step_max[r] = base;
-  }
   uint32_t p[kGroups][4];  // P as the A operand of each 16-key group
-  float step_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int n = 0; n < 2 * kGroups; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[n][e] = exp2f(s[n][e] - step_max[e / 2]);
-      step_sum[e / 2] += s[n][e];
-    }
-    p[n / 2][2 * (n % 2)] = pack<T>(s[n][0], s[n][1]);
-    p[n / 2][2 * (n % 2) + 1] = pack<T>(s[n][2], s[n][3]);
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) st.sum[r] = st.sum[r] * correction[r] + step_sum[r];
-#pragma unroll
-  for (int n = 0; n < kHeadDim / 8; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) st.o[n][e] *= correction[e / 2];
-  }
+  float correction[2];
+  online_softmax<kHeadDim, kKeys>(st, s, correction, first_key, row_end, scale_log2, lane);
+  pack_probabilities<T, kKeys>(s, p);
+  rescale(st, correction);
   const int value_row = lane % 8 + 8 * ((lane / 8) % 2), value_chunk = lane / 16;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
@@ -443,11 +469,11 @@ __device__ void stage_rows(SoftmaxState<kHeadDim>& st, float* staged, float* sta
 // (docs/attention.md).
 template <class T, int kHeadDim>
 __device__ void write_rows(const Params& p, const Sequence& seq, int kv_head, int first_row, int rows, int split,
-                           const float* staged, const float* staged_lse, int threads) {
+                           const float* staged, const float* staged_lse, int thread, int threads) {
   constexpr int kStride = staged_row_floats<kHeadDim>(), kChunks = kHeadDim / 8;
   const bool whole_chunks = p.splits > 1 || (reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_t % 8 == 0 &&
                                              p.o_h % 8 == 0);
-  for (int i = threadIdx.x; i < rows * kChunks; i += threads) {
+  for (int i = thread; i < rows * kChunks; i += threads) {
     const int r = i / kChunks, chunk = i % kChunks;
     const QueryRow q = query_row(p, seq, kv_head, first_row + r);
     const float* from = staged + r * kStride + 8 * chunk;
@@ -579,7 +605,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
     __syncthreads();  // every warp is done with the pipeline's shared memory
     stage_rows<kHeadDim>(st, staged, staged_lse, warp_first_row - first_row, lane);
     __syncthreads();
-    write_rows<T, kHeadDim>(p, seq, kv_head, first_row, rows, split, staged, staged_lse, 32 * kWarps);
+    write_rows<T, kHeadDim>(p, seq, kv_head, first_row, rows, split, staged, staged_lse, threadIdx.x, 32 * kWarps);
   }
 }
 
