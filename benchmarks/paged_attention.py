@@ -41,7 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US = 4.0e5, 4.0e6, 2.0, 0.5  # launch.cu's
+WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.5, 4.0  # launch.cu's
 
 
 def parse_args() -> argparse.Namespace:
@@ -63,10 +63,12 @@ def parse_args() -> argparse.Namespace:
 
 def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
                  merge: float, warp_flops: float = WARP_FLOPS_PER_US, sm_flops: float = SM_FLOPS_PER_US,
-                 l2_speedup: float = L2_SPEEDUP, rows_step: float = ROWS_STEP_US) -> float:
+                 l2_speedup: float = L2_SPEEDUP, rows_step: float = ROWS_STEP_US,
+                 wgmma_speedup: float = WGMMA_SPEEDUP) -> float:
     """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
-    ``kernel``: its step keys, rows (16 in logs without them) and resident CTAs; ``case``: decode, or with
-    seqlen_q (queries per sequence, at most) and causal several queries; total_keys: all sequences' keys."""
+    ``kernel``: its step keys, rows (16 in logs without them), resident CTAs and whether it computes with wgmma;
+    ``case``: decode, or with seqlen_q (queries per sequence, at most) and causal several queries; total_keys:
+    all sequences' keys."""
     step_keys, rows, slots = kernel["step_keys"], kernel.get("rows", 16), sm_count * kernel["resident"]
     max_q, keys, batch = case.get("seqlen_q", 1), case["seqlen_k"], case["batch"]
     steps = max(1, -(-keys // step_keys))
@@ -80,16 +82,18 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     share = max(1.0, keys - 0.5 * max_q) / keys if case.get("causal") and max_q > 1 and keys else 1.0
     keys_per_cta = per_split * step_keys * share
     warps = step_keys // 16
+    math_speedup = wgmma_speedup if kernel.get("wgmma") else 1.0
     bytes_per_cta = 2.0 * keys_per_cta * case["head_dim"] * 2
+    keys_per_warp = keys_per_cta if rows > 16 else keys_per_cta / warps
     warp_us = ((keys_per_cta / step_keys * rows_step if rows > 16 else 0.0)
-               + 4.0 * 16 * (keys_per_cta if rows > 16 else keys_per_cta / warps) * case["head_dim"] / warp_flops)
+               + 4.0 * 16 * keys_per_warp * case["head_dim"] / (warp_flops * math_speedup))
     flops_per_cta = 4.0 * rows * keys_per_cta * case["head_dim"]
     sharing = max(1, row_blocks // head_blocks)
     cta_rate = warp * warps * (1.0 + (l2_speedup - 1.0) * (1.0 - 1.0 / sharing))
 
     def wave_us(running: int) -> float:
         return wave + max(bytes_per_cta * running / (sharing * hbm), bytes_per_cta / cta_rate, warp_us,
-                          -(-running // sm_count) * flops_per_cta / sm_flops)
+                          -(-running // sm_count) * flops_per_cta / (sm_flops * math_speedup))
 
     if fill < 1.0:
         us = wave_us(min(ctas, slots)) * max(1.0, ctas / slots)
@@ -101,12 +105,12 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
 
 
 def kernel_facts(config) -> dict:
-    """What predicted_us needs of a compiled kernel on the current device: its step keys, rows and resident
-    CTAs per SM."""
+    """What predicted_us needs of a compiled kernel on the current device: its step keys, rows, resident CTAs
+    per SM and whether it computes with wgmma (the warp-specialized kernel, schedule "cooperative")."""
     from wavetune import _C
 
     return {"step_keys": config.tile[1], "rows": config.tile[0],
-            "resident": _C.paged_attention_resident_ctas(config.id)}
+            "resident": _C.paged_attention_resident_ctas(config.id), "wgmma": config.schedule == "cooperative"}
 
 
 def sweep_of(row: dict) -> dict[tuple[str, int], float]:
@@ -134,13 +138,14 @@ def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
     return out
 
 
-SHIPPED = (0.98, 3.75e3, 4.0, 5.0, WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US)  # launch.cu's
+SHIPPED = (0.98, 3.75e3, 4.0, 5.0, WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US,
+           WGMMA_SPEEDUP)  # launch.cu's
 
 
 def fit(design: Path, check: Path | None) -> None:
     """Decode logs fit the first four constants (the others as shipped); logs of several queries per sequence
-    (benchmarks/varlen_attention.py) fit the tile-math rates, the L2 speed-up and the rows_split kernels' cost
-    per softmax step (the others as shipped)."""
+    (benchmarks/varlen_attention.py) fit the tile-math rates, the L2 speed-up, the rows_split kernels' cost
+    per softmax step and the wgmma kernel's tile-math speed-up (the others as shipped)."""
     def load(path):
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt") as f:
@@ -150,14 +155,16 @@ def fit(design: Path, check: Path | None) -> None:
     header, rows = load(design)
     if any(r.get("seqlen_q", 1) > 1 for r in rows):
         grid = [(*SHIPPED[:4], *c) for c in itertools.product(
-            (1e5, 2e5, 3e5, 4e5, 6e5), (1.5e6, 2.6e6, 4e6), (1.0, 2.0, 3.0, 5.0, 8.0), (0.0, 0.1, 0.2, 0.3, 0.5))]
+            (2e5, 3e5, 4e5, 6e5), (2.6e6, 4e6, 6e6), (1.0, 2.0, 3.0, 5.0), (0.2, 0.3, 0.5, 0.8),
+            (1.0, 1.2, 1.4, 1.6, 2.0, 2.5))]
     else:
         grid = [(*c, *SHIPPED[4:]) for c in itertools.product(
             (0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0, 5.0), (2.0, 3.0, 5.0, 7.0))]
     scored = sorted(((geomean(replay(rows, c, header)), c) for c in grid), reverse=True)
     for score, c in scored[:5]:
         line = (f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us, "
-                f"warp math {c[4]:.3g} and SM math {c[5]:.3g} flop/us, L2 {c[6]}x, {c[7]} us a rows step: "
+                f"warp math {c[4]:.3g} and SM math {c[5]:.3g} flop/us, L2 {c[6]}x, {c[7]} us a rows step, "
+                f"wgmma {c[8]}x: "
                 f"design {score:.3f} "
                 f"(worst {min(replay(rows, c, header)):.2f})")
         if check:

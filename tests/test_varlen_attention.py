@@ -32,13 +32,12 @@ def cpu_varlen(heads_q=8, heads_kv=2, head_dim=64):
 
 
 @pytest.mark.parametrize("tokens_q, tokens_k, heads_q, heads_kv, head_dim, flash", [
-    (100, 100, 32, 32, 128, True),    # prompts, multi-head
-    (100, 100, 32, 16, 128, True),    # 2 query heads per KV head
-    (100, 100, 24, 8, 128, False),    # 3: these kernels read each key once for all three
+    (100, 100, 32, 32, 128, False),   # prompts, multi-head: the wgmma kernel
     (100, 100, 32, 8, 64, False),
-    (100, 100, 32, 8, 256, True),     # head dim 256
-    (100, 200, 32, 32, 128, True),    # queries half the keys
-    (100, 201, 32, 32, 128, False),   # fewer: a chunk after a prefix
+    (100, 100, 32, 8, 256, True),     # head dim 256: no wgmma kernel
+    (100, 100, 32, 32, 256, True),
+    (100, 200, 32, 32, 256, True),    # queries half the keys
+    (100, 201, 32, 32, 256, False),   # fewer: a chunk after a prefix
 ])
 def test_which_batches_go_to_flash_attention(tokens_q, tokens_k, heads_q, heads_kv, head_dim, flash):
     from wavetune.families.paged_attention.api import _prompts_prefer_flash

@@ -274,45 +274,67 @@ struct QueryFragments {
   }
 };
 
+// 2^x on the special-function unit (flushes subnormal results to zero; exp2f adds a range fix-up).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // One online-softmax step of a warp's two rows (lane / 4 and lane / 4 + 8) over kKeys scores in mma C layout
 // (s[n] holds keys first_key + 8 n + 2 (lane % 4) + {0, 1}), in place: keys at or past a row's row_end are
 // masked, the state's maximum and sum move on, s becomes the step's probabilities, and `correction` is what
-// the output accumulated so far must be scaled by.
+// the output accumulated so far must be scaled by. NOTES: keys below `unmasked` are seen by every row of the
+// warp, so a step below it skips the mask; the maximum is taken of the raw scores (the scale is positive)
+// and the scale folds into the exponent's one fused multiply-add.
 template <int kHeadDim, int kKeys>
 __device__ __forceinline__ void online_softmax(SoftmaxState<kHeadDim>& st, float (&s)[kKeys / 8][4],
                                                float (&correction)[2], int first_key, const int (&row_end)[2],
-                                               float scale_log2, int lane) {
+                                               int unmasked, float scale_log2, int lane) {
+  if (first_key + kKeys > unmasked) {
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (first_key + 8 * n + 2 * (lane % 4) + e % 2 >= row_end[e / 2]) s[n][e] = -INFINITY;
+      }
+    }
+  }
   float step_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = first_key + 8 * n + 2 * (lane % 4) + e % 2;
-      s[n][e] = key < row_end[e / 2] ? s[n][e] * scale_log2 : -INFINITY;
-      step_max[e / 2] = fmaxf(step_max[e / 2], s[n][e]);
-    }
+    for (int e = 0; e < 4; ++e) step_max[e / 2] = fmaxf(step_max[e / 2], s[n][e]);
   }
+  float base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     step_max[r] = fmaxf(step_max[r], __shfl_xor_sync(0xffffffffu, step_max[r], 1));
     step_max[r] = fmaxf(step_max[r], __shfl_xor_sync(0xffffffffu, step_max[r], 2));
-    const float next = fmaxf(st.max[r], step_max[r]);
-    const float base = next == -INFINITY ? 0.0f : next;  // no key seen yet: keep exp2 of -inf at 0, not NaN
-    correction[r] = exp2f(st.max[r] - base);
+    const float next = fmaxf(st.max[r], step_max[r] * scale_log2);
+    base[r] = next == -INFINITY ? 0.0f : next;  // no key seen yet: keep exp2 of -inf at 0, not NaN
+    correction[r] = fast_exp2(st.max[r] - base[r]);
     st.max[r] = next;
-    step_max[r] = base;
   }
   float step_sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[n][e] = exp2f(s[n][e] - step_max[e / 2]);
+      s[n][e] = fast_exp2(fmaf(s[n][e], scale_log2, -base[e / 2]));
       step_sum[e / 2] += s[n][e];
     }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) st.sum[r] = st.sum[r] * correction[r] + step_sum[r];
+}
+
+// The first key that some row of a 16-row tile does not see: every key below it is unmasked for the warp.
+__device__ __forceinline__ int warp_unmasked_end(const int (&row_end)[2]) {
+  int end = min(row_end[0], row_end[1]);
+#pragma unroll
+  for (int o = 4; o < 32; o *= 2) end = min(end, __shfl_xor_sync(0xffffffffu, end, o));  // lanes 4 apart: other rows
+  return end;
 }
 
 // A step's probabilities (mma C layout) as the A operand of each 16-key group.
@@ -339,8 +361,8 @@ __device__ __forceinline__ void rescale(SoftmaxState<kHeadDim>& st, const float 
 // + 8 r sees the keys below row_end[r]. A wider step rescales the accumulators once per kKeys keys.
 template <class T, int kHeadDim, int kKeys>
 __device__ __forceinline__ void attend(SoftmaxState<kHeadDim>& st, const QueryFragments<kHeadDim>& q, uint32_t k_tiles,
-                                       uint32_t v_tiles, int first_key, const int (&row_end)[2], float scale_log2,
-                                       int lane) {
+                                       uint32_t v_tiles, int first_key, const int (&row_end)[2], int unmasked,
+                                       float scale_log2, int lane) {
   constexpr int kGroups = kKeys / kTileKeys;
   constexpr uint32_t kTileBytes = kTileKeys * kHeadDim * 2;
   float s[2 * kGroups][4] = {};
@@ -364,7 +386,7 @@ __device__ __forceinline__ void attend(SoftmaxState<kHeadDim>& st, const QueryFr
   }
   uint32_t p[kGroups][4];  // P as the A operand of each 16-key group
   float correction[2];
-  online_softmax<kHeadDim, kKeys>(st, s, correction, first_key, row_end, scale_log2, lane);
+  online_softmax<kHeadDim, kKeys>(st, s, correction, first_key, row_end, unmasked, scale_log2, lane);
   pack_probabilities<T, kKeys>(s, p);
   rescale(st, correction);
   const int value_row = lane % 8 + 8 * ((lane / 8) % 2), value_chunk = lane / 16;
@@ -556,6 +578,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   int warp_end = max(row_end[0], row_end[1]);  // past the last key any of the warp's rows sees
 #pragma unroll
   for (int o = 4; o < 32; o *= 2) warp_end = max(warp_end, __shfl_xor_sync(0xffffffffu, warp_end, o));
+  const int unmasked = warp_unmasked_end(row_end);
   const uint32_t warp_queries = q_tile + uint32_t(warp_first_row - first_row) * kHeadDim * 2;
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // the query tile's group, the first
   __syncthreads();
@@ -578,7 +601,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
       asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));
       __syncwarp();
       attend<T, kHeadDim, kTileKeys>(st, queries, k_stages + stage, v_stages + stage, tile_key(i, warp), row_end,
-                                     p.scale_log2, lane);
+                                     unmasked, p.scale_log2, lane);
       __syncwarp();
     } else {
       // NOTES: one barrier a step: past it, every warp's tile of step i has landed and every warp is done with
@@ -589,7 +612,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
       const uint32_t step_k = k_stages - uint32_t(warp) * kWarpStride + stage;
       if (tile_key(i, 0) < warp_end) {
         attend<T, kHeadDim, kTileKeys * kWarps>(st, queries, step_k, step_k + kValueOffset, tile_key(i, 0), row_end,
-                                                p.scale_log2, lane);
+                                                unmasked, p.scale_log2, lane);
       }
     }
   }

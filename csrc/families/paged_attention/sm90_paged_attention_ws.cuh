@@ -160,7 +160,9 @@ __device__ void copy_steps(const Params& p, const Sequence& seq, int batch, int 
   barrier_arrive_on_copies(queries_full);
   const auto* k = static_cast<const uint4*>(p.k);
   const auto* v = static_cast<const uint4*>(p.v);
-  auto row_offset = [&](int i) { return key_offset(p, batch, kv_head, begin + i * kWsStepKeys + 16 * warp + lane % 16, end); };
+  auto row_offset = [&](int i) {
+    return key_offset(p, batch, kv_head, begin + i * kWsStepKeys + 16 * warp + lane % 16, end);
+  };
   int64_t mine = row_offset(0);
   for (int i = 0; i < steps; ++i) {
     const int stage = i % kStages;
@@ -223,6 +225,7 @@ __device__ void compute_steps(const Params& p, const Sequence& seq, int first_ro
   const uint32_t full = base + L::kBarriers, empty = full + 8 * kStages, queries_full = empty + 8 * kStages;
   int row_end[2];
   lane_row_ends(p, seq, first_row + group * kWarpgroupRows + warp * kRows, split_end, lane, row_end);
+  const int unmasked = warp_unmasked_end(row_end);
   const WarpgroupMath<T, kHeadDim> math{base + L::kQueries + uint32_t(group) * kWarpgroupRows * 128};
   auto keys = [&](int i) { return base + L::kKeys + uint32_t(i % kStages) * L::kTileBytes; };
   auto values = [&](int i) { return base + L::kValues + uint32_t(i % kStages) * L::kTileBytes; };
@@ -248,7 +251,7 @@ __device__ void compute_steps(const Params& p, const Sequence& seq, int first_ro
     math.scores(s, keys(0));
     cute::warpgroup_wait<0>();
     fence_accumulators(s);
-    online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, begin, row_end, p.scale_log2, lane);
+    online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, begin, row_end, unmasked, p.scale_log2, lane);
     pack_probabilities<T, kWsStepKeys>(s, probabilities);
     for (int i = 1; i < steps; ++i) {
       wait_step(i);
@@ -262,7 +265,8 @@ __device__ void compute_steps(const Params& p, const Sequence& seq, int first_ro
       fence_operands(probabilities);
       cute::warpgroup_wait<1>();  // the scores; the P V committed after them may still run
       fence_accumulators(s);
-      online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, begin + i * kWsStepKeys, row_end, p.scale_log2, lane);
+      online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, begin + i * kWsStepKeys, row_end, unmasked,
+                                            p.scale_log2, lane);
       cute::warpgroup_wait<0>();
       fence_accumulators(st.o);
       fence_operands(probabilities);

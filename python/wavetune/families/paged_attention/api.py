@@ -274,16 +274,14 @@ def _flash_varlen(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q: int, max_k:
 
 def _prompts_prefer_flash(q, k) -> bool:
     """Whether a varlen batch goes to PyTorch's FlashAttention-2 first: packed prompts (the queries are at least
-    half the keys) with fewer than 3 query heads per KV head or head dim 256.
+    half the keys) of head dim 256, which no wgmma kernel takes.
 
-    NOTES: long prefill is tensor-core bound, where FlashAttention-2's 128-row tiles read each key fragment for
-    twice the rows a warp of these kernels does; but these kernels read each key once for all the query heads
-    of its KV head. On the design sweep (docs/attention.md, "Paged and variable-length attention"; 12 prompt
-    batches, H100) they ran at 0.96-1.68x of it from 3 query heads per KV head on (faster on five of seven),
-    and at 0.88-1.10x below; replayed on those times, the call with this rule runs at 1.12x FlashAttention-2's
-    speed there and at 1.10x (worst 0.95x) on 10 held-out batches. Few queries per key (chunks after a prefix,
+    NOTES: long prefill is tensor-core bound. Up to head dim 128 the warp-specialized wgmma kernel, at the wave
+    model's choice, ran 1.35-2.4x FlashAttention-2's speed on 21 of 22 prompt batches of the design and held-out
+    sweeps (docs/attention.md, "Paged and variable-length attention"; H100), the other a 39-token prompt (1.5 us
+    behind); at head dim 256 the mma.sync kernels ran 0.78-0.84x. Few queries per key (chunks after a prefix,
     speculative steps) stay on these kernels, which ran 2-15x faster there."""
-    return 2 * q.shape[0] >= k.shape[0] and (q.shape[1] < 3 * k.shape[1] or q.shape[2] > 128)
+    return 2 * q.shape[0] >= k.shape[0] and q.shape[2] > 128
 
 
 def _varlen_sizes(q, k, cu_seqlens_q, max_k: int) -> tuple:
