@@ -203,18 +203,19 @@ __device__ __forceinline__ int64_t split_slot(const Params& p, const QueryRow& q
   return (q.token * p.heads_kv * p.group + q.head) * p.splits + split;
 }
 
-// Loads rows [first_row, first_row + count) of a sequence's (token, head) rows into a swizzled tile of
-// `tile_rows` (cp.async, one group the caller commits); rows past `rows` are zero-filled.
-template <int kHeadDim>
+// Loads rows [first_row, first_row + tile_rows) of a sequence's (token, head) rows into a tile (cp.async), 16-byte
+// chunk c of tile row r at byte tile + at(r, c); rows past `rows` are zero-filled.
+template <int kHeadDim, class ChunkAt>
 __device__ __forceinline__ void load_queries(const Params& p, const Sequence& seq, int kv_head, int first_row,
-                                             int rows, int tile_rows, uint32_t tile, int thread, int threads) {
+                                             int rows, int tile_rows, uint32_t tile, ChunkAt at, int thread,
+                                             int threads) {
   constexpr int kChunks = kHeadDim / 8;
   const auto* q = static_cast<const uint4*>(p.q);
   for (int i = thread; i < tile_rows * kChunks; i += threads) {
     const int r = i / kChunks, chunk = i % kChunks;
     const QueryRow row = query_row(p, seq, kv_head, first_row + r);
-    const int64_t at = r < rows ? (row.token * p.q_t + row.head * p.q_h) / 8 + chunk : 0;
-    cp_async_16(tile + 16u * swizzled<kHeadDim>(r, chunk), q + at, r < rows);
+    const int64_t from = r < rows ? (row.token * p.q_t + row.head * p.q_h) / 8 + chunk : 0;
+    cp_async_16(tile + at(r, chunk), q + from, r < rows);
   }
 }
 
@@ -518,6 +519,36 @@ __device__ void write_rows(const Params& p, const Sequence& seq, int kv_head, in
   }
 }
 
+// A CTA's share of the grid (x = split x row block, y = KV head, z = sequence): its sequence, its rows
+// [first_row, first_row + rows) of the sequence's (token, query head) rows, and its split's keys [begin,
+// split_end), of which its last row sees those below `end`.
+struct CtaWork {
+  Sequence seq;
+  int split, first_row, rows, begin, split_end, end;
+};
+
+// The CTA's work for row blocks of `block_rows`; false: it has none and leaves.
+__device__ __forceinline__ bool cta_work(const Params& p, int block_rows, CtaWork& w) {
+  const int block = blockIdx.x % p.row_blocks;
+  w.split = blockIdx.x / p.row_blocks;
+  // NOTES: the dependent kernel may start now; everything below reads what earlier kernels wrote (the
+  // queries, the cache rows appended this step, the table and the lengths), so it waits first.
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  w.seq = sequence(p, blockIdx.z);
+  w.first_row = block * block_rows;
+  w.rows = min(block_rows, w.seq.queries * p.group - w.first_row);
+  if (w.rows <= 0) return false;
+  w.begin = w.split * p.split_keys;
+  w.split_end = w.begin + p.split_keys;
+  // NOTES: splits are sized for the longest sequence; a shorter one's splits past its keys leave at once and
+  // write nothing (the merge reads only the splits a sequence's length reaches), so a batch of mixed
+  // lengths pays little for the split count its longest sequence wants.
+  if (w.split > 0 && w.begin >= w.seq.keys) return false;
+  w.end = min(row_keys(p, w.seq, w.first_row + w.rows - 1), w.split_end);  // the most keys, with the causal mask
+  return true;
+}
+
 // Grid: x = split x row block (blocks fastest: they read the same keys), y = KV head, z = sequence. A row
 // block is 16 rows (keys_split) or 16 per warp (rows_split) of the sequence's (token, query head) rows.
 template <class T, int kHeadDim, int kWarps, WarpSplit kSplit>
@@ -532,29 +563,20 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   constexpr uint32_t kValueOffset = kSplit == WarpSplit::keys ? kStages * kTileBytes : kStages * kWarps * kTileBytes;
   extern __shared__ uint4 shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int block = blockIdx.x % p.row_blocks, split = blockIdx.x / p.row_blocks;
   const int kv_head = blockIdx.y, batch = blockIdx.z;
-  // NOTES: the dependent kernel may start now; everything below reads what earlier kernels wrote (the
-  // queries, the cache rows appended this step, the table and the lengths), so it waits first.
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  const Sequence seq = sequence(p, batch);
-  const int first_row = block * kBlockRows, rows = min(kBlockRows, seq.queries * p.group - first_row);
-  if (rows <= 0) return;
-  const int begin = split * p.split_keys, split_end = begin + p.split_keys;
-  // NOTES: splits are sized for the longest sequence; a shorter one's splits past its keys leave at once and
-  // write nothing (the merge reads only the splits a sequence's length reaches), so a batch of mixed
-  // lengths pays little for the split count its longest sequence wants.
-  if (split > 0 && begin >= seq.keys) return;
-  // The CTA's keys: up to those its last row sees (the most, with the causal mask).
-  const int end = min(row_keys(p, seq, first_row + rows - 1), split_end);
+  CtaWork work;
+  if (!cta_work(p, kBlockRows, work)) return;
+  const Sequence seq = work.seq;
+  const int split = work.split, first_row = work.first_row, rows = work.rows, begin = work.begin;
+  const int split_end = work.split_end, end = work.end;
 
   const uint32_t q_tile = shared_address(shared);
   const uint32_t k_stages = q_tile + kBlockRows * kHeadDim * 2 + uint32_t(warp) * kWarpStride;
   const uint32_t v_stages = k_stages + kValueOffset;
   // NOTES: the query tile, then the first tiles of K and V, are all in flight before anything waits: a
   // short decode step is a few of these latencies end to end.
-  load_queries<kHeadDim>(p, seq, kv_head, first_row, rows, kBlockRows, q_tile, threadIdx.x, 32 * kWarps);
+  load_queries<kHeadDim>(p, seq, kv_head, first_row, rows, kBlockRows, q_tile,
+                         [](int r, int chunk) { return 16u * swizzled<kHeadDim>(r, chunk); }, threadIdx.x, 32 * kWarps);
   asm volatile("cp.async.commit_group;\n" ::);
 
   // The tiles this warp loads: keys_split, tiles t = warp, warp + warps, ... of the split (and computes

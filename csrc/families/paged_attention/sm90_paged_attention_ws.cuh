@@ -121,22 +121,14 @@ __device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t b, flo
   Op::fma(a[0], a[1], a[2], a[3], b, d[I]..., gmma::ScaleOut::One);
 }
 
-// Keep the compiler from moving reads and writes of wgmma's registers across its asynchronous work.
-template <int N>
-__device__ __forceinline__ void fence_operands(uint32_t (&a)[N][4]) {
+// Keeps the compiler from moving reads and writes of wgmma's registers (accumulators, or P as the A operand)
+// across its asynchronous work.
+template <class E, int N>
+__device__ __forceinline__ void fence_registers(E (&r)[N][4]) {
 #pragma unroll
   for (int n = 0; n < N; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) cute::warpgroup_fence_operand(a[n][e]);
-  }
-}
-
-template <int N>
-__device__ __forceinline__ void fence_accumulators(float (&d)[N][4]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) cute::warpgroup_fence_operand(d[n][e]);
+    for (int e = 0; e < 4; ++e) cute::warpgroup_fence_operand(r[n][e]);
   }
 }
 
@@ -144,24 +136,18 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[N][4]) {
 // computing warps have freed it. Warp w copies keys [16 w, 16 w + 16) of a step; a lane finds the cache row
 // of key 16 w + lane % 16 through the table a step ahead and hands it to the lanes copying that key's chunks.
 template <int kHeadDim>
-__device__ void copy_steps(const Params& p, const Sequence& seq, int batch, int kv_head, int first_row, int rows,
-                           int begin, int end, int steps, uint32_t base) {
+__device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_t base) {
   using L = WsLayout<kHeadDim>;
   constexpr int kStages = ws_stages<kHeadDim>(), kChunks = kHeadDim / 8;
   const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32;
   const uint32_t full = base + L::kBarriers, empty = full + 8 * kStages, queries_full = empty + 8 * kStages;
-  const auto* q = static_cast<const uint4*>(p.q);
-  for (int i = thread; i < kWsBlockRows * kChunks; i += 128) {
-    const int r = i / kChunks, chunk = i % kChunks;
-    const QueryRow row = query_row(p, seq, kv_head, first_row + r);
-    const int64_t at = r < rows ? (row.token * p.q_t + row.head * p.q_h) / 8 + chunk : 0;
-    cp_async_16(base + L::kQueries + panel_offset<kWsBlockRows>(r, chunk), q + at, r < rows);
-  }
+  load_queries<kHeadDim>(p, w.seq, blockIdx.y, w.first_row, w.rows, kWsBlockRows, base + L::kQueries,
+                         panel_offset<kWsBlockRows>, thread, 128);
   barrier_arrive_on_copies(queries_full);
   const auto* k = static_cast<const uint4*>(p.k);
   const auto* v = static_cast<const uint4*>(p.v);
   auto row_offset = [&](int i) {
-    return key_offset(p, batch, kv_head, begin + i * kWsStepKeys + 16 * warp + lane % 16, end);
+    return key_offset(p, blockIdx.z, blockIdx.y, w.begin + i * kWsStepKeys + 16 * warp + lane % 16, w.end);
   };
   int64_t mine = row_offset(0);
   for (int i = 0; i < steps; ++i) {
@@ -217,14 +203,14 @@ struct WarpgroupMath {
 // P V. A warpgroup also scores steps past its own rows' keys (with the causal mask, the other warpgroup's
 // last one); the mask zeroes them.
 template <class T, int kHeadDim>
-__device__ void compute_steps(const Params& p, const Sequence& seq, int first_row, int begin, int split_end,
-                              int steps, uint32_t base, float* staged, float* staged_lse, int group) {
+__device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint32_t base, float* staged,
+                              float* staged_lse, int group) {
   using L = WsLayout<kHeadDim>;
   constexpr int kStages = ws_stages<kHeadDim>();
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const uint32_t full = base + L::kBarriers, empty = full + 8 * kStages, queries_full = empty + 8 * kStages;
   int row_end[2];
-  lane_row_ends(p, seq, first_row + group * kWarpgroupRows + warp * kRows, split_end, lane, row_end);
+  lane_row_ends(p, w.seq, w.first_row + group * kWarpgroupRows + warp * kRows, w.split_end, lane, row_end);
   const int unmasked = warp_unmasked_end(row_end);
   const WarpgroupMath<T, kHeadDim> math{base + L::kQueries + uint32_t(group) * kWarpgroupRows * 128};
   auto keys = [&](int i) { return base + L::kKeys + uint32_t(i % kStages) * L::kTileBytes; };
@@ -246,42 +232,42 @@ __device__ void compute_steps(const Params& p, const Sequence& seq, int first_ro
   if (steps > 0) {
     wait_step(0);
     float s[kWsStepKeys / 8][4];
-    fence_accumulators(s);
+    fence_registers(s);
     cute::warpgroup_arrive();
     math.scores(s, keys(0));
     cute::warpgroup_wait<0>();
-    fence_accumulators(s);
-    online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, begin, row_end, unmasked, p.scale_log2, lane);
+    fence_registers(s);
+    online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, w.begin, row_end, unmasked, p.scale_log2, lane);
     pack_probabilities<T, kWsStepKeys>(s, probabilities);
     for (int i = 1; i < steps; ++i) {
       wait_step(i);
       float s[kWsStepKeys / 8][4];
-      fence_accumulators(s);
-      fence_accumulators(st.o);
-      fence_operands(probabilities);
+      fence_registers(s);
+      fence_registers(st.o);
+      fence_registers(probabilities);
       cute::warpgroup_arrive();
       math.scores(s, keys(i));
       math.values(st, probabilities, values(i - 1));
-      fence_operands(probabilities);
+      fence_registers(probabilities);
       cute::warpgroup_wait<1>();  // the scores; the P V committed after them may still run
-      fence_accumulators(s);
-      online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, begin + i * kWsStepKeys, row_end, unmasked,
+      fence_registers(s);
+      online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, w.begin + i * kWsStepKeys, row_end, unmasked,
                                             p.scale_log2, lane);
       cute::warpgroup_wait<0>();
-      fence_accumulators(st.o);
-      fence_operands(probabilities);
+      fence_registers(st.o);
+      fence_registers(probabilities);
       free_step(i - 1);
       // NOTES: P is packed only now: written while the P V that reads the previous P runs, its registers
       // would be that wgmma's inputs, and ptxas would serialize every wgmma of the kernel.
       pack_probabilities<T, kWsStepKeys>(s, probabilities);
       rescale(st, correction);
     }
-    fence_accumulators(st.o);
-    fence_operands(probabilities);
+    fence_registers(st.o);
+    fence_registers(probabilities);
     cute::warpgroup_arrive();
     math.values(st, probabilities, values(steps - 1));
     cute::warpgroup_wait<0>();
-    fence_accumulators(st.o);
+    fence_registers(st.o);
   }
   compute_groups_sync();  // both warpgroups are done with the tiles the staged rows overwrite
   stage_rows<kHeadDim>(st, staged, staged_lse, group * kWarpgroupRows + warp * kRows, lane);
@@ -294,18 +280,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(Param
   using L = WsLayout<kHeadDim>;
   extern __shared__ uint4 shared[];
   const uint32_t base = (shared_address(shared) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
-  const int block = blockIdx.x % p.row_blocks, split = blockIdx.x / p.row_blocks;
-  const int kv_head = blockIdx.y, batch = blockIdx.z;
-  // NOTES: as paged_attention_kernel's: everything below reads what earlier kernels wrote.
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  const Sequence seq = sequence(p, batch);
-  const int first_row = block * kWsBlockRows, rows = min(kWsBlockRows, seq.queries * p.group - first_row);
-  if (rows <= 0) return;
-  const int begin = split * p.split_keys, split_end = begin + p.split_keys;
-  if (split > 0 && begin >= seq.keys) return;
-  const int end = min(row_keys(p, seq, first_row + rows - 1), split_end);
-  const int steps = end > begin ? (end - begin + kWsStepKeys - 1) / kWsStepKeys : 0;
+  CtaWork w;
+  if (!cta_work(p, kWsBlockRows, w)) return;
+  const int steps = w.end > w.begin ? (w.end - w.begin + kWsStepKeys - 1) / kWsStepKeys : 0;
   if (threadIdx.x == 0) {
     const uint32_t full = base + L::kBarriers, empty = full + 8 * kStages;
     for (int s = 0; s < kStages; ++s) {
@@ -319,16 +296,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(Param
   const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsCopyRegisters));
-    copy_steps<kHeadDim>(p, seq, batch, kv_head, first_row, rows, begin, end, steps, base);
+    copy_steps<kHeadDim>(p, w, steps, base);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsComputeRegisters));
   static_assert(staged_bytes<kHeadDim>(kWsBlockRows) <= L::kBarriers);
   float* staged = reinterpret_cast<float*>(shared) + (base - shared_address(shared)) / 4;
   float* staged_lse = staged + kWsBlockRows * staged_row_floats<kHeadDim>();
-  compute_steps<T, kHeadDim>(p, seq, first_row, begin, split_end, steps, base, staged, staged_lse, warpgroup - 1);
+  compute_steps<T, kHeadDim>(p, w, steps, base, staged, staged_lse, warpgroup - 1);
   compute_groups_sync();
-  write_rows<T, kHeadDim>(p, seq, kv_head, first_row, rows, split, staged, staged_lse, threadIdx.x - 128,
+  write_rows<T, kHeadDim>(p, w.seq, blockIdx.y, w.first_row, w.rows, w.split, staged, staged_lse, threadIdx.x - 128,
                           128 * kWsComputeGroups);
 }
 
