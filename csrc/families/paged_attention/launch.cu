@@ -133,9 +133,10 @@ struct PagedVariant {
 // the other four on several-query cases of benchmarks/varlen_attention.py (36 design cases, H100, 2026-11-28),
 // whose choices replayed at 0.954 of the best there and at 0.930 on 30 held-out cases. The warp-specialized
 // kernel (schedule cooperative) runs its tile math with wgmma: both math terms are kWgmmaSpeedup times faster
-// for it. The factor is the replay optimum of its sweeps (61 design cases, H100, 2026-11-28; 0.953 of the best
-// there, 0.942 on 30 held-out cases); it is above the 1.1-2x the kernel measured over the mma.sync kernels on
-// math-bound cases, since it stands in for what the model's mma.sync terms leave out there.
+// for it. The factor, 4, is the smallest at the replay optimum of its sweeps (61 design cases, H100,
+// 2026-11-28; 0.955 of the best there, 0.942 on 30 held-out cases). It is above the 1.1-2x the kernel measured
+// over the mma.sync kernels on math-bound cases, so that kernel's predictions rest on its copy rate and its
+// per-step cost, which rank it better than its math terms would.
 constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 4.0;
