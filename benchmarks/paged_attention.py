@@ -156,7 +156,7 @@ def fit(design: Path, check: Path | None) -> None:
     if any(r.get("seqlen_q", 1) > 1 for r in rows):
         grid = [(*SHIPPED[:4], *c) for c in itertools.product(
             (2e5, 3e5, 4e5, 6e5), (2.6e6, 4e6, 6e6), (1.0, 2.0, 3.0, 5.0), (0.2, 0.3, 0.5, 0.8),
-            (1.0, 1.2, 1.4, 1.6, 2.0, 2.5))]
+            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0))]
     else:
         grid = [(*c, *SHIPPED[4:]) for c in itertools.product(
             (0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0, 5.0), (2.0, 3.0, 5.0, 7.0))]
