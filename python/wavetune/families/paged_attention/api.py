@@ -316,9 +316,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
         as FlashAttention's; a prefill (n == m) is the usual causal mask.
     scale, out, config, splits: as ``paged_attention``.
 
-    Without config or splits, a batch whose queries are at least half its keys (prompts without a cached
-    prefix) with fewer than 3 query heads per KV head, or of head dim 256, runs PyTorch's variable-length
-    FlashAttention-2 (faster there); others run these kernels.
+    Without config or splits, a batch of head dim 256 whose queries are at least half its keys (prompts without
+    a cached prefix) runs PyTorch's variable-length FlashAttention-2 (faster there); others run these kernels.
     """
     torch = sys.modules.get("torch")
     max_q, max_k = check_varlen_inputs(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out)
