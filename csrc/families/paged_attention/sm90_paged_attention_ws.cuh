@@ -6,16 +6,21 @@
 // cores, set their rate. Here a CTA is three warpgroups. The first only copies: the query tile, then each
 // 64-key step of K and V, found through the block table, with cp.async into 128-byte-swizzled panels; each
 // copy arrives on its stage's "full" barrier when it lands, so no thread waits on its own copies. The other
-// two each own 64 query rows and only compute: wgmma reads Q and K from shared memory for S = Q K^T, and
-// P (in registers, the A operand) and V (the MN-major operand) for O += P V. A step's P V runs while the
-// next step's scores go through the softmax, and a consumer warp frees a stage on its "empty" barrier once
-// the P V that read it is done. Register budgets move from the copying warpgroup to the computing ones
-// (setmaxnreg). Keys stay where the table puts them, so TMA (one box over one tensor) is not used.
+// two each own 64 query rows and only compute: their Q fragments, read from shared memory once, are the A
+// operand of S = Q K^T in registers, and P (registers) and V (the MN-major operand) that of O += P V. A
+// step's P V runs while the next step's scores go through the softmax, and a consumer warp frees a stage on
+// its "empty" barrier once the P V that read it is done. Register budgets move from the copying warpgroup
+// to the computing ones (setmaxnreg). Keys stay where the table puts them, so TMA (one box over one tensor)
+// is not used. A copying warp and two computing warps share each scheduler, and instruction issue, more
+// than the tensor cores, bounds the step (ncu on a long prompt, H100: tensor pipe ~47% busy, issue slots
+// ~48%): so each lane's copy addresses are fixed but for the key's row, the pipeline's stage and parity are
+// carried rather than divided out, and descriptors move by one add.
 #pragma once
 
 #include <utility>
 
 #include "cute/arch/mma_sm90_gmma.hpp"
+#include "cutlass/arch/barrier.h"
 #include "sm90_paged_attention.cuh"
 
 namespace wavetune::detail::paged {
@@ -64,45 +69,42 @@ __device__ __forceinline__ uint64_t smem_descriptor(uint32_t address, uint32_t p
          uint64_t(1) << 62;
 }
 
-__device__ __forceinline__ void barrier_init(uint32_t barrier, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count));
+// A descriptor `bytes` further on: shared addresses stay below 256 KB, so the 14-bit address field takes the
+// sum without a carry and one 32-bit add does.
+__device__ __forceinline__ uint64_t descriptor_at(uint64_t descriptor, uint32_t bytes) {
+  return (descriptor & ~uint64_t(0xFFFFFFFFu)) | uint32_t(uint32_t(descriptor) + (bytes >> 4));
 }
 
-__device__ __forceinline__ void barrier_arrive(uint32_t barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+// The stage barriers (cutlass::arch::ClusterBarrier, one 64-bit word each): full[s], its K and V landed;
+// empty[s], the computing warps are done reading them; queries, the query tile landed.
+struct WsBarriers {
+  uint64_t* full;
+  uint64_t* empty;
+  uint64_t* queries;
+};
+
+template <int kHeadDim>
+__device__ __forceinline__ WsBarriers ws_barriers(uint8_t* aligned) {
+  uint64_t* full = reinterpret_cast<uint64_t*>(aligned + WsLayout<kHeadDim>::kBarriers);
+  return {full, full + ws_stages<kHeadDim>(), full + 2 * ws_stages<kHeadDim>()};
 }
 
-// Arrives on `barrier` when every cp.async this thread issued so far has landed.
-__device__ __forceinline__ void barrier_arrive_on_copies(uint32_t barrier) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
-}
-
-__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(barrier), "r"(parity)
-        : "memory");
-  }
-}
-
-// The computing warpgroups' own barrier (id 1; __syncthreads uses 0).
+// The computing warpgroups' own barrier (id 1; __syncthreads uses 0). NOTES: not CUTLASS's NamedBarrier, whose
+// bar.sync has no memory clobber: plain C++ stores to shared memory (the staged rows) follow this one.
 __device__ __forceinline__ void compute_groups_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kWsComputeGroups) : "memory");
 }
 
 namespace gmma = cute::SM90::GMMA;
 
-// S = Q K^T (64 x 64, both operands K-major in shared memory) and O += P V (64 x head dim, P in registers,
+// S = Q K^T (64 x 64, Q in registers, K K-major in shared memory) and O += P V (64 x head dim, P in registers,
 // V MN-major in shared memory).
 template <class T, int kHeadDim>
 struct WgmmaOps;
 #define WAVETUNE_WGMMA_OPS(TYPE, HEAD_DIM, NAME)                                                 \
   template <>                                                                                     \
   struct WgmmaOps<TYPE, HEAD_DIM> {                                                               \
-    using Scores = gmma::MMA_64x64x16_F32##NAME##_SS<gmma::Major::K, gmma::Major::K>;            \
+    using Scores = gmma::MMA_64x64x16_F32##NAME##_RS<gmma::Major::K, gmma::Major::K>;            \
     using Values = gmma::MMA_64x##HEAD_DIM##x16_F32##NAME##_RS<gmma::Major::K, gmma::Major::MN>; \
   };
 WAVETUNE_WGMMA_OPS(__nv_bfloat16, 64, BF16BF16)
@@ -112,13 +114,9 @@ WAVETUNE_WGMMA_OPS(__half, 128, F16F16)
 #undef WAVETUNE_WGMMA_OPS
 
 template <class Op, size_t... I>
-__device__ __forceinline__ void wgmma_ss(uint64_t a, uint64_t b, float* d, bool accumulate, std::index_sequence<I...>) {
-  Op::fma(a, b, d[I]..., accumulate ? gmma::ScaleOut::One : gmma::ScaleOut::Zero);
-}
-
-template <class Op, size_t... I>
-__device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t b, float* d, std::index_sequence<I...>) {
-  Op::fma(a[0], a[1], a[2], a[3], b, d[I]..., gmma::ScaleOut::One);
+__device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t b, float* d, bool accumulate,
+                                         std::index_sequence<I...>) {
+  Op::fma(a[0], a[1], a[2], a[3], b, d[I]..., accumulate ? gmma::ScaleOut::One : gmma::ScaleOut::Zero);
 }
 
 // Keeps the compiler from moving reads and writes of wgmma's registers (accumulators, or P as the A operand)
@@ -132,66 +130,97 @@ __device__ __forceinline__ void fence_registers(E (&r)[N][4]) {
   }
 }
 
+// cp.async of 16 bytes, or 16 zeros without reading `src` where `zeros` (its ignore-src form).
+__device__ __forceinline__ void cp_async_16_or_zeros(uint32_t dst, const void* src, bool zeros) {
+  asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n"
+               ::"r"(dst), "l"(src), "r"(int(zeros)));
+}
+
+// A pipeline's position: the stage of step i and the parity of its round (i / kStages).
+template <int kStages>
+struct StagePhase {
+  int stage = 0;
+  uint32_t parity = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) stage = 0, parity ^= 1;
+  }
+};
+
 // The copying warpgroup: the query tile, then K and V of every step into the stages, each stage once the
 // computing warps have freed it. Warp w copies keys [16 w, 16 w + 16) of a step; a lane finds the cache row
 // of key 16 w + lane % 16 through the table a step ahead and hands it to the lanes copying that key's chunks.
 template <int kHeadDim>
-__device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_t base) {
+__device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_t base, const WsBarriers& bar) {
   using L = WsLayout<kHeadDim>;
   constexpr int kStages = ws_stages<kHeadDim>(), kChunks = kHeadDim / 8;
   const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32;
-  const uint32_t full = base + L::kBarriers, empty = full + 8 * kStages, queries_full = empty + 8 * kStages;
   load_queries<kHeadDim>(p, w.seq, blockIdx.y, w.first_row, w.rows, kWsBlockRows, base + L::kQueries,
                          panel_offset<kWsBlockRows>, thread, 128);
-  barrier_arrive_on_copies(queries_full);
-  const auto* k = static_cast<const uint4*>(p.k);
-  const auto* v = static_cast<const uint4*>(p.v);
+  cutlass::arch::cpasync_barrier_arrive_noinc(bar.queries);
   auto row_offset = [&](int i) {
     return key_offset(p, blockIdx.z, blockIdx.y, w.begin + i * kWsStepKeys + 16 * warp + lane % 16, w.end);
   };
-  int64_t mine = row_offset(0);
-  for (int i = 0; i < steps; ++i) {
-    const int stage = i % kStages;
-    if (i >= kStages) barrier_wait(empty + 8 * stage, (i / kStages - 1) & 1);
+  // Lane l copies chunk l % kChunks of keys l / kChunks + j * kKeysPerPass: its chunk, panel and swizzle
+  // term are fixed, and key % 8 = (l / kChunks) ^ (j * kKeysPerPass % 8) (no carry: kKeysPerPass is a power
+  // of two above l / kChunks).
+  constexpr int kKeysPerPass = 32 / kChunks;
+  const int chunk = lane % kChunks, first_key = lane / kChunks;
+  const uint32_t lane_base = uint32_t(chunk / 8) * kWsStepKeys * 128 + uint32_t(16 * warp + first_key) * 128;
+  const uint32_t lane_swizzle = uint32_t((chunk % 8) ^ first_key);
+  const char* k_lane = static_cast<const char*>(p.k) + 16 * chunk;
+  const char* v_lane = static_cast<const char*>(p.v) + 16 * chunk;
+  int64_t mine = row_offset(0) * 2;  // in bytes (2-byte elements); negative past the end
+  StagePhase<kStages> at;
+  for (int i = 0; i < steps; ++i, at.advance()) {
+    if (i >= kStages) cutlass::arch::ClusterBarrier::wait(bar.empty + at.stage, at.parity ^ 1);
+    const uint32_t stage = base + uint32_t(at.stage) * L::kTileBytes + lane_base;
 #pragma unroll
-    for (int j = 0; j < 16 * kChunks / 32; ++j) {
-      const int index = lane + 32 * j, key = index / kChunks, chunk = index % kChunks;
-      const int64_t offset = __shfl_sync(0xffffffffu, mine, key);
-      const int64_t from = offset < 0 ? 0 : offset / 8 + chunk;
-      const uint32_t to = stage * L::kTileBytes + panel_offset<kWsStepKeys>(16 * warp + key, chunk);
-      cp_async_16(base + L::kKeys + to, k + from, offset >= 0);
-      cp_async_16(base + L::kValues + to, v + from, offset >= 0);  // zeros past the end keep 0 x V finite
+    for (int j = 0; j < 16 / kKeysPerPass; ++j) {
+      const int64_t offset = __shfl_sync(0xffffffffu, mine, first_key + j * kKeysPerPass);
+      const uint32_t to = stage + uint32_t(j * kKeysPerPass) * 128 + ((lane_swizzle ^ (j * kKeysPerPass % 8)) << 4);
+      cp_async_16_or_zeros(to + L::kKeys, k_lane + offset, offset < 0);
+      cp_async_16_or_zeros(to + L::kValues, v_lane + offset, offset < 0);  // zeros keep 0 x V finite
     }
-    barrier_arrive_on_copies(full + 8 * stage);
-    mine = row_offset(i + 1);
+    cutlass::arch::cpasync_barrier_arrive_noinc(bar.full + at.stage);
+    mine = row_offset(i + 1) * 2;
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-// A computing warpgroup's wgmma work for one step, each asynchronous: S = Q K^T into `s` (both from shared
-// memory), and O += P V (P from registers).
+// A computing warpgroup's wgmma work for one step, each asynchronous: S = Q K^T into `s` (Q's fragments in
+// registers, K from shared memory), and O += P V (P from registers, V from shared memory). Operands are
+// given as descriptors of the stage's tile; offsets go to their address word.
+// NOTES: Q is read from shared memory once: S = Q K^T with Q there re-reads it on each of a step's wgmmas,
+// and Q, K and V then share shared memory's bandwidth with the copies.
 template <class T, int kHeadDim>
 struct WarpgroupMath {
   using Ops = WgmmaOps<T, kHeadDim>;
   static constexpr uint32_t kPanelBytes = kWsStepKeys * 128;
-  uint32_t queries;  // the warpgroup's 64 rows of the query tile
+  uint32_t q[kHeadDim / 16][4];  // this warp's 16 rows as wgmma A fragments
 
-  __device__ __forceinline__ void scores(float (&s)[kWsStepKeys / 8][4], uint32_t keys) const {
+  // `rows`: the warpgroup's 64 rows of the query tile.
+  __device__ __forceinline__ WarpgroupMath(uint32_t rows, int warp, int lane) {
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      const uint32_t column = uint32_t(ks % 4) * 32;  // 16 columns of a 64-column panel
-      const uint64_t a = smem_descriptor(queries + uint32_t(ks / 4) * kWsBlockRows * 128 + column, 16, 1024);
-      const uint64_t b = smem_descriptor(keys + uint32_t(ks / 4) * kPanelBytes + column, 16, 1024);
-      wgmma_ss<typename Ops::Scores>(a, b, &s[0][0], ks > 0, std::make_index_sequence<kWsStepKeys / 2>{});
+      ldmatrix_x4(q[ks], rows + panel_offset<kWsBlockRows>(16 * warp + lane % 16, 2 * ks + lane / 16));
+    }
+    fence_registers(q);
+  }
+
+  __device__ __forceinline__ void scores(float (&s)[kWsStepKeys / 8][4], uint64_t keys) const {
+#pragma unroll
+    for (int ks = 0; ks < kHeadDim / 16; ++ks) {  // 16 columns of a 64-column panel
+      const uint64_t b = descriptor_at(keys, uint32_t(ks / 4) * kPanelBytes + uint32_t(ks % 4) * 32);
+      wgmma_rs<typename Ops::Scores>(q[ks], b, &s[0][0], ks > 0, std::make_index_sequence<kWsStepKeys / 2>{});
     }
     cute::warpgroup_commit_batch();
   }
   __device__ __forceinline__ void values(SoftmaxState<kHeadDim>& st, const uint32_t (&p)[kWsStepKeys / 16][4],
-                                         uint32_t values) const {
+                                         uint64_t values) const {
 #pragma unroll
     for (int ks = 0; ks < kWsStepKeys / 16; ++ks) {
-      const uint64_t b = smem_descriptor(values + uint32_t(ks) * 16 * 128, kPanelBytes, 1024);
-      wgmma_rs<typename Ops::Values>(p[ks], b, &st.o[0][0], std::make_index_sequence<kHeadDim / 2>{});
+      const uint64_t b = descriptor_at(values, uint32_t(ks) * 16 * 128);
+      wgmma_rs<typename Ops::Values>(p[ks], b, &st.o[0][0], true, std::make_index_sequence<kHeadDim / 2>{});
     }
     cute::warpgroup_commit_batch();
   }
@@ -203,51 +232,55 @@ struct WarpgroupMath {
 // P V. A warpgroup also scores steps past its own rows' keys (with the causal mask, the other warpgroup's
 // last one); the mask zeroes them.
 template <class T, int kHeadDim>
-__device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint32_t base, float* staged,
-                              float* staged_lse, int group) {
+__device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint32_t base, const WsBarriers& bar,
+                              float* staged, float* staged_lse, int group) {
   using L = WsLayout<kHeadDim>;
+  using Math = WarpgroupMath<T, kHeadDim>;
   constexpr int kStages = ws_stages<kHeadDim>();
+  using Barrier = cutlass::arch::ClusterBarrier;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const uint32_t full = base + L::kBarriers, empty = full + 8 * kStages, queries_full = empty + 8 * kStages;
   int row_end[2];
   lane_row_ends(p, w.seq, w.first_row + group * kWarpgroupRows + warp * kRows, w.split_end, lane, row_end);
   const int unmasked = warp_unmasked_end(row_end);
-  const WarpgroupMath<T, kHeadDim> math{base + L::kQueries + uint32_t(group) * kWarpgroupRows * 128};
-  auto keys = [&](int i) { return base + L::kKeys + uint32_t(i % kStages) * L::kTileBytes; };
-  auto values = [&](int i) { return base + L::kValues + uint32_t(i % kStages) * L::kTileBytes; };
-  auto wait_step = [&](int i) {
-    barrier_wait(full + 8 * (i % kStages), (i / kStages) & 1);
+  const uint64_t keys0 = smem_descriptor(base + L::kKeys, 16, 1024);
+  const uint64_t values0 = smem_descriptor(base + L::kValues, Math::kPanelBytes, 1024);
+  StagePhase<kStages> at;  // the step being scored
+  auto wait_step = [&] {
+    Barrier::wait(bar.full + at.stage, at.parity);
     // NOTES: cp.async writes through the generic proxy and wgmma reads through the async one.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    cutlass::arch::fence_view_async_shared();
   };
-  auto free_step = [&](int i) {  // step i's K and V are read: its stage may be refilled
+  auto free_stage = [&](int stage) {  // a step's K and V are read: its stage may be refilled
     __syncwarp();
-    if (lane == 0) barrier_arrive(empty + 8 * (i % kStages));
+    if (lane == 0) Barrier::arrive(bar.empty + stage);
   };
 
   SoftmaxState<kHeadDim> st;
   uint32_t probabilities[kWsStepKeys / 16][4];  // P of the step whose P V comes next
   float correction[2];
-  barrier_wait(queries_full, 0);
+  Barrier::wait(bar.queries, 0);
+  const Math math(base + L::kQueries + uint32_t(group) * kWarpgroupRows * 128, warp, lane);
   if (steps > 0) {
-    wait_step(0);
+    wait_step();
     float s[kWsStepKeys / 8][4];
     fence_registers(s);
     cute::warpgroup_arrive();
-    math.scores(s, keys(0));
+    math.scores(s, keys0);
     cute::warpgroup_wait<0>();
     fence_registers(s);
     online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, w.begin, row_end, unmasked, p.scale_log2, lane);
     pack_probabilities<T, kWsStepKeys>(s, probabilities);
     for (int i = 1; i < steps; ++i) {
-      wait_step(i);
+      const int previous = at.stage;
+      at.advance();
+      wait_step();
       float s[kWsStepKeys / 8][4];
       fence_registers(s);
       fence_registers(st.o);
       fence_registers(probabilities);
       cute::warpgroup_arrive();
-      math.scores(s, keys(i));
-      math.values(st, probabilities, values(i - 1));
+      math.scores(s, descriptor_at(keys0, uint32_t(at.stage) * L::kTileBytes));
+      math.values(st, probabilities, descriptor_at(values0, uint32_t(previous) * L::kTileBytes));
       fence_registers(probabilities);
       cute::warpgroup_wait<1>();  // the scores; the P V committed after them may still run
       fence_registers(s);
@@ -256,7 +289,7 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
       cute::warpgroup_wait<0>();
       fence_registers(st.o);
       fence_registers(probabilities);
-      free_step(i - 1);
+      free_stage(previous);
       // NOTES: P is packed only now: written while the P V that reads the previous P runs, its registers
       // would be that wgmma's inputs, and ptxas would serialize every wgmma of the kernel.
       pack_probabilities<T, kWsStepKeys>(s, probabilities);
@@ -265,7 +298,7 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
     fence_registers(st.o);
     fence_registers(probabilities);
     cute::warpgroup_arrive();
-    math.values(st, probabilities, values(steps - 1));
+    math.values(st, probabilities, descriptor_at(values0, uint32_t(at.stage) * L::kTileBytes));
     cute::warpgroup_wait<0>();
     fence_registers(st.o);
   }
@@ -280,30 +313,31 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(Param
   using L = WsLayout<kHeadDim>;
   extern __shared__ uint4 shared[];
   const uint32_t base = (shared_address(shared) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
+  uint8_t* aligned = reinterpret_cast<uint8_t*>(shared) + (base - shared_address(shared));
+  const WsBarriers bar = ws_barriers<kHeadDim>(aligned);
   CtaWork w;
   if (!cta_work(p, kWsBlockRows, w)) return;
   const int steps = w.end > w.begin ? (w.end - w.begin + kWsStepKeys - 1) / kWsStepKeys : 0;
   if (threadIdx.x == 0) {
-    const uint32_t full = base + L::kBarriers, empty = full + 8 * kStages;
     for (int s = 0; s < kStages; ++s) {
-      barrier_init(full + 8 * s, 128);                    // a copy arrival per copying thread
-      barrier_init(empty + 8 * s, 4 * kWsComputeGroups);  // an arrival per computing warp
+      cutlass::arch::ClusterBarrier::init(bar.full + s, 128);                    // a copy arrival per copying thread
+      cutlass::arch::ClusterBarrier::init(bar.empty + s, 4 * kWsComputeGroups);  // an arrival per computing warp
     }
-    barrier_init(empty + 8 * kStages, 128);  // the query tile
+    cutlass::arch::ClusterBarrier::init(bar.queries, 128);
   }
   __syncthreads();
   // NOTES: the warpgroup index goes through a shuffle so that the compiler sees it is the same in a warp.
   const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsCopyRegisters));
-    copy_steps<kHeadDim>(p, w, steps, base);
+    copy_steps<kHeadDim>(p, w, steps, base, bar);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsComputeRegisters));
   static_assert(staged_bytes<kHeadDim>(kWsBlockRows) <= L::kBarriers);
-  float* staged = reinterpret_cast<float*>(shared) + (base - shared_address(shared)) / 4;
+  float* staged = reinterpret_cast<float*>(aligned);
   float* staged_lse = staged + kWsBlockRows * staged_row_floats<kHeadDim>();
-  compute_steps<T, kHeadDim>(p, w, steps, base, staged, staged_lse, warpgroup - 1);
+  compute_steps<T, kHeadDim>(p, w, steps, base, bar, staged, staged_lse, warpgroup - 1);
   compute_groups_sync();
   write_rows<T, kHeadDim>(p, w.seq, blockIdx.y, w.first_row, w.rows, w.split, staged, staged_lse, threadIdx.x - 128,
                           128 * kWsComputeGroups);
