@@ -41,7 +41,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.5, 4.0  # launch.cu's
+WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.5, 2.0  # launch.cu's
+WS_COPY_WARPS = 4  # sm90_paged_attention_ws.cuh's kWsCopyWarps
 
 
 def parse_args() -> argparse.Namespace:
@@ -81,7 +82,7 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     ctas = max(one_sequence, math.ceil(batch * one_sequence * fill))
     share = max(1.0, keys - 0.5 * max_q) / keys if case.get("causal") and max_q > 1 and keys else 1.0
     keys_per_cta = per_split * step_keys * share
-    warps = step_keys // 16
+    warps = WS_COPY_WARPS if kernel.get("wgmma") else step_keys // 16  # warps that copy K and V
     math_speedup = wgmma_speedup if kernel.get("wgmma") else 1.0
     bytes_per_cta = 2.0 * keys_per_cta * case["head_dim"] * 2
     keys_per_warp = keys_per_cta if rows > 16 else keys_per_cta / warps

@@ -26,19 +26,18 @@ namespace wavetune {
 namespace detail {
 namespace {
 
-template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit>
+template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit, int kStepKeys>
 struct PagedVariant {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
   static constexpr bool kSpecialized = kSplit == paged::WarpSplit::specialized;
-  static_assert(!kSpecialized || 32 * kWarps == paged::kWsThreads);
+  static_assert(kSpecialized ? 32 * kWarps == paged::kWsThreads : kStepKeys == kWarps * paged::kTileKeys);
   static constexpr size_t kShared =
-      kSpecialized ? paged::ws_shared_bytes<kHeadDim>() : paged::shared_bytes<kHeadDim, kWarps, kSplit>();
+      kSpecialized ? paged::ws_shared_bytes<kHeadDim, kStepKeys>() : paged::shared_bytes<kHeadDim, kWarps, kSplit>();
   static constexpr int kBlockRows = kSplit == paged::WarpSplit::keys ? paged::kRows
                                     : kSpecialized                   ? paged::kWsBlockRows
                                                                      : paged::kRows * kWarps;
-  static constexpr int kStepKeys = kSpecialized ? paged::kWsStepKeys : kWarps * paged::kTileKeys;
   static constexpr auto kKernel = [] {
-    if constexpr (kSpecialized) return paged::paged_attention_ws_kernel<T, kHeadDim>;
+    if constexpr (kSpecialized) return paged::paged_attention_ws_kernel<T, kHeadDim, kStepKeys>;
     else return paged::paged_attention_kernel<T, kHeadDim, kWarps, kSplit>;
   }();
 
@@ -132,11 +131,10 @@ struct PagedVariant {
 // heads; H100, 2026-11-28), whose choices ran at 0.973 of the best there and at 0.977 on 59 held-out cases;
 // the other four on several-query cases of benchmarks/varlen_attention.py (36 design cases, H100, 2026-11-28),
 // whose choices replayed at 0.954 of the best there and at 0.930 on 30 held-out cases. The warp-specialized
-// kernel (schedule cooperative) runs its tile math with wgmma: both math terms are kWgmmaSpeedup times faster
-// for it. The factor, 4, is the smallest at the replay optimum of its sweeps (61 design cases, H100,
-// 2026-11-28; 0.955 of the best there, 0.942 on 30 held-out cases). It is above the 1.1-2x the kernel measured
-// over the mma.sync kernels on math-bound cases, so that kernel's predictions rest on its copy rate and its
-// per-step cost, which rank it better than its math terms would.
+// kernels (schedule cooperative; steps of 64 or 128 keys, four copying warps) run their tile math with wgmma:
+// both math terms are kWgmmaSpeedup times faster for them. The factor, 2, is the replay optimum of their sweeps
+// with the others as shipped (33 design cases, H100, 2026-11-28: 0.961 of the best there, 0.934 on 29
+// held-out cases), within the 1.1-2.2x those kernels measured over the mma.sync kernels on math-bound cases.
 constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 4.0;
@@ -145,7 +143,7 @@ constexpr double kWarpFlopsPerUs = 4.0e5;
 constexpr double kSmFlopsPerUs = 4.0e6;
 constexpr double kL2Speedup = 2.0;
 constexpr double kRowsStepUs = 0.5;
-constexpr double kWgmmaSpeedup = 4.0;
+constexpr double kWgmmaSpeedup = 2.0;
 
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
                     int64_t slots, double hbm_bytes_per_us) {
@@ -156,7 +154,8 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
                           : 1.0;
   const int64_t one_sequence = int64_t(p.heads_kv) * row_blocks * s.splits;
   const int64_t ctas = std::max(one_sequence, int64_t(std::ceil(double(p.batch) * one_sequence * fill)));
-  const int64_t warps = v.tile_n / paged::kTileKeys;
+  const bool wgmma = v.schedule == Schedule::cooperative;
+  const int64_t warps = wgmma ? paged::kWsCopyWarps : v.tile_n / paged::kTileKeys;  // warps that copy K and V
   const double causal_share =
       p.causal && p.max_q_len > 1 && p.max_seq_len > 0
           ? std::max(1.0, p.max_seq_len - 0.5 * p.max_q_len) / p.max_seq_len
@@ -165,7 +164,7 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
   const bool rows_split = v.tile_m > paged::kRows;
   const double keys_per_warp = rows_split ? keys_per_cta : keys_per_cta / warps;
   const double bytes_per_cta = 2.0 * keys_per_cta * p.head_dim * 2;
-  const double math = v.schedule == Schedule::cooperative ? kWgmmaSpeedup : 1.0;
+  const double math = wgmma ? kWgmmaSpeedup : 1.0;
   const double warp_us = (rows_split ? keys_per_cta / v.tile_n * kRowsStepUs : 0.0) +
                          4.0 * paged::kRows * keys_per_warp * p.head_dim / (kWarpFlopsPerUs * math);
   const double flops_per_cta = 4.0 * v.tile_m * keys_per_cta * p.head_dim;
@@ -203,8 +202,9 @@ std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const Var
 
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() {
   std::vector<VariantRegistry<PagedVariantOps>::Entry> out;
-#define WAVETUNE_PAGED_ENTRY(DTYPE, HEAD_DIM, WARPS, SPLIT, NAME) \
-  out.push_back(PagedVariant<DType::DTYPE, HEAD_DIM, WARPS, paged::WarpSplit::SPLIT>::entry(int32_t(out.size()), NAME));
+#define WAVETUNE_PAGED_ENTRY(DTYPE, HEAD_DIM, WARPS, SPLIT, STEP_KEYS, NAME)                     \
+  out.push_back(PagedVariant<DType::DTYPE, HEAD_DIM, WARPS, paged::WarpSplit::SPLIT, STEP_KEYS>::entry( \
+      int32_t(out.size()), NAME));
   WAVETUNE_PAGED_VARIANTS(WAVETUNE_PAGED_ENTRY)
 #undef WAVETUNE_PAGED_ENTRY
   return out;

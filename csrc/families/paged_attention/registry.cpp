@@ -40,7 +40,7 @@ PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int3
 const std::vector<VariantInfo>& paged_attention_variants() { return detail::registry().infos(); }
 
 const char* paged_attention_config_space_hash() {
-#define WAVETUNE_PAGED_NAME(DTYPE, HEAD_DIM, WARPS, SPLIT, NAME) NAME,
+#define WAVETUNE_PAGED_NAME(DTYPE, HEAD_DIM, WARPS, SPLIT, STEP_KEYS, NAME) NAME,
   static const std::string hash = detail::catalog_hash({WAVETUNE_PAGED_VARIANTS(WAVETUNE_PAGED_NAME)});
 #undef WAVETUNE_PAGED_NAME
   return hash.c_str();

@@ -26,33 +26,35 @@
 namespace wavetune::detail::paged {
 
 constexpr int kWarpgroupRows = 64;    // query rows per computing warpgroup (a wgmma's M)
-constexpr int kWsStepKeys = 64;       // keys per step (the N of S = Q K^T)
 constexpr int kWsComputeGroups = 2;   // computing warpgroups; the CTA's row block is 128 rows
-constexpr int kWsThreads = 128 * (kWsComputeGroups + 1);
+constexpr int kWsCopyWarps = 4;      // one warpgroup copies
+constexpr int kWsThreads = 32 * kWsCopyWarps + 128 * kWsComputeGroups;
 constexpr int kWsBlockRows = kWarpgroupRows * kWsComputeGroups;
 constexpr int kWsCopyRegisters = 40, kWsComputeRegisters = 232;  // 128 x 40 + 256 x 232 <= 64K registers
 
-// K and V stages in shared memory (32 KB a stage at head dim 128).
-template <int kHeadDim>
+// K and V stages in shared memory: as many as fit beside the query tile (a stage of 64 keys at head dim 128
+// is 32 KB).
+template <int kHeadDim, int kStepKeys>
 constexpr int ws_stages() {
-  return kHeadDim == 64 ? 8 : 5;
+  return kStepKeys == 64 ? (kHeadDim == 64 ? 8 : 5) : (kHeadDim == 64 ? 6 : 3);
 }
 
 // Byte layout of the dynamic shared memory: 1024 bytes of slack to align the swizzled panels, the query
 // tile, K stages, V stages, then the barriers (full and empty per stage, one for the query tile).
-template <int kHeadDim>
+template <int kHeadDim, int kStepKeys>
 struct WsLayout {
-  static constexpr uint32_t kTileBytes = kWsStepKeys * kHeadDim * 2;
+  static constexpr int kStages = ws_stages<kHeadDim, kStepKeys>();
+  static constexpr uint32_t kTileBytes = kStepKeys * kHeadDim * 2;
   static constexpr uint32_t kQueries = 0;
   static constexpr uint32_t kKeys = kWsBlockRows * kHeadDim * 2;
-  static constexpr uint32_t kValues = kKeys + ws_stages<kHeadDim>() * kTileBytes;
-  static constexpr uint32_t kBarriers = kValues + ws_stages<kHeadDim>() * kTileBytes;
-  static constexpr uint32_t kBytes = kBarriers + (2 * ws_stages<kHeadDim>() + 1) * 8;
+  static constexpr uint32_t kValues = kKeys + kStages * kTileBytes;
+  static constexpr uint32_t kBarriers = kValues + kStages * kTileBytes;
+  static constexpr uint32_t kBytes = kBarriers + (2 * kStages + 1) * 8;
 };
 
-template <int kHeadDim>
+template <int kHeadDim, int kStepKeys>
 constexpr size_t ws_shared_bytes() {
-  return 1024 + WsLayout<kHeadDim>::kBytes;
+  return 1024 + WsLayout<kHeadDim, kStepKeys>::kBytes;
 }
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of kTileRows rows laid out as wgmma's 128-byte
@@ -83,10 +85,10 @@ struct WsBarriers {
   uint64_t* queries;
 };
 
-template <int kHeadDim>
+template <class L>
 __device__ __forceinline__ WsBarriers ws_barriers(uint8_t* aligned) {
-  uint64_t* full = reinterpret_cast<uint64_t*>(aligned + WsLayout<kHeadDim>::kBarriers);
-  return {full, full + ws_stages<kHeadDim>(), full + 2 * ws_stages<kHeadDim>()};
+  uint64_t* full = reinterpret_cast<uint64_t*>(aligned + L::kBarriers);
+  return {full, full + L::kStages, full + 2 * L::kStages};
 }
 
 // The computing warpgroups' own barrier (id 1; __syncthreads uses 0). NOTES: not CUTLASS's NamedBarrier, whose
@@ -97,21 +99,18 @@ __device__ __forceinline__ void compute_groups_sync() {
 
 namespace gmma = cute::SM90::GMMA;
 
-// S = Q K^T (64 x 64, Q in registers, K K-major in shared memory) and O += P V (64 x head dim, P in registers,
-// V MN-major in shared memory).
-template <class T, int kHeadDim>
-struct WgmmaOps;
-#define WAVETUNE_WGMMA_OPS(TYPE, HEAD_DIM, NAME)                                                 \
-  template <>                                                                                     \
-  struct WgmmaOps<TYPE, HEAD_DIM> {                                                               \
-    using Scores = gmma::MMA_64x64x16_F32##NAME##_RS<gmma::Major::K, gmma::Major::K>;            \
-    using Values = gmma::MMA_64x##HEAD_DIM##x16_F32##NAME##_RS<gmma::Major::K, gmma::Major::MN>; \
-  };
-WAVETUNE_WGMMA_OPS(__nv_bfloat16, 64, BF16BF16)
-WAVETUNE_WGMMA_OPS(__nv_bfloat16, 128, BF16BF16)
-WAVETUNE_WGMMA_OPS(__half, 64, F16F16)
-WAVETUNE_WGMMA_OPS(__half, 128, F16F16)
-#undef WAVETUNE_WGMMA_OPS
+// S = Q K^T (64 x step keys, Q in registers, K K-major in shared memory) and O += P V (64 x head dim, P in
+// registers, V MN-major in shared memory): a 64 x N x 16 wgmma with A in registers.
+template <class T, int N, gmma::Major kMajorB>
+struct WgmmaRs;
+#define WAVETUNE_WGMMA_RS(TYPE, N, NAME)                                                            \
+  template <gmma::Major kMajorB>                                                                    \
+  struct WgmmaRs<TYPE, N, kMajorB> : gmma::MMA_64x##N##x16_F32##NAME##_RS<gmma::Major::K, kMajorB> {};
+WAVETUNE_WGMMA_RS(__nv_bfloat16, 64, BF16BF16)
+WAVETUNE_WGMMA_RS(__nv_bfloat16, 128, BF16BF16)
+WAVETUNE_WGMMA_RS(__half, 64, F16F16)
+WAVETUNE_WGMMA_RS(__half, 128, F16F16)
+#undef WAVETUNE_WGMMA_RS
 
 template <class Op, size_t... I>
 __device__ __forceinline__ void wgmma_rs(const uint32_t (&a)[4], uint64_t b, float* d, bool accumulate,
@@ -149,23 +148,24 @@ struct StagePhase {
 // The copying warpgroup: the query tile, then K and V of every step into the stages, each stage once the
 // computing warps have freed it. Warp w copies keys [16 w, 16 w + 16) of a step; a lane finds the cache row
 // of key 16 w + lane % 16 through the table a step ahead and hands it to the lanes copying that key's chunks.
-template <int kHeadDim>
+template <int kHeadDim, int kStepKeys>
 __device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_t base, const WsBarriers& bar) {
-  using L = WsLayout<kHeadDim>;
-  constexpr int kStages = ws_stages<kHeadDim>(), kChunks = kHeadDim / 8;
+  using L = WsLayout<kHeadDim, kStepKeys>;
+  constexpr int kStages = L::kStages, kChunks = kHeadDim / 8, kWarpKeys = kStepKeys / kWsCopyWarps;
   const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32;
   load_queries<kHeadDim>(p, w.seq, blockIdx.y, w.first_row, w.rows, kWsBlockRows, base + L::kQueries,
                          panel_offset<kWsBlockRows>, thread, 128);
   cutlass::arch::cpasync_barrier_arrive_noinc(bar.queries);
   auto row_offset = [&](int i) {
-    return key_offset(p, blockIdx.z, blockIdx.y, w.begin + i * kWsStepKeys + 16 * warp + lane % 16, w.end);
+    const int key = w.begin + i * kStepKeys + kWarpKeys * warp + lane % kWarpKeys;
+    return key_offset(p, blockIdx.z, blockIdx.y, key, w.end);
   };
   // Lane l copies chunk l % kChunks of keys l / kChunks + j * kKeysPerPass: its chunk, panel and swizzle
   // term are fixed, and key % 8 = (l / kChunks) ^ (j * kKeysPerPass % 8) (no carry: kKeysPerPass is a power
   // of two above l / kChunks).
   constexpr int kKeysPerPass = 32 / kChunks;
   const int chunk = lane % kChunks, first_key = lane / kChunks;
-  const uint32_t lane_base = uint32_t(chunk / 8) * kWsStepKeys * 128 + uint32_t(16 * warp + first_key) * 128;
+  const uint32_t lane_base = uint32_t(chunk / 8) * kStepKeys * 128 + uint32_t(kWarpKeys * warp + first_key) * 128;
   const uint32_t lane_swizzle = uint32_t((chunk % 8) ^ first_key);
   const char* k_lane = static_cast<const char*>(p.k) + 16 * chunk;
   const char* v_lane = static_cast<const char*>(p.v) + 16 * chunk;
@@ -175,7 +175,7 @@ __device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_
     if (i >= kStages) cutlass::arch::ClusterBarrier::wait(bar.empty + at.stage, at.parity ^ 1);
     const uint32_t stage = base + uint32_t(at.stage) * L::kTileBytes + lane_base;
 #pragma unroll
-    for (int j = 0; j < 16 / kKeysPerPass; ++j) {
+    for (int j = 0; j < kWarpKeys / kKeysPerPass; ++j) {
       const int64_t offset = __shfl_sync(0xffffffffu, mine, first_key + j * kKeysPerPass);
       const uint32_t to = stage + uint32_t(j * kKeysPerPass) * 128 + ((lane_swizzle ^ (j * kKeysPerPass % 8)) << 4);
       cp_async_16_or_zeros(to + L::kKeys, k_lane + offset, offset < 0);
@@ -192,10 +192,9 @@ __device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_
 // given as descriptors of the stage's tile; offsets go to their address word.
 // NOTES: Q is read from shared memory once: S = Q K^T with Q there re-reads it on each of a step's wgmmas,
 // and Q, K and V then share shared memory's bandwidth with the copies.
-template <class T, int kHeadDim>
+template <class T, int kHeadDim, int kStepKeys>
 struct WarpgroupMath {
-  using Ops = WgmmaOps<T, kHeadDim>;
-  static constexpr uint32_t kPanelBytes = kWsStepKeys * 128;
+  static constexpr uint32_t kPanelBytes = kStepKeys * 128;
   uint32_t q[kHeadDim / 16][4];  // this warp's 16 rows as wgmma A fragments
 
   // `rows`: the warpgroup's 64 rows of the query tile.
@@ -207,20 +206,22 @@ struct WarpgroupMath {
     fence_registers(q);
   }
 
-  __device__ __forceinline__ void scores(float (&s)[kWsStepKeys / 8][4], uint64_t keys) const {
+  __device__ __forceinline__ void scores(float (&s)[kStepKeys / 8][4], uint64_t keys) const {
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {  // 16 columns of a 64-column panel
       const uint64_t b = descriptor_at(keys, uint32_t(ks / 4) * kPanelBytes + uint32_t(ks % 4) * 32);
-      wgmma_rs<typename Ops::Scores>(q[ks], b, &s[0][0], ks > 0, std::make_index_sequence<kWsStepKeys / 2>{});
+      wgmma_rs<WgmmaRs<T, kStepKeys, gmma::Major::K>>(q[ks], b, &s[0][0], ks > 0,
+                                                      std::make_index_sequence<kStepKeys / 2>{});
     }
     cute::warpgroup_commit_batch();
   }
-  __device__ __forceinline__ void values(SoftmaxState<kHeadDim>& st, const uint32_t (&p)[kWsStepKeys / 16][4],
+  __device__ __forceinline__ void values(SoftmaxState<kHeadDim>& st, const uint32_t (&p)[kStepKeys / 16][4],
                                          uint64_t values) const {
 #pragma unroll
-    for (int ks = 0; ks < kWsStepKeys / 16; ++ks) {
+    for (int ks = 0; ks < kStepKeys / 16; ++ks) {
       const uint64_t b = descriptor_at(values, uint32_t(ks) * 16 * 128);
-      wgmma_rs<typename Ops::Values>(p[ks], b, &st.o[0][0], true, std::make_index_sequence<kHeadDim / 2>{});
+      wgmma_rs<WgmmaRs<T, kHeadDim, gmma::Major::MN>>(p[ks], b, &st.o[0][0], true,
+                                                      std::make_index_sequence<kHeadDim / 2>{});
     }
     cute::warpgroup_commit_batch();
   }
@@ -231,12 +232,12 @@ struct WarpgroupMath {
 // loop is peeled: step 0's scores, then each step's scores beside the previous step's P V, then the last
 // P V. A warpgroup also scores steps past its own rows' keys (with the causal mask, the other warpgroup's
 // last one); the mask zeroes them.
-template <class T, int kHeadDim>
+template <class T, int kHeadDim, int kStepKeys>
 __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint32_t base, const WsBarriers& bar,
                               float* staged, float* staged_lse, int group) {
-  using L = WsLayout<kHeadDim>;
-  using Math = WarpgroupMath<T, kHeadDim>;
-  constexpr int kStages = ws_stages<kHeadDim>();
+  using L = WsLayout<kHeadDim, kStepKeys>;
+  using Math = WarpgroupMath<T, kHeadDim, kStepKeys>;
+  constexpr int kStages = L::kStages;
   using Barrier = cutlass::arch::ClusterBarrier;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   int row_end[2];
@@ -256,25 +257,25 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
   };
 
   SoftmaxState<kHeadDim> st;
-  uint32_t probabilities[kWsStepKeys / 16][4];  // P of the step whose P V comes next
+  uint32_t probabilities[kStepKeys / 16][4];  // P of the step whose P V comes next
   float correction[2];
   Barrier::wait(bar.queries, 0);
   const Math math(base + L::kQueries + uint32_t(group) * kWarpgroupRows * 128, warp, lane);
   if (steps > 0) {
     wait_step();
-    float s[kWsStepKeys / 8][4];
+    float s[kStepKeys / 8][4];
     fence_registers(s);
     cute::warpgroup_arrive();
     math.scores(s, keys0);
     cute::warpgroup_wait<0>();
     fence_registers(s);
-    online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, w.begin, row_end, unmasked, p.scale_log2, lane);
-    pack_probabilities<T, kWsStepKeys>(s, probabilities);
+    online_softmax<kHeadDim, kStepKeys>(st, s, correction, w.begin, row_end, unmasked, p.scale_log2, lane);
+    pack_probabilities<T, kStepKeys>(s, probabilities);
     for (int i = 1; i < steps; ++i) {
       const int previous = at.stage;
       at.advance();
       wait_step();
-      float s[kWsStepKeys / 8][4];
+      float s[kStepKeys / 8][4];
       fence_registers(s);
       fence_registers(st.o);
       fence_registers(probabilities);
@@ -284,7 +285,7 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
       fence_registers(probabilities);
       cute::warpgroup_wait<1>();  // the scores; the P V committed after them may still run
       fence_registers(s);
-      online_softmax<kHeadDim, kWsStepKeys>(st, s, correction, w.begin + i * kWsStepKeys, row_end, unmasked,
+      online_softmax<kHeadDim, kStepKeys>(st, s, correction, w.begin + i * kStepKeys, row_end, unmasked,
                                             p.scale_log2, lane);
       cute::warpgroup_wait<0>();
       fence_registers(st.o);
@@ -292,7 +293,7 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
       free_stage(previous);
       // NOTES: P is packed only now: written while the P V that reads the previous P runs, its registers
       // would be that wgmma's inputs, and ptxas would serialize every wgmma of the kernel.
-      pack_probabilities<T, kWsStepKeys>(s, probabilities);
+      pack_probabilities<T, kStepKeys>(s, probabilities);
       rescale(st, correction);
     }
     fence_registers(st.o);
@@ -307,17 +308,17 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
 }
 
 // Grid as paged_attention_kernel's; a row block is 128 rows.
-template <class T, int kHeadDim>
+template <class T, int kHeadDim, int kStepKeys>
 __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(Params p) {
-  constexpr int kStages = ws_stages<kHeadDim>();
-  using L = WsLayout<kHeadDim>;
+  using L = WsLayout<kHeadDim, kStepKeys>;
+  constexpr int kStages = L::kStages;
   extern __shared__ uint4 shared[];
   const uint32_t base = (shared_address(shared) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   uint8_t* aligned = reinterpret_cast<uint8_t*>(shared) + (base - shared_address(shared));
-  const WsBarriers bar = ws_barriers<kHeadDim>(aligned);
+  const WsBarriers bar = ws_barriers<L>(aligned);
   CtaWork w;
   if (!cta_work(p, kWsBlockRows, w)) return;
-  const int steps = w.end > w.begin ? (w.end - w.begin + kWsStepKeys - 1) / kWsStepKeys : 0;
+  const int steps = w.end > w.begin ? (w.end - w.begin + kStepKeys - 1) / kStepKeys : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       cutlass::arch::ClusterBarrier::init(bar.full + s, 128);                    // a copy arrival per copying thread
@@ -330,14 +331,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(Param
   const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsCopyRegisters));
-    copy_steps<kHeadDim>(p, w, steps, base, bar);
+    copy_steps<kHeadDim, kStepKeys>(p, w, steps, base, bar);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsComputeRegisters));
   static_assert(staged_bytes<kHeadDim>(kWsBlockRows) <= L::kBarriers);
   float* staged = reinterpret_cast<float*>(aligned);
   float* staged_lse = staged + kWsBlockRows * staged_row_floats<kHeadDim>();
-  compute_steps<T, kHeadDim>(p, w, steps, base, bar, staged, staged_lse, warpgroup - 1);
+  compute_steps<T, kHeadDim, kStepKeys>(p, w, steps, base, bar, staged, staged_lse, warpgroup - 1);
   compute_groups_sync();
   write_rows<T, kHeadDim>(p, w.seq, blockIdx.y, w.first_row, w.rows, w.split, staged, staged_lse, threadIdx.x - 128,
                           128 * kWsComputeGroups);
