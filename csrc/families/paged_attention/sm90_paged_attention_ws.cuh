@@ -1,20 +1,20 @@
 // The paged attention kernel for many query rows (prefill, chunks after a cached prefix, packed prompts) on
 // Hopper's warpgroup MMA, warp-specialized.
 //
-// NOTES: the mma.sync kernels (sm90_paged_attention.cuh) feed every 16-row tile's operands through ldmatrix
-// and every warp both copies and computes, so on long queries shared memory and issue slots, not the tensor
-// cores, set their rate. Here a CTA is three warpgroups. The first only copies: the query tile, then each
-// 64-key step of K and V, found through the block table, with cp.async into 128-byte-swizzled panels; each
-// copy arrives on its stage's "full" barrier when it lands, so no thread waits on its own copies. The other
-// two each own 64 query rows and only compute: their Q fragments, read from shared memory once, are the A
-// operand of S = Q K^T in registers, and P (registers) and V (the MN-major operand) that of O += P V. A
-// step's P V runs while the next step's scores go through the softmax, and a consumer warp frees a stage on
-// its "empty" barrier once the P V that read it is done. Register budgets move from the copying warpgroup
-// to the computing ones (setmaxnreg). Keys stay where the table puts them, so TMA (one box over one tensor)
-// is not used. A copying warp and two computing warps share each scheduler, and instruction issue, more
-// than the tensor cores, bounds the step (ncu on a long prompt, H100: tensor pipe ~47% busy, issue slots
-// ~48%): so each lane's copy addresses are fixed but for the key's row, the pipeline's stage and parity are
-// carried rather than divided out, and descriptors move by one add.
+// NOTES: the mma.sync kernels (sm90_paged_attention.cuh) feed every 16-row tile's operands through ldmatrix and
+// every warp both copies and computes, so on long queries shared memory and issue slots, not the tensor cores, set
+// their rate. Here a CTA is three warpgroups. The first only copies: the query tile, then each step of K and V (64
+// or 128 keys: two kernels), found through the block table, with cp.async into 128-byte-swizzled panels; each copy
+// arrives on its stage's "full" barrier when it lands, so no thread waits on its own copies. The other two each own
+// 64 query rows and only compute: their Q fragments, read from shared memory once, are the A operand of S = Q K^T
+// in registers, and P (registers) and V (the MN-major operand) that of O += P V. A step's P V runs while the next
+// step's scores go through the softmax, and a consumer warp frees a stage on its "empty" barrier once the P V that
+// read it is done. Register budgets move from the copying warpgroup to the computing ones (setmaxnreg). Keys stay
+// where the table puts them, so TMA (one box over one tensor) is not used. A copying warp and two computing warps
+// share each scheduler, and instruction issue, more than the tensor cores, bounds the step (ncu on a long prompt,
+// H100: tensor pipe and issue slots each about half busy). So each lane's copy addresses are fixed but for the
+// key's row, the pipeline's stage and parity are carried rather than divided out, descriptors move by one add, and
+// 128-key steps halve the softmax steps, rescales and waits per key.
 #pragma once
 
 #include <utility>
@@ -146,8 +146,9 @@ struct StagePhase {
 };
 
 // The copying warpgroup: the query tile, then K and V of every step into the stages, each stage once the
-// computing warps have freed it. Warp w copies keys [16 w, 16 w + 16) of a step; a lane finds the cache row
-// of key 16 w + lane % 16 through the table a step ahead and hands it to the lanes copying that key's chunks.
+// computing warps have freed it. Warp w copies keys [n w, n w + n) of a step (n = kWarpKeys, a quarter of the
+// step); a lane finds the cache row of key n w + lane % n through the table a step ahead and hands it to the
+// lanes copying that key's chunks.
 template <int kHeadDim, int kStepKeys>
 __device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_t base, const WsBarriers& bar) {
   using L = WsLayout<kHeadDim, kStepKeys>;
