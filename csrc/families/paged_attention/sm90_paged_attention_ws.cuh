@@ -32,18 +32,12 @@ constexpr int kWsThreads = 32 * kWsCopyWarps + 128 * kWsComputeGroups;
 constexpr int kWsBlockRows = kWarpgroupRows * kWsComputeGroups;
 constexpr int kWsCopyRegisters = 40, kWsComputeRegisters = 232;  // 128 x 40 + 256 x 232 <= 64K registers
 
-// K and V stages in shared memory: as many as fit beside the query tile (a stage of 64 keys at head dim 128
-// is 32 KB).
-template <int kHeadDim, int kStepKeys>
-constexpr int ws_stages() {
-  return kStepKeys == 64 ? (kHeadDim == 64 ? 8 : 5) : (kHeadDim == 64 ? 6 : 3);
-}
-
 // Byte layout of the dynamic shared memory: 1024 bytes of slack to align the swizzled panels, the query
 // tile, K stages, V stages, then the barriers (full and empty per stage, one for the query tile).
 template <int kHeadDim, int kStepKeys>
 struct WsLayout {
-  static constexpr int kStages = ws_stages<kHeadDim, kStepKeys>();
+  // K and V stages: as many as fit beside the query tile (a stage of 64 keys at head dim 128 is 32 KB).
+  static constexpr int kStages = kStepKeys == 64 ? (kHeadDim == 64 ? 8 : 5) : (kHeadDim == 64 ? 6 : 3);
   static constexpr uint32_t kTileBytes = kStepKeys * kHeadDim * 2;
   static constexpr uint32_t kQueries = 0;
   static constexpr uint32_t kKeys = kWsBlockRows * kHeadDim * 2;
@@ -77,7 +71,9 @@ __device__ __forceinline__ uint64_t descriptor_at(uint64_t descriptor, uint32_t 
   return (descriptor & ~uint64_t(0xFFFFFFFFu)) | uint32_t(uint32_t(descriptor) + (bytes >> 4));
 }
 
-// The stage barriers (cutlass::arch::ClusterBarrier, one 64-bit word each): full[s], its K and V landed;
+using Barrier = cutlass::arch::ClusterBarrier;
+
+// The stage barriers (Barrier, one 64-bit word each): full[s], its K and V landed;
 // empty[s], the computing warps are done reading them; queries, the query tile landed.
 struct WsBarriers {
   uint64_t* full;
@@ -129,12 +125,6 @@ __device__ __forceinline__ void fence_registers(E (&r)[N][4]) {
   }
 }
 
-// cp.async of 16 bytes, or 16 zeros without reading `src` where `zeros` (its ignore-src form).
-__device__ __forceinline__ void cp_async_16_or_zeros(uint32_t dst, const void* src, bool zeros) {
-  asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global [%0], [%1], 16, z;\n}\n"
-               ::"r"(dst), "l"(src), "r"(int(zeros)));
-}
-
 // A pipeline's position: the stage of step i and the parity of its round (i / kStages).
 template <int kStages>
 struct StagePhase {
@@ -173,14 +163,14 @@ __device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_
   int64_t mine = row_offset(0) * 2;  // in bytes (2-byte elements); negative past the end
   StagePhase<kStages> at;
   for (int i = 0; i < steps; ++i, at.advance()) {
-    if (i >= kStages) cutlass::arch::ClusterBarrier::wait(bar.empty + at.stage, at.parity ^ 1);
+    if (i >= kStages) Barrier::wait(bar.empty + at.stage, at.parity ^ 1);
     const uint32_t stage = base + uint32_t(at.stage) * L::kTileBytes + lane_base;
 #pragma unroll
     for (int j = 0; j < kWarpKeys / kKeysPerPass; ++j) {
       const int64_t offset = __shfl_sync(0xffffffffu, mine, first_key + j * kKeysPerPass);
       const uint32_t to = stage + uint32_t(j * kKeysPerPass) * 128 + ((lane_swizzle ^ (j * kKeysPerPass % 8)) << 4);
-      cp_async_16_or_zeros(to + L::kKeys, k_lane + offset, offset < 0);
-      cp_async_16_or_zeros(to + L::kValues, v_lane + offset, offset < 0);  // zeros keep 0 x V finite
+      cp_async_16(to + L::kKeys, k_lane + offset, offset >= 0);
+      cp_async_16(to + L::kValues, v_lane + offset, offset >= 0);  // zeros past the end keep 0 x V finite
     }
     cutlass::arch::cpasync_barrier_arrive_noinc(bar.full + at.stage);
     mine = row_offset(i + 1) * 2;
@@ -239,7 +229,6 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
   using L = WsLayout<kHeadDim, kStepKeys>;
   using Math = WarpgroupMath<T, kHeadDim, kStepKeys>;
   constexpr int kStages = L::kStages;
-  using Barrier = cutlass::arch::ClusterBarrier;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   int row_end[2];
   lane_row_ends(p, w.seq, w.first_row + group * kWarpgroupRows + warp * kRows, w.split_end, lane, row_end);
@@ -322,10 +311,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(Param
   const int steps = w.end > w.begin ? (w.end - w.begin + kStepKeys - 1) / kStepKeys : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      cutlass::arch::ClusterBarrier::init(bar.full + s, 128);                    // a copy arrival per copying thread
-      cutlass::arch::ClusterBarrier::init(bar.empty + s, 4 * kWsComputeGroups);  // an arrival per computing warp
+      Barrier::init(bar.full + s, 128);                    // a copy arrival per copying thread
+      Barrier::init(bar.empty + s, 4 * kWsComputeGroups);  // an arrival per computing warp
     }
-    cutlass::arch::ClusterBarrier::init(bar.queries, 128);
+    Barrier::init(bar.queries, 128);
   }
   __syncthreads();
   // NOTES: the warpgroup index goes through a shuffle so that the compiler sees it is the same in a warp.
