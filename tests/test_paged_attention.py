@@ -30,14 +30,16 @@ def test_the_family_is_registered_with_its_entry_point():
         assert configs == []
 
 
-def test_workspace_holds_the_splits_it_runs():
+def test_workspace_holds_the_splits_it_runs_and_the_sequences_order():
     sizes = (3, 32, 8, 128, 16, 1000)  # batch, heads_q, heads_kv, head_dim, page_size, max_seq_len
+    order = 3 * 4  # an int32 per sequence
     for config in wavetune.paged_attention_configs():
         steps = -(-1000 // config.tile[1])  # CTA steps of the kernel's keys
-        assert _C.paged_attention_workspace_bytes(sizes, config.id, 1) == 0
+        assert _C.paged_attention_workspace_bytes(sizes, config.id, 1) == order
+        assert _C.paged_attention_workspace_bytes((1, *sizes[1:]), config.id, 1) == 0  # one sequence: no order
         runs = -(-steps // -(-steps // 5))  # 5 requested splits take ceil(steps / 5) steps each: fewer may run
-        assert _C.paged_attention_workspace_bytes(sizes, config.id, 5) == 3 * 32 * runs * (128 + 1) * 4
-        assert _C.paged_attention_workspace_bytes(sizes, config.id, 200) == 3 * 32 * steps * (128 + 1) * 4
+        assert _C.paged_attention_workspace_bytes(sizes, config.id, 5) == 3 * 32 * runs * (128 + 1) * 4 + order
+        assert _C.paged_attention_workspace_bytes(sizes, config.id, 200) == 3 * 32 * steps * (128 + 1) * 4 + order
     assert _C.paged_attention_workspace_bytes(sizes, 10**6, 4) == 0  # no such kernel: the launch refuses it
 
 
@@ -249,6 +251,17 @@ def test_page_sizes_lengths_and_dtypes(page_size, dtype):
     assert got.dtype == dtype
     assert_close(got, reference(q, k, v, table, lengths, scale=0.05))
     assert torch.equal(got[0], torch.zeros_like(got[0]))  # a sequence with no keys
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [None, 8, 16])
+def test_a_long_batch_of_mixed_lengths_runs_longest_first(splits):
+    """Enough keys and CTAs that the launch orders its sequences longest first (launch.cu, orders_sequences);
+    from 1,024 output rows a split launch also merges with a warp per row."""
+    lengths = torch.randint(16, 12000, (48,), generator=torch.Generator().manual_seed(6)).tolist()
+    q, k, v, table, lens = paged_case(48, 32, 2, 128, 64, lengths, seed=6)  # 1,536 output rows
+    got = wavetune.paged_attention(q, k, v, table, lens, splits=splits)
+    assert_close(got, reference(q, k, v, table, lengths))
 
 
 @pytest.mark.gpu

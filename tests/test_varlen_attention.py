@@ -110,7 +110,7 @@ def test_workspace_counts_query_tokens():
     config = wavetune.paged_attention_configs()
     for c in config:
         steps = -(-1000 // c.tile[1])
-        assert _C.paged_attention_workspace_bytes(sizes, c.id, 200, 50) == 50 * 32 * steps * (128 + 1) * 4
+        assert _C.paged_attention_workspace_bytes(sizes, c.id, 200, 50) == 50 * 32 * steps * (128 + 1) * 4 + 3 * 4
 
 
 # ---- GPU tier -----------------------------------------------------------------------------------------

@@ -26,6 +26,17 @@ namespace wavetune {
 namespace detail {
 namespace {
 
+// Output rows from which the split merge runs a warp per row (merge below).
+constexpr int64_t kMergeRowsPerWarp = 1024;
+// The least predicted time of a launch whose sequences are ordered longest first (run below).
+constexpr double kOrderMinUs = 30.0;
+constexpr double kHbmFraction = 0.98;
+double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
+                    int64_t slots, double hbm_bytes_per_us);
+
+// Causal prompts: no sequence has cached keys before its queries.
+bool causal_prompts(const PagedAttentionProblem& p) { return p.causal && p.max_seq_len <= p.max_q_len; }
+
 template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit, int kStepKeys>
 struct PagedVariant {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
@@ -78,22 +89,25 @@ struct PagedVariant {
 
   static void run(const PagedAttentionProblem& p, int32_t requested, void* workspace, const DeviceInfo& dev,
                   Stream stream) {
-    ctas_per_sm(dev);
+    const int64_t slots = int64_t(ctas_per_sm(dev)) * dev.sm_count;
     const PagedSplits s = paged_splits(p, kStepKeys, requested);
     paged::Params params = PagedVariant::params(p, s, workspace);
-    void* args[] = {&params};
     const dim3 grid(unsigned(params.row_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
-    cudaError_t status =
-        launch_programmatic(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared, stream, args);
-    if (status == cudaSuccess && s.splits > 1) {
-      int head_dim = kHeadDim;
-      void* merge_args[] = {&params, &head_dim};
-      const int groups = paged::merge_groups(kHeadDim, s.splits);
-      status = launch_programmatic(reinterpret_cast<const void*>(paged::merge_splits_kernel<T>),
-                                   dim3(unsigned(int64_t(paged_query_tokens(p)) * p.heads_q)),
-                                   dim3(unsigned(groups * kHeadDim)), (s.splits + groups * kHeadDim) * sizeof(float),
-                                   stream, merge_args);
+    cudaError_t status = cudaSuccess;
+    const PagedWorkspace layout = paged_workspace(p, s);
+    if (layout.bytes > layout.order && orders_sequences(p, s, int64_t(grid.x) * grid.y * grid.z, slots, dev)) {
+      params.order = reinterpret_cast<int32_t*>(static_cast<char*>(workspace) + layout.order);
+      void* order_args[] = {&params, &params.order};
+      status = launch_programmatic(reinterpret_cast<const void*>(paged::order_sequences_kernel), dim3(1),
+                                   dim3(unsigned(std::min(p.batch, kMaxOrderedBatch))), p.batch * sizeof(int), stream,
+                                   order_args);
     }
+    void* args[] = {&params};
+    if (status == cudaSuccess) {
+      status = launch_programmatic(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared, stream,
+                                   args);
+    }
+    if (status == cudaSuccess && s.splits > 1) status = merge(p, s, params, stream);
     if (status != cudaSuccess) {
       cudaGetLastError();
       WAVETUNE_FAIL("paged attention launch failed: ", cudaGetErrorString(status), " (batch=", p.batch,
@@ -102,14 +116,47 @@ struct PagedVariant {
     }
   }
 
+  // NOTES: the sequences run longest first (order_sequences_kernel, then the CTAs of grid z run the z-th
+  // longest) where that can shorten the launch's tail: their lengths differ, CTAs wait for a slot (more of
+  // them than fit on the GPU at once), and the launch is long enough to repay the ordering kernel (about
+  // 1.2 us on an H100). Not for causal prompts (no cached keys): each sequence's first CTAs are already its
+  // longest, and ordering ran them 0.986-0.992x on the geomean of two samples (docs/results/paged_order_merge_h100.md).
+  static bool orders_sequences(const PagedAttentionProblem& p, const PagedSplits& s, int64_t ctas, int64_t slots,
+                               const DeviceInfo& dev) {
+    const bool lengths_differ = p.seq_lens || p.key_starts;
+    return lengths_differ && !causal_prompts(p) && ctas > slots &&
+           predicted_us(p, info(-1, ""), s, dev.sm_count, slots, kHbmFraction * dev.memory_bytes_per_us) >=
+               kOrderMinUs;
+  }
+
+  // NOTES: a CTA per output row lets a decode step's few rows read many splits side by side; from
+  // kMergeRowsPerWarp rows, CTA launches and barriers cost more than the reads, and a warp per row does.
+  static cudaError_t merge(const PagedAttentionProblem& p, const PagedSplits& s, paged::Params& params,
+                           Stream stream) {
+    int64_t rows = int64_t(paged_query_tokens(p)) * p.heads_q;
+    if (rows >= kMergeRowsPerWarp) {
+      void* args[] = {&params, &rows};
+      return launch_programmatic(reinterpret_cast<const void*>(paged::merge_rows_kernel<T, kHeadDim>),
+                                 dim3(unsigned((rows + paged::kMergeWarps - 1) / paged::kMergeWarps)),
+                                 dim3(32 * paged::kMergeWarps), 0, stream, args);
+    }
+    int head_dim = kHeadDim;
+    void* args[] = {&params, &head_dim};
+    const int groups = paged::merge_groups(kHeadDim, s.splits);
+    return launch_programmatic(reinterpret_cast<const void*>(paged::merge_splits_kernel<T>), dim3(unsigned(rows)),
+                               dim3(unsigned(groups * kHeadDim)), (s.splits + groups * kHeadDim) * sizeof(float),
+                               stream, args);
+  }
+
   static constexpr PagedVariantOps kOps{&ctas_per_sm, &run};
 
-  static VariantRegistry<PagedVariantOps>::Entry entry(int32_t id, const char* name) {
+  static VariantInfo info(int32_t id, const char* name) {
     // The warp-specialized kernel's schedule is "cooperative": its warpgroups split one tile's rows, as CUTLASS's.
-    return {{id, name, kDType, BLayout::col, false, kSpecialized ? Schedule::cooperative : Schedule::decode, kBlockRows,
-             kStepKeys, kHeadDim, 1, 1, TileScheduler::data_parallel},
-            &kOps};
+    return {id, name, kDType, BLayout::col, false, kSpecialized ? Schedule::cooperative : Schedule::decode, kBlockRows,
+            kStepKeys, kHeadDim, 1, 1, TileScheduler::data_parallel};
   }
+
+  static VariantRegistry<PagedVariantOps>::Entry entry(int32_t id, const char* name) { return {info(id, name), &kOps}; }
 };
 
 // NOTES: the wave model of a launch, without a table. G = CTAs (sequences x KV heads x row blocks x splits)
@@ -135,7 +182,6 @@ struct PagedVariant {
 // both math terms are kWgmmaSpeedup times faster for them. The factor, 2, is the replay optimum of their sweeps
 // with the others as shipped (33 design cases, H100, 2026-11-28: 0.961 of the best there, 0.934 on 29
 // held-out cases), within the 1.1-2.2x those kernels measured over the mma.sync kernels on math-bound cases.
-constexpr double kHbmFraction = 0.98;
 constexpr double kWarpBytesPerUs = 3.75e3;
 constexpr double kWaveUs = 4.0;
 constexpr double kMergeUs = 5.0;

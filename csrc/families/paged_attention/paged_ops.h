@@ -28,6 +28,14 @@ struct PagedSplits {
 };
 PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int32_t requested);
 
+// The launch's workspace: the splits' partial outputs and log-sum-exps (splits > 1), then the sequences'
+// order (kMaxOrderedBatch >= batch >= 2: int32, longest first), at these byte offsets.
+constexpr int32_t kMaxOrderedBatch = 1024;
+struct PagedWorkspace {
+  size_t order, bytes;
+};
+PagedWorkspace paged_workspace(const PagedAttentionProblem& p, const PagedSplits& s);
+
 // Rows of q and out.
 inline int32_t paged_query_tokens(const PagedAttentionProblem& p) { return p.q_tokens > 0 ? p.q_tokens : p.batch; }
 

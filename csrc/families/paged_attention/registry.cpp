@@ -35,6 +35,14 @@ PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int3
   return {(steps + per_split - 1) / per_split, per_split * step_keys};
 }
 
+PagedWorkspace paged_workspace(const PagedAttentionProblem& p, const PagedSplits& s) {
+  const size_t splits_bytes =
+      s.splits > 1 ? size_t(paged_query_tokens(p)) * p.heads_q * s.splits * (size_t(p.head_dim) + 1) * sizeof(float)
+                   : 0;
+  const bool ordered = p.batch >= 2 && p.batch <= kMaxOrderedBatch;
+  return {splits_bytes, splits_bytes + (ordered ? size_t(p.batch) * sizeof(int32_t) : 0)};
+}
+
 }  // namespace detail
 
 const std::vector<VariantInfo>& paged_attention_variants() { return detail::registry().infos(); }
@@ -114,9 +122,8 @@ std::string paged_attention_launch_error(const PagedAttentionProblem& p, const P
 
 size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, const PagedAttentionLaunch& how) {
   const auto* variant = detail::paged_variant(how.variant);
-  const detail::PagedSplits s = detail::paged_splits(p, variant ? variant->info.tile_n : 1, how.splits);
-  if (!variant || s.splits <= 1) return 0;
-  return size_t(detail::paged_query_tokens(p)) * p.heads_q * s.splits * (size_t(p.head_dim) + 1) * sizeof(float);
+  if (!variant) return 0;
+  return detail::paged_workspace(p, detail::paged_splits(p, variant->info.tile_n, how.splits)).bytes;
 }
 
 namespace {

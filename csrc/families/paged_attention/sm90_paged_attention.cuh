@@ -55,6 +55,7 @@ struct Params {
   int64_t o_t, o_h;
   float* partial;  // splits > 1: [tokens, heads_q, splits, head_dim] outputs of each split, normalized
   float* lse;      // splits > 1: [tokens, heads_q, splits] their base-2 log-sum-exps (-inf: no keys)
+  const int32_t* order;  // null, or the sequences longest first: CTAs of grid z run sequence order[z]
 };
 
 // Stages of each warp's cp.async pipeline (keys_split: two or three tiles of K and V in flight per warp),
@@ -527,18 +528,22 @@ __device__ void write_rows(const Params& p, const Sequence& seq, int kv_head, in
 // split_end), of which its last row sees those below `end`.
 struct CtaWork {
   Sequence seq;
-  int split, first_row, rows, begin, split_end, end;
+  int batch, kv_head, split, first_row, rows, begin, split_end, end;
 };
 
 // The CTA's work for row blocks of `block_rows`; false: it has none and leaves.
 __device__ __forceinline__ bool cta_work(const Params& p, int block_rows, CtaWork& w) {
-  const int block = blockIdx.x % p.row_blocks;
-  w.split = blockIdx.x / p.row_blocks;
   // NOTES: the dependent kernel may start now; everything below reads what earlier kernels wrote (the
-  // queries, the cache rows appended this step, the table and the lengths), so it waits first.
+  // queries, the cache rows appended this step, the table, the lengths and their order), so it waits first.
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  w.seq = sequence(p, blockIdx.z);
+  w.batch = p.order ? p.order[blockIdx.z] : blockIdx.z;
+  w.seq = sequence(p, w.batch);
+  // NOTES: a sequence's last row blocks first: with the causal mask they see the most keys, and the CTAs that
+  // start last should be the short ones (longest processing time first, as the order of the sequences).
+  w.kv_head = blockIdx.y;
+  const int block = p.row_blocks - 1 - blockIdx.x % p.row_blocks;
+  w.split = blockIdx.x / p.row_blocks;
   w.first_row = block * block_rows;
   w.rows = min(block_rows, w.seq.queries * p.group - w.first_row);
   if (w.rows <= 0) return false;
@@ -566,9 +571,9 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   constexpr uint32_t kValueOffset = kSplit == WarpSplit::keys ? kStages * kTileBytes : kStages * kWarps * kTileBytes;
   extern __shared__ uint4 shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int kv_head = blockIdx.y, batch = blockIdx.z;
   CtaWork work;
   if (!cta_work(p, kBlockRows, work)) return;
+  const int kv_head = work.kv_head, batch = work.batch;
   const Sequence seq = work.seq;
   const int split = work.split, first_row = work.first_row, rows = work.rows, begin = work.begin;
   const int split_end = work.split_end, end = work.end;
@@ -670,6 +675,21 @@ __device__ __forceinline__ int sequence_of(const Params& p, int token) {
   return token - p.q_starts[lo] < p.max_q_len ? lo : -1;
 }
 
+// order[r] = the sequence with the r-th most keys (ties in batch order), for the attention kernel that
+// follows: one CTA, a thread per sequence counting those ahead of it.
+__global__ void order_sequences_kernel(Params p, int32_t* order) {
+  extern __shared__ int keys[];
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  for (int b = threadIdx.x; b < p.batch; b += blockDim.x) keys[b] = sequence(p, b).keys;
+  __syncthreads();
+  for (int b = threadIdx.x; b < p.batch; b += blockDim.x) {
+    int ahead = 0;
+    for (int o = 0; o < p.batch; ++o) ahead += keys[o] > keys[b] || (keys[o] == keys[b] && o < b);
+    order[ahead] = b;
+  }
+}
+
 // The largest of every thread's `value` in the CTA (`scratch`: 32 floats of shared memory).
 __device__ __forceinline__ float block_max(float value, float* scratch) {
 #pragma unroll
@@ -724,6 +744,45 @@ __global__ void merge_splits_kernel(Params p, int head_dim) {
   for (int s = 0; s < splits; ++s) total += weight[s];
   for (int g = 1; g < groups; ++g) acc += sums[g * head_dim + column];
   static_cast<T*>(p.out)[token * p.o_t + head * p.o_h + column] = to_element<T>(total > 0.0f ? acc / total : 0.0f);
+}
+
+// One warp per (query token, query head), kMergeWarps rows a CTA: the same sum as merge_splits_kernel, for
+// launches of many rows, where one CTA per row spends more on CTA launch and barriers than on the reads.
+constexpr int kMergeWarps = 8;
+template <class T, int kHeadDim>
+__global__ void __launch_bounds__(32 * kMergeWarps) merge_rows_kernel(Params p, int64_t rows) {
+  constexpr int kColumns = kHeadDim / 32;  // a lane's consecutive columns
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int64_t row = int64_t(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int64_t heads_q = int64_t(p.heads_kv) * p.group, token = row / heads_q, head = row % heads_q;
+  const int batch = sequence_of(p, int(token));
+  if (batch < 0) return;
+  const int splits = max(1, min(p.splits, (sequence(p, batch).keys + p.split_keys - 1) / p.split_keys));
+  const float* lse = p.lse + row * p.splits;
+  float top = -INFINITY;
+  for (int s = lane; s < splits; s += 32) top = fmaxf(top, lse[s]);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+  const float* partial = p.partial + row * p.splits * kHeadDim + lane * kColumns;
+  float acc[kColumns] = {}, total = 0.0f;
+  if (top != -INFINITY) {
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) {
+      const float weight = exp2f(lse[s] - top);
+      total += weight;
+#pragma unroll
+      for (int c = 0; c < kColumns; c += 2) {
+        const float2 x = *reinterpret_cast<const float2*>(partial + int64_t(s) * kHeadDim + c);
+        acc[c] += weight * x.x, acc[c + 1] += weight * x.y;
+      }
+    }
+  }
+  T* out = static_cast<T*>(p.out) + token * p.o_t + head * p.o_h + lane * kColumns;
+#pragma unroll
+  for (int c = 0; c < kColumns; ++c) out[c] = to_element<T>(total > 0.0f ? acc[c] / total : 0.0f);
 }
 
 }  // namespace wavetune::detail::paged

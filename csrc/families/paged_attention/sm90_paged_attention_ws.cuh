@@ -144,12 +144,12 @@ __device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_
   using L = WsLayout<kHeadDim, kStepKeys>;
   constexpr int kStages = L::kStages, kChunks = kHeadDim / 8, kWarpKeys = kStepKeys / kWsCopyWarps;
   const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32;
-  load_queries<kHeadDim>(p, w.seq, blockIdx.y, w.first_row, w.rows, kWsBlockRows, base + L::kQueries,
+  load_queries<kHeadDim>(p, w.seq, w.kv_head, w.first_row, w.rows, kWsBlockRows, base + L::kQueries,
                          panel_offset<kWsBlockRows>, thread, 128);
   cutlass::arch::cpasync_barrier_arrive_noinc(bar.queries);
   auto row_offset = [&](int i) {
     const int key = w.begin + i * kStepKeys + kWarpKeys * warp + lane % kWarpKeys;
-    return key_offset(p, blockIdx.z, blockIdx.y, key, w.end);
+    return key_offset(p, w.batch, w.kv_head, key, w.end);
   };
   // Lane l copies chunk l % kChunks of keys l / kChunks + j * kKeysPerPass: its chunk, panel and swizzle
   // term are fixed, and key % 8 = (l / kChunks) ^ (j * kKeysPerPass % 8) (no carry: kKeysPerPass is a power
@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(Param
   float* staged_lse = staged + kWsBlockRows * staged_row_floats<kHeadDim>();
   compute_steps<T, kHeadDim, kStepKeys>(p, w, steps, base, bar, staged, staged_lse, warpgroup - 1);
   compute_groups_sync();
-  write_rows<T, kHeadDim>(p, w.seq, blockIdx.y, w.first_row, w.rows, w.split, staged, staged_lse, threadIdx.x - 128,
+  write_rows<T, kHeadDim>(p, w.seq, w.kv_head, w.first_row, w.rows, w.split, staged, staged_lse, threadIdx.x - 128,
                           128 * kWsComputeGroups);
 }
 
