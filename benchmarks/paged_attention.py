@@ -69,7 +69,7 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
     ``kernel``: its step keys, rows (16 in logs without them), resident CTAs and whether it computes with wgmma;
     ``case``: decode, or with seqlen_q (queries per sequence, at most) and causal several queries; total_keys:
-    all sequences' keys."""
+    all sequences' keys; new: each sequence's queries (their sum is q's rows; batch x seqlen_q without it)."""
     step_keys, rows, slots = kernel["step_keys"], kernel.get("rows", 16), sm_count * kernel["resident"]
     max_q, keys, batch = case.get("seqlen_q", 1), case["seqlen_k"], case["batch"]
     steps = max(1, -(-keys // step_keys))
@@ -78,6 +78,11 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     group = case["heads_q"] // case["heads_kv"]
     row_blocks, head_blocks = -(-max_q * group // rows), -(-group // rows)
     fill = min(1.0, max(1.0 / batch, case["total_keys"] / (batch * keys))) if case.get("total_keys") and keys else 1.0
+    tokens = sum(case["new"]) if "new" in case else batch * max_q  # rows of q
+    all_blocks = batch * row_blocks
+    prompts = case.get("causal") and keys <= max_q
+    query_blocks = all_blocks if prompts else min(all_blocks, -(-tokens * group // rows) + batch - 1)
+    fill = fill * (query_blocks / all_blocks)
     one_sequence = case["heads_kv"] * row_blocks * runs
     ctas = max(one_sequence, math.ceil(batch * one_sequence * fill))
     share = max(1.0, keys - 0.5 * max_q) / keys if case.get("causal") and max_q > 1 and keys else 1.0

@@ -67,6 +67,28 @@ def test_the_fitting_replay_prices_waves_and_merges():
     assert quality == pytest.approx(min(times.values()) / times[f"{pick[0]}/s{pick[1]}"])
 
 
+def test_the_fitting_replay_counts_the_row_blocks_of_real_queries():
+    """Past causal prompts, a batch of chunks whose lengths differ fills only the row blocks its queries need:
+    one long chunk beside short ones costs less split than every sequence at the longest, and wants more splits."""
+    bench = benchmark("paged_attention")
+    hbm = 0.98 * 3.35e12 / 1e6
+    ws = {"step_keys": 128, "rows": 128, "resident": 1, "wgmma": True}
+
+    def predicted(case, splits):
+        return bench.predicted_us(case, splits, ws, 132, hbm, 3.75e3, 4.0, 5.0)
+
+    chunks = dict(batch=3, heads_q=12, heads_kv=2, head_dim=128, seqlen_q=663, seqlen_k=5000, causal=True,
+                  total_keys=9000, new=[663, 103, 101])
+    uniform = {**chunks, "new": [663] * 3}
+    assert predicted(chunks, 2) < predicted(uniform, 2)
+    best = {name: min(range(1, 33), key=lambda n: predicted(case, n)) for name, case in
+            (("chunks", chunks), ("uniform", uniform))}
+    assert best["chunks"] > best["uniform"]
+    prompts = dict(batch=3, heads_q=12, heads_kv=2, head_dim=128, seqlen_q=663, seqlen_k=663, causal=True,
+                   total_keys=867)
+    assert predicted({**prompts, "new": [663, 103, 101]}, 1) == predicted(prompts, 1)  # a prompt's keys are its rows
+
+
 def test_the_fitting_replay_leaves_rows_split_kernels_out_of_decode():
     """As launch.cu's choice does: where a KV head's query rows fit one 16-row tile, the replay never picks a
     rows_split kernel, however fast the model thinks it."""

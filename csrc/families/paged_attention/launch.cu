@@ -170,7 +170,9 @@ struct PagedVariant {
 // queries); a rows_split warp's chain also pays kRowsStepUs per softmax step (its CTA-wide barrier and
 // the rescale), so a kernel of longer steps runs the same keys in fewer of them. With the causal mask a CTA
 // reads on average the keys of its middle query. In a batch of mixed lengths (total_keys) only the batch's
-// share of the CTAs has keys, and they no longer fill whole waves: the waves are counted as a fraction.
+// share of the CTAs has keys, and they no longer fill whole waves: the waves are counted as a fraction. Past
+// causal prompts, only the row blocks that q's rows fill (at most one partial block per sequence) have rows,
+// as though query and key counts were independent; a prompt's keys are its queries, so there they are not.
 // Splits add the merge: kMergeUs (its launch and its wait for the splits), and the partial outputs written
 // and read once (what many queries' merge costs); its thread groups read the splits side by side, so their
 // count adds nothing the sweeps could see. The constants are the replay optimum (benchmarks/paged_attention.py
@@ -195,9 +197,15 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
                     int64_t slots, double hbm_bytes_per_us) {
   const int64_t group = p.heads_q / p.heads_kv, rows = int64_t(p.max_q_len) * group;
   const int64_t row_blocks = (rows + v.tile_m - 1) / v.tile_m, head_blocks = (group + v.tile_m - 1) / v.tile_m;
-  const double fill = p.total_keys > 0 && p.max_seq_len > 0
-                          ? std::clamp(double(p.total_keys) / (double(p.batch) * p.max_seq_len), 1.0 / p.batch, 1.0)
-                          : 1.0;
+  const double key_fill = p.total_keys > 0 && p.max_seq_len > 0
+                              ? std::clamp(double(p.total_keys) / (double(p.batch) * p.max_seq_len), 1.0 / p.batch, 1.0)
+                              : 1.0;
+  const int64_t all_blocks = int64_t(p.batch) * row_blocks;
+  const int64_t query_blocks =
+      causal_prompts(p)
+          ? all_blocks
+          : std::min(all_blocks, (int64_t(paged_query_tokens(p)) * group + v.tile_m - 1) / v.tile_m + p.batch - 1);
+  const double fill = key_fill * (double(query_blocks) / double(all_blocks));
   const int64_t one_sequence = int64_t(p.heads_kv) * row_blocks * s.splits;
   const int64_t ctas = std::max(one_sequence, int64_t(std::ceil(double(p.batch) * one_sequence * fill)));
   const bool wgmma = v.schedule == Schedule::cooperative;

@@ -45,10 +45,10 @@ MAX_CACHED_CHOICES = 4096
 
 def _choice(device: int, sizes: tuple, dtype_code: int, args: tuple) -> tuple[int, int]:
     """paged_attention_choice on ``device`` (the current one), once per size: the wave model reads sizes (and
-    the queries' bound and mask) only, so the pointers and strides in ``args`` (which it validates) are not part
-    of the key."""
-    _, max_q_len, _, causal = args[5]
-    key = (device, sizes, max_q_len, causal, args[2][3], dtype_code)
+    the queries' bound, rows and mask) only, so the pointers and strides in ``args`` (which it validates) are not
+    part of the key."""
+    _, max_q_len, q_tokens, causal = args[5]
+    key = (device, sizes, max_q_len, q_tokens, causal, args[2][3], dtype_code)
     if key not in _choices:
         if len(_choices) >= MAX_CACHED_CHOICES:
             _choices.clear()
