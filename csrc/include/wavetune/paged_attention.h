@@ -93,7 +93,8 @@ WAVETUNE_API PagedAttentionLaunch paged_attention_choice(const PagedAttentionPro
 // CTAs of a kernel resident per SM on the current device: the size of its waves over the SM count.
 WAVETUNE_API int32_t paged_attention_resident_ctas(int32_t variant);
 
-// Device memory a launch needs (fp32 partial outputs and log-sum-exps; none unsplit).
+// Device memory a launch needs (fp32 partial outputs and log-sum-exps when split; an int32 per sequence, for
+// their order, from 2 to 1,024 sequences; 0 for one sequence unsplit).
 WAVETUNE_API size_t paged_attention_workspace_bytes(const PagedAttentionProblem& problem,
                                                     const PagedAttentionLaunch& how);
 
