@@ -28,7 +28,7 @@ namespace {
 
 // Output rows from which the split merge runs a warp per row (merge below).
 constexpr int64_t kMergeRowsPerWarp = 1024;
-// The least predicted time of a launch whose sequences are ordered longest first (run below).
+// The least predicted time of a launch whose sequences are ordered longest first (orders_sequences below).
 constexpr double kOrderMinUs = 30.0;
 constexpr double kHbmFraction = 0.98;
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
@@ -36,6 +36,18 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
 
 // Causal prompts: no sequence has cached keys before its queries.
 bool causal_prompts(const PagedAttentionProblem& p) { return p.causal && p.max_seq_len <= p.max_q_len; }
+
+// NOTES: the sequences run longest first (order_sequences_kernel, then the CTAs of grid z run the z-th longest)
+// where that can shorten the launch's tail: their lengths differ, CTAs wait for a slot (more of them than fit on
+// the GPU at once), and the launch is long enough to repay the ordering kernel (about 1.2 us on an H100). Not
+// for causal prompts (no cached keys): each sequence's first CTAs are already its longest, and ordering ran them
+// 0.986-0.992x on the geomean of two samples (docs/results/paged_order_merge_h100.md).
+bool orders_sequences(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t ctas,
+                      int64_t slots, const DeviceInfo& dev) {
+  const bool lengths_differ = p.seq_lens || p.key_starts;
+  return lengths_differ && !causal_prompts(p) && ctas > slots &&
+         predicted_us(p, v, s, dev.sm_count, slots, kHbmFraction * dev.memory_bytes_per_us) >= kOrderMinUs;
+}
 
 template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit, int kStepKeys>
 struct PagedVariant {
@@ -95,7 +107,8 @@ struct PagedVariant {
     const dim3 grid(unsigned(params.row_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
     cudaError_t status = cudaSuccess;
     const PagedWorkspace layout = paged_workspace(p, s);
-    if (layout.bytes > layout.order && orders_sequences(p, s, int64_t(grid.x) * grid.y * grid.z, slots, dev)) {
+    if (layout.bytes > layout.order &&
+        orders_sequences(p, info(-1, ""), s, int64_t(grid.x) * grid.y * grid.z, slots, dev)) {
       params.order = reinterpret_cast<int32_t*>(static_cast<char*>(workspace) + layout.order);
       void* order_args[] = {&params, &params.order};
       status = launch_programmatic(reinterpret_cast<const void*>(paged::order_sequences_kernel), dim3(1),
@@ -114,19 +127,6 @@ struct PagedVariant {
                     " heads=", p.heads_q, "/", p.heads_kv, " max_q_len=", p.max_q_len, " max_seq_len=",
                     p.max_seq_len, ", ", s.splits, " splits)");
     }
-  }
-
-  // NOTES: the sequences run longest first (order_sequences_kernel, then the CTAs of grid z run the z-th
-  // longest) where that can shorten the launch's tail: their lengths differ, CTAs wait for a slot (more of
-  // them than fit on the GPU at once), and the launch is long enough to repay the ordering kernel (about
-  // 1.2 us on an H100). Not for causal prompts (no cached keys): each sequence's first CTAs are already its
-  // longest, and ordering ran them 0.986-0.992x on the geomean of two samples (docs/results/paged_order_merge_h100.md).
-  static bool orders_sequences(const PagedAttentionProblem& p, const PagedSplits& s, int64_t ctas, int64_t slots,
-                               const DeviceInfo& dev) {
-    const bool lengths_differ = p.seq_lens || p.key_starts;
-    return lengths_differ && !causal_prompts(p) && ctas > slots &&
-           predicted_us(p, info(-1, ""), s, dev.sm_count, slots, kHbmFraction * dev.memory_bytes_per_us) >=
-               kOrderMinUs;
   }
 
   // NOTES: a CTA per output row lets a decode step's few rows read many splits side by side; from

@@ -675,6 +675,22 @@ __device__ __forceinline__ int sequence_of(const Params& p, int token) {
   return token - p.q_starts[lo] < p.max_q_len ? lo : -1;
 }
 
+// An output row of the split merge (token * heads_q + head): its row of q and out, its query head, and the
+// splits its sequence's keys reach; false for rows that are no sequence's query (they have no split outputs).
+struct MergeRow {
+  int64_t token, head;
+  int splits;
+};
+
+__device__ __forceinline__ bool merge_row(const Params& p, int64_t row, MergeRow& r) {
+  const int64_t heads_q = int64_t(p.heads_kv) * p.group;
+  r.token = row / heads_q, r.head = row % heads_q;
+  const int batch = sequence_of(p, int(r.token));
+  if (batch < 0) return false;
+  r.splits = max(1, min(p.splits, (sequence(p, batch).keys + p.split_keys - 1) / p.split_keys));
+  return true;
+}
+
 // order[r] = the sequence with the r-th most keys (ties in batch order), for the attention kernel that
 // follows: one CTA, a thread per sequence counting those ahead of it.
 __global__ void order_sequences_kernel(Params p, int32_t* order) {
@@ -718,11 +734,10 @@ __global__ void merge_splits_kernel(Params p, int head_dim) {
   __shared__ float scratch[32];
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  const int64_t row = blockIdx.x;  // token * heads_q + head
-  const int64_t heads_q = int64_t(p.heads_kv) * p.group, token = row / heads_q, head = row % heads_q;
-  const int batch = sequence_of(p, int(token));
-  if (batch < 0) return;
-  const int splits = max(1, min(p.splits, (sequence(p, batch).keys + p.split_keys - 1) / p.split_keys));
+  const int64_t row = blockIdx.x;
+  MergeRow r;
+  if (!merge_row(p, row, r)) return;
+  const int splits = r.splits;
   const float* lse = p.lse + row * p.splits;
   float* weight = merged;
   float top = -INFINITY;
@@ -743,7 +758,7 @@ __global__ void merge_splits_kernel(Params p, int head_dim) {
   float total = 0.0f;
   for (int s = 0; s < splits; ++s) total += weight[s];
   for (int g = 1; g < groups; ++g) acc += sums[g * head_dim + column];
-  static_cast<T*>(p.out)[token * p.o_t + head * p.o_h + column] = to_element<T>(total > 0.0f ? acc / total : 0.0f);
+  static_cast<T*>(p.out)[r.token * p.o_t + r.head * p.o_h + column] = to_element<T>(total > 0.0f ? acc / total : 0.0f);
 }
 
 // One warp per (query token, query head), kMergeWarps rows a CTA: the same sum as merge_splits_kernel, for
@@ -756,11 +771,9 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_rows_kernel(Params p, 
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t row = int64_t(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const int64_t heads_q = int64_t(p.heads_kv) * p.group, token = row / heads_q, head = row % heads_q;
-  const int batch = sequence_of(p, int(token));
-  if (batch < 0) return;
-  const int splits = max(1, min(p.splits, (sequence(p, batch).keys + p.split_keys - 1) / p.split_keys));
+  MergeRow r;
+  if (row >= rows || !merge_row(p, row, r)) return;
+  const int splits = r.splits;
   const float* lse = p.lse + row * p.splits;
   float top = -INFINITY;
   for (int s = lane; s < splits; s += 32) top = fmaxf(top, lse[s]);
@@ -780,7 +793,7 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_rows_kernel(Params p, 
       }
     }
   }
-  T* out = static_cast<T*>(p.out) + token * p.o_t + head * p.o_h + lane * kColumns;
+  T* out = static_cast<T*>(p.out) + r.token * p.o_t + r.head * p.o_h + lane * kColumns;
 #pragma unroll
   for (int c = 0; c < kColumns; ++c) out[c] = to_element<T>(total > 0.0f ? acc[c] / total : 0.0f);
 }
