@@ -144,8 +144,7 @@ struct PagedVariant {
     void* args[] = {&params, &head_dim};
     const int groups = paged::merge_groups(kHeadDim, s.splits);
     return launch_programmatic(reinterpret_cast<const void*>(paged::merge_splits_kernel<T>), dim3(unsigned(rows)),
-                               dim3(unsigned(groups * kHeadDim)), (s.splits + groups * kHeadDim) * sizeof(float),
-                               stream, args);
+                               dim3(unsigned(groups * kHeadDim)), 3 * groups * kHeadDim * sizeof(float), stream, args);
   }
 
   static constexpr PagedVariantOps kOps{&ctas_per_sm, &run};

@@ -706,16 +706,28 @@ __global__ void order_sequences_kernel(Params p, int32_t* order) {
   }
 }
 
-// The largest of every thread's `value` in the CTA (`scratch`: 32 floats of shared memory).
-__device__ __forceinline__ float block_max(float value, float* scratch) {
+// A running merge of split outputs (kColumns columns of one row) by their base-2 log-sum-exps, taken in any
+// order: the largest log-sum-exp so far, the total weight and the weighted sum of outputs relative to it.
+// NOTES: rescaled as it goes, so a split's log-sum-exp and outputs are loaded together and every split's
+// loads can be in flight at once. Finding the largest log-sum-exp first would wait for all of them before
+// reading an output: one more dependent round trip to L2 at the end of every split launch, 0.3-0.7 us of
+// decode launches under 20 us (docs/results/paged_merge_one_pass_h200.md).
+template <int kColumns>
+struct SplitMerge {
+  float top = -INFINITY, total = 0.0f, acc[kColumns] = {};
+
+  // Without a branch, so that the loads of the splits after this one need not wait for its log-sum-exp.
+  __device__ __forceinline__ void add(float lse, float weight_sum, const float* values) {
+    const float next = fmaxf(top, lse);
+    const bool none = next == -INFINITY;  // no key seen yet, nor by this split: exp2 of -inf - -inf is NaN
+    const float scale = none ? 1.0f : exp2f(top - next), weight = none ? 0.0f : exp2f(lse - next);
+    total = total * scale + weight * weight_sum;
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, o));
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
-  __syncthreads();
-  value = -INFINITY;
-  for (int w = 0; w < int(blockDim.x + 31) / 32; ++w) value = fmaxf(value, scratch[w]);
-  return value;
-}
+    for (int c = 0; c < kColumns; ++c) acc[c] = acc[c] * scale + weight * values[c];
+    top = next;
+  }
+  __device__ __forceinline__ float value(int c) const { return total > 0.0f ? acc[c] / total : 0.0f; }
+};
 
 // Threads of merge_splits_kernel for a head dim and split count: `merge_groups` groups of head_dim columns.
 constexpr int kMergeThreads = 512;
@@ -725,43 +737,39 @@ constexpr int merge_groups(int head_dim, int splits) {
 
 // One CTA per (query token, query head): the outputs of the splits the sequence's keys reach, weighted by
 // exp2(lse - max) over the total weight; zeros when no split saw a key. NOTES: a decode step's merge is a
-// chain of dependent L2 reads, so none of them waits on another more than it must: the log-sum-exps are read
-// one per thread, and groups of head_dim threads (one per column) sum every groups-th split's partial
-// outputs side by side before the first group adds up the groups' sums.
+// chain of dependent L2 reads, so none of them waits on another more than it must: groups of head_dim
+// threads (one per column) merge every groups-th split side by side (SplitMerge), then the first group merges
+// the groups' states.
 template <class T>
 __global__ void merge_splits_kernel(Params p, int head_dim) {
-  extern __shared__ float merged[];  // weights [splits], then the groups' sums [groups][head_dim]
-  __shared__ float scratch[32];
+  extern __shared__ float merged[];  // the groups' states: tops, totals, sums [groups][head_dim] each
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t row = blockIdx.x;
   MergeRow r;
   if (!merge_row(p, row, r)) return;
-  const int splits = r.splits;
-  const float* lse = p.lse + row * p.splits;
-  float* weight = merged;
-  float top = -INFINITY;
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) top = fmaxf(top, weight[s] = lse[s]);
-  top = block_max(top, scratch);
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) weight[s] = top == -INFINITY ? 0.0f : exp2f(weight[s] - top);
-  __syncthreads();
   const int groups = int(blockDim.x) / head_dim, group = int(threadIdx.x) / head_dim;
   const int column = int(threadIdx.x) % head_dim;
+  const float* lse = p.lse + row * p.splits;
   const float* partial = p.partial + row * p.splits * head_dim + column;
-  float acc = 0.0f;
-#pragma unroll 4
-  for (int s = group; s < splits; s += groups) acc += weight[s] * partial[int64_t(s) * head_dim];
-  float* sums = merged + p.splits;
-  sums[group * head_dim + column] = acc;
+  SplitMerge<1> m;
+#pragma unroll 8
+  for (int s = group; s < r.splits; s += groups) {
+    const float x = partial[int64_t(s) * head_dim];
+    m.add(lse[s], 1.0f, &x);
+  }
+  const int at = group * head_dim + column, stride = groups * head_dim;
+  merged[at] = m.top, merged[stride + at] = m.total, merged[2 * stride + at] = m.acc[0];
   __syncthreads();
   if (group > 0) return;
-  float total = 0.0f;
-  for (int s = 0; s < splits; ++s) total += weight[s];
-  for (int g = 1; g < groups; ++g) acc += sums[g * head_dim + column];
-  static_cast<T*>(p.out)[r.token * p.o_t + r.head * p.o_h + column] = to_element<T>(total > 0.0f ? acc / total : 0.0f);
+  for (int g = 1; g < groups; ++g) {
+    const int other = g * head_dim + column;
+    m.add(merged[other], merged[stride + other], &merged[2 * stride + other]);
+  }
+  static_cast<T*>(p.out)[r.token * p.o_t + r.head * p.o_h + column] = to_element<T>(m.value(0));
 }
 
-// One warp per (query token, query head), kMergeWarps rows a CTA: the same sum as merge_splits_kernel, for
+// One warp per (query token, query head), kMergeWarps rows a CTA: the same merge as merge_splits_kernel, for
 // launches of many rows, where one CTA per row spends more on CTA launch and barriers than on the reads.
 constexpr int kMergeWarps = 8;
 template <class T, int kHeadDim>
@@ -773,29 +781,22 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_rows_kernel(Params p, 
   const int lane = threadIdx.x % 32;
   MergeRow r;
   if (row >= rows || !merge_row(p, row, r)) return;
-  const int splits = r.splits;
   const float* lse = p.lse + row * p.splits;
-  float top = -INFINITY;
-  for (int s = lane; s < splits; s += 32) top = fmaxf(top, lse[s]);
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
   const float* partial = p.partial + row * p.splits * kHeadDim + lane * kColumns;
-  float acc[kColumns] = {}, total = 0.0f;
-  if (top != -INFINITY) {
+  SplitMerge<kColumns> m;
 #pragma unroll 4
-    for (int s = 0; s < splits; ++s) {
-      const float weight = exp2f(lse[s] - top);
-      total += weight;
+  for (int s = 0; s < r.splits; ++s) {
+    float x[kColumns];
 #pragma unroll
-      for (int c = 0; c < kColumns; c += 2) {
-        const float2 x = *reinterpret_cast<const float2*>(partial + int64_t(s) * kHeadDim + c);
-        acc[c] += weight * x.x, acc[c + 1] += weight * x.y;
-      }
+    for (int c = 0; c < kColumns; c += 2) {
+      const float2 pair = *reinterpret_cast<const float2*>(partial + int64_t(s) * kHeadDim + c);
+      x[c] = pair.x, x[c + 1] = pair.y;
     }
+    m.add(lse[s], 1.0f, x);
   }
   T* out = static_cast<T*>(p.out) + r.token * p.o_t + r.head * p.o_h + lane * kColumns;
 #pragma unroll
-  for (int c = 0; c < kColumns; ++c) out[c] = to_element<T>(total > 0.0f ? acc[c] / total : 0.0f);
+  for (int c = 0; c < kColumns; ++c) out[c] = to_element<T>(m.value(c));
 }
 
 }  // namespace wavetune::detail::paged
