@@ -237,7 +237,10 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
   return us;
 }
 
-// The least predicted split count of one kernel, and its prediction.
+// The least predicted split count of one kernel, and its prediction. NOTES: splits cut every (sequence, KV head)
+// at the same keys. Equal shares of all sequences' keys laid end to end ran 0.85x the best split count on 59
+// held-out decode cases (H200, docs/results/paged_balanced_ab_h200.md): a CTA restarts its pipeline for each
+// sequence its share reaches, and every sequence then needs the merge.
 std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const VariantInfo& v, int64_t sm_count,
                                        int64_t slots, double hbm) {
   const int32_t steps = (p.max_seq_len + v.tile_n - 1) / v.tile_n;
