@@ -155,6 +155,29 @@ struct SoftmaxState {
   float o[kHeadDim / 8][4] = {};
 };
 
+// A running merge of split outputs (kColumns columns of one row) by their base-2 log-sum-exps, taken in any
+// order: the largest log-sum-exp so far, the total weight and the weighted sum of outputs relative to it.
+// NOTES: rescaled as it goes, so a split's log-sum-exp and outputs are loaded together and every split's
+// loads can be in flight at once. Finding the largest log-sum-exp first would wait for all of them before
+// reading an output: one more dependent round trip to L2 at the end of every split launch, 0.3-0.7 us of
+// decode launches under 20 us (docs/results/paged_merge_one_pass_h200.md).
+template <int kColumns>
+struct SplitMerge {
+  float top = -INFINITY, total = 0.0f, acc[kColumns] = {};
+
+  // Without a branch, so that the loads of the splits after this one need not wait for its log-sum-exp.
+  __device__ __forceinline__ void add(float lse, float weight_sum, const float* values) {
+    const float next = fmaxf(top, lse);
+    const bool none = next == -INFINITY;  // no key seen yet, nor by this split: exp2 of -inf - -inf is NaN
+    const float scale = none ? 1.0f : exp2f(top - next), weight = none ? 0.0f : exp2f(lse - next);
+    total = total * scale + weight * weight_sum;
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c) acc[c] = acc[c] * scale + weight * values[c];
+    top = next;
+  }
+  __device__ __forceinline__ float value(int c) const { return total > 0.0f ? acc[c] / total : 0.0f; }
+};
+
 // One sequence as a CTA sees it.
 struct Sequence {
   int first_token;  // the row of q and out of its first query
@@ -442,20 +465,13 @@ __device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, flo
   __syncthreads();
   for (int i = threadIdx.x; i < rows * kHeadDim; i += 32 * kWarps) {
     const int row = i / kHeadDim, column = i % kHeadDim;
-    float top = -INFINITY;
+    SplitMerge<1> m;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_max[w * kRows + row]);
-    float total = 0.0f, acc = 0.0f;
-    if (top != -INFINITY) {
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float weight = exp2f(warp_max[w * kRows + row] - top);
-        total += weight * warp_sum[w * kRows + row];
-        acc += weight * warp_out[(w * kRows + row) * kHeadDim + column];
-      }
+    for (int w = 0; w < kWarps; ++w) {
+      m.add(warp_max[w * kRows + row], warp_sum[w * kRows + row], &warp_out[(w * kRows + row) * kHeadDim + column]);
     }
-    store_value<T, kHeadDim>(p, seq, kv_head, first_row + row, split, column, total > 0.0f ? acc / total : 0.0f,
-                             total > 0.0f ? top + log2f(total) : -INFINITY);
+    store_value<T, kHeadDim>(p, seq, kv_head, first_row + row, split, column, m.value(0),
+                             m.total > 0.0f ? m.top + log2f(m.total) : -INFINITY);
   }
 }
 
@@ -593,7 +609,10 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   asm volatile("cp.async.commit_group;\n" ::);
 
   // The tiles this warp loads: keys_split, tiles t = warp, warp + warps, ... of the split (and computes
-  // them); rows_split, tile warp of each step (all warps compute every tile).
+  // them); rows_split, tile warp of each step (all warps compute every tile). NOTES: fixed shares, so that the
+  // warps' states merge in the same order on every run (bit-identical outputs). Tiles claimed from a counter
+  // the CTA's warps share made the outputs depend on scheduling and ran 0.994x, with contiguous-row copies and
+  // a skipped rescale 0.995x, on 40 held-out decode cases (docs/results/paged_claims_ab_h200.md).
   const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const int steps = kSplit == WarpSplit::keys ? (tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0)
                                               : (tiles + kWarps - 1) / kWarps;
@@ -709,29 +728,6 @@ __global__ void order_sequences_kernel(Params p, int32_t* order) {
     order[ahead] = b;
   }
 }
-
-// A running merge of split outputs (kColumns columns of one row) by their base-2 log-sum-exps, taken in any
-// order: the largest log-sum-exp so far, the total weight and the weighted sum of outputs relative to it.
-// NOTES: rescaled as it goes, so a split's log-sum-exp and outputs are loaded together and every split's
-// loads can be in flight at once. Finding the largest log-sum-exp first would wait for all of them before
-// reading an output: one more dependent round trip to L2 at the end of every split launch, 0.3-0.7 us of
-// decode launches under 20 us (docs/results/paged_merge_one_pass_h200.md).
-template <int kColumns>
-struct SplitMerge {
-  float top = -INFINITY, total = 0.0f, acc[kColumns] = {};
-
-  // Without a branch, so that the loads of the splits after this one need not wait for its log-sum-exp.
-  __device__ __forceinline__ void add(float lse, float weight_sum, const float* values) {
-    const float next = fmaxf(top, lse);
-    const bool none = next == -INFINITY;  // no key seen yet, nor by this split: exp2 of -inf - -inf is NaN
-    const float scale = none ? 1.0f : exp2f(top - next), weight = none ? 0.0f : exp2f(lse - next);
-    total = total * scale + weight * weight_sum;
-#pragma unroll
-    for (int c = 0; c < kColumns; ++c) acc[c] = acc[c] * scale + weight * values[c];
-    top = next;
-  }
-  __device__ __forceinline__ float value(int c) const { return total > 0.0f ? acc[c] / total : 0.0f; }
-};
 
 // Threads of merge_splits_kernel for a head dim and split count: `merge_groups` groups of head_dim columns.
 constexpr int kMergeThreads = 512;
