@@ -611,8 +611,8 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   // The tiles this warp loads: keys_split, tiles t = warp, warp + warps, ... of the split (and computes
   // them); rows_split, tile warp of each step (all warps compute every tile). NOTES: fixed shares, so that the
   // warps' states merge in the same order on every run (bit-identical outputs). Tiles claimed from a counter
-  // the CTA's warps share made the outputs depend on scheduling and ran 0.994x, with contiguous-row copies and
-  // a skipped rescale 0.995x, on 40 held-out decode cases (docs/results/paged_claims_ab_h200.md).
+  // the CTA's warps share made the outputs depend on scheduling and ran 0.994x at the model's split counts and
+  // 0.924x unsplit on 40 held-out decode cases (docs/results/paged_claims_ab_h200.md).
   const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const int steps = kSplit == WarpSplit::keys ? (tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0)
                                               : (tiles + kWarps - 1) / kWarps;
