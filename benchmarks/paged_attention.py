@@ -12,8 +12,8 @@ other models' heads and head dims (attention.py's held-out decode cases), fitted
   <kernel>/s<N>  the same forced to each kernel of the head dim and N splits (every count of SPLITS that
              runs differently): the fastest is the best
   paged      wavetune.paged_attention on 16-token pages in shuffled order, its own choice
-  attention  wavetune.attention on the dense cache: the library's decode call (cuDNN first where it
-             routes there)
+  attention  wavetune.attention on the dense cache without out=: the library's decode call (cuDNN where
+             it routes there)
   fmha       wavetune.attention forced to the FMHA variant and splits its table or model picks (the path
              decode took before), where a variant of the head dim is compiled
   sdpa_*     torch SDPA pinned to cuDNN, flash or efficient (a backend that refuses is left out)
@@ -221,7 +221,7 @@ def methods_for(case: dict, kernels: list) -> dict:
             runs.setdefault(-(-steps // -(-steps // min(s, steps))), s)  # splits that really run -> first asking
         methods.update({f"{kernel.name}/s{n}": paged(kernel.id, n) for n in runs})
     methods["paged"] = bench.paged_launch()
-    methods["attention"] = lambda q, k, v, out: wavetune.attention(q, k, v, out=out)
+    methods["attention"] = lambda q, k, v, out: wavetune.attention(q, k, v)  # as callers make it: its own output
     if any(c.dtype == "bf16" and c.tile[2] == case["head_dim"] for c in wavetune.attention_configs()):
         def forced(q, k, v, out):
             args = (tuple(bench.tuning.attention_sizes(case)), *map(fmha.tensor_args, (q, k, v, out)),

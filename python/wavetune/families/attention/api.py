@@ -107,14 +107,25 @@ def _cudnn_attention(torch, q, k, v, causal: bool, scale: float, out, dtype_code
     return out.copy_(result)
 
 
-def _decode_prefers_cudnn(heads_q: int, heads_kv: int, head_dim: int) -> bool:
-    """Whether a decode call goes to cuDNN's attention first.
+# Decode caches (K and V bytes) from which the paged kernel runs even where cuDNN could (_decode_prefers_cudnn).
+CUDNN_DECODE_MAX_BYTES = 1 << 30
 
-    NOTES: with 16 or more query heads per KV head and 64-dim heads, a tile of the paged decode kernel is all
-    queries and each byte of K and V it reads carries the most softmax and mma work; there cuDNN's decode ran
-    1.07-1.37x faster than the best kernel and split count on every measured case (Falcon-40B's heads at TP
-    1-8, H100 and H200, docs/attention.md), while elsewhere the kernel matched it."""
-    return head_dim == 64 and heads_q // heads_kv >= 16
+
+def _decode_prefers_cudnn(heads_q: int, heads_kv: int, head_dim: int, kv_bytes: int, writes_out: bool) -> bool:
+    """Whether a decode call goes to cuDNN's attention (through SDPA) before the paged decode kernel.
+
+    NOTES: on a dense cache cuDNN's decode kernel runs the paged kernel's grid (a CTA per sequence and KV head,
+    the KV head's query heads in 16 rows) and reads K and V faster below about a gigabyte; the paged kernel
+    wins at head dim 256 and on larger caches (its split counts). Replayed on four held-out decode logs (H100
+    seeds 53 and 59, H200 seeds 59 and 61, docs/results/paged_decode_heldout_*), this rule took the call from
+    0.971-0.986x to 0.998-1.009x SDPA's fastest backend (a bound anywhere in 0.3-1.5 GB gave the same), and
+    on a fifth log no bound was read from (H200 seed 63) from 0.976x to 1.025x. cuDNN writes a tensor of its
+    own: given ``out``, the copy into it (1-2 us) costs what cuDNN gains, so there the kernel runs, except with
+    16 or more query heads per 64-dim KV head, where cuDNN ran 1.07-1.37x faster than the best kernel and
+    split count on every measured case (Falcon-40B's heads, H100 and H200, docs/attention.md)."""
+    if head_dim == 64 and heads_q // heads_kv >= 16:
+        return True
+    return not writes_out and head_dim <= 128 and kv_bytes < CUDNN_DECODE_MAX_BYTES
 
 
 def tensor_args(t) -> tuple[int, int, int, int]:
@@ -136,10 +147,11 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     config, splits: force an attention variant (id or name, ``attention_configs()``) and a KV split count
         (decode only: seqlen_q == 1); default: both chosen from the sizes by the GPU's attention table
         (``tables/<gpu>.attention.wtt``, or $WAVETUNE_ATTENTION_TABLE), else by the built-in wave model.
-        With neither forced, decode (seqlen_q == 1) runs ``paged_attention``'s kernel on the dense cache
-        when K and V share their strides (cuDNN's attention through PyTorch's SDPA first at head dim 64
-        with 16 or more query heads per KV head), and prefill runs cuDNN's attention where its backend takes
-        the problem (not causal, or as many queries as keys): each was faster than every variant there
+        With neither forced, decode (seqlen_q == 1) runs cuDNN's attention through PyTorch's SDPA where
+        that was faster (without ``out``, head dims up to 128 and K and V under 1 GiB; at head dim 64 with
+        16 or more query heads per KV head always), else ``paged_attention``'s kernel on the dense cache
+        when K and V share their strides; prefill runs cuDNN's attention where its backend takes the
+        problem (not causal, or as many queries as keys): each was faster than every variant there
         (docs/attention.md).
 
     Runs on the current torch stream of q's device.
@@ -167,7 +179,9 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
-    if seqlen_q == 1 and variant < 0 and splits is None and _decode_prefers_cudnn(heads_q, heads_kv, head_dim):
+    kv_bytes = 2 * batch * seqlen_k * heads_kv * head_dim * q.element_size()
+    if seqlen_q == 1 and variant < 0 and splits is None and \
+            _decode_prefers_cudnn(heads_q, heads_kv, head_dim, kv_bytes, given_out is not None):
         done = _cudnn_attention(torch, q, k, v, False, scale, given_out, dtype_code)  # one query sees every key
         if done is not None:
             return done
