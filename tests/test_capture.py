@@ -27,6 +27,7 @@ BF16 = torch.bfloat16
 HIDDEN, FFN = 256, 520  # K = 256 is four 64-deep k-tiles: room for three splits
 SIZES = (256, 64, 7, 2, 1)  # tokens (or sequences) an engine captures, largest first; they share one pool
 TOLERANCE = 1e-2  # relative Frobenius error of bf16 outputs with fp32 accumulation
+REPEAT_TOLERANCE = 1e-3  # between two runs of a kernel that is not bit-reproducible (cuDNN's decode)
 
 
 def relative_error(result, reference):
@@ -70,6 +71,7 @@ class Workload(NamedTuple):
     module: torch.nn.Module
     inputs: Callable[[int], list]  # size -> fresh inputs
     reference: torch.nn.Module | None  # computes what module should, without wavetune
+    bitwise: bool = True  # a replay equals an eager call bit for bit (else within REPEAT_TOLERANCE)
 
 
 def dense_choices() -> dict:
@@ -115,7 +117,7 @@ def attention_inputs(batch: int) -> list:
 
 
 @pytest.fixture(params=["dense-cublas", "dense-split_k", "dense-data_parallel", "dense-decode", "grouped_gemm",
-                        "attention"])
+                        "attention", "attention-deterministic"])
 def workload(request, tmp_path):
     family, _, kind = request.param.partition("-")
     if family == "grouped_gemm":
@@ -125,7 +127,14 @@ def workload(request, tmp_path):
     elif family == "attention":
         if not wavetune.attention_configs():
             pytest.skip("no attention variant in this build")
-        yield Workload(DecodeAttention(), attention_inputs, None)
+        # Decode of this size runs cuDNN's attention, whose outputs differ run to run in the last bits;
+        # with deterministic algorithms asked for, it runs the paged kernel, which is bit-reproducible.
+        deterministic = kind == "deterministic"
+        torch.use_deterministic_algorithms(deterministic, warn_only=True)
+        try:
+            yield Workload(DecodeAttention(), attention_inputs, None, bitwise=deterministic)
+        finally:
+            torch.use_deterministic_algorithms(False)
     else:
         use_one_config_table(kind, tmp_path / "one_config.wtt")
         reference, patched = Block().eval(), Block().eval()
@@ -141,7 +150,11 @@ def workload(request, tmp_path):
 def check_output(work: Workload, inputs: list, output: torch.Tensor) -> None:
     torch.cuda.synchronize()
     assert not output.isnan().any(), "outputs left unwritten"
-    assert torch.equal(output, work.module(*inputs)), "differs from an eager call"
+    eager = work.module(*inputs)
+    if work.bitwise:
+        assert torch.equal(output, eager), "differs from an eager call"
+    else:
+        assert relative_error(output, eager) < REPEAT_TOLERANCE, "differs from an eager call"
     if work.reference is not None:
         assert relative_error(output, work.reference(*inputs)) < TOLERANCE
 

@@ -111,7 +111,8 @@ def _cudnn_attention(torch, q, k, v, causal: bool, scale: float, out, dtype_code
 CUDNN_DECODE_MAX_BYTES = 1 << 30
 
 
-def _decode_prefers_cudnn(heads_q: int, heads_kv: int, head_dim: int, kv_bytes: int, writes_out: bool) -> bool:
+def _decode_prefers_cudnn(heads_q: int, heads_kv: int, head_dim: int, kv_bytes: int, writes_out: bool,
+                          deterministic: bool) -> bool:
     """Whether a decode call goes to cuDNN's attention (through SDPA) before the paged decode kernel.
 
     NOTES: on a dense cache cuDNN's decode kernel runs the paged kernel's grid (a CTA per sequence and KV head,
@@ -122,7 +123,11 @@ def _decode_prefers_cudnn(heads_q: int, heads_kv: int, head_dim: int, kv_bytes: 
     on a fifth log no bound was read from (H200 seed 63) from 0.976x to 1.025x. cuDNN writes a tensor of its
     own: given ``out``, the copy into it (1-2 us) costs what cuDNN gains, so there the kernel runs, except with
     16 or more query heads per 64-dim KV head, where cuDNN ran 1.07-1.37x faster than the best kernel and
-    split count on every measured case (Falcon-40B's heads, H100 and H200, docs/attention.md)."""
+    split count on every measured case (Falcon-40B's heads, H100 and H200, docs/attention.md). cuDNN's decode
+    outputs differ run to run in their last bits (at some batch sizes); the paged kernel's do not, so with
+    ``torch.use_deterministic_algorithms`` on the kernel runs."""
+    if deterministic:
+        return False
     if head_dim == 64 and heads_q // heads_kv >= 16:
         return True
     return not writes_out and head_dim <= 128 and kv_bytes < CUDNN_DECODE_MAX_BYTES
@@ -181,7 +186,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
     kv_bytes = 2 * batch * seqlen_k * heads_kv * head_dim * q.element_size()
     if seqlen_q == 1 and variant < 0 and splits is None and \
-            _decode_prefers_cudnn(heads_q, heads_kv, head_dim, kv_bytes, given_out is not None):
+            _decode_prefers_cudnn(heads_q, heads_kv, head_dim, kv_bytes, given_out is not None,
+                                  torch.are_deterministic_algorithms_enabled()):
         done = _cudnn_attention(torch, q, k, v, False, scale, given_out, dtype_code)  # one query sees every key
         if done is not None:
             return done
