@@ -42,6 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.5, 2.0  # launch.cu's
+KEYS_SPLIT_ROWS_FACTOR = 1.2  # launch.cu's kKeysSplitRowsFactor
 WS_COPY_WARPS = 4  # sm90_paged_attention_ws.cuh's kWsCopyWarps
 
 
@@ -107,7 +108,8 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
         us = ctas // slots * wave_us(slots) + (wave_us(ctas % slots) if ctas % slots else 0.0)
     if runs > 1:
         us += merge + 2.0 * batch * max_q * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
-    return us
+    keys_split = rows == 16 and not kernel.get("wgmma")
+    return KEYS_SPLIT_ROWS_FACTOR * us if keys_split and max_q * group > 16 else us
 
 
 def kernel_facts(config) -> dict:

@@ -191,6 +191,13 @@ constexpr double kSmFlopsPerUs = 4.0e6;
 constexpr double kL2Speedup = 2.0;
 constexpr double kRowsStepUs = 0.5;
 constexpr double kWgmmaSpeedup = 2.0;
+// NOTES: a keys_split kernel on a KV head's query rows past one 16-row tile (speculative steps, chunks, prompts)
+// runs one CTA per 16 rows, each reading the keys the others read and writing its rows element by element; the
+// terms above price that about 20% low. The factor is the replay optimum on the several-query sweeps with the
+// warp-specialized kernels: on three H100 design logs 0.951 of the best with it and without; on eight others
+// (H100 held-out and FlashInfer cases, builds of 2026-11-28) 0.932 without, 0.950 with; H200 FlashInfer
+// cases 0.902 and 0.947 (docs/results/varlen_attention_*).
+constexpr double kKeysSplitRowsFactor = 1.2;
 
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
                     int64_t slots, double hbm_bytes_per_us) {
@@ -234,7 +241,8 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
     const double queries = double(p.batch) * p.max_q_len;  // at most; the sizes alone set the choice
     us += kMergeUs + 2.0 * queries * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;
   }
-  return us;
+  const bool keys_split = !rows_split && !wgmma;
+  return keys_split && rows > paged::kRows ? kKeysSplitRowsFactor * us : us;
 }
 
 // The least predicted split count of one kernel, and its prediction. NOTES: splits cut every (sequence, KV head)
