@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(256) warp_stream(const bf16* w, const bf16* x,
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const int kk = k0 + i * 256 + lane * 8;
-      if (kk < k) acc += dot8(cur[i], dec::load_cached(x + kk));
+      if (kk < k) acc += dot8(cur[i], dec::load_written(x + kk));
     }
     if (u % segs == segs - 1 || u + 1 == u1) {
       acc = warp_sum(acc);
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(256) frag_stream(const bf16* w, const bf16* x,
     for (int i = 0; i < U; ++i) {
       const int kk = k0 + i * 32 + t * 8;
       if (kk < k) {
-        const uint4 xv = dec::load_cached(x + kk);
+        const uint4 xv = dec::load_written(x + kk);
         acc[0] += dot8(cur[i][0], xv), acc[1] += dot8(cur[i][1], xv);
       }
     }
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(160, 1) bulk_stream(const bf16* w, const bf16*
 #pragma unroll
     for (int j = 0; j < kKc / 256; ++j) {
       const int kk = k0 + j * 256 + lane * 8;
-      xv[j] = kk < k ? dec::load_cached(x + kk) : make_uint4(0, 0, 0, 0);
+      xv[j] = kk < k ? dec::load_written(x + kk) : make_uint4(0, 0, 0, 0);
     }
     mbar_wait(full + s, (i / kStages) & 1);
     const auto* stage = reinterpret_cast<const uint4*>(smem + s * B::kStageBytes);
