@@ -130,11 +130,12 @@ def workload(request, tmp_path):
         # Decode of this size runs cuDNN's attention, whose outputs differ run to run in the last bits;
         # with deterministic algorithms asked for, it runs the paged kernel, which is bit-reproducible.
         deterministic = kind == "deterministic"
+        before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
         torch.use_deterministic_algorithms(deterministic, warn_only=True)
         try:
             yield Workload(DecodeAttention(), attention_inputs, None, bitwise=deterministic)
         finally:
-            torch.use_deterministic_algorithms(False)
+            torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     else:
         use_one_config_table(kind, tmp_path / "one_config.wtt")
         reference, patched = Block().eval(), Block().eval()
