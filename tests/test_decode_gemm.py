@@ -133,3 +133,18 @@ def test_the_decode_benchmark_makes_every_projection_at_every_degree():
     text = decode_gemm.summary(rows)
     assert "M 1-16:" in text and "1.100x cuBLAS" in text and "best decode candidate 1.200x" in text
     assert "weights >= 256 MB" in text and "3.00 TB/s median" in text
+
+
+def test_the_read_rate_probe_calls_what_the_decode_header_defines():
+    """benchmarks/cuda/decode_stream_probe.cu (kernels.md's read-rate table) builds on the decode kernel's header
+    but is compiled by hand on a GPU machine (it links cuBLAS); every name it takes from the header exists there."""
+    import re
+
+    from conftest import REPO
+
+    probe = (REPO / "benchmarks" / "cuda" / "decode_stream_probe.cu").read_text()
+    header = (REPO / "csrc" / "families" / "gemm" / "sm90_decode_gemm.cuh").read_text()
+    used = set(re.findall(r"\bdec::(\w+)", probe))
+    assert {"load_streaming", "load_written", "Kernel", "Params", "launch"} <= used
+    assert [name for name in sorted(used) if not re.search(rf"\b(struct|class|auto|void|uint4|float)\s+{name}\b|"
+                                                          rf"\b{name}\s*\(", header)] == []
