@@ -4,11 +4,15 @@ tile edges, poisoned outputs, unsplit and split, with and without programmatic d
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import wavetune
 from wavetune import _C
 from wavetune.families.gemm import tuning
+
+from conftest import REPO
 
 
 def decode_variants():
@@ -138,10 +142,6 @@ def test_the_decode_benchmark_makes_every_projection_at_every_degree():
 def test_the_read_rate_probe_calls_what_the_decode_header_defines():
     """benchmarks/cuda/decode_stream_probe.cu (kernels.md's read-rate table) builds on the decode kernel's header
     but is compiled by hand on a GPU machine (it links cuBLAS); every name it takes from the header exists there."""
-    import re
-
-    from conftest import REPO
-
     probe = (REPO / "benchmarks" / "cuda" / "decode_stream_probe.cu").read_text()
     header = (REPO / "csrc" / "families" / "gemm" / "sm90_decode_gemm.cuh").read_text()
     used = set(re.findall(r"\bdec::(\w+)", probe))
