@@ -184,10 +184,10 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
-    kv_bytes = 2 * batch * seqlen_k * heads_kv * head_dim * q.element_size()
     if seqlen_q == 1 and variant < 0 and splits is None and \
-            _decode_prefers_cudnn(heads_q, heads_kv, head_dim, kv_bytes, given_out is not None,
-                                  torch.are_deterministic_algorithms_enabled()):
+            _decode_prefers_cudnn(heads_q, heads_kv, head_dim,
+                                  2 * batch * seqlen_k * heads_kv * head_dim * q.element_size(),  # K and V bytes
+                                  given_out is not None, torch.are_deterministic_algorithms_enabled()):
         done = _cudnn_attention(torch, q, k, v, False, scale, given_out, dtype_code)  # one query sees every key
         if done is not None:
             return done
