@@ -53,14 +53,16 @@ template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit, int k
 struct PagedVariant {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, __half>;
   static constexpr bool kSpecialized = kSplit == paged::WarpSplit::specialized;
-  static_assert(kSpecialized ? 32 * kWarps == paged::kWsThreads : kStepKeys == kWarps * paged::kTileKeys);
-  static constexpr size_t kShared =
-      kSpecialized ? paged::ws_shared_bytes<kHeadDim, kStepKeys>() : paged::shared_bytes<kHeadDim, kWarps, kSplit>();
+  static constexpr int kGroups = kSpecialized ? kWarps / 4 - 1 : 1;  // the computing warpgroups of a specialized one
+  static_assert(kSpecialized ? 32 * kWarps == paged::WsShape<kGroups>::kThreads
+                             : kStepKeys == kWarps * paged::kTileKeys);
+  static constexpr size_t kShared = kSpecialized ? paged::ws_shared_bytes<kHeadDim, kStepKeys, kGroups>()
+                                                 : paged::shared_bytes<kHeadDim, kWarps, kSplit>();
   static constexpr int kBlockRows = kSplit == paged::WarpSplit::keys ? paged::kRows
-                                    : kSpecialized                   ? paged::kWsBlockRows
+                                    : kSpecialized                   ? paged::kWarpgroupRows * kGroups
                                                                      : paged::kRows * kWarps;
   static constexpr auto kKernel = [] {
-    if constexpr (kSpecialized) return paged::paged_attention_ws_kernel<T, kHeadDim, kStepKeys>;
+    if constexpr (kSpecialized) return paged::paged_attention_ws_kernel<T, kHeadDim, kStepKeys, kGroups>;
     else return paged::paged_attention_kernel<T, kHeadDim, kWarps, kSplit>;
   }();
 

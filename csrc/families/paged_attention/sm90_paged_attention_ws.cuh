@@ -3,14 +3,14 @@
 //
 // NOTES: the mma.sync kernels (sm90_paged_attention.cuh) feed every 16-row tile's operands through ldmatrix and
 // every warp both copies and computes, so on long queries shared memory and issue slots, not the tensor cores, set
-// their rate. Here a CTA is three warpgroups. The first only copies: the query tile, then each step of K and V (64
-// or 128 keys: two kernels), found through the block table, with cp.async into 128-byte-swizzled panels; each copy
-// arrives on its stage's "full" barrier when it lands, so no thread waits on its own copies. The other two each own
-// 64 query rows and only compute: their Q fragments, read from shared memory once, are the A operand of S = Q K^T
-// in registers, and P (registers) and V (the MN-major operand) that of O += P V. A step's P V runs while the next
-// step's scores go through the softmax, and a consumer warp frees a stage on its "empty" barrier once the P V that
+// their rate. Here a CTA is a copying warpgroup and one or two computing ones. The first copies each step of K
+// and V (64 or 128 keys), found through the block table, with cp.async into 128-byte-swizzled panels; each copy
+// arrives on its stage's "full" barrier when it lands, so no thread waits on its own copies. The others each own
+// 64 query rows and only compute: their Q fragments, read once, are the A operand of S = Q K^T in registers, and
+// P (registers) and V (the MN-major operand) that of O += P V. A step's P V runs while the next step's scores go
+// through the softmax, and a consumer warp frees a stage on its "empty" barrier once the P V that
 // read it is done. Register budgets move from the copying warpgroup to the computing ones (setmaxnreg). Keys stay
-// where the table puts them, so TMA (one box over one tensor) is not used. A copying warp and two computing warps
+// where the table puts them, so TMA (one box over one tensor) is not used. A copying warp and the computing warps
 // share each scheduler, and instruction issue, more than the tensor cores, bounds the step (ncu on a long prompt,
 // H100: tensor pipe and issue slots each about half busy). So each lane's copy addresses are fixed but for the
 // key's row, the pipeline's stage and parity are carried rather than divided out, descriptors move by one add, and
@@ -25,30 +25,42 @@
 
 namespace wavetune::detail::paged {
 
-constexpr int kWarpgroupRows = 64;    // query rows per computing warpgroup (a wgmma's M)
-constexpr int kWsComputeGroups = 2;   // computing warpgroups; the CTA's row block is 128 rows
-constexpr int kWsCopyWarps = 4;      // one warpgroup copies
-constexpr int kWsThreads = 32 * kWsCopyWarps + 128 * kWsComputeGroups;
-constexpr int kWsBlockRows = kWarpgroupRows * kWsComputeGroups;
-constexpr int kWsCopyRegisters = 40, kWsComputeRegisters = 232;  // 128 x 40 + 256 x 232 <= 64K registers
+constexpr int kWarpgroupRows = 64;  // query rows per computing warpgroup (a wgmma's M)
+constexpr int kWsCopyWarps = 4;     // one warpgroup copies
 
-// Byte layout of the dynamic shared memory: 1024 bytes of slack to align the swizzled panels, the query
-// tile, K stages, V stages, then the barriers (full and empty per stage, one for the query tile).
-template <int kHeadDim, int kStepKeys>
-struct WsLayout {
-  // K and V stages: as many as fit beside the query tile (a stage of 64 keys at head dim 128 is 32 KB).
-  static constexpr int kStages = kStepKeys == 64 ? (kHeadDim == 64 ? 8 : 5) : (kHeadDim == 64 ? 6 : 3);
-  static constexpr uint32_t kTileBytes = kStepKeys * kHeadDim * 2;
-  static constexpr uint32_t kQueries = 0;
-  static constexpr uint32_t kKeys = kWsBlockRows * kHeadDim * 2;
-  static constexpr uint32_t kValues = kKeys + kStages * kTileBytes;
-  static constexpr uint32_t kBarriers = kValues + kStages * kTileBytes;
-  static constexpr uint32_t kBytes = kBarriers + (2 * kStages + 1) * 8;
+// NOTES: a CTA of two computing warpgroups (128 rows) reads each key into shared memory once for twice the rows;
+// one of a single computing warpgroup (64 rows) fits twice on an SM, so one CTA's start (its first copies'
+// latency) and end (its rows written out) run beside the other's math, which short prompts and a few tokens
+// per KV head (speculative steps) are made of. The wave model picks between them (launch.cu).
+template <int kGroups>
+struct WsShape {
+  static_assert(kGroups == 1 || kGroups == 2);
+  static constexpr int kThreads = 32 * kWsCopyWarps + 128 * kGroups;
+  static constexpr int kBlockRows = kWarpgroupRows * kGroups;
+  static constexpr int kCtasPerSm = 3 - kGroups;
+  // Registers a thread of the copying and the computing warpgroups (setmaxnreg): all of the SM's 64K.
+  static constexpr int kCopyRegisters = 40, kComputeRegisters = kGroups == 2 ? 232 : 216;
+  static_assert(kCtasPerSm * 128 * (kCopyRegisters + kGroups * kComputeRegisters) <= 65536);
 };
 
-template <int kHeadDim, int kStepKeys>
+// Byte layout of the dynamic shared memory: 1024 bytes of slack to align the swizzled panels, K stages, V
+// stages, then the barriers (full and empty per stage).
+template <int kHeadDim, int kStepKeys, int kGroups>
+struct WsLayout {
+  // K and V stages: as many as the kernels' one or two CTAs per SM fit (a stage of 64 keys at head dim 128 is
+  // 32 KB); the counts of two warpgroups are those measured when the query tile shared the space.
+  static constexpr int kStages = kGroups == 1 ? (kHeadDim == 64 ? 6 : 3)
+                                 : kStepKeys == 64 ? (kHeadDim == 64 ? 8 : 5) : (kHeadDim == 64 ? 6 : 3);
+  static constexpr uint32_t kTileBytes = kStepKeys * kHeadDim * 2;
+  static constexpr uint32_t kKeys = 0;
+  static constexpr uint32_t kValues = kKeys + kStages * kTileBytes;
+  static constexpr uint32_t kBarriers = kValues + kStages * kTileBytes;
+  static constexpr uint32_t kBytes = kBarriers + 2 * kStages * 8;
+};
+
+template <int kHeadDim, int kStepKeys, int kGroups>
 constexpr size_t ws_shared_bytes() {
-  return 1024 + WsLayout<kHeadDim, kStepKeys>::kBytes;
+  return 1024 + WsLayout<kHeadDim, kStepKeys, kGroups>::kBytes;
 }
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of kTileRows rows laid out as wgmma's 128-byte
@@ -74,23 +86,23 @@ __device__ __forceinline__ uint64_t descriptor_at(uint64_t descriptor, uint32_t 
 using Barrier = cutlass::arch::ClusterBarrier;
 
 // The stage barriers (Barrier, one 64-bit word each): full[s], its K and V landed;
-// empty[s], the computing warps are done reading them; queries, the query tile landed.
+// empty[s], the computing warps are done reading them.
 struct WsBarriers {
   uint64_t* full;
   uint64_t* empty;
-  uint64_t* queries;
 };
 
 template <class L>
 __device__ __forceinline__ WsBarriers ws_barriers(uint8_t* aligned) {
   uint64_t* full = reinterpret_cast<uint64_t*>(aligned + L::kBarriers);
-  return {full, full + L::kStages, full + 2 * L::kStages};
+  return {full, full + L::kStages};
 }
 
 // The computing warpgroups' own barrier (id 1; __syncthreads uses 0). NOTES: not CUTLASS's NamedBarrier, whose
 // bar.sync has no memory clobber: plain C++ stores to shared memory (the staged rows) follow this one.
+template <int kGroups>
 __device__ __forceinline__ void compute_groups_sync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kWsComputeGroups) : "memory");
+  asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kGroups) : "memory");
 }
 
 namespace gmma = cute::SM90::GMMA;
@@ -135,18 +147,15 @@ struct StagePhase {
   }
 };
 
-// The copying warpgroup: the query tile, then K and V of every step into the stages, each stage once the
-// computing warps have freed it. Warp w copies keys [n w, n w + n) of a step (n = kWarpKeys, a quarter of the
+// The copying warpgroup: K and V of every step into the stages, each stage once the computing warps have
+// freed it. Warp w copies keys [n w, n w + n) of a step (n = kWarpKeys, a quarter of the
 // step); a lane finds the cache row of key n w + lane % n through the table a step ahead and hands it to the
 // lanes copying that key's chunks.
-template <int kHeadDim, int kStepKeys>
+template <int kHeadDim, int kStepKeys, int kGroups>
 __device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_t base, const WsBarriers& bar) {
-  using L = WsLayout<kHeadDim, kStepKeys>;
+  using L = WsLayout<kHeadDim, kStepKeys, kGroups>;
   constexpr int kStages = L::kStages, kChunks = kHeadDim / 8, kWarpKeys = kStepKeys / kWsCopyWarps;
   const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32;
-  load_queries<kHeadDim>(p, w.seq, w.kv_head, w.first_row, w.rows, kWsBlockRows, base + L::kQueries,
-                         panel_offset<kWsBlockRows>, thread, 128);
-  cutlass::arch::cpasync_barrier_arrive_noinc(bar.queries);
   auto row_offset = [&](int i) {
     const int key = w.begin + i * kStepKeys + kWarpKeys * warp + lane % kWarpKeys;
     return key_offset(p, w.batch, w.kv_head, key, w.end);
@@ -181,18 +190,32 @@ __device__ void copy_steps(const Params& p, const CtaWork& w, int steps, uint32_
 // A computing warpgroup's wgmma work for one step, each asynchronous: S = Q K^T into `s` (Q's fragments in
 // registers, K from shared memory), and O += P V (P from registers, V from shared memory). Operands are
 // given as descriptors of the stage's tile; offsets go to their address word.
-// NOTES: Q is read from shared memory once: S = Q K^T with Q there re-reads it on each of a step's wgmmas,
-// and Q, K and V then share shared memory's bandwidth with the copies.
+// NOTES: each warp reads its 16 query rows from global memory once, straight into the A fragments: S = Q K^T
+// with Q in shared memory re-reads it on each of a step's wgmmas, and a query tile there would take the space
+// a second CTA per SM needs.
 template <class T, int kHeadDim, int kStepKeys>
 struct WarpgroupMath {
   static constexpr uint32_t kPanelBytes = kStepKeys * 128;
-  uint32_t q[kHeadDim / 16][4];  // this warp's 16 rows as wgmma A fragments
+  uint32_t q[kHeadDim / 16][4];  // this warp's 16 rows as wgmma A fragments (mma.sync's A layout)
 
-  // `rows`: the warpgroup's 64 rows of the query tile.
-  __device__ __forceinline__ WarpgroupMath(uint32_t rows, int warp, int lane) {
+  // `first_row`: the warp's first of the sequence's rows; rows from the CTA's last on are zeros.
+  __device__ __forceinline__ WarpgroupMath(const Params& p, const CtaWork& w, int first_row, int lane) {
+    const T* rows[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = first_row + lane / 4 + 8 * r;
+      const QueryRow at = query_row(p, w.seq, w.kv_head, row);
+      rows[r] = row < w.first_row + w.rows
+                    ? static_cast<const T*>(p.q) + at.token * p.q_t + at.head * p.q_h + 2 * (lane % 4)
+                    : nullptr;
+    }
 #pragma unroll
     for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      ldmatrix_x4(q[ks], rows + panel_offset<kWsBlockRows>(16 * warp + lane % 16, 2 * ks + lane / 16));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const T* row = rows[e % 2];
+        q[ks][e] = row ? *reinterpret_cast<const uint32_t*>(row + 16 * ks + 8 * (e / 2)) : 0u;
+      }
     }
     fence_registers(q);
   }
@@ -223,15 +246,17 @@ struct WarpgroupMath {
 // loop is peeled: step 0's scores, then each step's scores beside the previous step's P V, then the last
 // P V. A warpgroup also scores steps past its own rows' keys (with the causal mask, the other warpgroup's
 // last one); the mask zeroes them.
-template <class T, int kHeadDim, int kStepKeys>
+template <class T, int kHeadDim, int kStepKeys, int kGroups>
 __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint32_t base, const WsBarriers& bar,
                               float* staged, float* staged_lse, int group) {
-  using L = WsLayout<kHeadDim, kStepKeys>;
+  using L = WsLayout<kHeadDim, kStepKeys, kGroups>;
   using Math = WarpgroupMath<T, kHeadDim, kStepKeys>;
   constexpr int kStages = L::kStages;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int warp_first_row = w.first_row + group * kWarpgroupRows + warp * kRows;
+  const Math math(p, w, warp_first_row, lane);  // its loads' latency runs beside the wait for the first step
   int row_end[2];
-  lane_row_ends(p, w.seq, w.first_row + group * kWarpgroupRows + warp * kRows, w.split_end, lane, row_end);
+  lane_row_ends(p, w.seq, warp_first_row, w.split_end, lane, row_end);
   const int unmasked = warp_unmasked_end(row_end);
   const uint64_t keys0 = smem_descriptor(base + L::kKeys, 16, 1024);
   const uint64_t values0 = smem_descriptor(base + L::kValues, Math::kPanelBytes, 1024);
@@ -249,8 +274,6 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
   SoftmaxState<kHeadDim> st;
   uint32_t probabilities[kStepKeys / 16][4];  // P of the step whose P V comes next
   float correction[2];
-  Barrier::wait(bar.queries, 0);
-  const Math math(base + L::kQueries + uint32_t(group) * kWarpgroupRows * 128, warp, lane);
   if (steps > 0) {
     wait_step();
     float s[kStepKeys / 8][4];
@@ -293,45 +316,46 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
     cute::warpgroup_wait<0>();
     fence_registers(st.o);
   }
-  compute_groups_sync();  // both warpgroups are done with the tiles the staged rows overwrite
+  compute_groups_sync<kGroups>();  // the warpgroups are done with the stages the staged rows overwrite
   stage_rows<kHeadDim>(st, staged, staged_lse, group * kWarpgroupRows + warp * kRows, lane);
 }
 
-// Grid as paged_attention_kernel's; a row block is 128 rows.
-template <class T, int kHeadDim, int kStepKeys>
-__global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(Params p) {
-  using L = WsLayout<kHeadDim, kStepKeys>;
+// Grid as paged_attention_kernel's; a row block is 64 rows per computing warpgroup.
+template <class T, int kHeadDim, int kStepKeys, int kGroups>
+__global__ void __launch_bounds__(WsShape<kGroups>::kThreads, WsShape<kGroups>::kCtasPerSm)
+    paged_attention_ws_kernel(Params p) {
+  using L = WsLayout<kHeadDim, kStepKeys, kGroups>;
+  using Shape = WsShape<kGroups>;
   constexpr int kStages = L::kStages;
   extern __shared__ uint4 shared[];
   const uint32_t base = (shared_address(shared) + 1023u) & ~1023u;  // the swizzle repeats every 1024 bytes
   uint8_t* aligned = reinterpret_cast<uint8_t*>(shared) + (base - shared_address(shared));
   const WsBarriers bar = ws_barriers<L>(aligned);
   CtaWork w;
-  if (!cta_work(p, kWsBlockRows, w)) return;
+  if (!cta_work(p, Shape::kBlockRows, w)) return;
   const int steps = w.end > w.begin ? (w.end - w.begin + kStepKeys - 1) / kStepKeys : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       Barrier::init(bar.full + s, 128);                    // a copy arrival per copying thread
-      Barrier::init(bar.empty + s, 4 * kWsComputeGroups);  // an arrival per computing warp
+      Barrier::init(bar.empty + s, 4 * kGroups);  // an arrival per computing warp
     }
-    Barrier::init(bar.queries, 128);
   }
   __syncthreads();
   // NOTES: the warpgroup index goes through a shuffle so that the compiler sees it is the same in a warp.
   const int warpgroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWsCopyRegisters));
-    copy_steps<kHeadDim, kStepKeys>(p, w, steps, base, bar);
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Shape::kCopyRegisters));
+    copy_steps<kHeadDim, kStepKeys, kGroups>(p, w, steps, base, bar);
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWsComputeRegisters));
-  static_assert(staged_bytes<kHeadDim>(kWsBlockRows) <= L::kBarriers);
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Shape::kComputeRegisters));
+  static_assert(staged_bytes<kHeadDim>(Shape::kBlockRows) <= L::kBarriers);
   float* staged = reinterpret_cast<float*>(aligned);
-  float* staged_lse = staged + kWsBlockRows * staged_row_floats<kHeadDim>();
-  compute_steps<T, kHeadDim, kStepKeys>(p, w, steps, base, bar, staged, staged_lse, warpgroup - 1);
-  compute_groups_sync();
+  float* staged_lse = staged + Shape::kBlockRows * staged_row_floats<kHeadDim>();
+  compute_steps<T, kHeadDim, kStepKeys, kGroups>(p, w, steps, base, bar, staged, staged_lse, warpgroup - 1);
+  compute_groups_sync<kGroups>();
   write_rows<T, kHeadDim>(p, w.seq, w.kv_head, w.first_row, w.rows, w.split, staged, staged_lse, threadIdx.x - 128,
-                          128 * kWsComputeGroups);
+                          128 * kGroups);
 }
 
 }  // namespace wavetune::detail::paged
