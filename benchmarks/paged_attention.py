@@ -44,6 +44,7 @@ SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.5, 2.0  # launch.cu's
 KEYS_SPLIT_ROWS_FACTOR = 1.2  # launch.cu's kKeysSplitRowsFactor
 WS_COPY_WARPS = 4  # sm90_paged_attention_ws.cuh's kWsCopyWarps
+WS_COPY_SPEEDUP = 1.25  # launch.cu's kWsCopySpeedup
 
 
 def parse_args() -> argparse.Namespace:
@@ -66,7 +67,7 @@ def parse_args() -> argparse.Namespace:
 def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
                  merge: float, warp_flops: float = WARP_FLOPS_PER_US, sm_flops: float = SM_FLOPS_PER_US,
                  l2_speedup: float = L2_SPEEDUP, rows_step: float = ROWS_STEP_US,
-                 wgmma_speedup: float = WGMMA_SPEEDUP) -> float:
+                 wgmma_speedup: float = WGMMA_SPEEDUP, ws_copy: float = WS_COPY_SPEEDUP) -> float:
     """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
     ``kernel``: its step keys, rows (16 in logs without them), resident CTAs and whether it computes with wgmma;
     ``case``: decode, or with seqlen_q (queries per sequence, at most) and causal several queries; total_keys:
@@ -96,7 +97,8 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
                + 4.0 * 16 * keys_per_warp * case["head_dim"] / (warp_flops * math_speedup))
     flops_per_cta = 4.0 * rows * keys_per_cta * case["head_dim"]
     sharing = max(1, row_blocks // head_blocks)
-    cta_rate = warp * warps * (1.0 + (l2_speedup - 1.0) * (1.0 - 1.0 / sharing))
+    copy_rate = warp * (ws_copy if kernel.get("wgmma") else 1.0)
+    cta_rate = copy_rate * warps * (1.0 + (l2_speedup - 1.0) * (1.0 - 1.0 / sharing))
 
     def wave_us(running: int) -> float:
         return wave + max(bytes_per_cta * running / (sharing * hbm), bytes_per_cta / cta_rate, warp_us,
@@ -147,13 +149,13 @@ def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
 
 
 SHIPPED = (0.98, 3.75e3, 4.0, 5.0, WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US,
-           WGMMA_SPEEDUP)  # launch.cu's
+           WGMMA_SPEEDUP, WS_COPY_SPEEDUP)  # launch.cu's
 
 
 def fit(design: Path, check: Path | None) -> None:
     """Decode logs fit the first four constants (the others as shipped); logs of several queries per sequence
     (benchmarks/varlen_attention.py) fit the tile-math rates, the L2 speed-up, the rows_split kernels' cost
-    per softmax step and the wgmma kernel's tile-math speed-up (the others as shipped)."""
+    per softmax step, the wgmma kernel's tile-math speed-up and its copying warps' (the others as shipped)."""
     def load(path):
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt") as f:
@@ -164,7 +166,7 @@ def fit(design: Path, check: Path | None) -> None:
     if any(r.get("seqlen_q", 1) > 1 for r in rows):
         grid = [(*SHIPPED[:4], *c) for c in itertools.product(
             (2e5, 3e5, 4e5, 6e5), (2.6e6, 4e6, 6e6), (1.0, 2.0, 3.0, 5.0), (0.2, 0.3, 0.5, 0.8),
-            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0))]
+            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0), (1.0, 1.25, 1.5, 2.0))]
     else:
         grid = [(*c, *SHIPPED[4:]) for c in itertools.product(
             (0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0, 5.0), (2.0, 3.0, 5.0, 7.0))]
@@ -172,7 +174,7 @@ def fit(design: Path, check: Path | None) -> None:
     for score, c in scored[:5]:
         line = (f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us, "
                 f"warp math {c[4]:.3g} and SM math {c[5]:.3g} flop/us, L2 {c[6]}x, {c[7]} us a rows step, "
-                f"wgmma {c[8]}x: "
+                f"wgmma {c[8]}x, its copies {c[9]}x: "
                 f"design {score:.3f} "
                 f"(worst {min(replay(rows, c, header)):.2f})")
         if check:

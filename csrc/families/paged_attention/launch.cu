@@ -193,6 +193,13 @@ constexpr double kSmFlopsPerUs = 4.0e6;
 constexpr double kL2Speedup = 2.0;
 constexpr double kRowsStepUs = 0.5;
 constexpr double kWgmmaSpeedup = 2.0;
+// NOTES: their copying warps only copy, so each streams K and V kWsCopySpeedup times faster than a warp that also
+// computes: the 64-row kernel, whose pipeline matches a 4-warp rows_split kernel's but ran 1.1-1.4x faster on
+// speculative steps, is priced alike without it. The factor is the replay optimum with the others as shipped on
+// 33 design cases with the 64-row kernel (benchmarks/varlen_attention.py, seed 23, H200, 2026-11-28): 0.877 of the
+// best without it, 0.937 with it; on 29 held-out cases (seed 101) 0.897 and 0.922; on the logs of the kernels
+// before the 64-row one, within 0.005 of its absence.
+constexpr double kWsCopySpeedup = 1.25;
 // NOTES: a keys_split kernel on a KV head's query rows past one 16-row tile (speculative steps, chunks, prompts)
 // runs one CTA per 16 rows, each reading the keys the others read and writing its rows element by element; the
 // terms above price that about 20% low. The factor is the replay optimum on the several-query sweeps with the
@@ -231,7 +238,8 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
                          4.0 * paged::kRows * keys_per_warp * p.head_dim / (kWarpFlopsPerUs * math);
   const double flops_per_cta = 4.0 * v.tile_m * keys_per_cta * p.head_dim;
   const double sharing = double(std::max<int64_t>(1, row_blocks / head_blocks));
-  const double cta_rate = kWarpBytesPerUs * warps * (1.0 + (kL2Speedup - 1.0) * (1.0 - 1.0 / sharing));
+  const double cta_rate = kWarpBytesPerUs * (wgmma ? kWsCopySpeedup : 1.0) * warps *
+                          (1.0 + (kL2Speedup - 1.0) * (1.0 - 1.0 / sharing));
   auto wave_us = [&](int64_t running) {
     const double per_sm = double((running + sm_count - 1) / sm_count);
     return kWaveUs + std::max({bytes_per_cta * running / (sharing * hbm_bytes_per_us), bytes_per_cta / cta_rate,
