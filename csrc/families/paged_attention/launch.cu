@@ -152,7 +152,8 @@ struct PagedVariant {
   static constexpr PagedVariantOps kOps{&ctas_per_sm, &run};
 
   static VariantInfo info(int32_t id, const char* name) {
-    // The warp-specialized kernel's schedule is "cooperative": its warpgroups split one tile's rows, as CUTLASS's.
+    // The warp-specialized kernels' schedule is "cooperative" (their computing warpgroups each take 64 of the
+    // tile's rows, as CUTLASS's): the wave model reads it as "computes with wgmma".
     return {id, name, kDType, BLayout::col, false, kSpecialized ? Schedule::cooperative : Schedule::decode, kBlockRows,
             kStepKeys, kHeadDim, 1, 1, TileScheduler::data_parallel};
   }
