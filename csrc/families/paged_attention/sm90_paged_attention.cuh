@@ -230,19 +230,18 @@ __device__ __forceinline__ int64_t split_slot(const Params& p, const QueryRow& q
   return (q.token * p.heads_kv * p.group + q.head) * p.splits + split;
 }
 
-// Loads rows [first_row, first_row + tile_rows) of a sequence's (token, head) rows into a tile (cp.async), 16-byte
-// chunk c of tile row r at byte tile + at(r, c); rows past `rows` are zero-filled.
-template <int kHeadDim, class ChunkAt>
+// Loads rows [first_row, first_row + tile_rows) of a sequence's (token, head) rows into a swizzled tile
+// (cp.async); rows past `rows` are zero-filled.
+template <int kHeadDim>
 __device__ __forceinline__ void load_queries(const Params& p, const Sequence& seq, int kv_head, int first_row,
-                                             int rows, int tile_rows, uint32_t tile, ChunkAt at, int thread,
-                                             int threads) {
+                                             int rows, int tile_rows, uint32_t tile, int thread, int threads) {
   constexpr int kChunks = kHeadDim / 8;
   const auto* q = static_cast<const uint4*>(p.q);
   for (int i = thread; i < tile_rows * kChunks; i += threads) {
     const int r = i / kChunks, chunk = i % kChunks;
     const QueryRow row = query_row(p, seq, kv_head, first_row + r);
     const int64_t from = r < rows ? (row.token * p.q_t + row.head * p.q_h) / 8 + chunk : 0;
-    cp_async_16(tile + at(r, chunk), q + from, r < rows);
+    cp_async_16(tile + 16u * swizzled<kHeadDim>(r, chunk), q + from, r < rows);
   }
 }
 
@@ -604,8 +603,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   const uint32_t v_stages = k_stages + kValueOffset;
   // NOTES: the query tile, then the first tiles of K and V, are all in flight before anything waits: a
   // short decode step is a few of these latencies end to end.
-  load_queries<kHeadDim>(p, seq, kv_head, first_row, rows, kBlockRows, q_tile,
-                         [](int r, int chunk) { return 16u * swizzled<kHeadDim>(r, chunk); }, threadIdx.x, 32 * kWarps);
+  load_queries<kHeadDim>(p, seq, kv_head, first_row, rows, kBlockRows, q_tile, threadIdx.x, 32 * kWarps);
   asm volatile("cp.async.commit_group;\n" ::);
 
   // The tiles this warp loads: keys_split, tiles t = warp, warp + warps, ... of the split (and computes

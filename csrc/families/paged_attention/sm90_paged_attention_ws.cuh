@@ -44,7 +44,8 @@ struct WsShape {
 };
 
 // Byte layout of the dynamic shared memory: 1024 bytes of slack to align the swizzled panels, K stages, V
-// stages, then the barriers (full and empty per stage).
+// stages, then the barriers (full and empty per stage). A stage's tile of keys is laid out as wgmma's 128-byte
+// swizzle reads it: 64-column panels of kStepKeys x 128 bytes, 16-byte chunk c of key r at c ^ (r % 8) in its row.
 template <int kHeadDim, int kStepKeys, int kGroups>
 struct WsLayout {
   // K and V stages: as many as the kernels' one or two CTAs per SM fit (a stage of 64 keys at head dim 128 is
@@ -61,13 +62,6 @@ struct WsLayout {
 template <int kHeadDim, int kStepKeys, int kGroups>
 constexpr size_t ws_shared_bytes() {
   return 1024 + WsLayout<kHeadDim, kStepKeys, kGroups>::kBytes;
-}
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of kTileRows rows laid out as wgmma's 128-byte
-// swizzle reads it: 64-column panels of kTileRows x 128 bytes, chunk c of row r at c ^ (r % 8) in the row.
-template <int kTileRows>
-__device__ __forceinline__ uint32_t panel_offset(int row, int chunk) {
-  return uint32_t(chunk / 8) * kTileRows * 128 + uint32_t(row) * 128 + uint32_t((chunk % 8) ^ (row % 8)) * 16;
 }
 
 // A shared-memory matrix descriptor with the 128-byte swizzle: `panels` the byte stride between 64-column
