@@ -59,7 +59,7 @@ struct PagedVariant {
   static constexpr size_t kShared = kSpecialized ? paged::ws_shared_bytes<kHeadDim, kStepKeys, kGroups>()
                                                  : paged::shared_bytes<kHeadDim, kWarps, kSplit>();
   static constexpr int kBlockRows = kSplit == paged::WarpSplit::keys ? paged::kRows
-                                    : kSpecialized                   ? paged::kWarpgroupRows * kGroups
+                                    : kSpecialized                   ? paged::WsShape<kGroups>::kBlockRows
                                                                      : paged::kRows * kWarps;
   static constexpr auto kKernel = [] {
     if constexpr (kSpecialized) return paged::paged_attention_ws_kernel<T, kHeadDim, kStepKeys, kGroups>;
