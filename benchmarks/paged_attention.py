@@ -41,10 +41,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.5, 2.0  # launch.cu's
+WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.2, 2.0  # launch.cu's
 KEYS_SPLIT_ROWS_FACTOR = 1.2  # launch.cu's kKeysSplitRowsFactor
-WS_COPY_WARPS = 4  # sm90_paged_attention_ws.cuh's kWsCopyWarps
-WS_COPY_SPEEDUP = 1.25  # launch.cu's kWsCopySpeedup
+WS_COPY_WARPS, WARPGROUP_ROWS = 4, 64  # sm90_paged_attention_ws.cuh's kWsCopyWarps, kWarpgroupRows
+WS_COPY_SPEEDUP = 1.5  # launch.cu's kWsCopySpeedup
 
 
 def parse_args() -> argparse.Namespace:
@@ -133,6 +133,13 @@ def sweep_of(row: dict) -> dict[tuple[str, int], float]:
     return out
 
 
+def one_row_tile_kernel(kernel: dict) -> bool:
+    """launch.cu's: where a KV head's query rows fit one 16-row tile, the keys_split kernels and the
+    warp-specialized one of a single computing warpgroup (64 rows) are the candidates."""
+    rows = kernel.get("rows", 16)
+    return rows <= 16 or (bool(kernel.get("wgmma")) and rows == WARPGROUP_ROWS)
+
+
 def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
     """best / time of the kernel and split count the model picks, per row; constants (fraction of the peak
     bandwidth, warp rate, wave, merge[, warp and SM tile-math rates])."""
@@ -141,8 +148,8 @@ def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
     out = []
     for r in rows:
         sweep = sweep_of(r)
-        one_tile = r.get("seqlen_q", 1) * (r["heads_q"] // r["heads_kv"]) <= 16  # launch.cu: rows_split left out
-        candidates = [ks for ks in sweep if not (one_tile and r["kernels"][ks[0]].get("rows", 16) > 16)]
+        one_tile = r.get("seqlen_q", 1) * (r["heads_q"] // r["heads_kv"]) <= 16
+        candidates = [ks for ks in sweep if not one_tile or one_row_tile_kernel(r["kernels"][ks[0]])]
         pick = min(candidates, key=lambda ks: (predicted_us(r, ks[1], r["kernels"][ks[0]], *device), ks[1]))
         out.append(min(sweep.values()) / sweep[pick])
     return out

@@ -91,20 +91,25 @@ def test_the_fitting_replay_counts_the_row_blocks_of_real_queries():
 
 def test_the_fitting_replay_leaves_rows_split_kernels_out_of_decode():
     """As launch.cu's choice does: where a KV head's query rows fit one 16-row tile, the replay never picks a
-    rows_split kernel, however fast the model thinks it."""
+    rows_split kernel, however fast the model thinks it, but does pick the warp-specialized one of 64 rows."""
     bench = benchmark("paged_attention")
     header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
     kernels = {"keys": {"step_keys": 128, "rows": 16, "resident": 1},
-               "rows": {"step_keys": 64, "rows": 64, "resident": 2}}
+               "rows": {"step_keys": 64, "rows": 64, "resident": 2},
+               "ws128": {"step_keys": 64, "rows": 128, "resident": 1, "wgmma": True},
+               "ws64": {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}}
     case = dict(batch=64, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=4096)
     hbm = bench.SHIPPED[0] * header["memory_bytes_per_s"] / 1e6
     predicted = {k: bench.predicted_us(case, 1, kernels[k], header["sm_count"], hbm, *bench.SHIPPED[1:])
                  for k in kernels}
     assert predicted["rows"] < predicted["keys"]  # the model alone would take the rows_split kernel
-    row = {**case, "kernels": kernels, "times": {"keys/s1": 20.0, "rows/s1": 10.0}}
+    times = {"keys/s1": 20.0, "rows/s1": 10.0, "ws128/s1": 10.0}
+    row = {**case, "kernels": kernels, "times": times}
     assert bench.replay([row], bench.SHIPPED, header) == [0.5]  # it ran keys/s1, twice the best time
-    several = {**row, "seqlen_q": 8}  # 32 rows per KV head: two tiles, both kinds are candidates
+    several = {**row, "seqlen_q": 8}  # 32 rows per KV head: two tiles, every kind is a candidate
     assert bench.replay([several], bench.SHIPPED, header) == [1.0]
+    assert predicted["ws64"] < predicted["keys"]
+    assert bench.replay([{**row, "times": {**times, "ws64/s1": 12.5}}], bench.SHIPPED, header) == [0.8]
 
 
 @pytest.mark.gpu
@@ -122,7 +127,8 @@ def test_the_fitting_replay_restates_the_launch_model():
         case = dict(batch=rng.choice([1, 3, 17, 64, 256]), heads_q=heads_q, heads_kv=heads_kv,
                     head_dim=rng.choice([64, 128, 256]), seqlen_k=rng.randint(300, 131072))
         kernels = {c.id: bench.kernel_facts(c) for c in wavetune.paged_attention_configs()
-                   if c.dtype == "bf16" and c.tile[2] == case["head_dim"] and c.tile[0] == 16}  # decode's kernels
+                   if c.dtype == "bf16" and c.tile[2] == case["head_dim"]}
+        kernels = {v: facts for v, facts in kernels.items() if bench.one_row_tile_kernel(facts)}  # decode's
 
         def predicted(variant, splits):
             return bench.predicted_us(case, splits, kernels[variant], props["sm_count"], hbm, *bench.SHIPPED[1:])
@@ -154,9 +160,10 @@ def test_the_fitting_replay_restates_the_launch_model_for_several_queries():
         variant, splits = varlen_kernel_choice(q, k, k, starts * new, starts * keys, new, keys, causal=True)
         case = dict(batch=batch, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim, seqlen_q=new, seqlen_k=keys,
                     causal=True, total_keys=batch * keys)
-        one_tile = new * (heads_q // heads_kv) <= 16  # rows-split kernels left out (launch.cu's NOTES)
+        one_tile = new * (heads_q // heads_kv) <= 16
         kernels = {c.id: bench.kernel_facts(c) for c in wavetune.paged_attention_configs()
-                   if c.dtype == "bf16" and c.tile[2] == head_dim and not (one_tile and c.tile[0] > 16)}
+                   if c.dtype == "bf16" and c.tile[2] == head_dim}
+        kernels = {v: facts for v, facts in kernels.items() if not one_tile or bench.one_row_tile_kernel(facts)}
 
         def predicted(kernel, n):
             return bench.predicted_us(case, n, kernels[kernel], props["sm_count"], hbm, *bench.SHIPPED[1:])

@@ -192,15 +192,16 @@ constexpr double kMergeUs = 5.0;
 constexpr double kWarpFlopsPerUs = 4.0e5;
 constexpr double kSmFlopsPerUs = 4.0e6;
 constexpr double kL2Speedup = 2.0;
-constexpr double kRowsStepUs = 0.5;
+constexpr double kRowsStepUs = 0.2;
 constexpr double kWgmmaSpeedup = 2.0;
 // NOTES: their copying warps only copy, so each streams K and V kWsCopySpeedup times faster than a warp that also
 // computes: the 64-row kernel, whose pipeline matches a 4-warp rows_split kernel's but ran 1.1-1.4x faster on
-// speculative steps, is priced alike without it. The factor is the replay optimum with the others as shipped on
-// 33 design cases with the 64-row kernel (benchmarks/varlen_attention.py, seed 23, H200, 2026-11-28): 0.877 of the
-// best without it, 0.937 with it; on 29 held-out cases (seed 101) 0.897 and 0.922; on the logs of the kernels
-// before the 64-row one, within 0.005 of its absence.
-constexpr double kWsCopySpeedup = 1.25;
+// speculative steps, is priced alike without it. The factor and kRowsStepUs are the joint replay optimum, the
+// others as shipped, on the design logs with the 64-row kernel of both GPUs (benchmarks/varlen_attention.py, seed
+// 23, H200 and H100, 2026-11-28): 0.942 of the best at (0.5, 1.25), 0.948 at (0.2, 1.5); held-out (seed 101)
+// 0.922 and 0.932 (H200), 0.955 and 0.966 (H100). Measured with them (H200): 0.943 of the sweep's best on the
+// design cases, 0.910 held-out (0.933 and 0.907 at (0.5, 1.25)).
+constexpr double kWsCopySpeedup = 1.5;
 // NOTES: a keys_split kernel on a KV head's query rows past one 16-row tile (speculative steps, chunks, prompts)
 // runs one CTA per 16 rows, each reading the keys the others read and writing its rows element by element; the
 // terms above price that about 20% low. The factor is the replay optimum on the several-query sweeps with the
@@ -290,8 +291,19 @@ std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() {
 // NOTES: where a KV head's query rows fit one 16-row tile (decode; a few tokens of a small group), a rows_split
 // kernel's warps each compute a tile of 16 rows of which at most the first holds queries, and all wait on one
 // shared pipeline; its wave model sees neither. On every decode case swept with both kinds (15 held-out cases,
-// H100, results/paged_decode_heldout_h100_varlen_build) it ran 1-150% slower than the best keys_split kernel, so
-// such problems are left to the keys_split kernels.
+// H100, results/paged_decode_heldout_h100_varlen_build) it ran 1-150% slower than the best keys_split kernel.
+// The warp-specialized kernel of one computing warpgroup wastes rows too, but its copying warpgroup streams K and
+// V beside the math, two CTAs to an SM: it was the fastest on 24 of 58 design and 25 of 57 held-out decode cases
+// (H200, 2026-11-28, results/paged_decode_*_h200_ws_w8), and the model's choice with it ran 0.971 and 0.970 of
+// the best (0.947 and 0.940 without; 0.963 and 0.961 with the 128-row kernels as well, whose second warpgroup
+// has no rows). So such problems take the keys_split kernels and that one.
+namespace {
+bool one_row_tile_kernel(const VariantInfo& v) {
+  return v.tile_m <= detail::paged::kRows ||
+         (v.schedule == Schedule::cooperative && v.tile_m == detail::paged::kWarpgroupRows);
+}
+}  // namespace
+
 PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& p) {
   const std::string error = paged_attention_problem_error(p);
   if (!error.empty()) WAVETUNE_INVALID(error);
@@ -300,7 +312,7 @@ PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& p) {
   PagedAttentionLaunch best{-1, 1};
   double best_us = 0;
   for (const VariantInfo& v : paged_attention_variants()) {
-    if (v.dtype != p.dtype || v.tile_k != p.head_dim || (one_row_tile && v.tile_m > detail::paged::kRows)) continue;
+    if (v.dtype != p.dtype || v.tile_k != p.head_dim || (one_row_tile && !one_row_tile_kernel(v))) continue;
     const int64_t slots = int64_t(dev.sm_count) * paged_attention_resident_ctas(v.id);
     const auto [splits, us] =
         detail::best_splits(p, v, dev.sm_count, slots, detail::kHbmFraction * dev.memory_bytes_per_us);
