@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.2, 2.0  # launch.cu's
 KEYS_SPLIT_ROWS_FACTOR = 1.2  # launch.cu's kKeysSplitRowsFactor
+TIE_RELATIVE = 1e-9  # launch.cu's kTieRelative: a tie goes to the kernel of more resident CTAs
 WS_COPY_WARPS, WARPGROUP_ROWS = 4, 64  # sm90_paged_attention_ws.cuh's kWsCopyWarps, kWarpgroupRows
 WS_COPY_SPEEDUP = 1.5  # launch.cu's kWsCopySpeedup
 
@@ -150,7 +151,10 @@ def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
         sweep = sweep_of(r)
         one_tile = r.get("seqlen_q", 1) * (r["heads_q"] // r["heads_kv"]) <= 16
         candidates = [ks for ks in sweep if not one_tile or one_row_tile_kernel(r["kernels"][ks[0]])]
-        pick = min(candidates, key=lambda ks: (predicted_us(r, ks[1], r["kernels"][ks[0]], *device), ks[1]))
+        predicted = {ks: predicted_us(r, ks[1], r["kernels"][ks[0]], *device) for ks in candidates}
+        least = min(predicted.values())
+        ties = [ks for ks in candidates if predicted[ks] - least <= TIE_RELATIVE * least]
+        pick = min(ties, key=lambda ks: (-r["kernels"][ks[0]]["resident"], predicted[ks], ks[1]))
         out.append(min(sweep.values()) / sweep[pick])
     return out
 

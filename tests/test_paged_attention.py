@@ -112,6 +112,24 @@ def test_the_fitting_replay_leaves_rows_split_kernels_out_of_decode():
     assert bench.replay([{**row, "times": {**times, "ws64/s1": 12.5}}], bench.SHIPPED, header) == [0.8]
 
 
+def test_the_fitting_replay_gives_a_tie_to_the_kernel_of_more_resident_ctas():
+    """A step of 56 rows per KV head fills one row block of either warp-specialized kernel: the model prices
+    them alike, and (as launch.cu's choice) the replay takes the one of two CTAs an SM, whichever comes first."""
+    bench = benchmark("paged_attention")
+    header = {"sm_count": 132, "memory_bytes_per_s": 4.8e12}
+    kernels = {"rows128": {"step_keys": 64, "rows": 128, "resident": 1, "wgmma": True},
+               "rows64": {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}}
+    case = dict(batch=5, heads_q=8, heads_kv=1, head_dim=128, seqlen_q=7, seqlen_k=2111, causal=True,
+                total_keys=5800)
+    hbm = bench.SHIPPED[0] * header["memory_bytes_per_s"] / 1e6
+    predicted = {k: bench.predicted_us(case, 16, kernels[k], header["sm_count"], hbm, *bench.SHIPPED[1:])
+                 for k in kernels}
+    assert predicted["rows128"] == pytest.approx(predicted["rows64"], rel=1e-12)
+    for order in (("rows128", "rows64"), ("rows64", "rows128")):
+        row = {**case, "kernels": {k: kernels[k] for k in order}, "times": {"rows128/s16": 14.0, "rows64/s16": 12.6}}
+        assert bench.replay([row], bench.SHIPPED, header) == [1.0]
+
+
 @pytest.mark.gpu
 def test_the_fitting_replay_restates_the_launch_model():
     """benchmarks/paged_attention.py's predicted_us is launch.cu's wave model with its constants as parameters:
