@@ -142,8 +142,9 @@ def one_row_tile_kernel(kernel: dict) -> bool:
 
 
 def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
-    """best / time of the kernel and split count the model picks, per row; constants (fraction of the peak
-    bandwidth, warp rate, wave, merge[, warp and SM tile-math rates])."""
+    """best / time of the kernel and split count the model picks (a tie going to the kernel of more resident
+    CTAs), per row; constants (fraction of the peak bandwidth, warp rate, wave, merge[, warp and SM tile-math
+    rates])."""
     fraction, *rest = constants
     device = (header["sm_count"], fraction * header["memory_bytes_per_s"] / 1e6, *rest)
     out = []
