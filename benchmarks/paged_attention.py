@@ -46,6 +46,7 @@ KEYS_SPLIT_ROWS_FACTOR = 1.2  # launch.cu's kKeysSplitRowsFactor
 TIE_RELATIVE = 1e-9  # launch.cu's kTieRelative: a tie goes to the kernel of more resident CTAs
 WS_COPY_WARPS, WARPGROUP_ROWS = 4, 64  # sm90_paged_attention_ws.cuh's kWsCopyWarps, kWarpgroupRows
 WS_COPY_SPEEDUP = 1.5  # launch.cu's kWsCopySpeedup
+CLUSTER_MERGE_US, CLUSTER_SPLIT_US = 3.0, 0.2  # launch.cu's kClusterMergeUs, kClusterSplitUs
 
 
 def parse_args() -> argparse.Namespace:
@@ -70,7 +71,8 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
                  l2_speedup: float = L2_SPEEDUP, rows_step: float = ROWS_STEP_US,
                  wgmma_speedup: float = WGMMA_SPEEDUP, ws_copy: float = WS_COPY_SPEEDUP) -> float:
     """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
-    ``kernel``: its step keys, rows (16 in logs without them), resident CTAs and whether it computes with wgmma;
+    ``kernel``: its step keys, rows (16 in logs without them), resident CTAs, whether it computes with wgmma and
+    its resident CTAs in clusters of each size (cluster_ctas; logs without it ran every merge as a kernel);
     ``case``: decode, or with seqlen_q (queries per sequence, at most) and causal several queries; total_keys:
     all sequences' keys; new: each sequence's queries (their sum is q's rows; batch x seqlen_q without it)."""
     step_keys, rows, slots = kernel["step_keys"], kernel.get("rows", 16), sm_count * kernel["resident"]
@@ -109,19 +111,32 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
         us = wave_us(min(ctas, slots)) * max(1.0, ctas / slots)
     else:
         us = ctas // slots * wave_us(slots) + (wave_us(ctas % slots) if ctas % slots else 0.0)
-    if runs > 1:
+    if merges_in_clusters(case, kernel, row_blocks, runs):
+        us += CLUSTER_MERGE_US + CLUSTER_SPLIT_US * runs
+    elif runs > 1:
         us += merge + 2.0 * batch * max_q * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
     keys_split = rows == 16 and not kernel.get("wgmma")
     return KEYS_SPLIT_ROWS_FACTOR * us if keys_split and max_q * group > 16 else us
 
 
+def merges_in_clusters(case: dict, kernel: dict, row_blocks: int, runs: int) -> bool:
+    """launch.cu's merges_in_clusters: 2 or more splits whose grid the kernel's clusters of that size (at most
+    paged_attention_max_cluster_splits) hold at once."""
+    cluster_ctas = kernel.get("cluster_ctas")
+    grid = case["batch"] * case["heads_kv"] * row_blocks * runs
+    return bool(cluster_ctas) and 1 < runs < len(cluster_ctas) and grid <= cluster_ctas[runs]
+
+
 def kernel_facts(config) -> dict:
     """What predicted_us needs of a compiled kernel on the current device: its step keys, rows, resident CTAs
-    per SM and whether it computes with wgmma (the warp-specialized kernel, schedule "cooperative")."""
+    per SM, whether it computes with wgmma (the warp-specialized kernel, schedule "cooperative") and its
+    resident CTAs in clusters of n (cluster_ctas[n], 0 where n is no cluster size)."""
     from wavetune import _C
 
+    clusters = range(_C.paged_attention_max_cluster_splits() + 1)
     return {"step_keys": config.tile[1], "rows": config.tile[0],
-            "resident": _C.paged_attention_resident_ctas(config.id), "wgmma": config.schedule == "cooperative"}
+            "resident": _C.paged_attention_resident_ctas(config.id), "wgmma": config.schedule == "cooperative",
+            "cluster_ctas": [_C.paged_attention_cluster_ctas(config.id, n) for n in clusters]}
 
 
 def sweep_of(row: dict) -> dict[tuple[str, int], float]:

@@ -130,6 +130,28 @@ def test_the_fitting_replay_gives_a_tie_to_the_kernel_of_more_resident_ctas():
         assert bench.replay([row], bench.SHIPPED, header) == [1.0]
 
 
+def test_the_fitting_replay_prices_a_merge_in_clusters_where_the_grid_fits_them():
+    """As launch.cu's merges_in_clusters: 2 to 8 splits whose grid the kernel's clusters of that size hold at
+    once pay the cluster merge instead of the merge kernel; a larger grid, more splits, or a log without the
+    kernel's cluster facts (it ran every merge as a kernel) pay the merge kernel."""
+    bench = benchmark("paged_attention")
+    hbm = bench.SHIPPED[0] * 4.8e12 / 1e6
+    plain = {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}
+    clustered = {**plain, "cluster_ctas": [0, 0] + [256] * 7}  # clusters of 2-8
+
+    def predicted(case, kernel, splits):
+        return bench.predicted_us(case, splits, kernel, 132, hbm, *bench.SHIPPED[1:])
+
+    small = dict(batch=2, heads_q=8, heads_kv=1, head_dim=128, seqlen_k=8192)  # 2 CTAs a split
+    merge = bench.SHIPPED[3] + 2.0 * 2 * 8 * 4 * 128 * 4 / hbm  # the merge kernel's price at 4 splits
+    assert predicted(small, clustered, 4) == pytest.approx(
+        predicted(small, plain, 4) - merge + bench.CLUSTER_MERGE_US + 4 * bench.CLUSTER_SPLIT_US, rel=1e-12)
+    large = {**small, "batch": 80}  # 320 CTAs at 4 splits: more than the clusters hold
+    assert predicted(large, clustered, 4) == predicted(large, plain, 4)
+    assert predicted(small, clustered, 16) == predicted(small, plain, 16)  # more splits than a cluster's CTAs
+    assert predicted(small, clustered, 1) == predicted(small, plain, 1)  # nothing to merge
+
+
 @pytest.mark.gpu
 def test_the_fitting_replay_restates_the_launch_model():
     """benchmarks/paged_attention.py's predicted_us is launch.cu's wave model with its constants as parameters:
@@ -309,6 +331,27 @@ def test_a_long_batch_of_mixed_lengths_runs_longest_first(splits):
     q, k, v, table, lens = paged_case(48, 32, 2, 128, 64, lengths, seed=6)  # 1,536 output rows
     got = wavetune.paged_attention(q, k, v, table, lens, splits=splits)
     assert_close(got, reference(q, k, v, table, lengths))
+
+
+@pytest.mark.gpu
+def test_splits_merge_in_clusters_where_the_grid_fits_them_and_by_a_kernel_beyond():
+    """A launch of 4 splits over a few sequences fits the kernel's clusters of 4 (launch.cu, merges_in_clusters):
+    its splits merge there, those past a short sequence's keys with no keys; one over more sequences than they hold
+    merges by the merge kernel. Both match fp32."""
+    config = next(c for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == 128
+                  and c.tile[0] == 16)
+    most = _C.paged_attention_max_cluster_splits()
+    assert [_C.paged_attention_cluster_ctas(config.id, n) for n in (1, most + 1)] == [0, 0]  # no such clusters
+    held = _C.paged_attention_cluster_ctas(config.id, 4)
+    assert 0 < held <= _C.paged_attention_resident_ctas(config.id) * wavetune.device_properties()["sm_count"]
+    assert 3 * 8 * 4 <= held
+    for batch in (3, held // 32 + 1):  # 8 KV heads x 4 splits: 32 CTAs a sequence, within the clusters, then beyond
+        lengths = torch.randint(1, 3000, (batch,), generator=torch.Generator().manual_seed(batch)).tolist()
+        lengths[:2] = [5, 2999]  # the first one's splits past 5 keys have none
+        q, k, v, table, lens = paged_case(batch, 32, 8, 128, 16, lengths, seed=batch)
+        out = torch.full_like(q, float("nan"))
+        got = wavetune.paged_attention(q, k, v, table, lens, out=out, config=config.id, splits=4)
+        assert_close(got, reference(q, k, v, table, lengths))
 
 
 @pytest.mark.gpu

@@ -1,5 +1,6 @@
 // A kernel launch with programmatic dependent launch where it is on (kernels.h: set_programmatic_launch), for
-// the families' hand-written kernels, which wait for their predecessor with griddepcontrol.wait.
+// the families' hand-written kernels, which wait for their predecessor with griddepcontrol.wait; optionally in
+// clusters of `cluster_x` CTAs along x.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,14 +10,21 @@
 namespace wavetune::detail {
 
 inline cudaError_t launch_programmatic(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
-                                       cudaStream_t stream, void** args) {
+                                       cudaStream_t stream, void** args, unsigned cluster_x = 1) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = shared_bytes, config.stream = stream;
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &pdl;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
+  cudaLaunchAttribute attributes[2];
+  config.attrs = attributes;
+  if (cluster_x > 1) {
+    attributes[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attributes[config.numAttrs].val.clusterDim.x = cluster_x;
+    attributes[config.numAttrs].val.clusterDim.y = 1;
+    attributes[config.numAttrs++].val.clusterDim.z = 1;
+  }
+  if (programmatic_launch()) {
+    attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
   return cudaLaunchKernelExC(&config, kernel, args);
 }
 

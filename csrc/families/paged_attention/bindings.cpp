@@ -74,6 +74,9 @@ void bind(py::module_& m) {
   m.def("paged_attention_max_splits", [] { return kPagedAttentionMaxSplits; });
   m.def("paged_attention_resident_ctas", &paged_attention_resident_ctas, py::arg("variant"),
         "CTAs of a kernel resident per SM on the current device.");
+  m.def("paged_attention_cluster_ctas", &paged_attention_cluster_ctas, py::arg("variant"), py::arg("cluster"),
+        "CTAs of a kernel resident at once on the current device in clusters of `cluster` (0: no such clusters).");
+  m.def("paged_attention_max_cluster_splits", [] { return kPagedAttentionMaxClusterSplits; });
   m.def(
       "paged_attention_problem_error",
       [](const PySizes& sizes, const PyRows& q, const PyCaches& caches, const PyKeys& keys, uintptr_t seq_lens,

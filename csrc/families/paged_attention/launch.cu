@@ -32,7 +32,23 @@ constexpr int64_t kMergeRowsPerWarp = 1024;
 constexpr double kOrderMinUs = 30.0;
 constexpr double kHbmFraction = 0.98;
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
-                    int64_t slots, double hbm_bytes_per_us);
+                    int64_t slots, double hbm_bytes_per_us, bool in_clusters);
+static_assert(paged::kMaxClusterSplits == kPagedAttentionMaxClusterSplits);
+
+// The CTAs of a launch: sequences x KV heads x row blocks of `block_rows` x splits.
+int64_t grid_ctas(const PagedAttentionProblem& p, int64_t block_rows, const PagedSplits& s) {
+  const int64_t row_blocks = (int64_t(p.max_q_len) * (p.heads_q / p.heads_kv) + block_rows - 1) / block_rows;
+  return int64_t(p.batch) * p.heads_kv * row_blocks * s.splits;
+}
+
+// NOTES: the splits of a row block merge in the cluster they form (paged::merge_cluster_rows) where they fit one
+// and every cluster of the grid is resident at once (`cluster_ctas`: the kernel's resident CTAs in clusters of
+// that size). Past one wave a cluster would hold the slots of its splits that end early (a short sequence's have
+// no keys) until its last one ends, and the merge kernel runs instead.
+bool merges_in_clusters(const PagedAttentionProblem& p, int64_t block_rows, const PagedSplits& s,
+                        int64_t cluster_ctas) {
+  return s.splits > 1 && s.splits <= kPagedAttentionMaxClusterSplits && grid_ctas(p, block_rows, s) <= cluster_ctas;
+}
 
 // Causal prompts: no sequence has cached keys before its queries.
 bool causal_prompts(const PagedAttentionProblem& p) { return p.causal && p.max_seq_len <= p.max_q_len; }
@@ -46,7 +62,7 @@ bool orders_sequences(const PagedAttentionProblem& p, const VariantInfo& v, cons
                       int64_t slots, const DeviceInfo& dev) {
   const bool lengths_differ = p.seq_lens || p.key_starts;
   return lengths_differ && !causal_prompts(p) && ctas > slots &&
-         predicted_us(p, v, s, dev.sm_count, slots, kHbmFraction * dev.memory_bytes_per_us) >= kOrderMinUs;
+         predicted_us(p, v, s, dev.sm_count, slots, kHbmFraction * dev.memory_bytes_per_us, false) >= kOrderMinUs;
 }
 
 template <DType kDType, int kHeadDim, int kWarps, paged::WarpSplit kSplit, int kStepKeys>
@@ -86,15 +102,40 @@ struct PagedVariant {
     return resident[dev.device];
   }
 
-  static paged::Params params(const PagedAttentionProblem& p, const PagedSplits& s, void* workspace) {
+  static int64_t cluster_ctas(const DeviceInfo& dev, int32_t cluster) {
+    static std::array<std::once_flag, kMaxDevices> done;
+    static std::array<std::array<int64_t, kPagedAttentionMaxClusterSplits + 1>, kMaxDevices> resident{};
+    if (cluster < 2 || cluster > kPagedAttentionMaxClusterSplits) return 0;
+    ctas_per_sm(dev);  // the shared-memory limit raised
+    std::call_once(done.at(dev.device), [&] {
+      for (int32_t n = 2; n <= kPagedAttentionMaxClusterSplits; ++n) {
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(unsigned(n)), config.blockDim = dim3(32 * kWarps), config.dynamicSmemBytes = kShared;
+        cudaLaunchAttribute attribute;
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = unsigned(n), attribute.val.clusterDim.y = 1, attribute.val.clusterDim.z = 1;
+        config.attrs = &attribute, config.numAttrs = 1;
+        int clusters = 0;
+        if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kKernel), &config) != cudaSuccess) {
+          cudaGetLastError();
+          clusters = 0;  // no clusters of n: the merge kernel runs
+        }
+        resident[dev.device][n] = int64_t(clusters) * n;
+      }
+    });
+    return resident[dev.device][cluster];
+  }
+
+  static paged::Params params(const PagedAttentionProblem& p, const PagedSplits& s, bool in_clusters,
+                              void* workspace) {
     const int32_t group = p.heads_q / p.heads_kv;
     const int32_t row_blocks = int32_t((int64_t(p.max_q_len) * group + kBlockRows - 1) / kBlockRows);
     paged::Params params{p.q, p.q_batch_stride, p.q_head_stride, p.k_cache, p.v_cache, p.page_stride, p.row_stride,
                          p.head_stride, p.page_size, p.block_table, p.table_stride, p.key_starts, p.seq_lens,
                          p.max_seq_len, p.q_starts, p.batch, p.max_q_len, p.causal, p.heads_kv, group, row_blocks,
                          s.splits, s.split_keys, p.scale * float(M_LOG2E), p.out, p.out_batch_stride,
-                         p.out_head_stride, nullptr, nullptr};
-    if (s.splits > 1) {
+                         p.out_head_stride, nullptr, nullptr, nullptr, in_clusters};
+    if (s.splits > 1 && !in_clusters) {
       params.partial = static_cast<float*>(workspace);
       params.lse = params.partial + size_t(paged_query_tokens(p)) * p.heads_q * s.splits * kHeadDim;
     }
@@ -105,11 +146,12 @@ struct PagedVariant {
                   Stream stream) {
     const int64_t slots = int64_t(ctas_per_sm(dev)) * dev.sm_count;
     const PagedSplits s = paged_splits(p, kStepKeys, requested);
-    paged::Params params = PagedVariant::params(p, s, workspace);
+    const bool in_clusters = merges_in_clusters(p, kBlockRows, s, cluster_ctas(dev, s.splits));
+    paged::Params params = PagedVariant::params(p, s, in_clusters, workspace);
     const dim3 grid(unsigned(params.row_blocks * s.splits), unsigned(p.heads_kv), unsigned(p.batch));
     cudaError_t status = cudaSuccess;
     const PagedWorkspace layout = paged_workspace(p, s);
-    if (layout.bytes > layout.order &&
+    if (layout.bytes > layout.order && !in_clusters &&
         orders_sequences(p, info(-1, ""), s, int64_t(grid.x) * grid.y * grid.z, slots, dev)) {
       params.order = reinterpret_cast<int32_t*>(static_cast<char*>(workspace) + layout.order);
       void* order_args[] = {&params, &params.order};
@@ -120,9 +162,9 @@ struct PagedVariant {
     void* args[] = {&params};
     if (status == cudaSuccess) {
       status = launch_programmatic(reinterpret_cast<const void*>(kKernel), grid, dim3(32 * kWarps), kShared, stream,
-                                   args);
+                                   args, in_clusters ? unsigned(s.splits) : 1u);
     }
-    if (status == cudaSuccess && s.splits > 1) status = merge(p, s, params, stream);
+    if (status == cudaSuccess && s.splits > 1 && !in_clusters) status = merge(p, s, params, stream);
     if (status != cudaSuccess) {
       cudaGetLastError();
       WAVETUNE_FAIL("paged attention launch failed: ", cudaGetErrorString(status), " (batch=", p.batch,
@@ -149,7 +191,7 @@ struct PagedVariant {
                                dim3(unsigned(groups * kHeadDim)), 3 * groups * kHeadDim * sizeof(float), stream, args);
   }
 
-  static constexpr PagedVariantOps kOps{&ctas_per_sm, &run};
+  static constexpr PagedVariantOps kOps{&ctas_per_sm, &cluster_ctas, &run};
 
   static VariantInfo info(int32_t id, const char* name) {
     // The warp-specialized kernels' schedule is "cooperative" (their computing warpgroups each take 64 of the
@@ -210,8 +252,18 @@ constexpr double kWsCopySpeedup = 1.5;
 // cases 0.902 and 0.947 (docs/results/varlen_attention_*).
 constexpr double kKeysSplitRowsFactor = 1.2;
 
+// NOTES: a merge in the attention kernel's clusters costs its two cluster barriers and a read of each split's
+// staged rows from distributed shared memory: kClusterMergeUs and kClusterSplitUs per split, the replay optimum
+// (benchmarks/paged_attention.py) on nine H200 logs of builds with clusters of up to 8 and 16 CTAs (2026-11-28:
+// several-query design and held-out cases, held-out decode, four FlashInfer runs), 0.948 of the best on their
+// geomean. At the same kernel and split count, the merge in clusters ran 0.90-1.00x the time of the merge kernel
+// (per-case geomeans of 7 small steps and decode cases, interleaved, H200). Clusters of 9-16 CTAs (not portable)
+// are left out: for kernels of one CTA an SM they ran slower than the merge kernel (across runs).
+constexpr double kClusterMergeUs = 3.0;
+constexpr double kClusterSplitUs = 0.2;
+
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
-                    int64_t slots, double hbm_bytes_per_us) {
+                    int64_t slots, double hbm_bytes_per_us, bool in_clusters) {
   const int64_t group = p.heads_q / p.heads_kv, rows = int64_t(p.max_q_len) * group;
   const int64_t row_blocks = (rows + v.tile_m - 1) / v.tile_m, head_blocks = (group + v.tile_m - 1) / v.tile_m;
   const double key_fill = p.total_keys > 0 && p.max_seq_len > 0
@@ -249,7 +301,9 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
   };
   double us = fill < 1.0 ? wave_us(std::min(ctas, slots)) * std::max(1.0, double(ctas) / slots)
                          : double(ctas / slots) * wave_us(slots) + (ctas % slots ? wave_us(ctas % slots) : 0.0);
-  if (s.splits > 1) {
+  if (in_clusters) {
+    us += kClusterMergeUs + kClusterSplitUs * s.splits;
+  } else if (s.splits > 1) {
     const double queries = double(p.batch) * p.max_q_len;  // at most; the sizes alone set the choice
     us += kMergeUs + 2.0 * queries * p.heads_q * s.splits * p.head_dim * 4 / hbm_bytes_per_us;
   }
@@ -261,14 +315,15 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
 // at the same keys. Equal shares of all sequences' keys laid end to end ran 0.85x the best split count on 59
 // held-out decode cases (H200, docs/results/paged_balanced_ab_h200.md): a CTA restarts its pipeline for each
 // sequence its share reaches, and every sequence then needs the merge.
-std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const VariantInfo& v, int64_t sm_count,
-                                       int64_t slots, double hbm) {
+std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const VariantInfo& v,
+                                       const PagedVariantOps& ops, const DeviceInfo& dev, int64_t slots, double hbm) {
   const int32_t steps = (p.max_seq_len + v.tile_n - 1) / v.tile_n;
-  std::pair<int32_t, double> best{1, predicted_us(p, v, paged_splits(p, v.tile_n, 1), sm_count, slots, hbm)};
+  std::pair<int32_t, double> best{1, predicted_us(p, v, paged_splits(p, v.tile_n, 1), dev.sm_count, slots, hbm, false)};
   for (int32_t splits = 2; splits <= std::min(steps, kPagedAttentionMaxSplits); ++splits) {
     const PagedSplits s = paged_splits(p, v.tile_n, splits);
     if (s.splits != splits) continue;  // the same keys per split as a smaller count
-    const double us = predicted_us(p, v, s, sm_count, slots, hbm);
+    const bool in_clusters = merges_in_clusters(p, v.tile_m, s, ops.cluster_ctas(dev, splits));
+    const double us = predicted_us(p, v, s, dev.sm_count, slots, hbm, in_clusters);
     if (us < best.second) best = {splits, us};
   }
   return best;
@@ -327,8 +382,9 @@ PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& p) {
   int32_t best_resident = 0;
   for (const VariantInfo& v : paged_attention_variants()) {
     if (v.dtype != p.dtype || v.tile_k != p.head_dim || (one_row_tile && !one_row_tile_kernel(v))) continue;
-    const int32_t resident = paged_attention_resident_ctas(v.id);
-    const auto [splits, us] = detail::best_splits(p, v, dev.sm_count, int64_t(dev.sm_count) * resident,
+    const auto& ops = *detail::paged_variant(v.id)->ops;
+    const int32_t resident = ops.ctas_per_sm(dev);
+    const auto [splits, us] = detail::best_splits(p, v, ops, dev, int64_t(dev.sm_count) * resident,
                                                   detail::kHbmFraction * dev.memory_bytes_per_us);
     if (best.variant < 0 || beats(us, resident, best_us, best_resident)) {
       best = {v.id, splits}, best_us = us, best_resident = resident;
@@ -344,6 +400,12 @@ int32_t paged_attention_resident_ctas(int32_t variant) {
   const auto* entry = detail::paged_variant(variant);
   if (!entry) WAVETUNE_INVALID("no paged attention kernel of id ", variant, " in this build");
   return entry->ops->ctas_per_sm(detail::current_device_info());
+}
+
+int64_t paged_attention_cluster_ctas(int32_t variant, int32_t cluster) {
+  const auto* entry = detail::paged_variant(variant);
+  if (!entry) WAVETUNE_INVALID("no paged attention kernel of id ", variant, " in this build");
+  return entry->ops->cluster_ctas(detail::current_device_info(), cluster);
 }
 
 void paged_attention(const PagedAttentionProblem& p, const PagedAttentionLaunch& how, void* workspace,

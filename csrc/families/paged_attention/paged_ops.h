@@ -13,6 +13,9 @@ namespace wavetune::detail {
 struct PagedVariantOps {
   // CTAs of this kernel resident per SM (its shared memory and registers), read once per device.
   int32_t (*ctas_per_sm)(const DeviceInfo&);
+  // CTAs of this kernel resident at once in clusters of `cluster` (2 to kPagedAttentionMaxClusterSplits), read once
+  // per device; 0 for other sizes.
+  int64_t (*cluster_ctas)(const DeviceInfo&, int32_t cluster);
   void (*run)(const PagedAttentionProblem&, int32_t splits, void* workspace, const DeviceInfo&, Stream);
 };
 

@@ -56,6 +56,9 @@ struct Params {
   float* partial;  // splits > 1: [tokens, heads_q, splits, head_dim] outputs of each split, normalized
   float* lse;      // splits > 1: [tokens, heads_q, splits] their base-2 log-sum-exps (-inf: no keys)
   const int32_t* order;  // null, or the sequences longest first: CTAs of grid z run sequence order[z]
+  // The splits of a row block are one cluster (grid x = row block x split, splits fastest) and merge through
+  // distributed shared memory (merge_cluster_rows); partial and lse are unused.
+  bool cluster_splits;
 };
 
 // Stages of each warp's cp.async pipeline (keys_split: two or three tiles of K and V in flight per warp),
@@ -436,44 +439,6 @@ __device__ __forceinline__ void lane_row_ends(const Params& p, const Sequence& s
   for (int r = 0; r < 2; ++r) row_end[r] = min(row_keys(p, seq, first_row + lane / 4 + 8 * r), split_end);
 }
 
-// keys_split: the warps' states merged in shared memory (which the pipeline no longer uses), then stored
-// per (row, column).
-template <class T, int kHeadDim, int kWarps>
-__device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, float* scratch, const Sequence& seq,
-                                int kv_head, int first_row, int rows, int split, int warp, int lane) {
-  float* warp_max = scratch;                    // [warps][16]
-  float* warp_sum = warp_max + kWarps * kRows;  // [warps][16]
-  float* warp_out = warp_sum + kWarps * kRows;  // [warps][16][head dim]
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 1);
-    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 2);
-    if (lane % 4 == 0) {
-      warp_max[warp * kRows + lane / 4 + 8 * r] = st.max[r];
-      warp_sum[warp * kRows + lane / 4 + 8 * r] = st.sum[r];
-    }
-  }
-#pragma unroll
-  for (int n = 0; n < kHeadDim / 8; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = lane / 4 + 8 * (e / 2), column = 8 * n + 2 * (lane % 4) + e % 2;
-      warp_out[(warp * kRows + row) * kHeadDim + column] = st.o[n][e];
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < rows * kHeadDim; i += 32 * kWarps) {
-    const int row = i / kHeadDim, column = i % kHeadDim;
-    SplitMerge<1> m;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      m.add(warp_max[w * kRows + row], warp_sum[w * kRows + row], &warp_out[(w * kRows + row) * kHeadDim + column]);
-    }
-    store_value<T, kHeadDim>(p, seq, kv_head, first_row + row, split, column, m.value(0),
-                             m.total > 0.0f ? m.top + log2f(m.total) : -INFINITY);
-  }
-}
-
 // rows_split's outputs pass through shared memory (which the pipeline no longer uses): a row of kHeadDim
 // floats and 4 of padding, so the 8 rows of one store instruction start in different banks.
 template <int kHeadDim>
@@ -505,6 +470,25 @@ __device__ void stage_rows(SoftmaxState<kHeadDim>& st, float* staged, float* sta
   }
 }
 
+// Columns [8 chunk, 8 chunk + 8) of an output row: one 16-byte store where out's rows allow it (whole_chunks).
+template <class T>
+__device__ __forceinline__ void store_chunk(const Params& p, const QueryRow& q, int chunk, const float (&values)[8],
+                                            bool whole_chunks) {
+  T* out = static_cast<T*>(p.out) + q.token * p.o_t + q.head * p.o_h + 8 * chunk;
+  if (whole_chunks) {
+    *reinterpret_cast<uint4*>(out) = uint4{pack<T>(values[0], values[1]), pack<T>(values[2], values[3]),
+                                           pack<T>(values[4], values[5]), pack<T>(values[6], values[7])};
+  } else {  // an out view without 16-byte rows
+#pragma unroll
+    for (int c = 0; c < 8; ++c) out[c] = to_element<T>(values[c]);
+  }
+}
+
+// out's rows take whole 16-byte chunks.
+__device__ __forceinline__ bool whole_chunk_rows(const Params& p) {
+  return reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_t % 8 == 0 && p.o_h % 8 == 0;
+}
+
 // rows_split: the CTA's `rows` staged rows written out, 8 columns (16 or 32 bytes) a thread, so each row
 // leaves in whole sectors. NOTES: stored straight from the mma layout instead, each 32-byte sector of out
 // took four partial writes from rows 8 apart, and the rows_split kernels ran 1.08-2.2x slower
@@ -513,8 +497,7 @@ template <class T, int kHeadDim>
 __device__ void write_rows(const Params& p, const Sequence& seq, int kv_head, int first_row, int rows, int split,
                            const float* staged, const float* staged_lse, int thread, int threads) {
   constexpr int kStride = staged_row_floats<kHeadDim>(), kChunks = kHeadDim / 8;
-  const bool whole_chunks = p.splits > 1 || (reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_t % 8 == 0 &&
-                                             p.o_h % 8 == 0);
+  const bool whole_chunks = whole_chunk_rows(p);
   for (int i = thread; i < rows * kChunks; i += threads) {
     const int r = i / kChunks, chunk = i % kChunks;
     const QueryRow q = query_row(p, seq, kv_head, first_row + r);
@@ -526,16 +509,111 @@ __device__ void write_rows(const Params& p, const Sequence& seq, int kv_head, in
       partial[0] = lo;
       partial[1] = hi;
       if (chunk == 0) p.lse[at] = staged_lse[r];
-    } else if (whole_chunks) {
-      const uint4 packed{pack<T>(lo.x, lo.y), pack<T>(lo.z, lo.w), pack<T>(hi.x, hi.y), pack<T>(hi.z, hi.w)};
-      *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + q.token * p.o_t + q.head * p.o_h + 8 * chunk) = packed;
-    } else {  // an out view without 16-byte rows
-      T* out = static_cast<T*>(p.out) + q.token * p.o_t + q.head * p.o_h + 8 * chunk;
+    } else {
       const float values[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-      for (int c = 0; c < 8; ++c) out[c] = to_element<T>(values[c]);
+      store_chunk<T>(p, q, chunk, values, whole_chunks);
     }
   }
+}
+
+// The CTAs of a cluster (a row block's splits) wait for each other: the release and the acquire make what each
+// wrote to its shared memory before visible to the others after.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+// NOTES: the splits of a row block that form one cluster merge there, with no second kernel: each CTA stages its
+// rows, normalized, and their log-sum-exps in its own shared memory; past a cluster barrier, the CTA of rank r
+// merges the chunks r, r + splits, ... (8 columns of a row each) from every CTA's staged rows (distributed
+// shared memory) into out; a second barrier keeps each CTA's shared memory until the others have read it.
+// A merge kernel instead waits for the whole launch to end and reads the splits back from L2: a launch and two
+// dependent round trips, a large share of a small step (docs/attention.md, "Paged decode").
+constexpr int kMaxClusterSplits = 8;  // the portable cluster size
+template <class T, int kHeadDim>
+__device__ void merge_cluster_rows(const Params& p, const Sequence& seq, int kv_head, int first_row, int rows,
+                                   const float* staged, const float* staged_lse, int thread, int threads) {
+  constexpr int kStride = staged_row_floats<kHeadDim>(), kChunks = kHeadDim / 8;
+  cluster_sync();
+  const bool whole_chunks = whole_chunk_rows(p);
+  const int rank = int(__clusterRelativeBlockRank());
+  for (int i = rank * threads + thread; i < rows * kChunks; i += p.splits * threads) {
+    const int r = i / kChunks, chunk = i % kChunks;
+    float lse[kMaxClusterSplits];
+    float4 lo[kMaxClusterSplits], hi[kMaxClusterSplits];
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {  // every split's loads in flight before the first is used
+      if (s < p.splits) {
+        const auto* from = static_cast<const float4*>(__cluster_map_shared_rank(staged + r * kStride + 8 * chunk, s));
+        lse[s] = *static_cast<const float*>(__cluster_map_shared_rank(staged_lse + r, s));
+        lo[s] = from[0], hi[s] = from[1];
+      }
+    }
+    SplitMerge<8> m;
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      const float x[8] = {lo[s].x, lo[s].y, lo[s].z, lo[s].w, hi[s].x, hi[s].y, hi[s].z, hi[s].w};
+      if (s < p.splits) m.add(lse[s], 1.0f, x);
+    }
+    float values[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) values[c] = m.value(c);
+    store_chunk<T>(p, query_row(p, seq, kv_head, first_row + r), chunk, values, whole_chunks);
+  }
+  cluster_sync();
+}
+
+// keys_split: the warps' states merged in shared memory (which the pipeline no longer uses), then stored
+// per (row, column).
+template <class T, int kHeadDim, int kWarps>
+__device__ void merge_and_store(const Params& p, SoftmaxState<kHeadDim>& st, float* scratch, const Sequence& seq,
+                                int kv_head, int first_row, int rows, int split, int warp, int lane) {
+  float* warp_max = scratch;                    // [warps][16]
+  float* warp_sum = warp_max + kWarps * kRows;  // [warps][16]
+  float* warp_out = warp_sum + kWarps * kRows;  // [warps][16][head dim]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 1);
+    st.sum[r] += __shfl_xor_sync(0xffffffffu, st.sum[r], 2);
+    if (lane % 4 == 0) {
+      warp_max[warp * kRows + lane / 4 + 8 * r] = st.max[r];
+      warp_sum[warp * kRows + lane / 4 + 8 * r] = st.sum[r];
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kHeadDim / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = lane / 4 + 8 * (e / 2), column = 8 * n + 2 * (lane % 4) + e % 2;
+      warp_out[(warp * kRows + row) * kHeadDim + column] = st.o[n][e];
+    }
+  }
+  __syncthreads();
+  float* staged = warp_out + kWarps * kRows * kHeadDim;  // a cluster's: the rows merged, then their lse
+  float* staged_lse = staged + kRows * staged_row_floats<kHeadDim>();
+  for (int i = threadIdx.x; i < rows * kHeadDim; i += 32 * kWarps) {
+    const int row = i / kHeadDim, column = i % kHeadDim;
+    SplitMerge<1> m;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      m.add(warp_max[w * kRows + row], warp_sum[w * kRows + row], &warp_out[(w * kRows + row) * kHeadDim + column]);
+    }
+    const float lse = m.total > 0.0f ? m.top + log2f(m.total) : -INFINITY;
+    if (p.cluster_splits) {
+      staged[row * staged_row_floats<kHeadDim>() + column] = m.value(0);
+      if (column == 0) staged_lse[row] = lse;
+    } else {
+      store_value<T, kHeadDim>(p, seq, kv_head, first_row + row, split, column, m.value(0), lse);
+    }
+  }
+  if (p.cluster_splits) {
+    merge_cluster_rows<T, kHeadDim>(p, seq, kv_head, first_row, rows, staged, staged_lse, threadIdx.x, 32 * kWarps);
+  }
+}
+
+// Shared memory merge_and_store takes: the warps' states, then a cluster's staged rows.
+template <int kHeadDim, int kWarps>
+constexpr size_t merge_scratch_bytes() {
+  return size_t(kWarps) * kRows * (2 + kHeadDim) * sizeof(float) + staged_bytes<kHeadDim>(kRows);
 }
 
 // A CTA's share of the grid (x = split x row block, y = KV head, z = sequence): its sequence, its rows
@@ -562,8 +640,8 @@ __device__ __forceinline__ bool cta_work(const Params& p, int block_rows, CtaWor
   // NOTES: a sequence's last row blocks first: with the causal mask they see the most keys, and the CTAs that
   // start last should be the short ones (longest processing time first, as the order of the sequences).
   w.kv_head = blockIdx.y;
-  const int block = p.row_blocks - 1 - blockIdx.x % p.row_blocks;
-  w.split = blockIdx.x / p.row_blocks;
+  const int block = p.row_blocks - 1 - (p.cluster_splits ? blockIdx.x / p.splits : blockIdx.x % p.row_blocks);
+  w.split = p.cluster_splits ? blockIdx.x % p.splits : blockIdx.x / p.row_blocks;
   w.first_row = block * block_rows;
   w.rows = min(block_rows, w.seq.queries * p.group - w.first_row);
   if (w.rows <= 0) return false;
@@ -571,8 +649,9 @@ __device__ __forceinline__ bool cta_work(const Params& p, int block_rows, CtaWor
   w.split_end = w.begin + p.split_keys;
   // NOTES: splits are sized for the longest sequence; a shorter one's splits past its keys leave at once and
   // write nothing (the merge reads only the splits a sequence's length reaches), so a batch of mixed
-  // lengths pays little for the split count its longest sequence wants.
-  if (w.split > 0 && w.begin >= w.seq.keys) return false;
+  // lengths pays little for the split count its longest sequence wants. In a cluster they stay, with no keys,
+  // for the merge.
+  if (w.split > 0 && w.begin >= w.seq.keys && !p.cluster_splits) return false;
   w.end = min(row_keys(p, w.seq, w.first_row + w.rows - 1), w.split_end);  // the most keys, with the causal mask
   return true;
 }
@@ -670,6 +749,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   }
   asm volatile("cp.async.wait_all;\n" ::);
   if constexpr (kSplit == WarpSplit::keys) {
+    static_assert(merge_scratch_bytes<kHeadDim, kWarps>() <= shared_bytes<kHeadDim, kWarps, kSplit>());
     __syncthreads();
     merge_and_store<T, kHeadDim, kWarps>(p, st, reinterpret_cast<float*>(shared), seq, kv_head, first_row, rows, split,
                                          warp, lane);
@@ -680,7 +760,11 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
     __syncthreads();  // every warp is done with the pipeline's shared memory
     stage_rows<kHeadDim>(st, staged, staged_lse, warp_first_row - first_row, lane);
     __syncthreads();
-    write_rows<T, kHeadDim>(p, seq, kv_head, first_row, rows, split, staged, staged_lse, threadIdx.x, 32 * kWarps);
+    if (p.cluster_splits) {
+      merge_cluster_rows<T, kHeadDim>(p, seq, kv_head, first_row, rows, staged, staged_lse, threadIdx.x, 32 * kWarps);
+    } else {
+      write_rows<T, kHeadDim>(p, seq, kv_head, first_row, rows, split, staged, staged_lse, threadIdx.x, 32 * kWarps);
+    }
   }
 }
 

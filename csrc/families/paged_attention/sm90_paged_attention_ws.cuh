@@ -340,6 +340,7 @@ __global__ void __launch_bounds__(WsShape<kGroups>::kThreads, WsShape<kGroups>::
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Shape::kCopyRegisters));
     copy_steps<kHeadDim, kStepKeys, kGroups>(p, w, steps, base, bar);
+    if (p.cluster_splits) cluster_sync(), cluster_sync();  // the merge's two barriers, which count every thread
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Shape::kComputeRegisters));
@@ -348,8 +349,12 @@ __global__ void __launch_bounds__(WsShape<kGroups>::kThreads, WsShape<kGroups>::
   float* staged_lse = staged + Shape::kBlockRows * staged_row_floats<kHeadDim>();
   compute_steps<T, kHeadDim, kStepKeys, kGroups>(p, w, steps, base, bar, staged, staged_lse, warpgroup - 1);
   compute_groups_sync<kGroups>();
-  write_rows<T, kHeadDim>(p, w.seq, w.kv_head, w.first_row, w.rows, w.split, staged, staged_lse, threadIdx.x - 128,
-                          128 * kGroups);
+  const int thread = int(threadIdx.x) - 128, threads = 128 * kGroups;
+  if (p.cluster_splits) {
+    merge_cluster_rows<T, kHeadDim>(p, w.seq, w.kv_head, w.first_row, w.rows, staged, staged_lse, thread, threads);
+  } else {
+    write_rows<T, kHeadDim>(p, w.seq, w.kv_head, w.first_row, w.rows, w.split, staged, staged_lse, thread, threads);
+  }
 }
 
 }  // namespace wavetune::detail::paged

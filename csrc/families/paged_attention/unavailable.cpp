@@ -13,6 +13,8 @@ PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem&) { WAVE
 
 int32_t paged_attention_resident_ctas(int32_t) { WAVETUNE_FAIL(detail::kNoKernels); }
 
+int64_t paged_attention_cluster_ctas(int32_t, int32_t) { WAVETUNE_FAIL(detail::kNoKernels); }
+
 void paged_attention(const PagedAttentionProblem&, const PagedAttentionLaunch&, void*, size_t, Stream) {
   WAVETUNE_FAIL(detail::kNoKernels);
 }

@@ -22,8 +22,9 @@
 
 namespace wavetune {
 
-// The most KV splits a launch takes.
+// The most KV splits a launch takes, and the most that merge in the attention kernel's clusters.
 constexpr int32_t kPagedAttentionMaxSplits = 256;
+constexpr int32_t kPagedAttentionMaxClusterSplits = 8;
 
 struct PagedAttentionProblem {
   int32_t batch, heads_q, heads_kv, head_dim;  // head_dim 64, 128 or 256; heads_q a multiple of heads_kv
@@ -87,11 +88,16 @@ WAVETUNE_API std::string paged_attention_launch_error(const PagedAttentionProble
 
 // The kernel and KV split count the wave model picks for the current device: CTAs (batch x KV heads x
 // row blocks x splits) in whole waves of the kernel's resident CTAs against the keys each one streams and
-// its tile math, plus the merge. From the sizes only.
+// its tile math, plus the merge (in clusters or a kernel of its own). From the sizes only.
 WAVETUNE_API PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& problem);
 
 // CTAs of a kernel resident per SM on the current device: the size of its waves over the SM count.
 WAVETUNE_API int32_t paged_attention_resident_ctas(int32_t variant);
+
+// CTAs of a kernel resident at once on the current device in clusters of `cluster` CTAs (2 to
+// kPagedAttentionMaxClusterSplits; 0 for other sizes). A launch of 2 to that many splits whose grid fits them
+// runs each row block's splits as one cluster, which merges them itself: no merge kernel follows.
+WAVETUNE_API int64_t paged_attention_cluster_ctas(int32_t variant, int32_t cluster);
 
 // Device memory a launch needs (fp32 partial outputs and log-sum-exps when split; an int32 per sequence, for
 // their order, from 2 to 1,024 sequences; 0 for one sequence unsplit).
