@@ -254,9 +254,9 @@ constexpr double kKeysSplitRowsFactor = 1.2;
 
 // NOTES: a merge in the attention kernel's clusters costs its two cluster barriers and a read of each split's
 // staged rows from distributed shared memory: kClusterMergeUs and kClusterSplitUs per split, the replay optimum
-// (benchmarks/paged_attention.py) on nine H200 logs of builds with clusters of up to 8 and 16 CTAs (2026-11-28:
-// several-query design and held-out cases, held-out decode, four FlashInfer runs), 0.948 of the best on their
-// geomean. At the same kernel and split count, the merge in clusters ran 0.90-1.00x the time of the merge kernel
+// (benchmarks/paged_attention.py) on nine H200 logs of two builds that merged up to 16 splits in clusters, replayed
+// with clusters of up to 8 (2026-11-28: several-query design and held-out cases, held-out decode, four FlashInfer
+// runs), 0.948 of the best on their geomean. At the same kernel and split count, the merge in clusters ran 0.90-1.00x the time of the merge kernel
 // (per-case geomeans of 7 small steps and decode cases, interleaved, H200). Clusters of 9-16 CTAs (not portable)
 // are left out: for kernels of one CTA an SM they ran slower than the merge kernel (across runs).
 constexpr double kClusterMergeUs = 3.0;
