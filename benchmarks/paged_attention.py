@@ -3,7 +3,7 @@ against every kernel and split count (the exhaustive best), SDPA's fastest backe
 on a dense cache and on 16-token pages in shuffled order (docs/attention.md, "Paged decode").
 
     python benchmarks/paged_attention.py --split design|heldout --out $OUT
-    python benchmarks/paged_attention.py --fit DESIGN.jsonl --check HELDOUT.jsonl   # offline, no GPU
+    python benchmarks/paged_attention.py --fit DESIGN.jsonl [MORE.jsonl ...] --check HELDOUT.jsonl   # offline, no GPU
 
 design: the named models' heads (Llama-3-8B and -70B at TP 1-8, attention.py's named suite) at random
 batches (1-256) and lengths (512-131,072 keys): what the split model's constants are read from. heldout:
@@ -47,6 +47,7 @@ TIE_RELATIVE = 1e-9  # launch.cu's kTieRelative: a tie goes to the kernel of mor
 WS_COPY_WARPS, WARPGROUP_ROWS = 4, 64  # sm90_paged_attention_ws.cuh's kWsCopyWarps, kWarpgroupRows
 WS_COPY_SPEEDUP = 1.5  # launch.cu's kWsCopySpeedup
 CLUSTER_MERGE_US, CLUSTER_SPLIT_US = 3.0, 0.2  # launch.cu's kClusterMergeUs, kClusterSplitUs
+MAX_CLUSTER_SPLITS = 8  # paged_attention.h's kPagedAttentionMaxClusterSplits
 
 
 def parse_args() -> argparse.Namespace:
@@ -59,7 +60,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--min-group", type=int, default=1, help="only cases of at least this many query heads per KV head")
     p.add_argument("--head-dim", type=int, help="only cases of this head dim")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
-    p.add_argument("--fit", type=Path, help="a design log to fit the split model's constants to (offline)")
+    p.add_argument("--fit", type=Path, nargs="+", help="design logs to fit the split model's constants to (offline)")
     p.add_argument("--check", type=Path, help="with --fit: a held-out log to evaluate the fitted constants on")
     return p.parse_args()
 
@@ -69,7 +70,8 @@ def parse_args() -> argparse.Namespace:
 def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
                  merge: float, warp_flops: float = WARP_FLOPS_PER_US, sm_flops: float = SM_FLOPS_PER_US,
                  l2_speedup: float = L2_SPEEDUP, rows_step: float = ROWS_STEP_US,
-                 wgmma_speedup: float = WGMMA_SPEEDUP, ws_copy: float = WS_COPY_SPEEDUP) -> float:
+                 wgmma_speedup: float = WGMMA_SPEEDUP, ws_copy: float = WS_COPY_SPEEDUP,
+                 cluster_merge: float = CLUSTER_MERGE_US, cluster_split: float = CLUSTER_SPLIT_US) -> float:
     """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
     ``kernel``: its step keys, rows (16 in logs without them), resident CTAs, whether it computes with wgmma and
     its resident CTAs in clusters of each size (cluster_ctas; logs without it ran every merge as a kernel);
@@ -112,7 +114,7 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
     else:
         us = ctas // slots * wave_us(slots) + (wave_us(ctas % slots) if ctas % slots else 0.0)
     if merges_in_clusters(case, kernel, row_blocks, runs):
-        us += CLUSTER_MERGE_US + CLUSTER_SPLIT_US * runs
+        us += cluster_merge + cluster_split * runs
     elif runs > 1:
         us += merge + 2.0 * batch * max_q * case["heads_q"] * runs * case["head_dim"] * 4 / hbm
     keys_split = rows == 16 and not kernel.get("wgmma")
@@ -120,11 +122,12 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
 
 
 def merges_in_clusters(case: dict, kernel: dict, row_blocks: int, runs: int) -> bool:
-    """launch.cu's merges_in_clusters: 2 or more splits whose grid the kernel's clusters of that size (at most
-    paged_attention_max_cluster_splits) hold at once."""
+    """launch.cu's merges_in_clusters: 2 to MAX_CLUSTER_SPLITS splits whose grid the kernel's clusters of that
+    size hold at once (logs of builds that took larger clusters replay as the library runs now)."""
     cluster_ctas = kernel.get("cluster_ctas")
     grid = case["batch"] * case["heads_kv"] * row_blocks * runs
-    return bool(cluster_ctas) and 1 < runs < len(cluster_ctas) and grid <= cluster_ctas[runs]
+    return (bool(cluster_ctas) and 1 < runs <= min(MAX_CLUSTER_SPLITS, len(cluster_ctas) - 1)
+            and grid <= cluster_ctas[runs])
 
 
 def kernel_facts(config) -> dict:
@@ -176,34 +179,43 @@ def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
 
 
 SHIPPED = (0.98, 3.75e3, 4.0, 5.0, WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US,
-           WGMMA_SPEEDUP, WS_COPY_SPEEDUP)  # launch.cu's
+           WGMMA_SPEEDUP, WS_COPY_SPEEDUP, CLUSTER_MERGE_US, CLUSTER_SPLIT_US)  # launch.cu's
 
 
-def fit(design: Path, check: Path | None) -> None:
-    """Decode logs fit the first four constants (the others as shipped); logs of several queries per sequence
-    (benchmarks/varlen_attention.py) fit the tile-math rates, the L2 speed-up, the rows_split kernels' cost
-    per softmax step, the wgmma kernel's tile-math speed-up and its copying warps' (the others as shipped)."""
+def fit(designs: list[Path], check: Path | None) -> None:
+    """Fits constants to the design logs (scored on the geomean of their geomeans), the others as shipped: logs
+    with the kernels' cluster facts (builds that merge splits in clusters) fit the cluster merge's two; else logs
+    of several queries per sequence (benchmarks/varlen_attention.py) fit the tile-math rates, the L2 speed-up,
+    the rows_split kernels' cost per softmax step, the wgmma kernel's tile-math speed-up and its copying warps';
+    else decode logs fit the first four."""
     def load(path):
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt") as f:
             lines = f.read().splitlines()
         return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
 
-    header, rows = load(design)
-    if any(r.get("seqlen_q", 1) > 1 for r in rows):
-        grid = [(*SHIPPED[:4], *c) for c in itertools.product(
+    logs = [load(path) for path in designs]
+    rows = [r for _, log in logs for r in log]
+    if any("cluster_ctas" in k for r in rows for k in r["kernels"].values()):
+        grid = [(*SHIPPED[:10], *c) for c in itertools.product((1.0, 2.0, 3.0, 4.0, 5.0), (0.0, 0.1, 0.2, 0.3, 0.5))]
+    elif any(r.get("seqlen_q", 1) > 1 for r in rows):
+        grid = [(*SHIPPED[:4], *c, *SHIPPED[10:]) for c in itertools.product(
             (2e5, 3e5, 4e5, 6e5), (2.6e6, 4e6, 6e6), (1.0, 2.0, 3.0, 5.0), (0.2, 0.3, 0.5, 0.8),
             (1.0, 1.5, 2.0, 3.0, 4.0, 5.0), (1.0, 1.25, 1.5, 2.0))]
     else:
         grid = [(*c, *SHIPPED[4:]) for c in itertools.product(
             (0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0, 5.0), (2.0, 3.0, 5.0, 7.0))]
-    scored = sorted(((geomean(replay(rows, c, header)), c) for c in grid), reverse=True)
-    for score, c in scored[:5]:
+
+    def score(c):
+        return geomean(geomean(replay(log, c, header)) for header, log in logs)
+
+    scored = sorted(((score(c), c) for c in grid), reverse=True)
+    for score_, c in scored[:5]:
+        worst = min(min(replay(log, c, header)) for header, log in logs)
         line = (f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us, "
                 f"warp math {c[4]:.3g} and SM math {c[5]:.3g} flop/us, L2 {c[6]}x, {c[7]} us a rows step, "
-                f"wgmma {c[8]}x, its copies {c[9]}x: "
-                f"design {score:.3f} "
-                f"(worst {min(replay(rows, c, header)):.2f})")
+                f"wgmma {c[8]}x, its copies {c[9]}x, cluster merge {c[10]} us and {c[11]} us a split: "
+                f"design {score_:.3f} (worst {worst:.2f})")
         if check:
             held_header, held = load(check)
             quality = replay(held, c, held_header)
