@@ -35,10 +35,14 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
                     int64_t slots, double hbm_bytes_per_us, bool in_clusters);
 static_assert(paged::kMaxClusterSplits == kPagedAttentionMaxClusterSplits);
 
-// The CTAs of a launch: sequences x KV heads x row blocks of `block_rows` x splits.
+// The row blocks of `block_rows` that one sequence's (token, query head) rows of a KV head take.
+int64_t row_blocks(const PagedAttentionProblem& p, int64_t block_rows) {
+  return (int64_t(p.max_q_len) * (p.heads_q / p.heads_kv) + block_rows - 1) / block_rows;
+}
+
+// The CTAs of a launch: sequences x KV heads x row blocks x splits.
 int64_t grid_ctas(const PagedAttentionProblem& p, int64_t block_rows, const PagedSplits& s) {
-  const int64_t row_blocks = (int64_t(p.max_q_len) * (p.heads_q / p.heads_kv) + block_rows - 1) / block_rows;
-  return int64_t(p.batch) * p.heads_kv * row_blocks * s.splits;
+  return int64_t(p.batch) * p.heads_kv * row_blocks(p, block_rows) * s.splits;
 }
 
 // NOTES: the splits of a row block merge in the cluster they form (paged::merge_cluster_rows) where they fit one
@@ -129,12 +133,11 @@ struct PagedVariant {
   static paged::Params params(const PagedAttentionProblem& p, const PagedSplits& s, bool in_clusters,
                               void* workspace) {
     const int32_t group = p.heads_q / p.heads_kv;
-    const int32_t row_blocks = int32_t((int64_t(p.max_q_len) * group + kBlockRows - 1) / kBlockRows);
     paged::Params params{p.q, p.q_batch_stride, p.q_head_stride, p.k_cache, p.v_cache, p.page_stride, p.row_stride,
                          p.head_stride, p.page_size, p.block_table, p.table_stride, p.key_starts, p.seq_lens,
-                         p.max_seq_len, p.q_starts, p.batch, p.max_q_len, p.causal, p.heads_kv, group, row_blocks,
-                         s.splits, s.split_keys, p.scale * float(M_LOG2E), p.out, p.out_batch_stride,
-                         p.out_head_stride, nullptr, nullptr, nullptr, in_clusters};
+                         p.max_seq_len, p.q_starts, p.batch, p.max_q_len, p.causal, p.heads_kv, group,
+                         int32_t(row_blocks(p, kBlockRows)), s.splits, s.split_keys, p.scale * float(M_LOG2E),
+                         p.out, p.out_batch_stride, p.out_head_stride, nullptr, nullptr, nullptr, in_clusters};
     if (s.splits > 1 && !in_clusters) {
       params.partial = static_cast<float*>(workspace);
       params.lse = params.partial + size_t(paged_query_tokens(p)) * p.heads_q * s.splits * kHeadDim;
@@ -252,20 +255,21 @@ constexpr double kWsCopySpeedup = 1.5;
 // cases 0.902 and 0.947 (docs/results/varlen_attention_*).
 constexpr double kKeysSplitRowsFactor = 1.2;
 
-// NOTES: a merge in the attention kernel's clusters costs its two cluster barriers and a read of each split's
-// staged rows from distributed shared memory: kClusterMergeUs and kClusterSplitUs per split, the replay optimum
+// NOTES: a merge in the attention kernel's clusters costs its two cluster barriers and a read of each split's staged
+// rows from distributed shared memory: kClusterMergeUs and kClusterSplitUs per split, the replay optimum
 // (benchmarks/paged_attention.py) on nine H200 logs of two builds that merged up to 16 splits in clusters, replayed
 // with clusters of up to 8 (2026-11-28: several-query design and held-out cases, held-out decode, four FlashInfer
-// runs), 0.948 of the best on their geomean. At the same kernel and split count, the merge in clusters ran 0.90-1.00x the time of the merge kernel
-// (per-case geomeans of 7 small steps and decode cases, interleaved, H200). Clusters of 9-16 CTAs (not portable)
-// are left out: for kernels of one CTA an SM they ran slower than the merge kernel (across runs).
+// runs), 0.948 of the best on their geomean. At the same kernel and split count, the merge in clusters ran 0.90-1.00x
+// the time of the merge kernel (per-case geomeans of 7 small steps and decode cases, interleaved, H200). Clusters of
+// 9-16 CTAs (not portable) are left out: for kernels of one CTA an SM they ran slower than the merge kernel (across
+// runs).
 constexpr double kClusterMergeUs = 3.0;
 constexpr double kClusterSplitUs = 0.2;
 
 double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t sm_count,
                     int64_t slots, double hbm_bytes_per_us, bool in_clusters) {
   const int64_t group = p.heads_q / p.heads_kv, rows = int64_t(p.max_q_len) * group;
-  const int64_t row_blocks = (rows + v.tile_m - 1) / v.tile_m, head_blocks = (group + v.tile_m - 1) / v.tile_m;
+  const int64_t row_blocks = detail::row_blocks(p, v.tile_m), head_blocks = (group + v.tile_m - 1) / v.tile_m;
   const double key_fill = p.total_keys > 0 && p.max_seq_len > 0
                               ? std::clamp(double(p.total_keys) / (double(p.batch) * p.max_seq_len), 1.0 / p.batch, 1.0)
                               : 1.0;
