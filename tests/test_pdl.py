@@ -1,7 +1,9 @@
-"""Programmatic dependent launch (kernels.h, set_programmatic_launch): a chain of dense GEMMs, each reading
-the one before it, gives the same bits with and without it, eagerly, replayed from a CUDA graph and under
-torch.compile, for a data-parallel and a split-K CUTLASS config and the decode GEMM split over a cluster.
-GPU tier."""
+"""Programmatic dependent launch (kernels.h, set_programmatic_launch): chains of kernels, each reading what the
+one before it wrote, give the same bits with and without it, eagerly, replayed from a CUDA graph and under
+torch.compile: dense GEMMs on a data-parallel and a stream-K split-K CUTLASS config and on the decode GEMM
+split over a cluster; grouped GEMMs (the expert-argument kernel, then CUTLASS's ptr-array kernel); attention
+on CUTLASS's FMHA (a chunk after a cached prefix, and decode with its queries repeated per split and the
+splits combined). GPU tier."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")  # before the modules below, which import it
 
+import wavetune  # noqa: E402
 from wavetune import _C  # noqa: E402
 from wavetune import torch_ops  # noqa: E402,F401  (registers torch.ops.wavetune)
 from wavetune.families.gemm import torch_ops as gemm_ops  # noqa: E402
@@ -34,41 +37,91 @@ def chain(x, weights):
     return x
 
 
-def runs(x, weights) -> dict:
-    """The chain's output eagerly, replayed from a CUDA graph (PyTorch's documented pattern) and compiled."""
-    eager = chain(x, weights)
-    graph, captured = capture_documented(chain, x, weights, warmup=2)
+def expert_chain(x, weights, offsets):
+    for w in weights:
+        x = torch.ops.wavetune.grouped_gemm(x, w, offsets) * 0.03
+    return x
+
+
+def attention_chain(q, k, v):
+    for _ in range(LAYERS):
+        q = torch.ops.wavetune.attention(q, k, v, causal=True)  # the next call's queries
+    return q
+
+
+def runs(fn, *args) -> dict:
+    """fn's output eagerly, replayed from a CUDA graph (PyTorch's documented pattern) and compiled."""
+    eager = fn(*args)
+    graph, captured = capture_documented(fn, *args, warmup=2)
     captured.fill_(float("nan"))
     graph.replay()
-    compiled = torch.compile(chain, fullgraph=True)(x, weights)
+    compiled = torch.compile(fn, fullgraph=True)(*args)
     torch.cuda.synchronize()
     return {"eager": eager.clone(), "graph": captured.clone(), "compiled": compiled.clone()}
+
+
+def check_identical(fn, *args) -> None:
+    results = {}
+    for on in (False, True):
+        _C.set_programmatic_launch(on)
+        torch._dynamo.reset()
+        results[on] = runs(fn, *args)
+    for mode in results[False]:
+        assert torch.isfinite(results[True][mode]).all(), mode
+        assert torch.equal(results[True][mode], results[False][mode]), mode
+    assert torch.equal(results[True]["graph"], results[True]["eager"])
+
+
+def uniform(*shape, generator):
+    return torch.rand(*shape, device="cuda", dtype=torch.bfloat16, generator=generator) * 2 - 1
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["data_parallel", "split_k", "decode"])
 @pytest.mark.parametrize("tokens", [1, 16, 300])
-def test_results_are_identical_with_and_without_it(kind, tokens, tmp_path, pdl):
+def test_gemm_results_are_identical_with_and_without_it(kind, tokens, tmp_path, pdl):
     use_one_config_table(kind, tmp_path / "table.wtt")
     try:
         generator = torch.Generator(device="cuda").manual_seed(tokens)
-        opts = dict(device="cuda", dtype=torch.bfloat16, generator=generator)
-        x = torch.rand(tokens, WIDTH, **opts) * 2 - 1
-        weights = [torch.rand(WIDTH, WIDTH, **opts) * 2 - 1 for _ in range(LAYERS)]
-        results = {}
-        for on in (False, True):
-            _C.set_programmatic_launch(on)
-            torch._dynamo.reset()
-            results[on] = runs(x, weights)
-        for mode in results[False]:
-            assert torch.isfinite(results[True][mode]).all(), mode
-            assert torch.equal(results[True][mode], results[False][mode]), mode
-        assert torch.equal(results[True]["graph"], results[True]["eager"])
+        check_identical(chain, uniform(tokens, WIDTH, generator=generator),
+                        [uniform(WIDTH, WIDTH, generator=generator) for _ in range(LAYERS)])
     finally:
         device = torch.cuda.current_device()
         _C.use_table(device, None)
         gemm_ops._plans.clear()
         tables.checked_devices().discard(device)  # the next call looks for the shipped table again
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [5, 300])
+def test_grouped_gemm_results_are_identical_with_and_without_it(rows, pdl):
+    if not wavetune.grouped_configs():
+        pytest.skip("no grouped variant in this build")
+    generator = torch.Generator(device="cuda").manual_seed(rows)
+    experts = torch.randint(0, 8, (rows,), device="cuda", generator=generator).sort().values
+    offsets = torch.bincount(experts, minlength=8).cumsum(0).to(torch.int32)
+    check_identical(expert_chain, uniform(rows, WIDTH, generator=generator),
+                    [uniform(8, WIDTH, WIDTH, generator=generator) for _ in range(LAYERS)], offsets)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("queries, kv_lengths", [(48, (300, 300)), (1, (4096, 4160))],
+                         ids=["chunk after a prefix", "decode, K and V strided apart"])
+def test_attention_results_are_identical_with_and_without_it(queries, kv_lengths, pdl):
+    """The chunk runs CUTLASS's FMHA (cuDNN does not take its mask); so does decode over K and V of different
+    strides (the paged kernel needs shared strides) once deterministic algorithms keep it off cuDNN, whose last
+    bits vary from run to run; split where the choice splits."""
+    if not any(c.tile[2] == 128 for c in wavetune.attention_configs()):
+        pytest.skip("no bf16 head_dim 128 attention variant in this build")
+    generator = torch.Generator(device="cuda").manual_seed(queries)
+    q = uniform(2, queries, 8, 128, generator=generator)
+    k, v = (uniform(2, length, 2, 128, generator=generator)[:, :kv_lengths[0]] for length in kv_lengths)
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        check_identical(attention_chain, q, k, v)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def test_it_is_on_unless_the_environment_turns_it_off():

@@ -1,4 +1,5 @@
-// Launch details shared by the CUTLASS templates (sm90_gemm.cuh, sm90_grouped_gemm.cuh, sm90_scaled_gemm.cuh).
+// Launch details shared by the CUTLASS templates (sm90_gemm.cuh, sm90_grouped_gemm.cuh, sm90_scaled_gemm.cuh,
+// sm90_attention.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,9 +11,22 @@
 #include "cutlass/device_kernel.h"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "device.h"
+#include "programmatic_launch.cuh"
 #include "wavetune/errors.h"
 
 namespace wavetune::detail {
+
+// NOTES: CUTLASS 4.2's ptr-array grouped kernels and its FMHA have no grid-dependency instructions, and its
+// stream-K scheduler does not compile with them (sm90_tile_scheduler_stream_k.hpp, is_last_tile). Such a
+// kernel runs as this subclass, which waits before the kernel's first instruction: launched programmatically,
+// its launch and CTA start overlap the previous kernel's tail, and the next kernel's launch overlaps it.
+template <class Kernel>
+struct WaitsForPreviousGrid : Kernel {
+  __device__ void operator()(const typename Kernel::Params& params, char* shared) {
+    release_dependents_and_wait();
+    Kernel::operator()(params, shared);
+  }
+};
 
 // NOTES: CUTLASS's Adapter::initialize raises the kernel's dynamic shared-memory limit on every call, a
 // driver call per launch; the limit belongs to the kernel on a device, so the templates set it once per

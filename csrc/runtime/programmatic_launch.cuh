@@ -1,6 +1,6 @@
 // A kernel launch with programmatic dependent launch where it is on (kernels.h: set_programmatic_launch), for
-// the families' hand-written kernels, which wait for their predecessor with griddepcontrol.wait; optionally in
-// clusters of `cluster_x` CTAs along x.
+// kernels that wait for their predecessor with griddepcontrol.wait before they read what it may write
+// (release_dependents_and_wait); optionally in clusters of `cluster_x` CTAs along x.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +8,15 @@
 #include "wavetune/kernels.h"
 
 namespace wavetune::detail {
+
+// Lets the next kernel in the stream start (it waits in turn before reading what this one writes), then
+// waits until the kernel before this one has finished and its writes are visible. Without a programmatic
+// launch both are no-ops.
+__device__ __forceinline__ void release_dependents_and_wait() {
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 
 inline cudaError_t launch_programmatic(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
                                        cudaStream_t stream, void** args, unsigned cluster_x = 1) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention_ops.h"
+#include "programmatic_launch.cuh"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 #include "wavetune/errors.h"
@@ -35,6 +36,7 @@ struct HeadBroadcast {
 };
 
 __global__ void broadcast_heads(HeadBroadcast a, uint4* dst) {
+  release_dependents_and_wait();
   const int64_t chunks = a.head_dim / 8;
   const int64_t total = a.batch * a.copies * a.rows * a.heads * chunks;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -60,6 +62,7 @@ struct CombineArgs {
 template <class T>
 __global__ void combine_splits(CombineArgs a) {
   __shared__ float weight[2 * kMaxAttentionSplits];  // the splits' lse, then the tail keys' scores
+  release_dependents_and_wait();
   const AttentionProblem& p = a.p;
   const int32_t b = blockIdx.x / p.heads_q, h = blockIdx.x % p.heads_q, kv_head = h / (p.heads_q / p.heads_kv);
   const int32_t d = threadIdx.x, lane = d % 32, warp = d / 32, warps = blockDim.x / 32;
@@ -171,22 +174,29 @@ std::vector<FmhaCall> prefill_calls(const AttentionProblem& p, float* lse, const
   return calls;
 }
 
-void check_launch(const char* what) {
-  const cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) WAVETUNE_FAIL("the attention ", what, " kernel did not launch: ", cudaGetErrorString(error));
+void check_launch(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    WAVETUNE_FAIL("the attention ", what, " kernel did not launch: ", cudaGetErrorString(error));
+  }
 }
 
-void launch_broadcast(const HeadBroadcast& a, void* dst, const DeviceInfo& dev, Stream stream, const char* what) {
-  broadcast_heads<<<dev.sm_count * 4, 256, 0, stream>>>(a, static_cast<uint4*>(dst));
-  check_launch(what);
+void launch_broadcast(HeadBroadcast a, void* dst, const DeviceInfo& dev, Stream stream, const char* what) {
+  uint4* out = static_cast<uint4*>(dst);
+  void* args[] = {&a, &out};
+  check_launch(launch_programmatic(reinterpret_cast<const void*>(broadcast_heads), dim3(unsigned(dev.sm_count * 4)),
+                                   dim3(256), 0, stream, args),
+               what);
 }
 
 template <class T>
 void launch_combine(const AttentionProblem& p, int32_t splits, const AttentionWorkspace& layout, char* ws,
                     Stream stream) {
-  const CombineArgs args{p, splits, p.seqlen_k / splits, ws + layout.partial, reinterpret_cast<float*>(ws + layout.lse)};
-  combine_splits<T><<<p.batch * p.heads_q, p.head_dim, 0, stream>>>(args);
-  check_launch("combine");
+  CombineArgs combine{p, splits, p.seqlen_k / splits, ws + layout.partial, reinterpret_cast<float*>(ws + layout.lse)};
+  void* args[] = {&combine};
+  check_launch(launch_programmatic(reinterpret_cast<const void*>(combine_splits<T>),
+                                   dim3(unsigned(p.batch * p.heads_q)), dim3(unsigned(p.head_dim)), 0, stream, args),
+               "combine");
 }
 
 // Prefill: K and V first copied out to the query heads where expand_kv_heads, then the FMHA launches.

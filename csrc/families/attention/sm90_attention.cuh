@@ -131,22 +131,26 @@ struct Sm90Attention {
   using Unmasked = Kernel<cutlass::fmha::collective::ResidualFusion>;
   using Causal = Kernel<BottomRightCausalFusion>;
 
-  template <class K>
+  template <class Fmha>
   static void launch(const FmhaCall& c, const DeviceInfo& dev, Stream stream) {
+    using K = WaitsForPreviousGrid<Fmha>;
     auto stride = [](int64_t row, int64_t b, int64_t h) { return StrideQKVO{int(row), {}, {int(b), int(h)}}; };
-    typename K::Arguments args{
+    typename K::Arguments arguments{
         {c.b, c.h, c.rows, c.keys, c.head_dim},
         {static_cast<const Element*>(c.q), stride(c.q_row, c.q_b, c.q_h), static_cast<const Element*>(c.k),
          stride(c.k_row, c.k_b, c.k_h), static_cast<const Element*>(c.v), stride(c.v_row, c.v_b, c.v_h)},
         {static_cast<Element*>(c.o), stride(c.o_row, c.o_b, c.o_h), c.lse, StrideLSE{{}, {int(c.lse_b), int(c.lse_h)}}},
         cutlass::KernelHardwareInfo{dev.device, dev.sm_count}};
-    typename K::Params params = K::to_underlying_arguments(args, nullptr);
+    typename K::Params params = K::to_underlying_arguments(arguments, nullptr);
     params.mainloop.scale_softmax = c.scale;
     params.mainloop.scale_softmax_log2 = c.scale * float(M_LOG2E);
     allow_dynamic_shared_memory<K>(dev.device);
-    cutlass::device_kernel<K><<<K::get_grid_shape(params), K::get_block_shape(), K::SharedStorageSize, stream>>>(params);
-    const cudaError_t error = cudaGetLastError();
+    void* args[] = {&params};
+    const cudaError_t error = launch_programmatic(reinterpret_cast<const void*>(cutlass::device_kernel<K>),
+                                                  K::get_grid_shape(params), K::get_block_shape(),
+                                                  K::SharedStorageSize, stream, args);
     if (error != cudaSuccess) {
+      cudaGetLastError();
       WAVETUNE_FAIL("attention kernel launch failed: ", cudaGetErrorString(error), " (B=", c.b, " H=", c.h,
                     " rows=", c.rows, " keys=", c.keys, ")");
     }

@@ -40,6 +40,7 @@
 #include <type_traits>
 
 #include "device.h"  // kMaxDevices
+#include "programmatic_launch.cuh"
 
 namespace wavetune::detail::decode {
 
@@ -308,8 +309,7 @@ struct Kernel {
     const int first = min(worker * p.chunks_per_worker, total_chunks);
     const Chunks chunks{first, min(first + p.chunks_per_worker, total_chunks)};
     prefetch(p, rows, chunks, l.t);
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    release_dependents_and_wait();
 
     Accumulators acc = {};
     Step next;
@@ -375,8 +375,7 @@ struct Kernel {
     int item = blockIdx.x, row0, token0;
     Rows rows;
     if (item < items) place(p, item, l, rows, &row0, &token0), prefetch(p, rows, chunks, l.t);
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    release_dependents_and_wait();
     if (item >= items) return;
 
     Accumulators acc = {};

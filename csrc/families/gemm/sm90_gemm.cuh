@@ -18,7 +18,8 @@
 // NOTES: programmatic dependent launch (kernels.h) needs the kernels' grid-dependency instructions
 // (CUTLASS_ENABLE_GDC_FOR_SM90: wait before the first load, release dependents after the mainloop). CUTLASS
 // 4.2's stream-K scheduler does not compile with them (sm90_tile_scheduler_stream_k.hpp, is_last_tile), so
-// stream-K variants are built and launched without (the generated source names its scheduler first).
+// stream-K variants are built without (the generated source names its scheduler first) and wait before
+// their first instruction instead (WaitsForPreviousGrid).
 #ifndef WAVETUNE_VARIANT_SCHEDULER_stream_k
 #define CUTLASS_ENABLE_GDC_FOR_SM90
 #endif
@@ -89,7 +90,9 @@ struct Sm90Gemm {
       MainloopSchedule>::CollectiveOp;
   static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
                 "the wgmma atom does not span the tile's N: is CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED defined?");
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
+  using Universal =
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
+  using Kernel = std::conditional_t<kStreamK, WaitsForPreviousGrid<Universal>, Universal>;
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Adapter::Arguments;
 
@@ -147,7 +150,7 @@ struct Sm90Gemm {
   static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, void* workspace,
                   size_t workspace_bytes, Stream stream) {
     launch_gemm_universal<Adapter>(arguments(p, micro, dev), dev, workspace, workspace_bytes,
-                                   !kStreamK && programmatic_launch(), stream, [&] { return describe(p); });
+                                   programmatic_launch(), stream, [&] { return describe(p); });
   }
 
   static constexpr VariantOps ops() { return {&why_not, &workspace_bytes, &run}; }

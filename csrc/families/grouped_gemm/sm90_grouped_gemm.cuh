@@ -109,7 +109,7 @@ struct Sm90GroupedGemm {
       MainloopSchedule>::CollectiveOp;
   static_assert(cute::tile_size<1>(typename Mainloop::TiledMma{}) == kTileN,
                 "the wgmma atom does not span the tile's N: is CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED defined?");
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;  // grouped scheduler
+  using Kernel = WaitsForPreviousGrid<cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>>;
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Adapter::Arguments;
   using StrideA = typename Kernel::InternalStrideA;
@@ -223,6 +223,7 @@ __global__ void prepare_experts(typename Gemm::Problem problem, typename Gemm::E
   using Input = typename Gemm::Input;
   const GroupedGemmProblem& p = Gemm::sizes(problem);
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  release_dependents_and_wait();  // the offsets and operands may come from the kernel before
   if (e >= p.experts) return;
   // Clamped, so offsets out of order or past the rows give an expert no rows rather than a bad access.
   const int32_t start = e == 0 ? 0 : min(max(p.offsets[e - 1], 0), p.rows);
@@ -258,15 +259,20 @@ void Sm90GroupedGemm<Operands, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kClus
     const Problem& problem, void* workspace, const DeviceInfo& dev, Stream stream) {
   const GroupedGemmProblem& p = Operands::sizes(problem);
   const WorkspaceLayout layout(p.experts, dev);
-  const ExpertArrays arrays = layout.arrays(workspace);
+  ExpertArrays arrays = layout.arrays(workspace);
   constexpr int kThreads = 128;
-  prepare_experts<Sm90GroupedGemm><<<(p.experts + kThreads - 1) / kThreads, kThreads, 0, stream>>>(problem, arrays);
-  cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) WAVETUNE_FAIL("the expert argument kernel did not launch: ", cudaGetErrorString(error));
+  void* args[] = {const_cast<Problem*>(&problem), &arrays};  // read only
+  const cudaError_t error = launch_programmatic(reinterpret_cast<const void*>(prepare_experts<Sm90GroupedGemm>),
+                                                dim3(unsigned((p.experts + kThreads - 1) / kThreads)),
+                                                dim3(kThreads), 0, stream, args);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    WAVETUNE_FAIL("the expert argument kernel did not launch: ", cudaGetErrorString(error));
+  }
 
   void* cutlass_workspace = static_cast<char*>(workspace) + layout.cutlass;
   launch_gemm_universal<Adapter>(arguments(p, arrays, dev), dev, cutlass_workspace, layout.total - layout.cutlass,
-                                 false, stream, [&] {
+                                 programmatic_launch(), stream, [&] {
                                    return "the grouped GEMM (rows=" + std::to_string(p.rows) + " experts=" +
                                           std::to_string(p.experts) + " N=" + std::to_string(p.n) +
                                           " K=" + std::to_string(p.k) + ")";

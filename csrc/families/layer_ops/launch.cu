@@ -47,11 +47,6 @@ __device__ __forceinline__ float rounded(float v) {
   return static_cast<float>(static_cast<T>(v));
 }
 
-__device__ __forceinline__ void wait_for_previous_kernel() {
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
 // --- RMS normalization: kRowThreads threads per row (a power of two, 32 to kThreads) ---------------------------
 
 template <int kRowThreads>
@@ -72,7 +67,7 @@ __device__ float row_sum(float v) {
 template <typename T, int kRowThreads>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, int64_t ldx, const T* weight, T* out,
                                                             int64_t ldo, int rows, int width, float eps) {
-  wait_for_previous_kernel();
+  release_dependents_and_wait();
   const int row = blockIdx.x * (kThreads / kRowThreads) + threadIdx.x / kRowThreads;
   const int lane = threadIdx.x % kRowThreads;
   const bool valid = row < rows;  // rows past the end still take part in the CTA's reduction
@@ -124,7 +119,7 @@ int grid_for(int64_t chunks) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads) silu_and_mul_kernel(const T* x, int64_t ldx, T* out, int64_t ldo,
                                                                 int rows, int width) {
-  wait_for_previous_kernel();
+  release_dependents_and_wait();
   const int64_t row_chunks = width / kChunk, total = int64_t(rows) * row_chunks;
   for (int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x; c < total; c += int64_t(gridDim.x) * kThreads) {
     const int64_t row = c / row_chunks, col = (c % row_chunks) * kChunk;
@@ -169,7 +164,7 @@ __device__ __forceinline__ void rotate(const T* x, T* out, const T* cos, const T
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rotary_kernel(RotaryProblem p) {
-  wait_for_previous_kernel();
+  release_dependents_and_wait();
   const int b = blockIdx.x / p.seq, s = blockIdx.x % p.seq;
   const int half = p.head_dim / 2, head_chunks = half / kChunk;
   const T* cos = static_cast<const T*>(p.cos) + b * p.cos_batch_stride + s * p.cos_seq_stride;
@@ -202,7 +197,7 @@ constexpr int kAlignThreads = 1024;
 __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(MoeRouting r, int32_t* offsets, int32_t* positions) {
   __shared__ int32_t count[kMoeMaxExperts + 1];  // per expert, then the dropped pairs
   __shared__ int32_t start[kMoeMaxExperts + 1];
-  wait_for_previous_kernel();
+  release_dependents_and_wait();
   const int pairs = r.tokens * r.top_k;
   for (int e = threadIdx.x; e <= r.experts; e += kAlignThreads) count[e] = 0;
   __syncthreads();
@@ -225,7 +220,7 @@ __global__ void __launch_bounds__(kAlignThreads) moe_align_kernel(MoeRouting r, 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) moe_gather_kernel(const T* x, int64_t ldx, const int32_t* positions,
                                                               int pairs, int top_k, T* rows, int64_t ldr, int width) {
-  wait_for_previous_kernel();
+  release_dependents_and_wait();
   const int64_t row_chunks = width / kChunk, total = int64_t(pairs) * row_chunks;
   for (int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x; c < total; c += int64_t(gridDim.x) * kThreads) {
     const int64_t pair = c / row_chunks, col = (c % row_chunks) * kChunk;
@@ -237,7 +232,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) moe_combine_kernel(const T* rows, int64_t ldr, const int32_t* positions,
                                                                MoeRouting r, const float* weights, T* out,
                                                                int64_t ldo, int width) {
-  wait_for_previous_kernel();
+  release_dependents_and_wait();
   const int64_t row_chunks = width / kChunk, total = int64_t(r.tokens) * row_chunks;
   for (int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x; c < total; c += int64_t(gridDim.x) * kThreads) {
     const int64_t token = c / row_chunks, col = (c % row_chunks) * kChunk;

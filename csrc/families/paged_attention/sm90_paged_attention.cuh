@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "programmatic_launch.cuh"
+
 namespace wavetune::detail::paged {
 
 constexpr int kRows = 16;      // rows per tile (an mma's M)
@@ -624,17 +626,12 @@ struct CtaWork {
   int batch, kv_head, split, first_row, rows, begin, split_end, end;
 };
 
+// The CTA's work for row blocks of `block_rows`; false: it has none and leaves.
 // NOTES: every paged kernel lets its dependent kernel start at once and then waits for the kernel before it:
 // all it reads next was written by earlier kernels (the queries, the cache rows appended this step, the table,
 // the lengths and their order, the split outputs).
-__device__ __forceinline__ void release_and_wait() {
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
-// The CTA's work for row blocks of `block_rows`; false: it has none and leaves.
 __device__ __forceinline__ bool cta_work(const Params& p, int block_rows, CtaWork& w) {
-  release_and_wait();
+  release_dependents_and_wait();
   w.batch = p.order ? p.order[blockIdx.z] : blockIdx.z;
   w.seq = sequence(p, w.batch);
   // NOTES: a sequence's last row blocks first: with the causal mask they see the most keys, and the CTAs that
@@ -801,7 +798,7 @@ __device__ __forceinline__ bool merge_row(const Params& p, int64_t row, MergeRow
 // follows: one CTA, a thread per sequence counting those ahead of it.
 __global__ void order_sequences_kernel(Params p, int32_t* order) {
   extern __shared__ int keys[];
-  release_and_wait();
+  release_dependents_and_wait();
   for (int b = threadIdx.x; b < p.batch; b += blockDim.x) keys[b] = sequence(p, b).keys;
   __syncthreads();
   for (int b = threadIdx.x; b < p.batch; b += blockDim.x) {
@@ -825,7 +822,7 @@ constexpr int merge_groups(int head_dim, int splits) {
 template <class T>
 __global__ void merge_splits_kernel(Params p, int head_dim) {
   extern __shared__ float merged[];  // the groups' states: tops, totals, sums [groups][head_dim] each
-  release_and_wait();
+  release_dependents_and_wait();
   const int64_t row = blockIdx.x;
   MergeRow r;
   if (!merge_row(p, row, r)) return;
@@ -856,7 +853,7 @@ constexpr int kMergeWarps = 8;
 template <class T, int kHeadDim>
 __global__ void __launch_bounds__(32 * kMergeWarps) merge_rows_kernel(Params p, int64_t rows) {
   constexpr int kColumns = kHeadDim / 32;  // a lane's consecutive columns
-  release_and_wait();
+  release_dependents_and_wait();
   const int64_t row = int64_t(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   MergeRow r;

@@ -82,8 +82,7 @@ __global__ void rescale_product(RescaleParams p) {
     scale_b[j] = j < width ? p.scale_b[int64_t(col + j) * p.scale_b_step] : 0.0f;
     bias[j] = j < width && p.bias ? __bfloat162float(p.bias[col + j]) : 0.0f;
   }
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  release_dependents_and_wait();
   if (width <= 0) return;
   const bool vector = p.vectorized && width == kRescaleVector;
   for (int first = blockIdx.y * kRescaleRowsInFlight; first < p.m; first += gridDim.y * kRescaleRowsInFlight) {

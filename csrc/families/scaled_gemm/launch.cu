@@ -427,8 +427,7 @@ __device__ float block_max(float amax) {
 template <typename T, bool kGroups>
 __global__ void __launch_bounds__(kQuantizeThreads)
     quantize_rows_kernel(const T* x, int64_t ldx, int k, __nv_fp8_e4m3* q, float* scale, const float* static_scale) {
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  release_dependents_and_wait();
   const T* row = x + int64_t(blockIdx.x) * ldx;
   __nv_fp8_e4m3* out = q + int64_t(blockIdx.x) * k;
   if constexpr (kGroups) {

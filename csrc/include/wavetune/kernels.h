@@ -85,10 +85,11 @@ struct Launch {
   MicroParams micro;
 };
 
-// Programmatic dependent launch (Hopper): while on, the dense GEMM's CUTLASS variants (stream-K ones aside)
-// launch with cudaLaunchAttributeProgrammaticStreamSerialization, so a launch's prologue overlaps the end of
-// the kernel before it in the stream; each waits (griddepcontrol.wait) before it reads memory, so results are those of
-// plain launches. Kept inside CUDA graphs. Initially on unless the environment sets WAVETUNE_PDL=0.
+// Programmatic dependent launch (Hopper): while on, every wavetune kernel (cuBLAS and cuBLASLt launch their own)
+// launches with cudaLaunchAttributeProgrammaticStreamSerialization, so a launch's prologue overlaps the end of
+// the kernel before it in the stream; each waits (griddepcontrol.wait) before it reads what an earlier kernel
+// may have written, so results are those of plain launches. Kept inside CUDA graphs. Initially on unless the
+// environment sets WAVETUNE_PDL=0.
 WAVETUNE_API void set_programmatic_launch(bool on);
 WAVETUNE_API bool programmatic_launch();
 
