@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "wavetune/errors.h"
 #include "wavetune/kernels.h"
 
 namespace wavetune::detail {
@@ -35,6 +36,15 @@ inline cudaError_t launch_programmatic(const void* kernel, dim3 grid, dim3 block
     attributes[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
   }
   return cudaLaunchKernelExC(&config, kernel, args);
+}
+
+// Raises "<what> launch failed: <error>" for a failed launch, after clearing CUDA's last error so that the
+// next call does not report it too.
+inline void check_launch(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    WAVETUNE_FAIL(what, " launch failed: ", cudaGetErrorString(status));
+  }
 }
 
 }  // namespace wavetune::detail

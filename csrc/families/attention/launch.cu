@@ -174,13 +174,6 @@ std::vector<FmhaCall> prefill_calls(const AttentionProblem& p, float* lse, const
   return calls;
 }
 
-void check_launch(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    WAVETUNE_FAIL("the attention ", what, " kernel did not launch: ", cudaGetErrorString(error));
-  }
-}
-
 void launch_broadcast(HeadBroadcast a, void* dst, const DeviceInfo& dev, Stream stream, const char* what) {
   uint4* out = static_cast<uint4*>(dst);
   void* args[] = {&a, &out};
@@ -196,7 +189,7 @@ void launch_combine(const AttentionProblem& p, int32_t splits, const AttentionWo
   void* args[] = {&combine};
   check_launch(launch_programmatic(reinterpret_cast<const void*>(combine_splits<T>),
                                    dim3(unsigned(p.batch * p.heads_q)), dim3(unsigned(p.head_dim)), 0, stream, args),
-               "combine");
+               "the attention combine kernel");
 }
 
 // Prefill: K and V first copied out to the query heads where expand_kv_heads, then the FMHA launches.
@@ -206,7 +199,7 @@ void run_prefill(const AttentionProblem& p, const AttentionVariantOps& ops, cons
   if (expand) {
     for (const auto& [src, at] : {std::pair{p.k, layout.keys}, {p.v, layout.values}}) {
       launch_broadcast({src, p.batch, 1, p.seqlen_k, p.heads_q, p.heads_q / p.heads_kv, p.head_dim}, ws + at, dev,
-                       stream, "KV head copy");
+                       stream, "the attention KV head copy");
     }
   }
   const void* keys = expand ? ws + layout.keys : nullptr;
@@ -221,7 +214,7 @@ void run_decode(const AttentionProblem& p, int32_t splits, const AttentionVarian
                 const AttentionWorkspace& layout, char* ws, const DeviceInfo& dev, Stream stream) {
   if (splits > 1 && p.batch > 1) {
     launch_broadcast({p.q, p.batch, splits, 1, p.heads_q, 1, p.head_dim}, ws + layout.queries, dev, stream,
-                     "query repeat");
+                     "the attention query repeat");
   }
   ops.run(decode_call(p, splits, layout, ws), dev, stream);
   if (splits == 1) return;

@@ -262,13 +262,10 @@ void Sm90GroupedGemm<Operands, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kClus
   ExpertArrays arrays = layout.arrays(workspace);
   constexpr int kThreads = 128;
   void* args[] = {const_cast<Problem*>(&problem), &arrays};  // read only
-  const cudaError_t error = launch_programmatic(reinterpret_cast<const void*>(prepare_experts<Sm90GroupedGemm>),
-                                                dim3(unsigned((p.experts + kThreads - 1) / kThreads)),
-                                                dim3(kThreads), 0, stream, args);
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    WAVETUNE_FAIL("the expert argument kernel did not launch: ", cudaGetErrorString(error));
-  }
+  check_launch(launch_programmatic(reinterpret_cast<const void*>(prepare_experts<Sm90GroupedGemm>),
+                                   dim3(unsigned((p.experts + kThreads - 1) / kThreads)), dim3(kThreads), 0, stream,
+                                   args),
+               "the expert argument kernel");
 
   void* cutlass_workspace = static_cast<char*>(workspace) + layout.cutlass;
   launch_gemm_universal<Adapter>(arguments(p, arrays, dev), dev, cutlass_workspace, layout.total - layout.cutlass,

@@ -270,13 +270,6 @@ cudaError_t launch_moe_combine(const void* rows, int64_t ldr, const int32_t* pos
                              stream, args);
 }
 
-void check_launch(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    cudaGetLastError();
-    WAVETUNE_FAIL(what, " launch failed: ", cudaGetErrorString(status));
-  }
-}
-
 void check_device() {
   if (const char* device_error = current_device_error()) WAVETUNE_INVALID(device_error);
 }
