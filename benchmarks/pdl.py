@@ -69,18 +69,21 @@ def chain_weights(hidden: int, ffn: int, experts: tuple = ()) -> list:
             .mul_(1.7 / math.sqrt(hidden if i % 2 == 0 else ffn)) for i in range(2 * PAIRS)]
 
 
+def pdl_launches(weights: list, gemm) -> dict:
+    """The chain on wavetune's ``gemm(a, w, result)`` with programmatic dependent launch off and on."""
+    def forced(on: bool):
+        def launch(a, w, result=None):
+            _C.set_programmatic_launch(on)  # read at launch, so a captured graph keeps it
+            return gemm(a, w, result)
+        return chain_launch(weights, launch)
+    return {"pdl_off": forced(False), "pdl_on": forced(True)}
+
+
 def measure(hidden: int, ffn: int, tokens: int, variant: str, reps: int) -> dict:
     weights = chain_weights(hidden, ffn)
     config = wavetune.LaunchConfig(variant, "data_parallel")
-
-    def forced(on: bool):
-        def gemm(a, w, result=None):
-            _C.set_programmatic_launch(on)  # read at launch, so a captured graph keeps it
-            return wavetune.gemm(a, w.t(), out=result, config=config)
-        return chain_launch(weights, gemm)
-
     launches = {"torch": chain_launch(weights, lambda a, w, result=None: torch.matmul(a, w.t(), out=result)),
-                "pdl_off": forced(False), "pdl_on": forced(True)}
+                **pdl_launches(weights, lambda a, w, result: wavetune.gemm(a, w.t(), out=result, config=config))}
     return compare(launches, tokens, hidden, reps)
 
 
@@ -89,17 +92,12 @@ def measure_experts(experts: int, top_k: int, hidden: int, ffn: int, tokens: int
     routed = torch.stack([torch.randperm(experts, device="cuda")[:top_k] for _ in range(tokens)]).flatten()
     offsets = torch.bincount(routed, minlength=experts).cumsum(0).to(torch.int32)
 
-    def forced(on: bool):
-        def gemm(a, w, result=None):
-            _C.set_programmatic_launch(on)
-            return wavetune.grouped_gemm(a, w, offsets, out=result)
-        return chain_launch(weights, gemm)
-
     def grouped_mm(a, w, result=None):
         product = torch._grouped_mm(a, w.transpose(-2, -1), offs=offsets)
         return product if result is None else result.copy_(product)
 
-    launches = {"torch": chain_launch(weights, grouped_mm), "pdl_off": forced(False), "pdl_on": forced(True)}
+    launches = {"torch": chain_launch(weights, grouped_mm),
+                **pdl_launches(weights, lambda a, w, result: wavetune.grouped_gemm(a, w, offsets, out=result))}
     return compare(launches, tokens * top_k, hidden, reps)
 
 

@@ -6,6 +6,7 @@ against eager calls on the same inputs (and, for dense layers, against the unpat
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, NamedTuple
 
 import pytest
@@ -116,6 +117,17 @@ def attention_inputs(batch: int) -> list:
     return [q, *(torch.randn(batch, 300, 2, 128, device="cuda", dtype=BF16) for _ in range(2))]
 
 
+@contextlib.contextmanager
+def deterministic_algorithms(on: bool):
+    """torch.use_deterministic_algorithms(on, warn_only=True) inside, the process's setting restored after."""
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(on, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 @pytest.fixture(params=["dense-cublas", "dense-split_k", "dense-data_parallel", "dense-decode", "grouped_gemm",
                         "attention", "attention-deterministic"])
 def workload(request, tmp_path):
@@ -130,12 +142,8 @@ def workload(request, tmp_path):
         # Decode of this size runs cuDNN's attention, whose outputs differ run to run in the last bits;
         # with deterministic algorithms asked for, it runs the paged kernel, which is bit-reproducible.
         deterministic = kind == "deterministic"
-        before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-        torch.use_deterministic_algorithms(deterministic, warn_only=True)
-        try:
+        with deterministic_algorithms(deterministic):
             yield Workload(DecodeAttention(), attention_inputs, None, bitwise=deterministic)
-        finally:
-            torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     else:
         use_one_config_table(kind, tmp_path / "one_config.wtt")
         reference, patched = Block().eval(), Block().eval()

@@ -18,7 +18,7 @@ from wavetune.families.gemm import torch_ops as gemm_ops  # noqa: E402
 from wavetune.runtime import tables  # noqa: E402
 from wavetune.tuning.timing import capture_documented  # noqa: E402
 
-from test_capture import use_one_config_table  # noqa: E402
+from test_capture import deterministic_algorithms, use_one_config_table  # noqa: E402
 
 WIDTH, LAYERS = 512, 6  # N = K, so each layer's output is the next one's input
 
@@ -116,12 +116,8 @@ def test_attention_results_are_identical_with_and_without_it(queries, kv_lengths
     generator = torch.Generator(device="cuda").manual_seed(queries)
     q = uniform(2, queries, 8, 128, generator=generator)
     k, v = (uniform(2, length, 2, 128, generator=generator)[:, :kv_lengths[0]] for length in kv_lengths)
-    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
+    with deterministic_algorithms(True):
         check_identical(attention_chain, q, k, v)
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def test_it_is_on_unless_the_environment_turns_it_off():
