@@ -8,17 +8,18 @@ and Llama-3-70B (64 / 8) attention, whole and split by tensor parallelism 2-8, h
 (causal, query length = KV length, 128-16384 tokens, batch 1-16) and decode (one query token, KV length
 512-131072, batch 1-256). `--suite heldout`: the same phases for other models' head counts and head dims
 (benchmarks/shape_suite.py's dense families), at random lengths and batches, odd ones included. Methods:
-  choice       wavetune.attention with no config: on prefill its choice of tile and KV splits (the GPU's
-               attention table's, else the built-in wave model's); on decode the paged attention kernel over
-               the dense cache, with its wave model's split count
+  choice       wavetune.attention with no config, as callers make it (its own output): cuDNN's attention,
+               the paged decode kernel over the dense cache or an FMHA variant and KV split count, as the
+               GPU's attention table (else the built-in choice) picks them
   fmha         decode: the FMHA variant and split count the table or built-in model chooses, forced
   paged        decode: wavetune.paged_attention over a copy of K and V in 16-token pages in shuffled order
                (a block table, vLLM's layout) with each sequence's length in a GPU tensor
   builtin      the built-in wave model's choice (attention_heuristic.h), forced
   fa_rule      the family's default kernel for the head dim with FlashAttention's split rule
                (num_splits_heuristic, attention_heuristic.h) instead of wavetune's
-  <variant>/<splits>  every compiled bf16 variant of the head dim at each split count that applies: the
-               fastest is the exhaustive best
+  <variant>/<splits>  every bf16 config of the head dim (wavetune.families.attention.measure): each FMHA
+               variant at each split count that applies, and the cuDNN and paged candidates: the fastest is
+               the exhaustive best
   sdpa_cudnn, sdpa_flash, sdpa_efficient  torch.nn.functional.scaled_dot_product_attention pinned to a
                backend (on [batch, heads, seq, dim] views, enable_gqa); a backend that refuses is left out
 Each method is checked against fp32 attention on a slice (the first sequence, the query heads of the first
@@ -116,11 +117,14 @@ def fa_rule_splits(c: dict, variant) -> int:
 
 
 def choices(c: dict, operands: tuple) -> dict[str, tuple[int, int]]:
-    """(variant id, splits) of wavetune.attention's own choice and of the built-in model's, on the case."""
+    """(variant id, splits) on the case of wavetune.attention's choice as a call without out= makes it
+    (``routed``: the cuDNN and paged candidates among the FMHA variants), of its choice among the FMHA
+    variants alone, and of the built-in FMHA model's."""
     args = (tuning.attention_sizes(c), *map(fmha.tensor_args, operands), 1 / math.sqrt(c["head_dim"]),
             c["phase"] == "prefill", _C.DTYPES.index("bf16"))
-    return {"choice": _C.attention_choice(*args, torch.cuda.current_device()),
-            "builtin": _C.attention_default_launch(*args)}
+    device = torch.cuda.current_device()
+    return {"routed": _C.attention_choice(*args, device, (True, True, False)),
+            "choice": _C.attention_choice(*args, device), "builtin": _C.attention_default_launch(*args)}
 
 
 PAGE_SIZE = 16
@@ -185,10 +189,10 @@ def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
     sdpa_times = {name: us for name, us in times.items() if name.startswith("sdpa")}
     names = {key: f"{fmha.attention_by_id()[v].name}/{s}" for key, (v, s) in choices(c, operands["first"]).items()}
     best_sdpa = min(sdpa_times, key=sdpa_times.get) if sdpa_times else None
-    if c["phase"] == "decode":
+    if names["routed"].startswith("attn_paged_"):  # the paged kernel's own choice
         variant, splits = _C.paged_attention_choice(*paged_problem(c), _C.DTYPES.index("bf16"))
-        names["choice"] = f"{next(x.name for x in wavetune.paged_attention_configs() if x.id == variant)}/{splits}"
-    return {**record, "choice": names["choice"], "builtin": names["builtin"], "choice_us": times["choice"],
+        names["routed"] = f"{next(x.name for x in wavetune.paged_attention_configs() if x.id == variant)}/{splits}"
+    return {**record, "choice": names["routed"], "builtin": names["builtin"], "choice_us": times["choice"],
             "builtin_us": times["builtin"], "fa_rule_us": times["fa_rule"], "sdpa_best": best_sdpa,
             "sdpa_best_us": sdpa_times.get(best_sdpa), "sdpa_us": sdpa_times,
             **{f"{name}_us": times[name] for name in ("fmha", "paged") if name in times}}
@@ -290,13 +294,13 @@ def describe(row: dict) -> str:
 
 def main() -> None:
     args = parse_args()
-    if not any(c.dtype == "bf16" for c in wavetune.attention_configs()):
+    if not any(c.dtype == "bf16" and not c.from_library for c in wavetune.attention_configs()):
         sys.exit("no bf16 attention variants compiled (WAVETUNE_KERNEL_FILTER='attn_bf16_*' builds them)")
     start = time.monotonic()
     props = wavetune.device_properties()
     phases = args.phases.split(",")
     todo = named_cases(phases) if args.suite == "named" else heldout_cases(phases, args.count, args.seed)
-    built = {c.tile[2] for c in wavetune.attention_configs() if c.dtype == "bf16"}
+    built = {c.tile[2] for c in wavetune.attention_configs() if c.dtype == "bf16" and not c.from_library}
     todo = measurable(todo, built, args.seed)  # shuffled: a cut budget still spans the phases, models and sizes
     table = tables.default_table_path(props["name"], "attention")
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),

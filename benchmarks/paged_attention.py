@@ -265,7 +265,8 @@ def methods_for(case: dict, kernels: list) -> dict:
         methods.update({f"{kernel.name}/s{n}": paged(kernel.id, n) for n in runs})
     methods["paged"] = bench.paged_launch()
     methods["attention"] = lambda q, k, v, out: wavetune.attention(q, k, v)  # as callers make it: its own output
-    if any(c.dtype == "bf16" and c.tile[2] == case["head_dim"] for c in wavetune.attention_configs()):
+    fmha_kernels = [c for c in wavetune.attention_configs() if c.dtype == "bf16" and not c.from_library]
+    if any(c.tile[2] == case["head_dim"] for c in fmha_kernels):
         def forced(q, k, v, out):
             args = (tuple(bench.tuning.attention_sizes(case)), *map(fmha.tensor_args, (q, k, v, out)),
                     1 / math.sqrt(case["head_dim"]), False, _C.DTYPES.index("bf16"))

@@ -155,17 +155,3 @@ def test_torch_operator_is_registered_with_a_fake_kernel():
     q, k, v = (t.to("meta") for t in tensors())
     out = torch.ops.wavetune.attention(q, k, v, True, None)
     assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
-
-
-@pytest.mark.parametrize("heads, head_dim, kv_bytes, writes_out, deterministic, cudnn", [
-    ((32, 8), 128, 200 << 20, False, False, True),   # a mid-size dense cache, the call's own output: cuDNN
-    ((32, 8), 128, 200 << 20, True, False, False),   # out= given: the copy would cost what cuDNN gains
-    ((32, 8), 128, 3 << 30, False, False, False),    # past a gigabyte the paged kernel's split counts win
-    ((16, 8), 256, 10 << 20, False, False, False),   # head dim 256: the paged kernel
-    ((128, 8), 64, 5 << 30, True, False, True),      # 16 query heads per 64-dim KV head: cuDNN at any size
-    ((128, 8), 64, 5 << 20, False, True, False),     # deterministic algorithms asked for: the paged kernel
-])
-def test_decode_goes_to_cudnn_where_it_was_faster(heads, head_dim, kv_bytes, writes_out, deterministic, cudnn):
-    from wavetune.families.attention.api import _decode_prefers_cudnn
-
-    assert _decode_prefers_cudnn(*heads, head_dim, kv_bytes, writes_out, deterministic) is cudnn

@@ -64,8 +64,14 @@ def check(got, ref, what):
     assert error < TOLERANCE, f"{what}: relative error {error:.3g}"
 
 
+def fmha_configs(head_dim: int | None = None) -> list:
+    """The build's bf16 FMHA variants (of a head dim), not the cuDNN and paged candidates."""
+    return [c for c in wavetune.attention_configs()
+            if c.dtype == "bf16" and not c.from_library and head_dim in (None, c.tile[2])]
+
+
 def attention_variants():
-    return [pytest.param(c, id=c.name) for c in wavetune.attention_configs()]
+    return [pytest.param(c, id=c.name) for c in wavetune.attention_configs() if not c.from_library]
 
 
 @pytest.mark.parametrize("case", PREFILL + DECODE, ids=lambda c: c[0])
@@ -82,7 +88,7 @@ def test_every_variant_matches_sdpa(config, case):
 @pytest.mark.parametrize("shape", [(1, 1, 65536, 32, 8), (8, 1, 3000, 32, 8), (2, 2048, 2048, 16, 16)])
 def test_default_choice_matches_sdpa(head_dim, shape):
     batch, sq, sk, hq, hkv = shape
-    if not any(c.tile[2] == head_dim and c.dtype == "bf16" for c in wavetune.attention_configs()):
+    if not fmha_configs(head_dim):
         pytest.skip(f"no bf16 head_dim {head_dim} variant in this build")
     q, k, v = operands(batch, sq, sk, hq, hkv, head_dim, torch.bfloat16)
     for causal in (False, True):
@@ -106,10 +112,69 @@ def test_prefill_runs_cudnn_where_its_mask_is_ours():
     check(wavetune.attention(q, k, v, causal=True), reference(q, k, v, True), "causal after a prefix")
 
 
+@pytest.fixture
+def no_attention_table():
+    """The built-in choice: no attention table on device 0 during the test (the loaded one back after)."""
+    from wavetune import _C
+    from wavetune.runtime import tables
+
+    wavetune.attention(*operands(1, 1, 64, 2, 2, 128, torch.bfloat16))  # loads the GPU's table, as a first call does
+    loaded = tables.loaded_table(0, "attention")
+    _C.use_table(0, None, "attention")
+    yield _C
+    _C.use_table(0, _C.Selector(loaded, "attention") if loaded else None, "attention")
+
+
+@pytest.mark.parametrize("batch, seqlen_k, heads, head_dim, routes, schedule", [
+    (8, 6400, (32, 8), 128, (True, True, False), "cudnn"),    # 210 MB of K and V, no copy into out=: cuDNN
+    (8, 6400, (32, 8), 128, (True, True, True), "paged"),     # out= given: the copy costs what cuDNN gains
+    (64, 12288, (32, 8), 128, (True, True, False), "paged"),  # past a gigabyte the paged kernel's splits win
+    (1, 1280, (16, 8), 256, (True, True, False), "paged"),    # head dim 256: the paged kernel
+    (64, 40960, (128, 8), 64, (True, True, True), "cudnn"),   # 16 query heads per 64-dim KV head: cuDNN always
+    (4, 1280, (128, 8), 64, (False, True, False), "paged"),   # no cuDNN route (deterministic algorithms)
+    (4, 1280, (32, 8), 128, (False, False, False), "fmha"),   # neither route (K and V of different strides)
+])
+def test_builtin_decode_choice_routes(no_attention_table, batch, seqlen_k, heads, head_dim, routes, schedule):
+    """Without a table that prices cuDNN and the paged kernel, decode follows the measured built-in rule."""
+    _C = no_attention_table
+    if schedule == "fmha" and not fmha_configs(head_dim):
+        pytest.skip(f"no bf16 head_dim {head_dim} FMHA variant in this build")
+    hq, hkv = heads
+    q = (16, hq * head_dim, hq * head_dim, head_dim)  # aligned pointers: the choice reads sizes only
+    kv = (16, seqlen_k * hkv * head_dim, hkv * head_dim, head_dim)
+    variant, splits = _C.attention_choice((batch, 1, seqlen_k, hq, hkv, head_dim), q, kv, kv, q, 1.0, False, 0, 0,
+                                          routes)
+    chosen = wavetune.attention_configs()
+    got = next(c.schedule for c in chosen if c.id == variant)
+    assert (got if got in ("cudnn", "paged") else "fmha") == schedule
+    assert splits == 1 or schedule == "fmha"
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_forced_cudnn_and_paged_candidates_match_sdpa(head_dim):
+    """The cuDNN and paged candidates run when forced by name, and refuse what they cannot run."""
+    q, k, v = operands(3, 1, 1000, 16, 4, head_dim, torch.bfloat16)
+    ref = reference(q, k, v, False)
+    for schedule in ("cudnn", "paged"):
+        out = torch.full_like(q, float("nan"))
+        name = f"attn_{schedule}_bf16_hd{head_dim}"
+        assert wavetune.attention(q, k, v, config=name, out=out) is out
+        check(out, ref, name)
+        with pytest.raises(ValueError, match="chooses its own"):
+            wavetune.attention(q, k, v, config=name, splits=2)
+    q, k, v = operands(2, 100, 300, 8, 2, head_dim, torch.bfloat16)
+    with pytest.raises(ValueError, match="seqlen_q == 1"):
+        wavetune.attention(q, k, v, config=f"attn_paged_bf16_hd{head_dim}")
+    with pytest.raises(ValueError, match="top-left"):
+        wavetune.attention(q, k, v, causal=True, config=f"attn_cudnn_bf16_hd{head_dim}")
+    prefill = wavetune.attention(q, k, v, config=f"attn_cudnn_bf16_hd{head_dim}")
+    check(prefill, reference(q, k, v, False), "cudnn prefill")
+
+
 def test_scale_and_the_torch_operator():
     import wavetune.torch_ops  # noqa: F401  (registers torch.ops.wavetune.attention)
 
-    if not any(c.tile[2] == 128 and c.dtype == "bf16" for c in wavetune.attention_configs()):
+    if not fmha_configs(128):
         pytest.skip("no bf16 head_dim 128 variant in this build")
     q, k, v = operands(2, 100, 300, 8, 8, 128, torch.bfloat16)
     ref = reference(q * 0.5 * 128**0.5, k, v, True)  # scale 0.5 == default scale on scaled queries
@@ -119,7 +184,7 @@ def test_scale_and_the_torch_operator():
 
 
 def test_cuda_graph_capture_replays_the_same_result():
-    if not any(c.tile[2] == 128 and c.dtype == "bf16" for c in wavetune.attention_configs()):
+    if not fmha_configs(128):
         pytest.skip("no bf16 head_dim 128 variant in this build")
     q, k, v = operands(4, 1, 5000, 32, 8, 128, torch.bfloat16)
     expected = wavetune.attention(q, k, v)
@@ -133,7 +198,7 @@ def test_cuda_graph_capture_replays_the_same_result():
 
 
 def test_launch_errors_name_the_problem():
-    configs = [c for c in wavetune.attention_configs() if c.dtype == "bf16"]
+    configs = fmha_configs()
     if not configs:
         pytest.skip("no bf16 attention variant in this build")
     c = configs[0]

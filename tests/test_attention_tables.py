@@ -13,6 +13,7 @@ from wavetune import _C
 from wavetune.tuning import tablefile
 from wavetune.families.attention import tuning
 from wavetune.runtime import tables
+from conftest import REPO
 
 SMS = 132
 
@@ -110,3 +111,18 @@ def test_tune_command_fits_a_log(tmp_path, monkeypatch):
     assert path.name == "nvidia-h100-80gb-hbm3.attention.wtt"
     assert math.isfinite(tables.open_table(path, "attention").select("bf16", "col", 1, 8192, 128, heads_q=32,
                                                                   heads_kv=8)["predicted_us"])
+
+
+def test_cudnn_and_paged_candidates_are_listed_and_priced_by_the_h200_table():
+    """Every build lists cuDNN's attention and the paged decode kernel per dtype and head dim, with a nominal
+    tile; the H200's table prices both beside the CUTLASS configs."""
+    listed = [c for c in wavetune.attention_configs() if c.from_library]
+    assert {(c.schedule, c.dtype, c.tile) for c in listed} == {
+        (s, d, (128, 64, hd)) for s in ("cudnn", "paged") for d in ("bf16", "fp16") for hd in (64, 128, 256)}
+    assert all(c.built_in and c.name == f"attn_{c.schedule}_{c.dtype}_hd{c.tile[2]}" for c in listed)
+    selector = tables.open_table(REPO / "tables" / "nvidia-h200.attention.wtt", "attention")
+    for head_dim in (64, 128, 256):
+        predicted = {r["name"].split("/")[0]: r["predicted_us"]
+                     for r in selector.explain("bf16", "col", 1, 8192, head_dim, groups=16, heads_q=32, heads_kv=8)}
+        for schedule in ("cudnn", "paged"):
+            assert predicted[f"attn_{schedule}_bf16_hd{head_dim}"] > 0

@@ -107,19 +107,20 @@ def test_attention_choice_is_the_same_through_python_and_cpp(choices):
         seqlen_k = rng.randint(1, 32768)
         seqlen_q = 1 if rng.random() < 0.5 else rng.randint(1, min(seqlen_k, 4096))
         problems.append((rng.randint(1, 64), seqlen_q, seqlen_k, heads_kv * rng.choice([1, 4, 8]), heads_kv, 128,
-                         rng.random() < 0.5))
+                         rng.random() < 0.5, rng.randrange(8)))
 
     def contiguous(batch, seq, heads, head_dim):
         return (0, seq * heads * head_dim, heads * head_dim, head_dim)
 
     try:
         python = []
-        for batch, sq, sk, hq, hkv, hd, causal in problems:
+        for batch, sq, sk, hq, hkv, hd, causal, routes in problems:
             q = contiguous(batch, sq, hq, hd)
             kv = contiguous(batch, sk, hkv, hd)
-            python.append(_C.attention_choice((batch, sq, sk, hq, hkv, hd), q, kv, kv, q, 1.0, causal, 0, 0))
+            python.append(_C.attention_choice((batch, sq, sk, hq, hkv, hd), q, kv, kv, q, 1.0, causal, 0, 0,
+                                              tuple(bool(routes >> bit & 1) for bit in range(3))))
     finally:
         _C.use_table(0, None, "attention")
-    cpp = choices([f"attention bf16 {b} {sq} {sk} {hq} {hkv} {hd} {int(c)}" for b, sq, sk, hq, hkv, hd, c in problems],
-                  attention=table)
+    lines = [f"attention bf16 {b} {sq} {sk} {hq} {hkv} {hd} {int(c)} {r}" for b, sq, sk, hq, hkv, hd, c, r in problems]
+    cpp = choices(lines, attention=table)
     assert cpp == [f"{variant} {splits}" for variant, splits in python]

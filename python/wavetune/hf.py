@@ -359,11 +359,11 @@ def head_dim_compiled(head_dim: int, dtype: torch.dtype) -> bool:
 
 @functools.cache  # cleared when variants are added
 def compiled_head_dims(dtype: torch.dtype) -> frozenset[int]:
-    """The head dims this build's attention variants take in ``dtype``."""
+    """The head dims this build's FMHA variants take in ``dtype``."""
     from .families.attention.api import attention_configs
 
     name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype)
-    return frozenset(c.tile[2] for c in attention_configs() if c.dtype == name)
+    return frozenset(c.tile[2] for c in attention_configs() if c.dtype == name and not c.from_library)
 
 
 # Variants compiled at run time, and tables loaded later, count from then on.

@@ -47,8 +47,8 @@ std::string choose(const std::string& line, const std::map<std::string, std::sha
     out << wavetune::grouped_choice(p, table);
   } else if (family == "attention") {
     wavetune::AttentionProblem p{};
-    int causal = 0;
-    in >> p.batch >> p.seqlen_q >> p.seqlen_k >> p.heads_q >> p.heads_kv >> p.head_dim >> causal;
+    int causal = 0, routes = 0;  // routes: bits cudnn, paged, cudnn_copies (AttentionRoutes)
+    in >> p.batch >> p.seqlen_q >> p.seqlen_k >> p.heads_q >> p.heads_kv >> p.head_dim >> causal >> routes;
     p.causal = causal != 0;
     // Contiguous [batch, seq, heads, head_dim] tensors, as torch lays them out.
     const int64_t hd = p.head_dim;
@@ -56,7 +56,8 @@ std::string choose(const std::string& line, const std::map<std::string, std::sha
     p.k = p.v = {nullptr, int64_t(p.seqlen_k) * p.heads_kv * hd, int64_t(p.heads_kv) * hd, hd};
     p.dtype = dtype_of(dtype);
     p.scale = 1.0f;
-    const wavetune::AttentionLaunch l = wavetune::attention_choice(p, table);
+    const wavetune::AttentionLaunch l =
+        wavetune::attention_choice(p, table, {(routes & 1) != 0, (routes & 2) != 0, (routes & 4) != 0});
     out << l.variant << " " << l.splits;
   } else {
     out << "error: unknown family '" << family << "'";

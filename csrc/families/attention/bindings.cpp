@@ -83,13 +83,17 @@ void bind(py::module_& m) {
   m.def(
       "attention_choice",
       [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
-         bool causal, int32_t dtype, int device) {
+         bool causal, int32_t dtype, int device, const std::tuple<bool, bool, bool>& routes) {
+        const auto& [cudnn, paged, cudnn_copies] = routes;
         const AttentionLaunch how = attention_choice(make_problem(sizes, q, k, v, out, scale, causal, dtype),
-                                                     registration.active_table(device));
+                                                     registration.active_table(device), {cudnn, paged, cudnn_copies});
         return py::make_tuple(how.variant, how.splits);
       },
+      py::arg("sizes"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("scale"), py::arg("causal"),
+      py::arg("dtype"), py::arg("device"), py::arg("routes") = std::tuple<bool, bool, bool>{false, false, false},
       "(variant id, splits) a launch with no forced config runs on the current device (ordinal `device`), by "
-      "attention_choice (attention.h) with that device's attention table.");
+      "attention_choice (attention.h) with that device's attention table; routes: (cudnn, paged, cudnn_copies), "
+      "the AttentionRoutes the caller runs.");
   m.def(
       "attention_mapping",
       [](const PySizes& sizes, bool causal, const PyTile& tile, int32_t splits) {

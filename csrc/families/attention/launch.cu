@@ -232,7 +232,8 @@ AttentionLaunch attention_default_launch(const AttentionProblem& p) {
   std::vector<AttentionTile> tiles;
   std::vector<int32_t> ids;
   for (const VariantInfo& v : attention_variants()) {
-    if (v.dtype != p.dtype || v.tile_k != p.head_dim) continue;
+    const bool fmha = v.schedule != Schedule::cudnn && v.schedule != Schedule::paged;
+    if (!fmha || v.dtype != p.dtype || v.tile_k != p.head_dim) continue;
     tiles.push_back({v.tile_m, v.tile_n, v.tile_k});
     ids.push_back(v.id);
   }

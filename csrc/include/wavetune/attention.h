@@ -6,8 +6,12 @@
 //   size_t bytes = wavetune::attention_workspace_bytes(p, how.splits);      // device memory the caller owns
 //   wavetune::attention(p, how, workspace, bytes, stream);
 //
-// Attention variants have ids of their own (cutlass_configs/sm90_attention.toml). Every function throws
-// wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
+// Attention variants have ids of their own (cutlass_configs/sm90_attention.toml). Beside them the family
+// lists two candidates that run outside attention(), per dtype and head dim, so that attention tables can
+// price them with the same model: cuDNN's attention (schedule cudnn; the caller runs it, as PyTorch's SDPA
+// does) and the paged decode kernel on the dense cache (schedule paged; paged_attention.h, one page per
+// sequence). attention_choice returns them only to a caller that says it runs them (AttentionRoutes).
+// Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
 #pragma once
 
 #include <cstddef>
@@ -45,7 +49,10 @@ struct AttentionLaunch {
 };
 
 // Attention variants compiled into this build, ordered by id: tile_m x tile_n x tile_k is the FMHA tile,
-// query rows x KV rows x head dim; b_layout col, no swap, cluster 1x1.
+// query rows x KV rows x head dim; b_layout col, no swap, cluster 1x1. Then the cuDNN and paged candidates
+// (ids from kLibraryVariantIds, types.h), whose tile is nominal: 128 query rows x 64 keys, for the mapping.
+// NOTES: the nominal tile gives both the grid they run on decode, a CTA per sequence and KV head (for the
+// paged kernel before its splits, which the table's per-wave fits then price).
 WAVETUNE_API const std::vector<VariantInfo>& attention_variants();
 // The hash of cutlass_configs/sm90_attention.toml as compiled.
 WAVETUNE_API const char* attention_config_space_hash();
@@ -57,7 +64,8 @@ WAVETUNE_API std::string attention_problem_error(const AttentionProblem& problem
 // Whether the keys of a (valid) problem can be split: decode only, and with batch > 1 K and V must hold a
 // key's heads side by side (seq_stride == heads_kv * head_stride).
 WAVETUNE_API bool attention_kv_splittable(const AttentionProblem& problem);
-// Empty when `how` can run the (valid) problem: the variant's dtype and head dim, the split count.
+// Empty when `how` can run the (valid) problem: the variant's dtype and head dim, the split count. The
+// cuDNN and paged candidates never run here (attention() refuses them; the reason names what runs them).
 WAVETUNE_API std::string attention_launch_error(const AttentionProblem& problem, const AttentionLaunch& how);
 
 // The built-in choice for the current device (attention_heuristic.h), from the sizes only: a few
@@ -66,13 +74,24 @@ WAVETUNE_API AttentionLaunch attention_default_launch(const AttentionProblem& pr
 
 class Selector;  // lookup.h
 
+// The candidates outside attention() a caller of attention_choice can run on a problem.
+struct AttentionRoutes {
+  bool cudnn = false;         // cuDNN's attention: decode, or a mask cuDNN's top-left causal mask matches
+  bool paged = false;         // the paged decode kernel (decode only; K and V with one set of strides)
+  bool cudnn_copies = false;  // cuDNN writes its own output, which the caller then copies into problem.out
+};
+
 // The launch a call with no forced config makes on the current device (Python's and C++'s alike): the
 // built-in choice, unless `table` (an attention table bound to this build, lookup.h; nullptr: none) predicts
-// a config that can run the problem more than 5% faster than the built-in's choice, which must then be one
-// of its configs (docs/attention.md). A decode problem of 128 keys or more is chosen for its key count
-// rounded down to whole 64-key tiles, so one choice serves many steps of a growing cache. Choices are
-// cached per thread, device, table and shape.
-WAVETUNE_API AttentionLaunch attention_choice(const AttentionProblem& problem, const Selector* table);
+// a candidate that can run the problem more than 5% faster than the built-in's choice, which must then be
+// one of its configs (docs/attention.md). The built-in choice, among the routes allowed: cuDNN's attention
+// for prefill, and for decode up to head dim 128 on K and V under 1 GiB (without cudnn_copies; always at
+// head dim 64 with 16 or more query heads per KV head); else the paged kernel for decode; else the FMHA
+// model's choice (attention_default_launch). A decode problem of 128 keys or more is chosen for its key
+// count rounded down to whole 64-key tiles, so one choice serves many steps of a growing cache. Choices are
+// cached per thread, device, table, shape and routes.
+WAVETUNE_API AttentionLaunch attention_choice(const AttentionProblem& problem, const Selector* table,
+                                              const AttentionRoutes& routes = {});
 
 // Device memory an attention call needs: the log-sum-exp rows, and with splits the partial outputs.
 WAVETUNE_API size_t attention_workspace_bytes(const AttentionProblem& problem, int32_t splits);

@@ -24,8 +24,9 @@ enum class DType : int32_t { bf16 = 0, fp16 = 1 };
 // col: B[K,N] column-major, i.e. an nn.Linear weight W[N,K] row-major (x @ W.T). row: B[K,N] row-major.
 enum class BLayout : int32_t { col = 0, row = 1 };
 // cublas: the cuBLAS candidate, whose kernel and schedule cuBLAS picks per problem. decode: the decode
-// GEMM (few tokens; its K splits are one thread-block cluster).
-enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublas = 2, decode = 3 };
+// GEMM (few tokens; its K splits are one thread-block cluster). cudnn and paged: the attention family's
+// candidates that run outside its FMHA kernels, cuDNN's attention and the paged decode kernel (attention.h).
+enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublas = 2, decode = 3, cudnn = 4, paged = 5 };
 // data_parallel: one CTA per tile, scheduled by the hardware (the attention family's non-persistent kernels).
 enum class TileScheduler : int32_t { persistent = 0, stream_k = 1, data_parallel = 2 };
 
@@ -41,6 +42,8 @@ inline const char* to_string(Schedule v) {
     case Schedule::cooperative: return "cooperative";
     case Schedule::pingpong: return "pingpong";
     case Schedule::decode: return "decode";
+    case Schedule::cudnn: return "cudnn";
+    case Schedule::paged: return "paged";
     default: return "cublas";
   }
 }
@@ -69,7 +72,7 @@ inline const char* to_string(Raster v) {
 
 // A compiled kernel. `id` is the variant's position in the config space, stable across kernel sets; ids
 // from kDecodeVariantIds on are the decode GEMM's, from kLibraryVariantIds on the cuBLAS candidates
-// (present when libcublas can be loaded).
+// (present when libcublas can be loaded) and the attention family's cuDNN and paged candidates.
 // With swap_ab the kernel computes D^T = B^T A^T: its tile M runs over the problem's N and its tile N
 // over the problem's M, so a few tokens (decode) sit on a narrow tile side instead of wasting a wide one.
 constexpr int32_t kDecodeVariantIds = 1 << 19;

@@ -9,6 +9,9 @@ import dataclasses
 from .native import _C
 
 
+LIBRARY_SCHEDULES = ("cublas", "cudnn", "paged")
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelConfig:
     """A compiled GEMM variant: its compile-time ("macro") parameters."""
@@ -18,21 +21,23 @@ class KernelConfig:
     dtype: str  # "bf16" | "fp16"
     b_layout: str  # "col" (B[K,N] column-major, an nn.Linear weight's .T) | "row"
     swap_ab: bool  # computes D^T = B^T A^T: tile M runs over N, tile N over M (tokens)
-    schedule: str  # "cooperative" | "pingpong" | "cublas" (cuBLAS picks its kernel per problem) | "decode"
-    tile: tuple[int, int, int]  # CTA tile M, N, K (cublas: a nominal 128x128x64, for the model's mapping)
+    # "cooperative" | "pingpong" | "cublas" (cuBLAS picks its kernel per problem) | "decode" | "cudnn" and
+    # "paged" (attention: cuDNN's attention, the paged decode kernel; each picks its own kernel per problem)
+    schedule: str
+    tile: tuple[int, int, int]  # CTA tile M, N, K (cublas, cudnn, paged: nominal, for the model's mapping)
     cluster: tuple[int, int]  # thread-block cluster M, N
     scheduler: str  # "persistent" | "stream_k" | "data_parallel" (one CTA per tile and split: decode)
 
     @property
     def from_library(self) -> bool:
-        """The cuBLAS candidate: its kernel, tile and tile order are cuBLAS's choice, so run-time
-        options (raster, swizzle) do not apply and its tile is nominal."""
-        return self.schedule == "cublas"
+        """The cuBLAS, cuDNN and paged candidates: their kernel, tile and tile order are their own choice, so
+        run-time options (raster, swizzle) do not apply and their tile is nominal."""
+        return self.schedule in LIBRARY_SCHEDULES
 
     @property
     def built_in(self) -> bool:
-        """cuBLAS and the decode GEMM: in every build, never compiled on demand."""
-        return self.schedule in ("cublas", "decode")
+        """The library candidates and the decode GEMM: in every build, never compiled on demand."""
+        return self.schedule == "decode" or self.from_library
 
     @property
     def fixed_tile_order(self) -> bool:

@@ -82,16 +82,16 @@ def check_shapes(torch, q, k, v, out) -> None:
 _cudnn_refused: set[tuple] = set()  # problems cuDNN's SDPA backend refused once (sizes, strides, dtype, causal)
 
 
+def _cudnn_key(q, k, v, causal: bool, dtype_code: int) -> tuple:
+    return (q.shape, k.shape, q.stride(), k.stride(), v.stride(), dtype_code, causal)
+
+
 def _cudnn_attention(torch, q, k, v, causal: bool, scale: float, out, dtype_code: int):
     """``out`` (or a new contiguous tensor) from cuDNN's attention through SDPA, on [batch, heads, seq, dim]
     views; None where that backend refuses the problem (remembered, so it is asked once).
 
-    NOTES: the CUTLASS example FMHA ran at 0.34-0.99x of cuDNN on every measured prefill (docs/attention.md),
-    so prefill is cuDNN's where it runs. SDPA's ``is_causal`` is top-left, the same as wavetune's
-    bottom-right mask only with as many queries as keys; the caller keeps the other causal cases."""
-    key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), dtype_code, causal)
-    if key in _cudnn_refused:
-        return None
+    NOTES: SDPA's ``is_causal`` is top-left, the same as wavetune's bottom-right mask only with as many
+    queries as keys (the choice offers cuDNN only there)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     try:
@@ -100,37 +100,40 @@ def _cudnn_attention(torch, q, k, v, causal: bool, scale: float, out, dtype_code
                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal, scale=scale,
                 enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
     except RuntimeError:
-        _cudnn_refused.add(key)
+        _cudnn_refused.add(_cudnn_key(q, k, v, causal, dtype_code))
         return None
     if out is None:
         return result.contiguous()
     return out.copy_(result)
 
 
-# Decode caches (K and V bytes) from which the paged kernel runs even where cuDNN could (_decode_prefers_cudnn).
-CUDNN_DECODE_MAX_BYTES = 1 << 30
+def _routes(torch, q, k, v, causal: bool, dtype_code: int, writes_out: bool) -> tuple[bool, bool, bool]:
+    """The AttentionRoutes (attention.h) a call runs: cuDNN unless it refused the problem before or
+    ``torch.use_deterministic_algorithms`` is on (its decode outputs differ run to run in their last bits at
+    some batch sizes; the kernels' do not); the paged decode kernel where K and V share their strides."""
+    cudnn = not torch.are_deterministic_algorithms_enabled() and \
+        _cudnn_key(q, k, v, causal, dtype_code) not in _cudnn_refused
+    return cudnn, k.stride() == v.stride(), writes_out
 
 
-def _decode_prefers_cudnn(heads_q: int, heads_kv: int, head_dim: int, kv_bytes: int, writes_out: bool,
-                          deterministic: bool) -> bool:
-    """Whether a decode call goes to cuDNN's attention (through SDPA) before the paged decode kernel.
-
-    NOTES: on a dense cache cuDNN's decode kernel runs the paged kernel's grid (a CTA per sequence and KV head,
-    the KV head's query heads in 16 rows) and reads K and V faster below about a gigabyte; the paged kernel
-    wins at head dim 256 and on larger caches (its split counts). Replayed on four held-out decode logs (H100
-    seeds 53 and 59, H200 seeds 59 and 61, docs/results/paged_decode_heldout_*), this rule took the call from
-    0.971-0.986x to 0.998-1.009x SDPA's fastest backend (a bound anywhere in 0.3-1.5 GB gave the same), and
-    on a fifth log no bound was read from (H200 seed 63) from 0.976x to 1.025x. cuDNN writes a tensor of its
-    own: given ``out``, the copy into it (1-2 us) costs what cuDNN gains, so there the kernel runs, except with
-    16 or more query heads per 64-dim KV head, where cuDNN ran 1.07-1.37x faster than the best kernel and
-    split count on every measured case (Falcon-40B's heads, H100 and H200, docs/attention.md). cuDNN's decode
-    outputs differ run to run in their last bits (at some batch sizes); the paged kernel's do not, so with
-    ``torch.use_deterministic_algorithms`` on the kernel runs."""
-    if deterministic:
-        return False
-    if head_dim == 64 and heads_q // heads_kv >= 16:
-        return True
-    return not writes_out and head_dim <= 128 and kv_bytes < CUDNN_DECODE_MAX_BYTES
+def _forced_candidate(torch, q, k, v, causal: bool, scale: float, given_out, out, variant: int, splits,
+                      dtype_code: int):
+    """A call forced to the cuDNN or the paged candidate (``config=``), which pick their own splits."""
+    name = _attention_by_id()[variant].name
+    if splits is not None:
+        raise ValueError(f"splits apply to the FMHA variants; {name} chooses its own")
+    if _attention_by_id()[variant].schedule == "paged":
+        if q.shape[1] != 1:
+            raise ValueError(f"{name} is the paged decode kernel: it takes seqlen_q == 1, got {q.shape[1]}")
+        paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0])
+        return out
+    if causal and 1 < q.shape[1] != k.shape[1]:
+        raise ValueError(f"{name}: cuDNN's causal mask is top-left, the same as wavetune's only with as many "
+                         f"queries as keys, got seqlen_q={q.shape[1]} seqlen_k={k.shape[1]}")
+    done = _cudnn_attention(torch, q, k, v, causal and q.shape[1] > 1, scale, given_out, dtype_code)
+    if done is None:
+        raise ValueError(f"{name}: cuDNN's SDPA backend refused the problem (q {tuple(q.shape)}, k {tuple(k.shape)})")
+    return done
 
 
 def tensor_args(t) -> tuple[int, int, int, int]:
@@ -148,16 +151,18 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         tokens, as in a prefill after a cached prefix); needs seqlen_q <= seqlen_k.
     scale: of q.k, default 1 / sqrt(head_dim). head_dim: 64, 128 or 256.
     out: optional [batch, seqlen_q, heads_q, head_dim] tensor to write (same dtype and device); where
-        cuDNN runs (below), its output is copied into it, which a call without out= does not pay.
-    config, splits: force an attention variant (id or name, ``attention_configs()``) and a KV split count
-        (decode only: seqlen_q == 1); default: both chosen from the sizes by the GPU's attention table
-        (``tables/<gpu>.attention.wtt``, or $WAVETUNE_ATTENTION_TABLE), else by the built-in wave model.
-        With neither forced, decode (seqlen_q == 1) runs cuDNN's attention through PyTorch's SDPA where
-        that was faster (without ``out``, head dims up to 128 and K and V under 1 GiB; at head dim 64 with
-        16 or more query heads per KV head always), else ``paged_attention``'s kernel on the dense cache
-        when K and V share their strides; prefill runs cuDNN's attention where its backend takes the
-        problem (not causal, or as many queries as keys): each was faster than every variant there
-        (docs/attention.md).
+        cuDNN runs (below), its output is copied into it, which a call without out= does not pay (the choice
+        counts it).
+    config, splits: force an attention variant (id or name, ``attention_configs()``: the FMHA variants, and
+        the cuDNN and paged candidates, which take no splits) and a KV split count (decode only: seqlen_q ==
+        1); default: both chosen from the sizes by the GPU's attention table (``tables/<gpu>.attention.wtt``,
+        or $WAVETUNE_ATTENTION_TABLE) beside the built-in choice (attention.h, attention_choice). A table
+        prices cuDNN's attention (run through PyTorch's SDPA) and, on decode, ``paged_attention``'s kernel
+        over the dense cache beside the FMHA variants. The built-in choice runs cuDNN on prefill where its
+        mask is this one (not causal, or as many queries as keys) and on decode where it was faster (head
+        dims up to 128 on K and V under 1 GiB without ``out``; at head dim 64 with 16 or more query heads per
+        KV head always), else the paged kernel on decode when K and V share their strides, else the FMHA
+        model's choice (docs/attention.md). With ``torch.use_deterministic_algorithms`` on, cuDNN never runs.
 
     Runs on the current torch stream of q's device.
     """
@@ -184,24 +189,21 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
-    if seqlen_q == 1 and variant < 0 and splits is None and \
-            _decode_prefers_cudnn(heads_q, heads_kv, head_dim,
-                                  2 * batch * seqlen_k * heads_kv * head_dim * q.element_size(),  # K and V bytes
-                                  given_out is not None, torch.are_deterministic_algorithms_enabled()):
-        done = _cudnn_attention(torch, q, k, v, False, scale, given_out, dtype_code)  # one query sees every key
-        if done is not None:
-            return done
-    if seqlen_q == 1 and variant < 0 and splits is None and k.stride() == v.stride():
-        paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0])
-        return out
-    if seqlen_q > 1 and variant < 0 and splits is None and (not causal or seqlen_q == seqlen_k):
-        done = _cudnn_attention(torch, q, k, v, causal, scale, given_out, dtype_code)
-        if done is not None:
-            return done
     if variant < 0:
+        routes = _routes(torch, q, k, v, causal and seqlen_q > 1, dtype_code, given_out is not None) \
+            if splits is None else (False, False, False)
         ensure_table(device, "attention")
-        variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device)
+        variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device, routes)
         splits = chosen_splits if splits is None else splits
+        schedule = _attention_by_id()[variant].schedule
+        if schedule == "cudnn":
+            done = _cudnn_attention(torch, q, k, v, causal and seqlen_q > 1, scale, given_out, dtype_code)
+            return attention(q, k, v, causal=causal, scale=scale, out=given_out) if done is None else done
+        if schedule == "paged":
+            paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0])
+            return out
+    elif _attention_by_id()[variant].from_library:
+        return _forced_candidate(torch, q, k, v, causal, scale, given_out, out, variant, splits, dtype_code)
     splits = 1 if splits is None else splits
     if isinstance(splits, bool) or not isinstance(splits, int):
         raise TypeError(f"splits must be an int, got {splits!r}")

@@ -36,18 +36,26 @@ def operand_sets(c: dict, l2_bytes: int) -> list[tuple]:
 
 
 def variant_launches(c: dict) -> dict[str, Callable]:
-    """``<variant>/<splits>``: wavetune.attention forced to every compiled bf16 variant of the case's head dim
-    at each split count that applies (decode only; at least a KV tile per split): the fastest is the
-    exhaustive best, and what an attention table is fitted to."""
+    """``<variant>/<splits>``: wavetune.attention forced to every bf16 config of the case's head dim: each FMHA
+    variant at each split count that applies (decode only; at least a KV tile per split), cuDNN's attention
+    (as a call without ``out`` runs it: its own output) and, on decode, the paged kernel (its own split
+    count): the fastest is the exhaustive best, and what an attention table is fitted to."""
     causal = c["phase"] == "prefill"
     variants = [v for v in attention_configs() if v.dtype == "bf16" and v.tile[2] == c["head_dim"]]
     methods = {}
     for variant in variants:
-        for splits in SPLITS if c["seqlen_q"] == 1 else (1,):
-            if splits == 1 or c["seqlen_k"] // splits >= variant.tile[1]:
-                methods[f"{variant.name}/{splits}"] = (
-                    lambda q, k, v, out, i=variant.id, s=splits: attention(q, k, v, causal=causal, out=out, config=i,
-                                                                          splits=s))
+        if variant.schedule == "cudnn":
+            methods[f"{variant.name}/1"] = lambda q, k, v, out, i=variant.id: attention(q, k, v, causal=causal,
+                                                                                        config=i)
+        elif variant.schedule == "paged":
+            if c["seqlen_q"] == 1:
+                methods[f"{variant.name}/1"] = lambda q, k, v, out, i=variant.id: attention(q, k, v, out=out, config=i)
+        else:
+            for splits in SPLITS if c["seqlen_q"] == 1 else (1,):
+                if splits == 1 or c["seqlen_k"] // splits >= variant.tile[1]:
+                    methods[f"{variant.name}/{splits}"] = (
+                        lambda q, k, v, out, i=variant.id, s=splits: attention(q, k, v, causal=causal, out=out,
+                                                                              config=i, splits=s))
     return methods
 
 
@@ -67,7 +75,7 @@ def reference(q, k, v, causal: bool):
 def check(methods: dict, operands: tuple, causal: bool, may_refuse: Callable[[str], bool] = lambda name: False
           ) -> dict:
     """Each method's relative error against ``reference``; methods that ``may_refuse`` and raise on the case
-    (a benchmark's SDPA backends) are dropped from ``methods``."""
+    (cuDNN's candidate, a benchmark's SDPA backends) are dropped from ``methods``."""
     q, k, v, out = operands
     ref = reference(q, k, v, causal)
     group = q.shape[2] // k.shape[2]
@@ -76,7 +84,7 @@ def check(methods: dict, operands: tuple, causal: bool, may_refuse: Callable[[st
         out.fill_(float("nan"))
         try:
             got = launch(*operands)
-        except RuntimeError as exc:
+        except (RuntimeError, ValueError) as exc:
             if not may_refuse(name):
                 raise
             print(f"  {name} refused: {str(exc).splitlines()[0][:120]}", file=sys.stderr)
@@ -102,7 +110,8 @@ def measure_case(c: dict, l2_bytes: int, reps: int = REPS,
     sets = operand_sets(c, l2_bytes)
     variants = variant_launches(c)
     methods = compose(sets[0], variants) if compose else dict(variants)
-    errors = check(methods, sets[0], c["phase"] == "prefill", may_refuse)
+    refusable = lambda name: name.startswith("attn_cudnn_") or may_refuse(name)  # noqa: E731
+    errors = check(methods, sets[0], c["phase"] == "prefill", refusable)
     flops = 4 * c["batch"] * c["seqlen_q"] * c["seqlen_k"] * c["heads_q"] * c["head_dim"]
     estimate_us = max(3.0, flops / 4e8 / (2 if c["phase"] == "prefill" else 1), kv_bytes(c) / 2.5e6)
     per_graph = len(sets) * math.ceil(min(32, max(1, GRAPH_US / estimate_us)) / len(sets))

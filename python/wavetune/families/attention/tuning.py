@@ -102,7 +102,7 @@ def run(args, measure: Measurer) -> Path:
     out = Path(args.out or "tables")
     if args.offline:
         return tune_attention([Path(p) for p in args.log.split(",")], out)
-    head_dims = {v.tile[2] for v in attention_configs() if v.dtype == "bf16"}
+    head_dims = {v.tile[2] for v in attention_configs() if v.dtype == "bf16" and not v.from_library}
     if not head_dims:
         raise ValueError("no bf16 attention variant compiled: build with WAVETUNE_KERNEL_SET=full")
     log = CaseLog(args.log, FAMILY.name, device=measure.device, timing=ATTENTION_TIMING)
