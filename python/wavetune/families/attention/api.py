@@ -116,24 +116,22 @@ def _routes(torch, q, k, v, causal: bool, dtype_code: int, writes_out: bool) -> 
     return cudnn, k.stride() == v.stride(), writes_out
 
 
-def _forced_candidate(torch, q, k, v, causal: bool, scale: float, given_out, out, variant: int, splits,
-                      dtype_code: int):
-    """A call forced to the cuDNN or the paged candidate (``config=``), which pick their own splits."""
-    name = _attention_by_id()[variant].name
-    if splits is not None:
-        raise ValueError(f"splits apply to the FMHA variants; {name} chooses its own")
-    if _attention_by_id()[variant].schedule == "paged":
+def _run_candidate(torch, q, k, v, causal: bool, scale: float, given_out, out, variant: int, dtype_code: int,
+                   forced_splits):
+    """The cuDNN or the paged candidate's result, or None where cuDNN refused a chosen (not forced) call. A
+    forced one (``config=``) is checked first: these candidates pick their own splits."""
+    config = _attention_by_id()[variant]
+    if forced_splits is not None:
+        raise ValueError(f"splits apply to the FMHA variants; {config.name} chooses its own")
+    if config.schedule == "paged":
         if q.shape[1] != 1:
-            raise ValueError(f"{name} is the paged decode kernel: it takes seqlen_q == 1, got {q.shape[1]}")
+            raise ValueError(f"{config.name} is the paged decode kernel: it takes seqlen_q == 1, got {q.shape[1]}")
         paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0])
         return out
     if causal and 1 < q.shape[1] != k.shape[1]:
-        raise ValueError(f"{name}: cuDNN's causal mask is top-left, the same as wavetune's only with as many "
-                         f"queries as keys, got seqlen_q={q.shape[1]} seqlen_k={k.shape[1]}")
-    done = _cudnn_attention(torch, q, k, v, causal and q.shape[1] > 1, scale, given_out, dtype_code)
-    if done is None:
-        raise ValueError(f"{name}: cuDNN's SDPA backend refused the problem (q {tuple(q.shape)}, k {tuple(k.shape)})")
-    return done
+        raise ValueError(f"{config.name}: cuDNN's causal mask is top-left, the same as wavetune's only with as "
+                         f"many queries as keys, got seqlen_q={q.shape[1]} seqlen_k={k.shape[1]}")
+    return _cudnn_attention(torch, q, k, v, causal and q.shape[1] > 1, scale, given_out, dtype_code)
 
 
 def tensor_args(t) -> tuple[int, int, int, int]:
@@ -158,11 +156,12 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         1); default: both chosen from the sizes by the GPU's attention table (``tables/<gpu>.attention.wtt``,
         or $WAVETUNE_ATTENTION_TABLE) beside the built-in choice (attention.h, attention_choice). A table
         prices cuDNN's attention (run through PyTorch's SDPA) and, on decode, ``paged_attention``'s kernel
-        over the dense cache beside the FMHA variants. The built-in choice runs cuDNN on prefill where its
-        mask is this one (not causal, or as many queries as keys) and on decode where it was faster (head
-        dims up to 128 on K and V under 1 GiB without ``out``; at head dim 64 with 16 or more query heads per
-        KV head always), else the paged kernel on decode when K and V share their strides, else the FMHA
-        model's choice (docs/attention.md). With ``torch.use_deterministic_algorithms`` on, cuDNN never runs.
+        over the dense cache beside the FMHA variants, which compete only where neither runs. The built-in
+        choice runs cuDNN on prefill where its mask is this one (not causal, or as many queries as keys) and
+        on decode where it was faster (head dims up to 128 on K and V under 1 GiB without ``out``; at head
+        dim 64 with 16 or more query heads per KV head always), else the paged kernel on decode when K and V
+        share their strides, else the FMHA model's choice (docs/attention.md). With
+        ``torch.use_deterministic_algorithms`` on, cuDNN never runs.
 
     Runs on the current torch stream of q's device.
     """
@@ -189,21 +188,22 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
             return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
-    if variant < 0:
+    forced = variant >= 0
+    if not forced:
         routes = _routes(torch, q, k, v, causal and seqlen_q > 1, dtype_code, given_out is not None) \
             if splits is None else (False, False, False)
         ensure_table(device, "attention")
         variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device, routes)
         splits = chosen_splits if splits is None else splits
-        schedule = _attention_by_id()[variant].schedule
-        if schedule == "cudnn":
-            done = _cudnn_attention(torch, q, k, v, causal and seqlen_q > 1, scale, given_out, dtype_code)
-            return attention(q, k, v, causal=causal, scale=scale, out=given_out) if done is None else done
-        if schedule == "paged":
-            paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0])
-            return out
-    elif _attention_by_id()[variant].from_library:
-        return _forced_candidate(torch, q, k, v, causal, scale, given_out, out, variant, splits, dtype_code)
+    if _attention_by_id()[variant].from_library:
+        done = _run_candidate(torch, q, k, v, causal, scale, given_out, out, variant, dtype_code,
+                              splits if forced else None)
+        if done is not None:
+            return done
+        if forced:
+            raise ValueError(f"{_attention_by_id()[variant].name}: cuDNN's SDPA backend refused the problem "
+                             f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
+        return attention(q, k, v, causal=causal, scale=scale, out=given_out)  # chosen again, without cuDNN
     splits = 1 if splits is None else splits
     if isinstance(splits, bool) or not isinstance(splits, int):
         raise TypeError(f"splits must be an int, got {splits!r}")
