@@ -126,3 +126,18 @@ def test_cudnn_and_paged_candidates_are_listed_and_priced_by_the_h200_table():
                      for r in selector.explain("bf16", "col", 1, 8192, head_dim, groups=16, heads_q=32, heads_kv=8)}
         for schedule in ("cudnn", "paged"):
             assert predicted[f"attn_{schedule}_bf16_hd{head_dim}"] > 0
+
+
+def test_replay_reproduces_the_documented_held_out_figures():
+    """benchmarks/attention_replay.py on a shipped held-out log gives the figures of
+    docs/results/attention_candidates_replay_h200.md (no GPU: the table's models and the log's timings)."""
+    from conftest import benchmark
+
+    replay = benchmark("attention_replay")
+    geomean = replay.geomean
+    keys, tile, predict = replay.table_predictor(REPO / "tables" / "nvidia-h200.attention.wtt", SMS)
+    cases = replay.read_cases(REPO / "docs" / "results" / "attention_heldout_candidates_h200_seed103.jsonl.gz")
+    ratios = replay.replay(cases, keys, tile, predict)
+    assert len(ratios["rule"]) == 57 and len(ratios["perfect"]) == 27
+    assert round(geomean(ratios["rule"]), 3) == 1.003 and round(geomean(ratios["table"]), 3) == 1.001
+    assert round(geomean(ratios["perfect"]), 3) == 1.021 and round(min(ratios["every config"]), 2) == 0.69

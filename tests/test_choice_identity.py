@@ -30,7 +30,7 @@ DIGESTS = {
     "nvidia-h100-80gb-hbm3.attention.wtt": "5437f367f3b6bbbc",
     "nvidia-h200.wtt": "ab577ede3bcd897a",
     "nvidia-h200.grouped_gemm.wtt": "c9b20f55e9c85572",
-    "nvidia-h200.attention.wtt": "4100e4fde0922069",
+    "nvidia-h200.attention.wtt": "41417c2dc7d0104e",
     "nvidia-h200.scaled_grouped_gemm.wtt": "60670c9ffa0afed7",
     "nvidia-h200.block_scaled_grouped_gemm.wtt": "c5c54287beb23e1c",
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "families.inc"
+#include "wavetune/attention.h"
 #include "wavetune/family.h"
 #include "wavetune/lookup.h"
 
@@ -28,13 +29,17 @@ using namespace wavetune;
   {ID, #NAME, DType::DT, BLayout::BL, SWAP, Schedule::SCHED, TM, TN, TK, CM, CN, TileScheduler::TS},
 
 // The variants of a family's whole config space (and, for gemm, the cuBLAS candidates as the kernel library
-// lists them: ids from kLibraryVariantIds, a nominal 128x128x64 tile).
+// lists them: ids from kLibraryVariantIds, a nominal 128x128x64 tile; for attention its candidates).
 std::vector<VariantInfo> space(const std::string& family) {
   std::vector<VariantInfo> all;
 #define WAVETUNE_FAMILY(NAME, HASH, LIST) \
   if (family == NAME) all = {LIST(WAVETUNE_INFO)};
   WAVETUNE_GENERATED_FAMILIES(WAVETUNE_FAMILY)
 #undef WAVETUNE_FAMILY
+  if (family == "attention") {
+    const std::vector<VariantInfo> candidates = attention_candidates();
+    all.insert(all.end(), candidates.begin(), candidates.end());
+  }
   if (family != "gemm") return all;
   static const char* const kNames[2][2] = {{"cublas_bf16_bcol", "cublas_bf16_brow"},
                                            {"cublas_fp16_bcol", "cublas_fp16_brow"}};

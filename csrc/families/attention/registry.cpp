@@ -24,35 +24,12 @@ WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-// The cuDNN and paged candidates (attention.h): one per dtype and head dim, no ops (attention() refuses them).
-std::vector<VariantRegistry<AttentionVariantOps>::Entry> library_candidates() {
-  static const char* const kNames[2][2][3] = {
-      {{"attn_cudnn_bf16_hd64", "attn_cudnn_bf16_hd128", "attn_cudnn_bf16_hd256"},
-       {"attn_cudnn_fp16_hd64", "attn_cudnn_fp16_hd128", "attn_cudnn_fp16_hd256"}},
-      {{"attn_paged_bf16_hd64", "attn_paged_bf16_hd128", "attn_paged_bf16_hd256"},
-       {"attn_paged_fp16_hd64", "attn_paged_fp16_hd128", "attn_paged_fp16_hd256"}}};
-  std::vector<VariantRegistry<AttentionVariantOps>::Entry> out;
-  int32_t id = kLibraryVariantIds;
-  for (int route = 0; route < 2; ++route) {
-    for (DType dtype : {DType::bf16, DType::fp16}) {
-      for (int d = 0; d < 3; ++d) {
-        out.push_back({{id++, kNames[route][int(dtype)][d], dtype, BLayout::col, false,
-                        route == 0 ? Schedule::cudnn : Schedule::paged, 128, 64, 64 << d, 1, 1,
-                        TileScheduler::data_parallel},
-                       nullptr});
-      }
-    }
-  }
-  return out;
-}
-
 // The generated FMHA variants, then the cuDNN and paged candidates (ascending ids: the list stays sorted).
 VariantRegistry<AttentionVariantOps>& registry() {
   static VariantRegistry<AttentionVariantOps> list([] {
     std::vector<VariantRegistry<AttentionVariantOps>::Entry> entries{
         WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};
-    const auto more = library_candidates();
-    entries.insert(entries.end(), more.begin(), more.end());
+    for (const VariantInfo& info : attention_candidates()) entries.push_back({info, nullptr});  // no ops: not run here
     return entries;
   }());
   return list;

@@ -54,6 +54,27 @@ struct AttentionLaunch {
 // NOTES: the nominal tile gives both the grid they run on decode, a CTA per sequence and KV head (for the
 // paged kernel before its splits, which the table's per-wave fits then price).
 WAVETUNE_API const std::vector<VariantInfo>& attention_variants();
+
+// The cuDNN and paged candidates as attention_variants() lists them: one per dtype and head dim.
+inline std::vector<VariantInfo> attention_candidates() {
+  static const char* const kNames[2][2][3] = {
+      {{"attn_cudnn_bf16_hd64", "attn_cudnn_bf16_hd128", "attn_cudnn_bf16_hd256"},
+       {"attn_cudnn_fp16_hd64", "attn_cudnn_fp16_hd128", "attn_cudnn_fp16_hd256"}},
+      {{"attn_paged_bf16_hd64", "attn_paged_bf16_hd128", "attn_paged_bf16_hd256"},
+       {"attn_paged_fp16_hd64", "attn_paged_fp16_hd128", "attn_paged_fp16_hd256"}}};
+  std::vector<VariantInfo> out;
+  int32_t id = kLibraryVariantIds;
+  for (int route = 0; route < 2; ++route) {
+    for (DType dtype : {DType::bf16, DType::fp16}) {
+      for (int d = 0; d < 3; ++d) {
+        out.push_back({id++, kNames[route][int(dtype)][d], dtype, BLayout::col, false,
+                       route == 0 ? Schedule::cudnn : Schedule::paged, 128, 64, 64 << d, 1, 1,
+                       TileScheduler::data_parallel});
+      }
+    }
+  }
+  return out;
+}
 // The hash of cutlass_configs/sm90_attention.toml as compiled.
 WAVETUNE_API const char* attention_config_space_hash();
 // The attention variant with this id, or nullptr when it is not compiled in.
