@@ -19,6 +19,10 @@ import tomllib
 from pathlib import Path
 
 SCHEMA_VERSION = 1
+# Kernel sets every config space has: none (what `pip install .` builds; the rest compile on demand), the
+# variants the shipped tables choose, every variant.
+BUILTIN_SET = "builtin"
+BUILT_IN_SETS = (BUILTIN_SET, "tables", "full")
 
 # The vocabulary of each macro axis. These names are also the C++ enumerator names in
 # csrc/include/wavetune/types.h, which is how the generated code refers to them.
@@ -136,10 +140,13 @@ class ConfigSpace:
                allow_empty: bool = False) -> list[Variant]:
         """The variants of a named set, optionally narrowed by comma-separated glob patterns.
 
+        ``builtin``: none (the default install: the hand-written kernels and the vendor candidates only).
         ``tables``: the variants the tables in ``tables_dir`` can choose, plus the fallback's and the
         heuristic's. ``allow_empty``: a set this file does not define, or one the filter empties, selects
         nothing instead of raising (another family's file may define it).
         """
+        if kernel_set == BUILTIN_SET:
+            return []
         if kernel_set == "full":
             chosen = list(self.variants)
         elif kernel_set == "tables":
@@ -150,7 +157,7 @@ class ConfigSpace:
         elif allow_empty:
             chosen = []
         else:
-            known = ", ".join(["full", "tables", *self.kernel_sets])
+            known = ", ".join([*BUILT_IN_SETS, *self.kernel_sets])
             raise ConfigError(f"{self.path}: unknown kernel set {kernel_set!r} (known: {known})")
         if name_filter:
             patterns = [p.strip() for p in name_filter.split(",") if p.strip()]
@@ -499,11 +506,11 @@ def generate_families(spaces: list[ConfigSpace], out_dir: Path, kernel_set: str,
     write_if_changed(out_dir / FAMILIES_LIST, render_family_list(spaces))
     if len(spaces) == 1:
         return generate(spaces[0], out_dir, kernel_set, name_filter, with_kernels, tables_dir)
-    known = ["full", "tables", *dict.fromkeys(name for s in spaces for name in s.kernel_sets)]
+    known = [*BUILT_IN_SETS, *dict.fromkeys(name for s in spaces for name in s.kernel_sets)]
     if kernel_set not in known:
         raise ConfigError(f"unknown kernel set {kernel_set!r} (known: {', '.join(known)})")
     sources = [p for s in spaces for p in generate(s, out_dir, kernel_set, name_filter, with_kernels, tables_dir, True)]
-    if with_kernels and not sources:
+    if with_kernels and not sources and kernel_set != BUILTIN_SET:
         raise ConfigError(f"kernel set {kernel_set!r} with filter {name_filter!r} selects no variant in "
                           f"{', '.join(str(s.path) for s in spaces)}")
     return sources
