@@ -102,8 +102,8 @@ def comparisons(loop: bool, fp8: str) -> dict:
     ``fp8``: wavetune's choice and PyTorch's way with those scales)."""
     if fp8 == "block":
         def torch_path(x, w, offsets, out, bounds, sx, sw):
-            w_bf16 = dequantize_experts(w, sw, BLOCK)
-            return torch._grouped_mm(dequantize_experts(x, sx, 1), w_bf16.transpose(-2, -1), offs=offsets)
+            w_bf16 = dequantize_experts(w, sw, BLOCK, torch.bfloat16)
+            return torch._grouped_mm(dequantize_experts(x, sx, 1, torch.bfloat16), w_bf16.transpose(-2, -1), offs=offsets)
 
         return {
             "choice": lambda x, w, offsets, out, bounds, sx, sw: wavetune.scaled_grouped_gemm(x, w, sx, sw, offsets,

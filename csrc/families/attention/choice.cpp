@@ -101,6 +101,7 @@ AttentionLaunch uncached_choice(const AttentionProblem& p, const Selector* table
     if (how.variant == builtin.variant && how.splits == builtin.splits) builtin_us = us;
     if ((best.variant < 0 || us < best_us) && runs(p, how, routes)) best = how, best_us = us;
   }
+  if (builtin.variant < 0) return best.variant >= 0 ? best : builtin;  // no compiled FMHA variant of its own
   return builtin_us > (1 + kTableMargin) * best_us && best.variant >= 0 ? best : builtin;
 }
 

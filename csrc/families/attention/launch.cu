@@ -237,11 +237,7 @@ AttentionLaunch attention_default_launch(const AttentionProblem& p) {
     tiles.push_back({v.tile_m, v.tile_n, v.tile_k});
     ids.push_back(v.id);
   }
-  if (ids.empty()) {
-    WAVETUNE_INVALID("no compiled attention variant takes ", to_string(p.dtype), " with head_dim ", p.head_dim,
-                     " in this build: compile some with python -m wavetune build "
-                     "(--table PATH: what a table chooses; --family attention: every variant)");
-  }
+  if (ids.empty()) return {-1, 1};
   const int32_t limit = attention_kv_splittable(p) ? kMaxAttentionSplits : 1;
   const AttentionChoice choice = choose_attention(tiles, detail::shape_of(p), detail::current_device_info().sm_count, limit);
   return {ids[choice.index], choice.splits};

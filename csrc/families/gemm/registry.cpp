@@ -119,10 +119,16 @@ int32_t default_variant(const GemmProblem& p) {
   for (const FallbackBucket& b : fallback_buckets()) {
     if (b.dtype == p.dtype && b.b_layout == p.b_layout && (b.max_m == 0 || p.m <= b.max_m)) return b.variant;
   }
-  // A kernel set without the heuristic's variants: any compiled variant of the right dtype and layout.
+  // NOTES: a kernel set without the heuristic's variants (the default install compiles none): cuBLAS, the kernel
+  // torch.matmul runs, so that no GPU without a table is worse off than with PyTorch; else any compiled variant
+  // of the right dtype and layout.
+  const VariantInfo* any = nullptr;
   for (const auto& v : variants()) {
-    if (v.dtype == p.dtype && v.b_layout == p.b_layout) return v.id;
+    if (v.dtype != p.dtype || v.b_layout != p.b_layout) continue;
+    if (v.schedule == Schedule::cublas) return v.id;
+    if (!any) any = &v;
   }
+  if (any) return any->id;
   WAVETUNE_INVALID("no compiled variant takes ", to_string(p.dtype), " with ", to_string(p.b_layout),
                    "-major B (kernel set '", detail::kernel_set_name(),
                    "'): compile some with python -m wavetune build "

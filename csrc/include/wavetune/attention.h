@@ -91,6 +91,8 @@ WAVETUNE_API std::string attention_launch_error(const AttentionProblem& problem,
 
 // The built-in choice for the current device (attention_heuristic.h), from the sizes only: a few
 // microseconds (it evaluates the model for every compiled variant and split count), so keep it per shape.
+// Variant -1 where no compiled variant takes the problem's dtype and head dim (the default install compiles
+// none until a table or `python -m wavetune build` asks): the caller runs its framework's attention instead.
 WAVETUNE_API AttentionLaunch attention_default_launch(const AttentionProblem& problem);
 
 class Selector;  // lookup.h
@@ -108,7 +110,7 @@ struct AttentionRoutes {
 // one of its configs (docs/attention.md). The built-in choice, among the routes allowed: cuDNN's attention
 // for prefill, and for decode up to head dim 128 on K and V under 1 GiB (without cudnn_copies; always at
 // head dim 64 with 16 or more query heads per KV head); else the paged kernel for decode; else the FMHA
-// model's choice (attention_default_launch). A decode problem of 128 keys or more is chosen for its key
+// model's choice (attention_default_launch; variant -1 where none is compiled). A decode problem of 128 keys or more is chosen for its key
 // count rounded down to whole 64-key tiles, so one choice serves many steps of a growing cache. Choices are
 // cached per thread, device, table, shape and routes.
 WAVETUNE_API AttentionLaunch attention_choice(const AttentionProblem& problem, const Selector* table,

@@ -320,15 +320,35 @@ def prepare_table(table: Path, family: str) -> bool:
         reason = unavailable_reason() if missing else None
     except JitUnavailable as exc:
         missing, reason = config_space.table_file_variant_names(table) - compiled_names(family), str(exc)
+    return prepare(family, missing, reason, f"the {family} table {table} names")
+
+
+def prepare_builtin_choice(family: str) -> bool:
+    """As ``family`` starts without a table: its built-in choice's variants (its config space's fallback and
+    heuristic ones, ``ConfigSpace.heuristic_set``), as ``prepare_table`` does a table's working set."""
+    if not _C.build_info()["kernels_compiled"] or not families.get(family).config_space:
+        return False
+    try:
+        compiled = compiled_names(family)
+        missing = [v for v in config_spaces()[family].heuristic_set() if v.name not in compiled]
+        reason = unavailable_reason() if missing else None
+    except JitUnavailable as exc:
+        missing, reason = [], str(exc)
+    return prepare(family, missing, reason, f"the {family} family's built-in choice takes")
+
+
+def prepare(family: str, missing: list, reason: str | None, names: str) -> bool:
+    """Register the ``missing`` variants the cache holds and queue the others for a background compile, unless
+    ``reason`` says why they cannot be compiled (warned once); True when variants were registered."""
     if reason is None and missing:
         try:
             cache_for(family)
         except CacheError as exc:  # refused for compiles and loads alike; the call goes on without them
             reason = str(exc)
     if reason is not None:
-        warn_once(family, f"wavetune: the {family} table {table} names variants that are not compiled into this "
-                          f"build ({len(missing)}), and they cannot be compiled here: {reason}; its choices fall "
-                          "back to the best compiled candidate")
+        count = f" ({len(missing)})" if missing else ""
+        warn_once(family, f"wavetune: {names} variants that are not compiled into this build{count}, and they "
+                          f"cannot be compiled here: {reason}; its choices fall back to the best compiled candidate")
         return False
     rest = load_cached(family, missing) if missing else []
     if rest and jit_enabled():
@@ -350,6 +370,7 @@ def compile_in_background(family: str, variants: list[config_space.Variant]) -> 
     if not fresh:
         return
     _queued.update((family, v.name) for v in fresh)
+    tables.compiling_started(family)
     if _background is None:
         _background = queue.Queue()
         threading.Thread(target=background_worker, args=(_background,), name="wavetune-jit", daemon=True).start()
@@ -365,3 +386,5 @@ def background_worker(jobs: queue.Queue) -> None:
         except Exception as exc:  # noqa: BLE001 - a background failure must not end the thread; it is reported
             if not _exiting.is_set():  # else the compiles were stopped as the process exits
                 log.warning("wavetune: background compile of %s variants failed: %s", family, exc)
+        finally:
+            tables.compiling_done(family)

@@ -98,6 +98,9 @@ _loaded_tables: dict[str, dict[int, str]] = {}
 _pending_tables: dict[tuple[str, int], object] = {}
 # Called when variants were added at run time: whatever lists the compiled variants forgets them.
 _variant_listeners: list[Callable[[], None]] = []
+# Per family, the batches of its variants queued for or compiling in the background (runtime.jit): until they
+# are done, the family's calls that have a vendor candidate run it (vendor_serves).
+_compiling: dict[str, int] = {}
 
 
 def checked_devices(family: str = "gemm") -> set[int]:
@@ -130,6 +133,28 @@ def variants_added(family: str) -> None:
         _pending_tables[(family, device)] = open_table(path, family)
     for callback in _table_listeners:
         callback()  # plans built from the old table are dropped, so the next call reaches ensure_table
+
+
+def compiling_started(family: str) -> None:
+    """A batch of the family's variants was queued for a background compile."""
+    _compiling[family] = _compiling.get(family, 0) + 1
+
+
+def compiling_done(family: str) -> None:
+    """A batch of the family's variants compiled (or failed): once none is left, the family's calls leave their
+    vendor candidate for its table's choices (whatever holds a choice drops it)."""
+    _compiling[family] -= 1
+    if not _compiling[family]:
+        del _compiling[family]
+        for callback in _table_listeners:
+            callback()
+
+
+def vendor_serves(family: str) -> bool:
+    """Whether the family's variants are still compiling in the background, so that its calls run its vendor
+    candidate (cuBLAS, torch._grouped_mm, ...): never slower than PyTorch's own while the table's choices
+    cannot run yet (docs/kernels.md)."""
+    return family in _compiling
 
 
 def loaded_table(device: int, family: str = "gemm") -> str | None:
@@ -170,6 +195,11 @@ def _autoload_table(device: int, family: str = "gemm") -> None:
     checked_devices(family).add(device)
     name = properties(device)["name"]
     if default_table_path(name, family) is None:
+        if not families.get(family).tuning:  # a built-in model chooses by design: its variants compile on demand
+            from . import jit
+
+            jit.prepare_builtin_choice(family)
+            return
         warnings.warn(f"wavetune: no tuned {family} table for {name}; kernels are chosen by the built-in "
                       f"heuristic (run `python -m wavetune tune --family {family}` to make one)", stacklevel=4)
         return

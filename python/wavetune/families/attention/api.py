@@ -107,6 +107,22 @@ def _cudnn_attention(torch, q, k, v, causal: bool, scale: float, out, dtype_code
     return out.copy_(result)
 
 
+def _torch_attention(torch, q, k, v, causal: bool, scale: float, out):
+    """PyTorch's own attention (SDPA, its backends its own choice) where no wavetune kernel runs the problem: the
+    default install compiles no FMHA variant until a table or ``python -m wavetune build`` asks for one. The
+    bottom-right causal mask is SDPA's ``causal_lower_right``, with the KV heads repeated for it under GQA."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    seqlen_q, seqlen_k = q.shape[1], k.shape[1]
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    mask = causal_lower_right(seqlen_q, seqlen_k) if causal and seqlen_q > 1 else None
+    if mask is not None and q.shape[1] != k.shape[1]:
+        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    result = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1]).transpose(1, 2)
+    return result.contiguous() if out is None else out.copy_(result)
+
+
 def _routes(torch, q, k, v, causal: bool, dtype_code: int, writes_out: bool) -> tuple[bool, bool, bool]:
     """The AttentionRoutes (attention.h) a call runs: cuDNN unless it refused the problem before or
     ``torch.use_deterministic_algorithms`` is on (its decode outputs differ run to run in their last bits at
@@ -194,6 +210,11 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
             if splits is None else (False, False, False)
         ensure_table(device, "attention")
         variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device, routes)
+        if variant < 0 and splits is not None:
+            raise ValueError(f"splits apply to the FMHA variants, and none of {q.dtype} with head_dim {head_dim} is "
+                             "compiled yet (python -m wavetune build --family attention compiles them)")
+        if variant < 0:  # no compiled kernel of this dtype and head dim runs it
+            return _torch_attention(torch, q, k, v, causal, scale, given_out)
         splits = chosen_splits if splits is None else splits
     if _attention_by_id()[variant].from_library:
         done = _run_candidate(torch, q, k, v, causal, scale, given_out, out, variant, dtype_code,

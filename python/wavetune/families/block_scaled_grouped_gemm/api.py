@@ -8,12 +8,13 @@ is already loaded whenever a call can succeed.
 from __future__ import annotations
 
 from ...runtime.configs import KernelConfig
-from ..grouped_gemm.e4m3 import E4m3GroupedEntry, blocks
+from ..grouped_gemm.e4m3 import E4m3GroupedEntry, blocks, dequantized_grouped_mm
 
 ENTRY = E4m3GroupedEntry(
     "block_scaled_grouped", "block_scaled_grouped_gemm", "block_scaled_grouped_configs",
     lambda rows, experts, n, k: ([(rows, blocks(k))], (experts, blocks(n), blocks(k)),
-                                 "one scale per token and 128 values of K; per expert and 128x128 weight block"))
+                                 "one scale per token and 128 values of K; per expert and 128x128 weight block"),
+    dequantized_grouped_mm)
 
 
 def block_scaled_grouped_configs() -> list[KernelConfig]:

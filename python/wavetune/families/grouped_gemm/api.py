@@ -14,7 +14,7 @@ import sys
 from ...runtime.configs import KernelConfig, family_variant_id
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
-from ...runtime.tables import ensure_table, on_variants_added
+from ...runtime.tables import ensure_table, on_variants_added, vendor_serves
 
 
 def grouped_configs() -> list[KernelConfig]:
@@ -32,6 +32,11 @@ def _grouped_by_id() -> dict[int, KernelConfig]:
     return {v["id"]: KernelConfig(**v) for v in _C.grouped_variants()}
 
 
+@functools.cache
+def _compiled_dtypes() -> frozenset[str]:
+    return frozenset(c.dtype for c in _grouped_by_id().values())
+
+
 @functools.lru_cache(maxsize=256)
 def _resolve(config) -> int:
     """The grouped variant id for a ``config`` argument; -1 for the built-in heuristic's choice."""
@@ -45,7 +50,30 @@ def _workspace_bytes(experts: int) -> int:
 
 # Variants added at run time join the listing and the workspace size (the largest any variant needs).
 on_variants_added(_grouped_by_id.cache_clear)
+on_variants_added(_compiled_dtypes.cache_clear)
 on_variants_added(_workspace_bytes.cache_clear)
+
+
+def dtype_name(torch, dtype) -> str:
+    """A torch dtype the kernels take as the variants name it: "bf16" or "fp16"."""
+    return _C.DTYPES[dtype_codes(torch)[dtype]]
+
+
+def vendor_runs(family: str, compiled_dtypes: frozenset[str], dtype: str) -> bool:
+    """Whether a grouped family's call that its table would choose for runs the family's vendor candidate
+    (PyTorch's grouped operators) instead: while the family's variants compile in the background, and where
+    no compiled variant takes ``dtype``. The tables of the grouped families price no vendor candidate, so a
+    table bound to a few compiled variants could choose one slower than PyTorch's own."""
+    return vendor_serves(family) or dtype not in compiled_dtypes
+
+
+def vendor_result(torch, result, out, offsets):
+    """The vendor route's ``result`` as the entry point returns it: into ``out`` where one was given, its rows
+    from offsets[-1] on left as they were, as the kernels leave them (a mask on the GPU: no host sync)."""
+    if out is None:
+        return result
+    written = torch.arange(out.shape[0], device=out.device).unsqueeze(1) < offsets[-1]
+    return out.copy_(torch.where(written, result, out))
 
 
 def check_expert_operands(torch, entry: str, x, w, offsets, extra: dict) -> None:
@@ -122,6 +150,7 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
     experts, n, k = w.shape
     rows = x.shape[0]
     tensors = [t for t in (x, w, offsets, out) if t is not None]
+    given_out = out
     if out is None:
         out = x.new_empty((rows, n))
     dtype_code = dtype_codes(torch)[x.dtype]
@@ -136,6 +165,9 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
     with current(torch, device):
         if variant < 0:
             ensure_table(device, "grouped_gemm")
+            if vendor_runs("grouped_gemm", _compiled_dtypes(), dtype_name(torch, x.dtype)):
+                return vendor_result(torch, torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets), given_out,
+                                     offsets)
         # NOTES: the workspace comes from torch's caching allocator, so it is stream-ordered and CUDA-graph
         # safe (a capture gets memory from the graph's pool); it holds the per-expert arguments the launch
         # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.

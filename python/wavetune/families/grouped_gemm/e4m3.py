@@ -17,23 +17,27 @@ from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
 from ..scaled_gemm.api import BLOCK
-from .api import check_expert_operands, check_output, current, one_device
+from .api import (check_expert_operands, check_output, current, dtype_name, one_device, vendor_result,
+                  vendor_runs)
 
 
 class E4m3GroupedEntry:
     """An FP8 grouped family's entry point: its native functions (``prefix``), the family (``entry``: its name,
-    its tables' and its entry point's, as wavetune exports it), its listing function, and ``scale_shapes``:
-    (rows, experts, N, K) -> (the shapes scale_x may take, the shape scale_w must take, what they hold)."""
+    its tables' and its entry point's, as wavetune exports it), its listing function, ``scale_shapes``:
+    (rows, experts, N, K) -> (the shapes scale_x may take, the shape scale_w must take, what they hold), and
+    ``vendor``: (torch, x, w, scale_x, scale_w, offsets, out_dtype) -> the product as PyTorch computes it."""
 
     def __init__(self, prefix: str, entry: str, listing: str,
-                 scale_shapes: Callable[[int, int, int, int], tuple[list[tuple], tuple, str]]):
+                 scale_shapes: Callable[[int, int, int, int], tuple[list[tuple], tuple, str]], vendor: Callable):
         self.prefix, self.entry = prefix, entry
-        self.scale_shapes = scale_shapes
+        self.scale_shapes, self.vendor = scale_shapes, vendor
         self.by_id = functools.cache(lambda: {v["id"]: KernelConfig(**v) for v in self.native("variants")()})
+        self.compiled_dtypes = functools.cache(lambda: frozenset(c.dtype for c in self.by_id().values()))
         self.resolve = functools.lru_cache(maxsize=256)(
             lambda config: family_variant_id(config, self.by_id(), entry, listing))
         self.workspace_bytes = functools.lru_cache(maxsize=256)(self.native("workspace_bytes"))
         on_variants_added(self.by_id.cache_clear)
+        on_variants_added(self.compiled_dtypes.cache_clear)
         on_variants_added(self.workspace_bytes.cache_clear)
 
     def native(self, name: str) -> Callable:
@@ -72,6 +76,7 @@ class E4m3GroupedEntry:
         rows = x.shape[0]
         out_dtype = out_dtype or torch.bfloat16
         tensors = [t for t in (x, w, scale_x, scale_w, offsets, out) if t is not None]
+        given_out = out
         if out is None:
             out = torch.empty((rows, n), dtype=out_dtype, device=x.device)
         code = dtype_codes(torch)[out_dtype]
@@ -87,6 +92,9 @@ class E4m3GroupedEntry:
         with current(torch, device):
             if variant < 0:
                 ensure_table(device, self.entry)
+                if vendor_runs(self.entry, self.compiled_dtypes(), dtype_name(torch, out_dtype)):
+                    result = self.vendor(torch, x, w, scale_x, scale_w, offsets, out_dtype)
+                    return vendor_result(torch, result, given_out, offsets)
             # The workspace as in grouped_gemm: stream-ordered and CUDA-graph safe.
             workspace = torch.empty(self.workspace_bytes(experts), dtype=torch.uint8, device=x.device)
             self.native("gemm")(rows, experts, n, k, *pointers, code, variant, workspace.data_ptr(),
@@ -97,3 +105,23 @@ class E4m3GroupedEntry:
 def blocks(extent: int) -> int:
     """Scale blocks along an extent: ceil(extent / 128)."""
     return -(-extent // BLOCK)
+
+
+def dequantize_experts(q, scale, rows: int, dtype):
+    """``q`` [..., R, K] in ``dtype`` with scales per block of ``rows`` x 128 (``quantize_blocks``), in torch ops
+    as a PyTorch user would (a broadcast over whole blocks, else scales expanded to every element): PyTorch's
+    way with block-scaled FP8 experts, which the vendor route runs and benchmarks time, and, in float32, the
+    references of the checks."""
+    *lead, r, k = q.shape
+    if r % rows == 0 and k % BLOCK == 0:
+        tiles = q.view(*lead, r // rows, rows, k // BLOCK, BLOCK).to(dtype)
+        return (tiles * scale[..., :, None, :, None].to(dtype)).view(q.shape)
+    full = scale.repeat_interleave(rows, dim=-2).repeat_interleave(BLOCK, dim=-1)[..., :r, :k]
+    return q.to(dtype) * full.to(dtype)
+
+
+def dequantized_grouped_mm(torch, x, w, scale_x, scale_w, offsets, out_dtype):
+    """x and w dequantized to ``out_dtype`` with their 1x128 and 128x128 block scales, then torch._grouped_mm: what
+    PyTorch offers for block-scaled FP8 experts, which it has no kernel for."""
+    return torch._grouped_mm(dequantize_experts(x, scale_x, 1, out_dtype),
+                             dequantize_experts(w, scale_w, BLOCK, out_dtype).transpose(-2, -1), offs=offsets)

@@ -20,7 +20,7 @@ from ...tuning.timing import interleaved_us
 from ..block_scaled_grouped_gemm.api import block_scaled_grouped_configs, block_scaled_grouped_gemm
 from ..scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm
 from .api import grouped_configs, grouped_gemm
-from .e4m3 import BLOCK
+from .e4m3 import BLOCK, dequantize_experts
 
 HOT_EXPERTS, HOT_WEIGHT = 3, 30.0  # the "hot" routing: three experts picked 30 times as often as the others
 MAX_ERROR = 2e-2
@@ -67,19 +67,6 @@ def quantize_blocks(t: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Ten
     scale = (blocked.abs().amax(dim=(1, 3), keepdim=True) / E4M3_MAX).clamp(min=1e-12)
     q = (blocked / scale).clamp(-E4M3_MAX, E4M3_MAX).view(padded.shape)[:r, :k]
     return q.to(torch.float8_e4m3fn).contiguous(), scale[:, 0, :, 0].contiguous()
-
-
-def dequantize_experts(q: torch.Tensor, scale: torch.Tensor, rows: int, dtype=torch.bfloat16) -> torch.Tensor:
-    """``q`` [..., R, K] in ``dtype`` with scales per block of ``rows`` x 128 (``quantize_blocks``), in torch ops
-    as a PyTorch user would (a broadcast over whole blocks, else scales expanded to every element): what
-    benchmarks time as the dequantize-then-GEMM path of block-scaled FP8 models, and, in float32, the
-    references of the checks."""
-    *lead, r, k = q.shape
-    if r % rows == 0 and k % BLOCK == 0:
-        blocks = q.view(*lead, r // rows, rows, k // BLOCK, BLOCK).to(dtype)
-        return (blocks * scale[..., :, None, :, None].to(dtype)).view(q.shape)
-    full = scale.repeat_interleave(rows, dim=-2).repeat_interleave(BLOCK, dim=-1)[..., :r, :k]
-    return q.to(dtype) * full.to(dtype)
 
 
 def quantize(t: torch.Tensor, scales: str, rows: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,6 +12,7 @@ import sys
 from ...runtime.configs import KernelConfig, family_variant_id
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
+from ...runtime.tables import ensure_table, on_variants_added
 
 
 def scaled_gemm_configs() -> list[KernelConfig]:
@@ -48,6 +49,11 @@ TENSOR, ROW, BLOCK128 = (_C.scale_kinds().index(kind) for kind in ("tensor", "ro
 def _choice(device: int, m: int, n: int, k: int, code: int, kind_a: int, kind_b: int, bias: bool) -> int:
     """scaled_gemm_choice on ``device`` (the current one), once per problem: the C++ choice checks every variant."""
     return _C.scaled_gemm_choice(m, n, k, code, kind_a, kind_b, bias)
+
+
+# Variants compiled at run time join the listing and the choice.
+on_variants_added(_by_id.cache_clear)
+on_variants_added(_choice.cache_clear)
 
 
 def _check_float32(torch, scale, name: str) -> None:
@@ -160,6 +166,7 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
                                block_scales=block_scales, config=config, splits=splits)
     code = dtype_codes(torch)[out_dtype]
     if variant < 0:
+        ensure_table(device, "scaled_gemm")  # no table: the built-in model's variants compile in the background
         variant = _choice(device, m, n, k, code, kind_a, kind_b, bias is not None)
     if variant < 0 and block_scales:
         return _block_scaled_past_decode(torch, a, b, scale_a, scale_b, bias, out)

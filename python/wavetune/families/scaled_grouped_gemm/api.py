@@ -12,9 +12,22 @@ from ...runtime.configs import KernelConfig
 from ..block_scaled_grouped_gemm import api as block_api
 from ..grouped_gemm.e4m3 import E4m3GroupedEntry
 
+
+
+def torch_scaled_grouped_mm(torch, x, w, scale_x, scale_w, offsets, out_dtype):
+    """The product as PyTorch computes it: torch._scaled_grouped_mm, which has bf16 outputs only; for the others,
+    x and w dequantized to the output's dtype and torch._grouped_mm."""
+    if out_dtype == torch.bfloat16:
+        return torch._scaled_grouped_mm(x, w.transpose(-2, -1), scale_x.reshape(-1), scale_w, offs=offsets,
+                                        out_dtype=out_dtype)
+    x = x.to(out_dtype) * scale_x.reshape(-1, 1).to(out_dtype)
+    return torch._grouped_mm(x, (w.to(out_dtype) * scale_w[..., None].to(out_dtype)).transpose(-2, -1), offs=offsets)
+
+
 ENTRY = E4m3GroupedEntry(
     "scaled_grouped", "scaled_grouped_gemm", "scaled_grouped_configs",
-    lambda rows, experts, n, k: ([(rows,), (rows, 1)], (experts, n), "one scale per token; per expert and channel"))
+    lambda rows, experts, n, k: ([(rows,), (rows, 1)], (experts, n), "one scale per token; per expert and channel"),
+    torch_scaled_grouped_mm)
 
 
 def scaled_grouped_configs() -> list[KernelConfig]:

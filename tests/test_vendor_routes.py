@@ -1,0 +1,167 @@
+"""What a fresh install runs before its variants are compiled (docs/kernels.md, "Variants compiled when needed"):
+each family's vendor candidate (PyTorch's own operator) while the family's variants compile in the background
+or where none of the call's kind is compiled, and the state that says which.
+
+The CPU tier checks the bookkeeping; the GPU tier checks that the vendor routes compute PyTorch's results bit for
+bit, into NaN-poisoned outputs, eagerly and from a CUDA graph captured as PyTorch documents it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from wavetune.codegen import config_space
+from wavetune.runtime import jit, tables
+
+from conftest import REPO
+
+
+@pytest.fixture
+def compiling(monkeypatch):
+    """The families whose variants the test says are compiling in the background (none at first)."""
+    state: dict[str, int] = {}
+    monkeypatch.setattr(tables, "_compiling", state)
+    return state
+
+
+def test_a_family_serves_its_vendor_until_its_last_batch_compiled(compiling, monkeypatch):
+    dropped = []
+    monkeypatch.setattr(tables, "_table_listeners", [lambda: dropped.append(1)])
+    tables.compiling_started("grouped_gemm")
+    tables.compiling_started("grouped_gemm")
+    assert tables.vendor_serves("grouped_gemm") and not tables.vendor_serves("gemm")
+    tables.compiling_done("grouped_gemm")
+    assert tables.vendor_serves("grouped_gemm") and not dropped
+    tables.compiling_done("grouped_gemm")
+    assert not tables.vendor_serves("grouped_gemm")
+    assert dropped == [1], "choices made while the vendor served must be dropped once the compile is done"
+
+
+def test_the_builtin_kernel_set_compiles_no_variant():
+    for path in sorted((REPO / "cutlass_configs").glob("*.toml")):
+        assert config_space.load(path).select(config_space.BUILTIN_SET) == [], path.name
+
+
+def test_a_family_without_a_table_queues_its_built_in_models_variants(monkeypatch):
+    space = config_space.load(REPO / "cutlass_configs" / "sm90_scaled_gemm.toml")
+    queued = {}
+    monkeypatch.setattr(jit, "config_spaces", lambda: {"scaled_gemm": space})
+    monkeypatch.setattr(jit, "compiled_names", lambda family: set())
+    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(jit, "cache_for", lambda family: None)
+    monkeypatch.setattr(jit, "load_cached", lambda family, variants: variants)
+    monkeypatch.setattr(jit, "compile_in_background", lambda family, variants: queued.update({family: variants}))
+    monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
+    monkeypatch.setenv("WAVETUNE_JIT", "1")
+    jit.prepare_builtin_choice("scaled_gemm")
+    assert {v.name for v in queued["scaled_gemm"]} == {v.name for v in space.heuristic_set()}
+    assert queued["scaled_gemm"], "the FP8 family's built-in model takes its CUTLASS variants"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU tier
+# ---------------------------------------------------------------------------------------------------------
+
+def gpu_torch():
+    return pytest.importorskip("torch")
+
+
+def grouped_operands(torch, dtype=None, spare_rows=3):
+    """x, w and offsets of 5 experts (one empty) with ``spare_rows`` rows past the last expert's."""
+    counts = [37, 0, 5, 64, 1]
+    rows = sum(counts) + spare_rows
+    make = dict(device="cuda", dtype=dtype or torch.bfloat16)
+    x = torch.randn(rows, 264, **make)
+    w = torch.randn(len(counts), 136, 264, **make) / 16
+    offsets = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+    return x, w, offsets, sum(counts)
+
+
+@pytest.mark.gpu
+def test_grouped_gemm_runs_torch_grouped_mm_while_compiling(compiling):
+    torch = gpu_torch()
+    import wavetune
+
+    x, w, offsets, written = grouped_operands(torch)
+    compiling["grouped_gemm"] = 1
+    out = torch.full((x.shape[0], w.shape[1]), float("nan"), device="cuda", dtype=x.dtype)
+    wavetune.grouped_gemm(x, w, offsets, out=out)
+    expected = torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
+    assert torch.equal(out[:written], expected[:written])
+    assert out[written:].isnan().all(), "rows past offsets[-1] are left as they were"
+    assert torch.equal(wavetune.grouped_gemm(x, w, offsets)[:written], expected[:written])
+
+
+@pytest.mark.gpu
+def test_the_vendor_route_captures_in_a_cuda_graph(compiling):
+    torch = gpu_torch()
+    import wavetune
+    from wavetune.tuning.timing import capture_documented
+
+    x, w, offsets, written = grouped_operands(torch)
+    compiling["grouped_gemm"] = 1
+    graph, out = capture_documented(wavetune.grouped_gemm, x, w, offsets)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    assert torch.equal(out[:written], torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)[:written])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scales", ["row", "block"])
+def test_fp8_grouped_families_run_pytorchs_way_while_compiling(compiling, scales):
+    torch = gpu_torch()
+    import wavetune
+    from wavetune.families.grouped_gemm.e4m3 import dequantized_grouped_mm
+    from wavetune.families.grouped_gemm.measure import quantize
+    from wavetune.families.scaled_grouped_gemm.api import torch_scaled_grouped_mm
+
+    x, w, offsets, _ = grouped_operands(torch, spare_rows=0)
+    (xq, sx), (wq, sw) = quantize(x, scales, 1), quantize(w, scales, 128)
+    family, vendor = (("scaled_grouped_gemm", torch_scaled_grouped_mm) if scales == "row"
+                      else ("block_scaled_grouped_gemm", dequantized_grouped_mm))
+    compiling[family] = 1
+    for dtype in (torch.bfloat16, torch.float16):
+        out = torch.full((x.shape[0], w.shape[1]), float("nan"), device="cuda", dtype=dtype)
+        wavetune.scaled_grouped_gemm(xq, wq, sx, sw, offsets, out_dtype=dtype, out=out)
+        assert torch.equal(out, vendor(torch, xq, wq, sx, sw, offsets, dtype)), dtype
+        reference = torch.cat([x[a:b].float() @ w[e].float().t() for e, (a, b) in
+                               enumerate(zip([0, *offsets.tolist()[:-1]], offsets.tolist()))])
+        assert ((out.float() - reference).norm() / reference.norm()).item() < 0.1, dtype
+
+
+@pytest.mark.gpu
+def test_attention_without_a_compiled_kernel_runs_sdpa():
+    torch = gpu_torch()
+    import math
+
+    import wavetune
+
+    if any(c.dtype == "fp16" and c.tile[2] == 64 and not c.from_library for c in wavetune.attention_configs()):
+        pytest.skip("this build compiled an fp16 head-dim-64 FMHA variant")
+    # A chunk of 7 queries after 50 cached keys, causal (bottom-right), grouped-query heads: neither cuDNN (its
+    # causal mask is top-left) nor the paged kernel (decode only) runs it.
+    q = torch.randn(2, 7, 8, 64, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(2, 57, 2, 64, device="cuda", dtype=torch.float16) for _ in range(2))
+    out = torch.full_like(q, float("nan"))
+    wavetune.attention(q, k, v, causal=True, out=out)
+    kf, vf = (t.float().repeat_interleave(4, dim=2) for t in (k, v))
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), kf) / math.sqrt(64)
+    mask = torch.ones(7, 57, dtype=torch.bool, device="cuda").tril(57 - 7)
+    reference = torch.einsum("bhqk,bkhd->bqhd", scores.masked_fill(~mask, float("-inf")).softmax(-1), vf)
+    assert ((out.float() - reference).norm() / reference.norm()).item() < 1e-2
+    with pytest.raises(ValueError, match="splits apply to the FMHA variants"):
+        wavetune.attention(q, k, v, causal=True, splits=2)
+
+
+@pytest.mark.gpu
+def test_gemm_without_a_table_or_its_heuristics_variants_runs_cublas():
+    torch = gpu_torch()  # noqa: F841 (loads libcublas, which the candidate opens)
+    import wavetune
+    from wavetune import _C
+
+    names = {c.name for c in wavetune.configs()}
+    if any(not c.built_in for c in wavetune.configs()):
+        pytest.skip("this build compiled CUTLASS variants: the fallback's buckets may choose them")
+    assert "cublas_bf16_bcol" in names
+    chosen = _C.default_variant("bf16", "col", 16, 4096, 4096)
+    assert wavetune.configs()[[c.id for c in wavetune.configs()].index(chosen)].name == "cublas_bf16_bcol"
