@@ -188,19 +188,24 @@ print(KernelCache(key, Path({str(tmp_path / 'cache')!r})).load("v", compile, lam
     assert counter.read_text().count("compile") == 1
 
 
-def test_the_portable_set_gives_every_dtype_and_layout_a_kernel():
-    """What `pip install .` compiles: a variant for each dtype and B layout of every family (attention at head
-    dim 128), and the dense fallback heuristic has a compiled bucket for each."""
-    for path in sorted((REPO / "cutlass_configs").glob("*.toml")):
-        space = cs.load(path)
-        portable = space.select("portable")
-        kinds = {(v.dtype, v.b_layout) for v in space.variants}
-        assert {(v.dtype, v.b_layout) for v in portable} == kinds, path.name
-        if space.family == "attention":
-            assert {v.tile_k for v in portable} == {128}
-        if space.fallback:
-            assert {(d, layout) for d, layout, _, v in space.fallback if v in portable} == kinds
-    assert len([v for s in map(cs.load, (REPO / "cutlass_configs").glob("*.toml")) for v in s.select("portable")]) == 19
+def test_the_builtin_set_selects_no_variant_and_codegen_accepts_it(tmp_path, capsys):
+    """What `pip install .` compiles (the default, `builtin`): no variant of any config space, which the code
+    generator takes (every family's registry, no source) where another set that selects nothing is refused."""
+    paths = sorted((REPO / "cutlass_configs").glob("*.toml"))
+    spaces = [cs.load(path) for path in paths]
+    for space in spaces:
+        assert space.select(cs.BUILTIN_SET) == [], space.path.name
+        assert space.select(cs.BUILTIN_SET, "*") == [], space.path.name
+    assert cs.generate_families(spaces, tmp_path / "generated", cs.BUILTIN_SET, "", True, REPO / "tables") == []
+    for space in spaces:
+        registry = (tmp_path / "generated" / space.generation.registry).read_text()
+        assert f'_KERNEL_SET_NAME "{cs.BUILTIN_SET}"' in registry and "  WAVETUNE_VARIANT(" not in registry
+    assert not list((tmp_path / "generated").rglob("*.cu"))
+    out = tmp_path / "cli"
+    assert cs.main([*map(str, paths), str(out), "--kernel-set", cs.BUILTIN_SET, "--tables-dir", str(REPO / "tables")]) == 0
+    assert capsys.readouterr().out.strip() == ""  # the sources CMake compiles: none
+    with pytest.raises(cs.ConfigError, match="selects no variant"):
+        cs.generate_families(spaces, tmp_path / "none", "ci", "no_such_variant_*", True, REPO / "tables")
 
 
 @pytest.mark.parametrize("table", sorted((REPO / "tables").glob("*.wtt")), ids=lambda p: p.name)
