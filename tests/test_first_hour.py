@@ -144,6 +144,18 @@ def test_explain_without_a_gpu_asks_for_a_table_and_explains_one():
     assert (f"note: {skipped} of the table's" in done.stdout) == bool(skipped)
 
 
+MAX_EXTENT, MAX_GROUPS = 2**31 - 1, 2**29
+
+
+def test_native_errors_carry_no_source_paths():
+    with pytest.raises(ValueError) as refused:  # M*N*K beyond 2^60: the lookup library's own check
+        tables.open_table(SHIPPED_TABLE).select("bf16", "col", MAX_EXTENT, MAX_EXTENT, MAX_EXTENT)
+    assert "M*N*K <= 2^60" in str(refused.value)
+    assert not re.search(r"\.(cpp|cu|h):\d+|csrc/", str(refused.value)), refused.value
+    error = one_line_error(cli("explain", *[str(MAX_EXTENT)] * 3, "--table", str(SHIPPED_TABLE)), "explain")
+    assert "M*N*K <= 2^60" in error and not re.search(r"\.(cpp|cu|h):\d+|csrc/", error)
+
+
 @pytest.mark.parametrize("args, says", [
     (["tune", "--shapes", "missing.json"], "missing.json: no such file"),
     (["tune", "--shapes", "{config}"], "no hidden_size"),

@@ -106,8 +106,7 @@ int main(int argc, char** argv) {
                     c.micro.splits, to_string(c.micro.raster), c.micro.max_swizzle, c.config, to_string(c.source),
                     (unsigned long long)bits);
       } catch (const std::exception& e) {
-        const std::string what = e.what();
-        std::printf("refused: %s\n", what.substr(0, what.rfind(" [")).c_str());  // without the source location
+        std::printf("refused: %s\n", e.what());
       }
     }
   } catch (const std::exception& e) {

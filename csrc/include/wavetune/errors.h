@@ -1,4 +1,5 @@
-// Errors as exceptions that carry where they were raised and the values involved.
+// Errors as exceptions whose message names the problem and the values involved. No source location: the
+// messages reach users (the Python package's errors, the CLI's one line), for whom a build path is noise.
 #pragma once
 
 #include <sstream>
@@ -23,16 +24,15 @@ class WAVETUNE_API RuntimeError : public std::runtime_error {
 
 namespace detail {
 template <class Error, class... Parts>
-[[noreturn]] void raise(const char* file, int line, const Parts&... parts) {
+[[noreturn]] void raise(const Parts&... parts) {
   std::ostringstream os;
   os << "wavetune: ";
   (os << ... << parts);
-  os << " [" << file << ":" << line << "]";
   throw Error(os.str());
 }
 }  // namespace detail
 
 }  // namespace wavetune
 
-#define WAVETUNE_INVALID(...) ::wavetune::detail::raise<::wavetune::InvalidArgument>(__FILE__, __LINE__, __VA_ARGS__)
-#define WAVETUNE_FAIL(...) ::wavetune::detail::raise<::wavetune::RuntimeError>(__FILE__, __LINE__, __VA_ARGS__)
+#define WAVETUNE_INVALID(...) ::wavetune::detail::raise<::wavetune::InvalidArgument>(__VA_ARGS__)
+#define WAVETUNE_FAIL(...) ::wavetune::detail::raise<::wavetune::RuntimeError>(__VA_ARGS__)
