@@ -57,10 +57,10 @@ def table_predictor(path: Path, sm_count: int):
         decomposition, tile, cluster, swap_ab = shape(key)
         G, L, C, w = model.map_problem(tile, cluster, swap_ab, m, n, k, decomposition, int(key.split("/")[2]),
                                        sm_count)
-        t = max(model.predict(waves[key], G, L, w, C), model.memory_floor_us(m, n, k, memory),
-                model.traffic_floor_us(G, L, tile, traffic))
+        floors = max(model.memory_floor_us(m, n, k, memory), model.traffic_floor_us(G, L, tile, traffic))
+        t = max(model.predict(waves[key], G, L, w, C), floors)
         t = t * model.calibration_factor(calibration[key], m, n, k) if key in calibration else t
-        return max(t, model.compute_floor_us(m, n, k, compute))
+        return max(t, floors, model.compute_floor_us(m, n, k, compute))  # no calibration goes below a floor
 
     def choosable(key: str, m: int, n: int, k: int) -> bool:
         decomposition, tile, cluster, swap_ab = shape(key)

@@ -291,6 +291,30 @@ def test_calibrated_choice_is_the_argmin_of_the_calibrated_predictions(tmp_path)
         assert (choice["config"], choice["predicted_us"]) == (best["config"], best["predicted_us"]), s
 
 
+def test_the_floors_bound_calibrated_predictions_and_the_choice(tmp_path):
+    """A calibration factor below 1 never carries a prediction under the memory or tile traffic floor (issue 75:
+    an H100 choice at 3.6 TB/s); the choice, found by a pruned search, is the cheapest floored prediction."""
+    cands = tuning.candidates()
+    path = tmp_path / "t.wtt"
+    make_table(path, exact=())
+    bandwidth, rate = 3e6, 2e7  # bytes per us: near an H100's memory and tile traffic rates
+    rng = random.Random(5)
+    calibration = {i: [rng.uniform(-3.0, 0.5), 0.0, 0.0, 0.0] for i in range(len(cands))}
+    tablefile.write_table(path, **{**tablefile.read_table(path), "calibration": calibration,
+                                   "memory_bytes_per_us": bandwidth, "traffic_bytes_per_us": rate})
+    selector = tables.open_table(path)
+    for s in [(16, 14336, 4096), (1, 4096, 4096)] + [(rng.randint(1, 20000), 8 * rng.randint(1, 4000),
+                                                       8 * rng.randint(1, 4000)) for _ in range(200)]:
+        rows = selector.explain("bf16", "col", *s)
+        floor = model.memory_floor_us(*s, bandwidth)
+        for r in rows:
+            traffic = model.traffic_floor_us(r["grid"], r["k_iters"], cands[r["config"]].variant.tile, rate)
+            assert r["predicted_us"] >= max(floor, traffic), (s, r)
+        best = fastest_choosable(rows)
+        choice = selector.select("bf16", "col", *s, exact=False)
+        assert (choice["config"], choice["predicted_us"]) == (best["config"], best["predicted_us"]), s
+
+
 def test_cli_cmake_dir_and_info():
     done = run_cli("--cmake-dir")
     assert done.returncode == 0

@@ -387,10 +387,9 @@ struct Selector::Impl {
 
   ChoiceCache cache;
 
-  // A candidate's prediction at x before calibration: its wave model, at least the floors.
-  double floored_us(const Candidate& c, const Coordinates& x, double floor_us) const {
-    return std::max({floor_us, traffic_floor(c.mapping.tile(), x, table.traffic_bytes_per_us),
-                     predict(&waves[c.wave_begin], c.wave_count, x)});
+  // A candidate's floors at x: the memory floor (`floor_us`, the problem's) and its tile traffic floor.
+  double floors_us(const Candidate& c, const Coordinates& x, double floor_us) const {
+    return std::max(floor_us, traffic_floor(c.mapping.tile(), x, table.traffic_bytes_per_us));
   }
 
   // NOTES: the (G, L) fits see neither the operands' aspect nor L2 reuse, so a config can be right on its
@@ -401,11 +400,16 @@ struct Selector::Impl {
     return a[0] + a[1] * logs.m + a[2] * logs.n + a[3] * logs.k;
   }
 
-  // A candidate's prediction at x (docs/tables.md): floored, times its calibration, at least compute_us.
+  // A candidate's prediction at x (docs/tables.md): its wave model over its floors, times its calibration,
+  // and at least its floors and compute_us again.
+  // NOTES: a calibration factor below 1 may not carry a prediction under a floor: no kernel moved its operands
+  // or tiles faster than the rates measured while tuning (lookup.h). Below them, an H100 table predicted a
+  // decode GEMM at 3.6 TB/s, above the GPU's peak bandwidth (issue 75).
   double predicted_us(const Candidate& c, const Coordinates& x, double floor_us, const LogExtents& logs,
                       double compute_us) const {
-    const double t = floored_us(c, x, floor_us);
-    return std::max(compute_us, c.calibrated ? t * std::exp(calibration_exponent(c, logs)) : t);
+    const double floors = floors_us(c, x, floor_us);
+    const double t = std::max(floors, predict(&waves[c.wave_begin], c.wave_count, x));
+    return std::max({compute_us, floors, c.calibrated ? t * std::exp(calibration_exponent(c, logs)) : t});
   }
 
   void index_exact();
@@ -726,12 +730,12 @@ Choice Selector::select_model(const Problem& p) const {
   // than the margin, about the model's typical error on unseen shapes: a smaller predicted gain is as
   // likely the model's error as a real one (docs/model.md, section 7). So a candidate is chosen only if
   // predicted below the running best and, with a prior, below prior_t / (1 + margin). Its prediction is
-  // at least the compute floor, and at least the larger of the memory floor and its least tile traffic
-  // times the lower bound of its calibration factor: a few multiply-adds. Where the compute floor rules
-  // out every candidate (a large compute-bound problem whose prior is predicted within its margin of it),
-  // none is looked at; where a candidate's bound rules it out (memory-bound problems, small tiles on large
-  // ones), its mapping and wave model are not evaluated. Ties with the prior end in the prior, so choices
-  // and predicted times are those of evaluating every candidate, bit for bit.
+  // at least the compute floor, and at least the larger of the memory floor and its least tile traffic,
+  // times the lower bound of its calibration factor where that exceeds 1: a few multiply-adds. Where the
+  // compute floor rules out every candidate (a large compute-bound problem whose prior is predicted within
+  // its margin of it), none is looked at; where a candidate's bound rules it out (memory-bound problems,
+  // small tiles on large ones), its mapping and wave model are not evaluated. Ties with the prior end in the
+  // prior, so choices and predicted times are those of evaluating every candidate, bit for bit.
   const double override_factor = prior ? 1 + prior->margin : 0;
   const double mnk = double(p.m) * double(p.n) * double(p.k);
   if (!prior || compute_us * override_factor < prior_t) {
@@ -740,19 +744,20 @@ Choice Selector::select_model(const Problem& p) const {
       const double e = c.calibrated ? Impl::calibration_exponent(c, logs) : 0;
       const double bound = c.calibrated ? exp_lower_bound(e) : 1;
       const double least_floor = std::max(floor_us, c.traffic_per_mnk * mnk);
-      const double least = std::max(compute_us, least_floor * bound);
+      const double least = std::max(compute_us, least_floor * std::max(1.0, bound));
       if (prior && least * override_factor >= prior_t) continue;  // cannot override the prior
       if (best && least >= best_t) continue;                      // cannot be chosen
       const Coordinates x = c.mapping(spread, p.n, p.k);
       assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
-      double t = s.floored_us(c, x, floor_us);
-      assert(least_floor <= t);
+      const double floors = s.floors_us(c, x, floor_us);
+      assert(least_floor <= floors);
+      double t = std::max(floors, predict(&s.waves[c.wave_begin], c.wave_count, x));
       if (c.calibrated) {
         if (best && t * bound >= best_t) continue;                         // cannot be chosen
         if (prior && t * bound * override_factor >= prior_t) continue;  // cannot override the prior
         t *= std::exp(e);
       }
-      t = std::max(t, compute_us);
+      t = std::max({t, floors, compute_us});  // as predicted_us: the floors bound the calibrated prediction
       if (best && t >= best_t) continue;                         // strict: ties keep the lower id
       if (prior && t * override_factor >= prior_t) continue;  // cannot override the prior
       if (!c.mapping.choosable(spread, p.n, p.k, x)) continue;  // checked last: rarely reached
