@@ -147,6 +147,16 @@ def test_explain_without_a_gpu_asks_for_a_table_and_explains_one():
 MAX_EXTENT, MAX_GROUPS = 2**31 - 1, 2**29
 
 
+def test_table_sizes_beyond_64_bits_are_refused_by_name():
+    selector = tables.open_table(SHIPPED_TABLE)
+    with pytest.raises(ValueError, match=rf"^m={2**70} is out of range: it must be in \[1, {MAX_EXTENT}\]$"):
+        selector.explain("bf16", "col", 2**70, 4096, 4096)
+    with pytest.raises(ValueError, match=rf"^groups={2**64} is out of range: it must be in \[1, {MAX_GROUPS}\]$"):
+        selector.select("bf16", "col", 16, 4096, 4096, groups=2**64)
+    with pytest.raises(ValueError, match=r"^heads_kv=-1 is out of range"):
+        selector.select("bf16", "col", 16, 4096, 4096, heads_kv=-1)
+
+
 def test_native_errors_carry_no_source_paths():
     with pytest.raises(ValueError) as refused:  # M*N*K beyond 2^60: the lookup library's own check
         tables.open_table(SHIPPED_TABLE).select("bf16", "col", MAX_EXTENT, MAX_EXTENT, MAX_EXTENT)

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bindings.h"
@@ -62,10 +63,57 @@ std::vector<bindings::FamilyBindings*>& family_bindings() {
   return all;
 }
 
-Problem make_lookup_problem(const std::string& dtype, const std::string& b_layout, int64_t m, int64_t n, int64_t k,
-                            int64_t groups = 1) {
-  return {bindings::parse_name<DType>(dtype, 2, "dtype"), bindings::parse_name<BLayout>(b_layout, 2, "B layout"), m, n,
-          k, groups};
+// The most rows, columns or reduction steps a problem may have (Problem in lookup.h: the kernels take int32).
+constexpr int64_t kMaxExtent = INT32_MAX;
+
+// A problem size as Python passes it, named `name`, in [1, max]. pybind11 refuses an int beyond 64 bits
+// as "incompatible function arguments" with a dump of the signature; this names the argument and its range.
+int64_t size_argument(const py::handle& value, const char* name, int64_t max) {
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();  // not an integer: Python's TypeError
+  int overflow = 0;
+  const long long size = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow || size < 1 || size > max) {
+    throw std::invalid_argument(std::string(name) + "=" + py::str(index).cast<std::string>() +
+                                " is out of range: it must be in [1, " + std::to_string(max) + "]");
+  }
+  return size;
+}
+
+Problem make_lookup_problem(const std::string& dtype, const std::string& b_layout, const py::handle& m,
+                            const py::handle& n, const py::handle& k, const py::handle& groups,
+                            const py::handle& heads_q, const py::handle& heads_kv, bool causal) {
+  Problem p{bindings::parse_name<DType>(dtype, 2, "dtype"), bindings::parse_name<BLayout>(b_layout, 2, "B layout"),
+            size_argument(m, "m", kMaxExtent), size_argument(n, "n", kMaxExtent), size_argument(k, "k", kMaxExtent),
+            size_argument(groups, "groups", kMaxGroups)};
+  p.heads_q = size_argument(heads_q, "heads_q", kMaxGroups);
+  p.heads_kv = size_argument(heads_kv, "heads_kv", kMaxGroups);
+  p.causal = causal;
+  return p;
+}
+
+// A table bound to `variants` (dicts as variant_dict makes them) instead of the compiled ones: what a build
+// with those variants chooses, for explaining a table where its variants are not compiled.
+std::shared_ptr<Selector> selector_over(const std::string& path, const std::string& family,
+                                        const std::vector<py::dict>& variants) {
+  const KernelFamily* f = find_kernel_family(family);
+  if (!f) return open_table(path, family);  // its error names the known families
+  std::vector<std::string> names;
+  names.reserve(variants.size());  // the infos point into it
+  std::vector<VariantInfo> infos;
+  for (const py::dict& d : variants) {
+    names.push_back(d["name"].cast<std::string>());
+    const auto [tile_m, tile_n, tile_k] = d["tile"].cast<std::tuple<int32_t, int32_t, int32_t>>();
+    const auto [cluster_m, cluster_n] = d["cluster"].cast<std::tuple<int32_t, int32_t>>();
+    infos.push_back({d["id"].cast<int32_t>(), names.back().c_str(),
+                     bindings::parse_name<DType>(d["dtype"].cast<std::string>(), 2, "dtype"),
+                     bindings::parse_name<BLayout>(d["b_layout"].cast<std::string>(), 2, "B layout"),
+                     d["swap_ab"].cast<bool>(),
+                     bindings::parse_name<Schedule>(d["schedule"].cast<std::string>(), 6, "schedule"), tile_m, tile_n,
+                     tile_k, cluster_m, cluster_n,
+                     bindings::parse_name<TileScheduler>(d["scheduler"].cast<std::string>(), 3, "scheduler")});
+  }
+  return std::make_shared<Selector>(Table::load(path), infos, f->config_space_hash(), family);
 }
 
 // Names in enumerator order, so Python maps a name to its code by position.
@@ -108,6 +156,8 @@ PYBIND11_MODULE(_C, m) {
   m.attr("B_LAYOUTS") = names<BLayout>(2);
   m.attr("DECOMPOSITIONS") = names<Decomposition>(4);
   m.attr("RASTERS") = names<Raster>(3);
+  m.attr("MAX_EXTENT") = kMaxExtent;  // a problem's M, N and K are in [1, MAX_EXTENT]
+  m.attr("MAX_GROUPS") = kMaxGroups;  // its groups (experts, batch) and heads in [1, MAX_GROUPS]
 
   m.def("build_info", [] {
     BuildInfo info = build_info();
@@ -140,6 +190,9 @@ PYBIND11_MODULE(_C, m) {
                                                   "A tuned table bound to this build's compiled variants.")
       .def(py::init(&open_table), py::arg("path"), py::arg("family") = "gemm",
            "A table file of a kernel family (families()) bound to that family's compiled variants.")
+      .def(py::init(&selector_over), py::arg("path"), py::arg("family"), py::arg("variants"),
+           "A table file bound to the given variants (dicts as the family's variant listing gives them) instead of "
+           "the compiled ones: the choices of a build with those variants, for explaining a table anywhere.")
       .def_property_readonly("family", &Selector::family)
       .def("check_device", &Selector::check_device, py::arg("gpu_name"), py::arg("sm_count"))
       .def("meta", [](const Selector& s) { return s.table().meta; })
@@ -151,10 +204,10 @@ PYBIND11_MODULE(_C, m) {
       .def("skipped_configs", &Selector::skipped_configs)
       .def("sm_count", &Selector::sm_count)
       .def("select",
-           [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_, int64_t n,
-              int64_t k, bool exact, int64_t groups, int64_t heads_q, int64_t heads_kv, bool causal) {
-             Problem p = make_lookup_problem(dtype, b_layout, m_, n, k, groups);
-             p.heads_q = heads_q, p.heads_kv = heads_kv, p.causal = causal;
+           [](const Selector& s, const std::string& dtype, const std::string& b_layout, const py::handle& m_,
+              const py::handle& n, const py::handle& k, bool exact, const py::handle& groups,
+              const py::handle& heads_q, const py::handle& heads_kv, bool causal) {
+             const Problem p = make_lookup_problem(dtype, b_layout, m_, n, k, groups, heads_q, heads_kv, causal);
              Choice c = exact ? s.select(p) : s.select_model(p);
              const TableConfig& config = s.table().configs[c.config];
              py::dict d;
@@ -174,11 +227,11 @@ PYBIND11_MODULE(_C, m) {
            "The table's choice for a problem (groups: experts, for a grouped table; M is then all their rows; for "
            "an attention table M, N, K, groups are seqlen_q, seqlen_k, head_dim, batch, with heads and mask); "
            "exact=False skips the exact entries (the model's choice alone).")
-      .def("explain", [](const Selector& s, const std::string& dtype, const std::string& b_layout, int64_t m_,
-                         int64_t n, int64_t k, int64_t groups, int64_t heads_q, int64_t heads_kv, bool causal) {
+      .def("explain", [](const Selector& s, const std::string& dtype, const std::string& b_layout,
+                         const py::handle& m_, const py::handle& n, const py::handle& k, const py::handle& groups,
+                         const py::handle& heads_q, const py::handle& heads_kv, bool causal) {
         py::list out;
-        Problem problem = make_lookup_problem(dtype, b_layout, m_, n, k, groups);
-        problem.heads_q = heads_q, problem.heads_kv = heads_kv, problem.causal = causal;
+        const Problem problem = make_lookup_problem(dtype, b_layout, m_, n, k, groups, heads_q, heads_kv, causal);
         for (const Prediction& p : s.explain(problem)) {
           const TableConfig& config = s.table().configs[p.config];
           py::dict d;
@@ -197,6 +250,7 @@ PYBIND11_MODULE(_C, m) {
         return out;
       }, py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups") = 1,
       py::arg("heads_q") = 1, py::arg("heads_kv") = 1, py::arg("causal") = false);
+
 
   m.def("use_table", &use_table, py::arg("device"), py::arg("selector").none(true), py::arg("family") = "gemm",
         "Make launches of the table's family (families()) choose from it on a device (None: back to "
