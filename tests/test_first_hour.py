@@ -166,6 +166,16 @@ def test_native_errors_carry_no_source_paths():
     assert "M*N*K <= 2^60" in error and not re.search(r"\.(cpp|cu|h):\d+|csrc/", error)
 
 
+def test_the_no_gpu_message_names_what_exists():
+    code = "import wavetune\ntry:\n    wavetune.device_properties()\nexcept RuntimeError as exc:\n    print(exc)\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=NO_GPU, timeout=120)
+    named = re.findall(r"\b(wavetune(?:\.\w+)+)", done.stdout)
+    assert named, done.stdout
+    for name in named:  # each a module attribute a user can reach
+        module, _, attribute = name.rpartition(".")
+        assert callable(getattr(importlib.import_module(module), attribute)), name
+
+
 @pytest.mark.parametrize("args, says", [
     (["tune", "--shapes", "missing.json"], "missing.json: no such file"),
     (["tune", "--shapes", "{config}"], "no hidden_size"),

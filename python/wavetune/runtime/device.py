@@ -40,7 +40,7 @@ def properties(device: int) -> dict:
     """``device_properties`` of a device given by index (cached)."""
     if (reason := no_gpu_reason()) is not None:
         raise RuntimeError(f"{reason}: this needs the GPU; tables can still be read and explained without one "
-                           "(wavetune.open_table, python -m wavetune explain --table PATH)")
+                           "(wavetune.runtime.tables.open_table(PATH), python -m wavetune explain M N K --table PATH)")
     torch = sys.modules.get("torch")
     if torch is not None and device != torch.cuda.current_device():
         with torch.cuda.device(device):
