@@ -176,6 +176,15 @@ def test_the_no_gpu_message_names_what_exists():
         assert callable(getattr(importlib.import_module(module), attribute)), name
 
 
+def test_patch_reports_every_problem_of_a_layer_at_once():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(64, 60), torch.nn.Linear(60, 64))  # float32, on the CPU
+    report = wavetune.patch(model)
+    assert report.patched == []
+    for reason in report.skipped.values():  # the dtype, the widths and the device in one report
+        assert "weight dtype torch.float32" in reason and "multiples of 8" in reason and "on cpu" in reason
+
+
 @pytest.mark.parametrize("args, says", [
     (["tune", "--shapes", "missing.json"], "missing.json: no such file"),
     (["tune", "--shapes", "{config}"], "no hidden_size"),

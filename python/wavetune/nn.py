@@ -35,19 +35,18 @@ _LINEAR_OP = torch.ops.wavetune.linear.default
 
 
 def unsupported_reason(linear: torch.nn.Linear) -> str | None:
-    """Why wavetune's GEMM cannot run this layer, or None if it can (the device is not checked: a model
-    may be patched before it is moved to the GPU)."""
+    """Why wavetune's GEMM cannot run this layer, every reason at once ("; " between them), or None if it can
+    (the device is not checked: a model may be patched before it is moved to the GPU)."""
     weight, bias = linear.weight, linear.bias
-    if weight.dtype not in DTYPES:
-        return f"weight dtype {weight.dtype}: wavetune runs bfloat16 and float16"
     n, k = weight.shape
-    if n % 8 or k % 8:
-        return f"out_features={n}, in_features={k}: both must be multiples of 8 (TMA alignment)"
-    if weight.stride(1) != 1:
-        return f"weight strides {weight.stride()}: rows must be contiguous"
-    if bias is not None and bias.dtype != weight.dtype:
-        return f"bias dtype {bias.dtype} differs from the weight's {weight.dtype}"
-    return None
+    reasons = [
+        f"weight dtype {weight.dtype}: wavetune runs bfloat16 and float16" if weight.dtype not in DTYPES else "",
+        f"out_features={n}, in_features={k}: both must be multiples of 8 (TMA alignment)" if n % 8 or k % 8 else "",
+        f"weight strides {weight.stride()}: rows must be contiguous" if weight.stride(1) != 1 else "",
+        f"bias dtype {bias.dtype} differs from the weight's {weight.dtype}"
+        if bias is not None and bias.dtype != weight.dtype else "",
+    ]
+    return "; ".join(reason for reason in reasons if reason) or None
 
 
 def _rebuilt(cls: type, linear: torch.nn.Linear) -> torch.nn.Linear:
@@ -244,9 +243,11 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
             setattr(parent, attribute, FP8Linear.replacing(linear, *fp8))
             report.patched.append(name)
             continue
-        reason = (f"{type(linear).__qualname__} is a subclass of nn.Linear (its forward may differ)"
-                  if type(linear) is not torch.nn.Linear else unsupported_reason(linear) or fused.device_reason(linear))
-        if reason is not None:
+        # Every reason at once (the dtype and the device, say), so that one report says all there is to fix.
+        reasons = ([f"{type(linear).__qualname__} is a subclass of nn.Linear (its forward may differ)"]
+                   if type(linear) is not torch.nn.Linear
+                   else [unsupported_reason(linear), fused.device_reason(linear)])
+        if reason := "; ".join(r for r in reasons if r):
             report.skipped[name] = reason
             continue
         setattr(parent, attribute, Linear.from_linear(linear))
