@@ -1,0 +1,351 @@
+"""The docs hold to the build and to themselves: every kernel set's variant counts in docs/kernels.md are the
+ones cutlass_configs/*.toml select (config_space: the counts live nowhere else), the kernel sets the docs name
+exist, the repository paths they cite exist, and the code blocks of README.md and tables/README.md run. The
+CPU tier runs the README's Use block up to the GPU: every wavetune call passes its own checks and is refused
+only for want of a CUDA device; the GPU tier runs it as written."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import wavetune
+from conftest import REPO
+from wavetune.codegen import config_space
+
+README = REPO / "README.md"
+TABLES_README = REPO / "tables" / "README.md"
+KERNELS_MD = REPO / "docs" / "kernels.md"
+# The reference pages (docs/results/ holds records of runs, each with its own date and build).
+PAGES = [README, TABLES_README, *sorted((REPO / "docs").glob("*.md"))]
+
+# How docs/kernels.md's kernel-set table names each family's variants.
+FAMILY_LABELS = {"dense": "gemm", "grouped": "grouped_gemm", "attention": "attention", "FP8": "scaled_gemm",
+                 "FP8 grouped": "scaled_grouped_gemm", "block-scaled FP8 grouped": "block_scaled_grouped_gemm"}
+COUNT_TERM = re.compile(r"(\d+) (block-scaled FP8 grouped|FP8 grouped|FP8|grouped|dense|attention)\b")
+
+
+@functools.cache
+def spaces() -> dict[str, config_space.ConfigSpace]:
+    """Each family's config space, as the build reads it."""
+    return {s.family: s for s in map(config_space.load, sorted((REPO / "cutlass_configs").glob("*.toml")))}
+
+
+def known_sets() -> list[str]:
+    named = dict.fromkeys(name for s in spaces().values() for name in s.kernel_sets)
+    return [*config_space.BUILT_IN_SETS, *named]
+
+
+def selected(kernel_set: str, name_filter: str = "") -> dict[str, int]:
+    """Variants per family that the build compiles for a kernel set (the `tables` set reads tables/)."""
+    return {family: len(space.select(kernel_set, name_filter, REPO / "tables", allow_empty=True))
+            for family, space in spaces().items()}
+
+
+def code_blocks(page: Path) -> list[tuple[str, str]]:
+    """(language, text) of each fenced code block of a page."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(), re.M | re.S)
+
+
+def kernel_set_rows() -> list[list[str]]:
+    """The cells of each row of docs/kernels.md's kernel-set table."""
+    lines = KERNELS_MD.read_text().splitlines()
+    start = lines.index("| kernel set | variants | build time |") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Counts: docs/kernels.md against the config files.
+
+def test_kernels_md_states_each_kernel_sets_variants_as_the_config_files_select_them():
+    documented = set()
+    for name_cell, variants, *_ in kernel_set_rows():
+        plain = re.fullmatch(r"\**`(\w+)`\**(?: \(.*\))?", name_cell)
+        filtered = re.fullmatch(r"`(\w+)` filtered to `([^`]+)`(?: \(.*\))?", name_cell)
+        if plain:
+            kernel_set = plain.group(1)
+            assert kernel_set in known_sets(), (
+                f"docs/kernels.md lists a kernel set {kernel_set!r} that no cutlass_configs/*.toml defines "
+                f"(known: {', '.join(known_sets())})")
+            documented.add(kernel_set)
+            counts = selected(kernel_set)
+            stated = {FAMILY_LABELS[label]: int(n) for n, label in COUNT_TERM.findall(variants)}
+            for family, n in counts.items():
+                assert stated.get(family, 0) == n, (
+                    f"docs/kernels.md: the `{kernel_set}` set has {n} {family} variants "
+                    f"(cutlass_configs/sm90_{family}.toml), the table says {stated.get(family, 0)}: {variants!r}")
+            total = re.findall(r"\((\d+)\)", variants)
+            assert total and int(total[-1]) == sum(counts.values()), (
+                f"docs/kernels.md: the `{kernel_set}` set has {sum(counts.values())} variants in all; its row must "
+                f"end its count with that total in parentheses: {variants!r}")
+        elif filtered:
+            kernel_set, name_filter = filtered.groups()
+            n = sum(selected(kernel_set, name_filter).values())
+            assert variants == str(n), (
+                f"docs/kernels.md: `{kernel_set}` filtered to `{name_filter}` selects {n} variants, "
+                f"the table says {variants!r}")
+        else:  # a measured build of a few families' variants
+            attention = re.fullmatch(r"the (\d+) attention variants and one dense", name_cell)
+            assert attention, f"docs/kernels.md: a kernel-set row this test cannot check: {name_cell!r}"
+            n = selected("full")["attention"]
+            assert (int(attention.group(1)), variants) == (n, str(n + 1)), (
+                f"docs/kernels.md: the attention family has {n} variants: {name_cell!r} | {variants!r}")
+    assert documented == set(known_sets()), (
+        f"docs/kernels.md's kernel-set table must have a row for each kernel set: missing "
+        f"{sorted(set(known_sets()) - documented)}")
+
+
+def test_the_default_kernel_set_in_the_docs_is_the_builds():
+    default = re.search(r'set\(WAVETUNE_KERNEL_SET "(\w+)" CACHE', (REPO / "CMakeLists.txt").read_text()).group(1)
+    marked = [cells[0] for cells in kernel_set_rows() if "default, `pip install .`" in cells[0]]
+    assert marked == [f"**`{default}`** (default, `pip install .`)"], (
+        f"CMakeLists.txt builds {default!r} by default; docs/kernels.md marks {marked}")
+    block = next(text for language, text in code_blocks(KERNELS_MD) if "WAVETUNE_KERNEL_SET=" in text)
+    first = block.splitlines()[0]
+    assert first.split("#")[0].strip() == "pip install ." and f"# {default}:" in first, first
+
+
+def test_the_dense_and_attention_catalogs_are_counted_from_the_config_files():
+    full = selected("full")
+    catalog = re.search(r"^(\d+) variants: (\d+) bf16 with column-major B", KERNELS_MD.read_text(), re.M)
+    assert catalog, "docs/kernels.md's dense catalog no longer opens with 'N variants: M bf16 with column-major B'"
+    bcol = selected("full", "bf16_bcol_*")["gemm"]
+    assert catalog.groups() == (str(full["gemm"]), str(bcol)), (
+        f"docs/kernels.md's dense catalog: cutlass_configs/sm90_gemm.toml has {full['gemm']} variants, {bcol} of "
+        f"them bf16 with column-major B; the page says {catalog.group(0)!r}")
+    per_dtype = re.search(r"\| variants per dtype \((\d+)\) \|", (REPO / "docs" / "attention.md").read_text())
+    variants = spaces()["attention"].variants
+    counts = {dtype: sum(v.dtype == dtype for v in variants) for dtype in {v.dtype for v in variants}}
+    assert per_dtype and set(counts.values()) == {int(per_dtype.group(1))}, (
+        f"docs/attention.md's catalog table: the attention variants per dtype are {counts}")
+
+
+def test_the_readme_leaves_counts_to_the_kernels_page():
+    text = README.read_text()
+    counts = re.findall(r"\b\d+[- ]variants?\b", text)
+    assert not counts, f"README.md states variant counts {counts}: they live in docs/kernels.md's table alone"
+
+
+def test_the_docs_name_only_kernel_sets_that_exist():
+    pattern = re.compile(r"WAVETUNE_KERNEL_SET=(\w+)|`(\w+)`(?: kernel)? set\b")
+    for page in PAGES:
+        for match in pattern.finditer(page.read_text()):
+            name = match.group(1) or match.group(2)
+            assert name in known_sets(), (
+                f"{page.relative_to(REPO)} names a kernel set {name!r} that no cutlass_configs/*.toml defines "
+                f"(known: {', '.join(known_sets())})")
+
+
+def test_the_default_install_time_is_stated_once():
+    """A figure lives in one place: the default install's time is in docs/kernels.md's kernel-set table."""
+    figure = re.search(r"\*\*(\d+ min \d+ s)\*\* wall for `pip install", KERNELS_MD.read_text())
+    assert figure, "docs/kernels.md's `builtin` row gives the default install's wall time"
+    elsewhere = [page.relative_to(REPO) for page in PAGES if page != KERNELS_MD and figure.group(1) in page.read_text()]
+    assert not elsewhere, f"the install time {figure.group(1)!r} is repeated in {elsewhere}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Paths the docs cite.
+
+CITED = re.compile(r"`((?:benchmarks|tests|csrc|python|cmake|cutlass_configs|tables|docs|examples|\.ci)/[^`\s]*)`")
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+PLACEHOLDER = re.compile(r"[<>*{}\[\]]|(?:^|/|_)F(?:/|\.|$)")  # <family>, globs, `sm90_F.cuh` for a family F
+
+
+def test_every_path_the_docs_cite_exists():
+    package = Path(wavetune.__file__).parent
+    roots = [REPO, package, package / "data" / "cutlass"]  # CUTLASS's examples/ come with the package
+    missing = []
+    for page in PAGES:
+        text = page.read_text()
+        for path in CITED.findall(text):
+            path = path.split(":")[0].rstrip(".,;")
+            if not PLACEHOLDER.search(path) and not any((root / path).exists() for root in roots):
+                missing.append(f"{page.relative_to(REPO)}: `{path}`")
+        for target in LINK.findall(text):
+            if not re.match(r"[a-z]+:", target) and not (page.parent / target).exists():
+                missing.append(f"{page.relative_to(REPO)}: ({target})")
+    assert not missing, "the docs cite paths that do not exist:\n" + "\n".join(missing)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# README.md's code blocks.
+
+def readme_blocks() -> dict[str, str]:
+    """README.md's code blocks by what they are; a block this file does not know fails here, so that each
+    one has a test."""
+    kinds = {}
+    for language, text in code_blocks(README):
+        if language == "python":
+            kind = "use"
+        elif language == "bash" and 'pip install ".[test]"' in text:
+            kind = "setup"  # tests/test_first_hour.py: the commands CI runs as written
+        elif language == "bash" and all(line.startswith("python -m wavetune ") or line.startswith(" ")
+                                        for line in text.splitlines()):
+            kind = "cli"
+        else:
+            raise AssertionError(f"README.md has a code block no test runs; add it to tests/test_docs.py:\n{text}")
+        assert kind not in kinds, f"README.md has two {kind} blocks; tests/test_docs.py runs one"
+        kinds[kind] = text
+    assert set(kinds) == {"setup", "use", "cli"}, sorted(kinds)
+    return kinds
+
+
+def test_the_readme_use_block_defines_every_name_before_it_uses_it():
+    defined = set(dir(builtins))
+    undefined = []
+    for statement in ast.parse(readme_blocks()["use"]).body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in defined:
+                undefined.append(f"line {node.lineno}: {node.id}")
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    assert not undefined, f"README.md's Use block uses names it does not define: {undefined}"
+
+
+def stand_ins(torch) -> dict:
+    """A result of the right shape and dtype for each wavetune call the Use block makes, in place of what the
+    GPU would compute."""
+    fp8 = torch.float8_e4m3fn
+    return {
+        "gemm": lambda a, b, **_: torch.empty(a.shape[0], b.shape[1], dtype=a.dtype),
+        "grouped_gemm": lambda x, w, offsets, **_: torch.empty(x.shape[0], w.shape[1], dtype=x.dtype),
+        "attention": lambda q, k, v, **_: torch.empty_like(q),
+        "paged_attention": lambda q, *_, **__: torch.empty_like(q),
+        "quantize_fp8": lambda x, **_: (torch.empty(x.shape, dtype=fp8), torch.ones(*x.shape[:-1], 1)),
+        "scaled_gemm": lambda a, b, *_, out_dtype=None, **__: torch.empty(
+            a.shape[0], b.shape[1], dtype=out_dtype or torch.bfloat16),
+        "scaled_grouped_gemm": lambda x, w, *_, out_dtype=None, **__: torch.empty(
+            x.shape[0], w.shape[1], dtype=out_dtype or torch.bfloat16),
+    }
+
+
+class UpToTheGpu:
+    """``wavetune`` for the Use block on CPU tensors: each call runs the real entry point, whose checks of
+    shapes, dtypes and layouts must all pass, so that only the CUDA device is refused; a stand-in result then
+    lets the block go on."""
+
+    def __init__(self, torch):
+        self.stand_ins = stand_ins(torch)
+        self.reached_the_gpu: list[str] = []
+
+    def __getattr__(self, name: str):
+        entry = getattr(wavetune, name)
+
+        def call(*args, **kwargs):
+            try:
+                return entry(*args, **kwargs)
+            except ValueError as exc:
+                if not re.search(r"CUDA (device|tensor)", str(exc)):
+                    raise AssertionError(f"README.md's Use block: wavetune.{name} refuses its arguments "
+                                         f"before the GPU: {exc}") from exc
+            assert name in self.stand_ins, f"tests/test_docs.py: add a stand-in result for wavetune.{name}"
+            self.reached_the_gpu.append(name)
+            return self.stand_ins[name](*args, **kwargs)
+
+        return call
+
+
+def test_the_readme_use_block_runs_on_cpu_up_to_the_gpu(monkeypatch):
+    torch = pytest.importorskip("torch")
+    block = readme_blocks()["use"]
+    on_cpu = block.replace('device="cuda"', 'device="cpu"').replace("import torch, wavetune\n", "import torch\n")
+    assert "cuda" not in on_cpu, "the Use block names CUDA other than as device=\"cuda\""
+    assert "wavetune =" not in on_cpu and "import wavetune" not in on_cpu, "the block must import wavetune once"
+    # Shapes and dtypes are what the checks read: empty tensors spare filling gigabytes of weights.
+    monkeypatch.setattr(torch, "randn", lambda *size, **kwargs: torch.empty(*size, **kwargs))
+    proxy = UpToTheGpu(torch)
+    scope = {"wavetune": proxy, "__name__": "readme"}
+    exec(compile(on_cpu, "README.md (Use)", "exec"), scope)
+    called = set(re.findall(r"wavetune\.(\w+)\(", block))
+    assert set(proxy.reached_the_gpu) == called - {"patch"}, proxy.reached_the_gpu
+    report = scope["report"]  # patch runs on CPU: it leaves CPU layers alone and says why
+    assert report.patched == [] and report.skipped, report
+    assert all(reason.startswith("on cpu") for reason in report.skipped.values()), report.skipped
+
+
+@pytest.mark.gpu
+def test_the_readme_use_block_runs_as_written():
+    import torch
+
+    scope = {"__name__": "readme"}
+    exec(compile(readme_blocks()["use"], "README.md (Use)", "exec"), scope)
+    torch.cuda.synchronize()
+    x, W, b = scope["x"], scope["W"], scope["b"]
+    torch.testing.assert_close(scope["y"], torch.nn.functional.linear(x, W, b), rtol=2e-2, atol=2e-1)
+    assert len(scope["report"].patched) == 2, scope["report"]
+
+
+NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_the_readme_commands_work_or_say_in_one_line_what_they_need(tmp_path):
+    """Each command of the README's command-line block, as written, without a GPU and without nvcc: it works,
+    or (a GPU or nvcc needed) ends with one line saying what is missing. `T.wtt` is a shipped table.
+    tests/test_first_hour.py explains the same GEMM with `--table`, as the block's comment says."""
+    table = REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt"
+    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    env = {key: value for key, value in NO_GPU.items() if key not in ("CUDACXX", "CUDA_HOME", "CUDA_PATH")}
+    env |= {"PATH": path, "PYTHONPATH": str(Path(wavetune.__file__).parent.parent)}
+    if shutil.which("nvcc", path=path):
+        pytest.skip(f"nvcc is in {path}: `build` would compile for minutes")
+    for line in readme_blocks()["cli"].splitlines():
+        command = line.split("#")[0].split()
+        if not command:
+            continue
+        assert command[:3] == ["python", "-m", "wavetune"], line
+        args = [str(table) if arg == "T.wtt" else arg for arg in command[3:]]
+        done = subprocess.run([sys.executable, "-m", "wavetune", *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+        assert "Traceback" not in done.stderr, f"{line}\n{done.stderr}"
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines()
+            assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"wavetune {args[0]}: error: "), (
+                f"{line}\n{done.stderr}")
+            assert re.search(r"GPU|nvcc|--table", lines[0]), f"{line}: fails for another reason than no GPU: {lines[0]}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tables/README.md's code block.
+
+@pytest.mark.parametrize("slug, log", [("nvidia-h200", "tune_h200"), ("nvidia-h100-80gb-hbm3", "tune_h100")])
+def test_the_tables_readme_rebuilds_the_compute_record_byte_for_byte(tmp_path, slug, log):
+    """The block as written (for the H100, with its table and log in place of the H200's) on a copy of the
+    table without its compute record, run from a directory laid out as the repository."""
+    from wavetune.tuning import tablefile
+
+    (block,) = [text for language, text in code_blocks(TABLES_README)]
+    shipped = REPO / "tables" / f"{slug}.wtt"
+    (tmp_path / "tables").mkdir()
+    without = {**tablefile.read_table(shipped), "compute_flop_per_us": None}
+    tablefile.write_table(tmp_path / "tables" / f"{slug}.wtt", **without)
+    assert (tmp_path / "tables" / f"{slug}.wtt").read_bytes() != shipped.read_bytes()
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    with gzip.open(REPO / "docs" / "results" / f"{log}.jsonl.gz") as packed:  # the README's `gunzip -k`
+        (tmp_path / "docs" / "results" / f"{log}.jsonl").write_bytes(packed.read())
+    command = block.replace("tables/nvidia-h200.wtt", f"tables/{slug}.wtt").replace(
+        "docs/results/tune_h200.jsonl", f"docs/results/{log}.jsonl")
+    env = {**NO_GPU, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+           "PYTHONPATH": str(Path(wavetune.__file__).parent.parent)}
+    done = subprocess.run(["bash", "-euc", command], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "tables" / f"{slug}.wtt").read_bytes() == shipped.read_bytes()
