@@ -457,10 +457,10 @@ struct Selector::Impl {
   }
 
   [[noreturn]] void no_candidate(const Problem& p) const {
-    WAVETUNE_INVALID("no compiled config in table ", table.origin, " takes ", to_string(p.dtype), " with ",
-                     to_string(p.b_layout), "-major B (", skipped, " of its ", table.configs.size(),
-                     " configs are skipped: their variants are not in this build); fall back to "
-                     "wavetune::default_variant");
+    WAVETUNE_INVALID("no config of table ", table.origin, " that takes ", to_string(p.dtype), " with ",
+                     to_string(p.b_layout), "-major B is compiled in this build (", skipped, " of its ",
+                     table.configs.size(), " configs name variants it lacks): compile them with python -m wavetune "
+                     "build --table ", table.origin, ", or choose without the table (wavetune::default_variant)");
   }
 };
 
@@ -474,7 +474,9 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
   const auto family_meta = t.meta.find("family");
   const std::string table_family = family_meta == t.meta.end() ? "gemm" : family_meta->second;
   if (table_family != family) {
-    table_error(origin, ": a table of the ", table_family, " kernel family, but it is loaded for ", family);
+    table_error(origin, ": a table of the ", table_family, " kernel family, but it is loaded for ", family,
+                ": load it for its own family (family=\"", table_family, "\"; python -m wavetune explain reads it "
+                "from the file)");
   }
   s.family = find_table_family(family);
   if (!s.family) table_error(origin, ": the ", family, " kernel family is not known to the lookup library");

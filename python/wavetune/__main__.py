@@ -9,7 +9,9 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -18,7 +20,9 @@ from . import families
 from .families.gemm.api import configs
 from .runtime import tables
 from .runtime.device import build_info, device_properties, no_gpu_reason, package_version
+from .runtime.native import _C
 from .tuning import deploy, model
+from .tuning.tablefile import read_table
 
 
 def cmake_dir() -> Path:
@@ -37,7 +41,7 @@ def cmd_info(args: argparse.Namespace) -> int:
           f"CUDA {cuda // 1000}.{cuda % 1000 // 10}, CUTLASS {cutlass // 100}.{cutlass // 10 % 10}.{cutlass % 10}")
     for family in families.all():
         variants = family.list_configs()
-        print(f"{family.name}: {len(variants)} variants compiled" + (":" if variants else ""))
+        print(f"{family.name}: {compiled_count(family, len(variants))}" + (":" if variants else ""))
         for v in variants:
             print(f"  {v.name}")
     print(f"shipped tables ({tables.TABLE_DIR}): {shipped_tables()}")
@@ -51,6 +55,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     for family in families.names():
         print_table(device["name"], family)
     return 0
+
+
+def compiled_count(family: families.Family, count: int) -> str:
+    """How ``info`` counts a family's compiled variants; a family without a config space has no variants to
+    choose among, its kernels are built in."""
+    if not count and not family.config_space:
+        return "its kernels are built in (no variants to choose among)"
+    return f"{count} variant{'' if count == 1 else 's'} compiled"
 
 
 def print_table(gpu_name: str, family: str) -> None:
@@ -123,39 +135,128 @@ def explain_table(args: argparse.Namespace) -> Path:
         raise ValueError(f"{reason}: pass the table to explain with --table PATH (shipped in {tables.TABLE_DIR}: "
                          f"{shipped_tables()})")
     name = device_properties()["name"]
-    table = tables.default_table_path(name, args.family)
+    family = args.family or "gemm"
+    table = tables.default_table_path(name, family)
     if table is None:
-        raise ValueError(f"no {args.family} table for {name}: pass --table PATH")
+        raise ValueError(f"no {family} table for {name}: pass --table PATH")
     return table
 
 
-def left_out_note(selector, table: Path) -> str | None:
-    """What explain leaves out of a table on this build, and that its choice is then not a full install's."""
+def checked_size(name: str, value: int, largest: int) -> int:
+    """``value`` if it is in [1, largest]; else a ValueError naming the argument and the range (before the
+    value reaches the native module, which takes 64-bit integers)."""
+    if not 1 <= value <= largest:
+        raise ValueError(f"{name}={value} is out of range: it must be in [1, {largest}]")
+    return value
+
+
+def explain_heads(text: str) -> tuple[int, int]:
+    """--heads QUERY_HEADS,KV_HEADS as two counts."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(part.strip().isdigit() for part in parts):
+        raise ValueError(f"--heads {text!r}: --heads takes QUERY_HEADS,KV_HEADS, two counts such as 32,8")
+    return tuple(checked_size(f"--heads {name}", int(part), _C.MAX_GROUPS)
+                 for name, part in zip(("QUERY_HEADS", "KV_HEADS"), parts))
+
+
+def check_explain_args(args: argparse.Namespace) -> None:
+    """explain's numbers, each in the range the lookup takes."""
+    for name in ("M", "N", "K"):
+        checked_size(name, getattr(args, name), _C.MAX_EXTENT)
+    checked_size("--groups", args.groups, _C.MAX_GROUPS)
+    if args.top < 1:
+        raise ValueError(f"--top {args.top}: list at least 1 config")
+
+
+def table_family(table: Path, requested: str | None) -> str:
+    """The kernel family the table file says it is for (meta ``family``); --family, where given, must agree."""
+    try:
+        family = read_table(table)["meta"].get("family", "gemm")
+    except (OSError, ValueError):
+        return requested or "gemm"  # the loader says what is wrong with the file
+    if requested not in (None, family):
+        raise ValueError(f"{table} is a table of the {family} family, not {requested}: pass --family {family} "
+                         "or leave --family out")
+    return family
+
+
+# NOTES: an aligned, non-null address standing for each operand: explain checks a problem as the family's entry
+# point checks a call (sizes, strides, alignment) with no tensors; the checks never read the data.
+NO_DATA = 256
+
+
+def contiguous(*shape: int) -> tuple[int, int, int, int]:
+    """A [batch, seq, heads, head_dim] tensor descriptor of the attention bindings, contiguous, at NO_DATA
+    (a stride past 64 bits is clamped: the check refuses it as too large either way)."""
+    _, seq, heads, dim = shape
+    return NO_DATA, min(seq * heads * dim, 2**63 - 1), min(heads * dim, 2**63 - 1), dim
+
+
+def problem_error(family: str, args: argparse.Namespace, heads: tuple[int, int]) -> str:
+    """What the family's entry point says of a call with this problem's sizes; empty where it runs it."""
+    m, n, k, groups, dtype = args.M, args.N, args.K, args.groups, _C.DTYPES.index(args.dtype)
+    if family == "gemm":
+        col = args.b_layout == "col"
+        return _C.shape_error(m, n, k, k, k if col else n, n, dtype, _C.B_LAYOUTS.index(args.b_layout))
+    if family == "grouped_gemm":
+        return _C.grouped_problem_error(m, groups, n, k, *[NO_DATA] * 4, dtype)
+    if family in ("scaled_grouped_gemm", "block_scaled_grouped_gemm"):
+        return getattr(_C, f"{family.removesuffix('_gemm')}_problem_error")(m, groups, n, k, *[NO_DATA] * 6, dtype)
+    if family == "attention":
+        q, kv = contiguous(groups, m, heads[0], k), contiguous(groups, n, heads[1], k)
+        return _C.attention_problem_error((groups, m, n, *heads, k), q, kv, kv, q, 1 / math.sqrt(k), args.causal,
+                                          dtype)
+    return ""
+
+
+def variant_dict(v) -> dict:
+    """A config-space variant (codegen.config_space.Variant) as the native module describes variants."""
+    return {"id": v.id, "name": v.name, "dtype": v.dtype, "b_layout": v.b_layout, "swap_ab": v.swap_ab,
+            "schedule": v.schedule, "tile": (v.tile_m, v.tile_n, v.tile_k), "cluster": (v.cluster_m, v.cluster_n),
+            "scheduler": v.scheduler}
+
+
+def explain_selector(table: Path, family: str):
+    """(selector, configs it explains from the config space): the table bound to the variants a full install
+    runs, the compiled ones and the config space's others (on a GPU they compile on demand), so that explain
+    shows the table's choices on any build; the compiled ones alone where the kernel sources are not installed."""
+    from .runtime import jit
+
+    selector = tables.open_table(table, family)  # the loader's checks of the file, as load_table makes them
+    try:
+        missing = jit.missing_variants(family) if selector.skipped_configs() else []
+    except jit.JitUnavailable:
+        missing = []
+    if not missing:
+        return selector, 0
+    compiled = [dataclasses.asdict(c) for c in families.get(family).list_configs()]
+    full = _C.Selector(str(table), family, compiled + [variant_dict(v) for v in missing])
+    return full, selector.skipped_configs() - full.skipped_configs()
+
+
+def explain_notes(selector, table: Path, from_space: int) -> list[str]:
+    """What explain does with a table's configs this build has not compiled, and that a choice among fewer
+    configs than the table's is not necessarily what a full install on the GPU chooses."""
+    notes, kernel_set = [], build_info()["kernel_set"]
+    if from_space:
+        notes.append(f"note: {from_space} of the table's {selector.config_count()} configs name variants this "
+                     f"build has not compiled (kernel set {kernel_set!r}): they are explained as a full install "
+                     f"runs them (on a GPU they compile on demand; python -m wavetune build --table {table} "
+                     "compiles them ahead)")
     if not (skipped := selector.skipped_configs()):
-        return None
-    from .tuning.tablefile import read_table
-
-    cublas = sum(1 for c in read_table(table)["configs"] if c["variant"].startswith("cublas_"))
-    compiled = {c.name for c in configs()}
-    library = "" if not cublas or any(name.startswith("cublas_") for name in compiled) else (
-        f", {cublas} of them cuBLAS's (libcublas cannot be loaded here)")
-    return (f"note: {skipped} of the table's {selector.config_count()} configs are not in this build "
-            f"(kernel set {build_info()['kernel_set']!r}{library}) and are left out: the choice below is among "
-            f"the {selector.config_count() - skipped} that are, not necessarily what a full install on the GPU chooses "
-            f"(python -m wavetune build --table {table} compiles the others)")
+        return notes
+    cublas = 0 if any(c.name.startswith("cublas_") for c in configs()) else sum(
+        1 for c in read_table(table)["configs"] if c["variant"].startswith("cublas_"))
+    why = ("cuBLAS's: libcublas cannot be loaded here" if cublas == skipped
+           else f"their variants are not in this build, kernel set {kernel_set!r}")
+    notes.append(f"note: {skipped} of the table's {selector.config_count()} configs are left out ({why}): the choice "
+                 f"below is among the {selector.config_count() - skipped} others, not necessarily what the GPU "
+                 "chooses")
+    return notes
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    table = explain_table(args)
-    selector = tables.open_table(table, args.family)
-    problem = (args.dtype, args.b_layout, args.M, args.N, args.K)
-    heads_q, heads_kv = (int(h) for h in args.heads.split(","))
-    attention = dict(heads_q=heads_q, heads_kv=heads_kv, causal=args.causal)
-    rows = sorted(selector.explain(*problem, args.groups, **attention), key=lambda r: r["predicted_us"])
-    choice = selector.select(*problem, groups=args.groups, **attention)
-    print(f"{table}: {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
-    if note := left_out_note(selector, table):
-        print(note)
+def print_floors(selector, args: argparse.Namespace) -> None:
+    """The table's floors under every prediction, for this problem."""
     if bandwidth := selector.memory_bytes_per_us():
         floor = model.memory_floor_us(args.M, args.N, args.K, bandwidth, args.groups)
         print(f"memory floor: {floor:.2f} us (A, B and D at {bandwidth / 1e6:.2f} TB/s, the fastest traffic "
@@ -166,6 +267,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if rate := selector.compute_flop_per_us():
         print(f"compute floor: {model.compute_floor_us(args.M, args.N, args.K, rate):.2f} us (2*M*N*K at "
               f"{rate / 1e6:.0f} TFLOP/s, the fastest measured while tuning; no calibrated prediction is lower)")
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    check_explain_args(args)
+    heads = explain_heads(args.heads)
+    table = explain_table(args)
+    family = table_family(table, args.family)
+    selector, from_space = explain_selector(table, family)
+    problem = (args.dtype, args.b_layout, args.M, args.N, args.K)
+    attention = dict(heads_q=heads[0], heads_kv=heads[1], causal=args.causal)
+    rows = sorted(selector.explain(*problem, args.groups, **attention), key=lambda r: r["predicted_us"])
+    if error := problem_error(family, args, heads):
+        raise ValueError(f"the {family} family does not run this problem: {error}")
+    choice = selector.select(*problem, groups=args.groups, **attention)
+    print(f"{table}: {family} table of {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
+    for note in explain_notes(selector, table, from_space):
+        print(note)
+    print_floors(selector, args)
     print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}")
     for r in rows[: args.top]:
         mark = "" if r["choosable"] else "  (not chosen: stream-K outside its model, docs/model.md section 7)"
@@ -297,12 +416,14 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--table", help="table file (default: the installed one for this GPU); no GPU needed")
     explain.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     explain.add_argument("--b-layout", default="col", choices=["col", "row"])
-    explain.add_argument("--top", type=int, default=15, help="configs to list")
-    explain.add_argument("--family", default="gemm", choices=families.names(),
-                         help="grouped_gemm: a grouped problem, M rows over --groups experts")
+    explain.add_argument("--top", type=int, default=15, help="configs to list (at least 1)")
+    explain.add_argument("--family", choices=families.names(),
+                         help="the table's kernel family (default: what the table file says; without --table, "
+                              "gemm); grouped_gemm: a grouped problem, M rows over --groups experts")
     explain.add_argument("--groups", type=int, default=1, help="with --family grouped_gemm: the expert count; "
                          "with --family attention: the batch (M, N, K are then seqlen_q, seqlen_k, head_dim)")
-    explain.add_argument("--heads", default="1,1", help="with --family attention: query heads,KV heads")
+    explain.add_argument("--heads", default="1,1", metavar="QUERY_HEADS,KV_HEADS",
+                         help="with --family attention: query heads and KV heads (default: %(default)s)")
     explain.add_argument("--causal", action="store_true", help="with --family attention: the causal mask")
 
     build = sub.add_parser("build", help="compile variants outside the installed kernel set into the kernel cache "
