@@ -16,6 +16,7 @@ import pytest
 import wavetune
 from conftest import REPO, cpp_program
 from test_mapping import reference as map_reference
+from wavetune.codegen import config_space as cs
 from wavetune.tuning import model as reference_model
 from wavetune.tuning import tablefile
 from wavetune.__main__ import cmake_dir
@@ -104,11 +105,19 @@ def fields(stdout: str) -> dict:
     return dict(line.split(": ", 1) for line in lines)
 
 
+def uncompiled_variant_names() -> list[str]:
+    """The bf16 column-major variants of the gemm config space that this build lacks (a table's configs of them
+    are skipped, not refused); none in a build of the full kernel set."""
+    compiled = {c.name for c in wavetune.configs()}
+    space = cs.load(REPO / "cutlass_configs" / "sm90_gemm.toml")
+    return [v.name for v in space.variants if v.dtype == "bf16" and v.b_layout == "col" and v.name not in compiled]
+
+
 def variant_names(count: int) -> list[str]:
     """Names for tests that need no selection to succeed: compiled bf16 column-major variants where the
-    build has them, else names no build has (their configs are skipped)."""
+    build has them, else variants of its config space it lacks (their configs are skipped)."""
     names = [c.name for c in wavetune.configs() if c.dtype == "bf16" and c.b_layout == "col"]
-    return (names + [f"bf16_bcol_not_compiled_{i}" for i in range(count)])[:count]
+    return (names + uncompiled_variant_names())[:count]
 
 
 def bf16_col_variants():
@@ -134,12 +143,13 @@ def test_package_layout():
 
 def test_model_choice_cheapest_config(programs, tmp_path):
     v0, v1 = bf16_col_variants()[:2]
+    missing = uncompiled_variant_names()[:1]  # a variant of the config space this build lacks: skipped
     table = tmp_path / "table.wtt"
     table.write_bytes(table_text(
         configs=[(v0.name, "data_parallel", 1), (v1.name, "data_parallel", 1), (v0.name, "data_parallel", 1),
-                 ("bf16_bcol_not_in_this_build", "data_parallel", 1)],
+                 *((name, "data_parallel", 1) for name in missing)],
         waves=[(0, 1, 50.0, 0.0, 0.0, 0.0), (1, 1, 10.0, 0.0, 0.0, 0.0), (2, 1, 30.0, 0.0, 0.0, 0.0),
-               (3, 1, 1.0, 0.0, 0.0, 0.0)],
+               *((3, 1, 1.0, 0.0, 0.0, 0.0) for _ in missing)],
         micro=[(1, 1, "along_m", 2), (1, 1000000, "along_n", 8)]))
     done = run(programs["select_kernel"], table, 256, 4096, 4096)
     assert done.returncode == 0, done.stderr
@@ -148,7 +158,7 @@ def test_model_choice_cheapest_config(programs, tmp_path):
     assert out["config"] == "1" and out["source"] == "model" and float(out["predicted_us"]) == 10.0
     assert out["decomposition"] == "data_parallel splits=1"
     assert out["raster"] == "along_m max_swizzle=2"  # the rule with the largest w-min <= w
-    assert "1 skipped as not compiled" in out["table"]
+    assert f"{len(missing)} skipped as not compiled" in out["table"]
 
     # No compiled config for fp16 with row-major B in this table: refused, with the fallback named.
     done = run(programs["select_kernel"], table, 256, 4096, 4096, "fp16", "row")
@@ -446,6 +456,57 @@ def test_malformed_tables_name_the_file_and_line(programs, tmp_path, edit, messa
     table.write_bytes(with_checksum(edit(body)))
     done = run(programs["select_kernel"], table, 16, 4096, 4096)
     assert done.returncode == 1 and re.search(message, done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda b: b + b"memory 1e-300\n",
+     r"memory rate 1e-300 is outside the physical range \[10000, 1e\+10\] bytes/us \(10 GB/s to 10 PB/s\)"),
+    (lambda b: b + b"traffic 1e+300\n", r"traffic rate 1e\+300 is outside the physical range \[10000, 1e\+10\]"),
+    (lambda b: b + b"compute 1e-300\n",
+     r"compute rate 1e-300 is outside the physical range \[100000, 1e\+12\] flop/us \(0.1 TFLOP/s"),
+    (lambda b: b.replace(b"data_parallel 1", b"split_k 1000000000"),
+     r"config 0: splits 1000000000 is outside the physical range \[1, 1024\]"),
+    (lambda b: b + b"calibration 0 1000000.0 0.0 0.0 0.0\n",
+     r"config 0: calibration c0 1e\+06 is outside the physical range \[-20, 20\]"),
+    (lambda b: b + b"calibration 0 0.0 0.0 -1000000.0 0.0\n",
+     r"config 0: calibration c2 -1e\+06 is outside the physical range \[-2, 2\]"),
+])
+def test_values_outside_physical_range_are_refused(programs, tmp_path, edit, message):
+    """Finite values no GPU's tuning measures, in a table with a valid checksum: each refused, naming the record
+    or config, the field, the value and the range (a rate of 1e-300 made a 300-digit floor, one of 1e300 none)."""
+    (v0,) = variant_names(1)
+    good = table_text(configs=[(v0, "data_parallel", 1)], waves=[(0, 1, 5.0, 0.0, 0.0, 0.0)])
+    table = tmp_path / "table.wtt"
+    table.write_bytes(with_checksum(edit(good[:good.rindex(b"checksum")])))
+    done = run(programs["select_kernel"], table, 16, 4096, 4096)
+    assert done.returncode == 1 and re.search(f"{re.escape(str(table))}: {message}", done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("table", sorted((REPO / "tables").glob("*.wtt")), ids=lambda p: p.name)
+def test_every_shipped_table_is_within_the_physical_ranges(table):
+    family = tablefile.read_table(table)["meta"].get("family", "gemm")
+    assert wavetune._C.Selector(str(table), family).config_count() > 0
+
+
+def test_a_variant_no_build_has_is_refused_and_one_this_build_lacks_is_skipped(programs, tmp_path):
+    """A name outside the config space (not a smaller kernel set's variant) is refused, naming it; a variant of
+    the space that is not compiled and cuBLAS (a candidate whether or not libcublas loads here) are not."""
+    (v0,) = variant_names(1)
+    table = tmp_path / "table.wtt"
+
+    def select(name):
+        table.write_bytes(table_text(configs=[(v0, "data_parallel", 1), (name, "data_parallel", 1)],
+                                     waves=[(0, 1, 5.0, 0.0, 0.0, 0.0), (1, 1, 9.0, 0.0, 0.0, 0.0)]))
+        return run(programs["select_kernel"], table, 16, 4096, 4096)
+
+    done = select("bf16_bcol_no_such_variant")
+    space_hash = wavetune.build_info()["config_space_hash"]
+    assert done.returncode == 1, done.stdout
+    assert (f"{table}: config 1 names variant 'bf16_bcol_no_such_variant', which no build has: it is not in the "
+            f"gemm config space {space_hash}") in done.stderr
+    for name in ["cublas_bf16_bcol", *uncompiled_variant_names()[:1]]:
+        done = select(name)
+        assert done.returncode == 0 or "is compiled in this build" in done.stderr, (name, done.stderr)
 
 
 def test_arbitrary_bytes_never_crash_or_hang(programs, tmp_path):

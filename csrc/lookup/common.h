@@ -63,4 +63,23 @@ inline bool valid_extents(int64_t m, int64_t n, int64_t k) {
 // the Selector (which may be given a Table built by hand) refuse such tables.
 bool find_overlapping_exact(const std::vector<ExactEntry>& exact, size_t* first, size_t* second);
 
+// Refuses (TableError, naming the record, the value and the range) a rate, split count or calibration term that
+// no GPU's tuning could have measured: a table corrupted or edited into values that parse. The Selector checks
+// every table, parsed or built by hand.
+void check_physical_ranges(const Table& table);
+
+// A family's candidates outside its config space (hand-written kernels, vendor libraries), by name. The kernel
+// library registers them only where they can run (cuBLAS where libcublas loads, the decode GEMM in builds with
+// CUDA), so a table may name one that this process lacks. Each family's table_rules.cpp registers its own.
+struct BuiltinCandidates {
+  const char* name;  // the family
+  std::vector<std::string> (*variant_names)();
+};
+
+// Refuses (TableError) config `config` of a table of `family` tuned against config space `space_hash` when its
+// variant, which is not compiled, is neither of that config space (the generated registry lists it whole) nor
+// one of the family's built-in candidates: no build of this space has it. Nothing is refused for a config space
+// this library was not generated from (a Selector given variants of its own).
+void check_known_variant(const Table& table, size_t config, const std::string& family, const std::string& space_hash);
+
 }  // namespace wavetune::lookup_detail

@@ -496,6 +496,7 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
     table_error(origin, ": meta sm_count ", lookup_detail::quoted(sm), " is not a positive integer");
   }
   s.sm_count = int32_t(sm_count);
+  lookup_detail::check_physical_ranges(t);
 
   std::unordered_map<std::string, const VariantInfo*> by_name;
   for (const VariantInfo& v : compiled) by_name.emplace(v.name, &v);
@@ -537,6 +538,7 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
 
     const auto found = by_name.find(c.variant_name);
     if (found == by_name.end()) {
+      lookup_detail::check_known_variant(t, i, family, build_hash);
       ++s.skipped;  // a variant of a larger kernel set: not refused (docs/tables.md)
       continue;
     }

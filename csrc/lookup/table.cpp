@@ -1,5 +1,6 @@
-// Reading table files (docs/tables.md): the syntax, the checksum and the references between records.
-// Nothing here knows the running build; the Selector resolves the table against it.
+// Reading table files (docs/tables.md): the syntax, the checksum and the references between records, and the
+// physical range of the values (check_physical_ranges, for the Selector, which checks every table). Nothing
+// here knows the running build; the Selector resolves the table against it.
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -66,6 +67,54 @@ bool find_overlapping_exact(const std::vector<ExactEntry>& exact, size_t* first,
     }
   }
   return false;
+}
+
+namespace {
+
+// NOTES: the ranges are generous for any GPU from Ampere to Blackwell, consumer to data center: rates run
+// from below the slowest GPU's to a hundred times the fastest's. Operands and tiles move at 10 GB/s to 10 PB/s
+// (shipped tables: 2.9-38 TB/s, FP8 tables counting 2 bytes an element), arithmetic runs at 0.1 TFLOP/s to
+// 1 EFLOP/s (shipped: 0.84 PFLOP/s). More than 1024 K or KV splits would outnumber any GPU's SMs several times
+// over (the tuners write up to 128). A calibration corrects a fit by a power law of each extent: beyond M^2
+// (latency is at most linear in each extent) or a constant factor of e^20 it is no correction (shipped:
+// |c0| < 3, |c1..c3| < 0.3), and within these bounds the factor stays finite for every problem.
+struct PhysicalRange {
+  double lo, hi;
+  const char* unit;
+};
+constexpr PhysicalRange kBytesPerUs{1e4, 1e10, " bytes/us (10 GB/s to 10 PB/s)"};
+constexpr PhysicalRange kFlopPerUs{1e5, 1e12, " flop/us (0.1 TFLOP/s to 1 EFLOP/s)"};
+constexpr PhysicalRange kSplits{1, 1024, ""};
+constexpr PhysicalRange kCalibrationScale{-20, 20, " (the log of a constant factor)"};
+constexpr PhysicalRange kCalibrationExponent{-2, 2, " (the exponent of an extent)"};
+
+template <class Value, class... What>
+void check_range(const Table& table, Value value, const PhysicalRange& range, const What&... what) {
+  if (!(value >= range.lo && value <= range.hi)) {
+    table_error(table.origin, ": ", what..., " ", value, " is outside the physical range [", range.lo, ", ",
+                range.hi, "]", range.unit);
+  }
+}
+
+// A rate record's value: 0 where the table has none.
+void check_rate(const Table& table, double per_us, const PhysicalRange& range, const char* record) {
+  if (per_us != 0) check_range(table, per_us, range, record, " rate");
+}
+
+}  // namespace
+
+void check_physical_ranges(const Table& table) {
+  check_rate(table, table.memory_bytes_per_us, kBytesPerUs, "memory");
+  check_rate(table, table.traffic_bytes_per_us, kBytesPerUs, "traffic");
+  check_rate(table, table.compute_flop_per_us, kFlopPerUs, "compute");
+  for (size_t i = 0; i < table.configs.size(); ++i) {
+    const TableConfig& c = table.configs[i];
+    check_range(table, c.splits, kSplits, "config ", i, ": splits");
+    check_range(table, c.calibration[0], kCalibrationScale, "config ", i, ": calibration c0");
+    for (int term = 1; term < 4; ++term) {
+      check_range(table, c.calibration[term], kCalibrationExponent, "config ", i, ": calibration c", term);
+    }
+  }
 }
 
 }  // namespace lookup_detail

@@ -3,8 +3,12 @@
 // (attention_heuristic.h) rather than by the GEMM wave model.
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "common.h"
 #include "registered.h"
+#include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 #include "wavetune/errors.h"
 #include "wavetune/family.h"
@@ -42,6 +46,15 @@ bool attention_fits(const TileShape& t, int32_t splits, const Problem& p) {
 const TableFamily kAttention{"attention", kMaxGroups, false, false, false, &attention_fits, &attention_coordinates,
                              &check_heads};
 const detail::Registration<TableFamily> registration(&kAttention);
+
+// Besides its config space's FMHA variants, its tables may name the cuDNN and paged candidates.
+std::vector<std::string> builtin_candidate_names() {
+  std::vector<std::string> names;
+  for (const VariantInfo& v : attention_candidates()) names.push_back(v.name);
+  return names;
+}
+const lookup_detail::BuiltinCandidates kBuiltin{"attention", &builtin_candidate_names};
+const detail::Registration<lookup_detail::BuiltinCandidates> builtin_registration(&kBuiltin);
 
 }  // namespace
 }  // namespace wavetune

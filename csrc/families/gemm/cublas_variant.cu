@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "builtin_candidates.h"
 #include "cublas_library.h"
 #include "variant_ops.h"
 #include "variant_registry.h"
@@ -130,13 +131,11 @@ std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_i
   // NOTES: cuBLAS picks its own tile per problem; the table models it through a nominal 128x128x64 tile
   // (its (G, L) mapping), and the calibration corrects the rest, as for any variant.
   std::vector<VariantRegistry<VariantOps>::Entry> out;
-  static const char* const kNames[2][2] = {{"cublas_bf16_bcol", "cublas_bf16_brow"},
-                                           {"cublas_fp16_bcol", "cublas_fp16_brow"}};
   for (DType dtype : {DType::bf16, DType::fp16}) {
     for (BLayout layout : {BLayout::col, BLayout::row}) {
       const int32_t id = first_id + 2 * int32_t(dtype) + int32_t(layout);
-      out.push_back({{id, kNames[int(dtype)][int(layout)], dtype, layout, false, Schedule::cublas, 128, 128, 64,
-                      1, 1, TileScheduler::persistent},
+      out.push_back({{id, kCublasVariantNames[int(dtype)][int(layout)], dtype, layout, false, Schedule::cublas, 128,
+                      128, 64, 1, 1, TileScheduler::persistent},
                      &kOps});
     }
   }

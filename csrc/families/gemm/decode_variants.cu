@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "builtin_candidates.h"
 #include "sm90_decode_gemm.cuh"
 #include "variant_ops.h"
 #include "wavetune/errors.h"
@@ -68,36 +69,6 @@ struct DecodeVariant {
             &kOps};
   }
 };
-
-// The catalog, as data: (dtype, tokens per CTA, 16-row tiles per warp, warps along N, warps along K,
-// K chunks per loop step, schedule). 4 warps per CTA, so that several CTAs share an SM; 16-row CTAs that
-// split K over their warps for narrow layers; more rows per warp for wider token tiles
-// (sm90_decode_gemm.cuh says why), with fewer chunks per step to stay within the registers; persistent
-// CTAs, which stream one tile after another, for wide layers. Ids are positions here: append to keep them
-// stable.
-#define WAVETUNE_DECODE_VARIANTS(X)                                                         \
-  X(bf16, 8, 1, 4, 1, 4, data_parallel, "bf16_bcol_decode_64x8_4x1")                        \
-  X(bf16, 8, 2, 4, 1, 4, data_parallel, "bf16_bcol_decode_128x8_4x1")                       \
-  X(bf16, 8, 1, 1, 4, 4, data_parallel, "bf16_bcol_decode_16x8_1x4")                        \
-  X(bf16, 16, 1, 4, 1, 4, data_parallel, "bf16_bcol_decode_64x16_4x1")                      \
-  X(bf16, 16, 2, 4, 1, 4, data_parallel, "bf16_bcol_decode_128x16_4x1")                     \
-  X(bf16, 16, 1, 1, 4, 4, data_parallel, "bf16_bcol_decode_16x16_1x4")                      \
-  X(bf16, 32, 2, 4, 1, 2, data_parallel, "bf16_bcol_decode_128x32_4x1")                     \
-  X(bf16, 64, 2, 4, 1, 2, data_parallel, "bf16_bcol_decode_128x64_4x1")                     \
-  X(fp16, 8, 1, 4, 1, 4, data_parallel, "fp16_bcol_decode_64x8_4x1")                        \
-  X(fp16, 8, 2, 4, 1, 4, data_parallel, "fp16_bcol_decode_128x8_4x1")                       \
-  X(fp16, 8, 1, 1, 4, 4, data_parallel, "fp16_bcol_decode_16x8_1x4")                        \
-  X(fp16, 16, 1, 4, 1, 4, data_parallel, "fp16_bcol_decode_64x16_4x1")                      \
-  X(fp16, 16, 2, 4, 1, 4, data_parallel, "fp16_bcol_decode_128x16_4x1")                     \
-  X(fp16, 16, 1, 1, 4, 4, data_parallel, "fp16_bcol_decode_16x16_1x4")                      \
-  X(fp16, 32, 2, 4, 1, 2, data_parallel, "fp16_bcol_decode_128x32_4x1")                     \
-  X(fp16, 64, 2, 4, 1, 2, data_parallel, "fp16_bcol_decode_128x64_4x1")                     \
-  X(bf16, 8, 1, 4, 1, 4, persistent, "bf16_bcol_decode_64x8_4x1_persistent")                \
-  X(bf16, 8, 2, 4, 1, 4, persistent, "bf16_bcol_decode_128x8_4x1_persistent")               \
-  X(bf16, 16, 2, 4, 1, 4, persistent, "bf16_bcol_decode_128x16_4x1_persistent")             \
-  X(fp16, 8, 1, 4, 1, 4, persistent, "fp16_bcol_decode_64x8_4x1_persistent")                \
-  X(fp16, 8, 2, 4, 1, 4, persistent, "fp16_bcol_decode_128x8_4x1_persistent")               \
-  X(fp16, 16, 2, 4, 1, 4, persistent, "fp16_bcol_decode_128x16_4x1_persistent")
 
 }  // namespace
 

@@ -1,5 +1,11 @@
 // How the lookup engine treats dense GEMM tables (family.h): one GEMM per problem, exact ranges, every
-// decomposition, the GEMM wave model (mapping.h).
+// decomposition, the GEMM wave model (mapping.h); besides its config space's variants, its tables may name the
+// decode GEMM's and cuBLAS (builtin_candidates.h).
+#include <string>
+#include <vector>
+
+#include "builtin_candidates.h"
+#include "common.h"
 #include "registered.h"
 #include "wavetune/family.h"
 
@@ -7,5 +13,16 @@ namespace wavetune {
 namespace {
 const TableFamily kGemm{"gemm", 1, true, false, true, nullptr, nullptr, nullptr};
 const detail::Registration<TableFamily> registration(&kGemm);
+
+std::vector<std::string> builtin_candidate_names() {
+  std::vector<std::string> names;
+#define WAVETUNE_DECODE_NAME(DT, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME) names.push_back(NAME);
+  WAVETUNE_DECODE_VARIANTS(WAVETUNE_DECODE_NAME)
+#undef WAVETUNE_DECODE_NAME
+  for (const auto& by_layout : detail::kCublasVariantNames) names.insert(names.end(), by_layout, by_layout + 2);
+  return names;
+}
+const lookup_detail::BuiltinCandidates kBuiltin{"gemm", &builtin_candidate_names};
+const detail::Registration<lookup_detail::BuiltinCandidates> builtin_registration(&kBuiltin);
 }  // namespace
 }  // namespace wavetune
