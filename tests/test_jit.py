@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,53 @@ def test_a_directory_of_another_user_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel_cache.os, "geteuid", lambda: root.stat().st_uid + 1)
     with pytest.raises(CacheError, match=rf"{root} belongs to user id .*{kernel_cache.CACHE_ENV}"):
         KernelCache(KEY, root)
+
+
+@pytest.mark.parametrize("root, error", [("file", "File exists"), ("file/below", "Not a directory")])
+def test_a_root_that_cannot_be_a_directory_is_a_cache_error(tmp_path, root, error):
+    """Like an insecure directory (a read-only home too): a CacheError naming it, which callers warn of once."""
+    (tmp_path / "file").write_text("a regular file")
+    with pytest.raises(CacheError, match=rf"{tmp_path / root} cannot be used \({error}.*{kernel_cache.CACHE_ENV}"):
+        KernelCache(KEY, tmp_path / root)
+
+
+def test_no_home_directory_is_a_cache_error(monkeypatch):
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv(kernel_cache.CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(kernel_cache.Path, "home", no_home)
+    with pytest.raises(CacheError, match=rf"no directory \(Could not determine home.*{kernel_cache.CACHE_ENV}"):
+        kernel_cache.cache_root()
+
+
+def test_a_lock_that_cannot_be_made_is_a_cache_error(tmp_path):
+    cache = KernelCache(KEY, tmp_path)
+    (cache.dir / "v.lock").mkdir()  # where the lock file goes: it cannot be opened, as in a read-only cache
+    with pytest.raises(CacheError, match=rf"{cache.dir} cannot be used"):
+        cache.load_cached("v", read_back)
+
+
+def test_an_unusable_cache_warns_once_and_the_table_loads_without_it(tmp_path, monkeypatch):
+    """A cache root that is a regular file, even with WAVETUNE_JIT=0: one warning naming it, and load_table goes
+    on with the compiled variants (it raised FileExistsError)."""
+    (tmp_path / "file").write_text("a regular file")
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(tmp_path / "file"))
+    monkeypatch.setenv(JIT_ENV, "0")
+    monkeypatch.setattr(jit, "_warned", set())
+    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(jit, "cache_for", lambda family: KernelCache(KEY))
+    space = cs.load(REPO / "cutlass_configs" / "sm90_gemm.toml")
+    monkeypatch.setattr(jit, "working_set", lambda table, family: list(space.variants[:1]))
+    monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
+    table = REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt"
+    with pytest.warns(UserWarning, match=rf"cannot be compiled here: wavetune's kernel cache {tmp_path / 'file'} "
+                                         "cannot be used"):
+        assert jit.prepare_table(table, "gemm") is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert jit.prepare_table(table, "gemm") is False  # warned once
 
 
 def test_an_entry_is_compiled_once_and_its_manifest_records_it(tmp_path):

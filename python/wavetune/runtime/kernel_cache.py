@@ -12,6 +12,7 @@ is loaded only while its bytes match the manifest's sha256 (a truncated or corru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -29,14 +30,20 @@ Loaded = TypeVar("Loaded")
 
 
 class CacheError(RuntimeError):
-    """A cache directory wavetune must not load code from; the message names it and the fix."""
+    """A cache directory wavetune cannot use or must not load code from; the message names it and the fix."""
+
+
+CACHE_FIX = f"set {CACHE_ENV} to a directory of your own"
 
 
 def cache_root() -> Path:
     """``$WAVETUNE_CACHE_DIR``, else ``$XDG_CACHE_HOME/wavetune``, else ``~/.cache/wavetune``."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wavetune"
+    try:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wavetune"
+    except RuntimeError as exc:  # no home directory
+        raise CacheError(f"wavetune's kernel cache has no directory ({exc}): {CACHE_FIX}") from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,17 +67,25 @@ class CacheKey:
 def private_dir(path: Path) -> Path:
     """``path``, created for this user only (0700) where missing; an existing one must be this user's and
     not writable by group or others."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    fix = f"set {CACHE_ENV} to a directory of your own"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.stat()
+    except OSError as exc:  # a file in the way, a read-only file system, no permission
+        raise unusable(path, exc) from exc
     if info.st_uid != os.geteuid():
         raise CacheError(f"wavetune's kernel cache {path} belongs to user id {info.st_uid}, not to this user "
-                         f"({os.geteuid()}); wavetune loads compiled code from it, so it must be yours: {fix}")
+                         f"({os.geteuid()}); wavetune loads compiled code from it, so it must be yours: {CACHE_FIX}")
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise CacheError(f"wavetune's kernel cache {path} is writable by group or others (mode "
                          f"{stat.S_IMODE(info.st_mode):o}); wavetune loads compiled code from it: run chmod go-w "
-                         f"{path}, or {fix}")
+                         f"{path}, or {CACHE_FIX}")
     return path
+
+
+def unusable(path: Path, exc: OSError) -> CacheError:
+    """The error for a cache directory that cannot be made or written, with what the system said."""
+    return CacheError(f"wavetune's kernel cache {path} cannot be used ({exc.strerror or exc}: "
+                      f"{exc.filename or path}): {CACHE_FIX}")
 
 
 def file_sha256(path: Path) -> str:
@@ -122,10 +137,21 @@ class KernelCache:
                 return loaded, False
             return load(self._compile(name, compile)), True
 
-    def _lock(self, name: str, timeout: float = -1) -> FileLock:
+    @contextlib.contextmanager
+    def _lock(self, name: str, timeout: float = -1):
         # NOTES: one lock file per entry, so different variants compile in parallel. A new FileLock each time
         # takes the lock through a file descriptor of its own, which also excludes other threads of this process.
-        return FileLock(str(self.dir / f"{name}.lock"), timeout=timeout)
+        lock = FileLock(str(self.dir / f"{name}.lock"), timeout=timeout)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise
+        except OSError as exc:  # the lock file cannot be made: a read-only cache
+            raise unusable(self.dir, exc) from exc
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _load_verified(self, name: str, load: Callable[[Path], Loaded]) -> Loaded | None:
         if (library := self.verified(name)) is None:
