@@ -8,6 +8,7 @@ import dataclasses
 import fnmatch
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -325,6 +326,39 @@ def test_build_says_why_nothing_can_compile(capsys, monkeypatch):
     assert cli.main(["build", "--all"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "variants cannot be compiled here: no nvcc" in err
+
+
+def resealed_shipped_table(tmp_path: Path, edit) -> Path:
+    """The shipped H100 gemm table edited by ``edit`` and given a valid checksum again."""
+    text = (REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt").read_text()
+    body = edit(text[:text.rindex("checksum ")])
+    path = tmp_path / "edited.wtt"
+    path.write_text(body + f"checksum {tablefile.fnv1a64(body.encode()):016x}\n")
+    return path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: re.sub(r"^meta config_space_hash \w+$", "meta config_space_hash 0123456789abcdef", t, flags=re.M),
+     "tuned against config space 0123456789abcdef"),
+    (lambda t: re.sub(r"^(wave 0 \d+) \S+", r"\1 nan", t, count=1, flags=re.M),
+     "coefficient a 'nan' is not a finite decimal number"),
+    (lambda t: t.replace("config 0 ", "config 0 x", 1), "config 0 names variant 'xbf16_"),
+])
+def test_build_refuses_a_table_the_loader_refuses_before_compiling(tmp_path, capsys, monkeypatch, edit, message):
+    """`build --table` reads the table as load_table does: where the loader refuses it, with the loader's
+    message, nothing compiles (its own reader started 41 compiles)."""
+    compiles = []
+    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(jit, "build", lambda family, variants, **options: compiles.append(variants) or [])
+    assert cli.main(["build", "--table", str(resealed_shipped_table(tmp_path, edit))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wavetune build: error: ") and message in err and not compiles
+
+
+@pytest.mark.parametrize("table", sorted((REPO / "tables").glob("*.wtt")), ids=lambda p: p.name)
+def test_build_asks_for_the_working_set_of_a_table_the_loader_reads(table):
+    family = tablefile.read_table(table)["meta"].get("family", "gemm")
+    assert jit.build_requests(table, None, False) == [(family, jit.working_set(table, family))]
 
 
 def test_a_variant_library_of_another_build_is_refused(tmp_path):

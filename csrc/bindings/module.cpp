@@ -197,6 +197,13 @@ PYBIND11_MODULE(_C, m) {
       .def("check_device", &Selector::check_device, py::arg("gpu_name"), py::arg("sm_count"))
       .def("meta", [](const Selector& s) { return s.table().meta; })
       .def("config_count", [](const Selector& s) { return s.table().configs.size(); })
+      .def("variant_names",
+           [](const Selector& s) {
+             std::vector<std::string> names;
+             for (const TableConfig& c : s.table().configs) names.push_back(c.variant_name);
+             return names;
+           },
+           "The variant each config names, in config-id order, compiled or not.")
       .def("exact_count", [](const Selector& s) { return s.table().exact.size(); })
       .def("memory_bytes_per_us", [](const Selector& s) { return s.table().memory_bytes_per_us; })
       .def("traffic_bytes_per_us", [](const Selector& s) { return s.table().traffic_bytes_per_us; })
@@ -251,6 +258,16 @@ PYBIND11_MODULE(_C, m) {
       }, py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups") = 1,
       py::arg("heads_q") = 1, py::arg("heads_kv") = 1, py::arg("causal") = false);
 
+  m.def(
+      "table_family",
+      [](const std::string& path) {
+        const Table table = Table::load(path);
+        const auto family = table.meta.find("family");
+        return family == table.meta.end() ? std::string("gemm") : family->second;  // the default (docs/tables.md)
+      },
+      py::arg("path"),
+      "The kernel family a table file is for (its meta family, gemm where it names none), as the loader reads the "
+      "file: ValueError where it is not a readable table.");
 
   m.def("use_table", &use_table, py::arg("device"), py::arg("selector").none(true), py::arg("family") = "gemm",
         "Make launches of the table's family (families()) choose from it on a device (None: back to "
