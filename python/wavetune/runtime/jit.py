@@ -166,12 +166,12 @@ def working_set(table: Path, family: str) -> list[config_space.Variant]:
 
 def build_requests(table: Path | None, family: str | None, everything: bool) -> list[tuple[str, list]]:
     """(family, variants not compiled yet) for ``python -m wavetune build``: a table's working set, a family's
-    variants, or every family's."""
+    variants, or every family's. A table is read by the loader ``load_table`` uses, so that one it refuses is
+    refused here, with its message, before anything compiles."""
     if table is not None:
-        from ..tuning.tablefile import read_table
-
-        family = read_table(table)["meta"].get("family", "gemm")  # ValueError naming the file if it is not a table
-        return [(family, working_set(table, check_family(family)))]
+        family = check_family(_C.table_family(str(table)))  # ValueError naming the file if it is not a table
+        named = tables.open_table(table, family).variant_names()
+        return [(family, missing_variants(family, set(named)))]
     names = families.names() if everything else [check_family(family)]
     return [(f, missing_variants(f)) for f in names]
 
@@ -340,17 +340,17 @@ def prepare_builtin_choice(family: str) -> bool:
 def prepare(family: str, missing: list, reason: str | None, names: str) -> bool:
     """Register the ``missing`` variants the cache holds and queue the others for a background compile, unless
     ``reason`` says why they cannot be compiled (warned once); True when variants were registered."""
+    rest = missing
     if reason is None and missing:
         try:
-            cache_for(family)
-        except CacheError as exc:  # refused for compiles and loads alike; the call goes on without them
+            rest = load_cached(family, missing)
+        except CacheError as exc:  # no loads and no compiles: the call runs the compiled variants
             reason = str(exc)
     if reason is not None:
         count = f" ({len(missing)})" if missing else ""
         warn_once(family, f"wavetune: {names} variants that are not compiled into this build{count}, and they "
                           f"cannot be compiled here: {reason}; its choices fall back to the best compiled candidate")
         return False
-    rest = load_cached(family, missing) if missing else []
     if rest and jit_enabled():
         compile_in_background(family, rest)
     return len(rest) < len(missing)
