@@ -121,10 +121,11 @@ def variant_names(count: int) -> list[str]:
 
 
 def bf16_col_variants():
-    found = [c for c in wavetune.configs() if c.dtype == "bf16" and c.b_layout == "col"]
+    """The bf16 column-major variants whose tiles run the tests' problems in one wave (not the decode kernels)."""
+    found = [c for c in wavetune.configs() if c.dtype == "bf16" and c.b_layout == "col" and c.schedule != "decode"]
     if len(found) < 2:
-        pytest.skip(f"the build has {len(found)} bf16 column-major variants; these tests need two "
-                    "(kernel set ci or full)")
+        pytest.skip(f"the build has {len(found)} bf16 column-major variants besides the decode kernels; these "
+                    "tests need two (kernel set ci or full)")
     return found
 
 

@@ -104,7 +104,8 @@ def run(args, measure: Measurer) -> Path:
         return tune_attention([Path(p) for p in args.log.split(",")], out)
     head_dims = {v.tile[2] for v in attention_configs() if v.dtype == "bf16" and not v.from_library}
     if not head_dims:
-        raise ValueError("no bf16 attention variant compiled: build with WAVETUNE_KERNEL_SET=full")
+        raise ValueError("no bf16 FMHA variant is compiled: compile them first (python -m wavetune build --family "
+                         "attention)")
     log = CaseLog(args.log, FAMILY.name, device=measure.device, timing=ATTENTION_TIMING)
     plan = plan_cases.tune_plan(head_dims, args.cases)
     what = f"the named suite (head dims {', '.join(map(str, sorted(head_dims)))})"

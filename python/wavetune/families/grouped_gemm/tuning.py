@@ -156,7 +156,8 @@ class GroupedTuning:
         if args.offline:
             return self.tune([Path(p) for p in args.log.split(",")], out)
         if not any(v.dtype == "bf16" for v in self.configs()):
-            raise ValueError(f"no {self.name} variant writing bf16 compiled: build with WAVETUNE_KERNEL_SET=full")
+            raise ValueError(f"no {self.name} variant writing bf16 is compiled: compile them first "
+                             f"(python -m wavetune build --family {self.name})")
         log = CaseLog(args.log, self.name, device=measure.device, timing=GROUPED_TIMING)
         plan = plan_cases.tune_plan(args.cases or plan_cases.TUNE_CASES)
         if self.scales:
