@@ -87,7 +87,8 @@ def fit_case_table(family: str, header: dict, measured: list[dict], out: Path, s
     kind = families.get(family)
     variants = [v for v in kind.list_configs() if v.dtype == "bf16"]
     if not variants:
-        raise ValueError(f"no bf16 {family} variant is compiled: compile them first (python -m wavetune build --family {family})")
+        raise ValueError(f"no bf16 {family} variant is compiled: compile them first "
+                         f"(python -m wavetune build --family {family})")
     table = fit(measured, variants, header["sm_count"])
     return write_family_table(out, header, family, kind.compiled_hash(), timing, source, table)
 
