@@ -22,7 +22,6 @@ from .runtime import tables
 from .runtime.device import build_info, device_properties, no_gpu_reason, package_version
 from .runtime.native import _C
 from .tuning import deploy, model
-from .tuning.tablefile import read_table
 
 
 def cmake_dir() -> Path:
@@ -169,11 +168,9 @@ def check_explain_args(args: argparse.Namespace) -> None:
 
 
 def table_family(table: Path, requested: str | None) -> str:
-    """The kernel family the table file says it is for (meta ``family``); --family, where given, must agree."""
-    try:
-        family = read_table(table)["meta"].get("family", "gemm")
-    except (OSError, ValueError):
-        return requested or "gemm"  # the loader says what is wrong with the file
+    """The kernel family the table file says it is for, as the loader reads it (meta ``family``); --family,
+    where given, must agree."""
+    family = _C.table_family(str(table))  # the loader's error where the file is not a readable table
     if requested not in (None, family):
         raise ValueError(f"{table} is a table of the {family} family, not {requested}: pass --family {family} "
                          "or leave --family out")
@@ -246,7 +243,7 @@ def explain_notes(selector, table: Path, from_space: int) -> list[str]:
     if not (skipped := selector.skipped_configs()):
         return notes
     cublas = 0 if any(c.name.startswith("cublas_") for c in configs()) else sum(
-        1 for c in read_table(table)["configs"] if c["variant"].startswith("cublas_"))
+        1 for name in selector.variant_names() if name.startswith("cublas_"))
     why = ("cuBLAS's: libcublas cannot be loaded here" if cublas == skipped
            else f"their variants are not in this build, kernel set {kernel_set!r}")
     notes.append(f"note: {skipped} of the table's {selector.config_count()} configs are left out ({why}): the choice "
