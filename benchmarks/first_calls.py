@@ -186,6 +186,10 @@ def main() -> None:
              *scaled_gemm_cases(args.count, l2), *grouped_cases(args.count, l2, "row"),
              *grouped_cases(args.count, l2, "block")]
     rows = phase_rows(cases, args.reps, "first", start)
+    header = {"gpu": wavetune.device_properties()["name"], "date": time.strftime("%Y-%m-%d"),
+              "cache": os.environ.get("WAVETUNE_CACHE_DIR"), "cores": os.cpu_count()}
+    write(args.out, header, rows)
+    print(f"first calls measured {time.perf_counter() - start:.0f} s after the first call", flush=True)
     families = list(dict.fromkeys(c.family for c in cases))
     waited = time.perf_counter()
     while any(map(tables.vendor_serves, families)) and time.perf_counter() - waited < args.wait_s:
@@ -193,11 +197,13 @@ def main() -> None:
     compiled = [f for f in families if not tables.vendor_serves(f)]
     print(f"compiles done for {compiled} {time.perf_counter() - start:.0f} s after the first call", flush=True)
     rows += phase_rows([c for c in cases if c.family in compiled], args.reps, "after", start)
-    header = {"gpu": wavetune.device_properties()["name"], "date": time.strftime("%Y-%m-%d"),
-              "cache": os.environ.get("WAVETUNE_CACHE_DIR"), "cores": os.cpu_count(), "compiled": compiled}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "first_calls.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+    write(args.out, {**header, "compiled": compiled}, rows)
     print(summary(rows))
+
+
+def write(out: Path, header: dict, rows: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "first_calls.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
