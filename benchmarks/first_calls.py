@@ -96,13 +96,13 @@ def grouped_cases(count: int, l2_bytes: int, scales: str) -> list[Case]:
         sets = [(*s[:3], *s[5:], s[3]) for s in grouped_operand_sets(counts, c["n"], c["k"], l2_bytes, scales)]
         label = f"{c['model']}/{c['projection']}/t{c['tokens']}/{c['routing']}"
         if not scales:
-            out.append(Case("grouped_gemm", label, sets, lambda x, w, offs, o: wavetune.grouped_gemm(x, w, offs, out=o),
+            out.append(Case("grouped_gemm", label, sets, lambda x, w, offs, o: wavetune.grouped_gemm(x, w, offs),
                             lambda x, w, offs, o: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)))
             continue
         family = "scaled_grouped_gemm" if scales == "row" else "block_scaled_grouped_gemm"
         vendor = torch_scaled_grouped_mm if scales == "row" else dequantized_grouped_mm
         out.append(Case(family, label, sets,
-                        lambda x, w, offs, sx, sw, o: wavetune.scaled_grouped_gemm(x, w, sx, sw, offs, out=o),
+                        lambda x, w, offs, sx, sw, o: wavetune.scaled_grouped_gemm(x, w, sx, sw, offs),
                         lambda x, w, offs, sx, sw, o, vendor=vendor: vendor(torch, x, w, sx, sw, offs, torch.bfloat16)))
     return out
 
@@ -116,7 +116,7 @@ def attention_cases(count: int, l2_bytes: int) -> list[Case]:
         sets = [(randn(q_shape), randn(kv_shape), randn(kv_shape), empty(*q_shape)) for _ in range(copies)]
         causal = c["phase"] == "prefill"
         out.append(Case("attention", f"{c['phase']}/{c['model']}/b{c['batch']}/k{c['seqlen_k']}/d{c['head_dim']}",
-                        sets, lambda q, k, v, o, causal=causal: wavetune.attention(q, k, v, causal=causal, out=o),
+                        sets, lambda q, k, v, o, causal=causal: wavetune.attention(q, k, v, causal=causal),
                         lambda q, k, v, o, causal=causal: torch.nn.functional.scaled_dot_product_attention(
                             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
                             enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)))
@@ -136,7 +136,8 @@ def empty(*shape) -> torch.Tensor:
 
 
 def checked_error(case: Case) -> float:
-    """wavetune's output (written into a NaN-poisoned one) against PyTorch's, relative (Frobenius)."""
+    """wavetune's output (written into a NaN-poisoned one where it takes one: as PyTorch's call does) against
+    PyTorch's, relative (Frobenius)."""
     *inputs, out = case.operands[0]
     out.fill_(float("nan"))
     ours = case.wavetune(*inputs, out)

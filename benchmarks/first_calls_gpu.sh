@@ -14,7 +14,7 @@ case "${1:-}" in
     WAVETUNE_CACHE_DIR="$state/cache" setsid nohup python3 benchmarks/first_calls.py --out "$state" ${3:-} \
       > "$state/log" 2>&1 < /dev/null &
     for _ in $(seq 300); do grep -q "first calls measured\|Error" "$state/log" && break; sleep 2; done
-    cp "$state/log" "$OUT/first_calls-start.log"; tail -60 "$state/log" ;;
+    cp "$state/log" "$OUT/first_calls-start.log"; cp "$state/first_calls.json" "$OUT/" 2>/dev/null; tail -60 "$state/log" ;;
   collect)
     for _ in $(seq 280); do pgrep -f benchmarks/first_calls.py > /dev/null || break; sleep 2; done
     cp "$state/log" "$state/first_calls.json" "$OUT/"; tail -40 "$state/log" ;;

@@ -334,6 +334,10 @@ class TestGPU:
     def test_repeated_calls_reuse_the_launch_and_the_native_checks_still_hold(self):
         """Under the built-in heuristic (a CUTLASS choice: a cuBLAS choice runs torch's own operator)."""
         x, w, b = tensor(2, 40, 264, device="cuda"), tensor(520, 264, device="cuda"), tensor(520, device="cuda")
+        heuristic = {c.id: c for c in wavetune.configs()}[_C.default_variant("bf16", "col", 80, 520, 264)]
+        if heuristic.from_library:
+            pytest.skip("the built-in heuristic chooses cuBLAS in this build (none of its buckets' variants is "
+                        "compiled), which torch's own operator runs")
         device = torch.cuda.current_device()
         tables.ensure_table(device)
         _C.use_table(device, None)

@@ -66,13 +66,14 @@ def gpu_torch():
     return pytest.importorskip("torch")
 
 
-def grouped_operands(torch, dtype=None, spare_rows=3):
-    """x, w and offsets of 5 experts (one empty) with ``spare_rows`` rows past the last expert's."""
+def grouped_operands(torch, spare_rows=3):
+    """x, w and offsets of 5 experts (one empty) with ``spare_rows`` rows past the last expert's; K a multiple of
+    16 (FP8 rows are 16-byte TMA rows) but not of the tiles."""
     counts = [37, 0, 5, 64, 1]
     rows = sum(counts) + spare_rows
-    make = dict(device="cuda", dtype=dtype or torch.bfloat16)
-    x = torch.randn(rows, 264, **make)
-    w = torch.randn(len(counts), 136, 264, **make) / 16
+    make = dict(device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(rows, 272, **make)
+    w = torch.randn(len(counts), 136, 272, **make) / 16
     offsets = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
     return x, w, offsets, sum(counts)
 
