@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -177,35 +176,6 @@ def table_family(table: Path, requested: str | None) -> str:
     return family
 
 
-# NOTES: an aligned, non-null address standing for each operand: explain checks a problem as the family's entry
-# point checks a call (sizes, strides, alignment) with no tensors; the checks never read the data.
-NO_DATA = 256
-
-
-def contiguous(*shape: int) -> tuple[int, int, int, int]:
-    """A [batch, seq, heads, head_dim] tensor descriptor of the attention bindings, contiguous, at NO_DATA
-    (a stride past 64 bits is clamped: the check refuses it as too large either way)."""
-    _, seq, heads, dim = shape
-    return NO_DATA, min(seq * heads * dim, 2**63 - 1), min(heads * dim, 2**63 - 1), dim
-
-
-def problem_error(family: str, args: argparse.Namespace, heads: tuple[int, int]) -> str:
-    """What the family's entry point says of a call with this problem's sizes; empty where it runs it."""
-    m, n, k, groups, dtype = args.M, args.N, args.K, args.groups, _C.DTYPES.index(args.dtype)
-    if family == "gemm":
-        col = args.b_layout == "col"
-        return _C.shape_error(m, n, k, k, k if col else n, n, dtype, _C.B_LAYOUTS.index(args.b_layout))
-    if family == "grouped_gemm":
-        return _C.grouped_problem_error(m, groups, n, k, *[NO_DATA] * 4, dtype)
-    if family in ("scaled_grouped_gemm", "block_scaled_grouped_gemm"):
-        return getattr(_C, f"{family.removesuffix('_gemm')}_problem_error")(m, groups, n, k, *[NO_DATA] * 6, dtype)
-    if family == "attention":
-        q, kv = contiguous(groups, m, heads[0], k), contiguous(groups, n, heads[1], k)
-        return _C.attention_problem_error((groups, m, n, *heads, k), q, kv, kv, q, 1 / math.sqrt(k), args.causal,
-                                          dtype)
-    return ""
-
-
 def variant_dict(v) -> dict:
     """A config-space variant (codegen.config_space.Variant) as the native module describes variants."""
     return {"id": v.id, "name": v.name, "dtype": v.dtype, "b_layout": v.b_layout, "swap_ab": v.swap_ab,
@@ -275,7 +245,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     problem = (args.dtype, args.b_layout, args.M, args.N, args.K)
     attention = dict(heads_q=heads[0], heads_kv=heads[1], causal=args.causal)
     rows = sorted(selector.explain(*problem, args.groups, **attention), key=lambda r: r["predicted_us"])
-    if error := problem_error(family, args, heads):
+    sizes = families.SizeProblem(args.M, args.N, args.K, args.groups, _C.DTYPES.index(args.dtype),
+                                 _C.B_LAYOUTS.index(args.b_layout), heads, args.causal)
+    if error := families.get(family).size_error(sizes):
         raise ValueError(f"the {family} family does not run this problem: {error}")
     choice = selector.select(*problem, groups=args.groups, **attention)
     print(f"{table}: {family} table of {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")

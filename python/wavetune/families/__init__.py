@@ -43,6 +43,9 @@ class Family:
     torch_ops: str = "torch_ops"  # module registering its torch.ops.wavetune operators (imports torch)
     tuning: str = "tuning"  # module of its tuning driver (``python -m wavetune tune --family NAME``); "": none
     doc: str = ""  # where it is documented
+    # The function of ``api`` checking a problem's sizes alone, as its entry point checks a call (``explain`` uses
+    # it): (problem: ``SizeProblem``) -> the reason it does not run, or "". "": the family has none.
+    size_check: str = ""
 
     def module(self, role: str) -> ModuleType:
         """The family's module for ``role`` ("api", "torch_ops" or "tuning", as the descriptor names them; any
@@ -61,9 +64,34 @@ class Family:
         """The hash of the config space this build compiled for the family."""
         return self.function("api", self.config_space_hash)()
 
+    def size_error(self, problem: "SizeProblem") -> str:
+        """What the family's entry point says of a call of ``problem``'s sizes; empty where it runs it."""
+        return self.function("api", self.size_check)(problem) if self.size_check else ""
+
     def table_file_name(self, slug: str) -> str:
         """The file name of the family's table for a GPU model of table slug ``slug``."""
         return f"{slug}{self.table_suffix}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeProblem:
+    """A problem as ``explain`` states it, without tensors: M N K as each family reads them (grouped: all experts'
+    rows, N, K; attention: query length, KV length, head dim), ``groups`` (experts; attention: the batch), the
+    dtype and B layout codes, the query and KV heads and the causal flag."""
+
+    m: int
+    n: int
+    k: int
+    groups: int
+    dtype: int
+    b_layout: int
+    heads: tuple[int, int]
+    causal: bool
+
+
+# NOTES: an aligned, non-null address standing for each operand: a size check runs the entry point's native
+# checks (sizes, strides, alignment) with no tensors; the checks never read the data.
+NO_DATA = 256
 
 
 _registry: dict[str, Family] = {}

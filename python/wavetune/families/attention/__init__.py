@@ -11,4 +11,4 @@ from .. import Family, register
 FAMILY = register(Family(
     name="attention", config_space="sm90_attention.toml", table_suffix=".attention.wtt",
     table_env="WAVETUNE_ATTENTION_TABLE", entry_points=("attention",), configs="attention_configs",
-    config_space_hash="config_space_hash", input_checks="check_shapes", package=__name__, doc="docs/attention.md"))
+    config_space_hash="config_space_hash", input_checks="check_shapes", size_check="size_error", package=__name__, doc="docs/attention.md"))

@@ -12,6 +12,7 @@ import math
 import sys
 
 from ...runtime.configs import KernelConfig, family_variant_id
+from .. import NO_DATA
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
@@ -234,3 +235,15 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     _C.attention(sizes, *tensors, scale, causal, dtype_code, variant, splits, workspace.data_ptr(), workspace.numel(),
                  stream_getter(torch)(device))
     return out
+
+
+def size_error(p) -> str:
+    """``attention``'s checks of a problem's sizes (a ``families.SizeProblem``: query length, KV length and head
+    dim, the batch in ``groups``), on contiguous tensors."""
+    def contiguous(seq: int, heads: int) -> tuple[int, int, int, int]:
+        # A stride past 64 bits is clamped: the check refuses it as too large either way.
+        return NO_DATA, min(seq * heads * p.k, 2**63 - 1), min(heads * p.k, 2**63 - 1), p.k
+
+    q, kv = contiguous(p.m, p.heads[0]), contiguous(p.n, p.heads[1])
+    return _C.attention_problem_error((p.groups, p.m, p.n, *p.heads, p.k), q, kv, kv, q, 1 / math.sqrt(p.k),
+                                      p.causal, p.dtype)

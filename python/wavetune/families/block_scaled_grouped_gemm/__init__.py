@@ -15,4 +15,4 @@ FAMILY = register(Family(
     name="block_scaled_grouped_gemm", config_space="sm90_block_scaled_grouped_gemm.toml",
     table_suffix=".block_scaled_grouped_gemm.wtt", table_env="WAVETUNE_BLOCK_SCALED_GROUPED_TABLE",
     entry_points=("block_scaled_grouped_gemm",), configs="block_scaled_grouped_configs",
-    config_space_hash="config_space_hash", input_checks="check_operands", package=__name__, doc="docs/grouped.md"))
+    config_space_hash="config_space_hash", input_checks="check_operands", size_check="size_error", package=__name__, doc="docs/grouped.md"))

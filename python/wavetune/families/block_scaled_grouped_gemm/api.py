@@ -53,3 +53,7 @@ def block_scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, *, out_dtype=None
     contiguous.
     """
     return ENTRY(x, w, scale_x, scale_w, offsets, out_dtype=out_dtype, out=out, config=config)
+
+
+def size_error(p) -> str:
+    return ENTRY.size_error(p)

@@ -197,3 +197,9 @@ def gemm(a, b, *, bias=None, out=None, config=None):
                                variant, decomposition, splits, raster, swizzle)
     launch_prepared(prepared, a, b, bias, out)
     return out
+
+
+def size_error(p) -> str:
+    """``gemm``'s checks of a problem's sizes (a ``families.SizeProblem``), B packed in its layout."""
+    return _C.shape_error(p.m, p.n, p.k, p.k, p.k if _C.B_LAYOUTS[p.b_layout] == "col" else p.n, p.n, p.dtype,
+                          p.b_layout)

@@ -12,4 +12,4 @@ from .. import Family, register
 FAMILY = register(Family(
     name="grouped_gemm", config_space="sm90_grouped_gemm.toml", table_suffix=".grouped_gemm.wtt",
     table_env="WAVETUNE_GROUPED_TABLE", entry_points=("grouped_gemm",), configs="grouped_configs",
-    config_space_hash="config_space_hash", input_checks="check_shapes", package=__name__, doc="docs/grouped.md"))
+    config_space_hash="config_space_hash", input_checks="check_shapes", size_check="size_error", package=__name__, doc="docs/grouped.md"))

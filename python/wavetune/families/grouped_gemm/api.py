@@ -12,6 +12,7 @@ import functools
 import sys
 
 from ...runtime.configs import KernelConfig, family_variant_id
+from .. import NO_DATA
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added, vendor_serves
@@ -175,3 +176,8 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
         _C.grouped_gemm(rows, experts, n, k, *pointers, dtype_code, variant, workspace.data_ptr(),
                         workspace.numel(), stream_getter(torch)(device), device)
     return out
+
+
+def size_error(p) -> str:
+    """``grouped_gemm``'s checks of a problem's sizes (a ``families.SizeProblem``: M rows over ``groups`` experts)."""
+    return _C.grouped_problem_error(p.m, p.groups, p.n, p.k, *[NO_DATA] * 4, p.dtype)

@@ -13,6 +13,7 @@ import sys
 from typing import Callable
 
 from ...runtime.configs import KernelConfig, family_variant_id
+from .. import NO_DATA
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
@@ -45,6 +46,11 @@ class E4m3GroupedEntry:
 
     def configs(self) -> list[KernelConfig]:
         return list(self.by_id().values())
+
+    def size_error(self, p) -> str:
+        """The entry point's checks of a problem's sizes (a ``families.SizeProblem``: M rows over ``groups``
+        experts)."""
+        return self.native("problem_error")(p.m, p.groups, p.n, p.k, *[NO_DATA] * 6, p.dtype)
 
     def config_space_hash(self) -> str:
         return self.native("config_space_hash")()

@@ -14,4 +14,4 @@ FAMILY = register(Family(
     name="scaled_grouped_gemm", config_space="sm90_scaled_grouped_gemm.toml",
     table_suffix=".scaled_grouped_gemm.wtt", table_env="WAVETUNE_SCALED_GROUPED_TABLE",
     entry_points=("scaled_grouped_gemm",), configs="scaled_grouped_configs", config_space_hash="config_space_hash",
-    input_checks="check_operands", package=__name__, doc="docs/grouped.md"))
+    input_checks="check_operands", size_check="size_error", package=__name__, doc="docs/grouped.md"))

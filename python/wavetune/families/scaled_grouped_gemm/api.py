@@ -74,3 +74,7 @@ def scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, *, out_dtype=None, out=
     """
     entry = block_api.block_scaled_grouped_gemm if block_scaled(scale_w) else ENTRY
     return entry(x, w, scale_x, scale_w, offsets, out_dtype=out_dtype, out=out, config=config)
+
+
+def size_error(p) -> str:
+    return ENTRY.size_error(p)
