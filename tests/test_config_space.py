@@ -124,6 +124,7 @@ def test_kernel_sets_and_filter():
         (GOOD_GROUP + '[kernel_sets]\nsmall = ["nothing_*"]\n', "selects no variant"),
         (GOOD_GROUP + '[kernel_sets]\nfull = ["*"]\n', "is built in"),
         (GOOD_GROUP + '[kernel_sets]\ntables = ["*"]\n', "is built in"),
+        (GOOD_GROUP + '[kernel_sets]\nbuiltin = ["*"]\n', "is built in"),
         (GOOD_GROUP.replace('["col"]', '["row"]').replace("[[group]]", "[[group]]\nswap_ab = true"),
          "swap_ab is supported for column-major B"),
         (GOOD_GROUP.replace("[[group]]", "[[group]]\nswap_ab = 1"), "swap_ab must be true or false"),

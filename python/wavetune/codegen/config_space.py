@@ -307,7 +307,7 @@ def load(path: str | Path) -> ConfigSpace:
         raise ConfigError(f"{path}: [kernel_sets] must be a table of name = [patterns]")
     kernel_sets = {}
     for name, patterns in sets.items():
-        if name in ("full", "tables"):
+        if name in BUILT_IN_SETS:
             raise ConfigError(f"{path}: kernel set {name!r} is built in and cannot be redefined")
         kernel_sets[name] = tuple(_string_list(sets, name, None, f"{path}: kernel set {name!r}"))
     fallback = _parse_fallback(data.get("fallback"), {v.name: v for v in variants}, path)
