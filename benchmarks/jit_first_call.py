@@ -1,7 +1,7 @@
 """What a call runs before and after the GPU's table's variants are compiled (docs/kernels.md, "Variants compiled
 when needed"), in one run:
 
-    python benchmarks/jit_first_call.py --out $OUT        # on a build without the table's variants (portable, ci)
+    python benchmarks/jit_first_call.py --out $OUT        # on a build without the table's variants (builtin, ci)
 
 1. Before: the table is bound to the compiled variants, so each shape of the held-out split (--count LLM
    layers no table was fitted on, benchmarks/shape_suite.py; bf16, nn.Linear weights) runs the best compiled
