@@ -90,7 +90,7 @@ def test_attention_tables_are_refused_by_other_families_and_bad_problems(tmp_pat
     selector = tables.open_table(path, "attention")
     with pytest.raises(ValueError, match="multiple of heads_kv"):
         selector.select("bf16", "col", 1, 4096, 128, heads_q=6, heads_kv=4)
-    with pytest.raises(ValueError, match="no compiled config"):
+    with pytest.raises(ValueError, match="no config of table .* is compiled in this build"):
         selector.select("bf16", "col", 1, 4096, 64, heads_q=8, heads_kv=8)  # no head-dim-64 config
 
 
