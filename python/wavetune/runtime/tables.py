@@ -99,7 +99,7 @@ _pending_tables: dict[tuple[str, int], object] = {}
 # Called when variants were added at run time: whatever lists the compiled variants forgets them.
 _variant_listeners: list[Callable[[], None]] = []
 # Per family, the batches of its variants queued for or compiling in the background (runtime.jit): until they
-# are done, the family's calls that have a vendor candidate run it (vendor_serves).
+# are done, the calls of a family whose table prices no vendor candidate run that vendor (vendor_serves).
 _compiling: dict[str, int] = {}
 
 
@@ -151,9 +151,10 @@ def compiling_done(family: str) -> None:
 
 
 def vendor_serves(family: str) -> bool:
-    """Whether the family's variants are still compiling in the background, so that its calls run its vendor
-    candidate (cuBLAS, torch._grouped_mm, ...): never slower than PyTorch's own while the table's choices
-    cannot run yet (docs/kernels.md)."""
+    """Whether the family's variants are still compiling in the background. The grouped families, whose tables
+    price no vendor candidate, then run PyTorch's own operators: never slower than PyTorch while the table's
+    choices cannot run yet (the others' tables choose among compiled configs that include their vendor's;
+    docs/kernels.md)."""
     return family in _compiling
 
 

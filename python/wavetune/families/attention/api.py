@@ -12,10 +12,10 @@ import math
 import sys
 
 from ...runtime.configs import KernelConfig, family_variant_id
-from .. import NO_DATA
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
+from .. import NO_DATA
 from ..paged_attention.api import paged_attention
 
 

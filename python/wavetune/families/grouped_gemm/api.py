@@ -12,10 +12,10 @@ import functools
 import sys
 
 from ...runtime.configs import KernelConfig, family_variant_id
-from .. import NO_DATA
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added, vendor_serves
+from .. import NO_DATA
 
 
 def grouped_configs() -> list[KernelConfig]:

@@ -13,10 +13,10 @@ import sys
 from typing import Callable
 
 from ...runtime.configs import KernelConfig, family_variant_id
-from .. import NO_DATA
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
+from .. import NO_DATA
 from ..scaled_gemm.api import BLOCK
 from .api import (check_expert_operands, check_output, current, dtype_name, one_device, vendor_result,
                   vendor_runs)
