@@ -656,7 +656,7 @@ def shapes(args: argparse.Namespace) -> list[tuple[str, int, int]]:
 
 
 def device_slug() -> str:
-    from wavetune.tuning.tablefile import table_slug
+    from wavetune.runtime.tables import table_slug
 
     return table_slug(torch.cuda.get_device_name())
 

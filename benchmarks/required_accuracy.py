@@ -23,7 +23,7 @@ import numpy as np
 
 import compare
 import methods
-from wavetune.tuning import tablefile
+from wavetune.runtime import tables
 
 SIGMAS = (0.0, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15)
 MARGINS = (0.0, 0.05, 0.1, 0.2)
@@ -111,7 +111,7 @@ def main() -> None:
                                   *(f"margin {m:.2f}: geomean (worst)" for m in MARGINS)], rows))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"required_accuracy_{tablefile.table_slug(header['gpu_name'])}.json"
+        path = args.out / f"required_accuracy_{tables.table_slug(header['gpu_name'])}.json"
         path.write_text(json.dumps({
             "device": header["gpu_name"], "log": args.log.name, "shapes": len(shapes), "configs": len(configs),
             "draws": args.draws, "date": datetime.date.today().isoformat(), "results": results}, indent=1) + "\n")

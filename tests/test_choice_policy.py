@@ -12,7 +12,7 @@ import pytest
 import wavetune
 from conftest import REPO, cpp_program
 from wavetune import _C
-from wavetune.tuning.tablefile import table_slug
+from wavetune.runtime.tables import table_slug
 
 TABLES = REPO / "tables"
 FAMILIES = ("attention", "block_scaled_grouped_gemm", "gemm", "grouped_gemm", "layer_ops", "paged_attention", "scaled_gemm",

@@ -330,12 +330,14 @@ def test_fnv1a64_known_vectors():
 
 
 def test_table_slug():
-    assert tablefile.table_slug("NVIDIA H200") == "nvidia-h200"
-    assert tablefile.table_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
-    assert tablefile.table_slug("NVIDIA  GH200 -- 480GB") == "nvidia-gh200-480gb"
+    from wavetune.runtime import tables
+
+    assert tables.table_slug("NVIDIA H200") == "nvidia-h200"
+    assert tables.table_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert tables.table_slug("NVIDIA  GH200 -- 480GB") == "nvidia-gh200-480gb"
     # docs/tables.md: leading and trailing runs become "-" too; only ASCII letters and digits are kept.
-    assert tablefile.table_slug("NVIDIA H100 (PCIe)") == "nvidia-h100-pcie-"
-    assert tablefile.table_slug("\u212a80") == "-80"  # the Kelvin sign lower-cases to "k" in Python
+    assert tables.table_slug("NVIDIA H100 (PCIe)") == "nvidia-h100-pcie-"
+    assert tables.table_slug("\u212a80") == "-80"  # the Kelvin sign lower-cases to "k" in Python
 
 
 def tiny_table():

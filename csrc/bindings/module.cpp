@@ -258,6 +258,8 @@ PYBIND11_MODULE(_C, m) {
       }, py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups") = 1,
       py::arg("heads_q") = 1, py::arg("heads_kv") = 1, py::arg("causal") = false);
 
+  m.def("table_slug", &table_slug, py::arg("gpu_name"),
+        "The table file stem for a GPU name (docs/tables.md): \"NVIDIA H200\" -> \"nvidia-h200\".");
   m.def(
       "table_family",
       [](const std::string& path) {

@@ -31,10 +31,13 @@ def table_envs() -> dict[str, str]:
     return {f.name: f.table_env for f in families.all()}
 
 
+# The table file stem for a GPU name, as the lookup library names it (docs/tables.md): "NVIDIA H200" ->
+# "nvidia-h200"; leading and trailing runs of other characters become "-" too.
+table_slug = _C.table_slug
+
+
 def table_file_name(gpu_name: str, family: str = "gemm") -> str:
     """``<slug>.wtt`` for the dense GEMM's table, ``<slug>.<family>.wtt`` for another family's."""
-    from ..tuning.tablefile import table_slug
-
     return families.get(family).table_file_name(table_slug(gpu_name))
 
 

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ..families.gemm import api
 from ..families.gemm import tuning
-from ..runtime.tables import default_table_path, open_table
+from ..runtime.tables import default_table_path, open_table, table_slug
 from . import model, tablefile
 
 # NOTES: serving engines run the LM head on the last token of each sequence only, so its M is a batch
@@ -461,5 +461,5 @@ def run(shapes: Path, out: Path | None, log_path: Path, base: Path | None = None
                                 f"(python -m wavetune tune)")
     out = Path(out or ".")
     if out.suffix != ".wtt":
-        out = out / f"{tablefile.table_slug(name)}.wtt"
+        out = out / f"{table_slug(name)}.wtt"
     return deploy(log, Path(base), layers, out, Path(shapes).name, dtype, b_layout, top)

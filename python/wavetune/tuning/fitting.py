@@ -11,6 +11,7 @@ from typing import Callable, Iterable
 
 from .. import families
 from ..runtime.device import build_info, package_version
+from ..runtime import tables
 from . import tablefile
 
 
@@ -54,7 +55,7 @@ def write_family_table(out: Path, header: dict, family: str, config_space_hash: 
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "timing": timing, "source": source,
     }
-    path = Path(out) / families.get(family).table_file_name(tablefile.table_slug(gpu))
+    path = Path(out) / families.get(family).table_file_name(tables.table_slug(gpu))
     path.parent.mkdir(parents=True, exist_ok=True)
     tablefile.write_table(path, meta=meta, **table)
     print(f"wrote {path}: {len(table['configs'])} configs fitted to {source}")

@@ -28,7 +28,6 @@ __all__ = [
     "fnv1a64",
     "format_table",
     "read_table",
-    "table_slug",
     "write_table",
 ]
 
@@ -60,19 +59,6 @@ def fnv1a64(data: bytes) -> int:
     for byte in data:
         h = ((h ^ byte) * _FNV_PRIME) & _MASK64
     return h
-
-
-def table_slug(gpu_name: str) -> str:
-    """The table file stem for a GPU name: lower-cased, every run of characters other than ASCII
-    letters and digits replaced by ``-`` (``"NVIDIA H200"`` -> ``"nvidia-h200"``; the file is
-    ``tables/<slug>.wtt``). Taken literally from docs/tables.md: leading or trailing runs also become
-    ``-`` (``"NVIDIA H100 (PCIe)"`` -> ``"nvidia-h100-pcie-"``), and only ASCII letters count as
-    letters (what C's ``isalnum`` does in the C locale), so the C++ side can match it byte for byte.
-    """
-    if not isinstance(gpu_name, str):
-        raise ValueError(f"gpu_name must be a string, got {type(gpu_name).__name__}")
-    lowered = "".join(chr(ord(ch) + 32) if "A" <= ch <= "Z" else ch for ch in gpu_name)
-    return re.sub(r"[^a-z0-9]+", "-", lowered)
 
 
 # ----------------------------------------------------------------------------------------------------

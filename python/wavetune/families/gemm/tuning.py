@@ -27,6 +27,7 @@ import numpy as np
 from ...runtime.configs import KernelConfig
 from ...runtime.device import build_info, package_version
 from ...runtime.native import _C
+from ...runtime import tables
 from ...runtime.tables import open_table
 from ...tuning import model, tablefile
 from ...tuning.log import MeasurementLog
@@ -382,7 +383,7 @@ def tune(out: Path, log_path: Path, dtype: str = "bf16", b_layout: str = "col",
         "plan_waves": ",".join(map(str, waves)),
     }
     exact_records = [(shape, cands[best], us) for shape, best, us in exact]
-    path = Path(out) / f"{tablefile.table_slug(log.device['name'])}.wtt"
+    path = Path(out) / f"{tables.table_slug(log.device['name'])}.wtt"
     table = dict(meta=meta, fits=fits, micro_rules=micro_rules, exact=exact_records, dtype=dtype, b_layout=b_layout,
                  memory=fastest_rate(log, plan, dtype, b_layout, operand_traffic),
                  traffic=fastest_rate(log, plan, dtype, b_layout, tile_traffic(sm_count)))
