@@ -1,8 +1,9 @@
 """The docs hold to the build and to themselves: every kernel set's variant counts in docs/kernels.md are the
 ones cutlass_configs/*.toml select (config_space: the counts live nowhere else), the kernel sets the docs name
-exist, the repository paths they cite exist, and the code blocks of README.md and tables/README.md run. The
-CPU tier runs the README's Use block up to the GPU: every wavetune call passes its own checks and is refused
-only for want of a CUDA device; the GPU tier runs it as written."""
+exist, the repository paths they cite exist, and the code blocks of README.md, docs/torch.md's main calls and
+tables/README.md run. The CPU tier runs the README's Use block and docs/torch.md's main calls up to the GPU:
+every wavetune call passes its own checks and is refused only for want of a CUDA device; the GPU tier runs them
+as written."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from wavetune.codegen import config_space
 README = REPO / "README.md"
 TABLES_README = REPO / "tables" / "README.md"
 KERNELS_MD = REPO / "docs" / "kernels.md"
+TORCH_MD = REPO / "docs" / "torch.md"
 # The reference pages (docs/results/ holds records of runs, each with its own date and build).
 PAGES = [README, TABLES_README, *sorted((REPO / "docs").glob("*.md"))]
 
@@ -184,7 +186,7 @@ def test_every_path_the_docs_cite_exists():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# README.md's code blocks.
+# README.md's code blocks, and docs/torch.md's main calls.
 
 def readme_blocks() -> dict[str, str]:
     """README.md's code blocks by what they are; a block this file does not know fails here, so that each
@@ -206,10 +208,28 @@ def readme_blocks() -> dict[str, str]:
     return kinds
 
 
-def test_the_readme_use_block_defines_every_name_before_it_uses_it():
+def main_calls_block() -> str:
+    """docs/torch.md's block of the main calls: the one Python block under its heading."""
+    text = TORCH_MD.read_text()
+    heading = "\n## The main calls, in one block\n"
+    assert heading in text, f"docs/torch.md has no section{heading.rstrip()}; tests/test_docs.py runs its block"
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```", section, re.M | re.S)
+    assert len(blocks) == 1, f"docs/torch.md's main calls section must hold one Python block, not {len(blocks)}"
+    return blocks[0]
+
+
+# The Python blocks a reader copies, and whether each patches a model.
+USE_BLOCKS = {"README.md (Use)": (lambda: readme_blocks()["use"], True),
+              "docs/torch.md (the main calls)": (main_calls_block, True)}
+
+
+@pytest.mark.parametrize("name", USE_BLOCKS)
+def test_the_use_blocks_define_every_name_before_they_use_it(name):
+    get_block, _ = USE_BLOCKS[name]
     defined = set(dir(builtins))
     undefined = []
-    for statement in ast.parse(readme_blocks()["use"]).body:
+    for statement in ast.parse(get_block()).body:
         for node in ast.walk(statement):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in defined:
                 undefined.append(f"line {node.lineno}: {node.id}")
@@ -218,7 +238,7 @@ def test_the_readme_use_block_defines_every_name_before_it_uses_it():
                 defined.add(node.id)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 defined.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-    assert not undefined, f"README.md's Use block uses names it does not define: {undefined}"
+    assert not undefined, f"{name} uses names it does not define: {undefined}"
 
 
 def stand_ins(torch) -> dict:
@@ -264,34 +284,41 @@ class UpToTheGpu:
         return call
 
 
-def test_the_readme_use_block_runs_on_cpu_up_to_the_gpu(monkeypatch):
+@pytest.mark.parametrize("name", USE_BLOCKS)
+def test_the_use_blocks_run_on_cpu_up_to_the_gpu(monkeypatch, name):
     torch = pytest.importorskip("torch")
-    block = readme_blocks()["use"]
+    get_block, patches = USE_BLOCKS[name]
+    block = get_block()
+    assert ("wavetune.patch(" in block) == patches, f"{name}: this test expects patch {'in' if patches else 'out'}"
     on_cpu = block.replace('device="cuda"', 'device="cpu"').replace("import torch, wavetune\n", "import torch\n")
-    assert "cuda" not in on_cpu, "the Use block names CUDA other than as device=\"cuda\""
-    assert "wavetune =" not in on_cpu and "import wavetune" not in on_cpu, "the block must import wavetune once"
+    assert "cuda" not in on_cpu, f"{name} names CUDA other than as device=\"cuda\""
+    assert "wavetune =" not in on_cpu and "import wavetune" not in on_cpu, f"{name} must import wavetune once"
     # Shapes and dtypes are what the checks read: empty tensors spare filling gigabytes of weights.
     monkeypatch.setattr(torch, "randn", lambda *size, **kwargs: torch.empty(*size, **kwargs))
     proxy = UpToTheGpu(torch)
     scope = {"wavetune": proxy, "__name__": "readme"}
-    exec(compile(on_cpu, "README.md (Use)", "exec"), scope)
+    exec(compile(on_cpu, name, "exec"), scope)
     called = set(re.findall(r"wavetune\.(\w+)\(", block))
-    assert set(proxy.reached_the_gpu) == called - {"patch"}, proxy.reached_the_gpu
-    report = scope["report"]  # patch runs on CPU: it leaves CPU layers alone and says why
-    assert report.patched == [] and report.skipped, report
-    assert all(reason.startswith("on cpu") for reason in report.skipped.values()), report.skipped
+    assert "gemm" in called and set(proxy.reached_the_gpu) == called - {"patch"}, proxy.reached_the_gpu
+    if patches:
+        report = scope["report"]  # patch runs on CPU: it leaves CPU layers alone and says why
+        assert report.patched == [] and report.skipped, report
+        assert all(reason.startswith("on cpu") for reason in report.skipped.values()), report.skipped
 
 
 @pytest.mark.gpu
-def test_the_readme_use_block_runs_as_written():
+@pytest.mark.parametrize("name", USE_BLOCKS)
+def test_the_use_blocks_run_as_written(name):
     import torch
 
+    get_block, patches = USE_BLOCKS[name]
     scope = {"__name__": "readme"}
-    exec(compile(readme_blocks()["use"], "README.md (Use)", "exec"), scope)
+    exec(compile(get_block(), name, "exec"), scope)
     torch.cuda.synchronize()
-    x, W, b = scope["x"], scope["W"], scope["b"]
+    x, W, b = scope["x"], scope["W"], scope.get("b")  # the README's call has no bias
     torch.testing.assert_close(scope["y"], torch.nn.functional.linear(x, W, b), rtol=2e-2, atol=2e-1)
-    assert len(scope["report"].patched) == 2, scope["report"]
+    if patches:
+        assert len(scope["report"].patched) == 2, scope["report"]
 
 
 NO_GPU = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
