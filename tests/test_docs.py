@@ -1,9 +1,9 @@
 """The docs hold to the build and to themselves: every kernel set's variant counts in docs/kernels.md are the
 ones cutlass_configs/*.toml select (config_space: the counts live nowhere else), the kernel sets the docs name
-exist, the repository paths they cite exist, and the code blocks of README.md, docs/torch.md's main calls and
-tables/README.md run. The CPU tier runs the README's Use block and docs/torch.md's main calls up to the GPU:
-every wavetune call passes its own checks and is refused only for want of a CUDA device; the GPU tier runs them
-as written."""
+exist, the repository paths they cite exist, the README opens with its install and fits its speed table in 120
+columns, and the code blocks of README.md, docs/torch.md's main calls and tables/README.md run. The CPU tier runs
+the README's Use block and docs/torch.md's main calls up to the GPU: every wavetune call passes its own checks and
+is refused only for want of a CUDA device; the GPU tier runs them as written."""
 
 from __future__ import annotations
 
@@ -166,6 +166,7 @@ def test_the_default_install_time_is_stated_once():
 
 CITED = re.compile(r"`((?:benchmarks|tests|csrc|python|cmake|cutlass_configs|tables|docs|examples|\.ci)/[^`\s]*)`")
 LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+LINK_DEFINITION = re.compile(r"^ {0,3}\[[^\]]+\]:\s+<?([^>\s#]+)", re.M)  # [key]: target, for [text][key] links
 PLACEHOLDER = re.compile(r"[<>*{}\[\]]|(?:^|/|_)F(?:/|\.|$)")  # <family>, globs, `sm90_F.cuh` for a family F
 
 
@@ -179,10 +180,44 @@ def test_every_path_the_docs_cite_exists():
             path = path.split(":")[0].rstrip(".,;")
             if not PLACEHOLDER.search(path) and not any((root / path).exists() for root in roots):
                 missing.append(f"{page.relative_to(REPO)}: `{path}`")
-        for target in LINK.findall(text):
+        for target in [*LINK.findall(text), *LINK_DEFINITION.findall(text)]:
             if not re.match(r"[a-z]+:", target) and not (page.parent / target).exists():
                 missing.append(f"{page.relative_to(REPO)}: ({target})")
     assert not missing, "the docs cite paths that do not exist:\n" + "\n".join(missing)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# README.md's first screen: what it is, the install, one call, then one table of speedups.
+
+SPEED_TABLE_HEADING = "## Measured speedups over what PyTorch calls by default"
+
+
+def speed_table() -> list[str]:
+    """The lines of the README's speed table, the one table under its heading."""
+    lines = README.read_text().splitlines()
+    assert SPEED_TABLE_HEADING in lines, f"README.md has no section {SPEED_TABLE_HEADING!r}"
+    start = lines.index(SPEED_TABLE_HEADING) + 1
+    first = next((i for i in range(start, len(lines)) if lines[i].startswith(("|", "## "))), len(lines))
+    assert first < len(lines) and lines[first].startswith("|"), f"README.md's {SPEED_TABLE_HEADING!r} has no table"
+    end = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[first:end]
+
+
+def test_the_readme_opens_with_its_install_and_one_call_and_its_speed_table_fits_in_120_columns():
+    text = README.read_text()
+    lines = text.splitlines()
+    assert any("pip install" in line for line in lines[:25]), "README.md must show `pip install` in its first 25 lines"
+    assert lines.index("## Set up") < lines.index("## Use") < lines.index(SPEED_TABLE_HEADING), (
+        "README.md opens with its install (## Set up) and one call (## Use); the speed table follows")
+    table = speed_table()
+    assert len(table) > 2 and re.fullmatch(r"\|( --- \|)+", table[1]), table[:2]
+    others = [line for line in lines if line.startswith("|") and line not in table]
+    assert not others, f"README.md holds one table, its speed table; other table lines: {others}"
+    wide = [f"{len(line)} characters: {line}" for line in table if len(line) > 120]
+    assert not wide, "README.md's speed table must stay within 120 columns:\n" + "\n".join(wide)
+    defined = set(re.findall(r"^\[([^\]]+)\]:", text, re.M))
+    used = set(re.findall(r"\]\[([^\]]+)\]", text))
+    assert used <= defined, f"README.md links to references it does not define: {sorted(used - defined)}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -219,8 +254,8 @@ def main_calls_block() -> str:
     return blocks[0]
 
 
-# The Python blocks a reader copies, and whether each patches a model.
-USE_BLOCKS = {"README.md (Use)": (lambda: readme_blocks()["use"], True),
+# The Python blocks a reader copies: the README's one call, and docs/torch.md's main calls, which patch a model.
+USE_BLOCKS = {"README.md (Use)": (lambda: readme_blocks()["use"], False),
               "docs/torch.md (the main calls)": (main_calls_block, True)}
 
 
