@@ -7,7 +7,7 @@ bf16, layout [batch, seq, heads, head_dim]. `--suite named`: the issue's Llama-3
 and Llama-3-70B (64 / 8) attention, whole and split by tensor parallelism 2-8, head dim 128; prefill
 (causal, query length = KV length, 128-16384 tokens, batch 1-16) and decode (one query token, KV length
 512-131072, batch 1-256). `--suite heldout`: the same phases for other models' head counts and head dims
-(benchmarks/shape_suite.py's dense families), at random lengths and batches, odd ones included. Methods:
+(wavetune.families.gemm.cases' dense families), at random lengths and batches, odd ones included. Methods:
   choice       wavetune.attention with no config, as callers make it (its own output): cuDNN's attention,
                the paged decode kernel over the dense cache or an FMHA variant and KV split count, as the
                GPU's attention table (else the built-in choice) picks them
@@ -45,16 +45,16 @@ from pathlib import Path
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import shape_suite
 from case_log import measure_cases
-from methods import geomean
 import wavetune
 from wavetune import _C
 from wavetune.families.attention import api as fmha
 from wavetune.families.attention import tuning
 from wavetune.families.attention.cases import SPLITS, TP, measurable, named_cases
 from wavetune.families.attention.measure import measure_case
+from wavetune.families.gemm.cases import DENSE_FAMILIES
 from wavetune.runtime import tables
+from wavetune.tuning.report import geomean
 
 REPO = Path(__file__).resolve().parents[1]
 warnings.filterwarnings("ignore", message="For dense input")  # SDPA explaining why a backend refuses GQA
@@ -77,7 +77,7 @@ def parse_args() -> argparse.Namespace:
 def heldout_cases(phases: list[str], count: int, seed: int) -> list[dict]:
     """Other families' attention at random (odd) lengths: prefill up to 32k tokens, decode up to 128k keys."""
     rng = random.Random(seed)
-    families = sorted(shape_suite.DENSE_FAMILIES.items())
+    families = sorted(DENSE_FAMILIES.items())
     out = []
     for i in range(count):
         name, (_, _, hq, hkv, head_dim, _) = families[i % len(families)]

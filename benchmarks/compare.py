@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-import methods
 import wavetune
 from wavetune import _C
-from wavetune.tuning import model
-from wavetune.families.gemm import tuning
-from wavetune.runtime import tables
+from wavetune.families.gemm import comparison, tuning
 from wavetune.families.gemm.tuning import Candidate
+from wavetune.runtime import tables
+from wavetune.tuning import model
+from wavetune.tuning.report import M_RANGES, fmt, geomean, markdown_table, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 SUITES = (REPO.parent / "shared" / "benchmarks" / "llm_shapes.json", REPO / "shared" / "benchmarks" / "llm_shapes.json")
@@ -95,7 +95,7 @@ def companion(log: Path, what: str) -> Path:
 
 def suite(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     ms = [int(m) for m in args.m.split(",")] if args.m else None
-    return methods.load_shapes(args.shapes, args.models, ms)
+    return comparison.load_shapes(args.shapes, args.models, ms)
 
 
 def table_path(args: argparse.Namespace, gpu_name: str) -> Path:
@@ -168,9 +168,9 @@ def measure(args: argparse.Namespace) -> None:
             runs = [(c, "heuristic", 1) for c in cands]
             for exact in (True, False):  # the table's picks, with their micro parameters
                 pick = selector.select(*problem, exact=exact)
-                runs.append((methods.candidate_of(keys[pick["config"]]), pick["raster"], pick["max_swizzle"]))
+                runs.append((comparison.candidate_of(keys[pick["config"]]), pick["raster"], pick["max_swizzle"]))
             log.measure(problem, list(dict.fromkeys(runs)))
-            log.measure(problem, methods.micro_oracle_runs(log.records, problem, cands, device["sm_count"]))
+            log.measure(problem, comparison.micro_oracle_runs(log.records, problem, cands, device["sm_count"]))
         print(f"profiler: {log.measured} new measurements, {log.gpu_seconds:.1f} s")
 
     if not args.skip_sweep:
@@ -210,7 +210,7 @@ def driver_version() -> str | None:
 def torch_operands(torch, problem: tuple, l2_bytes: int) -> list[tuple]:
     """(x [M, K], W [N, K], out [M, N]) copies, as many as the C++ profiler rotates for this problem."""
     dtype, _, m, n, k = problem
-    copies, _ = methods.rotation(m, n, k, l2_bytes, tuning.profile_options(m, n, k))
+    copies, _ = comparison.rotation(m, n, k, l2_bytes, tuning.profile_options(m, n, k))
     opts = dict(device="cuda", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
     return [(torch.empty(m, k, **opts).uniform_(-1, 1), torch.empty(n, k, **opts).uniform_(-1, 1),
              torch.empty(m, n, **opts)) for _ in range(copies)]
@@ -246,11 +246,11 @@ def time_in_torch(torch, torch_log: TorchLog, records: dict, cands: list[Candida
                   l2_bytes: int) -> None:
     """cuBLAS (torch.matmul, F.linear) and the oracle's config (wavetune.gemm) on one problem, each checked
     against torch.matmul into a NaN-poisoned output first."""
-    best = methods.oracle(records, problem, cands)
+    best = comparison.oracle(records, problem, cands)
     launches = {("torch.matmul", None): lambda x, w, out: torch.matmul(x, w.t(), out=out),
                 ("F.linear", None): lambda x, w, out: torch.nn.functional.linear(x, w)}
     if best is not None:
-        c = methods.candidate_of(best[1])
+        c = comparison.candidate_of(best[1])
         oracle_config = wavetune.LaunchConfig(c.variant.name, c.decomposition, c.splits)
         launches[("wavetune.gemm", best[1])] = lambda x, w, out: wavetune.gemm(x, w.t(), out=out,
                                                                                config=oracle_config)
@@ -286,7 +286,7 @@ def launch_overhead(torch, table: Path, shape=(8, 256, 256), calls=20000, repeat
     except (ValueError, FileNotFoundError) as exc:
         table_note, choice = f"no table ({exc}); the built-in heuristic decides", None
     compiled = [c.name for c in wavetune.configs() if c.dtype == "bf16" and c.b_layout == "col"]
-    default = methods.default_choice("bf16", "col").split("/")[0]
+    default = comparison.default_choice("bf16", "col").split("/")[0]
     forced = wavetune.LaunchConfig(default if default in compiled else compiled[0])
     layer = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16).requires_grad_(False)
     wavetune_layer = wnn.Linear.from_linear(layer)
@@ -354,7 +354,7 @@ class Data:
 
     def __init__(self, args: argparse.Namespace):
         self.dtype, self.b_layout = args.dtype, args.b_layout
-        self.header, self.records = methods.read_log(args.log)
+        self.header, self.records = comparison.read_log(args.log)
         self.torch = TorchLog(companion(args.log, "torch.jsonl"))
         overhead = companion(args.log, "overhead.json")
         self.overhead = json.loads(overhead.read_text()) if overhead.exists() else None
@@ -364,10 +364,10 @@ class Data:
         # A shape is judged where every candidate was measured. The oracle is the best default-micro launch
         # (its config is the one timed in torch); the best launch at any micro parameters is the reference
         # of every ratio.
-        best = {s: methods.oracle(self.records, self.problem(s), self.cands) for s in shapes}
+        best = {s: comparison.oracle(self.records, self.problem(s), self.cands) for s in shapes}
         self.oracle = {s: b for s, b in best.items() if b is not None}
         self.shapes = list(self.oracle)
-        self.best = {s: methods.best_launch(self.records, self.problem(s), self.cands) for s in self.shapes}
+        self.best = {s: comparison.best_launch(self.records, self.problem(s), self.cands) for s in self.shapes}
         self.skipped_shapes = len(shapes) - len(self.shapes)
 
     def problem(self, shape: tuple) -> tuple:
@@ -385,7 +385,7 @@ class Data:
     def cost(self, keys) -> tuple[int, float]:
         """(measurements, kernel GPU-seconds) of the log records among ``keys``."""
         found = [k for k in keys if k in self.records]
-        seconds = sum(methods.kernel_seconds(*k[2:5], self.records[k], self.l2_bytes)
+        seconds = sum(comparison.kernel_seconds(*k[2:5], self.records[k], self.l2_bytes)
                       for k in found if self.records[k] is not None)
         return len(found), seconds
 
@@ -445,20 +445,20 @@ def learned_methods(data: Data, plan: dict) -> tuple[list[Method], dict, list[st
         for c in cs:
             us = data.records.get(data.key(shape, c.key))
             if us is not None:
-                rows.append(methods.features(*shape, c, c.coordinates(*shape, data.sm_count)))
+                rows.append(comparison.features(*shape, c, c.coordinates(*shape, data.sm_count)))
                 targets.append(math.log(us))
     if not rows:
         return [], {}, ["learned models: the log has no anchor measurements to train on (make it with "
                         "`python -m wavetune tune --log LOG`)"]
     anchors = data.cost({data.key(shape, c.key) for shape, cs in plan.items() for c in cs})
     found, points = [], {}
-    for name in methods.LEARNED_MODELS:
-        estimator = methods.make_learned_model(name)
+    for name in comparison.LEARNED_MODELS:
+        estimator = comparison.make_learned_model(name)
         start = time.perf_counter()
         estimator.fit(np.array(rows), np.array(targets))
         fit_s = time.perf_counter() - start
         m = Method(name, f"scikit-learn {sklearn.__version__} {type(estimator).__name__} (defaults, random_state=0) "
-                         f"on log latency; {len(rows)} anchor measurements, {len(methods.FEATURES)} features; "
+                         f"on log latency; {len(rows)} anchor measurements, {len(comparison.FEATURES)} features; "
                          f"argmin over candidates (fit: {fit_s:.2f} s CPU)")
         points[name] = []
         times = []
@@ -477,21 +477,21 @@ def learned_methods(data: Data, plan: dict) -> tuple[list[Method], dict, list[st
 
 def predicted_log_us(estimator, data: Data, shape: tuple) -> np.ndarray:
     """A learned model's log-latency prediction for every candidate on a shape: what one decision computes."""
-    x = np.array([methods.features(*shape, c, c.coordinates(*shape, data.sm_count)) for c in data.cands])
+    x = np.array([comparison.features(*shape, c, c.coordinates(*shape, data.sm_count)) for c in data.cands])
     return estimator.predict(x)
 
 
 def nvmmh_methods(data: Data) -> tuple[list[Method], list[str]]:
     """nvMatmulHeuristics' top choice, once bounded to wavetune's tile and cluster shapes and once free, each
-    mapped onto the nearest candidate (methods.nearest_candidate)."""
+    mapped onto the nearest candidate (comparison.nearest_candidate)."""
     if importlib.util.find_spec("nvMatmulHeuristics") is None:
         return [], ["nvMatmulHeuristics: not installed (pip install .whl/nvidia_matmul_heuristics-*.whl)"]
-    gpu = methods.nvmmh_gpu(data.header["gpu_name"])
+    gpu = comparison.nvmmh_gpu(data.header["gpu_name"])
     if gpu is None:
         return [], [f"nvMatmulHeuristics: no predefined GPU matches {data.header['gpu_name']}"]
     found = []
     for bounded in (True, False):
-        heuristics = methods.NvMatmulHeuristics(gpu, data.dtype, data.b_layout, data.cands if bounded else None)
+        heuristics = comparison.NvMatmulHeuristics(gpu, data.dtype, data.b_layout, data.cands if bounded else None)
         version = importlib.metadata.version("nvidia-matmul-heuristics")
         among = "wavetune's tile and cluster shapes (validity callback)" if bounded else "every kernel it knows"
         m = Method("nvMatmulHeuristics (bounded)" if bounded else "nvMatmulHeuristics (free)",
@@ -504,7 +504,7 @@ def nvmmh_methods(data: Data) -> tuple[list[Method], list[str]]:
             if top is None:
                 unmatched += 1
                 continue
-            c = methods.nearest_candidate(top["tile"], top["cluster"], top["split_k"], data.cands)
+            c = comparison.nearest_candidate(top["tile"], top["cluster"], top["split_k"], data.cands)
             m.picks[s] = (c.key, "heuristic", 1)
         if unmatched:
             m.what += f"; it returned no config for {unmatched} shapes"
@@ -517,12 +517,12 @@ def nvmmh_methods(data: Data) -> tuple[list[Method], list[str]]:
 def simple_methods(data: Data) -> list[Method]:
     """The exhaustive oracle, the M-bucket heuristic and the single default config."""
     oracle = Method("oracle (exhaustive)", f"the fastest of the {len(data.cands)} candidates, measured on the shape "
-                    f"(the {methods.MICRO_ORACLE_TOP} fastest also with each swizzled raster option)")
+                    f"(the {comparison.MICRO_ORACLE_TOP} fastest also with each swizzled raster option)")
     for s in data.shapes:
         oracle.picks[s] = data.best[s][1:]
     per_shape = [data.cost({data.key(s, c.key) for c in data.cands}
                            | {data.key(s, c.key, raster, swizzle) for c, raster, swizzle in
-                              methods.micro_oracle_runs(data.records, data.problem(s), data.cands, data.sm_count)})
+                              comparison.micro_oracle_runs(data.records, data.problem(s), data.cands, data.sm_count)})
                  for s in data.shapes]
     oracle.decision_ns = statistics.median(seconds for _, seconds in per_shape) * 1e9
     oracle.decision_note = "kernel time of measuring every candidate on the shape"
@@ -532,14 +532,14 @@ def simple_methods(data: Data) -> list[Method]:
     bucket = Method("M-bucket heuristic", "wavetune's built-in fallback: [fallback] M buckets of cutlass_configs/")
     times = []
     for s in data.shapes:
-        key, ns = timed_ns(methods.bucket_choice, data.dtype, data.b_layout, *s)
+        key, ns = timed_ns(comparison.bucket_choice, data.dtype, data.b_layout, *s)
         times.append(ns)
         bucket.picks[s] = (key, "heuristic", 1)
     bucket.decision_ns = statistics.median(times)
     bucket.decision_note = "Python: _C.default_variant through pybind11 (the C++ loop alone is a few ns)"
 
-    default = Method("single config", f"{methods.DEFAULT_VARIANT}, data-parallel, on every shape")
-    default.picks = {s: (methods.default_choice(data.dtype, data.b_layout), "heuristic", 1) for s in data.shapes}
+    default = Method("single config", f"{comparison.DEFAULT_VARIANT}, data-parallel, on every shape")
+    default.picks = {s: (comparison.default_choice(data.dtype, data.b_layout), "heuristic", 1) for s in data.shapes}
     default.decision_ns, default.decision_note = 0.0, "no decision"
     return [oracle, bucket, default]
 
@@ -574,7 +574,7 @@ def judge(data: Data, found: list[Method]) -> list[Method]:
 def accuracy(points: list[tuple[int, float, float]]) -> dict:
     """Prediction error |predicted - measured| / measured per M range: {range: {n, median, p90}}."""
     out = {}
-    for name, lo, hi in methods.M_RANGES:
+    for name, lo, hi in M_RANGES:
         group = [(p, us) for m, p, us in points if lo <= m <= hi]
         if group:
             acc = model.accuracy(*zip(*group))
@@ -628,8 +628,8 @@ def report(args: argparse.Namespace) -> None:
         "candidates": len(data.cands),
         "timing": {"profiler": data.header.get("timing"), "torch": data.torch.header.get("timing"),
                    "profiler_over_torch_for_the_oracle_config": summary_of(agreement)},
-        "methods": [{"name": m.name, "what": m.what, "ratio_to_oracle": methods.summarize(by_m(m.ratio)),
-                     "speedup_over_cublas": methods.summarize(by_m(m.speedup)), "decision_ns": m.decision_ns,
+        "methods": [{"name": m.name, "what": m.what, "ratio_to_oracle": summarize(by_m(m.ratio)),
+                     "speedup_over_cublas": summarize(by_m(m.speedup)), "decision_ns": m.decision_ns,
                      "decision": m.decision_note, "tuning_measurements": m.tuning_measurements,
                      "tuning_gpu_seconds": m.tuning_gpu_s, "shapes_judged": len(m.ratio)} for m in found],
         "model_accuracy": model_accuracy, "launch_overhead": data.overhead, "notes": notes,
@@ -657,9 +657,9 @@ def wavetune_details(data: Data, found: list[Method]) -> dict:
         worst.append({"M": s[0], "N": s[1], "K": s[2], "chosen": f"{key} {raster} {swizzle}",
                       "chosen_us": data.us(s, key, raster, swizzle), "oracle": " ".join(map(str, data.best[s][1:])),
                       "oracle_us": data.best[s][0], "ratio": ratio})
-    geomean = lambda shapes: methods.geomean([table.ratio[s] for s in shapes]) if shapes else None  # noqa: E731
-    return {"exact_hits": len(hits), "table_ratio_geomean_on_exact_hits": geomean(hits),
-            "table_ratio_geomean_elsewhere": geomean(elsewhere), "model_worst_choices": worst}
+    ratio_geomean = lambda shapes: geomean([table.ratio[s] for s in shapes]) if shapes else None  # noqa: E731
+    return {"exact_hits": len(hits), "table_ratio_geomean_on_exact_hits": ratio_geomean(hits),
+            "table_ratio_geomean_elsewhere": ratio_geomean(elsewhere), "model_worst_choices": worst}
 
 
 def by_m(values: dict) -> list[tuple[int, float]]:
@@ -707,8 +707,9 @@ def markdown(results: dict, found: list[Method], pictures: list[Path], out: Path
         f"table `{results['table']}`; log `{results['log']}`.", "",
         "Ratio to oracle: the exhaustive best's time over the method's pick's time (1 = the best; profiler "
         "times). The exhaustive best is the fastest launch measured on the shape: every candidate at default "
-        f"micro parameters, the {methods.MICRO_ORACLE_TOP} fastest of them (within {methods.MICRO_ORACLE_WITHIN}x, "
-        "more than one wave) with each swizzled raster option, and the table's picks. Speedup over cuBLAS: "
+        f"micro parameters, the {comparison.MICRO_ORACLE_TOP} fastest of them "
+        f"(within {comparison.MICRO_ORACLE_WITHIN}x, more than one wave) with each swizzled raster option, and "
+        "the table's picks. Speedup over cuBLAS: "
         "torch.matmul's time over the pick's, as (cuBLAS / best default-micro config, both timed in torch) x "
         "(that config's profiler time / the pick's). Worst: the smallest over the shapes.", "",
     ]
@@ -716,33 +717,33 @@ def markdown(results: dict, found: list[Method], pictures: list[Path], out: Path
               "decision (ns)", "tuning: measurements", "tuning: GPU-s"]
     rows = []
     for m in found:
-        r, sp = methods.summarize(by_m(m.ratio)).get("all", {}), methods.summarize(by_m(m.speedup)).get("all", {})
-        stats = (methods.fmt(s.get(k), ".3f") for s in (r, sp) for k in ("geomean", "worst"))
+        r, sp = summarize(by_m(m.ratio)).get("all", {}), summarize(by_m(m.speedup)).get("all", {})
+        stats = (fmt(s.get(k), ".3f") for s in (r, sp) for k in ("geomean", "worst"))
         rows.append([m.name, str(len(m.ratio)), *stats,
-                     methods.fmt(m.decision_ns, ",.0f"), f"{m.tuning_measurements:,}", f"{m.tuning_gpu_s:,.1f}"])
-    lines += [methods.markdown_table(header, rows), ""]
-    ranges = [name for name, *_ in methods.M_RANGES]
+                     fmt(m.decision_ns, ",.0f"), f"{m.tuning_measurements:,}", f"{m.tuning_gpu_s:,.1f}"])
+    lines += [markdown_table(header, rows), ""]
+    ranges = [name for name, *_ in M_RANGES]
     for title, attr in (("Ratio to oracle by M range: geomean (worst)", "ratio"),
                         ("Speedup over cuBLAS by M range: geomean (worst)", "speedup")):
         if not any(getattr(m, attr) for m in found):
             continue
         rows = []
         for m in found:
-            s = methods.summarize(by_m(getattr(m, attr)))
+            s = summarize(by_m(getattr(m, attr)))
             rows.append([m.name] + [f"{s[r]['geomean']:.3f} ({s[r]['worst']:.3f})" if r in s else "-" for r in ranges])
-        lines += [f"## {title}", "", methods.markdown_table(["method", *ranges], rows), ""]
+        lines += [f"## {title}", "", markdown_table(["method", *ranges], rows), ""]
     rows = [[name] + [f"{a[r]['median']:.1%} / {a[r]['p90']:.1%}" if r in a else "-" for r in ranges]
             for name, a in results["model_accuracy"].items()]
     lines += ["## Prediction error, |predicted - measured| / measured over every (shape, candidate): median / p90",
-              "", methods.markdown_table(["model", *ranges], rows), ""]
+              "", markdown_table(["model", *ranges], rows), ""]
     lines += ["## Methods, decision cost and tuning cost", ""]
     lines += [f"- **{m.name}**: {m.what}. Decision: {m.decision_note}." for m in found]
     agreement = results["timing"]["profiler_over_torch_for_the_oracle_config"]
     w = results["wavetune"]
     lines += ["", f"The table had an exact entry for {w['exact_hits']} of the {results['shapes']} shapes"
               + (f" (ratio to oracle there: {w['table_ratio_geomean_on_exact_hits']:.3f}; elsewhere: "
-                 f"{methods.fmt(w['table_ratio_geomean_elsewhere'], '.3f')})." if w["exact_hits"] else ".")]
-    lines += ["", "## wavetune's model: worst choices", "", methods.markdown_table(
+                 f"{fmt(w['table_ratio_geomean_elsewhere'], '.3f')})." if w["exact_hits"] else ".")]
+    lines += ["", "## wavetune's model: worst choices", "", markdown_table(
         ["M", "N", "K", "chosen (raster, swizzle)", "us", "oracle", "us", "ratio"],
         [[str(r["M"]), str(r["N"]), str(r["K"]), r["chosen"], f"{r['chosen_us']:.1f}", r["oracle"],
           f"{r['oracle_us']:.1f}", f"{r['ratio']:.3f}"] for r in w["model_worst_choices"]])]
@@ -759,7 +760,7 @@ def markdown(results: dict, found: list[Method], pictures: list[Path], out: Path
     if overhead:
         lines += ["", f"## Host time per call at M, N, K = {', '.join(map(str, overhead['shape']))} (bf16)", "",
                   f"{overhead['method']}; {overhead['table']}.", "",
-                  methods.markdown_table(["call", "us per call"],
+                  markdown_table(["call", "us per call"],
                                          [[k, f"{v:.2f}"] for k, v in overhead["host_us_per_call"].items()])]
     if pictures:
         lines += ["", "## Pictures", ""] + [f"![{p.stem}]({p.relative_to(out) if p.is_relative_to(out) else p})"

@@ -22,72 +22,29 @@ import json
 import math
 import os
 import random
-import statistics
 from pathlib import Path
 
 import torch
 
 import wavetune
 from wavetune.families.gemm import tuning
+from wavetune.families.gemm.cases import DECODE_MODELS, decode_problems
+from wavetune.families.gemm.comparison import decode_summary
 from wavetune.tuning.timing import interleaved_us
 
 REPO = Path(__file__).resolve().parents[1]
-# (hidden, intermediate, query heads, KV heads, head dim, vocabulary) of the models the GEMM benchmarks draw
-# their layers from (benchmarks/scaled_gemm.py too).
-DIMS = {
-    "llama3-8b": (4096, 14336, 32, 8, 128, 128256),
-    "qwen2.5-7b": (3584, 18944, 28, 4, 128, 152064),
-    "llama3-70b": (8192, 28672, 64, 8, 128, 128256),
-    "qwen2.5-14b": (5120, 13824, 40, 8, 128, 152064),
-    "qwen2.5-32b": (5120, 27648, 40, 8, 128, 152064),
-    "gemma-2-9b": (3584, 14336, 16, 8, 256, 256000),
-    "gemma-2-27b": (4608, 36864, 32, 16, 128, 256000),
-    "mistral-small-24b": (5120, 32768, 32, 8, 128, 131072),
-    "mistral-nemo-12b": (5120, 14336, 32, 8, 128, 131072),
-    "phi-3-medium": (5120, 17920, 40, 10, 128, 32064),
-    "yi-1.5-34b": (7168, 20480, 56, 8, 128, 64000),
-    "internlm2.5-20b": (6144, 16384, 48, 8, 128, 92544),
-}
-MODELS = {
-    "heldout": ("qwen2.5-14b", "gemma-2-9b", "mistral-small-24b", "phi-3-medium", "yi-1.5-34b"),
-    "design": ("llama3-8b", "qwen2.5-7b", "llama3-70b"),
-}
-TP = (1, 2, 4, 8)
-M_RANGES = (("1-16", 1, 16), ("17-64", 17, 64))
 NAMES: dict[int, str] = {}  # variant id -> name
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--split", choices=tuple(MODELS), default="heldout")
+    p.add_argument("--split", choices=tuple(DECODE_MODELS), default="heldout")
     p.add_argument("--per-shape", type=int, default=1, help="token counts per shape and M range")
     p.add_argument("--limit", type=int, help="a seeded random sample of this many problems (a quick look)")
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
     return p.parse_args()
-
-
-def layer_shapes(hidden: int, inter: int, heads: int, kv_heads: int, head_dim: int, vocab: int, tp: int) -> dict:
-    """(N, K) of each projection on one of ``tp`` GPUs (column-parallel qkv, gate_up, LM head; row-parallel
-    o, down); None where the split is not whole."""
-    kv = max(kv_heads // tp, 1)
-    shapes = {"qkv": ((heads // tp + 2 * kv) * head_dim, hidden), "o": (hidden, heads * head_dim // tp),
-              "gate_up": (2 * inter // tp, hidden), "down": (hidden, inter // tp), "lm_head": (vocab // tp, hidden)}
-    return {name: nk for name, nk in shapes.items() if nk[0] % 8 == 0 and nk[1] % 8 == 0 and heads % tp == 0}
-
-
-def problems(split: str, per_shape: int, seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    out = []
-    for model in MODELS[split]:
-        dims = DIMS[model]
-        for tp in TP:
-            for layer, (n, k) in layer_shapes(*dims, tp).items():
-                for _, lo, hi in M_RANGES:
-                    for m in rng.sample(range(lo, hi + 1), per_shape):
-                        out.append(dict(model=model, tp=tp, layer=layer, m=m, n=n, k=k))
-    return out
 
 
 def decode_candidates() -> list[tuning.Candidate]:
@@ -150,30 +107,6 @@ def measure(problem: dict, cands: list, reps: int, l2_bytes: int) -> dict:
             "best_tbps": weight_bytes / us[best] / 1e6}
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(map(math.log, values))) if values else math.nan
-
-
-def summary(rows: list[dict]) -> str:
-    lines = []
-    for label, lo, hi in M_RANGES:
-        part = [r for r in rows if lo <= r["m"] <= hi]
-        if not part:
-            continue
-        worst = min(part, key=lambda r: r["speedup"])
-        lines.append(f"M {label}: {len(part)} problems; wavetune {geomean([r['speedup'] for r in part]):.3f}x cuBLAS "
-                     f"(min {worst['speedup']:.3f}: {worst['model']} tp{worst['tp']} {worst['layer']} M={worst['m']}), "
-                     f"best decode candidate {geomean([r['best_speedup'] for r in part]):.3f}x")
-    big = [r for r in rows if r["weight_mb"] >= 256]
-    if big:
-        median = statistics.median
-        lines.append(f"weights >= 256 MB ({len(big)}): wavetune {median(r['wavetune_tbps'] for r in big):.2f} "
-                     f"TB/s median (min {min(r['wavetune_tbps'] for r in big):.2f}), cuBLAS "
-                     f"{median(r['cublas_tbps'] for r in big):.2f}, best decode "
-                     f"{median(r['best_tbps'] for r in big):.2f}")
-    return "\n".join(lines)
-
-
 def main() -> None:
     args = parse_args()
     NAMES.update({c.id: c.name for c in wavetune.configs()})
@@ -182,7 +115,7 @@ def main() -> None:
     cands = decode_candidates()
     if not cands:
         raise SystemExit("this build has no decode variant")
-    todo = problems(args.split, args.per_shape, args.seed)
+    todo = decode_problems(args.split, args.per_shape, args.seed)
     if args.limit:
         todo = sorted(random.Random(args.seed).sample(todo, min(args.limit, len(todo))), key=todo.index)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -200,7 +133,7 @@ def main() -> None:
                   f"K={row['k']}: cuBLAS {row['us']['cublas']:.1f} us ({row['cublas_tbps']:.2f} TB/s), wavetune "
                   f"{row['us']['wavetune']:.1f} ({row['speedup']:.3f}x, {row['chosen']}), best decode "
                   f"{row['us'][row['best_decode']]:.1f} ({row['best_decode']})", flush=True)
-    print(summary(rows))
+    print(decode_summary(rows))
 
 
 if __name__ == "__main__":

@@ -26,13 +26,12 @@ import os
 import random
 from pathlib import Path
 
-import methods
-from wavetune import _C
 import wavetune
-from wavetune.tuning import deploy
-from wavetune.tuning import tablefile
 from wavetune.families.gemm import tuning
+from wavetune.families.gemm.comparison import judge, read_log, unprofiled_ms
 from wavetune.runtime import tables
+from wavetune.tuning import deploy, tablefile
+from wavetune.tuning.report import geomean
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,43 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def unprofiled_ms(measured: set[int], max_m: int, count: int, rng: random.Random) -> list[int]:
-    """``count`` distinct M in 1..max_m, log-uniform, none of them in ``measured`` (fewer if too few are left)."""
-    left = max_m - len({m for m in measured if m <= max_m})
-    out: set[int] = set()
-    while len(out) < min(count, left):
-        m = max(1, min(max_m, round(math.exp(rng.uniform(0.0, math.log(max_m))))))
-        if m not in measured:
-            out.add(m)
-    return sorted(out)
-
-
-def judge(selector, cands: list[tuning.Candidate], m: int, n: int, k: int, finalists: int) -> dict:
-    """The table's choice against every config, interleaved in one profiler call, then against the
-    fastest ``finalists`` of those in a second call."""
-    choice = selector.select("bf16", "col", m, n, k)
-    launch = (choice["variant"], _C.DECOMPOSITIONS.index(choice["decomposition"]), choice["splits"],
-              _C.RASTERS.index(choice["raster"]), choice["max_swizzle"])
-    problem = ("bf16", "col", m, n, k)
-    times = tuning.profile(problem, [launch, launch] + [c.launch() for c in cands], seed=m * 31 + n, precise=True)
-    timed = sorted((us, i) for i, us in enumerate(times[2:]) if not math.isnan(us))
-    best_us, best = min([(us, cands[i].key) for us, i in timed] + [(times[0], "the choice")])
-    finals = [cands[i] for _, i in timed if cands[i].launch() != launch][:finalists]
-    final = tuning.profile(problem, [launch] + [c.launch() for c in finals], seed=m * 37 + n, precise=True)
-    final_best_us, final_best = min([(us, c.key) for us, c in zip(final[1:], finals)] + [(final[0], "the choice")])
-    key = f"{choice['name']}/{choice['decomposition']}/{choice['splits']}"
-    return {"m": m, "n": n, "k": k, "source": choice["source"], "choice": key, "choice_us": times[0],
-            "best": best, "best_us": best_us, "ratio": best_us / times[0], "repeat_us": times[1],
-            "final_choice_us": final[0], "final_best": final_best, "final_ratio": final_best_us / final[0],
-            "configs_us": {cands[i].key: round(us, 3) for us, i in timed}}
-
-
 def summary(rows: list[dict], names: list[str], field: str, best_field: str, label: str) -> None:
     """Geomean and worst of ``field`` per layer and overall, the worst's fastest config from ``best_field``."""
     for name in names + ["all"]:
         picked = [r for r in rows if name in ("all", r["layer"])]
         worst = min(picked, key=lambda r: r[field])
-        print(f"{name}: {label} {methods.geomean([r[field] for r in picked]):.4f} geomean, {worst[field]:.3f} worst "
+        print(f"{name}: {label} {geomean([r[field] for r in picked]):.4f} geomean, {worst[field]:.3f} worst "
               f"(M={worst['m']}: {worst['choice']} against {worst[best_field]})")
 
 
@@ -98,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     props = wavetune.device_properties()
     selector.check_device(props["name"], props["sm_count"])
     cands = list(deploy.table_candidates(tablefile.read_table(args.table), "bf16", "col").values())
-    _, log = methods.read_log(args.log)
+    _, log = read_log(args.log)
     layers = deploy.model_layers(args.shapes, args.tp, args.models, args.max_m)
     rng = random.Random(args.seed)
     shapes = [(layer, m) for layer in layers

@@ -8,8 +8,9 @@ intermediate), a token count and a routing (balanced: each token picks top-k dis
 skewed: with Zipf popularity over the experts; hot: three experts are picked 30 times as often as the
 others). Its rows are tokens x top-k, sorted by expert. `--suite named` (default) runs the four models
 below at fixed token counts; `--suite tune` / `heldout` runs `--count` generated cases of other MoE models'
-expert layers (benchmarks/shape_suite.py: expert and tensor parallel splits, token counts log-uniform over
-1-16384, random routing), the tune split for fitting grouped tables, the held-out split for reports. Methods:
+expert layers (wavetune.families.grouped_gemm.cases: expert and tensor parallel splits, token counts
+log-uniform over 1-16384, random routing), the tune split for fitting grouped tables, the held-out split for
+reports. Methods:
   choice      wavetune.grouped_gemm with no config (its choice from the sizes alone: the GPU's grouped table's,
               else the built-in heuristic's)
   <variant>   wavetune.grouped_gemm forced to each compiled grouped variant of the dtype: the fastest of
@@ -41,15 +42,15 @@ from pathlib import Path
 
 import torch
 
-import shape_suite
 from case_log import measure_cases
-from methods import geomean
 import wavetune
 from wavetune import _C
 from wavetune.families.grouped_gemm import mapping as grouped_mapping
-from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS, e4m3_cases
+from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS, e4m3_cases, moe_cases
 from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, measure_case, operand_sets
 from wavetune.runtime.tables import default_table_path
+from wavetune.tuning.report import geomean
+from wavetune.tuning.splits import HASHED_SPLITS
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {
@@ -74,7 +75,7 @@ FAMILIES = {
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--suite", choices=("named", *shape_suite.HASHED_SPLITS), default="named")
+    p.add_argument("--suite", choices=("named", *HASHED_SPLITS), default="named")
     p.add_argument("--count", type=int, default=300, help="cases of a generated suite")
     p.add_argument("--no-loop", action="store_true", help="leave the per-expert loop out (it is slow to capture)")
     p.add_argument("--fp8", nargs="?", const="row", default="", choices=("row", "block"),
@@ -173,7 +174,7 @@ def cases(args: argparse.Namespace) -> list[dict]:
 
 def generated_or_named(args: argparse.Namespace) -> list[dict]:
     if args.suite != "named":
-        return shape_suite.moe_cases(args.suite, args.count, GENERATED_ROUTINGS)
+        return moe_cases(args.suite, args.count, GENERATED_ROUTINGS)
     out = []
     for tokens in map(int, args.tokens.split(",")):
         for model in args.models.split(","):

@@ -21,9 +21,9 @@ import argparse
 import json
 import time
 
-from wavetune.tuning import deploy
-from wavetune.tuning import tablefile
 from wavetune.families.gemm import tuning
+from wavetune.families.gemm.comparison import table_launches
+from wavetune.tuning import deploy, tablefile
 
 LIBRARY = "cublas_bf16_bcol/data_parallel/1"
 
@@ -39,18 +39,6 @@ def gpu_state():
     return {"sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
             "temp": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
             "watts": round(pynvml.nvmlDeviceGetPowerUsage(h) / 1000)}
-
-
-def launches(table: dict, names: list[str], m: int, n: int, k: int) -> dict[str, tuple]:
-    """Config key (':rule' kept) -> its profiler launch; ':rule' takes the table's micro rule at this M."""
-    by_key = {c.key: (cid, c) for cid, c in deploy.table_candidates(table, "bf16", "col").items()}
-    out = {}
-    for name in names:
-        key, rule = name.removesuffix(":rule"), name.endswith(":rule")
-        cid, c = by_key[key]
-        waves = c.coordinates(m, n, k, int(table["meta"]["sm_count"]))[3]
-        out[name] = c.launch(*deploy.table_launch(table, cid, waves)[1:]) if rule else c.launch()
-    return out
 
 
 def timed_call(shape: tuple, runs: dict[str, tuple], names: list[str], seed: int, **fields) -> dict:
@@ -74,8 +62,8 @@ def main() -> None:
     args = p.parse_args()
     table = tablefile.read_table(args.table)
     shape = ("bf16", "col", args.m, args.n, args.k)
-    every = launches(table, [LIBRARY, *args.config, *(c.key for c in deploy.table_candidates(table, "bf16", "col")
-                                                      .values())], args.m, args.n, args.k)
+    every = table_launches(table, [LIBRARY, *args.config, *(c.key for c in deploy.table_candidates(table, "bf16", "col")
+                                                            .values())], args.m, args.n, args.k)
     chosen = {name: every[name] for name in (LIBRARY, *args.config)}
     for rep in range(args.reps):
         if args.study == "order":

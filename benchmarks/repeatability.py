@@ -14,8 +14,9 @@ import statistics
 from pathlib import Path
 
 import compare
-import methods
 from wavetune.families.gemm import tuning
+from wavetune.families.gemm.comparison import load_shapes, oracle
+from wavetune.tuning.report import geomean
 
 
 def main() -> None:
@@ -31,13 +32,13 @@ def main() -> None:
     first = tuning.MeasurementLog(args.log)
     second = tuning.MeasurementLog(args.repeat)
     cands = tuning.candidates(args.dtype, args.b_layout)
-    problems = [(args.dtype, args.b_layout, *s) for s in methods.load_shapes(args.shapes)[::args.every]]
+    problems = [(args.dtype, args.b_layout, *s) for s in load_shapes(args.shapes)[::args.every]]
     for problem in tuning.progress(problems, "repeat"):
         second.measure(problem, [(c, "heuristic", 1) for c in cands])
 
     ratios, best_again = [], []
     for problem in problems:
-        a, b = methods.oracle(first.records, problem, cands), methods.oracle(second.records, problem, cands)
+        a, b = oracle(first.records, problem, cands), oracle(second.records, problem, cands)
         if a is None or b is None:
             raise SystemExit(f"{problem[2:]}: not every candidate is measured in {args.log}; run compare.py measure")
         pairs = [(second.get(problem, c), first.get(problem, c)) for c in cands]
@@ -48,7 +49,7 @@ def main() -> None:
     summary = {
         "device": first.device["name"], "shapes": len(problems), "pairs": len(ratios),
         "second_over_first": {"p10": deciles[0], "median": statistics.median(ratios), "p90": deciles[-1]},
-        "first_pass_best_in_second_pass": {"geomean": methods.geomean(best_again), "worst": min(best_again)},
+        "first_pass_best_in_second_pass": {"geomean": geomean(best_again), "worst": min(best_again)},
     }
     print(json.dumps(summary, indent=1))
     args.repeat.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -4,7 +4,7 @@ PyTorch offers for each, on held-out models' heads.
 
     python benchmarks/varlen_attention.py --count 30 --out $OUT
 
-Cases (held-out dense models of benchmarks/shape_suite.py at TP 1-8, random odd lengths):
+Cases (held-out dense models of wavetune.families.gemm.cases at TP 1-8, random odd lengths):
   varlen  a batch of 1-16 prompts of 16-4,096 tokens each, packed (causal prefill)
   chunk   1-16 sequences, each a chunk of 16-1,024 new tokens after a prefix of 256-16,384 cached keys, packed
           (FlashAttention's variable-length layout) or in pages of 16 or 256 tokens in random order (causal,
@@ -42,6 +42,9 @@ import sys
 import time
 from pathlib import Path
 
+from wavetune.families.gemm.cases import DENSE_FAMILIES
+from wavetune.tuning.report import geomean
+
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 4, 8, 16, 32)
 GRAPH_US = 300
@@ -66,10 +69,8 @@ def log_uniform(rng: random.Random, low: int, high: int) -> int:
 
 
 def cases(kinds: list[str], count: int, seed: int) -> list[dict]:
-    import shape_suite
-
     rng = random.Random(seed)
-    families = sorted(shape_suite.DENSE_FAMILIES.items())
+    families = sorted(DENSE_FAMILIES.items())
     out = []
     for i in range(count):
         name, (_, _, hq, hkv, head_dim, _) = families[rng.randrange(len(families))]
@@ -296,11 +297,6 @@ def measure(case: dict, args, props: dict) -> dict:
         times["flashinfer"] = min(flash)  # its faster backend
     return {**case, **model_view, "times": times, "best": best, "best_us": sweep[best],
             "tflops_choice": flops / times["choice"] / 1e6, "max_error": max(errors.values()), "copies": len(sets)}
-
-
-def geomean(xs) -> float:
-    xs = list(xs)
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
 def model_us(row: dict) -> float:

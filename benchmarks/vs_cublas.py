@@ -29,12 +29,12 @@ from pathlib import Path
 
 import torch
 
-import methods
-import shape_suite
 import wavetune
-from wavetune.families.gemm import tuning
-from wavetune.tuning.timing import interleaved_us  # noqa: F401  (the benchmarks' timing, vs_cublas.interleaved_us)
+from wavetune.families.gemm import cases, tuning
+from wavetune.families.gemm.comparison import load_shapes, pick_finalists, rotation
 from wavetune.runtime import tables
+from wavetune.tuning.report import M_RANGES, geomean
+from wavetune.tuning.timing import interleaved_us  # noqa: F401  (the benchmarks' timing, vs_cublas.interleaved_us)
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_ERROR = 2e-2
@@ -42,7 +42,7 @@ MAX_ERROR = 2e-2
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--suite", choices=("public", *shape_suite.SUITES), default="public")
+    p.add_argument("--suite", choices=("public", *cases.SUITES), default="public")
     p.add_argument("--count", type=int, default=150, help="shapes of a generated split")
     p.add_argument("--m", help="comma-separated M values replacing the public suite's")
     p.add_argument("--finalists", type=int, default=3,
@@ -56,10 +56,10 @@ def parse_args() -> argparse.Namespace:
 
 def suite(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     if args.suite == "public":
-        path = next(p for p in shape_suite.PUBLIC_SUITES if p.exists())
+        path = next(p for p in cases.PUBLIC_SUITES if p.exists())
         ms = [int(m) for m in args.m.split(",")] if args.m else None
-        return methods.load_shapes(path, None, ms)
-    return [(s["m"], s["n"], s["k"]) for s in shape_suite.shapes(args.suite, args.count)]
+        return load_shapes(path, None, ms)
+    return [(s["m"], s["n"], s["k"]) for s in cases.shapes(args.suite, args.count)]
 
 
 def screen(m: int, n: int, k: int, cands: list[tuning.Candidate]) -> dict[str, float]:
@@ -85,19 +85,11 @@ def table_launch(selector, m: int, n: int, k: int):
     return lambda x, w, out: wavetune.gemm(x, w.t(), out=out, config=config)
 
 
-def pick_finalists(screened: dict[str, float], cands: list[tuning.Candidate], count: int) -> list[tuning.Candidate]:
-    """The ``count`` fastest screened candidates, then every library candidate (cuBLAS) not among them."""
-    by_key = {c.key: c for c in cands}
-    ranked = list(screened)[:count]
-    ranked += [key for key in screened if by_key[key].variant.from_library and key not in ranked]
-    return [by_key[key] for key in ranked]
-
-
 def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argparse.Namespace,
             l2_bytes: int, other=None) -> dict:
     screened = screen(m, n, k, cands) if args.finalists else {}
     finalists = pick_finalists(screened, cands, args.finalists)
-    copies, per_graph = methods.rotation(m, n, k, l2_bytes, tuning.profile_options(m, n, k))
+    copies, per_graph = rotation(m, n, k, l2_bytes, tuning.profile_options(m, n, k))
     opts = dict(device="cuda", dtype=torch.bfloat16)
     operands = [(torch.empty(m, k, **opts).uniform_(-1, 1), torch.empty(n, k, **opts).uniform_(-1, 1),
                  torch.empty(m, n, **opts)) for _ in range(copies)]
@@ -122,7 +114,7 @@ def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argpars
 def summary(rows: list[dict]) -> str:
     lines = ["| M | shapes | best / cuBLAS speed | worst | choice / cuBLAS | worst | choice / best |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for label, lo, hi in methods.M_RANGES:
+    for label, lo, hi in M_RANGES:
         rs = [r for r in rows if lo <= r["m"] <= hi]
         if not rs:
             continue
@@ -130,13 +122,13 @@ def summary(rows: list[dict]) -> str:
         best = [r["cublas_us"] / r["best_us"] for r in with_best]
         choice = [r["cublas_us"] / r["choice_us"] for r in rs]
         quality = [r["best_us"] / r["choice_us"] for r in with_best]
-        best_cells = f"{methods.geomean(best):.3f}x | {min(best):.2f}x" if best else "- | -"
-        quality_cell = f"{methods.geomean(quality):.3f}" if quality else "-"
-        lines.append(f"| {label} | {len(rs)} | {best_cells} | {methods.geomean(choice):.3f}x | {min(choice):.2f}x | "
+        best_cells = f"{geomean(best):.3f}x | {min(best):.2f}x" if best else "- | -"
+        quality_cell = f"{geomean(quality):.3f}" if quality else "-"
+        lines.append(f"| {label} | {len(rs)} | {best_cells} | {geomean(choice):.3f}x | {min(choice):.2f}x | "
                      f"{quality_cell} |")
     others = [r["cublas_us"] / r["other_us"] for r in rows if "other_us" in r]
     if others:
-        lines.append(f"\n--compare-table's choice / cuBLAS: {methods.geomean(others):.3f}x, worst {min(others):.2f}x "
+        lines.append(f"\n--compare-table's choice / cuBLAS: {geomean(others):.3f}x, worst {min(others):.2f}x "
                      f"over {len(others)} shapes")
     return "\n".join(lines)
 

@@ -11,7 +11,8 @@ import pytest
 import wavetune
 from wavetune import _C
 from wavetune.tuning import tablefile
-from wavetune.families.attention import tuning
+from wavetune.tuning.report import geomean
+from wavetune.families.attention import replay, tuning
 from wavetune.runtime import tables
 from conftest import REPO
 
@@ -129,12 +130,8 @@ def test_cudnn_and_paged_candidates_are_listed_and_priced_by_the_h200_table():
 
 
 def test_replay_reproduces_the_documented_held_out_figures():
-    """benchmarks/attention_replay.py on a shipped held-out log gives the figures of
-    docs/results/attention_candidates_replay_h200.md (no GPU: the table's models and the log's timings)."""
-    from conftest import benchmark
-
-    replay = benchmark("attention_replay")
-    geomean = replay.geomean
+    """The attention choice's replay (benchmarks/attention_replay.py's) on a shipped held-out log gives the
+    figures of docs/results/attention_candidates_replay_h200.md (no GPU: the table's models and the log's timings)."""
     keys, tile, predict = replay.table_predictor(REPO / "tables" / "nvidia-h200.attention.wtt", SMS)
     cases = replay.read_cases(REPO / "docs" / "results" / "attention_heldout_candidates_h200_seed103.jsonl.gz")
     ratios = replay.replay(cases, keys, tile, predict)

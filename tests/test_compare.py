@@ -1,12 +1,15 @@
-"""The peer comparison's parts that need no GPU (benchmarks/methods.py, benchmarks/compare.py report):
-shape files, the bucket heuristic as the harness uses it, learned-model features, summary statistics, the
-nvMatmulHeuristics mapping, markdown, and a whole report over a synthetic log. scikit-learn, matplotlib
-and nvidia-matmul-heuristics are optional: what needs them skips without them."""
+"""The GEMM benchmarks' parts that need no GPU (wavetune.families.gemm.comparison and .replay, and
+benchmarks/compare.py report run as a program): shape files, the bucket heuristic as the harness uses it,
+learned-model features, summary statistics, the nvMatmulHeuristics mapping, markdown, and a whole report over
+a synthetic log. scikit-learn, matplotlib and nvidia-matmul-heuristics are optional: what needs them skips
+without them."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,15 +17,12 @@ import pytest
 
 import wavetune
 from wavetune.codegen import config_space
-from wavetune.tuning import tablefile
-from wavetune.families.gemm import tuning
+from wavetune.tuning import report, tablefile
+from wavetune.families.gemm import comparison, replay, tuning
 from wavetune.families.gemm.api import KernelConfig
 from wavetune.families.gemm.tuning import Candidate
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))  # compare.py imports its sibling methods.py
-import compare  # noqa: E402
-import methods  # noqa: E402
 
 CONFIG_SPACE = REPO / "cutlass_configs" / "sm90_gemm.toml"
 needs_bf16_col = pytest.mark.skipif(not tuning.candidates(), reason="no compiled bf16 column-major variant")
@@ -41,25 +41,25 @@ def test_suite_form_models_and_m_override(tmp_path):
     path = tmp_path / "suite.json"
     path.write_text(json.dumps({"M": [1, 64], "models": {"a": {"qkv": [6144, 4096], "o": [4096, 4096]},
                                                          "b": {"o": [4096, 4096], "down": [4096, 14336]}}}))
-    assert methods.load_shapes(path) == [(1, 4096, 4096), (64, 4096, 4096), (1, 4096, 14336), (64, 4096, 14336),
+    assert comparison.load_shapes(path) == [(1, 4096, 4096), (64, 4096, 4096), (1, 4096, 14336), (64, 4096, 14336),
                                          (1, 6144, 4096), (64, 6144, 4096)]
-    assert methods.load_shapes(path, "b") == [(1, 4096, 4096), (64, 4096, 4096), (1, 4096, 14336), (64, 4096, 14336)]
-    assert methods.load_shapes(path, "a", [8]) == [(8, 4096, 4096), (8, 6144, 4096)]
+    assert comparison.load_shapes(path, "b") == [(1, 4096, 4096), (64, 4096, 4096), (1, 4096, 14336), (64, 4096, 14336)]
+    assert comparison.load_shapes(path, "a", [8]) == [(8, 4096, 4096), (8, 6144, 4096)]
 
 
 def test_model_layer_list_forms(tmp_path):
     layers = tmp_path / "llama.json"
     layers.write_text(json.dumps({"qkv": [6144, 4096], "o": [4096, 4096], "gate_up": [28672, 4096]}))
-    shapes = methods.load_shapes(layers)
-    assert len(shapes) == 3 * len(methods.DEFAULT_M) and shapes[0] == (1, 4096, 4096)
-    assert methods.load_shapes(layers, ms=[16]) == [(16, 4096, 4096), (16, 6144, 4096), (16, 28672, 4096)]
+    shapes = comparison.load_shapes(layers)
+    assert len(shapes) == 3 * len(comparison.DEFAULT_M) and shapes[0] == (1, 4096, 4096)
+    assert comparison.load_shapes(layers, ms=[16]) == [(16, 4096, 4096), (16, 6144, 4096), (16, 28672, 4096)]
     pairs = tmp_path / "pairs.json"
     pairs.write_text(json.dumps([[4096, 4096], [4096, 4096], [1024, 512]]))
-    assert methods.load_shapes(pairs, ms=[2]) == [(2, 1024, 512), (2, 4096, 4096)]
+    assert comparison.load_shapes(pairs, ms=[2]) == [(2, 1024, 512), (2, 4096, 4096)]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"qkv": [6144]}))
     with pytest.raises(ValueError, match="layer list"):
-        methods.load_shapes(bad)
+        comparison.load_shapes(bad)
 
 
 def test_read_log_and_kernel_seconds(tmp_path):
@@ -69,34 +69,34 @@ def test_read_log_and_kernel_seconds(tmp_path):
             {"problem": ["bf16", "col", 16, 4096, 4096], "config": "w/split_k/2", "raster": "along_m",
              "max_swizzle": 2, "us": None}]
     path.write_text("\n".join(json.dumps(r) for r in [{"gpu_name": "G", "sm_count": 132, "l2_bytes": 50 << 20}, *rows]))
-    header, records = methods.read_log(path)
+    header, records = comparison.read_log(path)
     assert header["sm_count"] == 132
     assert records == {("bf16", "col", 16, 4096, 4096, "v/data_parallel/1", "heuristic", 1): 10.0,
                        ("bf16", "col", 16, 4096, 4096, "w/split_k/2", "along_m", 2): None}
     # 16x4096x4096: 33.7 MB a copy, 4 copies exceed 2 x 50 MiB; 8 launches are 2 passes; 3 warm-up + 8 x 6 replays.
-    assert methods.rotation(16, 4096, 4096, 50 << 20, tuning.profile_options(16, 4096, 4096)) == (4, 8)
-    assert methods.kernel_seconds(16, 4096, 4096, 10.0, 50 << 20) == pytest.approx(10e-6 * (3 + 8 * 6))
+    assert comparison.rotation(16, 4096, 4096, 50 << 20, tuning.profile_options(16, 4096, 4096)) == (4, 8)
+    assert comparison.kernel_seconds(16, 4096, 4096, 10.0, 50 << 20) == pytest.approx(10e-6 * (3 + 8 * 6))
     # Tiny problems stop at 64 copies; huge ones need a single copy.
-    assert methods.rotation(1, 64, 64, 50 << 20, {"min_launches": 8})[0] == 64
-    assert methods.rotation(16384, 57344, 8192, 50 << 20, {"min_launches": 2}) == (1, 2)
+    assert comparison.rotation(1, 64, 64, 50 << 20, {"min_launches": 8})[0] == 64
+    assert comparison.rotation(16384, 57344, 8192, 50 << 20, {"min_launches": 2}) == (1, 2)
 
 
 @needs_bf16_col
 def test_candidate_of_a_key():
     for c in tuning.candidates():
-        assert methods.candidate_of(c.key) == c
+        assert comparison.candidate_of(c.key) == c
 
 
 def test_oracle_needs_every_candidate_at_default_micro_parameters():
     cands = [Candidate(variant((128, 128, 64), id_=1)), Candidate(variant((64, 128, 64), schedule="pingpong", id_=2))]
     problem = ("bf16", "col", 16, 4096, 4096)
     records = {(*problem, cands[0].key, "heuristic", 1): 10.0}
-    assert methods.oracle(records, problem, cands) is None
+    assert comparison.oracle(records, problem, cands) is None
     records[(*problem, cands[1].key, "heuristic", 1)] = None  # measured: it cannot run the problem
-    assert methods.oracle(records, problem, cands) == (10.0, cands[0].key)
+    assert comparison.oracle(records, problem, cands) == (10.0, cands[0].key)
     records[(*problem, cands[1].key, "heuristic", 1)] = 8.0
     records[(*problem, cands[0].key, "along_m", 2)] = 1.0  # another raster: not a candidate of the oracle
-    assert methods.oracle(records, problem, cands) == (8.0, cands[1].key)
+    assert comparison.oracle(records, problem, cands) == (8.0, cands[1].key)
 
 
 # ---- the simple baselines ----------------------------------------------------------------------------
@@ -113,13 +113,13 @@ def test_bucket_heuristic_is_the_fallback_buckets_of_the_config_space():
         # The first compiled bucket that takes M; a build without one takes its first bf16 col variant.
         expected = next((name for max_m, name in rows if max_m == 0 or m <= max_m),
                         next(c.name for c in wavetune.configs() if (c.dtype, c.b_layout) == ("bf16", "col")))
-        assert methods.bucket_choice("bf16", "col", m, 4096, 4096) == f"{expected}/data_parallel/1"
+        assert comparison.bucket_choice("bf16", "col", m, 4096, 4096) == f"{expected}/data_parallel/1"
 
 
 def test_default_choice_names_a_variant_of_the_config_space():
     names = {v.name for v in config_space.load(CONFIG_SPACE).variants}
     for dtype in ("bf16", "fp16"):
-        key = methods.default_choice(dtype, "col")
+        key = comparison.default_choice(dtype, "col")
         assert key.endswith("/data_parallel/1") and key.split("/")[0] in names
 
 
@@ -128,9 +128,9 @@ def test_default_choice_names_a_variant_of_the_config_space():
 
 def test_features_of_a_problem_and_config():
     c = Candidate(variant((128, 256, 64), cluster=(1, 2)), "split_k", 4)
-    row = methods.features(300, 4096, 8192, c, (128, 32, 132, 1))
-    assert len(row) == len(methods.FEATURES)
-    f = dict(zip(methods.FEATURES, row))
+    row = comparison.features(300, 4096, 8192, c, (128, 32, 132, 1))
+    assert len(row) == len(comparison.FEATURES)
+    f = dict(zip(comparison.FEATURES, row))
     assert (f["M"], f["N"], f["K"]) == (300, 4096, 8192)
     assert f["log2 K"] == 13 and f["log2 M"] == pytest.approx(math.log2(300))
     assert (f["tile M"], f["tile N"], f["tile K"], f["cluster M"], f["cluster N"]) == (128, 256, 64, 1, 2)
@@ -142,8 +142,8 @@ def test_features_of_a_problem_and_config():
     operand_bytes = 2 * (300 * 8192 + 4096 * 8192 + 300 * 4096)
     assert f["flops per operand byte"] == pytest.approx(2 * 300 * 4096 * 8192 / operand_bytes)
     assert f["log2 operand bytes"] == pytest.approx(math.log2(operand_bytes))
-    swapped = methods.features(8, 4096, 4096, Candidate(variant((128, 16, 128), swap_ab=True)), (32, 32, 132, 1))
-    assert dict(zip(methods.FEATURES, swapped))["swap AB"] == 1
+    swapped = comparison.features(8, 4096, 4096, Candidate(variant((128, 16, 128), swap_ab=True)), (32, 32, 132, 1))
+    assert dict(zip(comparison.FEATURES, swapped))["swap AB"] == 1
 
 
 def test_learned_models_fit_and_rank():
@@ -154,8 +154,8 @@ def test_learned_models_fit_and_rank():
     # boosting's leaves take 20 samples at least).
     rows = [[g, l, g * l] for g in range(1, 21) for l in range(1, 21)]
     targets = [math.log(5 + g * l) for g, l, _ in rows]
-    for name in methods.LEARNED_MODELS:
-        estimator = methods.make_learned_model(name)
+    for name in comparison.LEARNED_MODELS:
+        estimator = comparison.make_learned_model(name)
         estimator.fit(np.array(rows), np.array(targets))
         assert int(np.argmin(estimator.predict(np.array([[16, 8, 128], [1, 1, 1]])))) == 1
 
@@ -164,11 +164,11 @@ def test_learned_models_fit_and_rank():
 
 
 def test_nvmmh_gpu_names():
-    assert methods.nvmmh_gpu("NVIDIA H100 80GB HBM3") == "H100_SXM"
-    assert methods.nvmmh_gpu("NVIDIA H100 PCIe") == "H100_PCIE"
-    assert methods.nvmmh_gpu("NVIDIA H100 NVL") == "H100_NVL"
-    assert methods.nvmmh_gpu("NVIDIA H200") == "H200_SXM"
-    assert methods.nvmmh_gpu("NVIDIA A100-SXM4-80GB") is None
+    assert comparison.nvmmh_gpu("NVIDIA H100 80GB HBM3") == "H100_SXM"
+    assert comparison.nvmmh_gpu("NVIDIA H100 PCIe") == "H100_PCIE"
+    assert comparison.nvmmh_gpu("NVIDIA H100 NVL") == "H100_NVL"
+    assert comparison.nvmmh_gpu("NVIDIA H200") == "H200_SXM"
+    assert comparison.nvmmh_gpu("NVIDIA A100-SXM4-80GB") is None
 
 
 def test_nearest_candidate_mapping():
@@ -182,8 +182,8 @@ def test_nearest_candidate_mapping():
         Candidate(variant((128, 64, 128), swap_ab=True, id_=6)),  # problem-oriented: 64 x 128 x 128
         Candidate(variant((64, 128, 128), schedule="pingpong", id_=7)),
     ]
-    key = lambda *a: methods.nearest_candidate(*a, cands).key  # noqa: E731
-    assert methods.problem_shape(cands[-2]) == (64, 128, 128, 1, 1)
+    key = lambda *a: comparison.nearest_candidate(*a, cands).key  # noqa: E731
+    assert comparison.problem_shape(cands[-2]) == (64, 128, 128, 1, 1)
     # Same tile and cluster: that config; equal ones go to the first in order (ping-pong before cooperative).
     assert key((128, 256, 64), (1, 2), 1) == cands[3].key
     assert key((128, 128, 64), (1, 1), 1) == cands[1].key
@@ -201,11 +201,11 @@ def test_nearest_candidate_mapping():
 def test_nvmmh_bounded_top_choice_is_one_of_ours():
     pytest.importorskip("nvMatmulHeuristics", reason="nvidia-matmul-heuristics is not installed")
     cands = [Candidate(variant((128, 128, 64))), Candidate(variant((128, 256, 64), cluster=(1, 2)))]
-    heuristics = methods.NvMatmulHeuristics("H100_SXM", "bf16", "col", restrict_to=cands)
+    heuristics = comparison.NvMatmulHeuristics("H100_SXM", "bf16", "col", restrict_to=cands)
     top = heuristics.top(4096, 4096, 4096)
-    assert top is not None and (*top["tile"], *top["cluster"]) in {methods.problem_shape(c) for c in cands}
+    assert top is not None and (*top["tile"], *top["cluster"]) in {comparison.problem_shape(c) for c in cands}
     assert top["us"] > 0
-    free = methods.NvMatmulHeuristics("H100_SXM", "bf16", "col").top(1, 4096, 4096)
+    free = comparison.NvMatmulHeuristics("H100_SXM", "bf16", "col").top(1, 4096, 4096)
     assert free is not None and free["split_k"] >= 1
 
 
@@ -214,7 +214,7 @@ def test_nvmmh_bounded_top_choice_is_one_of_ours():
 
 def test_summarize_per_m_range():
     values = [(1, 1.0), (16, 0.25), (17, 0.5), (4096, 0.8)]
-    s = methods.summarize(values)
+    s = report.summarize(values)
     assert list(s) == ["1-16", "17-256", ">2048", "all"]  # no value in 257-2048: left out
     assert s["1-16"] == {"shapes": 2, "geomean": pytest.approx(0.5), "worst": 0.25}
     assert s["all"]["shapes"] == 4 and s["all"]["worst"] == 0.25
@@ -222,16 +222,24 @@ def test_summarize_per_m_range():
 
 
 def test_markdown_table_and_cells():
-    table = methods.markdown_table(["a", "b"], [["1", "x"], ["2", "y"]])
+    table = report.markdown_table(["a", "b"], [["1", "x"], ["2", "y"]])
     assert table == "| a | b |\n| --- | --- |\n| 1 | x |\n| 2 | y |"
-    assert methods.fmt(None, ".3f") == "-" and methods.fmt(0.12345, ".3f") == "0.123"
+    assert report.fmt(None, ".3f") == "-" and report.fmt(0.12345, ".3f") == "0.123"
 
 
 # ---- a whole report, without a GPU -------------------------------------------------------------------
 
 
+def compare_report(*args: str) -> None:
+    """``python benchmarks/compare.py report ARGS``, as it is run, with this wavetune."""
+    env = {**os.environ, "PYTHONPATH": str(Path(wavetune.__file__).parent.parent)}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "compare.py"), "report", *args],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+
+
 @needs_bf16_col
-@pytest.mark.skipif(f"bf16_bcol_{methods.DEFAULT_VARIANT}" not in {c.name for c in wavetune.configs()},
+@pytest.mark.skipif(f"bf16_bcol_{comparison.DEFAULT_VARIANT}" not in {c.name for c in wavetune.configs()},
                     reason="the report's single-config method needs the default variant, not in this kernel set")
 def test_report_over_a_synthetic_log(tmp_path):
     """measure's files written by hand (latency from a made-up formula), then `compare.py report`: every
@@ -245,7 +253,7 @@ def test_report_over_a_synthetic_log(tmp_path):
 
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps({"M": [1, 300, 4096], "models": {"m": {"o": [4096, 4096], "down": [4096, 14336]}}}))
-    shapes = methods.load_shapes(suite)
+    shapes = comparison.load_shapes(suite)
     plan = tuning.anchor_plan(cands, sm_count)
     records = [((*shape,), c) for shape, cs in plan.items() for c in cs] + [(s, c) for s in shapes for c in cands]
     log = tmp_path / "log.jsonl"
@@ -256,7 +264,7 @@ def test_report_over_a_synthetic_log(tmp_path):
         for (m, n, k), c in records:
             f.write(json.dumps({"problem": ["bf16", "col", m, n, k], "config": c.key, "raster": "heuristic",
                                 "max_swizzle": 1, "us": latency(c, m, n, k)}) + "\n")
-    with compare.companion(log, "torch.jsonl").open("w") as f:
+    with (tmp_path / "log.torch.jsonl").open("w") as f:  # measure's file beside the log
         f.write(json.dumps({"gpu_name": "NVIDIA H100 80GB HBM3", "driver": "0", "cuda_runtime": "13.0",
                             "torch": "x", "timing": "synthetic"}) + "\n")
         for m, n, k in shapes:
@@ -282,8 +290,8 @@ def test_report_over_a_synthetic_log(tmp_path):
     decision.write_text('table t: ...\n{"cold_ns": 600.0, "warm_ns": 18.0, "candidates": 57, "problems": 184}\n')
 
     out = tmp_path / "out"
-    compare.main(["report", "--log", str(log), "--table", str(table), "--shapes", str(suite), "--out", str(out),
-                  "--decision-time", str(decision)])
+    compare_report("--log", str(log), "--table", str(table), "--shapes", str(suite), "--out", str(out),
+                   "--decision-time", str(decision))
     results = json.loads((out / "compare.json").read_text())
     rows = {m["name"]: m for m in results["methods"]}
     assert results["shapes"] == len(shapes) and results["candidates"] == len(cands)
@@ -306,8 +314,8 @@ def test_report_over_a_synthetic_log(tmp_path):
 
     # A table made by `tune --budget` names the waves it profiled: the model is charged their anchors only.
     budget_table = write_table(tmp_path / "budget.wtt", plan_waves="1,32")
-    compare.main(["report", "--log", str(log), "--table", str(budget_table), "--shapes", str(suite),
-                  "--out", str(tmp_path / "budget")])
+    compare_report("--log", str(log), "--table", str(budget_table), "--shapes", str(suite),
+                   "--out", str(tmp_path / "budget"))
     rows = {m["name"]: m for m in json.loads((tmp_path / "budget" / "compare.json").read_text())["methods"]}
     budget_anchors = sum(map(len, tuning.anchor_plan(cands, sm_count, (1, 32)).values()))
     assert rows["wavetune (model only)"]["tuning_measurements"] == budget_anchors < sum(map(len, plan.values()))
@@ -320,23 +328,21 @@ def test_micro_oracle_extends_the_fastest_multi_wave_candidates():
         pytest.skip("fewer than 8 compiled bf16 column-major data-parallel variants")
     problem = ("bf16", "col", 8192, 8192, 8192)  # more than one wave for every candidate
     records = {(*problem, c.key, "heuristic", 1): 100.0 + i for i, c in enumerate(cands[:-1])}
-    assert methods.micro_oracle_runs(records, problem, cands, 132) == []  # not every candidate measured
+    assert comparison.micro_oracle_runs(records, problem, cands, 132) == []  # not every candidate measured
     records[(*problem, cands[-1].key, "heuristic", 1)] = 1000.0  # far behind: no micro runs for it
-    runs = methods.micro_oracle_runs(records, problem, cands, 132)
+    runs = comparison.micro_oracle_runs(records, problem, cands, 132)
     swizzled = [o for o in tuning.MICRO_OPTIONS if o != ("heuristic", 1)]
-    assert runs == [(c, *o) for c in cands[:methods.MICRO_ORACLE_TOP] for o in swizzled]
+    assert runs == [(c, *o) for c in cands[:comparison.MICRO_ORACLE_TOP] for o in swizzled]
 
-    assert methods.best_launch(records, problem, cands) == (100.0, cands[0].key, "heuristic", 1)
+    assert comparison.best_launch(records, problem, cands) == (100.0, cands[0].key, "heuristic", 1)
     records[(*problem, cands[3].key, "along_m", 2)] = 90.0
     records[(*problem, "not_a_candidate", "along_m", 2)] = 1.0
-    assert methods.best_launch(records, problem, cands) == (90.0, cands[3].key, "along_m", 2)
+    assert comparison.best_launch(records, problem, cands) == (90.0, cands[3].key, "along_m", 2)
 
 
 def test_choice_quality_evaluates_a_table_as_documented(tmp_path):
-    """benchmarks/choice_quality.py: the reference prediction is the wave model times the calibration, over
-    the floors; the prior holds within its margin and yields beyond it."""
-    import choice_quality
-
+    """The GEMM table's replay (benchmarks/choice_quality.py's): the reference prediction is the wave model times
+    the calibration, over the floors; the prior holds within its margin and yields beyond it."""
     names = ["bf16_bcol_pingpong_64x64x64_1x1_persistent", "bf16_bcol_cooperative_128x128x64_1x1_persistent"]
     meta = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "config_space_hash": "0123456789abcdef",
             "wavetune_version": "0", "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"}
@@ -344,26 +350,24 @@ def test_choice_quality_evaluates_a_table_as_documented(tmp_path):
     tablefile.write_table(path, meta, [{"variant": v, "decomposition": "data_parallel", "splits": 1} for v in names],
                           {0: {1: [10.0, 0.0, 0.0, 0.0]}, 1: {1: [20.0, 0.0, 0.0, 0.0]}}, None, None,
                           priors=[{"config_id": 1, "max_m": 0, "margin": 0.5}], calibration={1: [-0.1, 0.0, 0.0, 0.0]})
-    keys, predict, choosable, priors = choice_quality.table_predictor(path, 132)
+    keys, predict, choosable, priors = replay.table_predictor(path, 132)
     assert keys == [f"{v}/data_parallel/1" for v in names]
     assert predict(keys[0], 64, 4096, 4096) == 10.0
     assert predict(keys[1], 64, 4096, 4096) == pytest.approx(20.0 * math.exp(-0.1))
     assert priors == [(math.inf, keys[1], 0.5)]
-    assert choice_quality.choose({keys[0]: 10.0, keys[1]: 14.0}, 64, priors) == keys[1]  # within 50%: the prior
-    assert choice_quality.choose({keys[0]: 10.0, keys[1]: 16.0}, 64, priors) == keys[0]
+    assert replay.choose({keys[0]: 10.0, keys[1]: 14.0}, 64, priors) == keys[1]  # within 50%: the prior
+    assert replay.choose({keys[0]: 10.0, keys[1]: 16.0}, 64, priors) == keys[0]
     assert choosable(keys[0], 1, 64, 1 << 20)  # data-parallel: no peer limit
 
 
 def test_choice_quality_chooses_stream_k_only_where_it_is_modeled(tmp_path):
-    import choice_quality
-
     name = "bf16_bcol_cooperative_128x64x64_1x1_stream_k"
     meta = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "config_space_hash": "0123456789abcdef",
             "wavetune_version": "0", "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"}
     path = tmp_path / "t.wtt"
     tablefile.write_table(path, meta, [{"variant": name, "decomposition": "stream_k", "splits": 1}],
                           {0: {1: [10.0, 0.0, 0.0, 0.0]}}, None, None)
-    keys, _, choosable, _ = choice_quality.table_predictor(path, 132)
+    keys, _, choosable, _ = replay.table_predictor(path, 132)
     assert choosable(keys[0], 128 * 64, 64 * 64, 64 * 16)  # 4096 tiles of 16 K steps: stream-K, 1 CTA a tile
     assert not choosable(keys[0], 128, 64, 64 * 4096)  # one tile of 4096 K steps over 132 CTAs (L = 32)
     assert not choosable(keys[0], 128 * 64, 64 * 64, 64 * 8)  # 8 K steps a tile: CUTLASS runs it data-parallel
@@ -371,25 +375,19 @@ def test_choice_quality_chooses_stream_k_only_where_it_is_modeled(tmp_path):
 
 
 def test_vs_cublas_finalists_always_hold_the_library():
-    pytest.importorskip("torch")
-    import vs_cublas  # noqa: E402  (imports torch)
-
     lib = Candidate(KernelConfig(1 << 20, "cublas_bf16_bcol", "bf16", "col", False, "cublas", (128, 128, 64),
                                  (1, 1), "persistent"))
     cutlass = [Candidate(variant((64, 16 * (i + 1), 64), schedule="pingpong", id_=i)) for i in range(4)]
     cands = cutlass + [lib]
     screened = {c.key: float(i) for i, c in enumerate(cutlass)} | {lib.key: 9.0}  # fastest first, library last
-    assert [c.key for c in vs_cublas.pick_finalists(screened, cands, 2)] == [cutlass[0].key, cutlass[1].key, lib.key]
+    assert [c.key for c in comparison.pick_finalists(screened, cands, 2)] == [cutlass[0].key, cutlass[1].key, lib.key]
     first = {lib.key: 0.5} | {c.key: float(i) for i, c in enumerate(cutlass)}  # library fastest: not twice
-    assert [c.key for c in vs_cublas.pick_finalists(first, cands, 2)] == [lib.key, cutlass[0].key]
-    assert vs_cublas.pick_finalists({}, cands, 3) == []  # no screen (--finalists 0)
+    assert [c.key for c in comparison.pick_finalists(first, cands, 2)] == [lib.key, cutlass[0].key]
+    assert comparison.pick_finalists({}, cands, 3) == []  # no screen (--finalists 0)
 
 
 def test_launch_context_takes_the_table_micro_rule_only_where_asked():
-    import launch_context
-
     from wavetune.tuning import deploy
-    from wavetune.tuning import tablefile
 
     table = tablefile.read_table(REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt")
     cands = deploy.table_candidates(table, "bf16", "col")
@@ -398,7 +396,7 @@ def test_launch_context_takes_the_table_micro_rule_only_where_asked():
         pytest.skip("no compiled config of the H100 table has a micro rule")
     key = cands[ruled[0]].key
     m, n, k = 16384, 16384, 4096
-    runs = launch_context.launches(table, [key, key + ":rule"], m, n, k)
+    runs = comparison.table_launches(table, [key, key + ":rule"], m, n, k)
     waves = cands[ruled[0]].coordinates(m, n, k, int(table["meta"]["sm_count"]))[3]
     assert runs[key] == cands[ruled[0]].launch()
     assert runs[key + ":rule"] == cands[ruled[0]].launch(*deploy.table_launch(table, ruled[0], waves)[1:])

@@ -114,27 +114,23 @@ def test_heuristic_splits_and_refusals():
 
 
 def test_the_decode_benchmark_makes_every_projection_at_every_degree():
-    import sys
-    from pathlib import Path
+    from wavetune.families.gemm import cases, comparison
+    from wavetune.families.scaled_gemm import cases as scaled_cases
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import decode_gemm
-    import scaled_gemm
-
-    llama = decode_gemm.DIMS["llama3-8b"]
-    assert decode_gemm.layer_shapes(*llama, tp=4) == {"qkv": (1536, 4096), "o": (4096, 1024), "gate_up": (7168, 4096),
-                                                      "down": (4096, 3584), "lm_head": (32064, 4096)}
-    todo = decode_gemm.problems("heldout", per_shape=2, seed=3)
-    assert todo == decode_gemm.problems("heldout", per_shape=2, seed=3)  # seeded
-    assert not {p["model"] for p in todo} & set(decode_gemm.MODELS["design"])
-    for _, lo, hi in decode_gemm.M_RANGES:
+    llama = cases.DIMS["llama3-8b"]
+    assert cases.layer_shapes(*llama, tp=4) == {"qkv": (1536, 4096), "o": (4096, 1024), "gate_up": (7168, 4096),
+                                                "down": (4096, 3584), "lm_head": (32064, 4096)}
+    todo = cases.decode_problems("heldout", per_shape=2, seed=3)
+    assert todo == cases.decode_problems("heldout", per_shape=2, seed=3)  # seeded
+    assert not {p["model"] for p in todo} & set(cases.DECODE_MODELS["design"])
+    for _, lo, hi in cases.DECODE_M_RANGES:
         assert sum(lo <= p["m"] <= hi for p in todo) == len(todo) // 2
     for split in ("heldout", "design"):  # the scaled GEMM benchmark's splits draw on the same models
-        assert set(scaled_gemm.MODELS[split]) <= set(decode_gemm.DIMS)
-    assert not set(scaled_gemm.MODELS["heldout"]) & set(scaled_gemm.MODELS["design"])
+        assert set(scaled_cases.MODELS[split]) <= set(cases.DIMS)
+    assert not set(scaled_cases.MODELS["heldout"]) & set(scaled_cases.MODELS["design"])
     rows = [{**p, "weight_mb": 2 * p["n"] * p["k"] / 1e6, "speedup": 1.1, "best_speedup": 1.2, "wavetune_tbps": 3.0,
              "cublas_tbps": 2.7, "best_tbps": 3.1} for p in todo]
-    text = decode_gemm.summary(rows)
+    text = comparison.decode_summary(rows)
     assert "M 1-16:" in text and "1.100x cuBLAS" in text and "best decode candidate 1.200x" in text
     assert "weights >= 256 MB" in text and "3.00 TB/s median" in text
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 from types import SimpleNamespace
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import wavetune
 from wavetune import __main__ as cli
 from wavetune.tuning import deploy
 from wavetune.tuning import tablefile
-from wavetune.families.gemm import tuning
+from wavetune.families.gemm import comparison, tuning
 from wavetune.runtime import tables
 
 REPO = Path(__file__).resolve().parents[1]
@@ -334,21 +333,15 @@ def test_example_qwen_config_at_two_ranks_gives_the_documented_layers():
 
 
 def test_quality_benchmark_judges_only_unprofiled_m():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import deploy_quality
-
     measured = {1, 2, 3, 100, 4096}
-    ms = deploy_quality.unprofiled_ms(measured, 16384, 40, random.Random(1))
+    ms = comparison.unprofiled_ms(measured, 16384, 40, random.Random(1))
     assert len(ms) == 40 and not measured & set(ms) and max(ms) > 1000 and min(ms) < 50
-    assert deploy_quality.unprofiled_ms({1, 2, 3}, 4, 8, random.Random(1)) == [4]  # only one left
+    assert comparison.unprofiled_ms({1, 2, 3}, 4, 8, random.Random(1)) == [4]  # only one left
 
 
 def test_quality_benchmark_times_the_choice_again_against_the_first_passs_fastest(monkeypatch):
     """The second call holds the choice and the fastest finalists of the first, never the choice's own
     launch twice; its ratio is the final one."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import deploy_quality
-
     cands = [tuning.Candidate(SimpleNamespace(id=i, name=f"v{i}"), "data_parallel", 1) for i in range(5)]
     first = {c.launch(): us for c, us in zip(cands, [30.0, 9.0, 11.0, 10.0, 20.0])}
     calls = []
@@ -359,11 +352,11 @@ def test_quality_benchmark_times_the_choice_again_against_the_first_passs_fastes
             return [12.0, 12.1] + [first[launch] for launch in launches[2:]]
         return [10.0, 10.5, 9.5, 11.0][:len(launches)]
 
-    monkeypatch.setattr(deploy_quality.tuning, "profile", fake_profile)
+    monkeypatch.setattr(tuning, "profile", fake_profile)
     selector = SimpleNamespace(select=lambda *args: {"variant": 3, "decomposition": "data_parallel", "splits": 1,
                                                      "raster": "heuristic", "max_swizzle": 1, "name": "v3",
                                                      "source": "exact"})
-    row = deploy_quality.judge(selector, cands, 100, 4096, 4096, finalists=2)
+    row = comparison.judge(selector, cands, 100, 4096, 4096, finalists=2)
     assert calls[1] == [cands[3].launch(), cands[1].launch(), cands[2].launch()]  # v3 is the choice
     assert row["ratio"] == pytest.approx(9.0 / 12.0) and row["best"] == "v1/data_parallel/1"
     assert row["final_ratio"] == pytest.approx(9.5 / 10.0) and row["final_best"] == "v2/data_parallel/1"

@@ -11,7 +11,8 @@ import pytest
 
 import wavetune
 from wavetune import _C, families
-from conftest import benchmark
+from wavetune.families.scaled_gemm import replay
+from wavetune.tuning.report import geomean
 
 torch = pytest.importorskip("torch")
 
@@ -53,15 +54,14 @@ def test_a_fitted_table_chooses_worse_than_the_built_in_models_on_held_out_sweep
     design sweep picks as well as the shipped choice on that sweep, and worse on the held-out sweeps."""
     from conftest import REPO
 
-    bench = benchmark("scaled_gemm")
     results = REPO / "docs" / "results"
     design = results / "scaled_gemm_design_h200.jsonl.gz"
-    fitted, shipped = bench.table_quality(design, design)
-    assert len(fitted) == 60 and bench.geomean(fitted) > 0.97
+    fitted, shipped = replay.table_quality(design, design)
+    assert len(fitted) == 60 and geomean(fitted) > 0.97
     for log in ("scaled_gemm_heldout_all_h200_second_pass.jsonl.gz", "scaled_gemm_heldout_m16_h200_seed13.jsonl"):
-        fitted, shipped = bench.table_quality(design, results / log)
-        assert len(fitted) >= 30 and bench.geomean(shipped) > 0.97
-        assert bench.geomean(fitted) < bench.geomean(shipped) - 0.04, log
+        fitted, shipped = replay.table_quality(design, results / log)
+        assert len(fitted) >= 30 and geomean(shipped) > 0.97
+        assert geomean(fitted) < geomean(shipped) - 0.04, log
 
 
 def operands(m=4, n=32, k=64, device="cpu"):
@@ -497,13 +497,12 @@ def test_the_decode_choice_replays_close_to_the_best_on_logged_sweeps():
     sample it was not fitted on."""
     from conftest import REPO
 
-    bench = benchmark("scaled_gemm")
     results = REPO / "docs" / "results"
-    design = bench.replay_quality(results / "scaled_gemm_design_all_h200.jsonl.gz")
-    held_out = bench.replay_quality(results / "scaled_gemm_heldout_block_deepgemm_h200_m16_seed13.jsonl")
+    design = replay.replay_quality(results / "scaled_gemm_design_all_h200.jsonl.gz")
+    held_out = replay.replay_quality(results / "scaled_gemm_heldout_block_deepgemm_h200_m16_seed13.jsonl")
     assert len(design[1, 8]) >= 10 and len(held_out[9, 16]) >= 10
-    assert bench.geomean(design[1, 8]) > 0.97 and bench.geomean(held_out[1, 8]) > 0.95
-    assert bench.geomean(held_out[9, 16]) > 0.93 and min(held_out[9, 16]) > 0.8
+    assert geomean(design[1, 8]) > 0.97 and geomean(held_out[1, 8]) > 0.95
+    assert geomean(held_out[9, 16]) > 0.93 and min(held_out[9, 16]) > 0.8
 
 
 def test_block_scales_leave_the_decode_kernels_from_a_fifth_of_the_sms_on_logged_sweeps():
@@ -512,16 +511,15 @@ def test_block_scales_leave_the_decode_kernels_from_a_fifth_of_the_sms_on_logged
     that per-row scales keep, which stays ahead on a per-row design run."""
     from conftest import REPO
 
-    bench = benchmark("scaled_gemm")
     results = REPO / "docs" / "results"
     design = results / "scaled_gemm_design_block_cutlass_deepgemm_h100_m64_seed27.jsonl"
     held_out = [results / "scaled_gemm_heldout_block_cutlass_deepgemm_h100_m64_seed25.jsonl",
                 results / "scaled_gemm_heldout_block_cutlass_deepgemm_h200_m64_seed23.jsonl"]
     for log in (design, *held_out):
-        fifth, third = bench.cutlass_share_quality(log, 5), bench.cutlass_share_quality(log, 3)
-        assert len(fifth) >= 20 and bench.geomean(fifth) > 0.99 and bench.geomean(fifth) >= bench.geomean(third)
+        fifth, third = replay.cutlass_share_quality(log, 5), replay.cutlass_share_quality(log, 3)
+        assert len(fifth) >= 20 and geomean(fifth) > 0.99 and geomean(fifth) >= geomean(third)
     per_row = results / "scaled_gemm_design_all_h200.jsonl.gz"
-    assert bench.geomean(bench.cutlass_share_quality(per_row, 3)) > bench.geomean(bench.cutlass_share_quality(per_row, 5))
+    assert geomean(replay.cutlass_share_quality(per_row, 3)) > geomean(replay.cutlass_share_quality(per_row, 5))
 
 
 def test_block_scales_past_64_tokens_pick_close_to_the_best_unswapped_tile_on_logged_sweeps():
@@ -530,23 +528,22 @@ def test_block_scales_past_64_tokens_pick_close_to_the_best_unswapped_tile_on_lo
     design sample it was set on and two held-out ones."""
     from conftest import REPO
 
-    bench = benchmark("scaled_gemm")
     results = REPO / "docs" / "results"
-    design = bench.prefill_quality(results / "scaled_gemm_design_block_prefill_h100_seed31.jsonl")
+    design = replay.prefill_quality(results / "scaled_gemm_design_block_prefill_h100_seed31.jsonl")
     assert len(design) == 16 and min(design) > 0.99
     for seed in (31, 37):
-        held_out = bench.prefill_quality(results / f"scaled_gemm_heldout_block_prefill_h100_seed{seed}.jsonl")
-        assert len(held_out) >= 10 and bench.geomean(held_out) > 0.97 and min(held_out) > 0.85
+        held_out = replay.prefill_quality(results / f"scaled_gemm_heldout_block_prefill_h100_seed{seed}.jsonl")
+        assert len(held_out) >= 10 and geomean(held_out) > 0.97 and min(held_out) > 0.85
 
 
 @pytest.mark.gpu
 def test_the_replay_restates_the_decode_choice():
-    """benchmarks/scaled_gemm.py's predicted_steps is launch.cu's: on random layers at 1-16 tokens, where the
-    choice runs a decode variant (per-row or 128-block scales), the replay predicts it the fewest steps."""
+    """The replay's predicted_steps (benchmarks/scaled_gemm.py --replay's) is launch.cu's: on random layers at
+    1-16 tokens, where the choice runs a decode variant (per-row or 128-block scales), the replay predicts it the
+    fewest steps."""
     import random
 
-    bench = benchmark("scaled_gemm")
-    facts = {name: f for name, f in bench.device_decode_facts().items() if "_bf16_" in name}
+    facts = {name: f for name, f in replay.device_decode_facts().items() if "_bf16_" in name}
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     names = {c.id: c.name for c in wavetune.scaled_gemm_configs()}
     rng = random.Random(11)
@@ -558,8 +555,8 @@ def test_the_replay_restates_the_decode_choice():
             chosen = names.get(_C.scaled_gemm_choice(m, n, k, 0, code, code), "")
             if "_decode_" not in chosen:
                 continue
-            steps = {name: min(bench.predicted_steps(f, m, n, k, s, sm_count)
-                               for s in ((1,) if f["persistent"] else bench.SPLIT_COUNTS))
+            steps = {name: min(replay.predicted_steps(f, m, n, k, s, sm_count)
+                               for s in ((1,) if f["persistent"] else replay.SPLIT_COUNTS))
                      for name, f in facts.items() if f["tokens"] == 8 and ("_block128_" in name) == ("_block128_" in chosen)}
             assert steps[chosen] == pytest.approx(min(steps.values())), (m, n, k, kind)
             checked += 1

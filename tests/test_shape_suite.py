@@ -1,44 +1,42 @@
-"""benchmarks/shape_suite.py: the splits that judge choices share no layer, and are the same on every run."""
-
-import sys
-from pathlib import Path
+"""The dense GEMM cases (wavetune.families.gemm.cases, printed by benchmarks/shape_suite.py): the splits that
+judge choices share no layer, and are the same on every run."""
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import shape_suite  # noqa: E402
+from wavetune.families.gemm import cases
+from wavetune.families.grouped_gemm.cases import moe_cases
 
 
 @pytest.fixture(autouse=True)
 def no_public_suite(monkeypatch):
     # The public suite lives outside the repository; the splits' own properties do not depend on it.
-    monkeypatch.setattr(shape_suite, "public_pairs", lambda: set())
+    monkeypatch.setattr(cases, "public_pairs", lambda: set())
 
 
 def test_splits_share_no_layer_and_are_fixed():
-    pairs = {split: {nk for nk, _ in shape_suite.split_pairs(split)} for split in shape_suite.SPLITS}
+    pairs = {split: {nk for nk, _ in cases.split_pairs(split)} for split in cases.SPLITS}
     assert all(pairs.values())
     assert not pairs["tune"] & pairs["heldout"]
     assert not pairs["fresh"] & (pairs["tune"] | pairs["heldout"])
-    for split in shape_suite.SPLITS:
-        rows = shape_suite.shapes(split, 150)
-        assert rows == shape_suite.shapes(split, 150)
+    for split in cases.SPLITS:
+        rows = cases.shapes(split, 150)
+        assert rows == cases.shapes(split, 150)
         assert {(r["n"], r["k"]) for r in rows} <= pairs[split]
-        assert all(1 <= r["m"] <= shape_suite.M_MAX and r["n"] % 8 == 0 and r["k"] % 8 == 0 for r in rows)
+        assert all(1 <= r["m"] <= cases.M_MAX and r["n"] % 8 == 0 and r["k"] % 8 == 0 for r in rows)
         assert sum(r["m"] % 2 for r in rows) > len(rows) / 4  # odd token counts, as a batcher makes them
 
 
 def test_generic_suite_is_fixed_and_not_the_calibration_shapes():
     from wavetune.families.gemm import tuning
 
-    rows = shape_suite.shapes("generic", 50)
-    assert rows == shape_suite.shapes("generic", 50) and len(rows) == 50
+    rows = cases.shapes("generic", 50)
+    assert rows == cases.shapes("generic", 50) and len(rows) == 50
     problems = {(r["m"], r["n"], r["k"]) for r in rows}
     assert not problems & set(tuning.calibration_shapes())
     assert all(2.0 * m * n * k <= tuning.CALIBRATION_MAX_FLOP for m, n, k in problems)
 
 
 def test_grouped_cases_come_only_from_the_hashed_splits():
-    assert shape_suite.moe_cases("tune", 4, ("balanced",))
+    assert moe_cases("tune", 4, ("balanced",))
     with pytest.raises(ValueError, match="split must be one of"):
-        shape_suite.moe_cases("fresh", 4, ("balanced",))
+        moe_cases("fresh", 4, ("balanced",))

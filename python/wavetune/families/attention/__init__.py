@@ -3,7 +3,8 @@ operator ``torch.ops.wavetune.attention`` and its tuning (docs/attention.md).
 
 Modules: ``api`` (entry point, variant listing), ``torch_ops`` (operator; imports torch), ``cases`` (the
 named suite the tables are fitted to), ``measure`` (timing every config on a case; imports torch),
-``tuning`` (measure the cases, fit the table).
+``tuning`` (measure the cases, fit the table), ``replay`` (the choice in Python, on logs that time every
+candidate).
 """
 
 from .. import Family, register

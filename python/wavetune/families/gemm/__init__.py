@@ -2,7 +2,9 @@
 torch operators ``torch.ops.wavetune.gemm`` / ``linear``, and its tuning (docs/model.md, docs/tuning.md).
 
 Modules: ``api`` (entry point, variant listing), ``torch_ops`` (operators; imports torch), ``tuning``
-(the sparse wave-aware plan, the fit, the table; ``python -m wavetune tune``).
+(the sparse wave-aware plan, the fit, the table; ``python -m wavetune tune``); offline, for the benchmarks and
+tests: ``cases`` (the shapes that judge choices), ``replay`` (the table's choice in Python), ``comparison``
+(what the GEMM benchmarks compute without a GPU).
 """
 
 from .. import Family, register

@@ -18,7 +18,7 @@ from ...runtime.tables import ensure_table, on_variants_added
 
 def configs() -> list[KernelConfig]:
     """The variants compiled into this build, by id. Empty when it was built without nvcc."""
-    return list(_configs_by_id().values())
+    return list(configs_by_id().values())
 
 
 def config_space_hash() -> str:
@@ -27,18 +27,20 @@ def config_space_hash() -> str:
 
 
 @functools.cache
-def _configs_by_id() -> dict[int, KernelConfig]:
+def configs_by_id() -> dict[int, KernelConfig]:
+    """The compiled variants by id (``configs``, looked up without a scan)."""
     return {v["id"]: KernelConfig(**v) for v in _C.variants()}
 
 
 @functools.cache
-def _configs_by_name() -> dict[str, KernelConfig]:
-    return {c.name: c for c in _configs_by_id().values()}
+def configs_by_name() -> dict[str, KernelConfig]:
+    """The compiled variants by name."""
+    return {c.name: c for c in configs_by_id().values()}
 
 
 # Variants added at run time join the listings.
-on_variants_added(_configs_by_id.cache_clear)
-on_variants_added(_configs_by_name.cache_clear)
+on_variants_added(configs_by_id.cache_clear)
+on_variants_added(configs_by_name.cache_clear)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -52,10 +54,10 @@ def _resolve(config) -> tuple[int, int, int, int, int]:
         config = LaunchConfig(config)
     variant = config.variant
     if isinstance(variant, str):
-        if variant not in _configs_by_name():
+        if variant not in configs_by_name():
             raise ValueError(f"no compiled variant named {variant!r}; wavetune.configs() lists them")
-        variant = _configs_by_name()[variant].id
-    elif variant not in _configs_by_id():
+        variant = configs_by_name()[variant].id
+    elif variant not in configs_by_id():
         raise ValueError(f"no compiled variant with id {variant!r}; wavetune.configs() lists them")
     return (
         variant,

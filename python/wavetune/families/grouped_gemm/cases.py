@@ -40,7 +40,7 @@ MOE_FAMILIES = {
 # tensor parallelism each expert's intermediate size.
 MOE_SPLITS = ((1, 1), (1, 2), (1, 4), (4, 1), (8, 1), (2, 2))
 MOE_TOKENS_MAX = 16384
-# The splits' seeds (benchmarks/shape_suite.py draws the dense splits from the same numbers, less one).
+# The splits' seeds (gemm.cases draws the dense splits from the same numbers, less one).
 SEEDS = {"tune": 1234, "heldout": 98765}
 ROUTINGS = ("balanced", "skewed", "hot")
 # The cases of the tune split that tuning measures by default: what the shipped tables were fitted to.

@@ -2,7 +2,8 @@
 row, as ``torch._scaled_mm`` takes them), ``wavetune.quantize_fp8`` (the activation quantizer), their torch
 operators, and the variant listing (docs/scaled_gemm.md).
 
-Modules: ``api`` (entry points, variant listing), ``torch_ops`` (operators; imports torch). Its variants are
+Modules: ``api`` (entry points, variant listing), ``torch_ops`` (operators; imports torch); offline, ``cases``
+(the benchmark's problems) and ``replay`` (the built-in choice on logged sweeps). Its variants are
 CUTLASS kernels generated from ``cutlass_configs/sm90_scaled_gemm.toml`` and built-in decode kernels, chosen
 by built-in wave models of the launch, which replayed closer to the best than a fitted table (docs/scaled_gemm.md,
 "Tables"), so it has no tuning driver.

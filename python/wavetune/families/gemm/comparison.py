@@ -1,5 +1,8 @@
-"""The parts of the peer comparison (benchmarks/compare.py) that need no GPU: shape suites, the measurement
-log read back, the choices of the methods compared, and the report's statistics and tables.
+"""What the GEMM benchmarks compute without a GPU: the peer comparison's (benchmarks/compare.py) shape files,
+measurement log read back and the choices of the methods compared; the finalists vs_cublas.py times again;
+how accurate a model has to be (required_accuracy.py); a deployment-tuned table judged at token counts its
+tuning never measured (deploy_quality.py); launches with a table's micro rule (launch_context.py); the decode
+GEMMs' report (decode_gemm.py). Their reports' statistics and tables are ``wavetune.tuning.report``'s.
 
 Importing this module needs wavetune (its native module, no GPU) and numpy only. scikit-learn and
 nvidia-matmul-heuristics are imported by the functions that use them, so tests of the rest run without.
@@ -9,18 +12,19 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import statistics
 from pathlib import Path
 
-from wavetune import _C
-from wavetune.families.gemm import api
-from wavetune.tuning import model
-from wavetune.families.gemm import tuning
-from wavetune.families.gemm.tuning import Candidate
+import numpy as np
 
-# The M (token count) ranges the report summarises: decode, small batches, prefill chunks, long prefill.
-M_RANGES = (("1-16", 1, 16), ("17-256", 17, 256), ("257-2048", 257, 2048), (">2048", 2049, math.inf),
-            ("all", 1, math.inf))
+from ...runtime.native import _C
+from ...tuning import deploy, model
+from ...tuning.report import geomean
+from . import api, tuning
+from .cases import DECODE_M_RANGES
+from .tuning import Candidate
+
 # M values crossed with a model's layer list when none are given.
 DEFAULT_M = tuple(2**i for i in range(15))  # 1 ... 16384
 # The single-config baseline: CUTLASS's usual default tile, run data-parallel on every shape.
@@ -71,7 +75,7 @@ def candidate_of(key: str) -> Candidate:
     """The Candidate of a key 'variant/decomposition/splits' (a table's config may be one that
     tuning.candidates() no longer scores)."""
     name, decomposition, splits = key.split("/")
-    return Candidate(api._configs_by_name()[name], decomposition, int(splits))
+    return Candidate(api.configs_by_name()[name], decomposition, int(splits))
 
 
 def oracle(records: dict, problem: tuple, cands: list[Candidate]) -> tuple[float, str] | None:
@@ -143,7 +147,7 @@ def kernel_seconds(m: int, n: int, k: int, us: float, l2_bytes: int) -> float:
 def bucket_choice(dtype: str, b_layout: str, m: int, n: int, k: int) -> str:
     """Candidate key of the built-in M-bucket heuristic's variant ([fallback] in cutlass_configs/), as
     wavetune.gemm launches it without a table: data-parallel, default micro parameters."""
-    return Candidate(api._configs_by_id()[_C.default_variant(dtype, b_layout, m, n, k)]).key
+    return Candidate(api.configs_by_id()[_C.default_variant(dtype, b_layout, m, n, k)]).key
 
 
 def default_choice(dtype: str, b_layout: str) -> str:
@@ -278,30 +282,157 @@ class NvMatmulHeuristics:
 
 
 # ------------------------------------------------------------------------------------------------
-# Statistics and tables
+# The finalists a benchmark times again (benchmarks/vs_cublas.py)
 # ------------------------------------------------------------------------------------------------
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(map(math.log, values)))
+def pick_finalists(screened: dict[str, float], cands: list[Candidate], count: int) -> list[Candidate]:
+    """The ``count`` fastest screened candidates, then every library candidate (cuBLAS) not among them."""
+    by_key = {c.key: c for c in cands}
+    ranked = list(screened)[:count]
+    ranked += [key for key in screened if by_key[key].variant.from_library and key not in ranked]
+    return [by_key[key] for key in ranked]
 
 
-def summarize(values: list[tuple[int, float]]) -> dict[str, dict]:
-    """Per M range (M_RANGES): {"shapes", "geomean", "worst"} of (M, value) pairs, where worst is the
-    smallest value (a ratio to the oracle, or a speedup); ranges without a value are left out."""
+# ------------------------------------------------------------------------------------------------
+# How accurate a model has to be (benchmarks/required_accuracy.py): the measurements with known noise
+# ------------------------------------------------------------------------------------------------
+
+
+SIGMAS = (0.0, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15)
+MARGINS = (0.0, 0.05, 0.1, 0.2)
+
+
+def noisy_choices(times: np.ndarray, prior: np.ndarray, sigma: float, margin: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Per shape (row of ``times``, us per config), the config a model with log-normal error ``sigma``
+    chooses: the fastest prediction, unless the shape's prior is predicted within ``margin`` of it."""
+    predicted = times * np.exp(rng.normal(0.0, sigma, times.shape))
+    rows = np.arange(len(times))
+    fastest = predicted.argmin(axis=1)
+    keep_prior = predicted[rows, prior] <= (1 + margin) * predicted[rows, fastest]
+    return np.where(keep_prior, prior, fastest)
+
+
+def simulate(times: np.ndarray, prior: np.ndarray, sigmas=SIGMAS, margins=MARGINS, draws: int = 20,
+             seed: int = 0) -> list[dict]:
+    """For each (sigma, margin): the geomean and worst choice / oracle ratio over the shapes, each the mean
+    over ``draws`` noise draws, and the relative error |predicted - measured| / measured the noise means
+    (median, p90). ``times`` may hold inf where a config cannot run a shape."""
+    rng = np.random.default_rng(seed)
+    oracle = times.min(axis=1)
+    rows = np.arange(len(times))
+    z = rng.normal(0.0, 1.0, 100_000)
+    results = []
+    for sigma in sigmas:
+        implied = np.abs(np.expm1(sigma * z))
+        for margin in margins:
+            geomeans, worsts = [], []
+            for _ in range(draws if sigma > 0 else 1):
+                ratio = oracle / times[rows, noisy_choices(times, prior, sigma, margin, rng)]
+                geomeans.append(float(np.exp(np.log(ratio).mean())))
+                worsts.append(float(ratio.min()))
+            results.append({"sigma": sigma, "margin": margin, "geomean": float(np.mean(geomeans)),
+                            "worst": float(np.mean(worsts)), "error_median": float(np.median(implied)),
+                            "error_p90": float(np.percentile(implied, 90))})
+    return results
+
+
+def measured_times(records: dict, shapes: list[tuple], dtype: str, b_layout: str
+                   ) -> tuple[list[tuple], list[str], np.ndarray]:
+    """(shapes, config keys, us[shape, config]): each config's fastest measured launch (any raster and
+    swizzle) on the shapes where every config of the log was measured at default micro parameters;
+    inf where a config cannot run the shape."""
+    wanted = set(shapes)
+    by_shape: dict[tuple, dict[str, float]] = {}
+    for (dt, layout, m, n, k, config, raster, swizzle), us in records.items():
+        if (dt, layout) != (dtype, b_layout) or (m, n, k) not in wanted:
+            continue
+        launches = by_shape.setdefault((m, n, k), {})
+        if (raster, swizzle) == ("heuristic", 1):
+            launches.setdefault(config, math.inf)
+        if us is not None:
+            launches[config] = min(launches.get(config, math.inf), us)
+    configs = sorted({c for launches in by_shape.values() for c in launches})
+    judged = [s for s in shapes if s in by_shape and len(by_shape[s]) == len(configs)]
+    return judged, configs, np.array([[by_shape[s][c] for c in configs] for s in judged])
+
+
+# ------------------------------------------------------------------------------------------------
+# A deployment-tuned table judged at token counts its tuning never measured (benchmarks/deploy_quality.py)
+# ------------------------------------------------------------------------------------------------
+
+
+def unprofiled_ms(measured: set[int], max_m: int, count: int, rng: random.Random) -> list[int]:
+    """``count`` distinct M in 1..max_m, log-uniform, none of them in ``measured`` (fewer if too few are left)."""
+    left = max_m - len({m for m in measured if m <= max_m})
+    out: set[int] = set()
+    while len(out) < min(count, left):
+        m = max(1, min(max_m, round(math.exp(rng.uniform(0.0, math.log(max_m))))))
+        if m not in measured:
+            out.add(m)
+    return sorted(out)
+
+
+def judge(selector, cands: list[Candidate], m: int, n: int, k: int, finalists: int) -> dict:
+    """The table's choice against every config, interleaved in one profiler call, then against the
+    fastest ``finalists`` of those in a second call."""
+    choice = selector.select("bf16", "col", m, n, k)
+    launch = (choice["variant"], _C.DECOMPOSITIONS.index(choice["decomposition"]), choice["splits"],
+              _C.RASTERS.index(choice["raster"]), choice["max_swizzle"])
+    problem = ("bf16", "col", m, n, k)
+    times = tuning.profile(problem, [launch, launch] + [c.launch() for c in cands], seed=m * 31 + n, precise=True)
+    timed = sorted((us, i) for i, us in enumerate(times[2:]) if not math.isnan(us))
+    best_us, best = min([(us, cands[i].key) for us, i in timed] + [(times[0], "the choice")])
+    finals = [cands[i] for _, i in timed if cands[i].launch() != launch][:finalists]
+    final = tuning.profile(problem, [launch] + [c.launch() for c in finals], seed=m * 37 + n, precise=True)
+    final_best_us, final_best = min([(us, c.key) for us, c in zip(final[1:], finals)] + [(final[0], "the choice")])
+    key = f"{choice['name']}/{choice['decomposition']}/{choice['splits']}"
+    return {"m": m, "n": n, "k": k, "source": choice["source"], "choice": key, "choice_us": times[0],
+            "best": best, "best_us": best_us, "ratio": best_us / times[0], "repeat_us": times[1],
+            "final_choice_us": final[0], "final_best": final_best, "final_ratio": final_best_us / final[0],
+            "configs_us": {cands[i].key: round(us, 3) for us, i in timed}}
+
+
+# ------------------------------------------------------------------------------------------------
+# A table's configs launched as the profiler runs them (benchmarks/launch_context.py)
+# ------------------------------------------------------------------------------------------------
+
+
+def table_launches(table: dict, names: list[str], m: int, n: int, k: int) -> dict[str, tuple]:
+    """Config key (':rule' kept) -> its profiler launch; ':rule' takes the table's micro rule at this M."""
+    by_key = {c.key: (cid, c) for cid, c in deploy.table_candidates(table, "bf16", "col").items()}
     out = {}
-    for name, lo, hi in M_RANGES:
-        group = [v for m, v in values if lo <= m <= hi]
-        if group:
-            out[name] = {"shapes": len(group), "geomean": geomean(group), "worst": min(group)}
+    for name in names:
+        key, rule = name.removesuffix(":rule"), name.endswith(":rule")
+        cid, c = by_key[key]
+        waves = c.coordinates(m, n, k, int(table["meta"]["sm_count"]))[3]
+        out[name] = c.launch(*deploy.table_launch(table, cid, waves)[1:]) if rule else c.launch()
     return out
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = [header, ["---"] * len(header), *rows]
-    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+# ------------------------------------------------------------------------------------------------
+# The decode GEMMs against cuBLAS (benchmarks/decode_gemm.py)
+# ------------------------------------------------------------------------------------------------
 
 
-def fmt(value: float | None, spec: str) -> str:
-    """A number for a table cell; '-' for a missing one."""
-    return "-" if value is None else format(value, spec)
+def decode_summary(rows: list[dict]) -> str:
+    """benchmarks/decode_gemm.py's report: wavetune and the best decode candidate against cuBLAS per M range,
+    and the weights' read rate of the largest layers."""
+    lines = []
+    for label, lo, hi in DECODE_M_RANGES:
+        part = [r for r in rows if lo <= r["m"] <= hi]
+        if not part:
+            continue
+        worst = min(part, key=lambda r: r["speedup"])
+        lines.append(f"M {label}: {len(part)} problems; wavetune {geomean([r['speedup'] for r in part]):.3f}x cuBLAS "
+                     f"(min {worst['speedup']:.3f}: {worst['model']} tp{worst['tp']} {worst['layer']} M={worst['m']}), "
+                     f"best decode candidate {geomean([r['best_speedup'] for r in part]):.3f}x")
+    big = [r for r in rows if r["weight_mb"] >= 256]
+    if big:
+        median = statistics.median
+        lines.append(f"weights >= 256 MB ({len(big)}): wavetune {median(r['wavetune_tbps'] for r in big):.2f} "
+                     f"TB/s median (min {min(r['wavetune_tbps'] for r in big):.2f}), cuBLAS "
+                     f"{median(r['cublas_tbps'] for r in big):.2f}, best decode "
+                     f"{median(r['best_tbps'] for r in big):.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""wavetune.attention's choice replayed in Python on logs that time every candidate (benchmarks/attention_replay.py
+reports it; docs/results/attention_candidates_replay_h200.md): the built-in rule alone, an attention table over it,
+and the table with every CUTLASS config a candidate too. The choice follows attention_choice
+(csrc/families/attention/choice.cpp; the Python reference, as ``wavetune.families.gemm.replay`` is the GEMM
+tables'): the table's per-wave models (model.predict over tuning.attention_coordinates) override the built-in
+rule where they predict a candidate more than 5% faster. Needs no GPU and no compiled kernels.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from ...codegen import config_space
+from ...runtime.jit import CONFIG_SPACES
+from ...tuning import model, tablefile
+from . import FAMILY, tuning
+
+TABLE_MARGIN = 0.05  # kTableMargin
+CUDNN_DECODE_MAX_BYTES = 1 << 30  # kCudnnDecodeMaxBytes
+LIBRARY = ("attn_cudnn_", "attn_paged_")
+
+
+def read_cases(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f][1:]
+
+
+def table_predictor(path: Path, sm_count: int):
+    """(config keys "<variant>/<splits>", predict(key, case) -> us) of an attention table file."""
+    table = tablefile.read_table(path)
+    tiles = {v.name: (v.tile_m, v.tile_n, v.tile_k)
+             for v in config_space.load(CONFIG_SPACES / FAMILY.config_space).variants}
+    keys = [f"{c['variant']}/{c['splits']}" for c in table["configs"]]
+    waves = {keys[i]: w for i, w in table["waves"].items()}
+
+    def tile(name: str) -> tuple[int, int, int]:  # the candidates' nominal tile (attention.h)
+        return tiles.get(name) or (128, 64, int(name.rsplit("_hd", 1)[1]))
+
+    def predict(key: str, case: dict) -> float:
+        name, splits = key.rsplit("/", 1)
+        G, L, W, launches = tuning.attention_coordinates(SimpleNamespace(tile=tile(name)), int(splits), case, sm_count)
+        return launches * model.predict(waves[key], G, L, W, sm_count)
+
+    return keys, tile, predict
+
+
+def builtin(case: dict) -> str:
+    """The built-in rule's candidate (builtin_prefers_cudnn in choice.cpp, for calls without out=)."""
+    head_dim, group = case["head_dim"], case["heads_q"] // case["heads_kv"]
+    kv_bytes = 4 * case["batch"] * case["seqlen_k"] * case["heads_kv"] * head_dim
+    cudnn = case["phase"] == "prefill" or (head_dim == 64 and group >= 16) or \
+        (head_dim <= 128 and kv_bytes < CUDNN_DECODE_MAX_BYTES)
+    return f"attn_{'cudnn' if cudnn else 'paged'}_bf16_hd{head_dim}/1"
+
+
+def choose(case: dict, keys, tile, predict, every_config: bool) -> str:
+    """The table's candidate over the built-in rule's; the CUTLASS configs only with ``every_config``."""
+    decode = case["phase"] == "decode"
+    fits = [key for key in keys if tile(key.rsplit("/", 1)[0])[2] == case["head_dim"]
+            and (decode or not key.startswith("attn_paged_"))
+            and (every_config or key.startswith(LIBRARY))
+            and (int(key.rsplit("/", 1)[1]) == 1 or (decode and case["seqlen_k"] // int(key.rsplit("/", 1)[1])
+                                                      >= tile(key.rsplit("/", 1)[0])[1]))]
+    predicted = {key: predict(key, case) for key in fits}
+    best, prior = min(predicted, key=predicted.get), builtin(case)
+    return best if predicted.get(prior, 0.0) > (1 + TABLE_MARGIN) * predicted[best] else prior
+
+
+def replay(cases: list[dict], keys, tile, predict) -> dict[str, list[float]]:
+    """SDPA's fastest backend over each policy's measured time, per case (perfect: decode cases only); in a
+    tuning log, which times no SDPA backend, cuDNN's candidate instead."""
+    out = {"rule": [], "table": [], "every config": [], "decode rule": [], "decode table": [], "perfect": []}
+    for c in cases:
+        times = c["variants_us"]
+        sdpa = c.get("sdpa_best_us") or times[f"attn_cudnn_bf16_hd{c['head_dim']}/1"]
+        picks = {"rule": builtin(c), "table": choose(c, keys, tile, predict, False),
+                 "every config": choose(c, keys, tile, predict, True)}
+        for policy, key in picks.items():
+            out[policy].append(sdpa / times[key])
+        if c["phase"] == "decode":
+            out["decode rule"].append(sdpa / times[picks["rule"]])
+            out["decode table"].append(sdpa / times[picks["table"]])
+            out["perfect"].append(sdpa / min(us for key, us in times.items() if key.startswith(LIBRARY)))
+    return out
