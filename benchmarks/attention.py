@@ -53,6 +53,7 @@ from wavetune.families.attention import tuning
 from wavetune.families.attention.cases import SPLITS, TP, measurable, named_cases
 from wavetune.families.attention.measure import measure_case
 from wavetune.families.gemm.cases import DENSE_FAMILIES
+from wavetune.families.paged_attention.replay import paged_problem
 from wavetune.runtime import tables
 from wavetune.tuning.report import geomean
 
@@ -196,15 +197,6 @@ def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
             "builtin_us": times["builtin"], "fa_rule_us": times["fa_rule"], "sdpa_best": best_sdpa,
             "sdpa_best_us": sdpa_times.get(best_sdpa), "sdpa_us": sdpa_times,
             **{f"{name}_us": times[name] for name in ("fmha", "paged") if name in times}}
-
-
-def paged_problem(c: dict) -> tuple:
-    """The arguments of _C.paged_attention_choice for a decode case on a dense cache (contiguous layouts)."""
-    heads_kv, dim = c["heads_kv"], c["head_dim"]
-    sizes = (c["batch"], c["heads_q"], heads_kv, dim, c["seqlen_k"], c["seqlen_k"])
-    q = (16, c["heads_q"] * dim, dim)  # any aligned non-null pointer: the choice reads sizes only
-    caches = (16, 16, c["seqlen_k"] * heads_kv * dim, heads_kv * dim, dim)
-    return sizes, q, caches, (0, 0, 0, 0), 0, q, (0, 1, c["batch"], True), 1 / math.sqrt(dim)
 
 
 def host_costs() -> dict:

@@ -275,7 +275,7 @@ def measure(case: dict, args, props: dict) -> dict:
 
     import wavetune
     from wavetune.tuning.timing import interleaved_us
-    from paged_attention import kernel_facts
+    from wavetune.families.paged_attention.replay import kernel_facts
 
     kernels = [c for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"]]
     index, sets = operands(case, props["l2_bytes"])

@@ -13,7 +13,7 @@ import pytest
 
 import wavetune
 from wavetune import _C, families
-from conftest import benchmark
+from wavetune.families.paged_attention import replay
 
 torch = pytest.importorskip("torch")
 
@@ -44,17 +44,16 @@ def test_workspace_holds_the_splits_it_runs_and_the_sequences_order():
 
 
 def test_the_fitting_replay_prices_waves_and_merges():
-    """benchmarks/paged_attention.py replays launch.cu's model to fit its constants: with the shipped ones a
+    """The replay of launch.cu's model (benchmarks/paged_attention.py --fit fits its constants): with the shipped ones a
     long single sequence wants many splits, a batch that fills the GPU wants none, and the replay picks the
     (kernel, splits) it predicts fastest."""
-    bench = benchmark("paged_attention")
     shipped = (0.98, 3.75e3, 4.0, 5.0)  # launch.cu: kHbmFraction, kWarpBytesPerUs, kWaveUs, kMergeUs
     header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
     kernels = {"w8": {"step_keys": 128, "resident": 1}, "w4": {"step_keys": 64, "resident": 2}}
 
     def predicted(case, kernel, splits):
         hbm = shipped[0] * header["memory_bytes_per_s"] / 1e6
-        return bench.predicted_us(case, splits, kernels[kernel], header["sm_count"], hbm, *shipped[1:])
+        return replay.predicted_us(case, splits, kernels[kernel], header["sm_count"], hbm, *shipped[1:])
 
     long_one = dict(batch=1, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=131072)
     full = dict(batch=256, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=2048)
@@ -63,19 +62,18 @@ def test_the_fitting_replay_prices_waves_and_merges():
     times = {f"{k}/s{n}": predicted(long_one, k, n) * (1.5 if n == 16 else 1.0) for k in kernels for n in (1, 4, 16)}
     row = {**long_one, "kernels": kernels, "times": times}
     pick = min(((k, n) for k in kernels for n in (1, 4, 16)), key=lambda kn: predicted(long_one, *kn))
-    quality = bench.replay([row], shipped, header)[0]
+    quality = replay.replay([row], shipped, header)[0]
     assert quality == pytest.approx(min(times.values()) / times[f"{pick[0]}/s{pick[1]}"])
 
 
 def test_the_fitting_replay_counts_the_row_blocks_of_real_queries():
     """Past causal prompts, a batch of chunks whose lengths differ fills only the row blocks its queries need:
     one long chunk beside short ones costs less split than every sequence at the longest, and wants more splits."""
-    bench = benchmark("paged_attention")
     hbm = 0.98 * 3.35e12 / 1e6
     ws = {"step_keys": 128, "rows": 128, "resident": 1, "wgmma": True}
 
     def predicted(case, splits):
-        return bench.predicted_us(case, splits, ws, 132, hbm, 3.75e3, 4.0, 5.0)
+        return replay.predicted_us(case, splits, ws, 132, hbm, 3.75e3, 4.0, 5.0)
 
     chunks = dict(batch=3, heads_q=12, heads_kv=2, head_dim=128, seqlen_q=663, seqlen_k=5000, causal=True,
                   total_keys=9000, new=[663, 103, 101])
@@ -92,60 +90,57 @@ def test_the_fitting_replay_counts_the_row_blocks_of_real_queries():
 def test_the_fitting_replay_leaves_rows_split_kernels_out_of_decode():
     """As launch.cu's choice does: where a KV head's query rows fit one 16-row tile, the replay never picks a
     rows_split kernel, however fast the model thinks it, but does pick the warp-specialized one of 64 rows."""
-    bench = benchmark("paged_attention")
     header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
     kernels = {"keys": {"step_keys": 128, "rows": 16, "resident": 1},
                "rows": {"step_keys": 64, "rows": 64, "resident": 2},
                "ws128": {"step_keys": 64, "rows": 128, "resident": 1, "wgmma": True},
                "ws64": {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}}
     case = dict(batch=64, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=4096)
-    hbm = bench.SHIPPED[0] * header["memory_bytes_per_s"] / 1e6
-    predicted = {k: bench.predicted_us(case, 1, kernels[k], header["sm_count"], hbm, *bench.SHIPPED[1:])
+    hbm = replay.SHIPPED[0] * header["memory_bytes_per_s"] / 1e6
+    predicted = {k: replay.predicted_us(case, 1, kernels[k], header["sm_count"], hbm, *replay.SHIPPED[1:])
                  for k in kernels}
     assert predicted["rows"] < predicted["keys"]  # the model alone would take the rows_split kernel
     times = {"keys/s1": 20.0, "rows/s1": 10.0, "ws128/s1": 10.0}
     row = {**case, "kernels": kernels, "times": times}
-    assert bench.replay([row], bench.SHIPPED, header) == [0.5]  # it ran keys/s1, twice the best time
+    assert replay.replay([row], replay.SHIPPED, header) == [0.5]  # it ran keys/s1, twice the best time
     several = {**row, "seqlen_q": 8}  # 32 rows per KV head: two tiles, every kind is a candidate
-    assert bench.replay([several], bench.SHIPPED, header) == [1.0]
+    assert replay.replay([several], replay.SHIPPED, header) == [1.0]
     assert predicted["ws64"] < predicted["keys"]
-    assert bench.replay([{**row, "times": {**times, "ws64/s1": 12.5}}], bench.SHIPPED, header) == [0.8]
+    assert replay.replay([{**row, "times": {**times, "ws64/s1": 12.5}}], replay.SHIPPED, header) == [0.8]
 
 
 def test_the_fitting_replay_gives_a_tie_to_the_kernel_of_more_resident_ctas():
     """A step of 56 rows per KV head fills one row block of either warp-specialized kernel: the model prices
     them alike, and (as launch.cu's choice) the replay takes the one of two CTAs an SM, whichever comes first."""
-    bench = benchmark("paged_attention")
     header = {"sm_count": 132, "memory_bytes_per_s": 4.8e12}
     kernels = {"rows128": {"step_keys": 64, "rows": 128, "resident": 1, "wgmma": True},
                "rows64": {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}}
     case = dict(batch=5, heads_q=8, heads_kv=1, head_dim=128, seqlen_q=7, seqlen_k=2111, causal=True,
                 total_keys=5800)
-    hbm = bench.SHIPPED[0] * header["memory_bytes_per_s"] / 1e6
-    predicted = {k: bench.predicted_us(case, 16, kernels[k], header["sm_count"], hbm, *bench.SHIPPED[1:])
+    hbm = replay.SHIPPED[0] * header["memory_bytes_per_s"] / 1e6
+    predicted = {k: replay.predicted_us(case, 16, kernels[k], header["sm_count"], hbm, *replay.SHIPPED[1:])
                  for k in kernels}
     assert predicted["rows128"] == pytest.approx(predicted["rows64"], rel=1e-12)
     for order in (("rows128", "rows64"), ("rows64", "rows128")):
         row = {**case, "kernels": {k: kernels[k] for k in order}, "times": {"rows128/s16": 14.0, "rows64/s16": 12.6}}
-        assert bench.replay([row], bench.SHIPPED, header) == [1.0]
+        assert replay.replay([row], replay.SHIPPED, header) == [1.0]
 
 
 def test_the_fitting_replay_prices_a_merge_in_clusters_where_the_grid_fits_them():
     """As launch.cu's merges_in_clusters: 2 to 8 splits whose grid the kernel's clusters of that size hold at
     once pay the cluster merge instead of the merge kernel; a larger grid, more splits, or a log without the
     kernel's cluster facts (it ran every merge as a kernel) pay the merge kernel."""
-    bench = benchmark("paged_attention")
-    hbm = bench.SHIPPED[0] * 4.8e12 / 1e6
+    hbm = replay.SHIPPED[0] * 4.8e12 / 1e6
     plain = {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}
     clustered = {**plain, "cluster_ctas": [0, 0] + [256] * 7}  # clusters of 2-8
 
     def predicted(case, kernel, splits):
-        return bench.predicted_us(case, splits, kernel, 132, hbm, *bench.SHIPPED[1:])
+        return replay.predicted_us(case, splits, kernel, 132, hbm, *replay.SHIPPED[1:])
 
     small = dict(batch=2, heads_q=8, heads_kv=1, head_dim=128, seqlen_k=8192)  # 2 CTAs a split
-    merge = bench.SHIPPED[3] + 2.0 * 2 * 8 * 4 * 128 * 4 / hbm  # the merge kernel's price at 4 splits
+    merge = replay.SHIPPED[3] + 2.0 * 2 * 8 * 4 * 128 * 4 / hbm  # the merge kernel's price at 4 splits
     assert predicted(small, clustered, 4) == pytest.approx(
-        predicted(small, plain, 4) - merge + bench.CLUSTER_MERGE_US + 4 * bench.CLUSTER_SPLIT_US, rel=1e-12)
+        predicted(small, plain, 4) - merge + replay.CLUSTER_MERGE_US + 4 * replay.CLUSTER_SPLIT_US, rel=1e-12)
     large = {**small, "batch": 80}  # 320 CTAs at 4 splits: more than the clusters hold
     assert predicted(large, clustered, 4) == predicted(large, plain, 4)
     assert predicted(small, clustered, 16) == predicted(small, plain, 16)  # more splits than a cluster's CTAs
@@ -154,26 +149,25 @@ def test_the_fitting_replay_prices_a_merge_in_clusters_where_the_grid_fits_them(
 
 @pytest.mark.gpu
 def test_the_fitting_replay_restates_the_launch_model():
-    """benchmarks/paged_attention.py's predicted_us is launch.cu's wave model with its constants as parameters:
+    """The replay's predicted_us is launch.cu's wave model with its constants as parameters:
     on decode cases the kernel and split count the library picks are the replay's least predicted."""
     import random
 
-    attention, bench = benchmark("attention"), benchmark("paged_attention")
     props = wavetune.device_properties()
-    hbm = bench.SHIPPED[0] * props["memory_bytes_per_s"] / 1e6
+    hbm = replay.SHIPPED[0] * props["memory_bytes_per_s"] / 1e6
     rng = random.Random(5)
     for _ in range(40):
         heads_q, heads_kv = rng.choice([(32, 8), (64, 8), (8, 1), (16, 16), (28, 4)])
         case = dict(batch=rng.choice([1, 3, 17, 64, 256]), heads_q=heads_q, heads_kv=heads_kv,
                     head_dim=rng.choice([64, 128, 256]), seqlen_k=rng.randint(300, 131072))
-        kernels = {c.id: bench.kernel_facts(c) for c in wavetune.paged_attention_configs()
+        kernels = {c.id: replay.kernel_facts(c) for c in wavetune.paged_attention_configs()
                    if c.dtype == "bf16" and c.tile[2] == case["head_dim"]}
-        kernels = {v: facts for v, facts in kernels.items() if bench.one_row_tile_kernel(facts)}  # decode's
+        kernels = {v: facts for v, facts in kernels.items() if replay.one_row_tile_kernel(facts)}  # decode's
 
         def predicted(variant, splits):
-            return bench.predicted_us(case, splits, kernels[variant], props["sm_count"], hbm, *bench.SHIPPED[1:])
+            return replay.predicted_us(case, splits, kernels[variant], props["sm_count"], hbm, *replay.SHIPPED[1:])
 
-        variant, splits = _C.paged_attention_choice(*attention.paged_problem(case), _C.DTYPES.index("bf16"))
+        variant, splits = _C.paged_attention_choice(*replay.paged_problem(case), _C.DTYPES.index("bf16"))
         least = min(predicted(v, n) for v in kernels for n in range(1, _C.paged_attention_max_splits() + 1))
         assert predicted(variant, splits) == pytest.approx(least, rel=1e-6), case
 
@@ -186,9 +180,8 @@ def test_the_fitting_replay_restates_the_launch_model_for_several_queries():
 
     from wavetune.families.paged_attention.api import varlen_kernel_choice
 
-    bench = benchmark("paged_attention")
     props = wavetune.device_properties()
-    hbm = bench.SHIPPED[0] * props["memory_bytes_per_s"] / 1e6
+    hbm = replay.SHIPPED[0] * props["memory_bytes_per_s"] / 1e6
     rng = random.Random(7)
     for _ in range(30):
         heads_q, heads_kv = rng.choice([(32, 8), (64, 8), (8, 1), (16, 16), (28, 4)])
@@ -201,12 +194,12 @@ def test_the_fitting_replay_restates_the_launch_model_for_several_queries():
         case = dict(batch=batch, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim, seqlen_q=new, seqlen_k=keys,
                     causal=True, total_keys=batch * keys)
         one_tile = new * (heads_q // heads_kv) <= 16
-        kernels = {c.id: bench.kernel_facts(c) for c in wavetune.paged_attention_configs()
+        kernels = {c.id: replay.kernel_facts(c) for c in wavetune.paged_attention_configs()
                    if c.dtype == "bf16" and c.tile[2] == head_dim}
-        kernels = {v: facts for v, facts in kernels.items() if not one_tile or bench.one_row_tile_kernel(facts)}
+        kernels = {v: facts for v, facts in kernels.items() if not one_tile or replay.one_row_tile_kernel(facts)}
 
         def predicted(kernel, n):
-            return bench.predicted_us(case, n, kernels[kernel], props["sm_count"], hbm, *bench.SHIPPED[1:])
+            return replay.predicted_us(case, n, kernels[kernel], props["sm_count"], hbm, *replay.SHIPPED[1:])
 
         least = min(predicted(v, n) for v in kernels for n in range(1, _C.paged_attention_max_splits() + 1))
         assert predicted(variant, splits) == pytest.approx(least, rel=1e-6), case

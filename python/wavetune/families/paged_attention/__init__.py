@@ -4,9 +4,10 @@ cache, vLLM's and FlashInfer's layout, or over a dense cache: decode, prefill af
 layout), their torch operators and the kernel listing (docs/attention.md, "Paged and variable-length
 attention").
 
-Modules: ``api`` (entry points, kernel listing), ``torch_ops`` (operators; imports torch). Its kernels are
-built in (three per dtype and head dim, nothing compiled on demand) and their KV split count comes from a wave
-model of the launch; there is no config space to tune, so no tuning driver.
+Modules: ``api`` (entry points, kernel listing), ``torch_ops`` (operators; imports torch), ``replay`` (the
+built-in choice on logged sweeps, offline). Its kernels are built in (three per dtype and head dim, nothing
+compiled on demand) and their KV split count comes from a wave model of the launch; there is no config space
+to tune, so no tuning driver.
 """
 
 from .. import Family, register
