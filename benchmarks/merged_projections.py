@@ -20,6 +20,7 @@ import torch
 
 import e2e
 from wavetune import fused
+from wavetune.hf_models import MODELS
 
 
 def parse_args() -> argparse.Namespace:
@@ -66,7 +67,7 @@ def main() -> None:
         log.write(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                               "context": args.context, "reps": args.reps}) + "\n")
         for name in args.models.split(","):
-            spec = e2e.sliced(e2e.MODELS[name], args.tp)
+            spec = e2e.sliced(MODELS[name], args.tp)
             models = twins(spec)
             for batch in args.batches:
                 row = {"model": name, "tp": args.tp, "batch": batch,

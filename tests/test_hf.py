@@ -15,6 +15,7 @@ if not hasattr(transformers.integrations, "moe") or not hasattr(transformers.int
 
 import wavetune  # noqa: E402
 from wavetune import hf  # noqa: E402
+from wavetune.hf_models import MODELS  # noqa: E402
 
 COMMON = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=512)
@@ -447,17 +448,6 @@ def test_static_cache_decode_captured_in_a_cuda_graph(name):
         assert error < 2e-2, f"step {i}: relative error {error}"
 
 
-def real_sizes() -> dict:
-    """The six classes' real models' sizes, as benchmarks/e2e.py builds them."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import e2e
-
-    return e2e.MODELS
-
-
 def record_routing(model: torch.nn.Module) -> list[torch.Tensor]:
     """The sorted top-k expert indices each call of the model's experts modules receives, call by call (rows:
     the flattened tokens)."""
@@ -486,7 +476,7 @@ def test_real_configs_give_the_unpatched_logits(name):
     differ between the models is left out; at most a quarter of the rows may be."""
     import copy
 
-    spec = real_sizes()[name]
+    spec = MODELS[name]
     config = getattr(transformers, f"{spec['family']}Config")(**spec["sizes"], num_hidden_layers=1,
                                                               tie_word_embeddings=False)
     torch.manual_seed(0)
