@@ -25,16 +25,6 @@ def family_table(family: str = "gemm") -> str:
     return "\n" + "\n".join(lines[start:end]) + "\n"
 
 
-def benchmark(name: str):
-    """A module of benchmarks/ (they import each other by their bare names)."""
-    import importlib
-    import sys
-
-    if str(REPO / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO / "benchmarks"))
-    return importlib.import_module(name)
-
-
 @functools.cache
 def gpu_skip_reason() -> str | None:
     try:

@@ -1,6 +1,7 @@
 """The Python package's modules, subpackages included, use each other through public names only, and import
 each other without a cycle at module level. The kernel families are found by the registry, so no module
-outside a family's subpackage names one. Read from the source with ast; needs neither torch nor a build."""
+outside a family's subpackage names one. The tests use the package and their own helpers, not benchmark
+scripts. Read from the source with ast; needs neither torch nor a build."""
 
 from __future__ import annotations
 
@@ -114,6 +115,13 @@ def test_no_import_cycle_at_module_level():
     assert not cycles, cycles[0]
 
 
+def docstring_ids(tree: ast.Module) -> set[int]:
+    """The ids of a module's docstring nodes (its own, its classes' and functions')."""
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) and node.body
+            and isinstance(node.body[0], ast.Expr)}
+
+
 # Modules that may name a family other than gemm, and why.
 NAMES_FAMILIES = {
     "__init__.py": "the public API: each family's entry points, by name",
@@ -132,12 +140,116 @@ def test_no_module_outside_a_family_names_the_families():
         if relative.parts[0] == "families" and len(relative.parts) > 2 or relative.as_posix() in NAMES_FAMILIES:
             continue
         tree = ast.parse(path.read_text())
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) and node.body
-                      and isinstance(node.body[0], ast.Expr)}
+        docstrings = docstring_ids(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in FAMILIES[1:] and id(node) not in docstrings:
                 offenders.append(f"{relative}:{node.lineno}: {node.value!r}")
             if isinstance(node, ast.ImportFrom) and any(f"families.{f}" in (node.module or "") for f in FAMILIES[1:]):
                 offenders.append(f"{relative}:{node.lineno}: from {node.module}")
     assert not offenders, offenders
+
+
+# ---- The tests use the package and their own helpers, not benchmark scripts (issue 76) ---------------------
+
+TESTS = REPO / "tests"
+BENCHMARK_SCRIPTS = {path.stem for path in (REPO / "benchmarks").glob("*.py")}
+# The tests whose subject is a benchmark script's own harness, and that script: each may load it from its file
+# (never with benchmarks/ on sys.path). e2e.py's model twins, options, runs and report are a torch and
+# transformers benchmark's, no part of the package.
+TESTS_OF_A_BENCHMARK = {"test_e2e.py": "e2e"}
+FILE_LOADERS = ("spec_from_file_location", "SourceFileLoader", "run_path")
+
+
+def named_scripts(tree: ast.Module) -> set[str]:
+    """The benchmark scripts a test file's strings name as files ("e2e.py", "benchmarks/e2e.py")."""
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return {name.rsplit("/", 1)[-1][:-3] for name in strings
+            if name.endswith(".py") and name.rsplit("/", 1)[-1][:-3] in BENCHMARK_SCRIPTS}
+
+
+def says_benchmarks(node: ast.AST, assigned: dict[str, list[ast.AST]], unknown: set[str]) -> bool:
+    """Whether what an expression holds may be benchmarks/: a string that says it, a name the file assigns one to,
+    or a name of ``unknown`` value (a parameter, in a file that names benchmarks/)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and "benchmarks" in sub.value:
+            return True
+        if isinstance(sub, ast.Name) and (sub.id in unknown or any(says_benchmarks(value, {}, set())
+                                                                   for value in assigned.get(sub.id, ()))):
+            return True
+    return False
+
+
+def added_to_sys_path(node: ast.AST) -> ast.AST | None:
+    """What a call or statement adds to sys.path (sys.path.insert/append/extend, sys.path += or [...] =, pytest's
+    monkeypatch.syspath_prepend), or None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr == "syspath_prepend" or (node.func.attr in ("insert", "append", "extend")
+                                                   and ast.unparse(node.func.value) == "sys.path"):
+            return ast.Tuple([*node.args, *(k.value for k in node.keywords)])
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+    return node.value if any(ast.unparse(t).startswith("sys.path") for t in targets) else None
+
+
+def imported_benchmark(node: ast.AST) -> str | None:
+    """The benchmark script an import statement or importlib.import_module call names, or None."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and not node.level:
+        names = [node.module]
+    elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module"):
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    else:
+        return None
+    return next((name for name in names if name.split(".")[0] in BENCHMARK_SCRIPTS), None)
+
+
+def benchmark_uses(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, what) of each place a test file imports a benchmark script, puts benchmarks/ on sys.path, or loads
+    a module from a file where it names a benchmark script ("loads <script>.py")."""
+    assigned: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        for target in (t for t in getattr(node, "targets", ()) if isinstance(t, ast.Name)):
+            assigned.setdefault(target.id, []).append(node.value)
+    docstrings = docstring_ids(tree)
+    names_benchmarks = any(isinstance(n, ast.Constant) and "benchmarks" in str(n.value) and id(n) not in docstrings
+                           for n in ast.walk(tree))
+    parameters = {a.arg for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.Lambda))
+                  for a in [*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs]} if names_benchmarks else set()
+    scripts = named_scripts(tree)
+    found = []
+    for node in ast.walk(tree):
+        if name := imported_benchmark(node):
+            found.append((node.lineno, f"imports {name}"))
+        elif (added := added_to_sys_path(node)) is not None and says_benchmarks(added, assigned, parameters):
+            found.append((node.lineno, "puts benchmarks/ on sys.path"))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith(FILE_LOADERS):
+            found += [(node.lineno, f"loads {script}.py") for script in sorted(scripts)]
+    return found
+
+
+def test_no_test_imports_a_benchmark_script():
+    """Reference models, replays and case generators live in the package (or in the tests' own helpers), so no
+    test imports a benchmark script or puts benchmarks/ on sys.path; a benchmark is at most run as a program.
+    Only a test of a benchmark's own harness (TESTS_OF_A_BENCHMARK) loads that script from its file."""
+    offenders = []
+    for path in sorted(TESTS.glob("*.py")):
+        subject = TESTS_OF_A_BENCHMARK.get(path.name)
+        for line, what in benchmark_uses(ast.parse(path.read_text(), str(path))):
+            if what != f"loads {subject}.py":
+                offenders.append(f"tests/{path.name}:{line}: {what}")
+    assert not offenders, offenders
+
+
+def test_the_benchmark_check_finds_each_way_in():
+    caught = ["import compare", "from scaled_gemm import replay_quality", "importlib.import_module('e2e')",
+              "sys.path.insert(0, str(REPO / 'benchmarks'))", "sys.path += ['benchmarks']",
+              "BENCH = REPO / 'benchmarks'\nsys.path.append(str(BENCH))", "monkeypatch.syspath_prepend('benchmarks')",
+              "spec_from_file_location('e2e', REPO / 'benchmarks' / 'e2e.py')", "run_path('benchmarks/compare.py')",
+              "def load(path):\n    return spec_from_file_location('x', path)\nload(REPO / 'benchmarks' / 'e2e.py')",
+              "def add(path):\n    sys.path.insert(0, path)\nadd(REPO / 'benchmarks')"]
+    for source in caught:
+        assert benchmark_uses(ast.parse(source)), source
+    for source in ["import wavetune.families.attention", "sys.path.insert(0, str(tmp_path))",
+                   "paths.append('benchmarks')", "subprocess.run([sys.executable, REPO / 'benchmarks' / 'compare.py'])",
+                   "spec_from_file_location('model', REPO / 'python' / 'wavetune' / 'tuning' / 'model.py')"]:
+        assert not benchmark_uses(ast.parse(source)), source
