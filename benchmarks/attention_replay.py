@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from wavetune.families.attention.replay import read_cases, replay, table_predictor
-from wavetune.tuning.report import geomean
+from wavetune.families.attention.replay import replay, table_predictor
+from wavetune.tuning.report import geomean, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def main() -> None:
           "table with every CUTLASS config: all (worst) | perfect cuDNN or paged per decode case |")
     print("| --- | --- | --- | --- | --- | --- |")
     for path in args.logs:
-        r = replay(read_cases(path), keys, tile, predict)
+        r = replay(read_jsonl(path)[1], keys, tile, predict)
         cell = lambda a, d: f"{geomean(r[a]):.3f}x / {geomean(r[d]):.3f}x ({min(r[a]):.2f}x)"  # noqa: E731
         print(f"| {path.name} | {len(r['rule'])} ({len(r['perfect'])}) | {cell('rule', 'decode rule')} | "
               f"{cell('table', 'decode table')} | {geomean(r['every config']):.3f}x ({min(r['every config']):.2f}x) "

@@ -29,9 +29,7 @@ best (geomean), and what they give on --check's log.
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
-import json
 import math
 import os
 import random
@@ -40,7 +38,7 @@ import time
 from pathlib import Path
 
 from wavetune.families.paged_attention.replay import SHIPPED, kernel_facts, paged_problem, replay
-from wavetune.tuning.report import geomean
+from wavetune.tuning.report import geomean, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -69,13 +67,7 @@ def fit(designs: list[Path], check: Path | None) -> None:
     of several queries per sequence (benchmarks/varlen_attention.py) fit the tile-math rates, the L2 speed-up,
     the rows_split kernels' cost per softmax step, the wgmma kernel's tile-math speed-up and its copying warps';
     else decode logs fit the first four."""
-    def load(path):
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt") as f:
-            lines = f.read().splitlines()
-        return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
-
-    logs = [load(path) for path in designs]
+    logs = [read_jsonl(path) for path in designs]
     rows = [r for _, log in logs for r in log]
     if any("cluster_ctas" in k for r in rows for k in r["kernels"].values()):
         grid = [(*SHIPPED[:10], *c) for c in itertools.product((1.0, 2.0, 3.0, 4.0, 5.0), (0.0, 0.1, 0.2, 0.3, 0.5))]
@@ -98,7 +90,7 @@ def fit(designs: list[Path], check: Path | None) -> None:
                 f"wgmma {c[8]}x, its copies {c[9]}x, cluster merge {c[10]} us and {c[11]} us a split: "
                 f"design {score_:.3f} (worst {worst:.2f})")
         if check:
-            held_header, held = load(check)
+            held_header, held = read_jsonl(check)
             quality = replay(held, c, held_header)
             line += f", held-out {geomean(quality):.3f} (worst {min(quality):.2f})"
         print(line)

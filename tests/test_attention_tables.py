@@ -11,7 +11,7 @@ import pytest
 import wavetune
 from wavetune import _C
 from wavetune.tuning import tablefile
-from wavetune.tuning.report import geomean
+from wavetune.tuning.report import geomean, read_jsonl
 from wavetune.families.attention import replay, tuning
 from wavetune.runtime import tables
 from conftest import REPO
@@ -133,7 +133,7 @@ def test_replay_reproduces_the_documented_held_out_figures():
     """The attention choice's replay (benchmarks/attention_replay.py's) on a shipped held-out log gives the
     figures of docs/results/attention_candidates_replay_h200.md (no GPU: the table's models and the log's timings)."""
     keys, tile, predict = replay.table_predictor(REPO / "tables" / "nvidia-h200.attention.wtt", SMS)
-    cases = replay.read_cases(REPO / "docs" / "results" / "attention_heldout_candidates_h200_seed103.jsonl.gz")
+    _, cases = read_jsonl(REPO / "docs" / "results" / "attention_heldout_candidates_h200_seed103.jsonl.gz")
     ratios = replay.replay(cases, keys, tile, predict)
     assert len(ratios["rule"]) == 57 and len(ratios["perfect"]) == 27
     assert round(geomean(ratios["rule"]), 3) == 1.003 and round(geomean(ratios["table"]), 3) == 1.001

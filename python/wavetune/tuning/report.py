@@ -1,15 +1,27 @@
 """The statistics and tables of the offline reports that judge choices on measured logs (the benchmarks' and
-the families' replays): geometric means, summaries per range of M, markdown tables. Standard library only."""
+the families' replays): their logs read back, geometric means, summaries per range of M, markdown tables.
+Standard library only."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 import statistics
+from pathlib import Path
 from typing import Iterable
 
 # The M (token count) ranges a report summarises: decode, small batches, prefill chunks, long prefill.
 M_RANGES = (("1-16", 1, 16), ("17-256", 17, 256), ("257-2048", 257, 2048), (">2048", 2049, math.inf),
             ("all", 1, math.inf))
+
+
+def read_jsonl(path: Path) -> tuple[dict, list[dict]]:
+    """(header, rows) of a benchmark's JSON-lines log, gzipped where its name ends in .gz."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        header, *rows = [json.loads(line) for line in f]
+    return header, rows
 
 
 def geomean(values: Iterable[float]) -> float:

@@ -8,8 +8,6 @@ rule where they predict a candidate more than 5% faster. Needs no GPU and no com
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,12 +19,6 @@ from . import FAMILY, tuning
 TABLE_MARGIN = 0.05  # kTableMargin
 CUDNN_DECODE_MAX_BYTES = 1 << 30  # kCudnnDecodeMaxBytes
 LIBRARY = ("attn_cudnn_", "attn_paged_")
-
-
-def read_cases(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f][1:]
 
 
 def table_predictor(path: Path, sm_count: int):

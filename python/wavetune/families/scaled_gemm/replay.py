@@ -6,14 +6,13 @@ ships none). Needs no GPU, except ``device_decode_facts``.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import re
 from pathlib import Path
 
 from ...runtime.native import _C
 from ...tuning import model
+from ...tuning.report import read_jsonl
 from .api import scaled_gemm_configs
 from .cases import VARIANT_M
 
@@ -75,18 +74,11 @@ def decode_pick(header: dict, row: dict) -> tuple[str, float] | None:
     return sweep[name, splits][1], min(us for _, us in sweep.values())
 
 
-def read_log(log: Path) -> tuple[dict, list[dict]]:
-    opener = gzip.open if log.suffix == ".gz" else open
-    with opener(log, "rt") as f:
-        header, *rows = [json.loads(line) for line in f]
-    return header, rows
-
-
 def cutlass_share_quality(log: Path, share: int) -> list[float]:
     """launch.cu's cutlass_fills_the_gpu with a given share, on a log's rows of 1-16 tokens: the best variant's
     time over that of the fastest CUTLASS variant where the rule takes them (their 64-row tiles times the decode
     variants' 8-token tiles occupy 1 / share of the SMs), else of the decode model's pick."""
-    header, rows = read_log(log)
+    header, rows = read_jsonl(log)
     sm_count = header.get("sm_count", 132)
     out = []
     for row in rows:
@@ -102,7 +94,7 @@ def cutlass_share_quality(log: Path, share: int) -> list[float]:
 
 def replay_quality(log: Path) -> dict[tuple[int, int], list[float]]:
     """Per token range (1-8, 9-16): best / chosen time of the 8-token decode variants and splits on a log's rows."""
-    header, rows = read_log(log)
+    header, rows = read_jsonl(log)
     out = {}
     for low, high in ((1, 8), (9, 16)):
         picks = [decode_pick(header, r) for r in rows if low <= r["m"] <= high]
@@ -145,7 +137,7 @@ def cluster_rank(name: str, row: dict) -> int:
 
 def prefill_quality(log: Path) -> list[float]:
     """Per row of a block-scaled log past 64 tokens: the best unswapped variant's time over the choice's."""
-    header, rows = read_log(log)
+    header, rows = read_jsonl(log)
     out = []
     for row in rows:
         timed = {key: us for key, us in row["us"].items() if UNSWAPPED_TILE.search(key.rpartition("/")[0])}
@@ -215,9 +207,9 @@ def table_pick(fits: dict, memory: float, sm_count: int, row: dict) -> str:
 def table_quality(design: Path, held_out: Path, max_m: int = VARIANT_M) -> tuple[list[float], list[float]]:
     """Per row of ``held_out`` up to ``max_m`` tokens: the best timed config's time over that of a table fitted
     to ``design``'s rows (``fitted_table``) and over that of the shipped choice (``wavetune_rowwise``)."""
-    header, rows = read_log(design)
+    header, rows = read_jsonl(design)
     fits, memory = fitted_table(header, [r for r in rows if r["m"] <= max_m])
-    held_header, held_rows = read_log(held_out)
+    held_header, held_rows = read_jsonl(held_out)
     table, shipped = [], []
     for row in (r for r in held_rows if r["m"] <= max_m and "wavetune_rowwise" in r["us"]):
         best = min(row["us"][key] for key in fits if key in row["us"])
