@@ -18,7 +18,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from wavetune.families.gemm import cases
+import shape_suite
 from wavetune.families.gemm.comparison import read_log
 from wavetune.families.gemm.replay import choose, table_predictor
 from wavetune.tuning.report import markdown_table, summarize
@@ -28,13 +28,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--log", type=Path, required=True, help="tuning log with the split's shapes measured (--exact)")
     p.add_argument("--table", type=Path, required=True)
-    p.add_argument("--split", choices=cases.SPLITS, default="heldout")
+    p.add_argument("--split", choices=shape_suite.SPLITS, default="heldout")
     p.add_argument("--count", type=int, default=120)
     args = p.parse_args()
     header, records = read_log(args.log)
     keys, predict, choosable, priors = table_predictor(args.table, header["sm_count"])
     ratios, errors, missing = [], [], 0
-    for s in cases.shapes(args.split, args.count):
+    for s in shape_suite.shapes(args.split, args.count):
         m, n, k = s["m"], s["n"], s["k"]
         measured = {key: us for key in keys
                     if (us := records.get(("bf16", "col", m, n, k, key, "heuristic", 1))) is not None}

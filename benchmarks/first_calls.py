@@ -5,7 +5,7 @@ needed"), in one run:
     WAVETUNE_CACHE_DIR=$(mktemp -d) python benchmarks/first_calls.py --out $OUT   # an empty kernel cache
 
 1. First calls: each family's first call loads its table, which queues its variants for a background compile;
-   right after, on held-out cases (dense GEMM: gemm.cases; MoE layers: grouped_gemm.cases;
+   right after, on held-out cases (dense GEMM: benchmarks/shape_suite.py; MoE layers: grouped_gemm.cases;
    attention: benchmarks/attention.py's held-out suite; FP8: the same layers quantized), wavetune's call with
    no config and PyTorch's default are checked against each other into NaN-poisoned outputs, then timed as
    CUDA graphs replayed round-robin over operand copies larger than twice the L2 (weights cold), medians of
@@ -30,10 +30,10 @@ from typing import Callable
 
 import torch
 
+import shape_suite
 from attention import heldout_cases
 import wavetune
 from wavetune.families.attention.cases import kv_bytes
-from wavetune.families.gemm import cases as dense_cases
 from wavetune.families.grouped_gemm.cases import ROUTINGS, e4m3_cases, moe_cases
 from wavetune.families.grouped_gemm.e4m3 import dequantized_grouped_mm
 from wavetune.families.grouped_gemm.measure import operand_sets as grouped_operand_sets, route
@@ -59,7 +59,7 @@ class Case:
 
 def gemm_cases(count: int, l2_bytes: int) -> list[Case]:
     out = []
-    for m, n, k in [(s["m"], s["n"], s["k"]) for s in dense_cases.shapes("heldout", count)]:
+    for m, n, k in [(s["m"], s["n"], s["k"]) for s in shape_suite.shapes("heldout", count)]:
         copies = min(16, max(1, math.ceil(2 * l2_bytes / (2 * (m * k + n * k + m * n)))))
         sets = [(rand(m, k), rand(n, k), empty(m, n)) for _ in range(copies)]
         out.append(Case("gemm", f"{m}x{n}x{k}", sets, lambda x, w, o: wavetune.gemm(x, w.t(), out=o),
@@ -71,7 +71,7 @@ def scaled_gemm_cases(count: int, l2_bytes: int) -> list[Case]:
     """FP8 with scales per token and channel, at 1-64 tokens (where wavetune's own kernels run) and beyond."""
     out = []
     rng = random.Random(7)
-    layers = [s for s in dense_cases.shapes("heldout", 4 * count) if s["n"] % 16 == 0 and s["k"] % 16 == 0]
+    layers = [s for s in shape_suite.shapes("heldout", 4 * count) if s["n"] % 16 == 0 and s["k"] % 16 == 0]
     for s in layers[:count]:  # torch._scaled_mm takes N and K in multiples of 16
         m, n, k = rng.choice((1, 3, 16, 37, 64, s["m"])), s["n"], s["k"]
         copies = min(16, max(1, math.ceil(2 * l2_bytes / (m * k + n * k + 2 * m * n))))

@@ -4,7 +4,7 @@ when needed"), in one run:
     python benchmarks/jit_first_call.py --out $OUT        # on a build without the table's variants (builtin, ci)
 
 1. Before: the table is bound to the compiled variants, so each shape of the held-out split (--count LLM
-   layers no table was fitted on, wavetune.families.gemm.cases; bf16, nn.Linear weights) runs the best compiled
+   layers no table was fitted on, benchmarks/shape_suite.py; bf16, nn.Linear weights) runs the best compiled
    candidate; its choice is recorded.
 2. `python -m wavetune build --table <the GPU's table>`'s work (jit.build of the table's working set), timed;
    the family's table is bound again and swapped in by the next call.
@@ -28,9 +28,10 @@ os.environ.setdefault("WAVETUNE_JIT", "0")  # step 2 compiles; nothing in the ba
 
 import torch  # noqa: E402
 
+import shape_suite  # noqa: E402
 import wavetune  # noqa: E402
 from vs_cublas import check, table_launch  # noqa: E402
-from wavetune.families.gemm import cases, comparison, tuning  # noqa: E402
+from wavetune.families.gemm import comparison, tuning  # noqa: E402
 from wavetune.runtime import jit, tables  # noqa: E402
 from wavetune.tuning.timing import interleaved_us  # noqa: E402
 
@@ -69,7 +70,7 @@ def main() -> None:
     args = parse_args()
     props = wavetune.device_properties()
     table = tables.default_table_path(props["name"])
-    shapes = [(s["m"], s["n"], s["k"]) for s in cases.shapes("heldout", args.count)]
+    shapes = [(s["m"], s["n"], s["k"]) for s in shape_suite.shapes("heldout", args.count)]
     tables.ensure_table(torch.cuda.current_device())
     before_selector = tables.open_table(table)
     before = choices(before_selector, shapes)

@@ -1,5 +1,6 @@
 """Prints LLM-like GEMM shapes that no table was fitted or judged on (wavetune.families.gemm.cases, which says
 how they are drawn), or grouped-GEMM cases of mixture-of-experts layers (wavetune.families.grouped_gemm.cases).
+The benchmarks take the shapes from here: with the public suite's layers left out.
 
     python benchmarks/shape_suite.py --split heldout --count 150      # print (M, N, K) rows as JSON
 """
@@ -8,9 +9,28 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
-from wavetune.families.gemm.cases import SUITES, shapes
+from wavetune.families.gemm import cases
+from wavetune.families.gemm.cases import SPLITS, SUITES  # noqa: F401  (the benchmarks' shape_suite.SPLITS)
 from wavetune.families.grouped_gemm.cases import moe_cases
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLIC_SUITES = (REPO.parent / "shared" / "benchmarks" / "llm_shapes.json",
+                 REPO / "shared" / "benchmarks" / "llm_shapes.json")
+
+
+def public_pairs() -> set[tuple[int, int]]:
+    for path in PUBLIC_SUITES:
+        if path.exists():
+            models = json.loads(path.read_text())["models"]
+            return {tuple(nk) for layers in models.values() for nk in layers.values()}
+    raise FileNotFoundError(f"the public suite is needed to leave its shapes out; looked at {PUBLIC_SUITES}")
+
+
+def shapes(split: str, count: int) -> list[dict]:
+    """``count`` shapes of a split (cases.shapes); the generic suite holds no model's layers to leave out."""
+    return cases.shapes(split, count, set() if split == "generic" else public_pairs())
 
 
 def main() -> None:

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import torch
 
+import shape_suite
 import wavetune
-from wavetune.families.gemm import cases, tuning
+from wavetune.families.gemm import tuning
 from wavetune.families.gemm.comparison import load_shapes, pick_finalists, rotation
 from wavetune.runtime import tables
 from wavetune.tuning.report import M_RANGES, geomean
@@ -42,7 +43,7 @@ MAX_ERROR = 2e-2
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--suite", choices=("public", *cases.SUITES), default="public")
+    p.add_argument("--suite", choices=("public", *shape_suite.SUITES), default="public")
     p.add_argument("--count", type=int, default=150, help="shapes of a generated split")
     p.add_argument("--m", help="comma-separated M values replacing the public suite's")
     p.add_argument("--finalists", type=int, default=3,
@@ -56,10 +57,10 @@ def parse_args() -> argparse.Namespace:
 
 def suite(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     if args.suite == "public":
-        path = next(p for p in cases.PUBLIC_SUITES if p.exists())
+        path = next(p for p in shape_suite.PUBLIC_SUITES if p.exists())
         ms = [int(m) for m in args.m.split(",")] if args.m else None
         return load_shapes(path, None, ms)
-    return [(s["m"], s["n"], s["k"]) for s in cases.shapes(args.suite, args.count)]
+    return [(s["m"], s["n"], s["k"]) for s in shape_suite.shapes(args.suite, args.count)]
 
 
 def screen(m: int, n: int, k: int, cands: list[tuning.Candidate]) -> dict[str, float]:

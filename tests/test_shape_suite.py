@@ -6,21 +6,18 @@ import pytest
 from wavetune.families.gemm import cases
 from wavetune.families.grouped_gemm.cases import moe_cases
 
-
-@pytest.fixture(autouse=True)
-def no_public_suite(monkeypatch):
-    # The public suite lives outside the repository; the splits' own properties do not depend on it.
-    monkeypatch.setattr(cases, "public_pairs", lambda: set())
+# The public suite lives outside the repository; the splits' own properties do not depend on it.
+NO_PUBLIC_SUITE: set[tuple[int, int]] = set()
 
 
 def test_splits_share_no_layer_and_are_fixed():
-    pairs = {split: {nk for nk, _ in cases.split_pairs(split)} for split in cases.SPLITS}
+    pairs = {split: {nk for nk, _ in cases.split_pairs(split, NO_PUBLIC_SUITE)} for split in cases.SPLITS}
     assert all(pairs.values())
     assert not pairs["tune"] & pairs["heldout"]
     assert not pairs["fresh"] & (pairs["tune"] | pairs["heldout"])
     for split in cases.SPLITS:
-        rows = cases.shapes(split, 150)
-        assert rows == cases.shapes(split, 150)
+        rows = cases.shapes(split, 150, NO_PUBLIC_SUITE)
+        assert rows == cases.shapes(split, 150, NO_PUBLIC_SUITE)
         assert {(r["n"], r["k"]) for r in rows} <= pairs[split]
         assert all(1 <= r["m"] <= cases.M_MAX and r["n"] % 8 == 0 and r["k"] % 8 == 0 for r in rows)
         assert sum(r["m"] % 2 for r in rows) > len(rows) / 4  # odd token counts, as a batcher makes them
@@ -29,8 +26,8 @@ def test_splits_share_no_layer_and_are_fixed():
 def test_generic_suite_is_fixed_and_not_the_calibration_shapes():
     from wavetune.families.gemm import tuning
 
-    rows = cases.shapes("generic", 50)
-    assert rows == cases.shapes("generic", 50) and len(rows) == 50
+    rows = cases.shapes("generic", 50, NO_PUBLIC_SUITE)
+    assert rows == cases.shapes("generic", 50, NO_PUBLIC_SUITE) and len(rows) == 50
     problems = {(r["m"], r["n"], r["k"]) for r in rows}
     assert not problems & set(tuning.calibration_shapes())
     assert all(2.0 * m * n * k <= tuning.CALIBRATION_MAX_FLOP for m, n, k in problems)

@@ -17,16 +17,10 @@ over 1-16384, so most token counts are odd or otherwise unround, as a batcher pr
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 from ...tuning.splits import HASHED_SPLITS, split_of, token_count
 
-# The public suite lives outside the package, in or beside a source checkout: its layers are left out.
-SOURCE_ROOT = Path(__file__).resolve().parents[4]
-PUBLIC_SUITES = (SOURCE_ROOT.parent / "shared" / "benchmarks" / "llm_shapes.json",
-                 SOURCE_ROOT / "shared" / "benchmarks" / "llm_shapes.json")
 SPLITS = (*HASHED_SPLITS, "fresh")  # of model layers
 SUITES = (*SPLITS, "generic")
 SEEDS = {"tune": 1234, "heldout": 98765, "fresh": 20261124, "generic": 20261125}
@@ -83,14 +77,6 @@ FRESH_MOE_EXPERTS = {
 }
 
 
-def public_pairs() -> set[tuple[int, int]]:
-    for path in PUBLIC_SUITES:
-        if path.exists():
-            models = json.loads(path.read_text())["models"]
-            return {tuple(nk) for layers in models.values() for nk in layers.values()}
-    raise FileNotFoundError(f"the public suite is needed to leave its shapes out; looked at {PUBLIC_SUITES}")
-
-
 def _layers(hidden: int, inter: int, heads: int, kv_heads: int, head_dim: int, vocab: int):
     """(layer, N, K, column-parallel) of one dense family."""
     yield "qkv", (heads + 2 * kv_heads) * head_dim, hidden, True
@@ -105,9 +91,10 @@ def _moe_layers(hidden: int, inter: int):
     yield "expert_down", hidden, inter, False
 
 
-def layer_pool(dense: dict = DENSE_FAMILIES, moe: dict = MOE_EXPERTS) -> dict[tuple[int, int], str]:
+def layer_pool(public: set[tuple[int, int]], dense: dict = DENSE_FAMILIES, moe: dict = MOE_EXPERTS
+               ) -> dict[tuple[int, int], str]:
     """Every (N, K) of the families under every tensor-parallel split, with one name for each, less the
-    public suite's."""
+    public suite's (``public``)."""
     pool: dict[tuple[int, int], str] = {}
     families = [(name, _layers(*dims)) for name, dims in dense.items()]
     families += [(name, _moe_layers(*dims)) for name, dims in moe.items()]
@@ -117,21 +104,22 @@ def layer_pool(dense: dict = DENSE_FAMILIES, moe: dict = MOE_EXPERTS) -> dict[tu
                 split_n, split_k = (n // tp, k) if column_parallel else (n, k // tp)
                 if (n if column_parallel else k) % tp == 0 and split_n % 8 == 0 and split_k % 8 == 0:
                     pool.setdefault((split_n, split_k), f"{family}.{layer}.tp{tp}")
-    public = public_pairs()
     return {nk: name for nk, name in pool.items() if nk not in public}
 
 
-def split_pairs(split: str) -> list[tuple[tuple[int, int], str]]:
-    """The split's ((N, K), layer name) pairs, sorted."""
+def split_pairs(split: str, public: set[tuple[int, int]]) -> list[tuple[tuple[int, int], str]]:
+    """The split's ((N, K), layer name) pairs, sorted, the public suite's (``public``) left out."""
     if split == "fresh":
-        seen = layer_pool()
-        pool = {nk: name for nk, name in layer_pool(FRESH_FAMILIES, FRESH_MOE_EXPERTS).items() if nk not in seen}
+        seen = layer_pool(public)
+        pool = {nk: name for nk, name in layer_pool(public, FRESH_FAMILIES, FRESH_MOE_EXPERTS).items()
+                if nk not in seen}
         return sorted(pool.items())
-    return sorted((nk, name) for nk, name in layer_pool().items() if split_of(*nk) == split)
+    return sorted((nk, name) for nk, name in layer_pool(public).items() if split_of(*nk) == split)
 
 
-def shapes(split: str, count: int) -> list[dict]:
-    """``count`` shapes of a split: {"m", "n", "k", "layer"}, the same for the same arguments."""
+def shapes(split: str, count: int, public: set[tuple[int, int]]) -> list[dict]:
+    """``count`` shapes of a split: {"m", "n", "k", "layer"}, the same for the same arguments. ``public``: the
+    (N, K) pairs of the public suite, which the splits leave out (benchmarks/shape_suite.py reads them)."""
     if split not in SUITES:
         raise ValueError(f"split must be one of {SUITES}, got {split!r}")
     if split == "generic":
@@ -139,7 +127,7 @@ def shapes(split: str, count: int) -> list[dict]:
 
         return [{"m": m, "n": n, "k": k, "layer": "generic"}
                 for m, n, k in tuning.calibration_shapes(count, SEEDS["generic"])]
-    pairs = split_pairs(split)
+    pairs = split_pairs(split, public)
     rng = random.Random(SEEDS[split])
     out = []
     for i in range(count):
