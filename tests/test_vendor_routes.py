@@ -58,6 +58,17 @@ def test_a_family_without_a_table_queues_its_built_in_models_variants(monkeypatc
     assert queued["scaled_gemm"], "the FP8 family's built-in model takes its CUTLASS variants"
 
 
+def test_the_vendor_result_leaves_the_rows_past_the_experts_as_they_were():
+    torch = pytest.importorskip("torch")
+    from wavetune.families.grouped_gemm.api import vendor_result
+
+    result = torch.randn(6, 3)
+    out = torch.full((6, 3), float("nan"))
+    assert vendor_result(torch, result, out, torch.tensor([2, 4], dtype=torch.int32)) is out
+    assert torch.equal(out[:4], result[:4]) and out[4:].isnan().all()
+    assert vendor_result(torch, result, None, torch.tensor([2, 4], dtype=torch.int32)) is result
+
+
 # ---------------------------------------------------------------------------------------------------------
 # GPU tier
 # ---------------------------------------------------------------------------------------------------------
