@@ -69,6 +69,25 @@ def test_the_vendor_result_leaves_the_rows_past_the_experts_as_they_were():
     assert vendor_result(torch, result, None, torch.tensor([2, 4], dtype=torch.int32)) is result
 
 
+def test_fp8_shapes_torchs_scaled_op_refuses_are_dequantized(monkeypatch):
+    """torch._scaled_grouped_mm needs N and K divisible by 16; wavetune takes N % 8, so the vendor route must not
+    hand it the others (N = 136 here)."""
+    torch = pytest.importorskip("torch")
+    from wavetune.families.scaled_grouped_gemm.api import torch_scaled_grouped_mm
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch._scaled_grouped_mm called with N % 16 != 0")
+
+    monkeypatch.setattr(torch, "_scaled_grouped_mm", refuse, raising=False)
+    x, w = torch.randn(16, 32).to(torch.float8_e4m3fn), torch.randn(2, 136, 32).to(torch.float8_e4m3fn)
+    scale_x, scale_w = torch.rand(16, 1) + 0.5, torch.rand(2, 136) + 0.5
+    offsets = torch.tensor([5, 16], dtype=torch.int32)
+    out = torch_scaled_grouped_mm(torch, x, w, scale_x, scale_w, offsets, torch.bfloat16)
+    expected = (x[:5].float() * scale_x[:5]) @ (w[0].float() * scale_w[0, :, None]).t()
+    assert out.shape == (16, 136)
+    assert torch.allclose(out[:5].float(), expected, rtol=0.02, atol=0.5)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # GPU tier
 # ---------------------------------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ from ..grouped_gemm.e4m3 import E4m3GroupedEntry
 
 
 def torch_scaled_grouped_mm(torch, x, w, scale_x, scale_w, offsets, out_dtype):
-    """The product as PyTorch computes it: torch._scaled_grouped_mm, which has bf16 outputs only; for the others,
-    x and w dequantized to the output's dtype and torch._grouped_mm."""
-    if out_dtype == torch.bfloat16:
+    """The product as PyTorch computes it: torch._scaled_grouped_mm, which has bf16 outputs only and needs N and K
+    divisible by 16; for the others, x and w dequantized to the output's dtype and torch._grouped_mm."""
+    if out_dtype == torch.bfloat16 and w.shape[1] % 16 == 0 and w.shape[2] % 16 == 0:
         return torch._scaled_grouped_mm(x, w.transpose(-2, -1), scale_x.reshape(-1), scale_w, offs=offsets,
                                         out_dtype=out_dtype)
     x = x.to(out_dtype) * scale_x.reshape(-1, 1).to(out_dtype)
