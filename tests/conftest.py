@@ -112,10 +112,19 @@ def results_commit_skip_reason() -> str | None:
                                "lacks: git fetch origin results:results")
 
 
+def indexed_result(name: str) -> bytes:
+    """A raw result's bytes at the index's results commit, checked against its row's sha256."""
+    assert name in results_index(), f"docs/results.md has no row for {name}"
+    data = subprocess.run(["git", "-C", str(REPO), "show", f"{results_commit()}:{name}"], capture_output=True,
+                          check=True).stdout
+    assert f"`{hashlib.sha256(data).hexdigest()}`" == results_index()[name][-1], f"{name}: its sha256 is not its row's"
+    return data
+
+
 @pytest.fixture(scope="session")
 def raw_result(tmp_path_factory):
-    """A raw result by its name in docs/results.md: read from the results branch at the index's commit, checked
-    against its row's sha256, written to a temporary folder; skips where that commit is not fetched."""
+    """A raw result by its name in docs/results.md (indexed_result), written to a temporary folder; skips where
+    the results commit is not fetched."""
     folder = tmp_path_factory.mktemp("results")
 
     def path(name: str) -> Path:
@@ -124,11 +133,7 @@ def raw_result(tmp_path_factory):
             reason = results_commit_skip_reason()
             if reason:
                 pytest.skip(reason)
-            assert name in results_index(), f"docs/results.md has no row for {name}"
-            data = subprocess.run(["git", "-C", str(REPO), "show", f"{results_commit()}:{name}"], capture_output=True,
-                                  check=True).stdout
-            assert f"`{hashlib.sha256(data).hexdigest()}`" == results_index()[name][-1], f"{name}: sha256 differs"
-            target.write_bytes(data)
+            target.write_bytes(indexed_result(name))
         return target
 
     return path
