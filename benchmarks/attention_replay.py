@@ -1,6 +1,6 @@
 """wavetune.attention's choice replayed on held-out logs that time every candidate: the built-in rule alone,
 an attention table over it as shipped, the table with every CUTLASS config a candidate too, and the faster of
-cuDNN and the paged kernel per decode case known after the fact (docs/results/attention_candidates_replay_h200.md).
+cuDNN and the paged kernel per decode case known after the fact (docs/results.md#attention_candidates_replay_h200.md).
 
     # GPU: every candidate of each held-out case timed in one interleaved run (a build with every bf16 variant)
     python benchmarks/attention.py --suite heldout --count 60 --seed 103 --out runs/seed103

@@ -1,10 +1,10 @@
 """How a long GEMM's measured time depends on what runs around it (docs/tuning.md, "Why each step").
 
-    # results/launch_order_h100.jsonl (the rows of the current profiler): one config against cuBLAS in the
+    # docs/results.md#launch_order_h100.jsonl (the rows of the current profiler): one config against cuBLAS in the
     # table's order, reversed, and alone in pairs
     python benchmarks/launch_context.py order --table tables/nvidia-h100-80gb-hbm3.wtt --m 8324 --n 4096 \\
         --k 14336 --config bf16_bcol_swapab_cooperative_128x192x64_1x1_stream_k/data_parallel/1
-    # results/call_size_h200.jsonl: configs against cuBLAS in 3-launch calls after rest or load, and among
+    # docs/results.md#call_size_h200.jsonl: configs against cuBLAS in 3-launch calls after rest or load, and among
     # every config of the table (a config suffixed ':rule' is launched with its table micro rule)
     python benchmarks/launch_context.py call-size --table tables/nvidia-h200.wtt --m 7901 --n 28672 --k 4096 \\
         --config bf16_bcol_swapab_cooperative_128x224x64_2x1_persistent/data_parallel/1 \\

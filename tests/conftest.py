@@ -4,7 +4,9 @@ torch with CUDA and a wavetune build with kernels are all present."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_SPACE = REPO / "cutlass_configs" / "sm90_gemm.toml"
+RESULTS_INDEX = REPO / "docs" / "results.md"
 
 
 @functools.cache
@@ -78,3 +81,59 @@ def cpp_program(source: Path, target: str, root: Path) -> Path:
         done = subprocess.run(cmd, capture_output=True, text=True)
         assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
     return build / target
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Raw results: files of the `results` branch, indexed with their sha256 in docs/results.md.
+
+INDEX_ROW = re.compile(r'^\| <a name="([^"]+)"></a>`\1` \| (.*) \|$', re.M)
+
+
+@functools.cache
+def results_index() -> dict[str, list[str]]:
+    """docs/results.md's rows: file name -> the row's other cells (what, [command,] device, date, sha256)."""
+    return {name: re.split(r"(?<!\\) \| ", cells) for name, cells in INDEX_ROW.findall(RESULTS_INDEX.read_text())}
+
+
+@functools.cache
+def results_commit() -> str:
+    """The commit of the results branch whose files docs/results.md's checksums were taken at."""
+    found = re.search(r"commit `([0-9a-f]{40})`", RESULTS_INDEX.read_text())
+    assert found, "docs/results.md must name the results branch's commit its checksums were taken at"
+    return found.group(1)
+
+
+def results_commit_skip_reason() -> str | None:
+    """Why the raw results cannot be read here (no git, or a checkout without the results branch's commit)."""
+    commit = results_commit()
+    found = shutil.which("git") and subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"],
+                                                   capture_output=True).returncode == 0
+    return None if found else (f"the raw results are on the results branch, whose commit {commit} this checkout "
+                               "lacks: git fetch origin results:results")
+
+
+def indexed_result(name: str) -> bytes:
+    """A raw result's bytes at the index's results commit, checked against its row's sha256."""
+    assert name in results_index(), f"docs/results.md has no row for {name}"
+    data = subprocess.run(["git", "-C", str(REPO), "show", f"{results_commit()}:{name}"], capture_output=True,
+                          check=True).stdout
+    assert f"`{hashlib.sha256(data).hexdigest()}`" == results_index()[name][-1], f"{name}: its sha256 is not its row's"
+    return data
+
+
+@pytest.fixture(scope="session")
+def raw_result(tmp_path_factory):
+    """A raw result by its name in docs/results.md (indexed_result), written to a temporary folder; skips where
+    the results commit is not fetched."""
+    folder = tmp_path_factory.mktemp("results")
+
+    def path(name: str) -> Path:
+        target = folder / name
+        if not target.exists():
+            reason = results_commit_skip_reason()
+            if reason:
+                pytest.skip(reason)
+            target.write_bytes(indexed_result(name))
+        return target
+
+    return path

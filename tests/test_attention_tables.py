@@ -129,11 +129,12 @@ def test_cudnn_and_paged_candidates_are_listed_and_priced_by_the_h200_table():
             assert predicted[f"attn_{schedule}_bf16_hd{head_dim}"] > 0
 
 
-def test_replay_reproduces_the_documented_held_out_figures():
-    """The attention choice's replay (benchmarks/attention_replay.py's) on a shipped held-out log gives the
-    figures of docs/results/attention_candidates_replay_h200.md (no GPU: the table's models and the log's timings)."""
+def test_replay_reproduces_the_documented_held_out_figures(raw_result):
+    """The attention choice's replay (benchmarks/attention_replay.py's) on an indexed held-out log gives the
+    figures of attention_candidates_replay_h200.md (docs/results.md; no GPU: the table's models and the log's
+    timings)."""
     keys, tile, predict = replay.table_predictor(REPO / "tables" / "nvidia-h200.attention.wtt", SMS)
-    _, cases = read_jsonl(REPO / "docs" / "results" / "attention_heldout_candidates_h200_seed103.jsonl.gz")
+    _, cases = read_jsonl(raw_result("attention_heldout_candidates_h200_seed103.jsonl.gz"))
     ratios = replay.replay(cases, keys, tile, predict)
     assert len(ratios["rule"]) == 57 and len(ratios["perfect"]) == 27
     assert round(geomean(ratios["rule"]), 3) == 1.003 and round(geomean(ratios["table"]), 3) == 1.001

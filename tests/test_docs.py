@@ -3,7 +3,8 @@ ones cutlass_configs/*.toml select (config_space: the counts live nowhere else),
 exist, the repository paths they cite exist, the README opens with its install and fits its speed table in 120
 columns, and the code blocks of README.md, docs/torch.md's main calls and tables/README.md run. The CPU tier runs
 the README's Use block and docs/torch.md's main calls up to the GPU: every wavetune call passes its own checks and
-is refused only for want of a CUDA device; the GPU tier runs them as written."""
+is refused only for want of a CUDA device; the GPU tier runs them as written. Raw results stay out of the tree:
+docs/ stays under 2 MB, and docs/results.md indexes the results branch's files, each row with its checksum."""
 
 from __future__ import annotations
 
@@ -21,15 +22,16 @@ from pathlib import Path
 import pytest
 
 import wavetune
-from conftest import REPO
+from conftest import (REPO, RESULTS_INDEX, INDEX_ROW, indexed_result, results_commit, results_commit_skip_reason,
+                      results_index)
 from wavetune.codegen import config_space
 
 README = REPO / "README.md"
 TABLES_README = REPO / "tables" / "README.md"
 KERNELS_MD = REPO / "docs" / "kernels.md"
 TORCH_MD = REPO / "docs" / "torch.md"
-# The reference pages (docs/results/ holds records of runs, each with its own date and build).
-PAGES = [README, TABLES_README, *sorted((REPO / "docs").glob("*.md"))]
+# The reference pages (docs/results.md indexes records of runs, each with its own date and build).
+PAGES = [README, TABLES_README, *sorted(set((REPO / "docs").glob("*.md")) - {RESULTS_INDEX})]
 
 # How docs/kernels.md's kernel-set table names each family's variants.
 FAMILY_LABELS = {"dense": "gemm", "grouped": "grouped_gemm", "attention": "attention", "FP8": "scaled_gemm",
@@ -174,9 +176,9 @@ def test_every_path_the_docs_cite_exists():
     package = Path(wavetune.__file__).parent
     roots = [REPO, package, package / "data" / "cutlass"]  # CUTLASS's examples/ come with the package
     missing = []
-    for page in PAGES:
+    for page in [*PAGES, RESULTS_INDEX]:
         text = page.read_text()
-        for path in CITED.findall(text):
+        for path in CITED.findall(text) if page in PAGES else []:
             path = path.split(":")[0].rstrip(".,;")
             if not PLACEHOLDER.search(path) and not any((root / path).exists() for root in roots):
                 missing.append(f"{page.relative_to(REPO)}: `{path}`")
@@ -184,6 +186,63 @@ def test_every_path_the_docs_cite_exists():
             if not re.match(r"[a-z]+:", target) and not (page.parent / target).exists():
                 missing.append(f"{page.relative_to(REPO)}: ({target})")
     assert not missing, "the docs cite paths that do not exist:\n" + "\n".join(missing)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Raw results: on the results branch, indexed in docs/results.md with their checksums.
+
+DOCS_LIMIT_BYTES = 2 * 1024 * 1024
+RESULT_ROW_LINK = re.compile(r"results\.md#([\w.*-]*[\w*])")  # a row's anchor is its file name (or a glob)
+
+
+def sources_that_cite_results() -> list[Path]:
+    """The pages, and the Python of the package, benchmarks and tests (this file aside), which name raw results
+    in comments."""
+    code = [path for folder in ("python", "benchmarks", "tests") for path in sorted((REPO / folder).rglob("*.py"))]
+    return [*PAGES, *(path for path in code if path != Path(__file__).resolve())]
+
+
+def test_docs_stay_under_2_mb():
+    sizes = {path: path.stat().st_size for path in (REPO / "docs").rglob("*") if path.is_file()}
+    total = sum(sizes.values())
+    largest = sorted(sizes, key=sizes.get, reverse=True)[:5]
+    assert total < DOCS_LIMIT_BYTES, (
+        f"docs/ holds {total / 2**20:.2f} MB, over 2 MB: raw results go on the results branch, indexed in "
+        f"docs/results.md; the largest files: {[f'{p.relative_to(REPO)} ({sizes[p]} B)' for p in largest]}")
+
+
+def test_every_results_index_row_names_one_file_with_its_sha256_device_and_date():
+    names = [name for name, _ in INDEX_ROW.findall(RESULTS_INDEX.read_text())]
+    assert len(names) > 100 and len(names) == len(set(names)), "docs/results.md must have one row per file"
+    rows = [line for line in RESULTS_INDEX.read_text().splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) == len(names), [row for row in rows if not INDEX_ROW.match(row)][:3]
+    for name, cells in results_index().items():
+        *_, device, date, checksum = cells
+        assert re.fullmatch(r"`[0-9a-f]{64}`", checksum), f"{name}: no sha256 in its last column: {checksum}"
+        assert re.search(r"H100|H200|CPU", device), f"{name}: its device column names no device: {device}"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d(, \d{4}-\d\d-\d\d)*", date), f"{name}: no date: {date}"
+
+
+def test_every_citation_of_a_raw_result_names_a_row_of_the_index():
+    rows, stale = results_index(), []
+    for source in sources_that_cite_results():
+        text = source.read_text()
+        stale += [f"{source.relative_to(REPO)}: docs/results/{path}" for path in re.findall(r"docs/results/(\S*)", text)]
+        stale += [f"{source.relative_to(REPO)}: #{name}" for name in RESULT_ROW_LINK.findall(text)
+                  if not any(re.fullmatch(re.escape(name).replace(r"\*", ".*"), row) for row in rows)]
+    assert not stale, "raw results live on the results branch; cite a row of docs/results.md:\n" + "\n".join(stale)
+
+
+def test_the_results_branch_holds_each_indexed_file_with_its_sha256():
+    reason = results_commit_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-tree", "-r", "--name-only", results_commit()],
+                            capture_output=True, text=True, check=True).stdout.split()
+    files, rows = set(listed) - {"README.md"}, set(results_index())
+    assert files == rows, f"not indexed: {sorted(files - rows)}; indexed, not on the branch: {sorted(rows - files)}"
+    for name in rows:
+        indexed_result(name)  # checks the row's sha256
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -389,9 +448,10 @@ def test_the_readme_commands_work_or_say_in_one_line_what_they_need(tmp_path):
 # tables/README.md's code block.
 
 @pytest.mark.parametrize("slug, log", [("nvidia-h200", "tune_h200"), ("nvidia-h100-80gb-hbm3", "tune_h100")])
-def test_the_tables_readme_rebuilds_the_compute_record_byte_for_byte(tmp_path, slug, log):
+def test_the_tables_readme_rebuilds_the_compute_record_byte_for_byte(tmp_path, raw_result, slug, log):
     """The block as written (for the H100, with its table and log in place of the H200's) on a copy of the
-    table without its compute record, run from a directory laid out as the repository."""
+    table without its compute record, run from a directory laid out as the repository, with the tuning log
+    from the results branch."""
     from wavetune.tuning import tablefile
 
     (block,) = [text for language, text in code_blocks(TABLES_README)]
@@ -400,11 +460,9 @@ def test_the_tables_readme_rebuilds_the_compute_record_byte_for_byte(tmp_path, s
     without = {**tablefile.read_table(shipped), "compute_flop_per_us": None}
     tablefile.write_table(tmp_path / "tables" / f"{slug}.wtt", **without)
     assert (tmp_path / "tables" / f"{slug}.wtt").read_bytes() != shipped.read_bytes()
-    (tmp_path / "docs" / "results").mkdir(parents=True)
-    with gzip.open(REPO / "docs" / "results" / f"{log}.jsonl.gz") as packed:  # the README's `gunzip -k`
-        (tmp_path / "docs" / "results" / f"{log}.jsonl").write_bytes(packed.read())
-    command = block.replace("tables/nvidia-h200.wtt", f"tables/{slug}.wtt").replace(
-        "docs/results/tune_h200.jsonl", f"docs/results/{log}.jsonl")
+    with gzip.open(raw_result(f"{log}.jsonl.gz")) as packed:  # the README's `git show ... | gunzip`
+        (tmp_path / f"{log}.jsonl").write_bytes(packed.read())
+    command = block.replace("tables/nvidia-h200.wtt", f"tables/{slug}.wtt").replace("tune_h200.jsonl", f"{log}.jsonl")
     env = {**NO_GPU, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "PYTHONPATH": str(Path(wavetune.__file__).parent.parent)}
     done = subprocess.run(["bash", "-euc", command], capture_output=True, text=True, env=env, cwd=tmp_path,

@@ -49,17 +49,14 @@ def test_tune_refuses_a_family_without_a_tuning_driver(capsys):
     assert "the scaled_gemm family has no tuning driver" in err and "docs/scaled_gemm.md" in err
 
 
-def test_a_fitted_table_chooses_worse_than_the_built_in_models_on_held_out_sweeps():
+def test_a_fitted_table_chooses_worse_than_the_built_in_models_on_held_out_sweeps(raw_result):
     """Why the family ships no table (docs/scaled_gemm.md, "Tables"): the shared wave model fitted to the H200
     design sweep picks as well as the shipped choice on that sweep, and worse on the held-out sweeps."""
-    from conftest import REPO
-
-    results = REPO / "docs" / "results"
-    design = results / "scaled_gemm_design_h200.jsonl.gz"
+    design = raw_result("scaled_gemm_design_h200.jsonl.gz")
     fitted, shipped = replay.table_quality(design, design)
     assert len(fitted) == 60 and geomean(fitted) > 0.97
     for log in ("scaled_gemm_heldout_all_h200_second_pass.jsonl.gz", "scaled_gemm_heldout_m16_h200_seed13.jsonl"):
-        fitted, shipped = replay.table_quality(design, results / log)
+        fitted, shipped = replay.table_quality(design, raw_result(log))
         assert len(fitted) >= 30 and geomean(shipped) > 0.97
         assert geomean(fitted) < geomean(shipped) - 0.04, log
 
@@ -491,48 +488,39 @@ def test_the_decode_choice_counts_loop_steps_per_wave(m, n, k, kind, expected):
     assert {c.id: c.name for c in wavetune.scaled_gemm_configs()}[chosen] == expected
 
 
-def test_the_decode_choice_replays_close_to_the_best_on_logged_sweeps():
-    """benchmarks/scaled_gemm.py --replay on committed sweeps of every decode variant and split: the loop-step
+def test_the_decode_choice_replays_close_to_the_best_on_logged_sweeps(raw_result):
+    """benchmarks/scaled_gemm.py --replay on indexed sweeps of every decode variant and split: the loop-step
     model's picks stay within a few percent of the best, on the design split and on a held-out block-scaled
     sample it was not fitted on."""
-    from conftest import REPO
-
-    results = REPO / "docs" / "results"
-    design = replay.replay_quality(results / "scaled_gemm_design_all_h200.jsonl.gz")
-    held_out = replay.replay_quality(results / "scaled_gemm_heldout_block_deepgemm_h200_m16_seed13.jsonl")
+    design = replay.replay_quality(raw_result("scaled_gemm_design_all_h200.jsonl.gz"))
+    held_out = replay.replay_quality(raw_result("scaled_gemm_heldout_block_deepgemm_h200_m16_seed13.jsonl"))
     assert len(design[1, 8]) >= 10 and len(held_out[9, 16]) >= 10
     assert geomean(design[1, 8]) > 0.97 and geomean(held_out[1, 8]) > 0.95
     assert geomean(held_out[9, 16]) > 0.93 and min(held_out[9, 16]) > 0.8
 
 
-def test_block_scales_leave_the_decode_kernels_from_a_fifth_of_the_sms_on_logged_sweeps():
-    """launch.cu's cutlass_fills_the_gpu replayed on committed sweeps: with 128-block scales a fifth of the SMs
+def test_block_scales_leave_the_decode_kernels_from_a_fifth_of_the_sms_on_logged_sweeps(raw_result):
+    """launch.cu's cutlass_fills_the_gpu replayed on indexed sweeps: with 128-block scales a fifth of the SMs
     (5) picks within 1% of the best on the design run it was set on and on held-out runs, ahead of the third (3)
     that per-row scales keep, which stays ahead on a per-row design run."""
-    from conftest import REPO
-
-    results = REPO / "docs" / "results"
-    design = results / "scaled_gemm_design_block_cutlass_deepgemm_h100_m64_seed27.jsonl"
-    held_out = [results / "scaled_gemm_heldout_block_cutlass_deepgemm_h100_m64_seed25.jsonl",
-                results / "scaled_gemm_heldout_block_cutlass_deepgemm_h200_m64_seed23.jsonl"]
+    design = raw_result("scaled_gemm_design_block_cutlass_deepgemm_h100_m64_seed27.jsonl")
+    held_out = [raw_result("scaled_gemm_heldout_block_cutlass_deepgemm_h100_m64_seed25.jsonl"),
+                raw_result("scaled_gemm_heldout_block_cutlass_deepgemm_h200_m64_seed23.jsonl")]
     for log in (design, *held_out):
         fifth, third = replay.cutlass_share_quality(log, 5), replay.cutlass_share_quality(log, 3)
         assert len(fifth) >= 20 and geomean(fifth) > 0.99 and geomean(fifth) >= geomean(third)
-    per_row = results / "scaled_gemm_design_all_h200.jsonl.gz"
+    per_row = raw_result("scaled_gemm_design_all_h200.jsonl.gz")
     assert geomean(replay.cutlass_share_quality(per_row, 3)) > geomean(replay.cutlass_share_quality(per_row, 5))
 
 
-def test_block_scales_past_64_tokens_pick_close_to_the_best_unswapped_tile_on_logged_sweeps():
+def test_block_scales_past_64_tokens_pick_close_to_the_best_unswapped_tile_on_logged_sweeps(raw_result):
     """launch.cu's CUTLASS choice past 64 tokens with block scales (the ping-pong tiles' lower tensor efficiency,
-    clusters along the longer output side), replayed on committed H100 sweeps of every unswapped variant: the
+    clusters along the longer output side), replayed on indexed H100 sweeps of every unswapped variant: the
     design sample it was set on and two held-out ones."""
-    from conftest import REPO
-
-    results = REPO / "docs" / "results"
-    design = replay.prefill_quality(results / "scaled_gemm_design_block_prefill_h100_seed31.jsonl")
+    design = replay.prefill_quality(raw_result("scaled_gemm_design_block_prefill_h100_seed31.jsonl"))
     assert len(design) == 16 and min(design) > 0.99
     for seed in (31, 37):
-        held_out = replay.prefill_quality(results / f"scaled_gemm_heldout_block_prefill_h100_seed{seed}.jsonl")
+        held_out = replay.prefill_quality(raw_result(f"scaled_gemm_heldout_block_prefill_h100_seed{seed}.jsonl"))
         assert len(held_out) >= 10 and geomean(held_out) > 0.97 and min(held_out) > 0.85
 
 

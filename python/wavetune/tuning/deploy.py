@@ -32,7 +32,7 @@ LM_HEAD_MAX_M = 512
 VOCAB_PADDING = 64
 TOP_CANDIDATES = 3  # the model's fastest few at each probed M contend, with the table's choice and prior
 # NOTES: the model misses too often to prune alone: in the public suite's 2026-11-22 measurements
-# (docs/results/compare_*.json) the exhaustive best was among the shipped tables' picks (spans included)
+# (docs/results.md#compare_*.json) the exhaustive best was among the shipped tables' picks (spans included)
 # for 63-65% of the shapes. So every config it does not rule out is also measured at a few M (the screen),
 # and the fastest few there contend around those M: with the screen's best alone (what those files record)
 # the exhaustive best contends for 85-88% (docs/model.md, section 8).
@@ -47,7 +47,7 @@ MAX_SAMPLES = 32
 # NOTES: the cap thins wave regimes on a log scale of the wave count, so it thins most at large M, where
 # the kernels are longest: with regime ends alone an N=4096, K=14336 layer on the H100 was measured at
 # M = 2238, 6771, 8064, 8192, 11439 and chose at 0.86-0.87 of the best at M = 8983 and 9610 (NVIDIA H100,
-# 2026-11-24, docs/results/deploy_*llama3-8b_h100_3replays*). The backbone, one M every
+# 2026-11-24, docs/results.md#deploy_*llama3-8b_h100_3replays*). The backbone, one M every
 # BACKBONE_STEP from BACKBONE_FROM up, bounds the gap any interpolation spans to 10% of M.
 BACKBONE_FROM = 1024
 BACKBONE_STEP = 1.1

@@ -116,12 +116,12 @@ def profile_options(m: int, n: int, k: int, precise: bool = False) -> dict:
     a choice alone (deployment tuning, its judge).
 
     NOTES: two launches of one cuBLAS kernel in one interleaved call, each the median of 3 replays, differed
-    by up to 6% (M = 14350, N = 6144, K = 4096; docs/results/deploy_quality_llama3-8b_h100_3replays.jsonl,
+    by up to 6% (M = 14350, N = 6144, K = 4096; docs/results.md#deploy_quality_llama3-8b_h100_3replays.jsonl,
     NVIDIA H100, 2026-11-24): too noisy to rank configs a few percent apart, which an exact range does.
     The profiler interleaves a call's launches round by round, so each replay starts from the power and
     clock state its predecessor left: at M = 8324, N = 4096, K = 14336 on an H100 the same 52 launches
     timed the stream-K 128x192 tile at 0.88-0.92x cuBLAS's time in one order and at 1.06-1.07x reversed
-    (docs/results/launch_order_h100.jsonl, 2026-11-24), enough to reverse a choice. Each preceded by a
+    (docs/results.md#launch_order_h100.jsonl, 2026-11-24), enough to reverse a choice. Each preceded by a
     launch of its own, the two orders gave 1.04-1.07x and 1.08-1.10x.
     """
     long_kernel = 2.0 * m * n * k > 2e11  # above ~0.3 ms on an H100
