@@ -53,7 +53,7 @@ from wavetune.families.attention import tuning
 from wavetune.families.attention.cases import SPLITS, TP, measurable, named_cases
 from wavetune.families.attention.measure import measure_case
 from wavetune.families.gemm.cases import DENSE_FAMILIES
-from wavetune.families.paged_attention.replay import paged_problem
+from wavetune.families.attention.paged_replay import paged_problem
 from wavetune.runtime import tables
 from wavetune.tuning.report import geomean
 

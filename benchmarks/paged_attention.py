@@ -21,7 +21,7 @@ Checked and timed as benchmarks/attention.py does (fp32 reference on a slice, po
 replayed round-robin over operand copies larger than twice the L2, medians). Writes
 <out>/paged_<split>.jsonl (a header, then one record per case) and <out>/paged_<split>.md.
 
---fit replays the wave model of csrc/families/paged_attention/launch.cu (wavetune.families.paged_attention.replay)
+--fit replays the wave model of csrc/families/attention/paged_launch.cu (wavetune.families.attention.paged_replay)
 on the logged sweeps for a grid of its constants and prints the constants whose choices come closest to the
 best (geomean), and what they give on --check's log.
 """
@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from wavetune.families.paged_attention.replay import SHIPPED, kernel_facts, paged_problem, replay
+from wavetune.families.attention.paged_replay import SHIPPED, kernel_facts, paged_problem, replay
 from wavetune.tuning.report import geomean, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-# ---- the wave model's constants fitted offline (wavetune.families.paged_attention.replay) ----------------------
+# ---- the wave model's constants fitted offline (wavetune.families.attention.paged_replay) -----------------
 
 def fit(designs: list[Path], check: Path | None) -> None:
     """Fits constants to the design logs (scored on the geomean of their geomeans), the others as shipped: logs

@@ -227,7 +227,7 @@ def methods_for(case: dict, index: dict, kernels: list, flashinfer: bool) -> dic
 
     methods = {"choice": ours(into_out=False)}
     if table is None:  # the call may route to FlashAttention-2: time these kernels' own choice too
-        from wavetune.families.paged_attention.api import varlen_kernel_choice
+        from wavetune.families.attention.paged import varlen_kernel_choice
 
         def own(q, k, v, out):
             variant, splits = varlen_kernel_choice(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
@@ -275,7 +275,7 @@ def measure(case: dict, args, props: dict) -> dict:
 
     import wavetune
     from wavetune.tuning.timing import interleaved_us
-    from wavetune.families.paged_attention.replay import kernel_facts
+    from wavetune.families.attention.paged_replay import kernel_facts
 
     kernels = [c for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"]]
     index, sets = operands(case, props["l2_bytes"])

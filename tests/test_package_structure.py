@@ -11,7 +11,7 @@ from conftest import REPO
 
 PACKAGE = REPO / "python" / "wavetune"
 NATIVE = "wavetune._C"  # the compiled module: underscored by the extension convention, public to the package
-FAMILIES = ("gemm", "grouped_gemm", "attention", "scaled_gemm", "paged_attention")
+FAMILIES = ("gemm", "grouped_gemm", "attention", "scaled_gemm")
 
 
 def module_name(path) -> str:

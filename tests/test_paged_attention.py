@@ -1,6 +1,6 @@
-"""The paged decode attention family (csrc/families/paged_attention, wavetune.paged_attention): input checks and
-the family's registration (CPU tier); every kernel against fp32 attention over the same keys (random data,
-pages not in order, page sizes 16-256 and odd, odd sequence lengths and empty sequences, grouped-query
+"""The attention family's paged kernels (csrc/families/attention/paged_launch.cu, wavetune.paged_attention):
+input checks and their place in the family (CPU tier); every kernel against fp32 attention over the same keys
+(random data, pages not in order, page sizes 16-256 and odd, odd sequence lengths and empty sequences, grouped-query
 heads of 1-24 per KV head, poisoned outputs, the wave model's split count and forced ones, with and without
 programmatic dependent launch), dense caches through wavetune.attention's decode path, CUDA graphs and
 torch.compile (GPU tier)."""
@@ -13,16 +13,16 @@ import pytest
 
 import wavetune
 from wavetune import _C, families
-from wavetune.families.paged_attention import replay
+from wavetune.families.attention import paged_replay as replay
 
 torch = pytest.importorskip("torch")
 
 
-def test_the_family_is_registered_with_its_entry_point():
-    family = families.get("paged_attention")
-    assert family.entry_points == ("paged_attention", "varlen_attention")
+def test_the_entry_points_are_the_attention_familys():
+    family = families.get("attention")
+    assert {"paged_attention", "varlen_attention"} <= set(family.entry_points)
     assert wavetune.paged_attention is family.function("api", "paged_attention")
-    assert not family.config_space and not family.tuning  # built-in kernels, split count from the wave model
+    assert "paged_attention" not in families.names()  # a kind of kernel of the attention family, not a family
     configs = wavetune.paged_attention_configs()
     if wavetune.build_info()["kernels_compiled"]:
         assert {(c.dtype, c.tile[2]) for c in configs} == {(d, h) for d in ("bf16", "fp16") for h in (64, 128, 256)}
@@ -44,10 +44,10 @@ def test_workspace_holds_the_splits_it_runs_and_the_sequences_order():
 
 
 def test_the_fitting_replay_prices_waves_and_merges():
-    """The replay of launch.cu's model (benchmarks/paged_attention.py --fit fits its constants): with the shipped ones a
-    long single sequence wants many splits, a batch that fills the GPU wants none, and the replay picks the
-    (kernel, splits) it predicts fastest."""
-    shipped = (0.98, 3.75e3, 4.0, 5.0)  # launch.cu: kHbmFraction, kWarpBytesPerUs, kWaveUs, kMergeUs
+    """The replay of paged_launch.cu's model (benchmarks/paged_attention.py --fit fits its constants): with the
+    shipped ones a long single sequence wants many splits, a batch that fills the GPU wants none, and the replay
+    picks the (kernel, splits) it predicts fastest."""
+    shipped = (0.98, 3.75e3, 4.0, 5.0)  # paged_launch.cu: kHbmFraction, kWarpBytesPerUs, kWaveUs, kMergeUs
     header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
     kernels = {"w8": {"step_keys": 128, "resident": 1}, "w4": {"step_keys": 64, "resident": 2}}
 
@@ -88,7 +88,7 @@ def test_the_fitting_replay_counts_the_row_blocks_of_real_queries():
 
 
 def test_the_fitting_replay_leaves_rows_split_kernels_out_of_decode():
-    """As launch.cu's choice does: where a KV head's query rows fit one 16-row tile, the replay never picks a
+    """As paged_launch.cu's choice does: where a KV head's query rows fit one 16-row tile, the replay never picks a
     rows_split kernel, however fast the model thinks it, but does pick the warp-specialized one of 64 rows."""
     header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
     kernels = {"keys": {"step_keys": 128, "rows": 16, "resident": 1},
@@ -111,7 +111,7 @@ def test_the_fitting_replay_leaves_rows_split_kernels_out_of_decode():
 
 def test_the_fitting_replay_gives_a_tie_to_the_kernel_of_more_resident_ctas():
     """A step of 56 rows per KV head fills one row block of either warp-specialized kernel: the model prices
-    them alike, and (as launch.cu's choice) the replay takes the one of two CTAs an SM, whichever comes first."""
+    them alike, and (as paged_launch.cu's choice) the replay takes the one of two CTAs an SM, whichever comes first."""
     header = {"sm_count": 132, "memory_bytes_per_s": 4.8e12}
     kernels = {"rows128": {"step_keys": 64, "rows": 128, "resident": 1, "wgmma": True},
                "rows64": {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}}
@@ -127,7 +127,7 @@ def test_the_fitting_replay_gives_a_tie_to_the_kernel_of_more_resident_ctas():
 
 
 def test_the_fitting_replay_prices_a_merge_in_clusters_where_the_grid_fits_them():
-    """As launch.cu's merges_in_clusters: 2 to 8 splits whose grid the kernel's clusters of that size hold at
+    """As paged_launch.cu's merges_in_clusters: 2 to 8 splits whose grid the kernel's clusters of that size hold at
     once pay the cluster merge instead of the merge kernel; a larger grid, more splits, or a log without the
     kernel's cluster facts (it ran every merge as a kernel) pay the merge kernel."""
     hbm = replay.SHIPPED[0] * 4.8e12 / 1e6
@@ -149,7 +149,7 @@ def test_the_fitting_replay_prices_a_merge_in_clusters_where_the_grid_fits_them(
 
 @pytest.mark.gpu
 def test_the_fitting_replay_restates_the_launch_model():
-    """The replay's predicted_us is launch.cu's wave model with its constants as parameters:
+    """The replay's predicted_us is paged_launch.cu's wave model with its constants as parameters:
     on decode cases the kernel and split count the library picks are the replay's least predicted."""
     import random
 
@@ -178,7 +178,7 @@ def test_the_fitting_replay_restates_the_launch_model_for_several_queries():
     varlen_attention's kernels run, rows-split ones among them, are the replay's least predicted."""
     import random
 
-    from wavetune.families.paged_attention.api import varlen_kernel_choice
+    from wavetune.families.attention.paged import varlen_kernel_choice
 
     props = wavetune.device_properties()
     hbm = replay.SHIPPED[0] * props["memory_bytes_per_s"] / 1e6
@@ -318,7 +318,7 @@ def test_page_sizes_lengths_and_dtypes(page_size, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("splits", [None, 8, 16])
 def test_a_long_batch_of_mixed_lengths_runs_longest_first(splits):
-    """Enough keys and CTAs that the launch orders its sequences longest first (launch.cu, orders_sequences);
+    """Enough keys and CTAs that the launch orders its sequences longest first (paged_launch.cu, orders_sequences);
     from 1,024 output rows a split launch also merges with a warp per row."""
     lengths = torch.randint(16, 12000, (48,), generator=torch.Generator().manual_seed(6)).tolist()
     q, k, v, table, lens = paged_case(48, 32, 2, 128, 64, lengths, seed=6)  # 1,536 output rows
@@ -328,9 +328,9 @@ def test_a_long_batch_of_mixed_lengths_runs_longest_first(splits):
 
 @pytest.mark.gpu
 def test_splits_merge_in_clusters_where_the_grid_fits_them_and_by_a_kernel_beyond():
-    """A launch of 4 splits over a few sequences fits the kernel's clusters of 4 (launch.cu, merges_in_clusters):
-    its splits merge there, those past a short sequence's keys with no keys; one over more sequences than they hold
-    merges by the merge kernel. Both match fp32."""
+    """A launch of 4 splits over a few sequences fits the kernel's clusters of 4 (paged_launch.cu,
+    merges_in_clusters): its splits merge there, those past a short sequence's keys with no keys; one over more
+    sequences than they hold merges by the merge kernel. Both match fp32."""
     config = next(c for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == 128
                   and c.tile[0] == 16)
     most = _C.paged_attention_max_cluster_splits()

@@ -30,11 +30,11 @@ DEVICE = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800
 
 def test_the_registry_finds_every_family_subpackage():
     assert families.names() == ["gemm", "attention", "block_scaled_grouped_gemm", "grouped_gemm", "layer_ops",
-                               "paged_attention", "scaled_gemm", "scaled_grouped_gemm"]
+                               "scaled_gemm", "scaled_grouped_gemm"]
     assert [f.name for f in families.all()] == families.names()
     assert {f.name: f.table_env for f in families.all()} == {
         "gemm": "WAVETUNE_TABLE", "grouped_gemm": "WAVETUNE_GROUPED_TABLE", "attention": "WAVETUNE_ATTENTION_TABLE",
-        "paged_attention": "WAVETUNE_PAGED_ATTENTION_TABLE", "scaled_gemm": "WAVETUNE_SCALED_GEMM_TABLE",
+        "scaled_gemm": "WAVETUNE_SCALED_GEMM_TABLE",
         "scaled_grouped_gemm": "WAVETUNE_SCALED_GROUPED_TABLE",
         "block_scaled_grouped_gemm": "WAVETUNE_BLOCK_SCALED_GROUPED_TABLE", "layer_ops": "WAVETUNE_LAYER_OPS_TABLE"}
     assert tables.table_envs()["grouped_gemm"] == "WAVETUNE_GROUPED_TABLE"
@@ -49,14 +49,14 @@ def test_the_registry_finds_every_family_subpackage():
         assert callable(family.function("api", family.input_checks))
         assert isinstance(family.list_configs(), list) and len(family.compiled_hash()) == 16
         if not family.tuning:
-            continue  # built-in variants only (scaled_gemm, paged_attention)
+            continue  # built-in variants only (scaled_gemm, layer_ops)
         driver = family.module("tuning")
         assert all(callable(getattr(driver, f)) for f in ("open_log", "job_done", "measure_job", "run"))
 
 
 def test_an_unknown_family_is_named_with_the_known_ones():
-    known = ("one of gemm, attention, block_scaled_grouped_gemm, grouped_gemm, layer_ops, paged_attention, "
-             "scaled_gemm, scaled_grouped_gemm")
+    known = ("one of gemm, attention, block_scaled_grouped_gemm, grouped_gemm, layer_ops, scaled_gemm, "
+             "scaled_grouped_gemm")
     with pytest.raises(ValueError, match=f"unknown kernel family 'conv' \\({known}\\)"):
         families.get("conv")
     with pytest.raises(ValueError, match="unknown kernel family"):
@@ -98,8 +98,7 @@ def test_tune_refuses_bad_arguments(argv, message, capsys):
 def test_family_choices_come_from_the_registry(capsys):
     with pytest.raises(SystemExit):
         cli.main(["tune", "--help"])
-    assert ("{gemm,attention,block_scaled_grouped_gemm,grouped_gemm,layer_ops,paged_attention,scaled_gemm,"
-            "scaled_grouped_gemm}"
+    assert ("{gemm,attention,block_scaled_grouped_gemm,grouped_gemm,layer_ops,scaled_gemm,scaled_grouped_gemm}"
             in capsys.readouterr().out)
 
 

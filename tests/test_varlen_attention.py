@@ -40,7 +40,7 @@ def cpu_varlen(heads_q=8, heads_kv=2, head_dim=64):
     (100, 201, 32, 32, 256, False),   # fewer: a chunk after a prefix
 ])
 def test_which_batches_go_to_flash_attention(tokens_q, tokens_k, heads_q, heads_kv, head_dim, flash):
-    from wavetune.families.paged_attention.api import _prompts_prefer_flash
+    from wavetune.families.attention.paged import _prompts_prefer_flash
 
     q = torch.empty(tokens_q, heads_q, head_dim, dtype=torch.bfloat16)
     k = torch.empty(tokens_k, heads_kv, head_dim, dtype=torch.bfloat16)

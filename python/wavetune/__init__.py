@@ -23,9 +23,8 @@ from .runtime.tables import load_table
 # The kernel families' entry points (wavetune.families: one subpackage each).
 from .families.gemm.api import configs, gemm
 from .families.grouped_gemm.api import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
-from .families.attention.api import attention, attention_configs  # attention forward (docs/attention.md)
-from .families.paged_attention.api import (  # paged KV caches, variable-length batches
-    paged_attention, paged_attention_configs, varlen_attention)
+from .families.attention.api import (  # attention forward; paged KV caches, variable-length batches (docs/attention.md)
+    attention, attention_configs, paged_attention, paged_attention_configs, varlen_attention)
 from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
     dequantize_fp8, quantize_fp8, scaled_gemm, scaled_gemm_configs)
 from .families.scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm  # FP8 experts

@@ -1,7 +1,8 @@
-"""Attention forward for inference (fused multi-head attention, CUTLASS's FMHA): ``attention`` and the
-attention variant listing (docs/attention.md).
+"""The attention family's entry points (docs/attention.md): ``attention`` (fused multi-head attention forward for
+inference, CUTLASS's FMHA) and its variant listing, beside the paged kernels' ``paged_attention``,
+``varlen_attention`` and ``paged_attention_configs`` (module ``paged``).
 
-torch is optional: this module never imports it. ``attention`` takes torch tensors, so torch is already
+torch is optional: this module never imports it. The entry points take torch tensors, so torch is already
 loaded whenever a call can succeed.
 """
 
@@ -16,7 +17,7 @@ from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
 from .. import NO_DATA
-from ..paged_attention.api import paged_attention
+from .paged import paged_attention, paged_attention_configs, varlen_attention  # noqa: F401 (entry points)
 
 
 def attention_configs() -> list[KernelConfig]:

@@ -1,9 +1,12 @@
-"""Attention over a paged KV cache and over variable-length batches: ``paged_attention`` (decode, and
-prefill after a cached prefix), ``varlen_attention`` (FlashAttention's variable-length layout) and the
-kernel listing (docs/attention.md, "Paged and variable-length attention").
+"""The attention family's paged kernels: ``paged_attention`` (attention of new query tokens over a paged KV
+cache, vLLM's and FlashInfer's layout, or over a dense cache: decode, prefill after a cached prefix),
+``varlen_attention`` (packed sequences of different lengths, FlashAttention's variable-length layout) and the
+kernel listing (docs/attention.md, "Paged and variable-length attention"); ``api`` exports them.
 
-torch is optional: this module never imports it. The entry point takes torch tensors, so torch is already
-loaded whenever a call can succeed.
+The kernels are built in (several per dtype and head dim, nothing compiled on demand), with ids of their own
+(``paged_attention_configs``); their kernel and KV split count come from a wave model of the launch
+(``paged_replay`` replays it offline), not from a table. torch is optional: this module never imports it. The
+entry points take torch tensors, so torch is already loaded whenever a call can succeed.
 """
 
 from __future__ import annotations
@@ -33,11 +36,6 @@ def _by_id() -> dict[int, KernelConfig]:
 @functools.lru_cache(maxsize=256)
 def _resolve(config) -> int:
     return family_variant_id(config, _by_id(), "paged_attention", "paged_attention_configs")
-
-
-def config_space_hash() -> str:
-    """Identifies the compiled paged attention catalog."""
-    return _C.paged_attention_config_space_hash()
 
 
 _choices: dict[tuple, tuple[int, int]] = {}
@@ -236,7 +234,7 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
         know it); default: batch x max_seq_len. With it the split count suits a batch of mixed lengths.
     scale: of q.k, default 1 / sqrt(head_dim). out: optional output shaped as q.
     config, splits: force the kernel (id or name, ``paged_attention_configs()``) and the KV split count
-        (1-256); default: both from a wave model of the launch (``paged_attention.h``).
+        (1-256); default: both from a wave model of the launch (``attention.h``, paged_attention_choice).
 
     The query heads of one KV head are rows of one tile, so every KV byte is read once per tile. Runs on the
     current torch stream of q's device; CUDA graphs capture it (the workspace comes from torch's caching

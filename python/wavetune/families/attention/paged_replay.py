@@ -1,5 +1,5 @@
 """The paged attention kernels' built-in choice replayed offline (the kernel and KV split count of
-csrc/families/paged_attention/launch.cu's wave model, its constants as parameters), on logged sweeps of
+csrc/families/attention/paged_launch.cu's wave model, its constants as parameters), on logged sweeps of
 benchmarks/paged_attention.py and benchmarks/varlen_attention.py, which fit the constants to them (--fit).
 Needs no GPU, except ``kernel_facts``.
 """
@@ -10,13 +10,14 @@ import math
 
 from ...runtime.native import _C
 
-WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.2, 2.0  # launch.cu's
-KEYS_SPLIT_ROWS_FACTOR = 1.2  # launch.cu's kKeysSplitRowsFactor
-TIE_RELATIVE = 1e-9  # launch.cu's kTieRelative: a tie goes to the kernel of more resident CTAs
+# paged_launch.cu's
+WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US, WGMMA_SPEEDUP = 4.0e5, 4.0e6, 2.0, 0.2, 2.0
+KEYS_SPLIT_ROWS_FACTOR = 1.2  # paged_launch.cu's kKeysSplitRowsFactor
+TIE_RELATIVE = 1e-9  # paged_launch.cu's kTieRelative: a tie goes to the kernel of more resident CTAs
 WS_COPY_WARPS, WARPGROUP_ROWS = 4, 64  # sm90_paged_attention_ws.cuh's kWsCopyWarps, kWarpgroupRows
-WS_COPY_SPEEDUP = 1.5  # launch.cu's kWsCopySpeedup
-CLUSTER_MERGE_US, CLUSTER_SPLIT_US = 3.0, 0.2  # launch.cu's kClusterMergeUs, kClusterSplitUs
-MAX_CLUSTER_SPLITS = 8  # paged_attention.h's kPagedAttentionMaxClusterSplits
+WS_COPY_SPEEDUP = 1.5  # paged_launch.cu's kWsCopySpeedup
+CLUSTER_MERGE_US, CLUSTER_SPLIT_US = 3.0, 0.2  # paged_launch.cu's kClusterMergeUs, kClusterSplitUs
+MAX_CLUSTER_SPLITS = 8  # attention.h's kPagedAttentionMaxClusterSplits
 
 
 def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: float, warp: float, wave: float,
@@ -24,7 +25,7 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
                  l2_speedup: float = L2_SPEEDUP, rows_step: float = ROWS_STEP_US,
                  wgmma_speedup: float = WGMMA_SPEEDUP, ws_copy: float = WS_COPY_SPEEDUP,
                  cluster_merge: float = CLUSTER_MERGE_US, cluster_split: float = CLUSTER_SPLIT_US) -> float:
-    """launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
+    """paged_launch.cu's predicted_us with its constants as parameters (hbm: the bandwidth it assumes, B/us);
     ``kernel``: its step keys, rows (16 in logs without them), resident CTAs, whether it computes with wgmma and
     its resident CTAs in clusters of each size (cluster_ctas; logs without it ran every merge as a kernel);
     ``case``: decode, or with seqlen_q (queries per sequence, at most) and causal several queries; total_keys:
@@ -74,7 +75,7 @@ def predicted_us(case: dict, splits: int, kernel: dict, sm_count: int, hbm: floa
 
 
 def merges_in_clusters(case: dict, kernel: dict, row_blocks: int, runs: int) -> bool:
-    """launch.cu's merges_in_clusters: 2 to MAX_CLUSTER_SPLITS splits whose grid the kernel's clusters of that
+    """paged_launch.cu's merges_in_clusters: 2 to MAX_CLUSTER_SPLITS splits whose grid the kernel's clusters of that
     size hold at once (logs of builds that took larger clusters replay as the library runs now)."""
     cluster_ctas = kernel.get("cluster_ctas")
     grid = case["batch"] * case["heads_kv"] * row_blocks * runs
@@ -103,7 +104,7 @@ def sweep_of(row: dict) -> dict[tuple[str, int], float]:
 
 
 def one_row_tile_kernel(kernel: dict) -> bool:
-    """launch.cu's: where a KV head's query rows fit one 16-row tile, the keys_split kernels and the
+    """paged_launch.cu's: where a KV head's query rows fit one 16-row tile, the keys_split kernels and the
     warp-specialized one of a single computing warpgroup (64 rows) are the candidates."""
     rows = kernel.get("rows", 16)
     return rows <= 16 or (bool(kernel.get("wgmma")) and rows == WARPGROUP_ROWS)
@@ -129,7 +130,7 @@ def replay(rows: list[dict], constants: tuple, header: dict) -> list[float]:
 
 
 SHIPPED = (0.98, 3.75e3, 4.0, 5.0, WARP_FLOPS_PER_US, SM_FLOPS_PER_US, L2_SPEEDUP, ROWS_STEP_US,
-           WGMMA_SPEEDUP, WS_COPY_SPEEDUP, CLUSTER_MERGE_US, CLUSTER_SPLIT_US)  # launch.cu's
+           WGMMA_SPEEDUP, WS_COPY_SPEEDUP, CLUSTER_MERGE_US, CLUSTER_SPLIT_US)  # paged_launch.cu's
 
 
 def paged_problem(c: dict) -> tuple:

@@ -1,5 +1,5 @@
 // The paged attention kernels as data: (dtype, head dim, warps per CTA, what the warps split, keys per softmax
-// step, name), in id order (append to keep ids stable). launch.cu instantiates them; registry.cpp hashes their
+// step, name), in id order (append to keep ids stable). paged_launch.cu instantiates them; registry.cpp hashes their
 // names.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Internal interface between the paged attention launch (launch.cu) and its host-only parts (registry.cpp).
+// Internal interface between the paged attention launch (paged_launch.cu) and its host-only parts (registry.cpp).
 #pragma once
 
 #include <cstdint>
@@ -6,7 +6,7 @@
 
 #include "device.h"
 #include "variant_registry.h"
-#include "wavetune/paged_attention.h"
+#include "wavetune/attention.h"
 
 namespace wavetune::detail {
 
@@ -19,7 +19,7 @@ struct PagedVariantOps {
   void (*run)(const PagedAttentionProblem&, int32_t splits, void* workspace, const DeviceInfo&, Stream);
 };
 
-// The compiled kernels (launch.cu), ids from 0; none without CUDA.
+// The compiled kernels (paged_launch.cu), ids from 0; none without CUDA.
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries();
 // Registry (registry.cpp): the kernel of this id, nullptr when not compiled in.
 const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id);

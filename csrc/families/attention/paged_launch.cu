@@ -1,5 +1,5 @@
 // The paged attention kernels (one per dtype and head dim), the wave model that picks their KV splits, and
-// their launch (paged_attention.h).
+// their launch (attention.h, paged_attention).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

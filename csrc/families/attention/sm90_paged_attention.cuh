@@ -1,4 +1,4 @@
-// The paged attention kernels (paged_attention.h): decode, and queries of several tokens per sequence
+// The paged attention kernels (attention.h, paged_attention): decode, and queries of several tokens per sequence
 // (prefill, chunked prefill after a cached prefix, variable lengths), and the merge of their KV splits.
 //
 // NOTES: why hand-written. A decode step reads each cached key and value once and does `group` (query
@@ -78,7 +78,7 @@ constexpr int stages() {
 // SM at head dim 128; one of 8 warps (128 rows, 224 KB, 254 registers a thread) one: each key it brings on
 // chip serves twice the rows, and each softmax step (a CTA-wide barrier) covers 128 keys instead of 64.
 // At head dim 64 the 4-warp kernel runs three CTAs per SM, and 8 warps gained nothing there. The wave model
-// picks among them (launch.cu).
+// picks among them (paged_launch.cu).
 template <int kHeadDim, int kWarps, WarpSplit kSplit>
 constexpr size_t shared_bytes() {
   const size_t rows = kSplit == WarpSplit::keys ? kRows : kRows * kWarps;
