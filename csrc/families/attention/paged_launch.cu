@@ -61,7 +61,7 @@ bool causal_prompts(const PagedAttentionProblem& p) { return p.causal && p.max_s
 // where that can shorten the launch's tail: their lengths differ, CTAs wait for a slot (more of them than fit on
 // the GPU at once), and the launch is long enough to repay the ordering kernel (about 1.2 us on an H100). Not
 // for causal prompts (no cached keys): each sequence's first CTAs are already its longest, and ordering ran them
-// 0.986-0.992x on the geomean of two samples (docs/results/paged_order_merge_h100.md).
+// 0.986-0.992x on the geomean of two samples (docs/results.md#paged_order_merge_h100.md).
 bool orders_sequences(const PagedAttentionProblem& p, const VariantInfo& v, const PagedSplits& s, int64_t ctas,
                       int64_t slots, const DeviceInfo& dev) {
   const bool lengths_differ = p.seq_lens || p.key_starts;
@@ -252,7 +252,7 @@ constexpr double kWsCopySpeedup = 1.5;
 // terms above price that about 20% low. The factor is the replay optimum on the several-query sweeps with the
 // warp-specialized kernels: on three H100 design logs 0.951 of the best with it and without; on eight others
 // (H100 held-out and FlashInfer cases, builds of 2026-11-28) 0.932 without, 0.950 with; H200 FlashInfer
-// cases 0.902 and 0.947 (docs/results/varlen_attention_*).
+// cases 0.902 and 0.947 (docs/results.md, varlen_attention_*).
 constexpr double kKeysSplitRowsFactor = 1.2;
 
 // NOTES: a merge in the attention kernel's clusters costs its two cluster barriers and a read of each split's staged
@@ -317,7 +317,7 @@ double predicted_us(const PagedAttentionProblem& p, const VariantInfo& v, const 
 
 // The least predicted split count of one kernel, and its prediction. NOTES: splits cut every (sequence, KV head)
 // at the same keys. Equal shares of all sequences' keys laid end to end ran 0.85x the best split count on 59
-// held-out decode cases (H200, docs/results/paged_balanced_ab_h200.md): a CTA restarts its pipeline for each
+// held-out decode cases (H200, docs/results.md#paged_balanced_ab_h200.md): a CTA restarts its pipeline for each
 // sequence its share reaches, and every sequence then needs the merge.
 std::pair<int32_t, double> best_splits(const PagedAttentionProblem& p, const VariantInfo& v,
                                        const PagedVariantOps& ops, const DeviceInfo& dev, int64_t slots, double hbm) {

@@ -165,7 +165,7 @@ struct SoftmaxState {
 // NOTES: rescaled as it goes, so a split's log-sum-exp and outputs are loaded together and every split's
 // loads can be in flight at once. Finding the largest log-sum-exp first would wait for all of them before
 // reading an output: one more dependent round trip to L2 at the end of every split launch, 0.3-0.7 us of
-// decode launches under 20 us (docs/results/paged_merge_one_pass_h200.md).
+// decode launches under 20 us (docs/results.md#paged_merge_one_pass_h200.md).
 template <int kColumns>
 struct SplitMerge {
   float top = -INFINITY, total = 0.0f, acc[kColumns] = {};
@@ -686,7 +686,7 @@ __global__ void __launch_bounds__(32 * kWarps) paged_attention_kernel(Params p) 
   // them); rows_split, tile warp of each step (all warps compute every tile). NOTES: fixed shares, so that the
   // warps' states merge in the same order on every run (bit-identical outputs). Tiles claimed from a counter
   // the CTA's warps share made the outputs depend on scheduling and ran 0.994x at the model's split counts and
-  // 0.924x unsplit on 40 held-out decode cases (docs/results/paged_claims_ab_h200.md).
+  // 0.924x unsplit on 40 held-out decode cases (docs/results.md#paged_claims_ab_h200.md).
   const int tiles = end > begin ? (end - begin + kTileKeys - 1) / kTileKeys : 0;
   const int steps = kSplit == WarpSplit::keys ? (tiles > warp ? (tiles - warp + kWarps - 1) / kWarps : 0)
                                               : (tiles + kWarps - 1) / kWarps;

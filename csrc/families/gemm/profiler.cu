@@ -87,7 +87,7 @@ int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; 
 // measurement (long GEMMs heat the GPU and lower its clocks) falls on all launches alike instead of
 // favouring the ones measured first; launches of one problem are compared with each other. Each replay
 // then starts from the power and clock state its predecessor left, which moved a 1.4 ms kernel by up to
-// 17% with the order of the configs (H100, docs/results/launch_order_h100.jsonl). So each round runs in
+// 17% with the order of the configs (H100, docs/results.md#launch_order_h100.jsonl). So each round runs in
 // a fresh order (seeded), and `lead_in` launches of the config's own precede each timed replay, held
 // behind a short spin so that the host has queued the timed replay before they end and no idle gap
 // falls inside the timing.
