@@ -1,7 +1,8 @@
 """The dense GEMM table's choice replayed in Python, as docs/tables.md states it (the Python reference of the
 lookup: model.map_problem and model.predict, the memory and traffic floors, calibration, the compute floor,
-priors, stream-K only where it is modeled; exact records are not consulted, so the model is what is judged).
-benchmarks/choice_quality.py judges it on measured logs; needs no GPU and no compiled kernels.
+priors, stream-K only where the lookup's own rule, ``_C.stream_k_modeled``, says it is modeled; exact records
+are not consulted, so the model is what is judged). benchmarks/choice_quality.py judges it on measured logs;
+needs no GPU and no compiled kernels.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 
 from ...codegen import config_space
 from ...runtime.jit import CONFIG_SPACES
+from ...runtime.native import _C
 from ...tuning import model, tablefile
 from . import FAMILY
 
@@ -22,7 +24,7 @@ NOMINAL_LIBRARY_TILE = SimpleNamespace(tile_m=128, tile_n=128, tile_k=64, cluste
 def table_predictor(path: Path, sm_count: int):
     """(config keys, predict(key, m, n, k) -> us, choosable(key, m, n, k) -> bool, priors [(max_m, key,
     margin)] by ascending max_m). ``choosable``: whether the lookup may choose the config there
-    (model.stream_k_modeled)."""
+    (``_C.stream_k_modeled``, mapping.h's rule)."""
     table = tablefile.read_table(path)
     variants = {v.name: v for v in config_space.load(CONFIG_SPACES / FAMILY.config_space).variants}
     variants.update({name: NOMINAL_LIBRARY_TILE for name in LIBRARY_VARIANTS})
@@ -51,7 +53,7 @@ def table_predictor(path: Path, sm_count: int):
         if decomposition != "stream_k":
             return True
         _, L, C, _ = model.map_problem(tile, cluster, swap_ab, m, n, k, decomposition, 1, sm_count)
-        return model.stream_k_modeled(*model.problem_extents(tile, cluster, swap_ab, m, n, k), L, C)
+        return _C.stream_k_modeled(*model.problem_extents(tile, cluster, swap_ab, m, n, k), L, C)
 
     priors = sorted((p["max_m"] or float("inf"), keys[p["config_id"]], p["margin"]) for p in table["priors"])
     return keys, predict, choosable, priors
