@@ -18,6 +18,7 @@ from ...runtime.jit import CONFIG_SPACES
 from ...runtime.native import _C
 from ...tuning import model, tablefile
 from . import FAMILY, tuning
+from .api import attention_configs
 
 LIBRARY = ("attn_cudnn_", "attn_paged_")
 
@@ -27,11 +28,12 @@ def table_predictor(path: Path, sm_count: int):
     table = tablefile.read_table(path)
     tiles = {v.name: (v.tile_m, v.tile_n, v.tile_k)
              for v in config_space.load(CONFIG_SPACES / FAMILY.config_space).variants}
+    tiles.update({c.name: c.tile for c in attention_configs() if c.from_library})  # nominal tiles (attention.h)
     keys = [f"{c['variant']}/{c['splits']}" for c in table["configs"]]
     waves = {keys[i]: w for i, w in table["waves"].items()}
 
-    def tile(name: str) -> tuple[int, int, int]:  # the candidates' nominal tile (attention.h)
-        return tiles.get(name) or (128, 64, int(name.rsplit("_hd", 1)[1]))
+    def tile(name: str) -> tuple[int, int, int]:
+        return tiles[name]
 
     def predict(key: str, case: dict) -> float:
         name, splits = key.rsplit("/", 1)

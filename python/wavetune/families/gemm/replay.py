@@ -16,9 +16,11 @@ from ...runtime.native import _C
 from ...tuning import model, tablefile
 from . import FAMILY
 
-# The cuBLAS candidates and the nominal tile they are mapped through (csrc/families/gemm/cublas_variant.cu).
-LIBRARY_VARIANTS = [f"cublas_{dtype}_b{layout}" for dtype in ("bf16", "fp16") for layout in ("col", "row")]
-NOMINAL_LIBRARY_TILE = SimpleNamespace(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, swap_ab=False)
+
+def library_variants() -> dict[str, SimpleNamespace]:
+    """The cuBLAS candidates a table may name, each with the nominal tile it is mapped through."""
+    return {name: SimpleNamespace(tile_m=tile[0], tile_n=tile[1], tile_k=tile[2], cluster_m=1, cluster_n=1,
+                                  swap_ab=False) for name, tile in _C.cublas_candidates()}
 
 
 def table_predictor(path: Path, sm_count: int):
@@ -27,7 +29,7 @@ def table_predictor(path: Path, sm_count: int):
     (``_C.stream_k_modeled``, mapping.h's rule)."""
     table = tablefile.read_table(path)
     variants = {v.name: v for v in config_space.load(CONFIG_SPACES / FAMILY.config_space).variants}
-    variants.update({name: NOMINAL_LIBRARY_TILE for name in LIBRARY_VARIANTS})
+    variants.update(library_variants())
     keys = [f"{c['variant']}/{c['decomposition']}/{c['splits']}" for c in table["configs"]]
     waves = {keys[i]: w for i, w in table["waves"].items()}
     calibration = {keys[i]: c for i, c in table["calibration"].items()}
