@@ -55,7 +55,7 @@ from wavetune.tuning.report import geomean
 from wavetune.tuning.timing import interleaved_us
 
 REPO = Path(__file__).resolve().parents[1]
-SPLITS = (1, 2, 4, 8)
+SPLITS = tuple(wavetune._C.scaled_gemm_model()["decode_split_counts"])  # the decode splits the choice weighs
 FP8 = torch.float8_e4m3fn
 
 

@@ -129,6 +129,31 @@ def test_cudnn_and_paged_candidates_are_listed_and_priced_by_the_h200_table():
             assert predicted[f"attn_{schedule}_bf16_hd{head_dim}"] > 0
 
 
+def test_the_choice_rules_the_replay_calls():
+    """choice_rules.h, bound: the built-in rule between cuDNN and the paged kernel, and the table's margin over it,
+    with the constants of the attention config file's [model] table (_C.attention_model())."""
+    model = _C.attention_model()
+    both, copies = (True, True, False), (True, True, True)
+
+    def cudnn(batch, seqlen_q, seqlen_k, heads=(32, 8), head_dim=128, causal=True, routes=both, **override):
+        return _C.attention_builtin_prefers_cudnn((batch, seqlen_q, seqlen_k, *heads, head_dim), causal, routes,
+                                                  override)
+
+    assert cudnn(4, 512, 512) and not cudnn(4, 256, 512)  # prefill: where cuDNN's top-left mask is the problem's
+    assert cudnn(4, 256, 512, causal=False) and not cudnn(4, 512, 512, routes=(False, True, False))
+    # Decode: cuDNN below cudnn_decode_max_bytes of K and V (4 bytes per key, KV head and head dim), not at 256.
+    below = model["cudnn_decode_max_bytes"] // (4 * 8 * 128) - 1  # keys of one sequence
+    assert cudnn(1, 1, below) and not cudnn(1, 1, below + 1) and not cudnn(1, 1, 1024, head_dim=256)
+    assert not cudnn(1, 1, below, cudnn_decode_max_bytes=1024) and not cudnn(1, 1, 1024, routes=copies)
+    assert cudnn(1, 1, 10**6, heads=(16, 1), head_dim=64, routes=copies)  # 16 query heads per 64-dim KV head
+    margin = model["table_margin"]
+    assert _C.attention_table_overrides((1 + 2 * margin) * 10, 10) and not _C.attention_table_overrides(10, 10)
+    assert not _C.attention_table_overrides((1 + margin / 2) * 10, 10)
+    assert _C.attention_table_overrides((1 + margin / 2) * 10, 10, {"table_margin": 0.0})
+    with pytest.raises(ValueError, match="sizes must be >= 1"):
+        cudnn(1, 1, 1024, heads=(8, 0))
+
+
 def test_replay_reproduces_the_documented_held_out_figures(raw_result):
     """The attention choice's replay (benchmarks/attention_replay.py's) on an indexed held-out log gives the
     figures of attention_candidates_replay_h200.md (docs/results.md; no GPU: the table's models and the log's

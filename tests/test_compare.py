@@ -360,6 +360,19 @@ def test_choice_quality_evaluates_a_table_as_documented(tmp_path):
     assert choosable(keys[0], 1, 64, 1 << 20)  # data-parallel: no peer limit
 
 
+def test_choice_quality_maps_cublas_through_its_nominal_tile(tmp_path):
+    """A table's cuBLAS config, whether or not libcublas loads here, is mapped through the nominal 128x128x64 tile
+    the lookup gives it (builtin_candidates.h, _C.cublas_candidates)."""
+    meta = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "config_space_hash": "0123456789abcdef",
+            "wavetune_version": "0", "cuda_version": 13000, "created": "2026-11-23T00:00:00+00:00"}
+    path = tmp_path / "t.wtt"
+    tablefile.write_table(path, meta, [{"variant": "cublas_bf16_bcol", "decomposition": "data_parallel", "splits": 1}],
+                          {0: {1: [0.0, 1.0, 10.0, 0.0]}}, None, None)
+    keys, predict, _, _ = replay.table_predictor(path, 132)
+    assert predict(keys[0], 128, 256, 128) == 1.0 * 2 + 10.0 * 2  # G = 1 x 2 tiles of 128x128, L = 128 / 64
+    assert predict(keys[0], 300, 1024, 1000) == 1.0 * 3 * 8 + 10.0 * 16
+
+
 def test_choice_quality_chooses_stream_k_only_where_it_is_modeled(tmp_path):
     name = "bf16_bcol_cooperative_128x64x64_1x1_stream_k"
     meta = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "config_space_hash": "0123456789abcdef",

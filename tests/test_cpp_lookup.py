@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import re
 import subprocess
@@ -215,8 +214,8 @@ def test_prior_stays_unless_the_model_predicts_more_than_its_margin(programs, tm
 
 def test_stream_k_is_chosen_only_where_it_is_modeled(programs, tmp_path):
     """A stream-K config predicted fastest is passed over where CUTLASS would run it data-parallel (at most
-    STREAM_K_MIN_STEPS K steps a tile, or whole waves of tiles) or where it would split each output tile among
-    more than STREAM_K_MAX_PEERS CTAs, and chosen elsewhere; explain says which."""
+    kStreamKMinSteps K steps a tile, or whole waves of tiles) or where it would split each output tile among
+    more than kStreamKMaxPeers CTAs (mapping.h), and chosen elsewhere; explain and the bound rule say which."""
     v0 = bf16_col_variants()[0]
     sk = next((v for v in bf16_col_variants() if v.scheduler == "stream_k"), None)
     if sk is None:
@@ -235,7 +234,7 @@ def test_stream_k_is_chosen_only_where_it_is_modeled(programs, tmp_path):
         rows, cols, k = tile_rows * tile_m, tile_cols * tile_n, steps * tile_k
         m, n = (cols, rows) if sk.swap_ab else (rows, cols)
         _, L, C, _ = map_problem(sk, m, n, k, "stream_k", 1)
-        assert reference_model.stream_k_modeled(tile_rows * tile_cols, steps, L, C) == modeled
+        assert wavetune._C.stream_k_modeled(tile_rows * tile_cols, steps, L, C) == modeled
         done = run(programs["select_kernel"], table, m, n, k, "--explain")
         assert done.returncode == 0, done.stderr
         assert fields(done.stdout)["config"] == ("1" if modeled else "0"), (m, n, k, L)
@@ -328,7 +327,7 @@ def test_model_matches_the_documented_formulas(programs, tmp_path):
             assert math.isclose(float(r["predicted_us"]), expected[-1], rel_tol=1e-8), (m, n, k, name, dec)
         out = fields(done.stdout)
         chosen = int(out["config"])
-        eligible = [i for i, (name, dec, _) in enumerate(configs) if dec != "stream_k" or reference_model.stream_k_modeled(
+        eligible = [i for i, (name, dec, _) in enumerate(configs) if dec != "stream_k" or wavetune._C.stream_k_modeled(
             *reference_model.problem_extents(by_name[name].tile, by_name[name].cluster, by_name[name].swap_ab, m, n, k),
             int(rows[i]["L"]), int(rows[i]["C"]))]
         assert [int(r["choosable"]) for r in rows] == [int(i in eligible) for i in range(len(configs))]

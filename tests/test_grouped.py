@@ -1,5 +1,5 @@
 """The grouped-GEMM family without a GPU: its config file and code generation, the mapping (C++ through
-the bindings against the Python mirror), the built-in heuristic, and grouped_gemm's input checks."""
+the bindings, against hand-worked coordinates), the built-in heuristic, and grouped_gemm's input checks."""
 
 from __future__ import annotations
 
@@ -133,15 +133,25 @@ def test_balanced_estimate_is_exact_for_even_routing_and_misses_skew_either_way(
     assert gm.routed(*t, [480 - 15] + [1] * 15, **sizes).grid > even.grid  # one hot expert: more partial tiles
 
 
-def test_cpp_mapping_matches_the_python_mirror():
+def test_the_balanced_mapping_is_the_routed_one_of_its_even_spread():
+    """map_grouped_balanced is the exact mapping of its own picture: min(experts, rows) busy experts with
+    ceil(rows / busy) rows each, the rest empty; over every grouped variant's shape and random layers."""
     shapes = [shape(v) for v in cs.load(GROUPED_SPACE).variants]
     rng = random.Random(17)
     for _ in range(400):
         tile, cluster, swap = rng.choice(shapes)
         rows, experts = rng.choice([0, 1, 7, 64, 333, 4096, 131072]), rng.choice([1, 8, 128, 256])
         n, k, sms = 8 * rng.randint(1, 2048), 8 * rng.randint(1, 1024), rng.choice([78, 114, 132])
-        expected = gm.balanced(tile, cluster, swap, rows, experts, n, k, sms)
-        assert _C.map_grouped_balanced((tile, cluster, swap), rows, experts, n, k, sms) == expected
+        busy, rows_each = gm.balanced_groups(rows, experts)
+        assert busy == min(rows, experts) and rows_each == (-(-rows // busy) if busy else 0)
+        spread = [rows_each] * busy + [0] * (experts - busy)
+        assert gm.balanced(tile, cluster, swap, rows, experts, n, k, sms) == gm.routed(tile, cluster, swap, spread,
+                                                                                       n, k, sms)
+
+
+def test_bad_tile_shapes_are_refused():
+    with pytest.raises(ValueError, match="sides must be >= 1"):
+        gm.balanced((64, 0, 128), (1, 1), True, rows=8, experts=8, n=512, k=64, sm_count=132)
 
 
 # ---- the built-in heuristic -----------------------------------------------------------------------

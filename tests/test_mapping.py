@@ -44,3 +44,15 @@ def test_mapping_examples():
     assert _C.map_problem(swap.id, 16, 4096 * 9, 4096, 1, 1, 132)[3] == 3  # 288 tiles: three waves
     with pytest.raises(ValueError, match="not compiled in"):
         _C.map_problem(10**6, 1, 8, 8, 1, 1, 132)
+
+
+def test_stream_k_is_modeled_only_where_cutlass_runs_it_with_few_peers_a_tile():
+    """mapping.h's stream_k_modeled, bound: more than kStreamKMinSteps (8) K steps a tile, tiles not whole waves
+    of C, and each tile split among at most kStreamKMaxPeers (8) CTAs (k_iters <= 8 L)."""
+    assert _C.stream_k_modeled(tiles=4096, k_iters=16, L=497, C=132)
+    assert not _C.stream_k_modeled(tiles=4096, k_iters=8, L=249, C=132)  # 8 K steps: CUTLASS runs it data-parallel
+    assert not _C.stream_k_modeled(tiles=3 * 132, k_iters=64, L=192, C=132)  # whole waves: data-parallel too
+    assert _C.stream_k_modeled(tiles=1, k_iters=256, L=32, C=132)  # 8 peers a tile
+    assert not _C.stream_k_modeled(tiles=1, k_iters=257, L=32, C=132)  # 9
+    with pytest.raises(ValueError, match="C"):
+        _C.stream_k_modeled(tiles=1, k_iters=256, L=32, C=0)

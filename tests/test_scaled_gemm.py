@@ -500,9 +500,9 @@ def test_the_decode_choice_replays_close_to_the_best_on_logged_sweeps(raw_result
 
 
 def test_block_scales_leave_the_decode_kernels_from_a_fifth_of_the_sms_on_logged_sweeps(raw_result):
-    """launch.cu's cutlass_fills_the_gpu replayed on indexed sweeps: with 128-block scales a fifth of the SMs
-    (5) picks within 1% of the best on the design run it was set on and on held-out runs, ahead of the third (3)
-    that per-row scales keep, which stays ahead on a per-row design run."""
+    """The choice's cutlass_fills_the_gpu (scaled_model.h, bound) replayed on indexed sweeps at each share: with
+    128-block scales a fifth of the SMs (5) picks within 1% of the best on the design run it was set on and on
+    held-out runs, ahead of the third (3) that per-row scales keep, which stays ahead on a per-row design run."""
     design = raw_result("scaled_gemm_design_block_cutlass_deepgemm_h100_m64_seed27.jsonl")
     held_out = [raw_result("scaled_gemm_heldout_block_cutlass_deepgemm_h100_m64_seed25.jsonl"),
                 raw_result("scaled_gemm_heldout_block_cutlass_deepgemm_h200_m64_seed23.jsonl")]
@@ -514,9 +514,9 @@ def test_block_scales_leave_the_decode_kernels_from_a_fifth_of_the_sms_on_logged
 
 
 def test_block_scales_past_64_tokens_pick_close_to_the_best_unswapped_tile_on_logged_sweeps(raw_result):
-    """launch.cu's CUTLASS choice past 64 tokens with block scales (the ping-pong tiles' lower tensor efficiency,
-    clusters along the longer output side), replayed on indexed H100 sweeps of every unswapped variant: the
-    design sample it was set on and two held-out ones."""
+    """The choice's CUTLASS wave model past 64 tokens with block scales (the ping-pong tiles' lower tensor
+    efficiency, clusters along the longer output side; scaled_model.h, bound), replayed on indexed H100 sweeps of
+    every unswapped variant: the design sample it was set on and two held-out ones."""
     design = replay.prefill_quality(raw_result("scaled_gemm_design_block_prefill_h100_seed31.jsonl"))
     assert len(design) == 16 and min(design) > 0.99
     for seed in (31, 37):
@@ -525,10 +525,11 @@ def test_block_scales_past_64_tokens_pick_close_to_the_best_unswapped_tile_on_lo
 
 
 @pytest.mark.gpu
-def test_the_replay_restates_the_decode_choice():
-    """The replay's predicted_steps (benchmarks/scaled_gemm.py --replay's) is launch.cu's: on random layers at
-    1-16 tokens, where the choice runs a decode variant (per-row or 128-block scales), the replay predicts it the
-    fewest steps."""
+def test_the_decode_choice_is_the_bound_models_least_steps():
+    """On random layers at 1-16 tokens, where the choice runs a decode variant (per-row or 128-block scales), the
+    bound model (what the replay calls) predicts it the fewest steps, at the split count it gives each variant,
+    among the decode variants of its token tile: the choice reads its device's resident CTAs and token tiles as
+    device_decode_facts records them."""
     import random
 
     facts = {name: f for name, f in replay.device_decode_facts().items() if "_bf16_" in name}
@@ -543,12 +544,74 @@ def test_the_replay_restates_the_decode_choice():
             chosen = names.get(_C.scaled_gemm_choice(m, n, k, 0, code, code), "")
             if "_decode_" not in chosen:
                 continue
-            steps = {name: min(replay.predicted_steps(f, m, n, k, s, sm_count)
-                               for s in ((1,) if f["persistent"] else replay.SPLIT_COUNTS))
-                     for name, f in facts.items() if f["tokens"] == 8 and ("_block128_" in name) == ("_block128_" in chosen)}
+            steps = {}
+            for name, f in facts.items():
+                if f["tokens"] == 8 and ("_block128_" in name) == ("_block128_" in chosen):
+                    tile = replay.decode_tile(f)
+                    splits = _C.scaled_gemm_decode_splits(tile, m, n, k, sm_count)
+                    steps[name] = _C.scaled_gemm_predicted_steps(tile, m, n, k, splits, sm_count)
             assert steps[chosen] == pytest.approx(min(steps.values())), (m, n, k, kind)
             checked += 1
     assert checked >= 20
+
+
+MODEL_VALUES = "scaled_gemm_model_values.json"
+
+
+def test_the_bound_models_give_the_reference_values_exactly():
+    """The built-in models the choice runs (scaled_model.h with the [model] table's constants), through their
+    bindings, against reference values of the same functions on a seeded grid of decode and CUTLASS variants,
+    problems and GPU sizes (tests/data/scaled_gemm_model_values.json says where they come from): the FP8 GEMM's
+    choices stay what they were."""
+    import json
+
+    from conftest import REPO
+
+    reference = json.loads((REPO / "tests" / "data" / MODEL_VALUES).read_text())
+    row, block, model = _C.scale_kinds().index("row"), _C.scale_kinds().index("block128"), _C.scaled_gemm_model()
+    calls = {
+        "steps": lambda rows, tokens, tile_k, persistent, resident, m, n, k, splits, sms:
+            _C.scaled_gemm_predicted_steps((rows, tokens, tile_k, bool(persistent), resident), m, n, k, splits, sms),
+        "splits": lambda rows, tokens, tile_k, resident, m, n, k, sms:
+            _C.scaled_gemm_decode_splits((rows, tokens, tile_k, False, resident), m, n, k, sms),
+        "cost": lambda tm, tn, tk, swap, pingpong, blocks, m, n, k, sms, bandwidth: _C.scaled_gemm_cutlass_cost_us(
+            (tm, tn, tk), bool(swap), "pingpong" if pingpong else "cooperative", m, n, k, block if blocks else row,
+            sms, bandwidth),
+        "rank": lambda cm, cn, swap, m, n: _C.scaled_gemm_cluster_rank((cm, cn), bool(swap), m, n),
+        # The share of the kind of scales the choice gives it: 3 per row, 5 per block, 6 (per tensor) by override.
+        "occupies": lambda tile_rows, tokens, m, n, share, sms: int(_C.scaled_gemm_cutlass_fills_the_gpu(
+            tile_rows, tokens, m, n, block if share == model["cutlass_fill_share_block128"] else row, sms,
+            {} if share in (3, 5) else {"cutlass_fill_share_row": share})),
+    }
+    assert (model["cutlass_fill_share_row"], model["cutlass_fill_share_block128"]) == (3, 5)
+    assert set(calls) == set(reference) - {"about"}
+    for kind, call in calls.items():
+        rows = reference[kind]["rows"]
+        assert len(rows) >= 60 and len({r[-1] for r in rows}) > 1, kind  # a grid the models tell apart
+        for *args, expected in rows:
+            assert call(*args) == expected, (kind, args)
+
+
+def test_a_model_override_changes_only_what_it_names():
+    """The replays sweep a constant through the bound functions' `model` overrides: an override moves the
+    prediction by what the model says, leaves the shipped model as it was, and a wrong name or type is a
+    ValueError naming it."""
+    tile, problem = (64, 8, 256, False, 4), (7, 3072, 4096)
+    base = _C.scaled_gemm_predicted_steps(tile, *problem, 2, 132)
+    waves = 1  # 48 tiles x 2 splits on 528 slots
+    model = _C.scaled_gemm_model()
+    assert _C.scaled_gemm_predicted_steps(tile, *problem, 2, 132, {"decode_wave_steps": 0.0}) == \
+        base - waves * model["decode_wave_steps"]
+    assert _C.scaled_gemm_predicted_steps(tile, *problem, 2, 132) == base and _C.scaled_gemm_model() == model
+    assert _C.scaled_gemm_decode_splits(tile, *problem, 132, {"decode_split_counts": [1, 1, 1, 1]}) == 1
+    with pytest.raises(ValueError, match="unknown model field 'wave_steps'"):
+        _C.scaled_gemm_predicted_steps(tile, *problem, 2, 132, {"wave_steps": 1.0})
+    with pytest.raises(ValueError, match="'decode_split_counts' takes a value like \\[1, 2, 4, 8\\]"):
+        _C.scaled_gemm_decode_splits(tile, *problem, 132, {"decode_split_counts": [1, 2]})
+    with pytest.raises(ValueError, match="splits must be >= 1"):
+        _C.scaled_gemm_predicted_steps(tile, *problem, 0, 132)
+    with pytest.raises(ValueError, match="scale_kind"):
+        _C.scaled_gemm_cutlass_fills_the_gpu(64, 8, 1, 4096, 7, 132)
 
 
 @pytest.mark.gpu

@@ -3,12 +3,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
 
 #include "bindings.h"
+#include "choice_rules.h"
+#include "model_bindings.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 #include "wavetune/lookup.h"
@@ -51,6 +54,34 @@ AttentionTile make_tile(const PyTile& t) { return {std::get<0>(t), std::get<1>(t
 AttentionShape make_shape(const PySizes& sizes, bool causal) {
   const auto& [batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim] = sizes;
   return {batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal};
+}
+
+// The rules of the run-time choice that read no device (choice_rules.h), with the model's fields that `model`
+// names overridden.
+void bind_choice_rules(py::module_& m) {
+  bind_model<AttentionModel>(m, "attention");
+  m.def(
+      "attention_builtin_prefers_cudnn",
+      [](const PySizes& sizes, bool causal, const std::tuple<bool, bool, bool>& routes, const py::dict& model) {
+        const auto& [batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim] = sizes;
+        if (std::min({batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim}) < 1) {
+          throw std::invalid_argument("attention sizes must be >= 1");
+        }
+        const PyTensor none{0, 0, 0, 0};
+        const auto& [cudnn, paged, cudnn_copies] = routes;
+        return detail::builtin_prefers_cudnn(make_problem(sizes, none, none, none, none, 1.0f, causal, 0),
+                                             {cudnn, paged, cudnn_copies}, model_with<AttentionModel>(model));
+      },
+      py::arg("sizes"), py::arg("causal"), py::arg("routes"), py::arg("model") = py::dict(),
+      "Whether the built-in choice runs cuDNN's attention for a problem (sizes as attention_choice takes them), "
+      "for a caller that runs routes = (cudnn, paged, cudnn_copies).");
+  m.def(
+      "attention_table_overrides",
+      [](double builtin_us, double best_us, const py::dict& model) {
+        return detail::table_overrides(builtin_us, best_us, model_with<AttentionModel>(model));
+      },
+      py::arg("builtin_us"), py::arg("best_us"), py::arg("model") = py::dict(),
+      "Whether a table's candidate predicted best_us replaces the built-in choice it predicts builtin_us.");
 }
 
 // The paged kernels' problem: (batch, heads_q, heads_kv, head_dim, page_size, max_seq_len); (pointer, batch or
@@ -236,6 +267,7 @@ void bind_paged(py::module_& m) {
 }
 
 void bind(py::module_& m) {
+  bind_choice_rules(m);
   bind_fmha(m);
   bind_paged(m);
 }

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "attention_ops.h"
+#include "choice_rules.h"
 #include "wavetune/attention.h"
 #include "wavetune/errors.h"
 #include "wavetune/lookup.h"
@@ -13,28 +14,9 @@
 namespace wavetune {
 namespace {
 
-// NOTES: the built-in model's choice holds unless the table predicts a config more than kTableMargin faster.
-// The table's per-config fits are closer to the cases they were fitted on than the built-in model (2% median
-// error against 8%), but on other models' shapes they were sometimes far off: taken outright, the table's
-// choices ran at 0.951 of the best on the H200's held-out cases where the built-in's ran at 0.965 (both read
-// off one run's timings of every config). As an override they ran at 0.986 and 0.977 of the best on the
-// held-out cases, the built-in alone at 0.976 and 0.974, in the same rounds (H100, H200, 2026-11-24). The
-// margin ranked best of 0, 0.05, 0.1, 0.2, 0.3 on the named cases the tables were fitted to. KV splits also
-// depend on the strides (attention_launch_error), so a table's config must be checked against the problem.
-constexpr double kTableMargin = 0.05;
+// The choice's constants (choice_rules.h; the [model] table of sm90_attention.toml).
+constexpr AttentionModel kModel{};
 constexpr size_t kMaxCachedChoices = 4096;
-// NOTES: cuDNN writes a tensor of its own, and copying it into the caller's output is one more launch:
-// 1-2 us at decode sizes (H100 and H200, docs/attention.md). Tables price cuDNN as a call without an output
-// given runs it, so a caller that copies pays this too.
-constexpr double kCudnnCopyUs = 1.5;
-// NOTES: the built-in decode rule (no table prices cuDNN): on a dense cache cuDNN's decode kernel runs the
-// paged kernel's grid (a CTA per sequence and KV head, the KV head's query heads in 16 rows) and reads K and
-// V faster below about a gigabyte; the paged kernel wins at head dim 256 and on larger caches (its split
-// counts). Replayed on four held-out decode logs (H100 seeds 53 and 59, H200 seeds 59 and 61), the rule took
-// the call from 0.971-0.986x to 0.998-1.009x SDPA's fastest backend (any bound in 0.3-1.5 GB gave the same).
-// Where the output is copied the copy costs what cuDNN gains, except with 16 or more query heads per 64-dim
-// KV head, where cuDNN ran 1.07-1.37x faster than every paged kernel and split count (Falcon-40B's heads).
-constexpr int64_t kCudnnDecodeMaxBytes = int64_t(1) << 30;
 
 struct ChoiceKey {
   std::array<int64_t, 11> fields;
@@ -48,16 +30,6 @@ struct ChoiceKeyHash {
   }
 };
 
-// cuDNN's causal mask is top-left: the same as the problem's bottom-right one only with as many queries as keys.
-bool cudnn_mask_fits(const AttentionProblem& p) { return p.seqlen_q == 1 || !p.causal || p.seqlen_q == p.seqlen_k; }
-
-bool builtin_prefers_cudnn(const AttentionProblem& p, const AttentionRoutes& routes) {
-  if (!routes.cudnn || !cudnn_mask_fits(p)) return false;
-  if (p.seqlen_q > 1 || (p.head_dim == 64 && p.heads_q / p.heads_kv >= 16)) return true;
-  const int64_t kv_bytes = int64_t(4) * p.batch * p.seqlen_k * p.heads_kv * p.head_dim;  // K and V, 2 bytes each
-  return !routes.cudnn_copies && p.head_dim <= 128 && kv_bytes < kCudnnDecodeMaxBytes;
-}
-
 // The candidate of a schedule (cudnn, paged) for the problem's dtype and head dim.
 int32_t candidate_id(Schedule schedule, const AttentionProblem& p) {
   for (const VariantInfo& v : attention_variants()) {
@@ -67,7 +39,7 @@ int32_t candidate_id(Schedule schedule, const AttentionProblem& p) {
 }
 
 AttentionLaunch builtin_launch(const AttentionProblem& p, const AttentionRoutes& routes) {
-  if (builtin_prefers_cudnn(p, routes)) return {candidate_id(Schedule::cudnn, p), 1};
+  if (detail::builtin_prefers_cudnn(p, routes, kModel)) return {candidate_id(Schedule::cudnn, p), 1};
   if (routes.paged && p.seqlen_q == 1) return {candidate_id(Schedule::paged, p), 1};
   return attention_default_launch(p);
 }
@@ -82,12 +54,16 @@ AttentionLaunch builtin_launch(const AttentionProblem& p, const AttentionRoutes&
 // sequence prefill by up to 13%).
 bool runs(const AttentionProblem& p, const AttentionLaunch& how, const AttentionRoutes& routes) {
   const VariantInfo* v = find_attention_variant(how.variant);
-  if (v && v->schedule == Schedule::cudnn) return routes.cudnn && how.splits == 1 && cudnn_mask_fits(p);
+  if (v && v->schedule == Schedule::cudnn) return routes.cudnn && how.splits == 1 && detail::cudnn_mask_fits(p);
   if (v && v->schedule == Schedule::paged) return routes.paged && how.splits == 1 && p.seqlen_q == 1;
-  const bool library_runs = (routes.paged && p.seqlen_q == 1) || (routes.cudnn && cudnn_mask_fits(p));
+  const bool library_runs = (routes.paged && p.seqlen_q == 1) || (routes.cudnn && detail::cudnn_mask_fits(p));
   return !library_runs && attention_launch_error(p, how).empty();
 }
 
+// NOTES: cuDNN writes a tensor of its own, and copying it into the caller's output is one more launch:
+// 1-2 us at decode sizes (H100 and H200, docs/attention.md). Tables price cuDNN as a call without an output
+// given runs it, so a caller that copies pays cudnn_copy_us too. KV splits also depend on the strides
+// (attention_launch_error), so a table's config must be checked against the problem (runs).
 AttentionLaunch uncached_choice(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes) {
   const AttentionLaunch builtin = builtin_launch(p, routes);
   if (!table || table->candidate_count(p.dtype, BLayout::col) == 0) return builtin;
@@ -97,12 +73,12 @@ AttentionLaunch uncached_choice(const AttentionProblem& p, const Selector* table
   for (const Prediction& r : table->explain(q)) {
     const AttentionLaunch how{r.variant, table->table().configs[r.config].splits};
     const bool copies = routes.cudnn_copies && find_attention_variant(how.variant)->schedule == Schedule::cudnn;
-    const double us = r.predicted_us + (copies ? kCudnnCopyUs : 0.0);
+    const double us = r.predicted_us + (copies ? kModel.cudnn_copy_us : 0.0);
     if (how.variant == builtin.variant && how.splits == builtin.splits) builtin_us = us;
     if ((best.variant < 0 || us < best_us) && runs(p, how, routes)) best = how, best_us = us;
   }
   if (builtin.variant < 0) return best.variant >= 0 ? best : builtin;  // no compiled FMHA variant of its own
-  return builtin_us > (1 + kTableMargin) * best_us && best.variant >= 0 ? best : builtin;
+  return detail::table_overrides(builtin_us, best_us, kModel) && best.variant >= 0 ? best : builtin;
 }
 
 }  // namespace

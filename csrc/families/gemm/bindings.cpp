@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "builtin_candidates.h"
 #include "wavetune/kernels.h"
 #include "wavetune/lookup.h"
 #include "wavetune/mapping.h"
@@ -106,6 +107,28 @@ void bind(py::module_& m) {
         return py::make_tuple(c.grid, c.k_iters, c.capacity, c.waves);
       },
       "(G, L, C, waves) of a problem under a compiled variant and decomposition (csrc/include/wavetune/mapping.h).");
+  m.def(
+      "cublas_candidates",
+      [] {
+        const auto& [tile_m, tile_n, tile_k] = detail::kCublasNominalTile;
+        py::list out;
+        for (const auto& by_layout : detail::kCublasVariantNames) {
+          for (const char* name : by_layout) out.append(py::make_tuple(name, py::make_tuple(tile_m, tile_n, tile_k)));
+        }
+        return out;
+      },
+      "(name, nominal tile (M, N, K)) of each cuBLAS candidate a dense table may name, whether or not libcublas "
+      "loads here (builtin_candidates.h): the tile the model maps it through.");
+  m.def(
+      "stream_k_modeled",
+      [](int64_t tiles, int64_t k_iters, int64_t L, int64_t C) {
+        if (C < 1) throw std::invalid_argument("C (resident CTAs) must be >= 1, got " + std::to_string(C));
+        return stream_k_modeled(tiles, k_iters, {0, L, C, 0});
+      },
+      py::arg("tiles"), py::arg("k_iters"), py::arg("L"), py::arg("C"),
+      "Whether the lookup may choose a stream-K launch over `tiles` output tiles of `k_iters` K steps each, mapped "
+      "to L K steps per CTA on C resident CTAs (mapping.h): CUTLASS runs it as stream-K, each tile split among few "
+      "enough CTAs.");
 
   m.def(
       "profile",

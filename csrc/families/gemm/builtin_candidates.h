@@ -4,6 +4,8 @@
 // candidate that the running process lacks.
 #pragma once
 
+#include <cstdint>
+
 // The decode GEMM's catalog, as data: (dtype, tokens per CTA, 16-row tiles per warp, warps along N, warps along K,
 // K chunks per loop step, schedule). 4 warps per CTA, so that several CTAs share an SM; 16-row CTAs that
 // split K over their warps for narrow layers; more rows per warp for wider token tiles
@@ -39,5 +41,8 @@ namespace wavetune::detail {
 // By [dtype][B layout].
 inline constexpr const char* kCublasVariantNames[2][2] = {{"cublas_bf16_bcol", "cublas_bf16_brow"},
                                                           {"cublas_fp16_bcol", "cublas_fp16_brow"}};
+// NOTES: cuBLAS picks its own tile per problem; the table models it through a nominal 128x128x64 tile
+// (its (G, L) mapping), and the calibration corrects the rest, as for any variant.
+inline constexpr int32_t kCublasNominalTile[3] = {128, 128, 64};
 
 }  // namespace wavetune::detail

@@ -128,14 +128,13 @@ const VariantOps kOps{why_not, workspace_bytes, run};
 
 std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_id) {
   if (!api()) return {};
-  // NOTES: cuBLAS picks its own tile per problem; the table models it through a nominal 128x128x64 tile
-  // (its (G, L) mapping), and the calibration corrects the rest, as for any variant.
   std::vector<VariantRegistry<VariantOps>::Entry> out;
+  const auto& [tile_m, tile_n, tile_k] = kCublasNominalTile;
   for (DType dtype : {DType::bf16, DType::fp16}) {
     for (BLayout layout : {BLayout::col, BLayout::row}) {
       const int32_t id = first_id + 2 * int32_t(dtype) + int32_t(layout);
-      out.push_back({{id, kCublasVariantNames[int(dtype)][int(layout)], dtype, layout, false, Schedule::cublas, 128,
-                      128, 64, 1, 1, TileScheduler::persistent},
+      out.push_back({{id, kCublasVariantNames[int(dtype)][int(layout)], dtype, layout, false, Schedule::cublas, tile_m,
+                      tile_n, tile_k, 1, 1, TileScheduler::persistent},
                      &kOps});
     }
   }

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -32,7 +33,12 @@ using PyTileShape = std::tuple<std::tuple<int32_t, int32_t, int32_t>, std::tuple
 
 TileShape make_tile_shape(const PyTileShape& s) {
   const auto& [tile, cluster, swap_ab] = s;
-  return {std::get<0>(tile), std::get<1>(tile), std::get<2>(tile), std::get<0>(cluster), std::get<1>(cluster), swap_ab};
+  const TileShape shape{std::get<0>(tile),    std::get<1>(tile),    std::get<2>(tile),
+                        std::get<0>(cluster), std::get<1>(cluster), swap_ab};
+  if (std::min({shape.tile_m, shape.tile_n, shape.tile_k, shape.cluster_m, shape.cluster_n}) < 1) {
+    throw std::invalid_argument("a tile shape's sides and cluster sides must be >= 1");
+  }
+  return shape;
 }
 
 // What a launch with no forced variant runs on `device` (grouped_choice, with the device's table).
@@ -86,6 +92,27 @@ void bind(py::module_& m) {
         return py::make_tuple(c.grid, c.k_iters, c.capacity, c.waves);
       },
       "(G, L, C, waves) of a grouped problem under a tile shape, rows spread evenly (grouped_mapping.h).");
+  m.def(
+      "grouped_expert_tiles",
+      [](const PyTileShape& shape, int64_t rows, int64_t n) { return expert_tiles(make_tile_shape(shape), rows, n); },
+      py::arg("shape"), py::arg("rows"), py::arg("n"),
+      "Output tiles of one expert's GEMM with `rows` rows, its tile grid padded to whole clusters (grouped_mapping.h).");
+  m.def(
+      "grouped_coordinates",
+      [](const PyTileShape& shape, int64_t tiles, int64_t k, int32_t sm_count) {
+        Coordinates c = grouped_coordinates(make_tile_shape(shape), tiles, k, sm_count);
+        return py::make_tuple(c.grid, c.k_iters, c.capacity, c.waves);
+      },
+      py::arg("shape"), py::arg("tiles"), py::arg("k"), py::arg("sm_count"),
+      "(G, L, C, waves) of a grouped launch whose experts have `tiles` output tiles in all (grouped_mapping.h).");
+  m.def(
+      "balanced_groups",
+      [](int64_t rows, int64_t groups) {
+        const BalancedGroups spread = balanced_groups(rows, groups);
+        return py::make_tuple(spread.busy, spread.rows_each);
+      },
+      py::arg("rows"), py::arg("groups"),
+      "(busy groups, rows each): `rows` rows spread evenly over min(groups, rows) groups (grouped_mapping.h).");
 
   m.def(
       "grouped_heuristic",

@@ -3,8 +3,13 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <tuple>
 
 #include "bindings.h"
+#include "model_bindings.h"
+#include "scaled_model.h"
 #include "wavetune/scaled_gemm.h"
 
 namespace py = pybind11;
@@ -37,7 +42,105 @@ ScaledGemmProblem make_problem(int32_t m, int32_t n, int32_t k, uintptr_t a, int
           reinterpret_cast<const void*>(bias)};
 }
 
+// The sizes and kind of scales the built-in models read of a problem (scaled_model.h).
+ScaledGemmProblem sized_problem(int32_t m, int32_t n, int32_t k, int32_t scale_kind) {
+  if (m < 1 || n < 1 || k < 1) {
+    throw std::invalid_argument("m, n and k must be >= 1, got " + std::to_string(m) + ", " + std::to_string(n) +
+                                ", " + std::to_string(k));
+  }
+  if (scale_kind < 0 || scale_kind > int32_t(ScaleKind::block128)) {
+    throw std::invalid_argument("scale_kind is a code of scale_kinds(), got " + std::to_string(scale_kind));
+  }
+  return make_problem(m, n, k, 0, k, 0, k, 0, n, 0, 0, scale_kind, 0, scale_kind, 0);
+}
+
+void require_positive(int64_t value, const char* what) {
+  if (value < 1) throw std::invalid_argument(std::string(what) + " must be >= 1, got " + std::to_string(value));
+}
+
+// A decode variant as the replays give it: (tile rows, tokens, K per loop step, persistent, resident CTAs per SM).
+using PyDecodeTile = std::tuple<int64_t, int64_t, int64_t, bool, int32_t>;
+
+detail::DecodeTile make_decode_tile(const PyDecodeTile& t, int32_t sm_count) {
+  const auto& [rows, tokens, tile_k, persistent, resident] = t;
+  for (const int64_t v : {rows, tokens, tile_k, int64_t(resident), int64_t(sm_count)}) {
+    require_positive(v, "a decode tile's rows, tokens, K step and resident CTAs, and sm_count");
+  }
+  return {rows, tokens, tile_k, persistent, resident};
+}
+
+// The built-in models' functions (scaled_model.h) with the model's fields that `model` names overridden.
+void bind_model_functions(py::module_& m) {
+  bind_model<ScaledGemmModel>(m, "scaled_gemm");
+  m.def(
+      "scaled_gemm_predicted_steps",
+      [](const PyDecodeTile& tile, int32_t m_, int32_t n, int32_t k, int32_t splits, int32_t sm_count,
+         const py::dict& model) {
+        require_positive(splits, "splits");
+        return detail::predicted_steps(make_decode_tile(tile, sm_count), sized_problem(m_, n, k, 0), splits, sm_count,
+                                       model_with<ScaledGemmModel>(model));
+      },
+      py::arg("tile"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("splits"), py::arg("sm_count"),
+      py::arg("model") = py::dict(),
+      "The decode wave model's loop steps for a decode variant, tile = (rows, tokens, K per loop step, persistent, "
+      "resident CTAs per SM), on an M x N x K problem with that many K splits.");
+  m.def(
+      "scaled_gemm_decode_splits",
+      [](const PyDecodeTile& tile, int32_t m_, int32_t n, int32_t k, int32_t sm_count, const py::dict& model) {
+        return detail::decode_splits(make_decode_tile(tile, sm_count), sized_problem(m_, n, k, 0), sm_count,
+                                     model_with<ScaledGemmModel>(model));
+      },
+      py::arg("tile"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("sm_count"), py::arg("model") = py::dict(),
+      "The K splits the choice gives a decode variant (tile as scaled_gemm_predicted_steps takes it).");
+  m.def(
+      "scaled_gemm_cutlass_cost_us",
+      [](const std::tuple<int32_t, int32_t, int32_t>& tile, bool swap_ab, const std::string& schedule, int32_t m_,
+         int32_t n, int32_t k, int32_t scale_kind, int32_t sm_count, double memory_bytes_per_us,
+         const py::dict& model) {
+        VariantInfo v{};
+        std::tie(v.tile_m, v.tile_n, v.tile_k) = tile;
+        v.swap_ab = swap_ab;
+        v.schedule = parse_name<Schedule>(schedule, 2, "CUTLASS schedule");
+        for (const int64_t x : {int64_t(v.tile_m), int64_t(v.tile_n), int64_t(v.tile_k), int64_t(sm_count)}) {
+          require_positive(x, "the tile's sides and sm_count");
+        }
+        if (!(memory_bytes_per_us > 0)) throw std::invalid_argument("memory_bytes_per_us must be > 0");
+        return detail::cutlass_cost_us(v, sized_problem(m_, n, k, scale_kind), sm_count, memory_bytes_per_us,
+                                       model_with<ScaledGemmModel>(model));
+      },
+      py::arg("tile"), py::arg("swap_ab"), py::arg("schedule"), py::arg("m"), py::arg("n"), py::arg("k"),
+      py::arg("scale_kind"), py::arg("sm_count"), py::arg("memory_bytes_per_us"), py::arg("model") = py::dict(),
+      "The CUTLASS variants' wave model: the predicted microseconds of a (tile M, N, K) variant, swapped or not, of "
+      "schedule cooperative or pingpong, on a GPU of sm_count SMs and that peak DRAM bandwidth.");
+  m.def(
+      "scaled_gemm_cluster_rank",
+      [](const std::tuple<int32_t, int32_t>& cluster, bool swap_ab, int32_t m_, int32_t n) {
+        VariantInfo v{};
+        std::tie(v.cluster_m, v.cluster_n) = cluster;
+        v.swap_ab = swap_ab;
+        return detail::cluster_rank(v, sized_problem(m_, n, 1, 0));
+      },
+      py::arg("cluster"), py::arg("swap_ab"), py::arg("m"), py::arg("n"),
+      "How the CUTLASS choice breaks ties between clusters of one tile: 0 a pair along the kernel's longer output "
+      "side, 1 the other pair, 2 none.");
+  m.def(
+      "scaled_gemm_cutlass_fills_the_gpu",
+      [](int32_t tile_rows, int32_t tokens, int32_t m_, int32_t n, int32_t scale_kind, int32_t sm_count,
+         const py::dict& model) {
+        require_positive(tile_rows, "tile_rows");
+        require_positive(sm_count, "sm_count");
+        if (tokens < 0) throw std::invalid_argument("tokens must be >= 0 (0: no decode variant takes the problem)");
+        return detail::cutlass_fills_the_gpu(tile_rows, tokens, sized_problem(m_, n, 1, scale_kind), sm_count,
+                                             model_with<ScaledGemmModel>(model));
+      },
+      py::arg("tile_rows"), py::arg("tokens"), py::arg("m"), py::arg("n"), py::arg("scale_kind"), py::arg("sm_count"),
+      py::arg("model") = py::dict(),
+      "Whether, at up to 16 tokens, a swapped CUTLASS variant of tile_rows-row weight tiles takes the problem from "
+      "the decode variants of `tokens`-token tiles (0: none takes it).");
+}
+
 void bind(py::module_& m) {
+  bind_model_functions(m);
   m.def("scaled_gemm_variants", [] {
     py::list out;
     for (const VariantInfo& v : scaled_gemm_variants()) out.append(variant_dict(v));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "programmatic_launch.cuh"
+#include "scaled_model.h"
 #include "scaled_ops.h"
 #include "scaled_variants.h"
 #include "sm90_decode_gemm.cuh"
@@ -24,30 +25,8 @@ namespace wavetune {
 namespace detail {
 namespace {
 
-// NOTES: the wave model of a decode launch, the paper's (G, L) without a table. G CTAs (row tiles x token tiles x
-// K splits) run in waves of the kernel's resident CTAs on every SM; in a wave each CTA's warps walk L loop
-// steps (their share of K), each step streaming the next weights of all their row tiles at once, so a wave
-// lasts about L steps, whatever the rows per warp, plus kDecodeWaveSteps of start, reduction and store. A
-// persistent CTA walks its G / slots tiles one after another, without a tail wave. Each K split past the first
-// adds kDecodeSplitSteps (the cluster's sum). The fewest predicted steps choose the split count of a variant and
-// then the variant (ties: fewer splits). Both constants were set by replaying the choice (benchmarks/
-// scaled_gemm.py --replay) on sweeps of every decode variant at 1-8 splits and 1-16 tokens: the design split's
-// (H100, H200) and a held-out sample with 128-block scales (H200, seed 5); judged on other held-out runs it picks
-// 0.975-0.995 of the best variant and split with per-row scales and 0.95-0.98 with 128-block scales
-// (docs/scaled_gemm.md).
-constexpr double kDecodeWaveSteps = 8.0;
-constexpr double kDecodeSplitSteps = 0.5;
-constexpr int32_t kDecodeSplitCounts[] = {1, 2, 4, 8};
-
-// The model's steps for a decode variant (its tile of rows x tokens, its K per loop step, its scheduler and
-// resident CTAs per SM) on p with `splits` K splits.
-double predicted_steps(int64_t tile_rows, int64_t tokens, int64_t tile_k, bool persistent, int32_t resident,
-                       const ScaledGemmProblem& p, int32_t splits, int32_t sm_count) {
-  const double tiles = double((p.n + tile_rows - 1) / tile_rows) * double((p.m + tokens - 1) / tokens);
-  const double slots = double(resident) * sm_count, steps = std::ceil(double(p.k) / double(tile_k * splits));
-  const double waves = persistent ? std::max(tiles / slots, 1.0) : std::ceil(tiles * splits / slots);
-  return waves * (steps + kDecodeWaveSteps) + kDecodeSplitSteps * (splits - 1);
-}
+// The built-in wave models' constants (scaled_model.h; the [model] table of sm90_scaled_gemm.toml).
+constexpr ScaledGemmModel kModel{};
 
 template <DType kOut, bool kBlockScaled, int kTokens, int kRowTiles, int kWarpsN, int kWarpsK, int kUnroll,
           TileScheduler kScheduler>
@@ -58,20 +37,10 @@ struct ScaledVariant {
 
   static int32_t resident(const DeviceInfo& dev) { return decode::resident_ctas_per_sm<K, kPersistent>(dev.device); }
 
-  static double steps(const ScaledGemmProblem& p, int32_t s, const DeviceInfo& dev) {
-    return predicted_steps(K::kTileRows, kTokens, K::kTileK, kPersistent, resident(dev), p, s, dev.sm_count);
-  }
-
   static int32_t splits(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
     if (kPersistent) return 1;
     if (requested > 0) return requested;
-    int32_t best = 1;
-    double best_steps = std::numeric_limits<double>::infinity();
-    for (const int32_t s : kDecodeSplitCounts) {
-      const double predicted = steps(p, s, dev);
-      if (predicted < best_steps) best = s, best_steps = predicted;
-    }
-    return best;
+    return decode_splits({K::kTileRows, kTokens, K::kTileK, false, resident(dev)}, p, dev.sm_count, kModel);
   }
 
   static std::string why_not(const ScaledGemmProblem& p, int32_t requested, const DeviceInfo& dev) {
@@ -116,49 +85,6 @@ struct ScaledVariant {
   }
 };
 
-// NOTES: the CUTLASS variants' wave model, the paper's (G, L): G output tiles of the kernel's own problem
-// (weight rows x tokens, or tokens x weight rows) run on one persistent CTA per SM in ceil(G / SMs) waves,
-// each walking L = ceil(K / tile K) k-blocks. A k-block of a wave costs the larger of what its CTAs stream
-// from HBM and one CTA's tensor-core time; each wave adds a fixed start and epilogue. The CTAs of a wave take
-// token tiles fastest, so a weight tile is read from HBM once per wave for all token tiles beside it, and the
-// token tiles once per weight tile. kFp8TensorFlopsPerUsPerSm is the dense e4m3 peak of an H100 SXM per SM; the
-// efficiencies and the wave term were set by replaying the model on benchmarks/scaled_gemm.py's sweep of every
-// variant on the design split (it picks 0.994 of the best swapped variant's speed at 9-64 tokens, H200).
-constexpr double kFp8TensorFlopsPerUsPerSm = 1979e6 / 132;
-constexpr double kTensorEfficiency = 0.7;
-// NOTES: a ping-pong kernel runs its two consumer warpgroups' mainloops one after the other, and with block scales
-// each k-block's promotion (an FMA per accumulator) holds up the tensor cores; the cooperative tiles overlap one
-// warpgroup's promotion with the other's MMAs. Past 64 tokens the block-scaled ping-pong 64x128 tile ran 1.4-1.7x
-// the cooperative 128x128 tile's time on the design split's large layers (H100); efficiencies of 0.4-0.5 pick the
-// best unswapped variant on all 16 design problems (0.7: 0.944).
-constexpr double kBlockPingpongTensorEfficiency = 0.45;
-constexpr double kHbmEfficiency = 0.9;
-constexpr double kCutlassWaveUs = 2.0;
-
-double cutlass_cost_us(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
-  const int64_t weight_tile = v.swap_ab ? v.tile_m : v.tile_n, token_tile = v.swap_ab ? v.tile_n : v.tile_m;
-  const int64_t weight_tiles = (p.n + weight_tile - 1) / weight_tile, token_tiles = (p.m + token_tile - 1) / token_tile;
-  const int64_t tiles = weight_tiles * token_tiles, active = std::min<int64_t>(tiles, dev.sm_count);
-  const double waves = std::ceil(double(tiles) / dev.sm_count), blocks = std::ceil(double(p.k) / v.tile_k);
-  const double token_rows = double(std::min(token_tiles, active) * std::min<int64_t>(token_tile, p.m));
-  const double weight_rows = double((active + token_tiles - 1) / token_tiles * weight_tile);
-  const double hbm_us = (weight_rows + token_rows) * v.tile_k / (kHbmEfficiency * dev.memory_bytes_per_us);
-  const bool block_pingpong = p.scale_a_kind == ScaleKind::block128 && v.schedule == Schedule::pingpong;
-  const double efficiency = block_pingpong ? kBlockPingpongTensorEfficiency : kTensorEfficiency;
-  const double mma_us = 2.0 * v.tile_m * v.tile_n * v.tile_k / (efficiency * kFp8TensorFlopsPerUsPerSm);
-  return waves * (blocks * std::max(hbm_us, mma_us) + kCutlassWaveUs);
-}
-
-// NOTES: the wave model does not see clusters; among variants of one tile, a pair of CTAs along the longer side of
-// the kernel's output first (rank 0), then the other pair (1), then none (2). Past 64 tokens with block scales the
-// pair along the longer side ran within 2% of the best of the three on all 16 design problems (H100), and up to
-// 1.41x faster than the CTAs without a cluster.
-int32_t cluster_rank(const VariantInfo& v, const ScaledGemmProblem& p) {
-  if (v.cluster_m * v.cluster_n == 1) return 2;
-  const int64_t kernel_m = v.swap_ab ? p.n : p.m, kernel_n = v.swap_ab ? p.m : p.n;
-  return (v.cluster_m > 1) == (kernel_m > kernel_n) ? 0 : 1;
-}
-
 // The CUTLASS variant (Schedule::cooperative or pingpong) with the tokens along the tile's N (swapped: up to
 // kScaledGemmMaxTokens) or M that the wave model predicts fastest (ties: cluster_rank), null if none takes p.
 const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& dev, bool swapped = true) {
@@ -169,7 +95,7 @@ const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& 
         !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) {
       continue;
     }
-    const double us = cutlass_cost_us(v, p, dev);
+    const double us = cutlass_cost_us(v, p, dev.sm_count, dev.memory_bytes_per_us, kModel);
     if (!best || us < best_us || (us == best_us && cluster_rank(v, p) < cluster_rank(*best, p))) {
       best = &v, best_us = us;
     }
@@ -192,30 +118,6 @@ int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   return smallest;
 }
 
-// Whether the variant's weight tiles, times the decode kernels' token tiles for M, occupy 1 / share of the SMs.
-bool cutlass_occupies(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev, int32_t share) {
-  const int32_t tokens = token_tile_for(p, dev);
-  if (tokens == 0) return true;
-  return share * ((p.n + v.tile_m - 1) / v.tile_m) * ((p.m + tokens - 1) / tokens) >= dev.sm_count;
-}
-
-// NOTES: up to kScaledGemmDecodeTokens tokens, a swapped CUTLASS variant streams its weight tile through a deep
-// TMA pipeline, one CTA per SM, and with a third of the SMs busy it read the design split's layers faster than
-// the decode kernels, which pay for their K splits' reduction (M 1-8: 0.77-0.96 of their time from N = 3072
-// at 64 rows a tile); narrower layers leave it too few CTAs, and the decode kernels' K splits fill the GPU.
-// Each further token tile of the decode kernels reads the weights again (from L2) and takes as long, so the
-// CUTLASS variant wins once its weight tiles, times the decode kernels' token tiles, occupy a third of the SMs:
-// at 9-16 tokens a layer of under 22 of its 64-row tiles (N < 1,344) still goes to the decode kernels, which
-// ran 1.09-1.41x the CUTLASS variants on such layers (qkv projections at TP 4-8; design and held-out rows).
-// NOTES: with 128-block scales the decode variants apply the scales per K block, and the CUTLASS variants won from
-// a fifth of the SMs. Replayed (benchmarks/scaled_gemm.py --replay) on an H100 design-split run (28 problems at
-// 1-16 tokens) the fifth picked 0.996 of the best variant where the third picked 0.981; on held-out runs 1.000
-// (H100, 27 problems) and 1.000 (H200, 28) where the third gave 0.984 and 1.000. On per-row runs the third stays
-// ahead (0.996 against 0.991 on the design split, H200).
-bool cutlass_fills_the_gpu(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
-  return cutlass_occupies(v, p, dev, p.scale_a_kind == ScaleKind::block128 ? 5 : 3);
-}
-
 // The decode variant the wave model (predicted_steps, at the split count it picks) predicts fastest among those of
 // the token tile for M, -1 if none; equal predictions go to the fewer splits, then to the catalog's order.
 int32_t decode_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
@@ -226,8 +128,9 @@ int32_t decode_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
     const ScaledVariantOps* ops = scaled_variant_ops(v.id);
     if (v.schedule != Schedule::decode || v.tile_n != tokens || !ops->why_not(p, 0, dev).empty()) continue;
     const int32_t splits = ops->splits(p, 0, dev);
-    const double steps = predicted_steps(v.tile_m, v.tile_n, v.tile_k, v.scheduler == TileScheduler::persistent,
-                                         ops->resident_ctas(dev), p, splits, dev.sm_count);
+    const DecodeTile tile{v.tile_m, v.tile_n, v.tile_k, v.scheduler == TileScheduler::persistent,
+                          ops->resident_ctas(dev)};
+    const double steps = predicted_steps(tile, p, splits, dev.sm_count, kModel);
     if (steps < best_steps || (steps == best_steps && splits < best_splits)) {
       best = v.id, best_steps = steps, best_splits = splits;
     }
@@ -305,13 +208,15 @@ int32_t block_prefill_choice(const ScaledGemmProblem& p) {
 // fill, and faster than the decode kernels on most layers those serve, but slower than the decode kernels where
 // the CUTLASS tiles would occupy under a sixth of the SMs: at up to 8 tokens on the design split (H200) layers of
 // 896 and 1,280 rows ran 1.43x and 1.04x the decode kernels' time on cuBLASLt, one of 1,792 rows 0.86x. So
-// per-tensor calls go to the decode kernels on such layers (N < 1,408 at up to 8 tokens on 132 SMs), to
-// cuBLASLt elsewhere.
+// per-tensor calls go to the decode kernels on such layers (per_tensor_decode_share: N < 1,408 at up to 8 tokens
+// on 132 SMs), to cuBLASLt elsewhere.
 int32_t per_tensor_choice(const ScaledGemmProblem& p) {
   if (p.m > kScaledGemmDecodeTokens || !device_usable()) return library_choice(p);
   const DeviceInfo& dev = current_device_info();
   const VariantInfo* cutlass = cutlass_choice(p, dev);
-  const int32_t decode = cutlass && !cutlass_occupies(*cutlass, p, dev, 6) ? decode_choice(p, dev) : -1;
+  const bool narrow =
+      cutlass && !tiles_occupy(cutlass->tile_m, token_tile_for(p, dev), p, kModel.per_tensor_decode_share, dev.sm_count);
+  const int32_t decode = narrow ? decode_choice(p, dev) : -1;
   return decode >= 0 ? decode : library_choice(p);
 }
 
@@ -339,7 +244,10 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   const VariantInfo* cutlass = detail::cutlass_choice(p, dev);
   if (blocks && !cutlass) return detail::block_choice_without_cutlass(p, dev);
   if (p.m > kScaledGemmDecodeTokens) return cutlass ? cutlass->id : -1;
-  if (cutlass && detail::cutlass_fills_the_gpu(*cutlass, p, dev)) return cutlass->id;
+  if (cutlass && detail::cutlass_fills_the_gpu(cutlass->tile_m, detail::token_tile_for(p, dev), p, dev.sm_count,
+                                               detail::kModel)) {
+    return cutlass->id;
+  }
   return detail::decode_choice(p, dev);
 }
 

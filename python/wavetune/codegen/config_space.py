@@ -1,7 +1,9 @@
 """The kernel config space: parse ``cutlass_configs/*.toml``, expand it into variants, pick a kernel
 set, and generate the CUDA sources that instantiate them. Each file describes one kernel family: its
 ``[family]`` table names the family and says how its code is generated (CUDA template, macro prefix,
-registry list, variant names, fixed axes, rules), so no list of families is written here.
+registry list, variant names, fixed axes, rules), so no list of families is written here. An optional
+``[model]`` table holds the constants of the family's built-in model, generated into a C++ struct
+(``<family>_model_data.h``) that its launch code and bindings read.
 
 This module runs in two places: inside the build (CMake calls it as a script, with only the standard
 library available) and from the installed package (tests, tools). Keep it standard-library only.
@@ -14,6 +16,8 @@ import dataclasses
 import fnmatch
 import hashlib
 import itertools
+import math
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -88,6 +92,27 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelValue:
+    """One constant of a family's built-in model: ``name = { value = ..., why = "..." }`` in its ``[model]``
+    table. A value is a bool, an integer, a float, or a non-empty list of integers or of floats."""
+
+    name: str  # a C++ and Python identifier: the field of the generated struct and the binding's dict key
+    value: bool | int | float | tuple
+    why: str  # one line: why the value is what it is (the generated field's comment)
+
+    @property
+    def cpp_type(self) -> str:
+        scalar = _cpp_scalar_type(self.value[0] if isinstance(self.value, tuple) else self.value)
+        return f"std::array<{scalar}, {len(self.value)}>" if isinstance(self.value, tuple) else scalar
+
+    @property
+    def cpp_value(self) -> str:
+        if isinstance(self.value, tuple):
+            return "{" + ", ".join(_cpp_literal(x) for x in self.value) + "}"
+        return _cpp_literal(self.value)
+
+
+@dataclasses.dataclass(frozen=True)
 class Variant:
     """One compiled GEMM kernel: every compile-time parameter. ``id`` is its position in the space."""
 
@@ -129,6 +154,7 @@ class ConfigSpace:
     # Globs over the variants a heuristic of the family chooses from at run time: compiled by `tables`.
     heuristic_variants: tuple[str, ...] = ()
     generation: Family | None = None  # its [family] table
+    model: tuple[ModelValue, ...] = ()  # its [model] table: the built-in model's constants, in the file's order
 
     @property
     def hash(self) -> str:
@@ -315,7 +341,8 @@ def load(path: str | Path) -> ConfigSpace:
     for pattern in heuristic:
         if not any(_matches(v, [pattern]) for v in variants):
             raise ConfigError(f"{path}: heuristic_variants pattern {pattern!r} matches no variant")
-    space = ConfigSpace(path, data["arch"], tuple(variants), kernel_sets, fallback, family.name, heuristic, family)
+    space = ConfigSpace(path, data["arch"], tuple(variants), kernel_sets, fallback, family.name, heuristic, family,
+                        _parse_model(data.get("model", {}), path))
     for name in kernel_sets:
         space.select(name)  # a set that matches nothing is a typo: fail at parse time
     return space
@@ -341,6 +368,52 @@ def _parse_family(table: object, path: Path) -> Family:
     axes = tuple((key, tuple(_string_list(fixed, key, None, f"{path}: [family] fixed_axes"))) for key in fixed)
     return Family(table["name"], table["template"], table["macro_prefix"], table["registry"], table["sources_dir"],
                   table["name_format"], axes, table["check"])
+
+
+MODEL_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _parse_model(table: object, path: Path) -> tuple[ModelValue, ...]:
+    """The file's ``[model]`` table: ``name = { value = ..., why = "one line" }`` per constant (none: no table)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [model] must be a table of name = {{ value = ..., why = \"...\" }}")
+    out = []
+    for name, entry in table.items():
+        where = f"{path}: [model] {name}"
+        if not MODEL_NAME.fullmatch(name):
+            raise ConfigError(f"{where}: a name is lower case letters, digits and underscores, starting with a letter")
+        if not isinstance(entry, dict) or set(entry) != {"value", "why"}:
+            raise ConfigError(f"{where}: must be {{ value = ..., why = \"...\" }}, got {entry!r}")
+        why = entry["why"]
+        if not isinstance(why, str) or not why.strip() or "\n" in why:
+            raise ConfigError(f"{where}: why must be one non-empty line, got {why!r}")
+        out.append(ModelValue(name, _model_value(entry["value"], where), why.strip()))
+    return tuple(out)
+
+
+def _model_value(value: object, where: str) -> bool | int | float | tuple:
+    """A [model] value as the generated struct holds it; lists become tuples of one scalar type."""
+    items = value if isinstance(value, list) else [value]
+    kinds = {type(x) for x in items}
+    if not items or len(kinds) != 1 or not kinds <= {bool, int, float} or (isinstance(value, list) and bool in kinds):
+        raise ConfigError(f"{where}: value must be a bool, an integer, a float, or a non-empty list of integers "
+                          f"or of floats, got {value!r}")
+    if any(isinstance(x, float) and not math.isfinite(x) for x in items):
+        raise ConfigError(f"{where}: value must be finite, got {value!r}")
+    if any(type(x) is int and not -2**63 < x < 2**63 for x in items):
+        raise ConfigError(f"{where}: an integer value must fit in 64 bits, got {value!r}")
+    return tuple(items) if isinstance(value, list) else value
+
+
+def _cpp_scalar_type(value: bool | int | float) -> str:
+    return {bool: "bool", int: "int64_t", float: "double"}[type(value)]
+
+
+def _cpp_literal(value: bool | int | float) -> str:
+    """The C++ literal of a value: repr gives the shortest decimal that reads back as the same double."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
 
 
 def _with_fixed_axes(group: dict, family: Family, where: str) -> dict:
@@ -468,6 +541,47 @@ def render_variant_library(space: ConfigSpace, chosen: list[Variant]) -> str:
     return sources + "\n" + VARIANT_LIBRARY_TEMPLATE.format(rows=rows, family=space.family, hash=space.hash)
 
 
+MODEL_TEMPLATE = """\
+// Generated by python/wavetune/codegen/config_space.py from {source}'s [model] table. Do not edit.
+// The {family} family's built-in model: each constant with the reason its file gives.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace wavetune {{
+
+struct {struct} {{
+{fields}
+
+  // visit(name, field) on each field in the file's order: how the bindings read and override them by name.
+  template <class Self, class Visit>
+  static void visit_fields(Self& self, Visit&& visit) {{
+{visits}
+  }}
+}};
+
+}}  // namespace wavetune
+"""
+
+
+def model_header(space: ConfigSpace) -> str:
+    """The file name of the family's generated model struct."""
+    return f"{space.family}_model_data.h"
+
+
+def model_struct(space: ConfigSpace) -> str:
+    """The C++ name of the family's model struct: the family's name in CamelCase, then ``Model``."""
+    return "".join(part.capitalize() for part in space.family.split("_")) + "Model"
+
+
+def render_model(space: ConfigSpace) -> str:
+    fields = "\n".join(f"  // {v.why}\n  {v.cpp_type} {v.name} = {v.cpp_value};" for v in space.model)
+    visits = "\n".join(f'    visit("{v.name}", self.{v.name});' for v in space.model)
+    return MODEL_TEMPLATE.format(source=space.path.name, family=space.family, struct=model_struct(space),
+                                 fields=fields, visits=visits)
+
+
 def write_if_changed(path: Path, text: str) -> bool:
     """Rewrite only on change, so an unchanged variant is not recompiled after a reconfigure."""
     if path.exists() and path.read_text() == text:
@@ -479,10 +593,13 @@ def write_if_changed(path: Path, text: str) -> bool:
 
 def generate(space: ConfigSpace, out_dir: Path, kernel_set: str, name_filter: str, with_kernels: bool,
              tables_dir: Path | None = None, allow_empty: bool = False) -> list[Path]:
-    """Write the family's registry list and (with kernels) one .cu per chosen variant; return the .cu paths."""
+    """Write the family's registry list, its model struct (if it has a [model] table) and (with kernels) one .cu
+    per chosen variant; return the .cu paths."""
     family = space.generation
     chosen = space.select(kernel_set, name_filter, tables_dir, allow_empty) if with_kernels else []
     write_if_changed(out_dir / family.registry, render_registry(space, chosen, kernel_set if with_kernels else "none"))
+    if space.model:
+        write_if_changed(out_dir / model_header(space), render_model(space))
     sources_dir = out_dir / family.sources_dir
     sources = []
     for v in chosen:

@@ -280,19 +280,6 @@ def map_problem(tile: Sequence[int], cluster: Sequence[int], swap_ab: bool, m: i
     return grid, steps, capacity, _ceil_div(grid, capacity)
 
 
-# NOTES: mirror kStreamKMinSteps and kStreamKMaxPeers (csrc/include/wavetune/mapping.h, which says why).
-STREAM_K_MIN_STEPS = 8
-STREAM_K_MAX_PEERS = 8
-
-
-def stream_k_modeled(tiles: int, k_iters: int, L: int, C: int) -> bool:
-    """Whether the lookup may choose a stream-K launch over ``tiles`` output tiles of ``k_iters`` K steps,
-    mapped to L and C: CUTLASS runs it as stream-K (more than STREAM_K_MIN_STEPS K steps per tile, tiles
-    not a whole number of waves) and it splits each tile among at most STREAM_K_MAX_PEERS CTAs."""
-    runs_data_parallel = k_iters <= STREAM_K_MIN_STEPS or tiles % C == 0
-    return not runs_data_parallel and k_iters <= STREAM_K_MAX_PEERS * L
-
-
 def predict(waves: dict[int, Sequence[float]], G: int, L: int, w: int, C: int) -> float:
     """Predicted latency (us) of a problem at (G, L, w) under a config with capacity C.
 

@@ -3,7 +3,9 @@ reports it; docs/results.md#attention_candidates_replay_h200.md): the built-in r
 and the table with every CUTLASS config a candidate too. The choice follows attention_choice
 (csrc/families/attention/choice.cpp; the Python reference, as ``wavetune.families.gemm.replay`` is the GEMM
 tables'): the table's per-wave models (model.predict over tuning.attention_coordinates) override the built-in
-rule where they predict a candidate more than 5% faster. Needs no GPU and no compiled kernels.
+rule where they predict a candidate faster by more than the choice's margin. The built-in decode rule and the
+margin are the choice's own (choice_rules.h, bound as ``_C.attention_builtin_prefers_cudnn`` and
+``_C.attention_table_overrides``). Needs no GPU and no compiled kernels.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from types import SimpleNamespace
 
 from ...codegen import config_space
 from ...runtime.jit import CONFIG_SPACES
+from ...runtime.native import _C
 from ...tuning import model, tablefile
 from . import FAMILY, tuning
+from .api import attention_configs
 
-TABLE_MARGIN = 0.05  # kTableMargin
-CUDNN_DECODE_MAX_BYTES = 1 << 30  # kCudnnDecodeMaxBytes
 LIBRARY = ("attn_cudnn_", "attn_paged_")
 
 
@@ -26,11 +28,12 @@ def table_predictor(path: Path, sm_count: int):
     table = tablefile.read_table(path)
     tiles = {v.name: (v.tile_m, v.tile_n, v.tile_k)
              for v in config_space.load(CONFIG_SPACES / FAMILY.config_space).variants}
+    tiles.update({c.name: c.tile for c in attention_configs() if c.from_library})  # nominal tiles (attention.h)
     keys = [f"{c['variant']}/{c['splits']}" for c in table["configs"]]
     waves = {keys[i]: w for i, w in table["waves"].items()}
 
-    def tile(name: str) -> tuple[int, int, int]:  # the candidates' nominal tile (attention.h)
-        return tiles.get(name) or (128, 64, int(name.rsplit("_hd", 1)[1]))
+    def tile(name: str) -> tuple[int, int, int]:
+        return tiles[name]
 
     def predict(key: str, case: dict) -> float:
         name, splits = key.rsplit("/", 1)
@@ -41,12 +44,11 @@ def table_predictor(path: Path, sm_count: int):
 
 
 def builtin(case: dict) -> str:
-    """The built-in rule's candidate (builtin_prefers_cudnn in choice.cpp, for calls without out=)."""
-    head_dim, group = case["head_dim"], case["heads_q"] // case["heads_kv"]
-    kv_bytes = 4 * case["batch"] * case["seqlen_k"] * case["heads_kv"] * head_dim
-    cudnn = case["phase"] == "prefill" or (head_dim == 64 and group >= 16) or \
-        (head_dim <= 128 and kv_bytes < CUDNN_DECODE_MAX_BYTES)
-    return f"attn_{'cudnn' if cudnn else 'paged'}_bf16_hd{head_dim}/1"
+    """The built-in rule's candidate for a call without out= that may run cuDNN and the paged kernel (a log's
+    cases: prefill with as many queries as keys, decode)."""
+    sizes = tuple(case[key] for key in ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim"))
+    cudnn = _C.attention_builtin_prefers_cudnn(sizes, case.get("causal", True), (True, True, False))
+    return f"attn_{'cudnn' if cudnn else 'paged'}_bf16_hd{case['head_dim']}/1"
 
 
 def choose(case: dict, keys, tile, predict, every_config: bool) -> str:
@@ -59,7 +61,7 @@ def choose(case: dict, keys, tile, predict, every_config: bool) -> str:
                                                       >= tile(key.rsplit("/", 1)[0])[1]))]
     predicted = {key: predict(key, case) for key in fits}
     best, prior = min(predicted, key=predicted.get), builtin(case)
-    return best if predicted.get(prior, 0.0) > (1 + TABLE_MARGIN) * predicted[best] else prior
+    return best if _C.attention_table_overrides(predicted.get(prior, 0.0), predicted[best]) else prior
 
 
 def replay(cases: list[dict], keys, tile, predict) -> dict[str, list[float]]:

@@ -1,7 +1,8 @@
 """The dense GEMM table's choice replayed in Python, as docs/tables.md states it (the Python reference of the
 lookup: model.map_problem and model.predict, the memory and traffic floors, calibration, the compute floor,
-priors, stream-K only where it is modeled; exact records are not consulted, so the model is what is judged).
-benchmarks/choice_quality.py judges it on measured logs; needs no GPU and no compiled kernels.
+priors, stream-K only where the lookup's own rule, ``_C.stream_k_modeled``, says it is modeled; exact records
+are not consulted, so the model is what is judged). benchmarks/choice_quality.py judges it on measured logs;
+needs no GPU and no compiled kernels.
 """
 
 from __future__ import annotations
@@ -11,21 +12,24 @@ from types import SimpleNamespace
 
 from ...codegen import config_space
 from ...runtime.jit import CONFIG_SPACES
+from ...runtime.native import _C
 from ...tuning import model, tablefile
 from . import FAMILY
 
-# The cuBLAS candidates and the nominal tile they are mapped through (csrc/families/gemm/cublas_variant.cu).
-LIBRARY_VARIANTS = [f"cublas_{dtype}_b{layout}" for dtype in ("bf16", "fp16") for layout in ("col", "row")]
-NOMINAL_LIBRARY_TILE = SimpleNamespace(tile_m=128, tile_n=128, tile_k=64, cluster_m=1, cluster_n=1, swap_ab=False)
+
+def library_variants() -> dict[str, SimpleNamespace]:
+    """The cuBLAS candidates a table may name, each with the nominal tile it is mapped through."""
+    return {name: SimpleNamespace(tile_m=tile[0], tile_n=tile[1], tile_k=tile[2], cluster_m=1, cluster_n=1,
+                                  swap_ab=False) for name, tile in _C.cublas_candidates()}
 
 
 def table_predictor(path: Path, sm_count: int):
     """(config keys, predict(key, m, n, k) -> us, choosable(key, m, n, k) -> bool, priors [(max_m, key,
     margin)] by ascending max_m). ``choosable``: whether the lookup may choose the config there
-    (model.stream_k_modeled)."""
+    (``_C.stream_k_modeled``, mapping.h's rule)."""
     table = tablefile.read_table(path)
     variants = {v.name: v for v in config_space.load(CONFIG_SPACES / FAMILY.config_space).variants}
-    variants.update({name: NOMINAL_LIBRARY_TILE for name in LIBRARY_VARIANTS})
+    variants.update(library_variants())
     keys = [f"{c['variant']}/{c['decomposition']}/{c['splits']}" for c in table["configs"]]
     waves = {keys[i]: w for i, w in table["waves"].items()}
     calibration = {keys[i]: c for i, c in table["calibration"].items()}
@@ -51,7 +55,7 @@ def table_predictor(path: Path, sm_count: int):
         if decomposition != "stream_k":
             return True
         _, L, C, _ = model.map_problem(tile, cluster, swap_ab, m, n, k, decomposition, 1, sm_count)
-        return model.stream_k_modeled(*model.problem_extents(tile, cluster, swap_ab, m, n, k), L, C)
+        return _C.stream_k_modeled(*model.problem_extents(tile, cluster, swap_ab, m, n, k), L, C)
 
     priors = sorted((p["max_m"] or float("inf"), keys[p["config_id"]], p["margin"]) for p in table["priors"])
     return keys, predict, choosable, priors

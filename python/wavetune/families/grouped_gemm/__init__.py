@@ -1,8 +1,8 @@
 """The grouped-GEMM family for mixture-of-experts layers: ``wavetune.grouped_gemm``, its torch operator
 ``torch.ops.wavetune.grouped_gemm`` and its tuning (docs/grouped.md).
 
-Modules: ``api`` (entry point, variant listing), ``mapping`` (the (G, L) mapping, a mirror of the C++
-one), ``torch_ops`` (operator; imports torch), ``cases`` (the generated MoE cases of the tune and
+Modules: ``api`` (entry point, variant listing), ``mapping`` (the (G, L) mapping: the C++ one, bound),
+``torch_ops`` (operator; imports torch), ``cases`` (the generated MoE cases of the tune and
 held-out splits), ``measure`` (timing the variants on a case; imports torch), ``tuning`` (measure the
 tune split, fit the table).
 """

@@ -12,7 +12,7 @@ from ..gemm.cases import DIMS, TP_SPLITS, layer_shapes
 
 MODELS = {
     "heldout": ("qwen2.5-32b", "mistral-nemo-12b", "gemma-2-27b", "internlm2.5-20b"),
-    # What the scaled GEMM's choice (launch.cu: its token limits and wave model) was decided on.
+    # What the scaled GEMM's choice (its token limits and wave models) was decided on.
     "design": ("llama3-8b", "qwen2.5-7b", "llama3-70b", "qwen2.5-14b"),
 }
 M_RANGES = (("1-8", 1, 8), ("9-16", 9, 16), ("17-64", 17, 64), ("65-1024", 65, 1024), ("1025-16384", 1025, 16384))

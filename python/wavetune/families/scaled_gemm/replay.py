@@ -1,12 +1,13 @@
 """The FP8 scaled GEMM's built-in choice replayed offline on logs of benchmarks/scaled_gemm.py (docs/scaled_gemm.md):
 the decode variants' loop-step model and split counts, the CUTLASS-or-decode rule at 1-16 tokens, the CUTLASS
 choice past 64 tokens with block scales, and a table of the shared wave model fitted to a sweep (why the family
-ships none). Needs no GPU, except ``device_decode_facts``.
+ships none). The models are the choice's own (csrc/families/scaled_gemm/scaled_model.h, bound as
+``_C.scaled_gemm_*``, with the constants of ``_C.scaled_gemm_model()``). Needs no GPU, except
+``device_decode_facts``.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
@@ -18,7 +19,6 @@ from .cases import VARIANT_M
 
 # ---- the decode variants' choice --------------------------------------------------------------------------
 
-WAVE_STEPS, SPLIT_STEPS, SPLIT_COUNTS = 8.0, 0.5, (1, 2, 4, 8)  # launch.cu's kDecodeWave/SplitSteps, split counts
 DECODE_NAME = re.compile(r"e4m3_\w+?_(block128_)?decode_(\d+)x(\d+)_\d+x(\d+)(_persistent)?$")
 
 
@@ -45,12 +45,9 @@ def decode_facts(header: dict, name: str) -> dict | None:
                 resident=resident)
 
 
-def predicted_steps(facts: dict, m: int, n: int, k: int, splits: int, sm_count: int) -> float:
-    """launch.cu's predicted_steps."""
-    tiles = -(-n // facts["rows"]) * -(-m // facts["tokens"])
-    slots = facts["resident"] * sm_count
-    waves = max(tiles / slots, 1.0) if facts["persistent"] else math.ceil(tiles * splits / slots)
-    return waves * (math.ceil(k / (facts["tile_k"] * splits)) + WAVE_STEPS) + SPLIT_STEPS * (splits - 1)
+def decode_tile(facts: dict) -> tuple:
+    """A decode variant's facts as the bound decode model takes them (``_C.scaled_gemm_predicted_steps``)."""
+    return facts["rows"], facts["tokens"], facts["tile_k"], facts["persistent"], facts["resident"]
 
 
 def decode_pick(header: dict, row: dict) -> tuple[str, float] | None:
@@ -63,30 +60,32 @@ def decode_pick(header: dict, row: dict) -> tuple[str, float] | None:
             sweep[name, int(splits)] = (facts, us)
     if not sweep:
         return None
-    sm_count = header.get("sm_count", 132)
-    own = {}  # each variant at the split count the model gives it
-    for (name, splits), (facts, _) in sweep.items():
-        if facts["persistent"] or splits in SPLIT_COUNTS:
-            steps = predicted_steps(facts, row["m"], row["n"], row["k"], splits, sm_count)
-            if name not in own or (steps, splits) < own[name][:2]:
-                own[name] = (steps, splits)
+    sm_count, (m, n, k) = header.get("sm_count", 132), (row["m"], row["n"], row["k"])
+    own = {}  # each variant at the split count the choice gives it, where the row timed that
+    for name, facts in {name: facts for (name, _), (facts, _) in sweep.items()}.items():
+        splits = _C.scaled_gemm_decode_splits(decode_tile(facts), m, n, k, sm_count)
+        if (name, splits) in sweep:
+            own[name] = (_C.scaled_gemm_predicted_steps(decode_tile(facts), m, n, k, splits, sm_count), splits)
     name, (steps, splits) = min(own.items(), key=lambda item: item[1])
     return sweep[name, splits][1], min(us for _, us in sweep.values())
 
 
 def cutlass_share_quality(log: Path, share: int) -> list[float]:
-    """launch.cu's cutlass_fills_the_gpu with a given share, on a log's rows of 1-16 tokens: the best variant's
-    time over that of the fastest CUTLASS variant where the rule takes them (their 64-row tiles times the decode
-    variants' 8-token tiles occupy 1 / share of the SMs), else of the decode model's pick."""
+    """The choice's CUTLASS-or-decode rule at 1-16 tokens (``_C.scaled_gemm_cutlass_fills_the_gpu``) with the share
+    of the SMs overridden, on a log's rows: the best variant's time over that of the fastest CUTLASS variant where
+    the rule takes them (their 64-row tiles times the decode variants' 8-token tiles occupy 1 / share of the SMs),
+    else of the decode model's pick."""
     header, rows = read_jsonl(log)
     sm_count = header.get("sm_count", 132)
+    scale_kind = _C.scale_kinds().index("block128" if header.get("scales") == "block" else "row")
+    shares = {"cutlass_fill_share_row": share, "cutlass_fill_share_block128": share}
     out = []
     for row in rows:
         pick = decode_pick(header, row) if row["m"] <= 16 else None
         cutlass = [us for name, us in row["us"].items() if "_swapab_" in name and "/" in name]
         if pick is None or not cutlass:
             continue
-        takes_cutlass = share * -(-row["n"] // 64) * -(-row["m"] // 8) >= sm_count
+        takes_cutlass = _C.scaled_gemm_cutlass_fills_the_gpu(64, 8, row["m"], row["n"], scale_kind, sm_count, shares)
         out.append(min(us for name, us in row["us"].items() if "/" in name) / (min(cutlass) if takes_cutlass
                                                                                else pick[0]))
     return out
@@ -104,35 +103,20 @@ def replay_quality(log: Path) -> dict[tuple[int, int], list[float]]:
 
 # ---- block scales past 64 tokens: the CUTLASS choice ------------------------------------------------------
 
-# launch.cu's cutlass_cost_us constants, and each GPU's peak DRAM bandwidth as DeviceInfo derives it (bytes / us).
-TENSOR_FLOPS_PER_US_PER_SM, TENSOR_EFFICIENCY, BLOCK_PINGPONG_EFFICIENCY = 1979e6 / 132, 0.7, 0.45
-HBM_EFFICIENCY, CUTLASS_WAVE_US = 0.9, 2.0
+# Each GPU's peak DRAM bandwidth as the choice derives it from the device's memory clock and bus width (bytes / us).
 PEAK_BYTES_PER_US = {"NVIDIA H100 80GB HBM3": 3.35e6, "NVIDIA H200": 4.8e6}
 UNSWAPPED_TILE = re.compile(r"_block128_(cooperative|pingpong)_(\d+)x(\d+)x(\d+)_(\d+)x(\d+)$")
 
 
-def prefill_cost_us(name: str, row: dict, header: dict) -> float:
-    """launch.cu's cutlass_cost_us for an unswapped block-scaled variant (tokens along tile M)."""
+def prefill_rank(name: str, row: dict, header: dict) -> tuple[float, int]:
+    """How the choice orders an unswapped block-scaled variant (tokens along tile M): the CUTLASS wave model's
+    microseconds (``_C.scaled_gemm_cutlass_cost_us``), then its cluster (``_C.scaled_gemm_cluster_rank``)."""
     schedule, *shape = UNSWAPPED_TILE.search(name).groups()
-    tile_m, tile_n, tile_k = map(int, shape[:3])
-    sm_count = header.get("sm_count", 132)
-    weight_tiles, token_tiles = -(-row["n"] // tile_n), -(-row["m"] // tile_m)
-    tiles = weight_tiles * token_tiles
-    active = min(tiles, sm_count)
-    token_rows = min(token_tiles, active) * min(tile_m, row["m"])
-    weight_rows = -(-active // token_tiles) * tile_n
-    hbm_us = (weight_rows + token_rows) * tile_k / (HBM_EFFICIENCY * PEAK_BYTES_PER_US[header["device"]])
-    efficiency = BLOCK_PINGPONG_EFFICIENCY if schedule == "pingpong" else TENSOR_EFFICIENCY
-    mma_us = 2 * tile_m * tile_n * tile_k / (efficiency * TENSOR_FLOPS_PER_US_PER_SM)
-    return math.ceil(tiles / sm_count) * (math.ceil(row["k"] / tile_k) * max(hbm_us, mma_us) + CUTLASS_WAVE_US)
-
-
-def cluster_rank(name: str, row: dict) -> int:
-    """launch.cu's cluster_rank for an unswapped variant: a pair along the longer output side, the other, none."""
-    cluster_m, cluster_n = map(int, UNSWAPPED_TILE.search(name).groups()[4:])
-    if cluster_m * cluster_n == 1:
-        return 2
-    return 0 if (cluster_m > 1) == (row["m"] > row["n"]) else 1
+    tile, cluster = tuple(map(int, shape[:3])), tuple(map(int, shape[3:]))
+    cost = _C.scaled_gemm_cutlass_cost_us(tile, False, schedule, row["m"], row["n"], row["k"],
+                                          _C.scale_kinds().index("block128"), header.get("sm_count", 132),
+                                          PEAK_BYTES_PER_US[header["device"]])
+    return cost, _C.scaled_gemm_cluster_rank(cluster, False, row["m"], row["n"])
 
 
 def prefill_quality(log: Path) -> list[float]:
@@ -142,8 +126,7 @@ def prefill_quality(log: Path) -> list[float]:
     for row in rows:
         timed = {key: us for key, us in row["us"].items() if UNSWAPPED_TILE.search(key.rpartition("/")[0])}
         if row["m"] > VARIANT_M and timed:
-            pick = min(timed, key=lambda key: (prefill_cost_us(key.rpartition("/")[0], row, header),
-                                               cluster_rank(key.rpartition("/")[0], row)))
+            pick = min(timed, key=lambda key: prefill_rank(key.rpartition("/")[0], row, header))
             out.append(min(timed.values()) / timed[pick])
     return out
 
