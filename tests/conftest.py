@@ -28,6 +28,13 @@ def family_table(family: str = "gemm") -> str:
     return "\n" + "\n".join(lines[start:end]) + "\n"
 
 
+def compiled_rows(registry: str) -> list[str]:
+    """The rows of a generated registry list's compiled variants (its ``_VARIANT_LIST``; the whole config space's
+    rows, ``_SPACE_VARIANT_LIST``, come after it)."""
+    listing = registry.split("_VARIANT_LIST(WAVETUNE_VARIANT) \\\n", 1)[1].split("\n\n", 1)[0]
+    return [row.strip(" \\") for row in listing.splitlines() if row.strip(" \\")]
+
+
 @functools.cache
 def gpu_skip_reason() -> str | None:
     try:

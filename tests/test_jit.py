@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 
 import wavetune
-from conftest import REPO, gpu_skip_reason
+from conftest import REPO, compiled_rows, gpu_skip_reason
 from wavetune import __main__ as cli
 from wavetune import families
 from wavetune.codegen import config_space as cs
-from wavetune.runtime import jit, kernel_cache, tables
+from wavetune.codegen import variant_library
+from wavetune.runtime import configs, jit, kernel_cache, tables
 from wavetune.runtime.jit import JIT_ENV
 from wavetune.runtime.kernel_cache import CacheError, CacheKey, KernelCache
 from wavetune.tuning import tablefile
@@ -248,13 +249,64 @@ def test_the_builtin_set_selects_no_variant_and_codegen_accepts_it(tmp_path, cap
     assert cs.generate_families(spaces, tmp_path / "generated", cs.BUILTIN_SET, "", True, REPO / "tables") == []
     for space in spaces:
         registry = (tmp_path / "generated" / space.generation.registry).read_text()
-        assert f'_KERNEL_SET_NAME "{cs.BUILTIN_SET}"' in registry and "  WAVETUNE_VARIANT(" not in registry
+        assert f'_KERNEL_SET_NAME "{cs.BUILTIN_SET}"' in registry and compiled_rows(registry) == []
+        assert registry.count("  WAVETUNE_VARIANT(") == len(space.variants)  # the whole space, listed once
     assert not list((tmp_path / "generated").rglob("*.cu"))
     out = tmp_path / "cli"
     assert cs.main([*map(str, paths), str(out), "--kernel-set", cs.BUILTIN_SET, "--tables-dir", str(REPO / "tables")]) == 0
     assert capsys.readouterr().out.strip() == ""  # the sources CMake compiles: none
     with pytest.raises(cs.ConfigError, match="selects no variant"):
         cs.generate_families(spaces, tmp_path / "none", "ci", "no_such_variant_*", True, REPO / "tables")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "cutlass_configs").glob("*.toml")), ids=lambda p: p.name)
+def test_the_build_lists_its_config_spaces_as_the_generator_reads_them(path):
+    """What the JIT compiles comes from the native module (run time never imports the generator): every variant of
+    each config space, compiled or not, with the generator's ids, names and fields, and its built-in choice's."""
+    space = cs.load(path)
+    listed = configs.config_space(space.family)
+    assert listed.hash == space.hash == families.get(space.family).compiled_hash()
+    assert [(c.id, c.name, c.dtype, c.b_layout, c.swap_ab, c.schedule, c.tile, c.cluster, c.scheduler)
+            for c in listed.variants] == [
+        (v.id, v.name, v.dtype, v.b_layout, v.swap_ab, v.schedule, (v.tile_m, v.tile_n, v.tile_k),
+         (v.cluster_m, v.cluster_n), v.scheduler) for v in space.variants]
+    assert listed.heuristic_set == {v.name for v in space.heuristic_set()}
+
+
+def test_a_family_of_built_in_variants_has_no_config_space():
+    for family in families.all():
+        assert (configs.config_space(family.name) is None) == (not family.config_space), family.name
+        if not family.config_space:
+            assert jit.missing_variants(family.name) == []
+
+
+def test_a_compile_writes_the_source_the_generator_renders(tmp_path):
+    """The source of a variant library is written by the code generator in a process of its own, as the build
+    renders it."""
+    space = cs.load(REPO / "cutlass_configs" / "sm90_gemm.toml")
+    chosen = [v for v in space.variants if v.name.startswith("bf16_bcol_pingpong_64x")][:2]
+    jit.generate_source("gemm", [v.name for v in chosen], tmp_path / "library.cu")
+    assert (tmp_path / "library.cu").read_text() == cs.render_variant_library(space, chosen)
+
+
+def test_a_compile_refuses_an_installed_config_space_of_another_build(tmp_path, monkeypatch):
+    """An installed config space that is not the one the build was compiled from fails the compile with a
+    message, before nvcc (the generator, in its own process, checks it)."""
+    edited = (REPO / "cutlass_configs" / "sm90_gemm.toml").read_text().replace('"64x64x64", ', "", 1)
+    (tmp_path / "sm90_gemm.toml").write_text(edited)
+    monkeypatch.setattr(jit, "CONFIG_SPACES", tmp_path)
+    name = cs.load(REPO / "cutlass_configs" / "sm90_gemm.toml").variants[0].name
+    with pytest.raises(jit.CompileError, match=rf"(?s)generating the source of {name} failed.*"
+                                               "is not the one this build was compiled from"):
+        jit.generate_source("gemm", [name], tmp_path / "library.cu")
+    assert not (tmp_path / "library.cu").exists()
+
+
+def test_the_generator_refuses_a_variant_its_space_lacks(tmp_path, capsys):
+    path = REPO / "cutlass_configs" / "sm90_gemm.toml"
+    space_hash = cs.load(path).hash
+    assert variant_library.main([str(path), space_hash, str(tmp_path / "x.cu"), "no_such_variant"]) == 1
+    assert "has no variant no_such_variant" in capsys.readouterr().err and not (tmp_path / "x.cu").exists()
 
 
 @pytest.mark.parametrize("table", sorted((REPO / "tables").glob("*.wtt")), ids=lambda p: p.name)
@@ -387,7 +439,7 @@ def run_isolated(call: str, tmp_path: Path, jit: str = "0") -> str:
     return done.stdout
 
 
-def uncompiled_variant() -> cs.Variant | None:
+def uncompiled_variant() -> wavetune.KernelConfig | None:
     """A gemm variant this build lacks, a 64-row ping-pong tile first (among the quickest to compile)."""
     missing = jit.missing_variants("gemm")
     quick = [v for v in missing if fnmatch.fnmatchcase(v.name, "bf16_bcol_pingpong_64x*_1x1_persistent")]

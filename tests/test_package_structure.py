@@ -1,7 +1,9 @@
 """The Python package's modules, subpackages included, use each other through public names only, and import
-each other without a cycle at module level. The kernel families are found by the registry, so no module
-outside a family's subpackage names one. The tests use the package and their own helpers, not benchmark
-scripts. Read from the source with ast; needs neither torch nor a build."""
+each other without a cycle at module level (the run-time layer, runtime/, at any level). The kernel families
+are found by the registry, so no module outside a family's subpackage names one, and the tuner and the code
+generator reach one through its descriptor. The tests use the package and their own helpers, not benchmark
+scripts. Read from the source with ast; needs neither torch nor a build (tests/test_layers.py checks what run
+time imports, in a fresh interpreter)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,23 @@ from conftest import REPO
 
 PACKAGE = REPO / "python" / "wavetune"
 NATIVE = "wavetune._C"  # the compiled module: underscored by the extension convention, public to the package
-FAMILIES = ("gemm", "grouped_gemm", "attention", "scaled_gemm")
+
+
+def registered_families() -> list[str]:
+    """The families the registry finds: the name each subpackage of wavetune.families registers
+    (``register(Family(name=...))``), read from its source."""
+    names = []
+    for init in sorted((PACKAGE / "families").glob("*/__init__.py")):
+        calls = [n for n in ast.walk(ast.parse(init.read_text())) if isinstance(n, ast.Call)
+                 and ast.unparse(n.func) == "Family"]
+        assert len(calls) == 1, f"{init.relative_to(PACKAGE)} describes {len(calls)} families, not one"
+        names += [k.value.value for k in calls[0].keywords if k.arg == "name"]
+    return names
+
+
+FAMILIES = registered_families()
+# The families other than dense GEMM, the default that shared code may name (load_table's family="gemm").
+OTHER_FAMILIES = [f for f in FAMILIES if f != "gemm"]
 
 
 def module_name(path) -> str:
@@ -58,6 +76,7 @@ def test_every_module_is_found():
     for name in ("wavetune.families", "wavetune.families.gemm.api", "wavetune.runtime.tables",
                  "wavetune.tuning.runner", "wavetune.codegen.config_space", "wavetune.nn", "wavetune.torch_ops"):
         assert name in found
+    assert "gemm" in FAMILIES and len(FAMILIES) == len(set(FAMILIES)) >= 8, FAMILIES
     for family in FAMILIES:
         tuned = (PACKAGE / "families" / family / "tuning.py").exists()  # built-in variants only: no tuning
         roles = ("api", "torch_ops", "tuning") if tuned else ("api", "torch_ops")
@@ -89,18 +108,22 @@ def test_no_private_name_crosses_a_module():
     assert not crossings, crossings
 
 
-def test_no_import_cycle_at_module_level():
+def import_graph(top_level_only: bool) -> dict[str, set[str]]:
+    """Module -> the package's modules its imports run (module level only, or function level too)."""
     found = modules()
     known = set(found)
     graph = {}
     for name, (tree, is_package) in found.items():
         edges = set()
-        for module, _ in package_imports(name, tree, is_package, known, top_level_only=True):
+        for module, _ in package_imports(name, tree, is_package, known, top_level_only):
             # Importing a submodule runs its packages' __init__ first.
             parts = module.split(".")
             edges |= {".".join(parts[:i]) for i in range(2, len(parts) + 1)} & known
         graph[name] = edges - {name}
+    return graph
 
+
+def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
     def cycle_from(start: str, path: list[str]) -> list[str] | None:
         for nxt in graph.get(path[-1], ()):
             if nxt == start:
@@ -110,9 +133,33 @@ def test_no_import_cycle_at_module_level():
         return None
 
     # A package's __init__ importing its own submodules is the package's business; any other cycle is not.
-    cycles = [c for name in graph if (c := cycle_from(name, [name]))
-              and not all(b.startswith(a + ".") or a.startswith(b + ".") for a, b in zip(c, c[1:]))]
+    return [c for name in graph if (c := cycle_from(name, [name]))
+            and not all(b.startswith(a + ".") or a.startswith(b + ".") for a, b in zip(c, c[1:]))]
+
+
+def test_no_import_cycle_at_module_level():
+    cycles = cycles_of(import_graph(top_level_only=True))
     assert not cycles, cycles[0]
+
+
+def test_the_run_time_layer_imports_one_way_at_any_level():
+    """runtime/'s modules import each other in one direction only, in functions too: runtime.tables calls
+    runtime.jit, which tells it of its compiles through listeners (a cycle would hide in a function-level import)."""
+    runtime = {name: edges for name, edges in import_graph(top_level_only=False).items()
+               if name.startswith("wavetune.runtime.")}
+    cycles = cycles_of({name: {e for e in edges if e in runtime} for name, edges in runtime.items()})
+    assert not cycles, cycles[0]
+
+
+def test_the_tuner_and_the_code_generator_reach_families_through_the_registry():
+    """No module of wavetune.tuning or wavetune.codegen imports a family's modules: they take the family's
+    descriptor (families.get(name), families.all()) and its modules from it."""
+    found = modules()
+    offenders = [f"{name}: {module}" for name, (tree, is_package) in found.items()
+                 if name.startswith(("wavetune.tuning.", "wavetune.codegen."))
+                 for module, _ in package_imports(name, tree, is_package, set(found), top_level_only=False)
+                 if module.startswith("wavetune.families.")]
+    assert not offenders, offenders
 
 
 def docstring_ids(tree: ast.Module) -> set[int]:
@@ -142,9 +189,9 @@ def test_no_module_outside_a_family_names_the_families():
         tree = ast.parse(path.read_text())
         docstrings = docstring_ids(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and node.value in FAMILIES[1:] and id(node) not in docstrings:
+            if isinstance(node, ast.Constant) and node.value in OTHER_FAMILIES and id(node) not in docstrings:
                 offenders.append(f"{relative}:{node.lineno}: {node.value!r}")
-            if isinstance(node, ast.ImportFrom) and any(f"families.{f}" in (node.module or "") for f in FAMILIES[1:]):
+            if isinstance(node, ast.ImportFrom) and any(f"families.{f}" in (node.module or "") for f in OTHER_FAMILIES):
                 offenders.append(f"{relative}:{node.lineno}: from {node.module}")
     assert not offenders, offenders
 

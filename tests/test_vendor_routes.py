@@ -45,7 +45,6 @@ def test_the_builtin_kernel_set_compiles_no_variant():
 def test_a_family_without_a_table_queues_its_built_in_models_variants(monkeypatch):
     space = config_space.load(REPO / "cutlass_configs" / "sm90_scaled_gemm.toml")
     queued = {}
-    monkeypatch.setattr(jit, "config_spaces", lambda: {"scaled_gemm": space})
     monkeypatch.setattr(jit, "compiled_names", lambda family: set())
     monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
     monkeypatch.setattr(jit, "cache_for", lambda family: None)

@@ -290,6 +290,24 @@ PYBIND11_MODULE(_C, m) {
       "variants with their family: (family, variant names, how many were new). ValueError when it does not fit "
       "this build.");
 
+  m.def(
+      "config_space",
+      [](const std::string& family) -> py::object {
+        const ConfigSpace* space = find_config_space(family);
+        if (!space) return py::none();
+        py::list variants, heuristic_set;
+        for (const VariantInfo& v : space->variants) variants.append(bindings::variant_dict(v));
+        for (const char* name : space->heuristic_set) heuristic_set.append(name);
+        py::dict d;
+        d["hash"] = space->hash;
+        d["variants"] = variants;
+        d["heuristic_set"] = heuristic_set;
+        return d;
+      },
+      py::arg("family"),
+      "The config space the family's variants were generated from, compiled or not: {hash, variants (dicts as the "
+      "family's variant listing gives them), heuristic_set (the names of those its built-in choice takes)}; None "
+      "for a family with built-in variants only.");
   m.def("families", [] {
     py::list out;
     for (const KernelFamily* f : kernel_families()) out.append(f->name);

@@ -1,7 +1,6 @@
-// The table families registered with the lookup library (family.h), and the variant names their tables may hold.
+// The table families registered with the lookup library (family.h), and the config spaces it was generated from.
 #include <algorithm>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "common.h"
@@ -15,22 +14,28 @@ const std::vector<const TableFamily*>& table_families() { return detail::registe
 
 const TableFamily* find_table_family(const std::string& name) { return detail::find_registered<TableFamily>(name); }
 
-namespace lookup_detail {
 namespace {
 
-// A config space this library was generated from: its family, hash and every variant's name.
-struct GeneratedSpace {
-  const char* family;
-  const char* hash;
-  std::vector<std::string_view> variant_names;
-};
-
-const std::vector<GeneratedSpace>& generated_spaces() {
-#define WAVETUNE_SPACE(FAMILY, HASH, NAMES) {FAMILY, HASH, {NAMES}},
-  static const std::vector<GeneratedSpace> spaces{WAVETUNE_GENERATED_SPACES(WAVETUNE_SPACE)};
+const std::vector<ConfigSpace>& config_spaces() {
+#define WAVETUNE_SPACE_ROW(...) WAVETUNE_VARIANT_INFO(__VA_ARGS__),
+#define WAVETUNE_SPACE(FAMILY, HASH, LIST, HEURISTIC_SET) {FAMILY, HASH, {LIST(WAVETUNE_SPACE_ROW)}, {HEURISTIC_SET}},
+  static const std::vector<ConfigSpace> spaces{WAVETUNE_GENERATED_SPACES(WAVETUNE_SPACE)};
 #undef WAVETUNE_SPACE
+#undef WAVETUNE_SPACE_ROW
   return spaces;
 }
+
+}  // namespace
+
+const ConfigSpace* find_config_space(const std::string& family) {
+  const std::vector<ConfigSpace>& spaces = config_spaces();
+  const auto space =
+      std::find_if(spaces.begin(), spaces.end(), [&](const ConfigSpace& s) { return family == s.family; });
+  return space == spaces.end() ? nullptr : &*space;
+}
+
+namespace lookup_detail {
+namespace {
 
 bool is_builtin_candidate(const std::string& family, const std::string& variant) {
   const BuiltinCandidates* builtin = detail::find_registered<BuiltinCandidates>(family);
@@ -42,16 +47,16 @@ bool is_builtin_candidate(const std::string& family, const std::string& variant)
 }  // namespace
 
 void check_known_variant(const Table& table, size_t config, const std::string& family, const std::string& space_hash) {
-  const std::vector<GeneratedSpace>& spaces = generated_spaces();
-  const auto space = std::find_if(spaces.begin(), spaces.end(), [&](const GeneratedSpace& s) {
-    return family == s.family && space_hash == s.hash;
-  });
-  if (space == spaces.end()) return;
+  const ConfigSpace* space = find_config_space(family);
+  if (!space || space_hash != space->hash) return;
   const std::string& variant = table.configs[config].variant_name;
-  const std::vector<std::string_view>& names = space->variant_names;
-  if (std::find(names.begin(), names.end(), variant) != names.end() || is_builtin_candidate(family, variant)) return;
+  const std::vector<VariantInfo>& variants = space->variants;
+  if (std::any_of(variants.begin(), variants.end(), [&](const VariantInfo& v) { return variant == v.name; }) ||
+      is_builtin_candidate(family, variant)) {
+    return;
+  }
   table_error(table.origin, ": config ", config, " names variant ", quoted(variant), ", which no build has: it is ",
-              "not in the ", family, " config space ", space_hash, " (", names.size(), " variants) nor one of the ",
+              "not in the ", family, " config space ", space_hash, " (", variants.size(), " variants) nor one of the ",
               "family's built-in candidates; the table is corrupt or was edited (re-tune it: python -m wavetune tune)");
 }
 

@@ -98,11 +98,5 @@ class VariantRegistry {
 
 }  // namespace wavetune::detail
 
-// A variant's description from its X-macro row (the generated registry lists and variant libraries).
-#define WAVETUNE_VARIANT_INFO(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS) \
-  ::wavetune::VariantInfo {                                                          \
-    ID, #NAME, ::wavetune::DType::DT, ::wavetune::BLayout::BL, SWAP, ::wavetune::Schedule::SCHED, TM, TN, TK, CM, CN, \
-        ::wavetune::TileScheduler::TS                                                \
-  }
 // One registry entry per X-macro row; `variant_<NAME>` is the variant's ops object.
 #define WAVETUNE_REGISTRY_ENTRY(ID, NAME, ...) {WAVETUNE_VARIANT_INFO(ID, NAME, __VA_ARGS__), &variant_##NAME},

@@ -176,28 +176,18 @@ def table_family(table: Path, requested: str | None) -> str:
     return family
 
 
-def variant_dict(v) -> dict:
-    """A config-space variant (codegen.config_space.Variant) as the native module describes variants."""
-    return {"id": v.id, "name": v.name, "dtype": v.dtype, "b_layout": v.b_layout, "swap_ab": v.swap_ab,
-            "schedule": v.schedule, "tile": (v.tile_m, v.tile_n, v.tile_k), "cluster": (v.cluster_m, v.cluster_n),
-            "scheduler": v.scheduler}
-
-
 def explain_selector(table: Path, family: str):
     """(selector, configs it explains from the config space): the table bound to the variants a full install
     runs, the compiled ones and the config space's others (on a GPU they compile on demand), so that explain
-    shows the table's choices on any build; the compiled ones alone where the kernel sources are not installed."""
+    shows the table's choices on any build."""
     from .runtime import jit
 
     selector = tables.open_table(table, family)  # the loader's checks of the file, as load_table makes them
-    try:
-        missing = jit.missing_variants(family) if selector.skipped_configs() else []
-    except jit.JitUnavailable:
-        missing = []
+    missing = jit.missing_variants(family) if selector.skipped_configs() else []
     if not missing:
         return selector, 0
-    compiled = [dataclasses.asdict(c) for c in families.get(family).list_configs()]
-    full = _C.Selector(str(table), family, compiled + [variant_dict(v) for v in missing])
+    variants = [dataclasses.asdict(c) for c in [*families.get(family).list_configs(), *missing]]
+    full = _C.Selector(str(table), family, variants)
     return full, selector.skipped_configs() - full.skipped_configs()
 
 

@@ -40,6 +40,19 @@ struct TableFamily {
 WAVETUNE_API const std::vector<const TableFamily*>& table_families();
 WAVETUNE_API const TableFamily* find_table_family(const std::string& name);
 
+// A config space the libraries were generated from (python/wavetune/codegen/config_space.py): every variant of
+// it, compiled into this build or not (what its tables may name), and the names of those the family's built-in
+// choice takes. The Python package compiles a variant outside the build from this description.
+struct ConfigSpace {
+  const char* family;
+  const char* hash;
+  std::vector<VariantInfo> variants;       // ordered by id
+  std::vector<const char*> heuristic_set;  // variant names
+};
+
+// The generated config space of a family, or nullptr (a family with built-in variants only).
+WAVETUNE_API const ConfigSpace* find_config_space(const std::string& family);
+
 // --- kernel library (libwavetune_kernels) --------------------------------------------------------------
 
 // A family's compiled kernels.

@@ -90,6 +90,13 @@ struct VariantInfo {
   TileScheduler scheduler;
 };
 
+// A variant's description from its X-macro row (the generated registry lists and variant libraries).
+#define WAVETUNE_VARIANT_INFO(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS) \
+  ::wavetune::VariantInfo {                                                          \
+    ID, #NAME, ::wavetune::DType::DT, ::wavetune::BLayout::BL, SWAP, ::wavetune::Schedule::SCHED, TM, TN, TK, CM, CN, \
+        ::wavetune::TileScheduler::TS                                                \
+  }
+
 struct MicroParams {
   Decomposition decomposition = Decomposition::heuristic;
   int32_t splits = 1;       // split-K factor; only with Decomposition::split_k

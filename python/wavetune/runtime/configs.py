@@ -1,10 +1,11 @@
 """Compiled variants and launches as Python values: ``KernelConfig`` (every family's variant listing),
-``LaunchConfig`` (a dense GEMM launch with its run-time parameters), and resolving a family's ``config``
-argument to a variant id."""
+``ConfigSpace`` (a family's config space as the build lists it, compiled or not), ``LaunchConfig`` (a dense GEMM
+launch with its run-time parameters), and resolving a family's ``config`` argument to a variant id."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from .native import _C
 
@@ -44,6 +45,26 @@ class KernelConfig:
         """Raster order and swizzle do not apply: cuBLAS orders its own tiles, the decode GEMM's CTAs are
         scheduled by the hardware."""
         return self.schedule in ("cublas", "decode")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigSpace:
+    """A family's config space as the build lists it (its generator's output, compiled into the native module):
+    every variant, compiled into this build or not, and the names of those the family's built-in choice takes."""
+
+    hash: str
+    variants: tuple[KernelConfig, ...]
+    heuristic_set: frozenset[str]
+
+
+@functools.cache
+def config_space(family: str) -> ConfigSpace | None:
+    """The config space the family's variants are generated from; None for a family with built-in variants only."""
+    space = _C.config_space(family)
+    if space is None:
+        return None
+    return ConfigSpace(space["hash"], tuple(KernelConfig(**v) for v in space["variants"]),
+                       frozenset(space["heuristic_set"]))
 
 
 def code(names: list[str], value: str, what: str) -> int:

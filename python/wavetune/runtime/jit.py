@@ -5,6 +5,11 @@ library at run time; the family's loaded tables are then bound again so that the
 A loaded table's missing variants (its working set minus what is compiled) compile in a background thread
 while its calls run the best compiled candidate; ``python -m wavetune build`` compiles ahead of time.
 ``WAVETUNE_JIT=0`` turns the background compiles off (variants the cache already holds still load).
+
+NOTES: which variants are missing comes from the native module (the config spaces it was generated from,
+``configs.config_space``); only a compile runs the code generator, in a process of its own
+(``wavetune.codegen.variant_library``), so that run time never imports it. ``runtime.tables`` calls this module
+and hears of its compiles through ``on``; this module never imports it.
 """
 
 from __future__ import annotations
@@ -21,14 +26,14 @@ import queue
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import warnings
 from pathlib import Path
 from typing import Callable
 
 from .. import families
-from ..codegen import config_space
-from . import tables
+from .configs import ConfigSpace, KernelConfig, config_space
 from .kernel_cache import CacheError, CacheKey, KernelCache
 from .native import _C
 
@@ -39,6 +44,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # headers), the config spaces, and the CUTLASS headers the build compiled with.
 KERNEL_SOURCES = PACKAGE_DIR / "data" / "csrc"
 CONFIG_SPACES = PACKAGE_DIR / "data" / "cutlass_configs"
+GENERATOR = PACKAGE_DIR / "codegen"  # the code generator's package: its sources are part of a variant's cache key
 PACKAGED_CUTLASS = PACKAGE_DIR / "data" / "cutlass"
 INCLUDE_DIR = PACKAGE_DIR / "include"
 LIBRARY_DIR = PACKAGE_DIR / "lib"
@@ -119,26 +125,13 @@ def unavailable_reason() -> str | None:
     """Why no variant can be compiled here, or None when they can."""
     if not _C.build_info()["kernels_compiled"]:
         return "this wavetune build has no GPU kernels (it was built without nvcc)"
+    if not KERNEL_SOURCES.is_dir() or not CONFIG_SPACES.is_dir():
+        return f"the kernel sources are not installed with this package (no {KERNEL_SOURCES})"
     try:
-        config_spaces()
         toolchain()
     except JitUnavailable as exc:
         return str(exc)
     return None
-
-
-@functools.cache
-def config_spaces() -> dict[str, config_space.ConfigSpace]:
-    """The installed config spaces by family; each must be the one the build was compiled from."""
-    if not KERNEL_SOURCES.is_dir() or not CONFIG_SPACES.is_dir():
-        raise JitUnavailable(f"the kernel sources are not installed with this package (no {KERNEL_SOURCES})")
-    spaces = {space.family: space for space in map(config_space.load, sorted(CONFIG_SPACES.glob("*.toml")))}
-    for family in (f for f in families.all() if f.config_space):  # the others have built-in variants only
-        build_hash = family.compiled_hash()
-        if family.name not in spaces or spaces[family.name].hash != build_hash:
-            raise JitUnavailable(f"the installed {family.name} config space ({CONFIG_SPACES}) is not the one this "
-                                 f"build was compiled from (config space {build_hash}): reinstall wavetune")
-    return spaces
 
 
 def check_family(family: str) -> str:
@@ -149,29 +142,29 @@ def compiled_names(family: str) -> set[str]:
     return {c.name for c in families.get(family).list_configs()}
 
 
-def missing_variants(family: str, names: set[str] | None = None) -> list[config_space.Variant]:
+def missing_variants(family: str, names: set[str] | frozenset[str] | None = None) -> list[KernelConfig]:
     """The family's variants not compiled yet (of ``names`` only, where given; other names, such as cuBLAS's,
     are not variants of the config space and are left out)."""
-    if not families.get(family).config_space:
+    space = config_space(family)
+    if space is None:
         return []  # built-in variants only: every one is compiled
     compiled = compiled_names(family)
-    return [v for v in config_spaces()[family].variants
-            if v.name not in compiled and (names is None or v.name in names)]
+    return [v for v in space.variants if v.name not in compiled and (names is None or v.name in names)]
 
 
-def working_set(table: Path, family: str) -> list[config_space.Variant]:
-    """The variants a table's configs name that are not compiled yet."""
-    return missing_variants(family, config_space.table_file_variant_names(table))
+def working_set(table: Path, family: str) -> list[KernelConfig]:
+    """The variants a table's configs name that are not compiled yet. The table is read by the loader
+    ``load_table`` uses: one it refuses raises its ValueError."""
+    return missing_variants(family, set(_C.Selector(str(table), family).variant_names()))
 
 
 def build_requests(table: Path | None, family: str | None, everything: bool) -> list[tuple[str, list]]:
     """(family, variants not compiled yet) for ``python -m wavetune build``: a table's working set, a family's
-    variants, or every family's. A table is read by the loader ``load_table`` uses, so that one it refuses is
-    refused here, with its message, before anything compiles."""
+    variants, or every family's. A table the loader refuses is refused here, with its message, before anything
+    compiles."""
     if table is not None:
         family = check_family(_C.table_family(str(table)))  # ValueError naming the file if it is not a table
-        named = tables.open_table(table, family).variant_names()
-        return [(family, missing_variants(family, set(named)))]
+        return [(family, working_set(table, family))]
     names = families.names() if everything else [check_family(family)]
     return [(f, missing_variants(f)) for f in names]
 
@@ -179,10 +172,10 @@ def build_requests(table: Path | None, family: str | None, everything: bool) -> 
 @functools.cache
 def sources_digest() -> str:
     """Of everything a variant's object is compiled from besides CUTLASS: the templates, the headers and the
-    generator's source templates."""
-    digest = hashlib.sha256(config_space.VARIANT_TEMPLATE.encode() + config_space.VARIANT_LIBRARY_TEMPLATE.encode())
+    code generator."""
+    digest = hashlib.sha256()
     sources = [p for p in KERNEL_SOURCES.rglob("*") if p.is_file()]
-    for path in sorted([*sources, *(INCLUDE_DIR / "wavetune").iterdir()]):
+    for path in sorted([*sources, *(INCLUDE_DIR / "wavetune").iterdir(), *GENERATOR.glob("*.py")]):
         digest.update(str(path.relative_to(PACKAGE_DIR)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -195,9 +188,17 @@ def abi_version() -> int:
 @functools.cache
 def cache_for(family: str) -> KernelCache:
     """The cache directory of the family's variants as this installation and toolchain compile them."""
-    tools, space = toolchain(), config_spaces()[check_family(family)]
+    tools, space = toolchain(), generated_space(family)
     return KernelCache(CacheKey(family, space.hash, ARCH, tools.cuda_version, tools.cutlass_version, abi_version(),
                                 sources_digest()))
+
+
+def generated_space(family: str) -> ConfigSpace:
+    """The family's config space; JitUnavailable for a family with built-in variants only (nothing to compile)."""
+    space = config_space(check_family(family))
+    if space is None:
+        raise JitUnavailable(f"the {family} family has built-in variants only: none is compiled on demand")
+    return space
 
 
 def source_dirs() -> list[Path]:
@@ -223,7 +224,8 @@ def compile_command(tools: Toolchain, source: Path, output: Path) -> list[str]:
     ]
 
 
-# nvcc processes running now, ended when the interpreter exits (a compile cut short is redone later).
+# The compile steps' processes running now (the code generator, nvcc), ended when the interpreter exits (a
+# compile cut short is redone later).
 _running: set[subprocess.Popen] = set()
 _exiting = threading.Event()
 
@@ -235,25 +237,37 @@ def stop_compiles() -> None:
         process.kill()
 
 
-def run_compiler(command: list[str], what: str) -> None:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def run_step(command: list[str], what: str, env: dict | None = None) -> None:
+    """Run one step of a compile (stopped as the interpreter exits); CompileError with the end of its output."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     _running.add(process)
     try:
         output, _ = process.communicate()
     finally:
         _running.discard(process)
     if process.returncode != 0:
-        raise CompileError(f"nvcc failed on {what} (status {process.returncode}):\n{output[-4000:]}")
+        raise CompileError(f"{what} failed (status {process.returncode}):\n{output[-4000:]}")
 
 
-def compiler_of(family: str, variant: config_space.Variant, cache: KernelCache) -> Callable[[Path], dict]:
+def generate_source(family: str, names: list[str], source: Path) -> None:
+    """Write the variant library source of the family's variants ``names`` to ``source``: the code generator, run
+    in a process of its own, reads the installed config space and checks it is the one the build was compiled
+    from."""
+    space_file = CONFIG_SPACES / families.get(family).config_space
+    command = [sys.executable, "-m", "wavetune.codegen.variant_library", str(space_file), generated_space(family).hash,
+               str(source), *names]
+    path = os.pathsep.join(filter(None, [str(PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")]))
+    run_step(command, f"generating the source of {', '.join(names)}", {**os.environ, "PYTHONPATH": path})
+
+
+def compiler_of(family: str, variant: KernelConfig, cache: KernelCache) -> Callable[[Path], dict]:
     """``compile(output)`` for ``KernelCache.load``: the variant's library source, written beside the entry,
     compiled to ``output``."""
     def compile(output: Path) -> dict:
         source = cache.dir / f"{variant.name}.cu"
-        source.write_text(config_space.render_variant_library(config_spaces()[family], [variant]))
+        generate_source(family, [variant.name], source)
         command = compile_command(toolchain(), source, output)
-        run_compiler(command, variant.name)
+        run_step(command, f"nvcc on {variant.name}")
         return {"command": command, "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest()}
 
     return compile
@@ -264,7 +278,7 @@ def register(library: Path) -> tuple:
     return _C.load_variant_library(str(library))
 
 
-def build(family: str, variants: list[config_space.Variant], *, jobs: int | None = None,
+def build(family: str, variants: list[KernelConfig], *, jobs: int | None = None,
           progress: bool = False) -> list[Built]:
     """Compile ``variants`` of ``family`` into the cache where it does not hold them yet, ``jobs`` nvcc at once
     (default: the cores), register them, and bind the family's loaded tables again. Raises CompileError
@@ -280,7 +294,7 @@ def build(family: str, variants: list[config_space.Variant], *, jobs: int | None
             except (CompileError, ValueError, OSError) as exc:
                 failed.append(f"{name}: {exc}")
     if built:
-        tables.variants_added(family)
+        notify("registered", family)
     if failed:
         raise CompileError(f"{len(failed)} of {len(variants)} {family} variants failed to compile:\n"
                            + "\n".join(failed))
@@ -295,13 +309,28 @@ def progress_bar(items, total: int, family: str, shown: bool):
     return tqdm(items, total=total, desc=f"compiling {family} variants", unit="variant")
 
 
-def load_cached(family: str, variants: list[config_space.Variant]) -> list[config_space.Variant]:
+def load_cached(family: str, variants: list[KernelConfig]) -> list[KernelConfig]:
     """Register the variants the cache holds verified; returns those it does not (nothing is compiled)."""
     cache = cache_for(family)
     rest = [v for v in variants if cache.load_cached(v.name, register) is None]
     if len(rest) < len(variants):
-        tables.variants_added(family)
+        notify("registered", family)
     return rest
+
+
+# Per event, what is called with the family: "queued" as a batch of its variants is queued for a background
+# compile, "ended" as that batch is done (or failed), "registered" after variants were registered.
+_listeners: dict[str, list[Callable[[str], None]]] = {"queued": [], "ended": [], "registered": []}
+
+
+def on(event: str, callback: Callable[[str], None]) -> None:
+    """Call ``callback(family)`` on ``event`` ("queued", "ended" or "registered") from now on."""
+    _listeners[event].append(callback)
+
+
+def notify(event: str, family: str) -> None:
+    for callback in _listeners[event]:
+        callback(family)
 
 
 _background: queue.Queue | None = None
@@ -315,26 +344,19 @@ def prepare_table(table: Path, family: str) -> bool:
     so the caller binds the table again. Where they cannot be compiled, a one-time warning says why."""
     if not _C.build_info()["kernels_compiled"]:
         return False  # launches say why nothing runs
-    try:
-        missing = working_set(table, family)
-        reason = unavailable_reason() if missing else None
-    except JitUnavailable as exc:
-        missing, reason = config_space.table_file_variant_names(table) - compiled_names(family), str(exc)
-    return prepare(family, missing, reason, f"the {family} table {table} names")
+    missing = working_set(table, family)
+    return prepare(family, missing, unavailable_reason() if missing else None, f"the {family} table {table} names")
 
 
 def prepare_builtin_choice(family: str) -> bool:
     """As ``family`` starts without a table: its built-in choice's variants (its config space's fallback and
     heuristic ones, ``ConfigSpace.heuristic_set``), as ``prepare_table`` does a table's working set."""
-    if not _C.build_info()["kernels_compiled"] or not families.get(family).config_space:
+    space = config_space(family)
+    if not _C.build_info()["kernels_compiled"] or space is None:
         return False
-    try:
-        compiled = compiled_names(family)
-        missing = [v for v in config_spaces()[family].heuristic_set() if v.name not in compiled]
-        reason = unavailable_reason() if missing else None
-    except JitUnavailable as exc:
-        missing, reason = [], str(exc)
-    return prepare(family, missing, reason, f"the {family} family's built-in choice takes")
+    missing = missing_variants(family, space.heuristic_set)
+    return prepare(family, missing, unavailable_reason() if missing else None,
+                   f"the {family} family's built-in choice takes")
 
 
 def prepare(family: str, missing: list, reason: str | None, names: str) -> bool:
@@ -362,7 +384,7 @@ def warn_once(key: str, message: str) -> None:
         warnings.warn(message, stacklevel=3)
 
 
-def compile_in_background(family: str, variants: list[config_space.Variant]) -> None:
+def compile_in_background(family: str, variants: list[KernelConfig]) -> None:
     """Queue variants for the background thread (started on first use); each batch is registered and the
     family's tables bound again when it is done."""
     global _background
@@ -370,7 +392,7 @@ def compile_in_background(family: str, variants: list[config_space.Variant]) -> 
     if not fresh:
         return
     _queued.update((family, v.name) for v in fresh)
-    tables.compiling_started(family)
+    notify("queued", family)
     if _background is None:
         _background = queue.Queue()
         threading.Thread(target=background_worker, args=(_background,), name="wavetune-jit", daemon=True).start()
@@ -387,4 +409,4 @@ def background_worker(jobs: queue.Queue) -> None:
             if not _exiting.is_set():  # else the compiles were stopped as the process exits
                 log.warning("wavetune: background compile of %s variants failed: %s", family, exc)
         finally:
-            tables.compiling_done(family)
+            notify("ended", family)

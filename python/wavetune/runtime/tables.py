@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import families
+from . import jit
 from .device import current_device, properties
 from .native import _C
 
@@ -77,8 +78,6 @@ def load_table(path: str | Path | None = None, *, device: int | None = None, fam
                                     f"`python -m wavetune tune` or set {table_env(family)}")
         selector = open_table(path, family)
     selector.check_device(props["name"], props["sm_count"])
-    from . import jit
-
     if jit.prepare_table(Path(path), family):  # variants of the table compiled earlier, registered now
         selector = open_table(path, family)
     _C.use_table(device, selector, family)
@@ -200,8 +199,6 @@ def _autoload_table(device: int, family: str = "gemm") -> None:
     name = properties(device)["name"]
     if default_table_path(name, family) is None:
         if not families.get(family).tuning:  # a built-in model chooses by design: its variants compile on demand
-            from . import jit
-
             jit.prepare_builtin_choice(family)
             return
         warnings.warn(f"wavetune: no tuned {family} table for {name}; kernels are chosen by the built-in "
@@ -216,3 +213,10 @@ def _autoload_table(device: int, family: str = "gemm") -> None:
             raise
         warnings.warn(f"wavetune: the shipped {family} table for {name} does not fit this build ({exc}); "
                       f"kernels are chosen by the built-in heuristic", stacklevel=4)
+
+
+# What runtime.jit's compiles do to the tables: variants it registers bind the family's tables again, and its
+# background batches count while they run (vendor_serves).
+jit.on("registered", variants_added)
+jit.on("queued", compiling_started)
+jit.on("ended", compiling_done)

@@ -20,10 +20,12 @@ from typing import Hashable, Mapping, Sequence
 
 from tqdm import tqdm
 
-from ..families.gemm import api
-from ..families.gemm import tuning
+from .. import families
 from ..runtime.tables import default_table_path, open_table, table_slug
 from . import model, tablefile
+
+DENSE = families.get("gemm")  # deployment tuning measures the dense GEMM's layers
+tuning = DENSE.module("tuning")
 
 # NOTES: serving engines run the LM head on the last token of each sequence only, so its M is a batch
 # size (benchmarks/shape_suite.py draws it up to 512 too); larger M there are left to the model.
@@ -309,7 +311,7 @@ class LayerPlan:
 
 def table_candidates(table: Mapping, dtype: str, b_layout: str) -> dict[int, tuning.Candidate]:
     """Config id -> the table's configs of this dtype and B layout whose variant is compiled."""
-    compiled = {v.name: v for v in api.configs() if (v.dtype, v.b_layout) == (dtype, b_layout)}
+    compiled = {v.name: v for v in DENSE.list_configs() if (v.dtype, v.b_layout) == (dtype, b_layout)}
     return {i: tuning.Candidate(compiled[c["variant"]], c["decomposition"], c["splits"])
             for i, c in enumerate(table["configs"]) if c["variant"] in compiled}
 
