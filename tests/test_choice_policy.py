@@ -15,8 +15,7 @@ from wavetune import _C
 from wavetune.runtime.tables import table_slug
 
 TABLES = REPO / "tables"
-FAMILIES = ("attention", "block_scaled_grouped_gemm", "gemm", "grouped_gemm", "layer_ops", "paged_attention", "scaled_gemm",
-            "scaled_grouped_gemm")
+FAMILIES = ("attention", "gemm", "grouped_gemm", "layer_ops", "paged_attention", "scaled_gemm")
 
 
 @pytest.fixture(scope="module")

@@ -323,14 +323,22 @@ def prepare_table(table: Path, family: str) -> bool:
     return prepare(family, missing, reason, f"the {family} table {table} names")
 
 
-def prepare_builtin_choice(family: str) -> bool:
-    """As ``family`` starts without a table: its built-in choice's variants (its config space's fallback and
-    heuristic ones, ``ConfigSpace.heuristic_set``), as ``prepare_table`` does a table's working set."""
+def table_scales(family: str, variant: config_space.Variant) -> str:
+    """The scales mode of the family's tables that choose among ``variant``: its own where the family's tables
+    have scales modes, else ""."""
+    return variant.scales if len(tables.scales_modes(family)) > 1 else ""
+
+
+def prepare_builtin_choice(family: str, scales: str = "") -> bool:
+    """As ``family`` starts a scales mode without a table: the built-in choice's variants of that mode (its config
+    space's fallback and heuristic ones, ``ConfigSpace.heuristic_set``), as ``prepare_table`` does a table's
+    working set."""
     if not _C.build_info()["kernels_compiled"] or not families.get(family).config_space:
         return False
     try:
         compiled = compiled_names(family)
-        missing = [v for v in config_spaces()[family].heuristic_set() if v.name not in compiled]
+        missing = [v for v in config_spaces()[family].heuristic_set()
+                   if v.name not in compiled and table_scales(family, v) == scales]
         reason = unavailable_reason() if missing else None
     except JitUnavailable as exc:
         missing, reason = [], str(exc)
@@ -363,23 +371,24 @@ def warn_once(key: str, message: str) -> None:
 
 
 def compile_in_background(family: str, variants: list[config_space.Variant]) -> None:
-    """Queue variants for the background thread (started on first use); each batch is registered and the
-    family's tables bound again when it is done."""
+    """Queue variants for the background thread (started on first use), a batch per scales mode of the family's
+    tables; each batch is registered and the family's tables bound again when it is done."""
     global _background
     fresh = [v for v in variants if (family, v.name) not in _queued]
     if not fresh:
         return
     _queued.update((family, v.name) for v in fresh)
-    tables.compiling_started(family)
     if _background is None:
         _background = queue.Queue()
         threading.Thread(target=background_worker, args=(_background,), name="wavetune-jit", daemon=True).start()
-    _background.put((family, fresh))
+    for scales in dict.fromkeys(table_scales(family, v) for v in fresh):
+        tables.compiling_started(family, scales)
+        _background.put((family, scales, [v for v in fresh if table_scales(family, v) == scales]))
 
 
 def background_worker(jobs: queue.Queue) -> None:
     while True:
-        family, variants = jobs.get()
+        family, scales, variants = jobs.get()
         log.info("wavetune: compiling %d %s variants in the background", len(variants), family)
         try:
             build(family, variants)
@@ -387,4 +396,4 @@ def background_worker(jobs: queue.Queue) -> None:
             if not _exiting.is_set():  # else the compiles were stopped as the process exits
                 log.warning("wavetune: background compile of %s variants failed: %s", family, exc)
         finally:
-            tables.compiling_done(family)
+            tables.compiling_done(family, scales)
