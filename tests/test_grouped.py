@@ -46,7 +46,8 @@ def test_shipped_grouped_space():
     fragments = dict(space.generation.scales)  # how names spell each scales mode: e4m3_grouped_..., ...
     assert all(v.name.startswith(fragments.get(v.scales, "") + "grouped_") and v.b_layout == "col"
                and v.scheduler == "persistent" for v in space.variants)
-    assert {v.scales for v in space.variants} == {"", "row", "block128"} == {layout["name"] for layout in _C.GROUPED_SCALES}
+    modes = {layout["name"] for layout in _C.GROUPED_SCALES}
+    assert {v.scales for v in space.variants} == {"", "row", "block128"} == modes
     names = {v.name for v in space.variants}
     assert not names & {v.name for v in cs.load(CONFIG_SPACE).variants}, "names become C++ symbols: no clashes"
     # torch._grouped_mm's two configs are in the space, and swap-AB tiles for few tokens per expert.

@@ -44,32 +44,32 @@ def test_the_builtin_kernel_set_compiles_no_variant():
         assert config_space.load(path).select(config_space.BUILTIN_SET) == [], path.name
 
 
-def test_a_family_without_a_table_queues_its_built_in_models_variants(monkeypatch):
-    space = config_space.load(REPO / "cutlass_configs" / "sm90_scaled_gemm.toml")
-    queued = {}
-    monkeypatch.setattr(jit, "config_spaces", lambda: {"scaled_gemm": space})
+@pytest.fixture
+def queued(monkeypatch) -> dict:
+    """What prepare_builtin_choice queues for a background compile, by family, in a build that could compile
+    any variant and has none compiled (the config spaces of the checkout)."""
+    out = {}
+    spaces = {s.family: s for s in map(config_space.load, (REPO / "cutlass_configs").glob("*.toml"))}
+    monkeypatch.setattr(jit, "config_spaces", lambda: spaces)
     monkeypatch.setattr(jit, "compiled_names", lambda family: set())
     monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
     monkeypatch.setattr(jit, "cache_for", lambda family: None)
     monkeypatch.setattr(jit, "load_cached", lambda family, variants: variants)
-    monkeypatch.setattr(jit, "compile_in_background", lambda family, variants: queued.update({family: variants}))
+    monkeypatch.setattr(jit, "compile_in_background", lambda family, variants: out.update({family: variants}))
     monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
     monkeypatch.setenv("WAVETUNE_JIT", "1")
+    return out
+
+
+def test_a_family_without_a_table_queues_its_built_in_models_variants(queued):
+    space = jit.config_spaces()["scaled_gemm"]
     jit.prepare_builtin_choice("scaled_gemm")
     assert {v.name for v in queued["scaled_gemm"]} == {v.name for v in space.heuristic_set()}
     assert queued["scaled_gemm"], "the FP8 family's built-in model takes its CUTLASS variants"
 
 
-def test_a_scales_mode_without_a_table_queues_its_own_heuristic_variants(monkeypatch):
-    space = config_space.load(REPO / "cutlass_configs" / "sm90_grouped_gemm.toml")
-    queued = {}
-    monkeypatch.setattr(jit, "config_spaces", lambda: {"grouped_gemm": space})
-    monkeypatch.setattr(jit, "compiled_names", lambda family: set())
-    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(jit, "load_cached", lambda family, variants: variants)
-    monkeypatch.setattr(jit, "compile_in_background", lambda family, variants: queued.update({family: variants}))
-    monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
-    monkeypatch.setenv("WAVETUNE_JIT", "1")
+def test_a_scales_mode_without_a_table_queues_its_own_heuristic_variants(queued):
+    space = jit.config_spaces()["grouped_gemm"]
     for scales in ("", "row", "block128"):
         jit.prepare_builtin_choice("grouped_gemm", scales)
         assert {v.name for v in queued.pop("grouped_gemm")} == {

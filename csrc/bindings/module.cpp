@@ -41,7 +41,9 @@ std::vector<std::string> table_scales(const std::string& family) {
 // Per kernel family (in kernel_families() order), one DeviceTables per scales mode of its tables.
 std::vector<std::unique_ptr<DeviceTables[]>> make_device_tables() {
   std::vector<std::unique_ptr<DeviceTables[]>> all;
-  for (const KernelFamily* f : kernel_families()) all.push_back(std::make_unique<DeviceTables[]>(table_scales(f->name).size()));
+  for (const KernelFamily* f : kernel_families()) {
+    all.push_back(std::make_unique<DeviceTables[]>(table_scales(f->name).size()));
+  }
   return all;
 }
 

@@ -45,13 +45,8 @@ GroupedGemmProblem sizes(int32_t dtype, int32_t rows, int32_t experts, int32_t n
 }
 
 py::dict scales_dict(const GroupedScalesLayout& s) {
-  py::dict d;
-  d["name"] = s.name;
-  d["e4m3"] = s.e4m3;
-  d["x_block_k"] = s.x_block_k;
-  d["w_block_n"] = s.w_block_n;
-  d["w_block_k"] = s.w_block_k;
-  return d;
+  return py::dict(py::arg("name") = s.name, py::arg("e4m3") = s.e4m3, py::arg("x_block_k") = s.x_block_k,
+                  py::arg("w_block_n") = s.w_block_n, py::arg("w_block_k") = s.w_block_k);
 }
 
 // A tile shape as Python gives it: ((tile_m, tile_n, tile_k), (cluster_m, cluster_n), swap_ab).

@@ -17,7 +17,8 @@ std::vector<std::string> scales_modes() {
   return names;
 }
 
-const TableFamily kGroupedGemm{"grouped_gemm", kMaxGroups, false, true, false, nullptr, nullptr, nullptr, &scales_modes};
+const TableFamily kGroupedGemm{"grouped_gemm", kMaxGroups, false, true, false,
+                                nullptr, nullptr, nullptr, &scales_modes};
 const detail::Registration<TableFamily> registration(&kGroupedGemm);
 }  // namespace
 }  // namespace wavetune

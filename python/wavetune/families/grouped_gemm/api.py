@@ -169,7 +169,7 @@ class GroupedEntry:
     out_dtype) -> the product as PyTorch computes it, what a call runs while the mode's variants compile."""
 
     def __init__(self, scales: str, entry: str, listing: str, vendor: Callable):
-        self.scales, self.entry, self.listing, self.vendor = scales, entry, listing, vendor
+        self.scales, self.entry, self.vendor = scales, entry, vendor
         self.layout, self.code = SCALES[scales], scales_code(scales)
         what = entry if self.layout["e4m3"] else "grouped"  # how messages name its variants
         self.resolve = functools.lru_cache(maxsize=256)(
@@ -211,10 +211,11 @@ class GroupedEntry:
         if out is None:
             out = torch.empty((rows, n), dtype=out_dtype, device=x.device)
         code = dtype_codes(torch)[out_dtype]
-        pointers = (x.data_ptr(), w.data_ptr(), offsets.data_ptr(), out.data_ptr(), code, self.code,
-                    *((scale_x.data_ptr(), scale_w.data_ptr()) if self.layout["e4m3"] else (0, 0)))
+        # The native problem past its sizes: data pointers, the output's dtype, the scales mode and its pointers.
+        problem = (x.data_ptr(), w.data_ptr(), offsets.data_ptr(), out.data_ptr(), code, self.code,
+                   *((scale_x.data_ptr(), scale_w.data_ptr()) if self.layout["e4m3"] else (0, 0)))
         has_work = out.numel() > 0 and experts > 0 and k > 0
-        error = _C.grouped_problem_error(rows, experts, n, k, *pointers) if has_work else ""
+        error = _C.grouped_problem_error(rows, experts, n, k, *problem) if has_work else ""
         if error:
             raise ValueError(f"wavetune.{self.entry}: {error}")
         device = one_device(torch, self.entry, tensors)
@@ -230,7 +231,7 @@ class GroupedEntry:
             # safe (a capture gets memory from the graph's pool); it holds the per-expert arguments the launch
             # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.
             workspace = torch.empty(_workspace_bytes(experts), dtype=torch.uint8, device=x.device)
-            _C.grouped_gemm(rows, experts, n, k, *pointers, variant, workspace.data_ptr(), workspace.numel(),
+            _C.grouped_gemm(rows, experts, n, k, *problem, variant, workspace.data_ptr(), workspace.numel(),
                             stream_getter(torch)(device), device)
         return out
 
