@@ -413,7 +413,7 @@ def quantize_experts(model: torch.nn.Module, block: bool) -> dict:
     for module in model.modules():
         if hasattr(module, "has_gate") and hasattr(module, "down_proj"):
             names = ("gate_up" if module.has_gate else "up", "down")
-            weights[module] = {name: quantize(getattr(module, f"{name}_proj").detach(), "block" if block else "row",
+            weights[module] = {name: quantize(getattr(module, f"{name}_proj").detach(), "block128" if block else "row",
                                               BLOCK) for name in names}
     return weights
 

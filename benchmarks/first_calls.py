@@ -35,9 +35,8 @@ from attention import heldout_cases
 import wavetune
 from wavetune.families.attention.cases import kv_bytes
 from wavetune.families.grouped_gemm.cases import ROUTINGS, e4m3_cases, moe_cases
-from wavetune.families.grouped_gemm.e4m3 import dequantized_grouped_mm
+from wavetune.families.grouped_gemm.fp8 import dequantized_grouped_mm, torch_scaled_grouped_mm
 from wavetune.families.grouped_gemm.measure import operand_sets as grouped_operand_sets, route
-from wavetune.families.scaled_grouped_gemm.api import torch_scaled_grouped_mm
 from wavetune.runtime import tables
 from wavetune.tuning.report import geomean
 from wavetune.tuning.timing import interleaved_us
@@ -55,6 +54,15 @@ class Case:
     operands: list[tuple]  # rotated copies; each ends with the output wavetune writes
     wavetune: Callable
     torch: Callable
+    scales: str = ""  # the scales mode of the family's tables (grouped_gemm: "", "row", "block128")
+
+    @property
+    def kind(self) -> str:
+        """How the report names the case's family and scales mode."""
+        return self.family + (f" ({self.scales} scales)" if self.scales else "")
+
+    def compiling(self) -> bool:
+        return tables.vendor_serves(self.family, self.scales)
 
 
 def gemm_cases(count: int, l2_bytes: int) -> list[Case]:
@@ -86,7 +94,7 @@ def scaled_gemm_cases(count: int, l2_bytes: int) -> list[Case]:
 
 
 def grouped_cases(count: int, l2_bytes: int, scales: str) -> list[Case]:
-    """bf16 experts (``scales`` ""), or e4m3 ones with scales per row or per 128-block."""
+    """bf16 experts (``scales`` ""), or e4m3 ones with scales per row or per 128-block ("row", "block128")."""
     layers = moe_cases("heldout", count, ROUTINGS)
     layers = e4m3_cases(layers) if scales else layers
     generator = torch.Generator().manual_seed(11)
@@ -99,11 +107,11 @@ def grouped_cases(count: int, l2_bytes: int, scales: str) -> list[Case]:
             out.append(Case("grouped_gemm", label, sets, lambda x, w, offs, o: wavetune.grouped_gemm(x, w, offs),
                             lambda x, w, offs, o: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)))
             continue
-        family = "scaled_grouped_gemm" if scales == "row" else "block_scaled_grouped_gemm"
         vendor = torch_scaled_grouped_mm if scales == "row" else dequantized_grouped_mm
-        out.append(Case(family, label, sets,
+        out.append(Case("grouped_gemm", label, sets,
                         lambda x, w, offs, sx, sw, o: wavetune.scaled_grouped_gemm(x, w, sx, sw, offs),
-                        lambda x, w, offs, sx, sw, o, vendor=vendor: vendor(torch, x, w, sx, sw, offs, torch.bfloat16)))
+                        lambda x, w, offs, sx, sw, o, vendor=vendor: vendor(torch, x, w, sx, sw, offs, torch.bfloat16),
+                        scales))
     return out
 
 
@@ -151,7 +159,7 @@ def checked_error(case: Case) -> float:
 def measure(case: Case, reps: int) -> dict:
     error = checked_error(case)
     us = interleaved_us({"torch": case.torch, "wavetune": case.wavetune}, case.operands, PER_GRAPH, reps)
-    return {"family": case.family, "case": case.label, "torch_us": us["torch"], "wavetune_us": us["wavetune"],
+    return {"family": case.kind, "case": case.label, "torch_us": us["torch"], "wavetune_us": us["wavetune"],
             "speedup": us["torch"] / us["wavetune"], "error": error}
 
 
@@ -159,8 +167,8 @@ def phase_rows(cases: list[Case], reps: int, phase: str, start: float) -> list[d
     rows = []
     for case in cases:
         rows.append({**measure(case, reps), "phase": phase, "at_s": round(time.perf_counter() - start, 1),
-                     "compiling": tables.vendor_serves(case.family)})
-        print(f"{phase:<6} {case.family:<26} {case.label:<60} {rows[-1]['speedup']:.3f}x", flush=True)
+                     "compiling": case.compiling()})
+        print(f"{phase:<6} {case.kind:<30} {case.label:<60} {rows[-1]['speedup']:.3f}x", flush=True)
     return rows
 
 
@@ -185,19 +193,19 @@ def main() -> None:
     start = time.perf_counter()
     cases = [*gemm_cases(args.count, l2), *grouped_cases(args.count, l2, ""), *attention_cases(args.count, l2),
              *scaled_gemm_cases(args.count, l2), *grouped_cases(args.count, l2, "row"),
-             *grouped_cases(args.count, l2, "block")]
+             *grouped_cases(args.count, l2, "block128")]
     rows = phase_rows(cases, args.reps, "first", start)
     header = {"gpu": wavetune.device_properties()["name"], "date": time.strftime("%Y-%m-%d"),
               "cache": os.environ.get("WAVETUNE_CACHE_DIR"), "cores": os.cpu_count()}
     write(args.out, header, rows)
     print(f"first calls measured {time.perf_counter() - start:.0f} s after the first call", flush=True)
-    families = list(dict.fromkeys(c.family for c in cases))
     waited = time.perf_counter()
-    while any(map(tables.vendor_serves, families)) and time.perf_counter() - waited < args.wait_s:
+    while any(c.compiling() for c in cases) and time.perf_counter() - waited < args.wait_s:
         time.sleep(2)
-    compiled = [f for f in families if not tables.vendor_serves(f)]
-    print(f"compiles done for {compiled} {time.perf_counter() - start:.0f} s after the first call", flush=True)
-    rows += phase_rows([c for c in cases if c.family in compiled], args.reps, "after", start)
+    compiled = [c for c in cases if not c.compiling()]
+    print(f"compiles done for {list(dict.fromkeys(c.kind for c in compiled))} {time.perf_counter() - start:.0f} s "
+          "after the first call", flush=True)
+    rows += phase_rows(compiled, args.reps, "after", start)
     write(args.out, {**header, "compiled": compiled}, rows)
     print(summary(rows))
 

@@ -21,8 +21,8 @@ reports. Methods:
 expert channel: `choice` and the variants are wavetune.scaled_grouped_gemm's, `torch` is
 torch._scaled_grouped_mm(x, w.transpose(-2, -1), scale_x, scale_w, offs=offsets, out_dtype=torch.bfloat16), and
 there is no loop. With `--fp8 block` the scales are per 1x128 token group and 128x128 weight block (FP8
-checkpoints' layout): `choice` (through wavetune.scaled_grouped_gemm) and the variants are the block-scaled
-family's, `torch` dequantizes x and w with torch ops and runs torch._grouped_mm in bf16 (PyTorch has no
+checkpoints' layout): `choice` (through wavetune.scaled_grouped_gemm) and the variants are those of block128
+scales, `torch` dequantizes x and w with torch ops and runs torch._grouped_mm in bf16 (PyTorch has no
 block-scaled grouped GEMM on Hopper). Each is checked against a float32 reference on sampled rows, then timed
 as CUDA graphs replayed round-robin (warm-up, interleaved rounds, medians) over fresh uniform(-1, 1)
 operands. Where one operand set would fit in the L2, sets with the same counts on other experts rotate, so
@@ -46,6 +46,7 @@ from case_log import measure_cases
 import wavetune
 from wavetune import _C
 from wavetune.families.grouped_gemm import mapping as grouped_mapping
+from wavetune.families.grouped_gemm.api import SCALES
 from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS, e4m3_cases, moe_cases
 from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, measure_case, operand_sets
 from wavetune.runtime.tables import default_table_path
@@ -63,14 +64,19 @@ PROJECTIONS = {"gate_up": lambda m: (2 * m["inter"], m["hidden"]), "down": lambd
 TOKENS = (1, 2048, 128, 16384, 16, 512, 8192, 4, 64, 4096)  # in the order measured
 ROUTINGS = ("balanced", "skewed")
 TOKEN_BUCKETS = ((1, 16), (17, 512), (513, 4096), (4097, 16384))
-# Per --fp8 value: the family timed, its variants' listing and build filter, the precision and the baseline.
-FAMILIES = {
-    "": ("grouped_gemm", "grouped_configs", "grouped_bf16_*", "bf16", "_grouped_mm"),
-    "row": ("scaled_grouped_gemm", "scaled_grouped_configs", "e4m3_grouped_bf16_*",
-            "e4m3 with per-token and per-channel scales", "_scaled_grouped_mm"),
-    "block": ("block_scaled_grouped_gemm", "block_scaled_grouped_configs", "e4m3_block128_grouped_bf16_*",
-              "e4m3 with 1x128 and 128x128 block scales", "dequantize + _grouped_mm"),
+# Per --fp8 value: the scales mode timed, its variants' build filter, the precision and the baseline.
+MODES = {
+    "": ("", "grouped_bf16_*", "bf16", "_grouped_mm"),
+    "row": ("row", "e4m3_grouped_bf16_*", "e4m3 with per-token and per-channel scales", "_scaled_grouped_mm"),
+    "block": ("block128", "e4m3_block128_grouped_bf16_*", "e4m3 with 1x128 and 128x128 block scales",
+              "dequantize + _grouped_mm"),
 }
+
+
+def scales_choice(scales: str):
+    """The run-time choice of a scales mode: (dtype code, rows, experts, N, K, device) -> variant id."""
+    code = list(SCALES).index(scales)
+    return lambda dtype, rows, experts, n, k, device: _C.grouped_choice(dtype, rows, experts, n, k, device, code)
 
 
 def parse_args() -> argparse.Namespace:
@@ -128,13 +134,12 @@ def comparisons(loop: bool, fp8: str) -> dict:
 
 
 def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torch.Generator) -> dict:
+    scales = MODES[args.fp8][0]
     record, times, counts = measure_case(case, l2_bytes, generator, args.reps,
-                                         comparisons(not args.no_loop and not args.fp8, args.fp8), args.fp8)
+                                         comparisons(not args.no_loop and not args.fp8, args.fp8), scales)
     n, k, rows = case["n"], case["k"], record["rows"]
-    family, listing, *_ = FAMILIES[args.fp8]
-    choice = getattr(_C, family.removesuffix("_gemm") + "_choice")
-    chosen = choice(_C.DTYPES.index("bf16"), rows, case["experts"], n, k, torch.cuda.current_device())
-    c = next(c for c in getattr(wavetune, listing)() if c.id == chosen)
+    chosen = scales_choice(scales)(_C.DTYPES.index("bf16"), rows, case["experts"], n, k, torch.cuda.current_device())
+    c = next(c for c in wavetune.grouped_configs(scales) if c.id == chosen)
     sms = wavetune.device_properties()["sm_count"]
     return {**record, "choice": c.name,
             "grid_estimate": grouped_mapping.balanced(c.tile, c.cluster, c.swap_ab, rows, case["experts"], n, k,
@@ -146,9 +151,9 @@ def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torc
 def host_costs(fp8: str, l2_bytes: int) -> dict:
     """Host microseconds of the run-time choice alone, and of whole eager calls (wavetune's choice and the
     torch baseline) of a decode-sized problem: 8 tokens on 8 of 128 experts, N 1536, K 2048."""
-    operands = operand_sets([1] * 8 + [0] * 120, 1536, 2048, l2_bytes, fp8)[0]
+    operands = operand_sets([1] * 8 + [0] * 120, 1536, 2048, l2_bytes, MODES[fp8][0])[0]
     methods = comparisons(False, fp8)
-    choice = getattr(_C, FAMILIES[fp8][0].removesuffix("_gemm") + "_choice")
+    choice = scales_choice(MODES[fp8][0])
 
     def per_call_us(call, count=200):
         call()
@@ -188,7 +193,7 @@ def generated_or_named(args: argparse.Namespace) -> list[dict]:
 
 def summary(rows: list[dict], header: dict) -> str:
     host = header["host"]
-    *_, precision, baseline = FAMILIES[header["args"].get("fp8", "")]
+    *_, precision, baseline = MODES[header["args"].get("fp8", "")]
     lines = [f"{header['gpu']}, {header['date']}, torch {header['torch']}, {len(rows)} cases, {precision}; speed ratios "
              f"(above 1: wavetune faster). Host time: the choice {host['decision_us']:.2f} us, an eager call "
              f"{host['call_us']:.1f} us ({baseline} {host['torch_call_us']:.1f} us).",
@@ -223,13 +228,13 @@ def describe(row: dict) -> str:
 
 def main() -> None:
     args = parse_args()
-    family, listing, pattern, *_ = FAMILIES[args.fp8]
-    if not any(c.dtype == "bf16" for c in getattr(wavetune, listing)()):
+    scales, pattern, *_ = MODES[args.fp8]
+    if not any(c.dtype == "bf16" for c in wavetune.grouped_configs(scales)):
         sys.exit(f"no bf16 grouped variants compiled (WAVETUNE_KERNEL_FILTER='{pattern}' builds them)")
     start = time.monotonic()
     props = wavetune.device_properties()
     generator = torch.Generator().manual_seed(args.seed)
-    table = default_table_path(props["name"], family)
+    table = default_table_path(props["name"], "grouped_gemm", scales)
     header = {"gpu": props["name"], "torch": torch.__version__, "build": wavetune.build_info(),
               "grouped_table": str(table) if table else None, "sm_count": props["sm_count"],
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -1,4 +1,4 @@
-"""CPU tier of the block-scaled FP8 grouped family: the argument checks of wavetune.block_scaled_grouped_gemm
+"""CPU tier of the grouped family's 128-block scales (FP8): the argument checks of wavetune.block_scaled_grouped_gemm
 and of scaled_grouped_gemm given block scales (each a clear exception naming the problem), its torch
 operator's fake implementation, the torch-op quantizer's round trip, and the variant listing."""
 
@@ -38,8 +38,8 @@ def test_bad_arguments(entry, change, error, message):
 
 def test_sizes_then_device_are_checked():
     native = pytest.importorskip("wavetune._C")
-    if not hasattr(native, "block_scaled_grouped_problem_error"):
-        pytest.skip("the native module has no block-scaled grouped family")
+    if not hasattr(native, "grouped_problem_error"):
+        pytest.skip("the native module has no grouped family")
     x, w, sx, sw, o = operands(k=264)
     with pytest.raises(ValueError, match="K=264 must be a multiple of 16"):
         wavetune.block_scaled_grouped_gemm(x, w, sx, sw, o)
@@ -64,7 +64,7 @@ def test_block_quantizer_round_trip():
     from wavetune.families.grouped_gemm.measure import E4M3_MAX, dequantize_experts, quantize
 
     t = torch.randn(3, 200, 272) * torch.rand(3, 200, 1) * 10
-    q, scale = quantize(t, "block", 128)
+    q, scale = quantize(t, "block128", 128)
     assert q.shape == t.shape and q.dtype == torch.float8_e4m3fn and scale.shape == (3, 2, 3)
     back = dequantize_experts(q, scale, 128, torch.float32)
     assert ((back - t).abs() <= t.abs() / 16 + t.abs().amax() / 2**18).all()  # subnormals: absolute error
@@ -75,9 +75,10 @@ def test_listing_matches_the_config_space():
     from conftest import REPO
     from wavetune.codegen import config_space
 
-    space = config_space.load(REPO / "cutlass_configs" / "sm90_block_scaled_grouped_gemm.toml")
-    names = [v.name for v in space.variants]
+    space = config_space.load(REPO / "cutlass_configs" / "sm90_grouped_gemm.toml")
+    block = [v for v in space.variants if v.scales == "block128"]
+    names = [v.name for v in block]
     assert {c.name for c in wavetune.block_scaled_grouped_configs()} <= set(names)
     assert all(n.startswith("e4m3_block128_grouped_") for n in names) and len(names) == 14
-    for v in space.variants:  # what the blockwise mainloop takes: whole scale blocks per tile
+    for v in block:  # what the blockwise mainloop takes: whole scale blocks per tile
         assert v.tile_k == 128 and (v.tile_m if v.swap_ab else v.tile_n) % 128 == 0, v.name

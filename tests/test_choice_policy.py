@@ -15,8 +15,7 @@ from wavetune import _C
 from wavetune.runtime.tables import table_slug
 
 TABLES = REPO / "tables"
-FAMILIES = ("attention", "block_scaled_grouped_gemm", "gemm", "grouped_gemm", "layer_ops", "scaled_gemm",
-            "scaled_grouped_gemm")
+FAMILIES = ("attention", "gemm", "grouped_gemm", "layer_ops", "scaled_gemm")
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +52,11 @@ def test_without_a_table_cpp_chooses_the_builtin_heuristic(choices):
         assert line == expected
 
 
-@pytest.mark.parametrize("table", sorted(TABLES.glob("*.grouped_gemm.wtt")), ids=lambda p: p.name)
+@pytest.mark.parametrize("table", sorted(TABLES.glob("*.grouped_gemm*.wtt")), ids=lambda p: p.name)
 def test_grouped_choice_is_the_same_through_python_and_cpp(choices, table):
+    """Every scales mode's table: the problems of its mode."""
     selector = _C.Selector(str(table), "grouped_gemm")
+    scales = [layout["name"] for layout in _C.GROUPED_SCALES].index(selector.scales)
     if selector.skipped_configs() == selector.config_count():
         pytest.skip(f"none of {table.name}'s configs is compiled in this build (kernel set "
                     f"{wavetune.build_info()['kernel_set']}): both sides would run the GPU heuristic")
@@ -65,12 +66,19 @@ def test_grouped_choice_is_the_same_through_python_and_cpp(choices, table):
     device = 0
     _C.use_table(device, selector, "grouped_gemm")
     try:
-        python = [_C.grouped_choice(0, rows, experts, n, k, device) for rows, experts, n, k in problems]
+        python = [_C.grouped_choice(0, rows, experts, n, k, device, scales) for rows, experts, n, k in problems]
     finally:
-        _C.use_table(device, None, "grouped_gemm")
-    cpp = choices([f"grouped_gemm bf16 {rows} {experts} {n} {k}" for rows, experts, n, k in problems],
-                  grouped_gemm=table)
+        _C.use_table(device, None, "grouped_gemm", selector.scales)
+    cpp = choices([f"grouped_gemm bf16 {rows} {experts} {n} {k} {selector.scales}"
+                   for rows, experts, n, k in problems], grouped_gemm=table)
     assert cpp == [str(v) for v in python]
+
+
+def test_a_grouped_table_chooses_for_the_problems_of_its_scales_mode_only(choices):
+    got = choices(["grouped_gemm bf16 64 8 4096 4096", "grouped_gemm bf16 64 8 4096 4096 block128"],
+                  grouped_gemm=TABLES / "nvidia-h200.grouped_gemm.row.wtt")
+    assert got == ["error: wavetune: a grouped table of scales 'row' chooses for the problems of those scales, not for a "
+                   f"{kind} problem" for kind in ("grouped", "FP8 grouped (block128 scales)")]
 
 
 def shipped_table(family: str):

@@ -34,9 +34,8 @@ TORCH_MD = REPO / "docs" / "torch.md"
 PAGES = [README, TABLES_README, *sorted(set((REPO / "docs").glob("*.md")) - {RESULTS_INDEX})]
 
 # How docs/kernels.md's kernel-set table names each family's variants.
-FAMILY_LABELS = {"dense": "gemm", "grouped": "grouped_gemm", "attention": "attention", "FP8": "scaled_gemm",
-                 "FP8 grouped": "scaled_grouped_gemm", "block-scaled FP8 grouped": "block_scaled_grouped_gemm"}
-COUNT_TERM = re.compile(r"(\d+) (block-scaled FP8 grouped|FP8 grouped|FP8|grouped|dense|attention)\b")
+FAMILY_LABELS = {"dense": "gemm", "grouped": "grouped_gemm", "attention": "attention", "FP8": "scaled_gemm"}
+COUNT_TERM = re.compile(r"(\d+) (FP8|grouped|dense|attention)\b")
 
 
 @functools.cache

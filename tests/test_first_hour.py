@@ -167,7 +167,9 @@ def test_explain_checks_its_numbers_and_the_family_rules_in_one_line(args, says)
     ("nvidia-h100-80gb-hbm3.attention.wtt", ["1", "1024", "100"], "head_dim=100 is not supported (64, 128 or 256)"),
     ("nvidia-h100-80gb-hbm3.grouped_gemm.wtt", ["64", "4100", "4096", "--groups", "8"],
      "K=4096 and N=4100 must be multiples of 8"),
-    ("nvidia-h100-80gb-hbm3.scaled_grouped_gemm.wtt", ["64", "4096", "4104", "--groups", "8"],
+    ("nvidia-h100-80gb-hbm3.grouped_gemm.row.wtt", ["64", "4096", "4104", "--groups", "8"],
+     "K=4104 must be a multiple of 16"),
+    ("nvidia-h100-80gb-hbm3.grouped_gemm.block128.wtt", ["64", "4096", "4104", "--groups", "8"],
      "K=4104 must be a multiple of 16"),
 ])
 def test_explain_applies_each_familys_problem_checks(table, args, says):

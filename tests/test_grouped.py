@@ -43,21 +43,24 @@ def test_shipped_grouped_space():
     space = cs.load(GROUPED_SPACE)
     assert space.family == "grouped_gemm"
     assert [v.id for v in space.variants] == list(range(len(space.variants)))
-    assert all(v.name.startswith("grouped_") and v.b_layout == "col" and v.scheduler == "persistent"
-               for v in space.variants)
+    fragments = dict(space.generation.scales)  # how names spell each scales mode: e4m3_grouped_..., ...
+    assert all(v.name.startswith(fragments.get(v.scales, "") + "grouped_") and v.b_layout == "col"
+               and v.scheduler == "persistent" for v in space.variants)
+    modes = {layout["name"] for layout in _C.GROUPED_SCALES}
+    assert {v.scales for v in space.variants} == {"", "row", "block128"} == modes
     names = {v.name for v in space.variants}
     assert not names & {v.name for v in cs.load(CONFIG_SPACE).variants}, "names become C++ symbols: no clashes"
     # torch._grouped_mm's two configs are in the space, and swap-AB tiles for few tokens per expert.
     assert {"grouped_bf16_pingpong_64x128x128_2x1", "grouped_bf16_cooperative_128x256x64_2x1"} <= names
     assert any(v.swap_ab and v.tile_n <= 32 for v in space.variants)
     # The default build compiles the heuristic's variants for both dtypes and what the shipped grouped
-    # tables name; CI compiles one grouped variant.
+    # tables name; CI compiles one grouped variant of each scales mode.
     tables = CONFIG_SPACE.parents[1] / "tables"
     chosen = {v.name for v in space.select("tables", tables_dir=tables)}
     heuristic = {v.name for v in space.variants if any(fnmatch.fnmatch(v.name, p) for p in space.heuristic_variants)}
     assert len(heuristic) == 2 * len(space.heuristic_variants)
     assert chosen == heuristic | (cs.table_variant_names(tables) & names)
-    assert len(space.select("ci")) == 1
+    assert sorted(v.scales for v in space.select("ci")) == ["", "block128", "row"]
 
 
 def test_grouped_variant_names_and_fixed_axes(tmp_path):
@@ -65,8 +68,14 @@ def test_grouped_variant_names_and_fixed_axes(tmp_path):
     assert v.name == "grouped_bf16_swapab_pingpong_64x32x128_1x1"
     assert (v.b_layout, v.scheduler, v.family) == ("col", "persistent", "grouped_gemm")
     text = cs.render_variant(v, "g.toml")
-    assert '#include "sm90_grouped_gemm.cuh"' in text
+    assert '#include "grouped_scales.cuh"' in text
     assert "WAVETUNE_GROUPED_INSTANTIATE_VARIANT(grouped_bf16_swapab_pingpong_64x32x128_1x1, bf16, col, true," in text
+    # A scales mode: named with its fragment, instantiated by its macro.
+    for scales, name in (("row", "e4m3_grouped_bf16_swapab_pingpong_64x32x128_1x1"),
+                         ("block128", "e4m3_block128_grouped_bf16_swapab_pingpong_64x32x128_1x1")):
+        v = cs.load(write(tmp_path, HEADER + GROUP.replace("[[group]]", f'[[group]]\nscales = "{scales}"'))).variants[0]
+        assert (v.name, v.scales) == (name, scales)
+        assert f"WAVETUNE_GROUPED_{scales.upper()}_INSTANTIATE_VARIANT({name}, bf16," in cs.render_variant(v, "g.toml")
 
 
 @pytest.mark.parametrize(
@@ -97,7 +106,7 @@ def test_generation_over_families(tmp_path):
     assert len(compiled_rows(registry)) == len(sources)
     # `ci` is defined in both files; the sets join.
     ci = cs.generate_families([dense, grouped], out, "ci", "", True)
-    assert len(ci) == len(dense.select("ci")) + 1 and not (out / "grouped_variants" / sources[0].name).exists()
+    assert len(ci) == len(dense.select("ci")) + 3 and not (out / "grouped_variants" / sources[0].name).exists()
     with pytest.raises(cs.ConfigError, match="unknown kernel set 'nope'"):
         cs.generate_families([dense, grouped], out, "nope", "", True)
     with pytest.raises(cs.ConfigError, match="selects no variant"):

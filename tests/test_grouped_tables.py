@@ -96,6 +96,45 @@ def test_table_file_names_per_family(monkeypatch):
     assert str(tables.default_table_path("NVIDIA H200", "grouped_gemm")) == "/somewhere/mine.wtt"
     monkeypatch.delenv("WAVETUNE_TABLE", raising=False)
     assert tables.default_table_path("NVIDIA H200", "gemm") != tables.default_table_path("NVIDIA H200", "grouped_gemm")
+    # A scales mode's table: its own file and variable.
+    assert tables.table_file_name("NVIDIA H200", "grouped_gemm", "block128") == "nvidia-h200.grouped_gemm.block128.wtt"
+    assert tables.default_table_path("NVIDIA H200", "grouped_gemm", "row") == tables.TABLE_DIR / \
+        "nvidia-h200.grouped_gemm.row.wtt"
+    monkeypatch.setenv("WAVETUNE_GROUPED_TABLE_ROW", "/somewhere/row.wtt")
+    assert str(tables.default_table_path("NVIDIA H200", "grouped_gemm", "row")) == "/somewhere/row.wtt"
+    with pytest.raises(ValueError, match="the grouped_gemm family's tables have no scales mode 'block64'"):
+        tables.checked_devices("grouped_gemm", "block64")
+
+
+def test_each_shipped_grouped_table_names_its_scales_mode_and_others_are_refused(tmp_path):
+    """A grouped table's meta scales is its file's mode; a mode its family has not, or a scales key in a table of
+    a family without modes, is refused with the modes named."""
+    modes = [layout["name"] for layout in _C.GROUPED_SCALES]
+    assert _C.table_scales("grouped_gemm") == modes and _C.table_scales("gemm") == [""]
+    shipped = sorted(tables.TABLE_DIR.glob("*.grouped_gemm*.wtt"))
+    assert {path.name.split(".")[2] if path.name.count(".") == 3 else "" for path in shipped} == set(modes)
+    for path in shipped:
+        scales = path.name.split(".")[2] if path.name.count(".") == 3 else ""
+        assert tables.open_table(path, "grouped_gemm").scales == scales, path.name
+    read = tablefile.read_table(tables.TABLE_DIR / "nvidia-h200.grouped_gemm.row.wtt")
+    tablefile.write_table(tmp_path / "t.wtt", **{**read, "meta": {**read["meta"], "scales": "block64"}})
+    with pytest.raises(ValueError, match="meta scales 'block64' is not a scales mode of the grouped_gemm family's "
+                                         "tables \\('', 'row', 'block128'\\)"):
+        tables.open_table(tmp_path / "t.wtt", "grouped_gemm")
+    read = tablefile.read_table(tables.TABLE_DIR / "nvidia-h200.wtt")
+    tablefile.write_table(tmp_path / "g.wtt", **{**read, "meta": {**read["meta"], "scales": "row"}})
+    with pytest.raises(ValueError, match="is not a scales mode of the gemm family's tables"):
+        tables.open_table(tmp_path / "g.wtt")
+
+
+def test_a_scales_modes_fitted_table_is_named_and_marked_by_its_mode(tmp_path, capsys):
+    table = tuning.fit_grouped(cases(synthetic_us), [NARROW, WIDE], SM_COUNT)
+    header = {"gpu_name": "NVIDIA H200", "sm_count": SM_COUNT}
+    path = fitting.write_family_table(tmp_path, header, "grouped_gemm", _C.grouped_config_space_hash(), "t", "s",
+                                      table, scales="row")
+    assert path.name == "nvidia-h200.grouped_gemm.row.wtt"
+    assert tablefile.read_table(path)["meta"]["scales"] == "row"
+    assert tables.open_table(path, "grouped_gemm").scales == "row"
 
 
 # ---- the C++ Selector over a grouped table ---------------------------------------------------------

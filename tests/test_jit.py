@@ -343,8 +343,8 @@ def test_a_table_bound_to_added_variants_waits_for_a_call_outside_capture(monkey
     torch = pytest.importorskip("torch")
     capturing, dropped = [True], []
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
-    monkeypatch.setitem(tables._loaded_tables, "gemm", {7: str(REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt")})
-    monkeypatch.setitem(tables._checked_tables, "gemm", {7})
+    monkeypatch.setitem(tables._loaded_tables, ("gemm", ""), {7: str(REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt")})
+    monkeypatch.setitem(tables._checked_tables, ("gemm", ""), {7})
     monkeypatch.setattr(tables, "_table_listeners", [lambda: dropped.append(1)])
     try:
         tables.variants_added("gemm")
@@ -355,7 +355,7 @@ def test_a_table_bound_to_added_variants_waits_for_a_call_outside_capture(monkey
         tables.ensure_table(7)
         assert not tables.table_swap_pending(7) and len(dropped) == 2
     finally:
-        tables._pending_tables.pop(("gemm", 7), None)
+        tables._pending_tables.pop(("gemm", "", 7), None)
         wavetune._C.use_table(7, None)
 
 

@@ -1,5 +1,5 @@
-"""CPU tier of the FP8 grouped family: the argument checks of wavetune.scaled_grouped_gemm (each a clear
-exception naming the problem), its torch operator's fake implementation, and the variant listing."""
+"""CPU tier of the grouped family's row scales (FP8): the argument checks of wavetune.scaled_grouped_gemm (each a
+clear exception naming the problem), its torch operator's fake implementation, and the variant listing."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def test_bad_out_dtype_and_out():
 
 def test_sizes_then_device_are_checked():
     native = pytest.importorskip("wavetune._C")
-    if not hasattr(native, "scaled_grouped_problem_error"):
-        pytest.skip("the native module has no FP8 grouped family")
+    if not hasattr(native, "grouped_problem_error"):
+        pytest.skip("the native module has no grouped family")
     with pytest.raises(ValueError, match="K=40 must be a multiple of 16"):
         wavetune.scaled_grouped_gemm(*operands(k=40))
     with pytest.raises(ValueError, match="one CUDA device, got cpu"):
@@ -66,7 +66,7 @@ def test_listing_matches_the_config_space():
     from conftest import REPO
     from wavetune.codegen import config_space
 
-    space = config_space.load(REPO / "cutlass_configs" / "sm90_scaled_grouped_gemm.toml")
-    names = [v.name for v in space.variants]
+    space = config_space.load(REPO / "cutlass_configs" / "sm90_grouped_gemm.toml")
+    names = [v.name for v in space.variants if v.scales == "row"]
     assert {c.name for c in wavetune.scaled_grouped_configs()} <= set(names)
     assert all(n.startswith("e4m3_grouped_") for n in names) and len(names) == 18

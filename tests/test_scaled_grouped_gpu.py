@@ -1,8 +1,8 @@
-"""GPU tier of the two FP8 grouped families, scales per row (scaled_grouped_gemm) and per 128-block
+"""GPU tier of the grouped family's two FP8 scales modes, per row (scaled_grouped_gemm) and per 128-block
 (block_scaled_grouped_gemm): every compiled variant against a per-expert float64 reference of the
 dequantized operands on fresh random data, over the grouped family's routings (empty experts, skew, odd row
 counts, N and K not multiples of the tiles or of the 128-wide scale blocks); the default choice through
-``scaled_grouped_gemm`` (which hands block scales to the block-scaled family), CUDA-graph replays with new
+``scaled_grouped_gemm`` (which hands block scales to block_scaled_grouped_gemm), CUDA-graph replays with new
 offsets, the torch operators under torch.compile, and agreement with torch._scaled_grouped_mm.
 
 Outputs are poisoned with NaN first, so an unwritten element fails, and rows past offsets[-1] must stay NaN.
@@ -24,20 +24,20 @@ from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, qu
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # The grouped family's tolerance (test_grouped_gpu.check) holds: against the dequantized operands' exact product
 # only the output's rounding and fp32 accumulation differ; e4m3 rounding of the inputs is in both sides.
-LISTINGS = {"row": wavetune.scaled_grouped_configs, "block": wavetune.block_scaled_grouped_configs}
-ENTRIES = {"row": wavetune.scaled_grouped_gemm, "block": wavetune.block_scaled_grouped_gemm}
-OPS = {"row": "scaled_grouped_gemm", "block": "block_scaled_grouped_gemm"}
+LISTINGS = {"row": wavetune.scaled_grouped_configs, "block128": wavetune.block_scaled_grouped_configs}
+ENTRIES = {"row": wavetune.scaled_grouped_gemm, "block128": wavetune.block_scaled_grouped_gemm}
+OPS = {"row": "scaled_grouped_gemm", "block128": "block_scaled_grouped_gemm"}
 
 
 def operands(scales, counts, n, k, out_dtype, spare_rows=0):
     """x, w, scale_x, scale_w and offsets on the GPU, a NaN-poisoned out; magnitudes that differ per token,
     per channel and along K, so a scale applied to the wrong row or block shows."""
     rows, experts = sum(counts) + spare_rows, len(counts)
-    along_k = torch.rand(1, k, device="cuda") * 4 if scales == "block" else 1.0
+    along_k = torch.rand(1, k, device="cuda") * 4 if scales == "block128" else 1.0
     x, scale_x = quantize(torch.randn(rows, k, device="cuda") * torch.rand(rows, 1, device="cuda") * 4 * along_k,
                           scales, 1)
     w = torch.randn(experts, n, k, device="cuda") * torch.rand(experts, n, 1, device="cuda") / k**0.5
-    w, scale_w = quantize(w * (along_k.flip(1) if scales == "block" else 1.0), scales, BLOCK)
+    w, scale_w = quantize(w * (along_k.flip(1) if scales == "block128" else 1.0), scales, BLOCK)
     offsets = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
     out = torch.full((rows, n), float("nan"), device="cuda", dtype=out_dtype)
     return x, w, scale_x, scale_w, offsets, out
@@ -75,7 +75,7 @@ def test_every_variant(scales, variant, name, counts, n, k):
     check(x, w, scale_x, scale_w, offsets, out)
 
 
-@pytest.mark.parametrize("scales", ["row", "block"])
+@pytest.mark.parametrize("scales", ["row", "block128"])
 @pytest.mark.parametrize("rows", [1, 7, 255, 1000, 4097, 16384])
 @pytest.mark.parametrize("experts", [8, 128])
 def test_default_choice_over_token_counts(scales, rows, experts):
@@ -99,7 +99,7 @@ def test_matches_torch_scaled_grouped_mm():
     assert error < 1e-2
 
 
-@pytest.mark.parametrize("scales", ["row", "block"])
+@pytest.mark.parametrize("scales", ["row", "block128"])
 def test_cuda_graph_replays_follow_the_offsets_on_the_gpu(scales):
     """PyTorch's documented capture; the graph serves new offsets without a recapture."""
     dtype = some_dtype(scales)
@@ -113,7 +113,7 @@ def test_cuda_graph_replays_follow_the_offsets_on_the_gpu(scales):
         check(x, w, scale_x, scale_w, offsets, out)
 
 
-@pytest.mark.parametrize("scales", ["row", "block"])
+@pytest.mark.parametrize("scales", ["row", "block128"])
 def test_empty_and_zero_sized_inputs(scales):
     dtype = some_dtype(scales)
     x, w, scale_x, scale_w, offsets, _ = operands(scales, [0, 0], 264, 256, dtype)
@@ -124,7 +124,7 @@ def test_empty_and_zero_sized_inputs(scales):
     assert out.isnan().all(), "no expert owns a row: nothing is written"
 
 
-@pytest.mark.parametrize("scales", ["row", "block"])
+@pytest.mark.parametrize("scales", ["row", "block128"])
 def test_torch_ops_match_and_compile(scales):
     """The family's operator and scaled_grouped_gemm's, eager and under torch.compile(fullgraph=True)."""
     pytest.importorskip("wavetune.torch_ops")

@@ -29,17 +29,19 @@ DEVICE = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800
 # ---- the registry -----------------------------------------------------------------------------------
 
 def test_the_registry_finds_every_family_subpackage():
-    assert families.names() == ["gemm", "attention", "block_scaled_grouped_gemm", "grouped_gemm", "layer_ops",
-                               "scaled_gemm", "scaled_grouped_gemm"]
+    assert families.names() == ["gemm", "attention", "grouped_gemm", "layer_ops", "scaled_gemm"]
     assert [f.name for f in families.all()] == families.names()
     assert {f.name: f.table_env for f in families.all()} == {
         "gemm": "WAVETUNE_TABLE", "grouped_gemm": "WAVETUNE_GROUPED_TABLE", "attention": "WAVETUNE_ATTENTION_TABLE",
         "scaled_gemm": "WAVETUNE_SCALED_GEMM_TABLE",
-        "scaled_grouped_gemm": "WAVETUNE_SCALED_GROUPED_TABLE",
-        "block_scaled_grouped_gemm": "WAVETUNE_BLOCK_SCALED_GROUPED_TABLE", "layer_ops": "WAVETUNE_LAYER_OPS_TABLE"}
+        "layer_ops": "WAVETUNE_LAYER_OPS_TABLE"}
     assert tables.table_envs()["grouped_gemm"] == "WAVETUNE_GROUPED_TABLE"
     assert tables.table_file_name("NVIDIA H200", "attention") == "nvidia-h200.attention.wtt"
     assert tables.table_file_name("NVIDIA H200") == "nvidia-h200.wtt"
+    # The grouped family's tables are one per scales mode, each with its file and variable.
+    assert tables.scales_modes("grouped_gemm") == ["", "row", "block128"] and tables.scales_modes("gemm") == [""]
+    assert tables.table_file_name("NVIDIA H200", "grouped_gemm", "row") == "nvidia-h200.grouped_gemm.row.wtt"
+    assert tables.table_env("grouped_gemm", "block128") == "WAVETUNE_GROUPED_TABLE_BLOCK128"
     for family in families.all():
         assert family.package == f"wavetune.families.{family.name}"
         assert family.config_space in {p.name for p in (Path(cli.__file__).parents[2] / "cutlass_configs").glob("*")} \
@@ -55,8 +57,7 @@ def test_the_registry_finds_every_family_subpackage():
 
 
 def test_an_unknown_family_is_named_with_the_known_ones():
-    known = ("one of gemm, attention, block_scaled_grouped_gemm, grouped_gemm, layer_ops, scaled_gemm, "
-             "scaled_grouped_gemm")
+    known = "one of gemm, attention, grouped_gemm, layer_ops, scaled_gemm"
     with pytest.raises(ValueError, match=f"unknown kernel family 'conv' \\({known}\\)"):
         families.get("conv")
     with pytest.raises(ValueError, match="unknown kernel family"):
@@ -83,6 +84,9 @@ def test_importing_wavetune_imports_no_torch_and_no_tuning_driver():
     (["--family", "grouped_gemm", "--budget", "50"], "--budget and --no-micro are options of the gemm family"),
     (["--family", "attention", "--exact", "s.json"], "are options of the gemm family"),
     (["--family", "grouped_gemm", "--cases", "0"], "--cases 0: at least 1"),
+    (["--family", "grouped_gemm", "--scales", "block64"], "--scales block64: the grouped_gemm family's tables have "
+                                                         "scales modes: row, block128"),
+    (["--scales", "row"], "--scales row: the gemm family's tables have scales modes: none"),
     (["--family", "attention", "--time-budget", "-1"], "a positive number of seconds"),
     (["--devices", "0,0"], "distinct non-negative CUDA device indices"),
     (["--devices", "gpu0"], "comma-separated CUDA device indices"),
@@ -98,8 +102,7 @@ def test_tune_refuses_bad_arguments(argv, message, capsys):
 def test_family_choices_come_from_the_registry(capsys):
     with pytest.raises(SystemExit):
         cli.main(["tune", "--help"])
-    assert ("{gemm,attention,block_scaled_grouped_gemm,grouped_gemm,layer_ops,scaled_gemm,scaled_grouped_gemm}"
-            in capsys.readouterr().out)
+    assert "{gemm,attention,grouped_gemm,layer_ops,scaled_gemm}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("family", ["gemm", "grouped_gemm", "attention"])

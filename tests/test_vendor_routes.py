@@ -18,8 +18,8 @@ from conftest import REPO
 
 @pytest.fixture
 def compiling(monkeypatch):
-    """The families whose variants the test says are compiling in the background (none at first)."""
-    state: dict[str, int] = {}
+    """The (family, scales mode)s whose variants the test says are compiling in the background (none at first)."""
+    state: dict[tuple[str, str], int] = {}
     monkeypatch.setattr(tables, "_compiling", state)
     return state
 
@@ -35,6 +35,8 @@ def test_a_family_serves_its_vendor_until_its_last_batch_compiled(compiling, mon
     tables.compiling_done("grouped_gemm")
     assert not tables.vendor_serves("grouped_gemm")
     assert dropped == [1], "choices made while the vendor served must be dropped once the compile is done"
+    tables.compiling_started("grouped_gemm", "row")  # a scales mode's calls serve their vendor, not the others'
+    assert tables.vendor_serves("grouped_gemm", "row") and not tables.vendor_serves("grouped_gemm")
 
 
 def test_the_builtin_kernel_set_compiles_no_variant():
@@ -49,12 +51,27 @@ def test_a_family_without_a_table_queues_its_built_in_models_variants(monkeypatc
     monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
     monkeypatch.setattr(jit, "cache_for", lambda family: None)
     monkeypatch.setattr(jit, "load_cached", lambda family, variants: variants)
-    monkeypatch.setattr(jit, "compile_in_background", lambda family, variants: queued.update({family: variants}))
+    monkeypatch.setattr(jit, "compile_in_background",
+                        lambda family, variants, scales="": queued.update({family: variants}))
     monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
     monkeypatch.setenv("WAVETUNE_JIT", "1")
     jit.prepare_builtin_choice("scaled_gemm")
     assert {v.name for v in queued["scaled_gemm"]} == {v.name for v in space.heuristic_set()}
     assert queued["scaled_gemm"], "the FP8 family's built-in model takes its CUTLASS variants"
+
+
+def test_a_background_batch_counts_for_its_tables_scales_mode_alone(compiling, monkeypatch):
+    import queue
+
+    jobs = queue.Queue()
+    monkeypatch.setattr(jit, "_background", jobs)  # no worker thread: the batch stays queued
+    monkeypatch.setattr(jit, "_queued", set())
+    variant = next(v for v in jit.config_space("grouped_gemm").variants if v.name.startswith("e4m3_grouped"))
+    jit.compile_in_background("grouped_gemm", [variant], "row")
+    assert jobs.get_nowait() == ("grouped_gemm", "row", [variant])
+    assert tables.vendor_serves("grouped_gemm", "row") and not tables.vendor_serves("grouped_gemm")
+    jit.notify("ended", "grouped_gemm", "row")
+    assert not tables.vendor_serves("grouped_gemm", "row")
 
 
 def test_the_vendor_result_leaves_the_rows_past_the_experts_as_they_were():
@@ -72,7 +89,7 @@ def test_fp8_shapes_torchs_scaled_op_refuses_are_dequantized(monkeypatch):
     """torch._scaled_grouped_mm needs N and K divisible by 16; wavetune takes N % 8, so the vendor route must not
     hand it the others (N = 136 here)."""
     torch = pytest.importorskip("torch")
-    from wavetune.families.scaled_grouped_gemm.api import torch_scaled_grouped_mm
+    from wavetune.families.grouped_gemm.fp8 import torch_scaled_grouped_mm
 
     def refuse(*args, **kwargs):
         raise AssertionError("torch._scaled_grouped_mm called with N % 16 != 0")
@@ -113,7 +130,7 @@ def test_grouped_gemm_runs_torch_grouped_mm_while_compiling(compiling):
     import wavetune
 
     x, w, offsets, written = grouped_operands(torch)
-    compiling["grouped_gemm"] = 1
+    compiling[("grouped_gemm", "")] = 1
     out = torch.full((x.shape[0], w.shape[1]), float("nan"), device="cuda", dtype=x.dtype)
     wavetune.grouped_gemm(x, w, offsets, out=out)
     expected = torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
@@ -129,7 +146,7 @@ def test_the_vendor_route_captures_in_a_cuda_graph(compiling):
     from wavetune.tuning.timing import capture_documented
 
     x, w, offsets, written = grouped_operands(torch)
-    compiling["grouped_gemm"] = 1
+    compiling[("grouped_gemm", "")] = 1
     graph, out = capture_documented(wavetune.grouped_gemm, x, w, offsets)
     x.copy_(torch.randn_like(x))
     graph.replay()
@@ -137,19 +154,17 @@ def test_the_vendor_route_captures_in_a_cuda_graph(compiling):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("scales", ["row", "block"])
-def test_fp8_grouped_families_run_pytorchs_way_while_compiling(compiling, scales):
+@pytest.mark.parametrize("scales", ["row", "block128"])
+def test_fp8_grouped_modes_run_pytorchs_way_while_compiling(compiling, scales):
     torch = gpu_torch()
     import wavetune
-    from wavetune.families.grouped_gemm.e4m3 import dequantized_grouped_mm
+    from wavetune.families.grouped_gemm.fp8 import dequantized_grouped_mm, torch_scaled_grouped_mm
     from wavetune.families.grouped_gemm.measure import quantize
-    from wavetune.families.scaled_grouped_gemm.api import torch_scaled_grouped_mm
 
     x, w, offsets, _ = grouped_operands(torch, spare_rows=0)
     (xq, sx), (wq, sw) = quantize(x, scales, 1), quantize(w, scales, 128)
-    family, vendor = (("scaled_grouped_gemm", torch_scaled_grouped_mm) if scales == "row"
-                      else ("block_scaled_grouped_gemm", dequantized_grouped_mm))
-    compiling[family] = 1
+    vendor = torch_scaled_grouped_mm if scales == "row" else dequantized_grouped_mm
+    compiling[("grouped_gemm", scales)] = 1
     for dtype in (torch.bfloat16, torch.float16):
         out = torch.full((x.shape[0], w.shape[1]), float("nan"), device="cuda", dtype=dtype)
         wavetune.scaled_grouped_gemm(xq, wq, sx, sw, offsets, out_dtype=dtype, out=out)

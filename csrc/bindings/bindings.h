@@ -30,13 +30,15 @@ pybind11::dict variant_dict(const VariantInfo& v);
 struct FamilyBindings {
   FamilyBindings(const char* family, void (*bind)(pybind11::module_& m));
 
-  // The table the family's launches consult on a device when no config is forced (use_table), or nullptr.
-  // A plain array read: it is on every launch's path.
-  const Selector* active_table(int device) const;
+  // The table the family's launches of a scales mode (its index in the family's table scales, table_scales)
+  // consult on a device when no config is forced (use_table), or nullptr. A plain array read: it is on every
+  // launch's path.
+  const Selector* active_table(int device, size_t scales = 0) const;
 
   const char* family;
   void (*bind)(pybind11::module_& m);
-  size_t index = 0;  // of the family in kernel_families(), set when the module is created
+  size_t index = 0;         // of the family in kernel_families(), set when the module is created
+  size_t scales_count = 1;  // the scales modes of its tables, set then too
 };
 
 }  // namespace wavetune::bindings

@@ -25,17 +25,44 @@ using namespace wavetune;
 
 namespace {
 
-// The tables launches consult per family and device when no config is forced. Selectors stay alive for
-// the process (a replaced table is rare and small), so the launch path reads a plain atomic pointer, no lock.
+// The tables launches consult per family, scales mode and device when no config is forced. Selectors stay alive
+// for the process (a replaced table is rare and small), so the launch path reads a plain atomic pointer, no lock.
 constexpr int kMaxDevices = 64;
 using DeviceTables = std::array<std::atomic<const Selector*>, kMaxDevices>;
 std::mutex g_tables_mutex;
 std::vector<std::shared_ptr<Selector>> g_tables;
 
-// One DeviceTables per kernel family, in kernel_families() order.
-DeviceTables& device_tables(size_t family_index) {
-  static const std::unique_ptr<DeviceTables[]> tables = std::make_unique<DeviceTables[]>(kernel_families().size());
-  return tables[family_index];
+// The scales modes of a family's tables (TableFamily::scales), "" alone for a family without.
+std::vector<std::string> table_scales(const std::string& family) {
+  const TableFamily* f = find_table_family(family);
+  return f && f->scales ? f->scales() : std::vector<std::string>{""};
+}
+
+// Per kernel family (in kernel_families() order), one DeviceTables per scales mode of its tables.
+std::vector<std::unique_ptr<DeviceTables[]>> make_device_tables() {
+  std::vector<std::unique_ptr<DeviceTables[]>> all;
+  for (const KernelFamily* f : kernel_families()) {
+    all.push_back(std::make_unique<DeviceTables[]>(table_scales(f->name).size()));
+  }
+  return all;
+}
+
+DeviceTables& device_tables(size_t family_index, size_t scales_index) {
+  static const std::vector<std::unique_ptr<DeviceTables[]>> tables = make_device_tables();
+  return tables[family_index][scales_index];
+}
+
+// The index of a scales mode among the family's table scales; std::invalid_argument naming them otherwise.
+size_t scales_index(const std::string& family, const std::string& scales) {
+  const std::vector<std::string> modes = table_scales(family);
+  const auto found = std::find(modes.begin(), modes.end(), scales);
+  if (found == modes.end()) {
+    std::string known;
+    for (const std::string& m : modes) known += (known.empty() ? "'" : ", '") + m + "'";
+    throw std::invalid_argument("the " + family + " family's tables have no scales mode '" + scales + "' (" + known +
+                                ")");
+  }
+  return size_t(found - modes.begin());
 }
 
 size_t family_index(const std::string& name) {
@@ -48,14 +75,16 @@ size_t family_index(const std::string& name) {
   throw std::invalid_argument("unknown kernel family '" + name + "' (" + known + ")");
 }
 
-// Make launches of the selector's family on `device` choose from it; nullptr: back to the heuristic
-// (of `family`).
-void use_table(int device, std::shared_ptr<Selector> selector, const std::string& family) {
+// Make launches of the selector's family and scales mode on `device` choose from it; nullptr: back to the
+// heuristic (of `family` and `scales`).
+void use_table(int device, std::shared_ptr<Selector> selector, const std::string& family, const std::string& scales) {
   if (device < 0 || device >= kMaxDevices) throw std::invalid_argument("device ordinal out of range");
-  const size_t f = family_index(selector ? selector->family() : family);
+  const std::string& name = selector ? selector->family() : family;
+  const size_t f = family_index(name);
+  const size_t s = scales_index(name, selector ? selector->scales() : scales);
   std::lock_guard<std::mutex> lock(g_tables_mutex);
   if (selector) g_tables.push_back(selector);
-  device_tables(f)[device].store(selector.get(), std::memory_order_release);
+  device_tables(f, s)[device].store(selector.get(), std::memory_order_release);
 }
 
 std::vector<bindings::FamilyBindings*>& family_bindings() {
@@ -131,9 +160,9 @@ wavetune::bindings::FamilyBindings::FamilyBindings(const char* family_name, void
   family_bindings().push_back(this);
 }
 
-const Selector* wavetune::bindings::FamilyBindings::active_table(int device) const {
-  if (device < 0 || device >= kMaxDevices) return nullptr;
-  return device_tables(index)[device].load(std::memory_order_acquire);
+const Selector* wavetune::bindings::FamilyBindings::active_table(int device, size_t scales) const {
+  if (device < 0 || device >= kMaxDevices || scales >= scales_count) return nullptr;
+  return device_tables(index, scales)[device].load(std::memory_order_acquire);
 }
 
 py::dict wavetune::bindings::variant_dict(const VariantInfo& v) {
@@ -194,6 +223,7 @@ PYBIND11_MODULE(_C, m) {
            "A table file bound to the given variants (dicts as the family's variant listing gives them) instead of "
            "the compiled ones: the choices of a build with those variants, for explaining a table anywhere.")
       .def_property_readonly("family", &Selector::family)
+      .def_property_readonly("scales", &Selector::scales)
       .def("check_device", &Selector::check_device, py::arg("gpu_name"), py::arg("sm_count"))
       .def("meta", [](const Selector& s) { return s.table().meta; })
       .def("config_count", [](const Selector& s) { return s.table().configs.size(); })
@@ -272,8 +302,11 @@ PYBIND11_MODULE(_C, m) {
       "file: ValueError where it is not a readable table.");
 
   m.def("use_table", &use_table, py::arg("device"), py::arg("selector").none(true), py::arg("family") = "gemm",
-        "Make launches of the table's family (families()) choose from it on a device (None: back to "
-        "the built-in heuristic of `family`).");
+        py::arg("scales") = "",
+        "Make launches of the table's family (families()) and scales mode choose from it on a device (None: back "
+        "to the built-in heuristic of `family` and `scales`).");
+  m.def("table_scales", &table_scales, py::arg("family"),
+        "The scales modes of a family's tables, one table per GPU model and mode (\"\": unscaled operands).");
 
   m.def(
       "load_variant_library",
@@ -321,6 +354,7 @@ PYBIND11_MODULE(_C, m) {
   });
   for (bindings::FamilyBindings* f : families) {
     f->index = family_index(f->family);
+    f->scales_count = table_scales(f->family).size();
     f->bind(m);
   }
 }

@@ -349,12 +349,27 @@ void check_problem(const Problem& p, const TableFamily& family) {
   if (family.check_problem) family.check_problem(p);
 }
 
+// The table's scales mode (meta `scales`, "" without), one of its family's (TableFamily::scales).
+std::string scales_mode(const Table& t, const TableFamily& family) {
+  const auto meta = t.meta.find("scales");
+  const std::string scales = meta == t.meta.end() ? "" : meta->second;
+  const std::vector<std::string> modes = family.scales ? family.scales() : std::vector<std::string>{""};
+  if (std::find(modes.begin(), modes.end(), scales) == modes.end()) {
+    std::string known;
+    for (const std::string& m : modes) known += (known.empty() ? "" : ", ") + lookup_detail::quoted(m);
+    table_error(t.origin, ": meta scales ", lookup_detail::quoted(scales), " is not a scales mode of the ", family.name,
+                " family's tables (", known, ")");
+  }
+  return scales;
+}
+
 }  // namespace
 
 struct Selector::Impl {
   Table table;
   const TableFamily* family = nullptr;  // never null once constructed
   std::string family_name;
+  std::string scales;  // meta scales, "" without
   int32_t sm_count = 0;
   size_t skipped = 0;
   std::vector<Candidate> candidates[2][2];  // [dtype][b_layout], in config-id order
@@ -482,6 +497,7 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
   if (!s.family) table_error(origin, ": the ", family, " kernel family is not known to the lookup library");
   const TableFamily& kind = *s.family;
   s.family_name = family;
+  s.scales = scales_mode(t, kind);
 
   const std::string& table_hash = t.meta_value("config_space_hash");
   if (table_hash != build_hash) {
@@ -816,6 +832,7 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
 
 const Table& Selector::table() const { return impl_->table; }
 const std::string& Selector::family() const { return impl_->family_name; }
+const std::string& Selector::scales() const { return impl_->scales; }
 size_t Selector::skipped_configs() const { return impl_->skipped; }
 int32_t Selector::sm_count() const { return impl_->sm_count; }
 

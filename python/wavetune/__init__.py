@@ -22,14 +22,13 @@ from .runtime.device import build_info, device_properties
 from .runtime.tables import load_table
 # The kernel families' entry points (wavetune.families: one subpackage each).
 from .families.gemm.api import configs, gemm
-from .families.grouped_gemm.api import grouped_configs, grouped_gemm  # mixture-of-experts layers (docs/grouped.md)
+from .families.grouped_gemm.api import (  # mixture-of-experts layers (docs/grouped.md), 16-bit and FP8 experts
+    block_scaled_grouped_configs, block_scaled_grouped_gemm, grouped_configs, grouped_gemm, scaled_grouped_configs,
+    scaled_grouped_gemm)
 from .families.attention.api import (  # attention forward; paged KV caches, variable-length batches (docs/attention.md)
     attention, attention_configs, paged_attention, paged_attention_configs, varlen_attention)
 from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
     dequantize_fp8, quantize_fp8, scaled_gemm, scaled_gemm_configs)
-from .families.scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm  # FP8 experts
-from .families.block_scaled_grouped_gemm.api import (  # FP8 experts with 128-block scales
-    block_scaled_grouped_configs, block_scaled_grouped_gemm)
 from .families.layer_ops.api import (  # a decoder layer's element-wise parts, an MoE layer's routing
     moe_align, moe_combine, moe_gather, rms_norm, rotary_embedding, silu_and_mul)
 

@@ -51,7 +51,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"GPU: {device['name']}, {device['sm_count']} SMs, L2 {device['l2_bytes'] >> 20} MiB, "
           f"sm_{''.join(map(str, device['compute_capability']))}")
     for family in families.names():
-        print_table(device["name"], family)
+        for scales in tables.scales_modes(family):
+            print_table(device["name"], family, scales)
     return 0
 
 
@@ -63,28 +64,31 @@ def compiled_count(family: families.Family, count: int) -> str:
     return f"{count} variant{'' if count == 1 else 's'} compiled"
 
 
-def print_table(gpu_name: str, family: str) -> None:
-    """Which table of a family the device uses, loading it as a first call would."""
-    table = tables.default_table_path(gpu_name, family)
+def print_table(gpu_name: str, family: str, scales: str = "") -> None:
+    """Which table of a family and scales mode the device uses, loading it as a first call would."""
+    what = family + (f" ({scales} scales)" if scales else "")
+    table = tables.default_table_path(gpu_name, family, scales)
     if table is None:
-        print(f"{family} table: none for this GPU (looked for {tables.table_file_name(gpu_name, family)} in "
-              f"{tables.TABLE_DIR} and ${tables.table_env(family)}); {family} uses the built-in heuristic")
+        print(f"{what} table: none for this GPU (looked for {tables.table_file_name(gpu_name, family, scales)} in "
+              f"{tables.TABLE_DIR} and ${tables.table_env(family, scales)}); {what} uses the built-in heuristic")
         return
     try:
-        info = tables.load_table(table, family=family)
+        info = tables.load_table(table, family=family, scales=scales)
     except ValueError as exc:
-        print(f"{family} table: {table} does not fit this build; {family} uses the built-in heuristic ({exc})")
+        print(f"{what} table: {table} does not fit this build; {what} uses the built-in heuristic ({exc})")
         return
-    print(f"{family} table: {table} ({info['configs']} configs, {info['exact']} exact ranges, "
+    print(f"{what} table: {table} ({info['configs']} configs, {info['exact']} exact ranges, "
           f"{info['skipped_configs']} configs skipped as not compiled)")
 
 
 def default_log(args: argparse.Namespace) -> Path:
-    """--log, else ``<family>-measurements.jsonl`` in the --out directory (the current one for --shapes)."""
+    """--log, else ``<family>[.<scales>]-measurements.jsonl`` in the --out directory (the current one for
+    --shapes)."""
     if args.log:
         return Path(args.log)
     out = Path(args.out or ("." if args.shapes else "tables"))
-    return (out.parent if out.suffix == ".wtt" else out) / f"{args.family}-measurements.jsonl"
+    scales = f".{args.scales}" if getattr(args, "scales", "") else ""
+    return (out.parent if out.suffix == ".wtt" else out) / f"{args.family}{scales}-measurements.jsonl"
 
 
 def is_benchmark_log(path: str) -> bool:
@@ -120,7 +124,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not args.offline and (reason := no_gpu_reason()) is not None:
         raise RuntimeError(f"{reason}: tune measures kernels on the GPU it tunes for; without one, "
                            "--offline --log FILE refits a table from the measurement log of an earlier tuning")
-    measure = runner.measurer_for(args.family, devices, args.time_budget)
+    options = {"scales": args.scales} if args.scales else None  # the driver's measurement options
+    measure = runner.measurer_for(args.family, devices, args.time_budget, options)
     families.get(args.family).module("tuning").run(args, measure)
     return 0
 
@@ -134,9 +139,10 @@ def explain_table(args: argparse.Namespace) -> Path:
                          f"{shipped_tables()})")
     name = device_properties()["name"]
     family = args.family or "gemm"
-    table = tables.default_table_path(name, family)
+    table = tables.default_table_path(name, family, args.scales)
     if table is None:
-        raise ValueError(f"no {family} table for {name}: pass --table PATH")
+        raise ValueError(f"no {family} table{f' of {args.scales} scales' if args.scales else ''} for {name}: pass "
+                         "--table PATH")
     return table
 
 
@@ -236,11 +242,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     attention = dict(heads_q=heads[0], heads_kv=heads[1], causal=args.causal)
     rows = sorted(selector.explain(*problem, args.groups, **attention), key=lambda r: r["predicted_us"])
     sizes = families.SizeProblem(args.M, args.N, args.K, args.groups, _C.DTYPES.index(args.dtype),
-                                 _C.B_LAYOUTS.index(args.b_layout), heads, args.causal)
+                                 _C.B_LAYOUTS.index(args.b_layout), heads, args.causal, selector.scales)
     if error := families.get(family).size_error(sizes):
         raise ValueError(f"the {family} family does not run this problem: {error}")
     choice = selector.select(*problem, groups=args.groups, **attention)
-    print(f"{table}: {family} table of {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
+    scales = f" ({selector.scales} scales)" if selector.scales else ""
+    print(f"{table}: {family} table{scales} of {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
     for note in explain_notes(selector, table, from_space):
         print(note)
     print_floors(selector, args)
@@ -276,6 +283,9 @@ def check_tune_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                      "the current GPU")
     if args.cases is not None and args.cases < 1:
         parser.error(f"--cases {args.cases}: at least 1")
+    if args.scales not in tables.scales_modes(args.family):
+        modes = ", ".join(m for m in tables.scales_modes(args.family) if m) or "none"
+        parser.error(f"--scales {args.scales}: the {args.family} family's tables have scales modes: {modes}")
     if args.time_budget is not None and args.time_budget <= 0:
         parser.error(f"--time-budget {args.time_budget}: a positive number of seconds")
     if args.offline and args.family == "gemm" and args.log and "," in args.log:
@@ -328,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--family", default="gemm", choices=families.names(),
                       help="the kernel family to tune (default: %(default)s): its table is <gpu>.wtt for gemm, "
                            "<gpu>.<family>.wtt for the others")
+    tune.add_argument("--scales", default="", metavar="MODE",
+                      help="grouped_gemm: the scales mode whose table to tune (row, block128: e4m3 variants with "
+                           "those scales; default: 16-bit operands), written as <gpu>.<family>.<scales>.wtt")
     tune.add_argument("--out", help="directory for the table (default: tables; with --shapes: the current "
                                     "directory), or with --shapes a .wtt file")
     tune.add_argument("--log", help="measurement log (default: <family>-measurements.jsonl in the --out directory); "
@@ -379,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--family", choices=families.names(),
                          help="the table's kernel family (default: what the table file says; without --table, "
                               "gemm); grouped_gemm: a grouped problem, M rows over --groups experts")
+    explain.add_argument("--scales", default="", metavar="MODE",
+                         help="without --table: the scales mode of the table (grouped_gemm: row, block128)")
     explain.add_argument("--groups", type=int, default=1, help="with --family grouped_gemm: the expert count; "
                          "with --family attention: the batch (M, N, K are then seqlen_q, seqlen_k, head_dim)")
     explain.add_argument("--heads", default="1,1", metavar="QUERY_HEADS,KV_HEADS",

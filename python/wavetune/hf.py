@@ -193,7 +193,7 @@ def fp8_experts_fallback_reason(experts: torch.nn.Module, hidden_states: torch.T
         return f"{hidden_states.dtype} hidden states (bf16 or fp16)"
     if not block_scaled_variant_compiled(hidden_states.dtype):
         return (f"no block-scaled FP8 grouped variant with {hidden_states.dtype} output in this build (python -m wavetune "
-                f"build --family block_scaled_grouped_gemm compiles them)")
+                f"build --family grouped_gemm compiles them)")
     return None
 
 
@@ -206,7 +206,7 @@ def block_scaled_variant_compiled(dtype: torch.dtype) -> bool:
 
 @functools.cache  # cleared when variants are added
 def _block_scaled_output_dtypes() -> frozenset[torch.dtype]:
-    from .families.block_scaled_grouped_gemm.api import block_scaled_grouped_configs
+    from .families.grouped_gemm.api import block_scaled_grouped_configs
 
     names = {"bf16": torch.bfloat16, "fp16": torch.float16}
     return frozenset(names[c.dtype] for c in block_scaled_grouped_configs() if c.dtype in names)

@@ -3,7 +3,7 @@
 //
 //   choices [family=table.wtt ...] < problems
 //   gemm <dtype> <b_layout> <m> <n> <k>                                -> <variant> <decomposition> <splits> <raster> <swizzle>
-//   grouped_gemm <dtype> <rows> <experts> <n> <k>                      -> <variant>
+//   grouped_gemm <dtype> <rows> <experts> <n> <k> [<scales>]           -> <variant>   (scales: row, block128)
 //   attention <dtype> <batch> <seqlen_q> <seqlen_k> <heads_q> <heads_kv> <head_dim> <causal>  -> <variant> <splits>
 //
 // A family without a table chooses as a call with no table does. One output line per input line; an error
@@ -42,8 +42,12 @@ std::string choose(const std::string& line, const std::map<std::string, std::sha
         << to_string(l.micro.raster) << " " << l.micro.max_swizzle;
   } else if (family == "grouped_gemm") {
     int32_t rows = 0, experts = 0, n = 0, k = 0;
-    in >> rows >> experts >> n >> k;
-    const wavetune::GroupedGemmProblem p{rows, experts, n, k, nullptr, nullptr, nullptr, nullptr, dtype_of(dtype)};
+    std::string scales;
+    in >> rows >> experts >> n >> k >> scales;
+    wavetune::GroupedGemmProblem p{rows, experts, n, k, nullptr, nullptr, nullptr, nullptr, dtype_of(dtype)};
+    for (const wavetune::GroupedScalesLayout& layout : wavetune::kGroupedScales) {
+      if (scales == layout.name) p.scales = static_cast<wavetune::GroupedScales>(&layout - wavetune::kGroupedScales);
+    }
     out << wavetune::grouped_choice(p, table);
   } else if (family == "attention") {
     wavetune::AttentionProblem p{};

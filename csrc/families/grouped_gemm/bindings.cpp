@@ -1,5 +1,6 @@
-// Bindings of the grouped-GEMM family (csrc/include/wavetune/grouped.h): tensors arrive as raw pointers
-// and sizes; the Python entry point does the framework-level checks.
+// Bindings of the grouped-GEMM family (csrc/include/wavetune/grouped.h), every scales mode: tensors arrive as
+// raw pointers and sizes, a scales mode as its enumerator's value; the Python entry points do the
+// framework-level checks.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -23,9 +24,30 @@ void bind(py::module_& m);
 FamilyBindings registration("grouped_gemm", &bind);
 
 GroupedGemmProblem make_problem(int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w,
-                                uintptr_t offsets, uintptr_t out, int32_t dtype) {
-  return {rows, experts, n, k, reinterpret_cast<const void*>(x), reinterpret_cast<const void*>(w),
-          reinterpret_cast<const int32_t*>(offsets), reinterpret_cast<void*>(out), static_cast<DType>(dtype)};
+                                uintptr_t offsets, uintptr_t out, int32_t dtype, int32_t scales = 0,
+                                uintptr_t scale_x = 0, uintptr_t scale_w = 0) {
+  return {rows,
+          experts,
+          n,
+          k,
+          reinterpret_cast<const void*>(x),
+          reinterpret_cast<const void*>(w),
+          reinterpret_cast<const int32_t*>(offsets),
+          reinterpret_cast<void*>(out),
+          static_cast<DType>(dtype),
+          static_cast<GroupedScales>(scales),
+          reinterpret_cast<const float*>(scale_x),
+          reinterpret_cast<const float*>(scale_w)};
+}
+
+// The sizes of a problem, for the choices (no data pointers).
+GroupedGemmProblem sizes(int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int32_t scales) {
+  return make_problem(rows, experts, n, k, 0, 0, 0, 0, dtype, scales);
+}
+
+py::dict scales_dict(const GroupedScalesLayout& s) {
+  return py::dict(py::arg("name") = s.name, py::arg("e4m3") = s.e4m3, py::arg("x_block_k") = s.x_block_k,
+                  py::arg("w_block_n") = s.w_block_n, py::arg("w_block_k") = s.w_block_k);
 }
 
 // A tile shape as Python gives it: ((tile_m, tile_n, tile_k), (cluster_m, cluster_n), swap_ab).
@@ -41,17 +63,25 @@ TileShape make_tile_shape(const PyTileShape& s) {
   return shape;
 }
 
-// What a launch with no forced variant runs on `device` (grouped_choice, with the device's table).
+// What a launch with no forced variant runs on `device` (grouped_choice, with the device's table of the
+// problem's scales mode: the family's table scales are GroupedScales' names in enumerator order).
 int32_t choice_on(const GroupedGemmProblem& p, int device) {
-  return grouped_choice(p, registration.active_table(device));
+  return grouped_choice(p, registration.active_table(device, size_t(p.scales)));
 }
 
 void bind(py::module_& m) {
+  py::list modes;
+  for (const GroupedScalesLayout& s : kGroupedScales) modes.append(scales_dict(s));
+  m.attr("GROUPED_SCALES") = modes;  // every scales mode (grouped.h), by enumerator value
+
   m.def("grouped_variants", [] {
     py::list out;
     for (const VariantInfo& v : grouped_variants()) out.append(variant_dict(v));
     return out;
-  });
+  }, "Every scales mode's compiled grouped variants, by id.");
+
+  m.def("grouped_variant_scales", [](int32_t id) { return int32_t(grouped_variant_scales(id)); }, py::arg("id"),
+        "The scales mode (its GROUPED_SCALES index) of a compiled grouped variant.");
 
   m.def("grouped_config_space_hash", &grouped_config_space_hash,
         "The hash of the grouped config space this build was compiled from (grouped tables are checked against it).");
@@ -59,9 +89,12 @@ void bind(py::module_& m) {
   m.def(
       "grouped_problem_error",
       [](int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w, uintptr_t offsets,
-         uintptr_t out, int32_t dtype) {
-        return grouped_problem_error(make_problem(rows, experts, n, k, x, w, offsets, out, dtype));
+         uintptr_t out, int32_t dtype, int32_t scales, uintptr_t scale_x, uintptr_t scale_w) {
+        return grouped_problem_error(make_problem(rows, experts, n, k, x, w, offsets, out, dtype, scales, scale_x,
+                                                  scale_w));
       },
+      py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"), py::arg("x"), py::arg("w"), py::arg("offsets"),
+      py::arg("out"), py::arg("dtype"), py::arg("scales") = 0, py::arg("scale_x") = 0, py::arg("scale_w") = 0,
       "Empty string when a grouped problem's sizes, pointers and alignment are valid, else the reason.");
 
   m.def("grouped_workspace_bytes", &grouped_workspace_bytes, py::arg("experts"),
@@ -69,21 +102,21 @@ void bind(py::module_& m) {
 
   m.def(
       "grouped_default_variant",
-      [](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k) {
-        // The heuristic reads the dtype and the sizes only: no data pointers are needed.
-        return grouped_default_variant(make_problem(rows, experts, n, k, 0, 0, 0, 0, dtype));
+      [](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int32_t scales) {
+        return grouped_default_variant(sizes(dtype, rows, experts, n, k, scales));
       },
-      py::arg("dtype"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"),
+      py::arg("dtype"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"), py::arg("scales") = 0,
       "The grouped variant id the built-in heuristic picks on the current device.");
 
   m.def(
       "grouped_choice",
-      [](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int device) {
-        return choice_on(make_problem(rows, experts, n, k, 0, 0, 0, 0, dtype), device);
+      [](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int device, int32_t scales) {
+        return choice_on(sizes(dtype, rows, experts, n, k, scales), device);
       },
       py::arg("dtype"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"), py::arg("device"),
-      "The grouped variant id a grouped_gemm call with no config launches on that device: its grouped "
-      "table's choice, else the built-in heuristic's.");
+      py::arg("scales") = 0,
+      "The grouped variant id a call with no config launches on that device: its grouped table's (of that "
+      "scales mode) choice, else the built-in heuristic's.");
 
   m.def(
       "map_grouped_balanced",
@@ -134,15 +167,15 @@ void bind(py::module_& m) {
   m.def(
       "grouped_gemm",
       [](int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w, uintptr_t offsets,
-         uintptr_t out, int32_t dtype, int32_t variant, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream, int device) {
-        GroupedGemmProblem p = make_problem(rows, experts, n, k, x, w, offsets, out, dtype);
+         uintptr_t out, int32_t dtype, int32_t scales, uintptr_t scale_x, uintptr_t scale_w, int32_t variant,
+         uintptr_t workspace, size_t workspace_bytes, uintptr_t stream, int device) {
+        GroupedGemmProblem p = make_problem(rows, experts, n, k, x, w, offsets, out, dtype, scales, scale_x, scale_w);
         if (variant < 0) variant = choice_on(p, device);
         grouped_gemm(p, variant, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
       },
       py::call_guard<py::gil_scoped_release>(),
-      "out = x @ w[e].T per expert on the current device (ordinal `device`) and the given stream; variant -1: "
-      "grouped_choice.");
+      "out = x @ w[e].T per expert (scaled as the scales mode says) on the current device (ordinal `device`) and "
+      "the given stream; variant -1: grouped_choice.");
 }
 
 

@@ -1,4 +1,4 @@
-// The compiled grouped variants, as listed by the generated grouped_registry.inc (see
+// The compiled grouped variants of every scales mode, as listed by the generated grouped_registry.inc (see
 // python/wavetune/codegen/config_space.py), and the problem checks that need no GPU.
 #include <cstdint>
 #include <sstream>
@@ -25,26 +25,11 @@ VariantRegistry<GroupedVariantOps>& registry() {
   static VariantRegistry<GroupedVariantOps> list({WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
   return list;
 }
-}  // namespace
 
-const GroupedVariantOps* grouped_variant_ops(int32_t id) {
-  const auto* e = registry().find(id);
-  return e ? e->ops : nullptr;
-}
+bool misaligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; }
 
-}  // namespace detail
-
-const std::vector<VariantInfo>& grouped_variants() { return detail::registry().infos(); }
-
-const char* grouped_config_space_hash() { return WAVETUNE_GROUPED_CONFIG_SPACE_HASH; }
-
-const VariantInfo* find_grouped_variant(int32_t id) {
-  const auto* e = detail::registry().find(id);
-  return e ? &e->info : nullptr;
-}
-
-std::string grouped_problem_error(const GroupedGemmProblem& p) {
-  auto misaligned = [](const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; };
+// The checks of every mode: sizes, data pointers and their alignment.
+std::string data_error(const GroupedGemmProblem& p) {
   std::ostringstream os;
   if (p.rows < 0 || p.experts < 1 || p.n < 1 || p.k < 1) {
     os << "rows must be >= 0 and experts, N, K positive, got rows=" << p.rows << " experts=" << p.experts
@@ -59,6 +44,50 @@ std::string grouped_problem_error(const GroupedGemmProblem& p) {
        << "misaligned: use .contiguous() or .clone()";
   }
   return os.str();
+}
+
+// The further checks of a mode with e4m3 operands and float32 scales.
+std::string scales_error(const GroupedGemmProblem& p) {
+  if (p.k % 16 != 0) {
+    return "K=" + std::to_string(p.k) + " must be a multiple of 16: the kernels move 16-byte rows of e4m3 "
+           "values with TMA (pad K to a multiple of 16)";
+  }
+  if (p.dtype != DType::bf16 && p.dtype != DType::fp16) return "the output must be bf16 or fp16";
+  if (!p.scale_x || !p.scale_w) return "null scale pointer";
+  if (misaligned(p.scale_x, 4) || misaligned(p.scale_w, 4)) return "the scales must be 4-byte aligned float32";
+  return {};
+}
+}  // namespace
+
+const GroupedVariantOps* grouped_variant_ops(int32_t id) {
+  const auto* e = registry().find(id);
+  return e ? e->ops : nullptr;
+}
+
+}  // namespace detail
+
+const std::vector<VariantInfo>& grouped_variants() { return detail::registry().infos(); }
+
+GroupedScales grouped_variant_scales(int32_t id) {
+  const detail::GroupedVariantOps* ops = detail::grouped_variant_ops(id);
+  if (!ops) WAVETUNE_INVALID("grouped variant id ", id, " is not compiled into this build");
+  return ops->scales;
+}
+
+const char* grouped_config_space_hash() { return WAVETUNE_GROUPED_CONFIG_SPACE_HASH; }
+
+const VariantInfo* find_grouped_variant(int32_t id) {
+  const auto* e = detail::registry().find(id);
+  return e ? &e->info : nullptr;
+}
+
+std::string grouped_problem_error(const GroupedGemmProblem& p) {
+  if (int32_t(p.scales) < 0 || int32_t(p.scales) >= int32_t(std::size(kGroupedScales))) {
+    return "unknown scales mode " + std::to_string(int32_t(p.scales));
+  }
+  std::string error = detail::data_error(p);
+  if (!error.empty() || !grouped_scales_layout(p.scales).e4m3) return error;
+  return detail::scales_error(p);
 }
 
 namespace {

@@ -1,11 +1,9 @@
 // The CUTLASS template behind every grouped variant (cutlass_configs/sm90_grouped_gemm.toml): a Hopper
 // ptr-array grouped GEMM (TMA warp-specialized, persistent, fp32 accumulation, no C operand) running
 // out[rows of e] = x[rows of e] @ w[e].T for every expert e in one launch, its operand types, scales and
-// epilogue given by an Operands policy: GroupedOperands here (16-bit in and out), ScaledGroupedOperands for
-// the FP8 grouped family (scales per row, in the epilogue: sm90_scaled_grouped_gemm.cuh),
-// BlockScaledGroupedOperands for the 128-block FP8 family (scales per block, in the mainloop:
-// sm90_block_scaled_grouped_gemm.cuh). Generated sources instantiate it once per translation unit with
-// WAVETUNE_GROUPED_INSTANTIATE_VARIANT (or a scaled family's macro).
+// epilogue given by an Operands policy of its scales mode (grouped_scales.cuh): scales in the epilogue, or in
+// the mainloop (CUTLASS's blockwise scaling), laid out as grouped.h's GroupedScalesLayout of the mode says.
+// Generated sources instantiate it once per translation unit with grouped_scales.cuh's macros.
 #pragma once
 
 // NOTES: the same switch as sm90_gemm.cuh: every multiple of 8 as tile N gets a wgmma atom of its own.
@@ -28,27 +26,14 @@
 #include "cutlass_launch.cuh"
 #include "grouped_ops.h"
 #include "wavetune/errors.h"
+#include "wavetune/grouped.h"
 
 namespace wavetune::detail {
 
-// Where an Operands policy's scales apply: none; one per row of x and of w[e], in the epilogue; one per
-// 1x128 block of x and 128x128 block of w[e], in the mainloop (the products of each 128-wide k-block are
-// scaled as they are promoted to fp32).
-enum class GroupedScales { none, per_row, per_block };
-constexpr int kScaleBlock = 128;
-
-// x, w and out in one 16-bit type; the default epilogue (out = acc).
-template <DType kDType>
-struct GroupedOperands {
-  using Problem = GroupedGemmProblem;
-  using Input = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
-  using Out = Input;
-  static constexpr GroupedScales kScales = GroupedScales::none;
-  template <class TileShape, bool kSwapAB>
-  using Fusion = cutlass::epilogue::fusion::LinearCombination<Out, float, void, float>;
-  CUTLASS_HOST_DEVICE static const GroupedGemmProblem& sizes(const Problem& p) { return p; }
-};
-
+// An Operands policy (grouped_scales.cuh) gives: Input (x's and w's element) and Out; kScales, its mode;
+// kMainloopScales, whether CUTLASS's blockwise-scaling mainloop applies the scales (as the products of each
+// k-block are promoted to fp32), else the epilogue does; Fusion<TileShape, kSwapAB>, the epilogue; and
+// epilogue_arguments<FusionArguments>(per-expert scale_x pointers, scale_w pointers).
 template <class Operands, bool kSwapAB_, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
           int kClusterN>
 struct Sm90GroupedGemm {
@@ -61,19 +46,23 @@ struct Sm90GroupedGemm {
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr bool kCooperative = kSchedule == Schedule::cooperative;
 
-  using Problem = typename Operands::Problem;
-  CUTLASS_HOST_DEVICE static const GroupedGemmProblem& sizes(const Problem& p) { return Operands::sizes(p); }
   using Input = typename Operands::Input;
   using Out = typename Operands::Out;
   static constexpr GroupedScales kScales = Operands::kScales;
-  static constexpr bool kBlockScaled = kScales == GroupedScales::per_block;
+  static constexpr GroupedScalesLayout kScalesLayout = grouped_scales_layout(kScales);
+  static constexpr bool kBlockScaled = Operands::kMainloopScales;
+  static_assert(!kBlockScaled || (kScalesLayout.x_block_k == kTileK && kScalesLayout.w_block_k == kTileK),
+                "a k-tile is one scale block");
   using LayoutA = cutlass::layout::RowMajor;     // x[rows of e] [rows, K], or swapped w[e] [N, K]
   using LayoutB = cutlass::layout::ColumnMajor;  // w[e] as [K, N], or swapped x[rows of e] as [K, rows]
   // NOTES: block scales as their producers lay them out, K-major: x's [rows, K/128] (quantize_fp8 with
   // group_size=128) and w's [experts, N/128, K/128] (checkpoints' weight_scale_inv). The kernel's A is w[e]
-  // when swapped, so its granularity along M is 128 weight rows, else 1 token; B the other way round.
-  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<kSwapAB ? kScaleBlock : 1, kSwapAB ? 1 : kScaleBlock,
-                                                                kScaleBlock, cute::GMMA::Major::K, cute::GMMA::Major::K>;
+  // when swapped, so its granularity along M is w_block_n weight rows, else 1 token; B the other way round.
+  // Modes that scale in the epilogue leave these types unused.
+  static constexpr int kWeightRowsPerScale = kBlockScaled ? kScalesLayout.w_block_n : 1;
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<kSwapAB ? kWeightRowsPerScale : 1,
+                                                                kSwapAB ? 1 : kWeightRowsPerScale, kTileK,
+                                                                cute::GMMA::Major::K, cute::GMMA::Major::K>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
   using MainloopLayoutA = std::conditional_t<kBlockScaled, cute::tuple<LayoutA*, LayoutSFA*>, LayoutA*>;
@@ -191,13 +180,8 @@ struct Sm90GroupedGemm {
                    mainloop_arguments(arrays),
                    {{}, nullptr, arrays.stride_d, arrays.d, arrays.stride_d},
                    hw_info};
-    if constexpr (kScales == GroupedScales::per_row) {
-      args.epilogue.thread =
-          Operands::template epilogue_arguments<decltype(args.epilogue.thread)>(arrays.scale_x, arrays.scale_w);
-    } else {
-      args.epilogue.thread.alpha = 1.0f;
-      args.epilogue.thread.beta = 0.0f;
-    }
+    args.epilogue.thread =
+        Operands::template epilogue_arguments<decltype(args.epilogue.thread)>(arrays.scale_x, arrays.scale_w);
     return args;
   }
 
@@ -211,17 +195,16 @@ struct Sm90GroupedGemm {
     }
   }
 
-  static void run(const Problem& p, void* workspace, const DeviceInfo& dev, Stream stream);
+  static void run(const GroupedGemmProblem& p, void* workspace, const DeviceInfo& dev, Stream stream);
 
-  static constexpr GroupedOps<Problem> ops() { return {&workspace_bytes, &run}; }
+  static constexpr GroupedVariantOps ops() { return {kScales, &workspace_bytes, &run}; }
 };
 
 // One thread per expert: its rows from the offsets, then its problem size, operand pointers and strides
 // (and, for scaled operands, where its scales start).
 template <class Gemm>
-__global__ void prepare_experts(typename Gemm::Problem problem, typename Gemm::ExpertArrays arrays) {
+__global__ void prepare_experts(GroupedGemmProblem p, typename Gemm::ExpertArrays arrays) {
   using Input = typename Gemm::Input;
-  const GroupedGemmProblem& p = Gemm::sizes(problem);
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
   release_dependents_and_wait();  // the offsets and operands may come from the kernel before
   if (e >= p.experts) return;
@@ -239,13 +222,11 @@ __global__ void prepare_experts(typename Gemm::Problem problem, typename Gemm::E
   arrays.stride_b[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideB{}, {n, p.k, 1});
   arrays.stride_d[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideD{}, {m, n, 1});
   if constexpr (Gemm::kScales != GroupedScales::none) {
-    // Per row: one scale per token and per weight row; per block: rows of K/128 scales, the weight's per
-    // 128 rows.
-    const bool blocks = Gemm::kBlockScaled;
-    const int64_t k_scales = blocks ? (p.k + kScaleBlock - 1) / kScaleBlock : 1;
-    const int64_t n_scales = blocks ? (p.n + kScaleBlock - 1) / kScaleBlock : p.n;
-    arrays.scale_x[e] = problem.scale_x + start * k_scales;
-    arrays.scale_w[e] = problem.scale_w + e * n_scales * k_scales;
+    constexpr GroupedScalesLayout layout = Gemm::kScalesLayout;
+    const int64_t x_scales = scale_blocks(p.k, layout.x_block_k);  // per token
+    const int64_t w_scales = scale_blocks(p.n, layout.w_block_n) * scale_blocks(p.k, layout.w_block_k);  // per expert
+    arrays.scale_x[e] = p.scale_x + start * x_scales;
+    arrays.scale_w[e] = p.scale_w + e * w_scales;
   }
   if constexpr (Gemm::kBlockScaled) {
     arrays.layout_sfa[e] = Gemm::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, p.k, 1));
@@ -256,12 +237,11 @@ __global__ void prepare_experts(typename Gemm::Problem problem, typename Gemm::E
 template <class Operands, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
           int kClusterN>
 void Sm90GroupedGemm<Operands, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kClusterM, kClusterN>::run(
-    const Problem& problem, void* workspace, const DeviceInfo& dev, Stream stream) {
-  const GroupedGemmProblem& p = Operands::sizes(problem);
+    const GroupedGemmProblem& p, void* workspace, const DeviceInfo& dev, Stream stream) {
   const WorkspaceLayout layout(p.experts, dev);
   ExpertArrays arrays = layout.arrays(workspace);
   constexpr int kThreads = 128;
-  void* args[] = {const_cast<Problem*>(&problem), &arrays};  // read only
+  void* args[] = {const_cast<GroupedGemmProblem*>(&p), &arrays};  // read only
   check_launch(launch_programmatic(reinterpret_cast<const void*>(prepare_experts<Sm90GroupedGemm>),
                                    dim3(unsigned((p.experts + kThreads - 1) / kThreads)), dim3(kThreads), 0, stream,
                                    args),
@@ -277,13 +257,3 @@ void Sm90GroupedGemm<Operands, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kClus
 }
 
 }  // namespace wavetune::detail
-
-// Defines wavetune::detail::variant_<NAME>, which the grouped registry (registry.cpp) lists. The
-// family's B layout (col) and scheduler (persistent) are fixed: config_space.py refuses other values.
-#define WAVETUNE_GROUPED_INSTANTIATE_VARIANT(NAME, DTYPE, B_LAYOUT, SWAP_AB, SCHEDULE, TM, TN, TK, CM, CN, SCHEDULER) \
-  namespace wavetune::detail {                                                                                       \
-  static_assert(BLayout::B_LAYOUT == BLayout::col && TileScheduler::SCHEDULER == TileScheduler::persistent);         \
-  extern const GroupedVariantOps variant_##NAME;                                                                     \
-  const GroupedVariantOps variant_##NAME =                                                                           \
-      Sm90GroupedGemm<GroupedOperands<DType::DTYPE>, SWAP_AB, Schedule::SCHEDULE, TM, TN, TK, CM, CN>::ops();                        \
-  }

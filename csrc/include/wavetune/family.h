@@ -34,6 +34,10 @@ struct TableFamily {
                              int64_t* launches);
   // Checks of the family's own problem fields (InvalidArgument), or null.
   void (*check_problem)(const Problem& p);
+  // The scales modes of its tables (as a table's meta `scales` names them; "" for unscaled operands, a table
+  // without the key), one table per GPU model and mode: the config space's `scales` axis of the family's
+  // variants. Null: its tables have no scales modes.
+  std::vector<std::string> (*scales)() = nullptr;
 };
 
 // The registered table families, sorted by name; the one of that name, or nullptr.

@@ -1,8 +1,11 @@
 // Grouped GEMM for mixture-of-experts layers (docs/grouped.md): for every expert e,
 // out[rows of e] = x[rows of e] @ w[e].T, in one launch, with the rows of each expert given by offsets
-// that stay on the GPU (torch._grouped_mm's `offs` convention).
+// that stay on the GPU (torch._grouped_mm's `offs` convention); x and w in the output's 16-bit dtype, or in
+// e4m3 with float32 scales (GroupedScales: per row, as torch._scaled_grouped_mm takes them, or per 128-block,
+// as FP8 checkpoints store them), accumulated in fp32.
 //
 //   wavetune::GroupedGemmProblem p{rows, experts, n, k, x, w, offsets, out, wavetune::DType::bf16};
+//   // FP8: p.scales = wavetune::GroupedScales::row; p.scale_x = scale_x; p.scale_w = scale_w;
 //   size_t bytes = wavetune::grouped_workspace_bytes(experts);            // device memory the caller owns
 //   wavetune::grouped_gemm(p, wavetune::grouped_default_variant(p), workspace, bytes, stream);
 //
@@ -18,6 +21,39 @@
 
 namespace wavetune {
 
+// How x and w are scaled: an axis of the grouped variants (the config space's `scales`) and of the grouped
+// tables (meta `scales`; one table per GPU model and mode). Each mode's scales are laid out as its
+// GroupedScalesLayout says.
+enum class GroupedScales : int32_t {
+  none = 0,      // x, w and out in one 16-bit dtype
+  row = 1,       // e4m3 x and w; scale_x [rows], one per token; scale_w [experts, n], one per expert output channel
+  block128 = 2,  // e4m3 x and w; scale_x [rows, ceil(k/128)]; scale_w [experts, ceil(n/128), ceil(k/128)]
+};
+
+// A mode's float32 scales, row-major: scale_x [rows, blocks of k], scale_w [experts, blocks of n, blocks of k],
+// a block of x being 1 x x_block_k values and one of w[e] w_block_n x w_block_k (0: all of K; a block count of
+// K is then 1). Each mode applies its scales to every product of its block: out = sum over K of
+// scale_x * x * w[e] * scale_w.
+struct GroupedScalesLayout {
+  const char* name;  // as the config space, the tables and Python spell it ("" for none)
+  bool e4m3;         // x and w in e4m3 with scales (else in the output's dtype, with none)
+  int32_t x_block_k;
+  int32_t w_block_n;
+  int32_t w_block_k;
+};
+
+// Every mode, in enumerator order.
+inline constexpr GroupedScalesLayout kGroupedScales[] = {
+    {"", false, 0, 0, 0},             // none
+    {"row", true, 0, 1, 0},           // row
+    {"block128", true, 128, 128, 128},  // block128
+};
+
+constexpr const GroupedScalesLayout& grouped_scales_layout(GroupedScales s) { return kGroupedScales[int32_t(s)]; }
+
+// Blocks of `block` values along an extent (0: one block of all of it).
+constexpr int64_t scale_blocks(int64_t extent, int32_t block) { return block ? (extent + block - 1) / block : 1; }
+
 struct GroupedGemmProblem {
   int32_t rows;     // rows of x and out, all experts together
   int32_t experts;  // groups; w holds one [n, k] matrix per expert
@@ -26,11 +62,17 @@ struct GroupedGemmProblem {
   const void* w;           // [experts, n, k] row-major: an nn.Linear weight per expert
   const int32_t* offsets;  // [experts] on the device: expert e owns rows [offsets[e-1], offsets[e]), offsets[-1] = 0
   void* out;               // [rows, n] row-major; rows from offsets[experts-1] on are not written
-  DType dtype;
+  DType dtype;             // out's; x's and w's too with no scales
+  GroupedScales scales = GroupedScales::none;
+  const float* scale_x = nullptr;  // with scales: laid out as the mode's GroupedScalesLayout says
+  const float* scale_w = nullptr;
 };
 
-// Grouped variants compiled into this build, ordered by id; b_layout is col and scheduler persistent.
+// Grouped variants compiled into this build, every scales mode's, ordered by id; b_layout is col and scheduler
+// persistent, dtype the output's.
 WAVETUNE_API const std::vector<VariantInfo>& grouped_variants();
+// The scales mode a compiled grouped variant runs; InvalidArgument when it is not compiled in.
+WAVETUNE_API GroupedScales grouped_variant_scales(int32_t id);
 // The hash of cutlass_configs/sm90_grouped_gemm.toml as compiled: grouped tables are checked against it.
 // A grouped table bound to the compiled variants: wavetune::open_table(path, "grouped_gemm") (family.h).
 WAVETUNE_API const char* grouped_config_space_hash();
@@ -45,19 +87,22 @@ WAVETUNE_API std::string grouped_problem_error(const GroupedGemmProblem& problem
 // variant it runs: the per-expert arguments the launch builds on the GPU and CUTLASS's own workspace.
 WAVETUNE_API size_t grouped_workspace_bytes(int32_t experts);
 
-// The built-in heuristic's choice for the current device (grouped_heuristic.h), from the sizes only.
+// The built-in heuristic's choice for the current device (grouped_heuristic.h) among the compiled variants of
+// the problem's scales mode and dtype, from the sizes only.
 WAVETUNE_API int32_t grouped_default_variant(const GroupedGemmProblem& problem);
 
 class Selector;  // lookup.h
 
 // The variant a call with no forced variant runs on the current device (Python's and C++'s alike): the
-// choice of `table` (a grouped table bound to this build; nullptr: none) from the sizes, else the built-in
-// heuristic's where there is no table, no rows, or none of the table's compiled configs takes the dtype.
+// choice of `table` (a grouped table of the problem's scales mode bound to this build; nullptr: none) from the
+// sizes, else the built-in heuristic's where there is no table, no rows, or none of the table's compiled configs
+// takes the dtype. InvalidArgument for a table of another scales mode.
 WAVETUNE_API int32_t grouped_choice(const GroupedGemmProblem& problem, const Selector* table);
 
-// Launches the variant on `stream`: a small kernel writes each expert's problem size, pointers and strides
-// from the offsets into `workspace`, then the grouped GEMM reads them; nothing is copied to the host.
-// The workspace must stay untouched until the launch completes (stream order).
+// Launches the variant (of the problem's scales mode and dtype) on `stream`: a small kernel writes each
+// expert's problem size, pointers and strides (and where its scales start) from the offsets into `workspace`,
+// then the grouped GEMM reads them; nothing is copied to the host. The workspace must stay untouched until the
+// launch completes (stream order).
 WAVETUNE_API void grouped_gemm(const GroupedGemmProblem& problem, int32_t variant_id, void* workspace,
                                size_t workspace_bytes, Stream stream);
 

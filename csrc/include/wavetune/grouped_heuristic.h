@@ -16,7 +16,7 @@ namespace wavetune {
 // and waves as possible), with a cost per tile so that tiles of different sizes compare: a CTA's K step
 // takes the longer of its MMAs and its operand loads into shared memory, a tile ends with its store, and a
 // launch takes w = ceil(G / C) waves of tiles. The two rates, per SM and cycle, are fitted by hand to the
-// dense variants' timings at M = 1024 and 8192 in docs/results/bench_variants_h200.json: 64x128 tiles ran at
+// dense variants' timings at M = 1024 and 8192 in docs/results.md#bench_variants_h200.json: 64x128 tiles ran at
 // about 46% of the bf16 peak, 128x128 and 128x256 tiles at about 70%, and 2x1 clusters no faster than 1x1
 // (so multicast is not credited). Only their ratio matters for the choice. The model ignores DRAM (the
 // weights are read once whatever the tile, to first order) and the ping-pong schedule's overlap of a

@@ -175,6 +175,7 @@ class WAVETUNE_API Selector {
 
   const Table& table() const;
   const std::string& family() const;  // the table's kernel family: "gemm", "grouped_gemm", "attention"
+  const std::string& scales() const;  // the scales mode of its configs (meta `scales`; "": unscaled, family.h)
   size_t skipped_configs() const;                               // configs whose variant is not compiled
   size_t candidate_count(DType dtype, BLayout b_layout) const;  // compiled configs for that dtype and layout
   int32_t sm_count() const;                                     // the table's meta sm_count

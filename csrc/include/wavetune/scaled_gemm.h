@@ -30,7 +30,7 @@ constexpr int32_t kScaledGemmDecodeTokens = 16;
 constexpr int32_t kScaledGemmMaxTokens = 64;
 // In a build without the block-scaled CUTLASS variants, the most tokens the default choice gives the decode
 // variants with 128-block scales: beyond, the block-scaled grouped GEMM's CUTLASS kernel with one expert
-// (block_scaled_grouped.h) was faster, 1.3-1.7x at 17-64 tokens on the design split (docs/scaled_gemm.md).
+// (grouped.h, block128 scales) was faster, 1.3-1.7x at 17-64 tokens on the design split (docs/scaled_gemm.md).
 constexpr int32_t kScaledGemmMaxBlockTokens = 16;
 // In such a build, with 128-block scales past one 8-token tile of the decode variants, the weight size (N x K
 // bytes) from which the block-scaled grouped kernel with one expert (or cuBLASLt's block-scaled kernels) ran
@@ -76,7 +76,7 @@ WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& prob
 // per tensor, a cuBLASLt variant where one takes the problem: with per-row scales and a bf16 output up to K / 8
 // tokens its per-tensor
 // kernel and a second pass for the scales (cublaslt_e4m3_bf16_rescaled), else its own scaling. -1 otherwise:
-// callers run another GEMM (torch._scaled_mm; for 128-blocks block_scaled_grouped_gemm with one expert, as
+// callers run another GEMM (torch._scaled_mm; for 128-blocks the grouped GEMM with block128 scales and one expert, as
 // Python's scaled_gemm does).
 WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
 

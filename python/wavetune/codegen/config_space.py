@@ -39,8 +39,10 @@ TILE_SCHEDULERS = ("persistent", "stream_k", "data_parallel")
 GROUP_KEYS = {"dtypes", "b_layouts", "schedule", "tiles", "clusters", "schedulers"}
 OPTIONAL_GROUP_KEYS = {"swap_ab", "scales"}
 # A group's `scales`: how its operands are scaled where the family's template has more than one way. The
-# variants are instantiated by the template's {macro_prefix}_{SCALES}_INSTANTIATE_VARIANT and named with it.
-SCALES = ("block128",)
+# variants are instantiated by the template's {macro_prefix}_{SCALES}_INSTANTIATE_VARIANT and named with the
+# scales' name fragment ({scales} of name_format): what the [family] table's `scales` gives (mode = "fragment"),
+# else this.
+DEFAULT_SCALES = (("block128", "_block128"),)
 # NOTES: Hopper wgmma tiles: M is a multiple of 64 per consumer warpgroup, N a multiple of 8 up to 256,
 # K one or more 64-byte swizzle atoms (32 bf16 elements). We keep to the shapes CUTLASS's builder takes.
 # Tile N is the side that runs over the tokens under swap_ab, so it comes in steps of 16 (and 8 for a
@@ -69,7 +71,7 @@ ATTENTION_MAX_KV_TILE = 128 * 128
 
 
 FAMILY_KEYS = {"name", "template", "macro_prefix", "registry", "sources_dir", "name_format", "check"}
-OPTIONAL_FAMILY_KEYS = {"fixed_axes"}
+OPTIONAL_FAMILY_KEYS = {"fixed_axes", "scales"}
 CHECKS = ("gemm", "attention")  # the rule sets a family's variants satisfy: _check_gemm, _check_attention
 
 
@@ -85,6 +87,7 @@ class Family:
     name_format: str  # variant names; unique across families, as they become C++ symbols
     fixed_axes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # group keys the family does not vary
     check: str = "gemm"  # which rules a variant must satisfy: "gemm" (_check_gemm) or "attention"
+    scales: tuple[tuple[str, str], ...] = DEFAULT_SCALES  # the groups' scales modes: (mode, its name fragment)
 
 
 class ConfigError(ValueError):
@@ -129,11 +132,11 @@ class Variant:
     scheduler: str
     family: str
     generation: Family = dataclasses.field(repr=False, compare=False)  # its family's [family] table
-    scales: str = ""  # one of SCALES, or the template's default
+    scales: str = ""  # one of its family's scales modes, or "": the template's default
 
     @property
     def name(self) -> str:
-        fields = {**_fields_of(self), "scales": f"_{self.scales}" if self.scales else ""}
+        fields = {**_fields_of(self), "scales": dict(self.generation.scales).get(self.scales, "")}
         return self.generation.name_format.format(**fields, swap="_swapab" if self.swap_ab else "")
 
     @property
@@ -306,8 +309,9 @@ def load(path: str | Path) -> ConfigSpace:
         if not isinstance(swap_ab, bool):
             raise ConfigError(f"{where}: swap_ab must be true or false, got {swap_ab!r}")
         scales = group.get("scales", "")
-        if scales and scales not in SCALES:
-            raise ConfigError(f"{where}: scales {scales!r}; allowed: {', '.join(SCALES)}")
+        modes = [mode for mode, _ in family.scales]
+        if scales and scales not in modes:
+            raise ConfigError(f"{where}: scales {scales!r}; allowed: {', '.join(modes)}")
         if scales and "{scales}" not in family.name_format:
             raise ConfigError(f"{where}: scales {scales!r}, but the family's name_format has no {{scales}}")
         if group["schedule"] not in SCHEDULES:
@@ -367,7 +371,18 @@ def _parse_family(table: object, path: Path) -> Family:
                           f"({', '.join(sorted(GROUP_KEYS))}) to lists, got {fixed!r}")
     axes = tuple((key, tuple(_string_list(fixed, key, None, f"{path}: [family] fixed_axes"))) for key in fixed)
     return Family(table["name"], table["template"], table["macro_prefix"], table["registry"], table["sources_dir"],
-                  table["name_format"], axes, table["check"])
+                  table["name_format"], axes, table["check"], _parse_scales(table.get("scales"), path))
+
+
+def _parse_scales(table: object, path: Path) -> tuple[tuple[str, str], ...]:
+    """[family] scales = { mode = "name fragment", ... }: the family's scales modes (DEFAULT_SCALES without)."""
+    if table is None:
+        return DEFAULT_SCALES
+    if not isinstance(table, dict) or not table or not all(
+            isinstance(fragment, str) and mode.isidentifier() for mode, fragment in table.items()):
+        raise ConfigError(f"{path}: [family] scales must be a table of scales modes (identifiers) to the fragment "
+                          f"their variant names have ({{scales}} of name_format), got {table!r}")
+    return tuple(table.items())
 
 
 MODEL_NAME = re.compile(r"[a-z][a-z0-9_]*")

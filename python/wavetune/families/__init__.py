@@ -32,7 +32,9 @@ class Family:
 
     name: str  # as the tables and the C++ family registry spell it: "gemm", "grouped_gemm", "attention"
     config_space: str  # its file in cutlass_configs/, e.g. "sm90_gemm.toml"; "": built-in variants only
-    table_suffix: str  # its tables are <gpu-slug><table_suffix>: ".wtt", ".grouped_gemm.wtt", ...
+    # its tables are <gpu-slug><table_suffix>: ".wtt", ".grouped_gemm.wtt", ...; a scaled mode's (a family whose
+    # tables have scales modes, runtime.tables.scales_modes) insert it: ".grouped_gemm.row.wtt"
+    table_suffix: str
     table_env: str  # the environment variable naming a table to use instead of the shipped one
     entry_points: tuple[str, ...]  # public functions of ``api``, exported as wavetune.<name>
     configs: str  # the function of ``api`` listing the compiled variants (KernelConfig), by id
@@ -68,16 +70,17 @@ class Family:
         """What the family's entry point says of a call of ``problem``'s sizes; empty where it runs it."""
         return self.function("api", self.size_check)(problem) if self.size_check else ""
 
-    def table_file_name(self, slug: str) -> str:
-        """The file name of the family's table for a GPU model of table slug ``slug``."""
-        return f"{slug}{self.table_suffix}"
+    def table_file_name(self, slug: str, scales: str = "") -> str:
+        """The file name of the family's table for a GPU model of table slug ``slug`` and a scales mode."""
+        suffix = self.table_suffix.removesuffix(".wtt") + f".{scales}.wtt" if scales else self.table_suffix
+        return f"{slug}{suffix}"
 
 
 @dataclasses.dataclass(frozen=True)
 class SizeProblem:
     """A problem as ``explain`` states it, without tensors: M N K as each family reads them (grouped: all experts'
     rows, N, K; attention: query length, KV length, head dim), ``groups`` (experts; attention: the batch), the
-    dtype and B layout codes, the query and KV heads and the causal flag."""
+    dtype and B layout codes, the query and KV heads, the causal flag and the scales mode of the table."""
 
     m: int
     n: int
@@ -87,6 +90,7 @@ class SizeProblem:
     b_layout: int
     heads: tuple[int, int]
     causal: bool
+    scales: str = ""
 
 
 # NOTES: an aligned, non-null address standing for each operand: a size check runs the entry point's native

@@ -294,7 +294,7 @@ def build(family: str, variants: list[KernelConfig], *, jobs: int | None = None,
             except (CompileError, ValueError, OSError) as exc:
                 failed.append(f"{name}: {exc}")
     if built:
-        notify("registered", family)
+        notify("registered", family, "")
     if failed:
         raise CompileError(f"{len(failed)} of {len(variants)} {family} variants failed to compile:\n"
                            + "\n".join(failed))
@@ -314,23 +314,24 @@ def load_cached(family: str, variants: list[KernelConfig]) -> list[KernelConfig]
     cache = cache_for(family)
     rest = [v for v in variants if cache.load_cached(v.name, register) is None]
     if len(rest) < len(variants):
-        notify("registered", family)
+        notify("registered", family, "")
     return rest
 
 
-# Per event, what is called with the family: "queued" as a batch of its variants is queued for a background
-# compile, "ended" as that batch is done (or failed), "registered" after variants were registered.
-_listeners: dict[str, list[Callable[[str], None]]] = {"queued": [], "ended": [], "registered": []}
+# Per event, what is called with the family and the scales mode of the tables the variants serve: "queued" as a
+# batch of its variants is queued for a background compile, "ended" as that batch is done (or failed),
+# "registered" after variants were registered (scales "": any).
+_listeners: dict[str, list[Callable[[str, str], None]]] = {"queued": [], "ended": [], "registered": []}
 
 
-def on(event: str, callback: Callable[[str], None]) -> None:
-    """Call ``callback(family)`` on ``event`` ("queued", "ended" or "registered") from now on."""
+def on(event: str, callback: Callable[[str, str], None]) -> None:
+    """Call ``callback(family, scales)`` on ``event`` ("queued", "ended" or "registered") from now on."""
     _listeners[event].append(callback)
 
 
-def notify(event: str, family: str) -> None:
+def notify(event: str, family: str, scales: str) -> None:
     for callback in _listeners[event]:
-        callback(family)
+        callback(family, scales)
 
 
 _background: queue.Queue | None = None
@@ -338,14 +339,15 @@ _queued: set[tuple[str, str]] = set()
 _warned: set[str] = set()
 
 
-def prepare_table(table: Path, family: str) -> bool:
-    """As a table of ``family`` is loaded: register the variants of its working set that the cache holds, and
+def prepare_table(table: Path, family: str, scales: str = "") -> bool:
+    """As a table of ``family`` (and of a scales mode) is loaded: register the variants of its working set that the cache holds, and
     queue the others for a background compile (unless WAVETUNE_JIT=0). True when variants were registered,
     so the caller binds the table again. Where they cannot be compiled, a one-time warning says why."""
     if not _C.build_info()["kernels_compiled"]:
         return False  # launches say why nothing runs
     missing = working_set(table, family)
-    return prepare(family, missing, unavailable_reason() if missing else None, f"the {family} table {table} names")
+    return prepare(family, missing, unavailable_reason() if missing else None, f"the {family} table {table} names",
+                   scales)
 
 
 def prepare_builtin_choice(family: str) -> bool:
@@ -359,9 +361,10 @@ def prepare_builtin_choice(family: str) -> bool:
                    f"the {family} family's built-in choice takes")
 
 
-def prepare(family: str, missing: list, reason: str | None, names: str) -> bool:
-    """Register the ``missing`` variants the cache holds and queue the others for a background compile, unless
-    ``reason`` says why they cannot be compiled (warned once); True when variants were registered."""
+def prepare(family: str, missing: list, reason: str | None, names: str, scales: str = "") -> bool:
+    """Register the ``missing`` variants the cache holds and queue the others for a background compile (for the
+    tables of ``scales``), unless ``reason`` says why they cannot be compiled (warned once); True when variants
+    were registered."""
     rest = missing
     if reason is None and missing:
         try:
@@ -374,7 +377,7 @@ def prepare(family: str, missing: list, reason: str | None, names: str) -> bool:
                           f"cannot be compiled here: {reason}; its choices fall back to the best compiled candidate")
         return False
     if rest and jit_enabled():
-        compile_in_background(family, rest)
+        compile_in_background(family, rest, scales)
     return len(rest) < len(missing)
 
 
@@ -384,24 +387,24 @@ def warn_once(key: str, message: str) -> None:
         warnings.warn(message, stacklevel=3)
 
 
-def compile_in_background(family: str, variants: list[KernelConfig]) -> None:
-    """Queue variants for the background thread (started on first use); each batch is registered and the
-    family's tables bound again when it is done."""
+def compile_in_background(family: str, variants: list[KernelConfig], scales: str = "") -> None:
+    """Queue variants for the background thread (started on first use), a batch for the family's tables of a
+    scales mode; each batch is registered and the family's tables bound again when it is done."""
     global _background
     fresh = [v for v in variants if (family, v.name) not in _queued]
     if not fresh:
         return
     _queued.update((family, v.name) for v in fresh)
-    notify("queued", family)
+    notify("queued", family, scales)
     if _background is None:
         _background = queue.Queue()
         threading.Thread(target=background_worker, args=(_background,), name="wavetune-jit", daemon=True).start()
-    _background.put((family, fresh))
+    _background.put((family, scales, fresh))
 
 
 def background_worker(jobs: queue.Queue) -> None:
     while True:
-        family, variants = jobs.get()
+        family, scales, variants = jobs.get()
         log.info("wavetune: compiling %d %s variants in the background", len(variants), family)
         try:
             build(family, variants)
@@ -409,4 +412,4 @@ def background_worker(jobs: queue.Queue) -> None:
             if not _exiting.is_set():  # else the compiles were stopped as the process exits
                 log.warning("wavetune: background compile of %s variants failed: %s", family, exc)
         finally:
-            notify("ended", family)
+            notify("ended", family, scales)

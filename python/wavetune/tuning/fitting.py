@@ -20,9 +20,9 @@ def log_gpu(header: dict) -> str:
     return header["gpu_name"] if "gpu_name" in header else header["gpu"]
 
 
-def benchmark_log(paths: Iterable[Path], family: str | None = None) -> tuple[dict, list[dict]]:
+def benchmark_log(paths: Iterable[Path], family: str | None = None, scales: str = "") -> tuple[dict, list[dict]]:
     """(the first log's header, every case of all logs) of case logs of one GPU. ``family``: refuse a
-    tuning log (one with a ``config_space_hash``) of another family or of another build's config space."""
+    tuning log (one with a ``config_space_hash``) of another family, scales mode or build's config space."""
     header, cases = None, []
     for path in paths:
         lines = Path(path).read_text().splitlines()
@@ -32,10 +32,12 @@ def benchmark_log(paths: Iterable[Path], family: str | None = None) -> tuple[dic
         if header is not None and log_gpu(head) != log_gpu(header):
             raise ValueError(f"{path}: measured on a {log_gpu(head)}, the first log on a {log_gpu(header)}")
         if family is not None and "config_space_hash" in head:
-            expected = {"family": family, "config_space_hash": families.get(family).compiled_hash()}
+            expected = {"family": family, "config_space_hash": families.get(family).compiled_hash(),
+                        "scales": scales or None}
             if {key: head.get(key) for key in expected} != expected:
-                raise ValueError(f"{path}: a log of family {head.get('family')!r} and config space "
-                                 f"{head.get('config_space_hash')}, not of this build's {family} ({expected['config_space_hash']})")
+                raise ValueError(f"{path}: a log of family {head.get('family')!r}, scales {head.get('scales', '')!r} "
+                                 f"and config space {head.get('config_space_hash')}, not of this build's {family} "
+                                 f"({expected['config_space_hash']}) of scales {scales!r}")
         header = header or head
         cases += [json.loads(line) for line in lines[1:] if line.strip()]
     if header is None or not cases:
@@ -44,18 +46,18 @@ def benchmark_log(paths: Iterable[Path], family: str | None = None) -> tuple[dic
 
 
 def write_family_table(out: Path, header: dict, family: str, config_space_hash: str, timing: str, source: str,
-                       table: dict) -> Path:
-    """Write a table of another family than gemm, fitted to a case log with ``header``, as
-    ``out/<gpu-slug>.<family>.wtt``."""
+                       table: dict, scales: str = "") -> Path:
+    """Write a table of another family than gemm (of a scales mode), fitted to a case log with ``header``, as
+    ``out/<gpu-slug>.<family>[.<scales>].wtt``."""
     gpu = log_gpu(header)
     meta = {
-        "gpu_name": gpu, "sm_count": header["sm_count"], "family": family,
+        "gpu_name": gpu, "sm_count": header["sm_count"], "family": family, **({"scales": scales} if scales else {}),
         "config_space_hash": config_space_hash,
         "wavetune_version": package_version(), "cuda_version": build_info()["cuda_version"],
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "timing": timing, "source": source,
     }
-    path = Path(out) / families.get(family).table_file_name(tables.table_slug(gpu))
+    path = Path(out) / families.get(family).table_file_name(tables.table_slug(gpu), scales)
     path.parent.mkdir(parents=True, exist_ok=True)
     tablefile.write_table(path, meta=meta, **table)
     print(f"wrote {path}: {len(table['configs'])} configs fitted to {source}")
@@ -82,16 +84,18 @@ def measure_cases_and_fit(log, plan: list[dict], measure, what: str,
     return fit_and_write(measured, f"bf16: {len(measured)} cases of {what}{note}")
 
 
-def fit_case_table(family: str, header: dict, measured: list[dict], out: Path, source: str, fit, timing: str) -> Path:
-    """Fit a case-measured family's table over its compiled bf16 variants (``fit(cases, variants, sm_count)``
-    gives the table's records) and write it as ``out/<gpu-slug>.<family>.wtt``."""
+def fit_case_table(family: str, header: dict, measured: list[dict], out: Path, source: str, fit, timing: str,
+                   scales: str = "") -> Path:
+    """Fit a case-measured family's table (of a scales mode, whose variants the cases timed) over its compiled
+    bf16 variants (``fit(cases, variants, sm_count)`` gives the table's records) and write it as
+    ``out/<gpu-slug>.<family>[.<scales>].wtt``."""
     kind = families.get(family)
     variants = [v for v in kind.list_configs() if v.dtype == "bf16"]
     if not variants:
         raise ValueError(f"no bf16 {family} variant is compiled: compile them first "
                          f"(python -m wavetune build --family {family})")
     table = fit(measured, variants, header["sm_count"])
-    return write_family_table(out, header, family, kind.compiled_hash(), timing, source, table)
+    return write_family_table(out, header, family, kind.compiled_hash(), timing, source, table, scales)
 
 
 def logs_source(logs: list[Path], measured: list[dict]) -> str:

@@ -22,7 +22,7 @@ class MeasurementLog:
     (``value_of``). Subclasses say what a record is; this class keeps the file."""
 
     def __init__(self, path: str | Path, family: str = "gemm", offline: bool = False, device: dict | None = None,
-                 timing: str = ""):
+                 timing: str = "", scales: str = ""):
         self.path = Path(path)
         self.family = families.get(family).name
         self.offline = offline
@@ -34,6 +34,8 @@ class MeasurementLog:
         }
         if self.family != "gemm":  # dense logs predate the other families' and have no family key
             self.header["family"] = self.family
+        if scales:  # the scales mode of the variants measured (runtime.tables.scales_modes)
+            self.header["scales"] = scales
         self.records: dict[Hashable, object] = {}
         self.gpu_seconds = 0.0
         self.measured = 0

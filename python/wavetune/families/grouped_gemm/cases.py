@@ -100,5 +100,5 @@ def tune_plan(count: int = TUNE_CASES) -> list[dict]:
 
 
 def e4m3_cases(cases: list[dict]) -> list[dict]:
-    """The cases the FP8 grouped family takes: K fills 16-byte rows of e4m3 values."""
+    """The cases the scaled modes (e4m3 operands) take: K fills 16-byte rows of e4m3 values."""
     return [case for case in cases if case["k"] % 16 == 0]

@@ -3,9 +3,9 @@ benchmarks/grouped.py compares against torch: each launch checked against a floa
 rows, then timed as CUDA graphs replayed round-robin (``wavetune.tuning.timing.interleaved_us``: warm-up,
 interleaved rounds, medians) over fresh uniform(-1, 1) operands. Where one operand set would fit in the
 L2, sets with the same counts on other experts rotate, so weights come from DRAM as in a forward pass.
-bf16, or an FP8 grouped family's variants on e4m3 operands (``scales``: "row", per token and per expert
-channel; "block", per 1x128 and 128x128 block; an operand set then ends with scale_x and scale_w). Importing
-this module imports torch.
+bf16, or a scales mode's variants on e4m3 operands (``scales``: "row", per token and per expert channel;
+"block128", per 1x128 and 128x128 block; an operand set then ends with scale_x and scale_w). Importing this
+module imports torch.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from typing import Callable
 import torch
 
 from ...tuning.timing import interleaved_us
-from ..block_scaled_grouped_gemm.api import block_scaled_grouped_configs, block_scaled_grouped_gemm
-from ..scaled_grouped_gemm.api import scaled_grouped_configs, scaled_grouped_gemm
-from .api import grouped_configs, grouped_gemm
-from .e4m3 import BLOCK, dequantize_experts
+from .api import ENTRIES, SCALES, grouped_configs
+from .fp8 import BLOCK, dequantize_experts
 
 HOT_EXPERTS, HOT_WEIGHT = 3, 30.0  # the "hot" routing: three experts picked 30 times as often as the others
 MAX_ERROR = 2e-2
@@ -70,10 +68,10 @@ def quantize_blocks(t: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Ten
 
 
 def quantize(t: torch.Tensor, scales: str, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """e4m3 values and scales of ``t`` (a matrix, or experts' matrices [E, R, K]) as an FP8 grouped family
-    takes them: per row ("row") or per block of ``rows`` x 128 ("block")."""
+    """e4m3 values and scales of ``t`` (a matrix, or experts' matrices [E, R, K]) as a scales mode takes them:
+    per row (a mode whose scales span K, "row") or per block of ``rows`` x 128 ("block128")."""
     def one(matrix):
-        return quantize_blocks(matrix, rows) if scales == "block" else quantize_rows(matrix)
+        return quantize_blocks(matrix, rows) if SCALES[scales]["x_block_k"] else quantize_rows(matrix)
 
     if t.dim() == 2:
         return one(t)
@@ -106,20 +104,13 @@ def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int, scales: str =
     return sets
 
 
-FP8_ENTRIES = {"row": (scaled_grouped_configs, scaled_grouped_gemm),
-               "block": (block_scaled_grouped_configs, block_scaled_grouped_gemm)}
-
-
 def variant_launches(scales: str = "") -> dict[str, Callable]:
-    """The grouped entry point (an FP8 one for ``scales``) forced to each compiled variant writing bf16, by
-    name: the fastest of them on a case is the exhaustive best."""
-    if scales:
-        configs, entry = FP8_ENTRIES[scales]
-        return {c.name: (lambda x, w, offsets, out, bounds, sx, sw, c=c, entry=entry:
-                         entry(x, w, sx, sw, offsets, out=out, config=c.id))
-                for c in configs() if c.dtype == "bf16"}
-    return {c.name: (lambda x, w, offsets, out, bounds, c=c: grouped_gemm(x, w, offsets, out=out, config=c.id))
-            for c in grouped_configs() if c.dtype == "bf16"}
+    """The scales mode's entry point forced to each of its compiled variants writing bf16, by name: the fastest
+    of them on a case is the exhaustive best."""
+    entry = ENTRIES[scales]
+    return {c.name: (lambda x, w, offsets, out, bounds, sx=None, sw=None, c=c:
+                     entry(x, w, sx, sw, offsets, out=out, config=c.id))
+            for c in grouped_configs(scales) if c.dtype == "bf16"}
 
 
 def check(launch, operands: tuple, generator: torch.Generator) -> float:
@@ -154,7 +145,7 @@ def measure_case(case: dict, l2_bytes: int, generator: torch.Generator, reps: in
     """(the case's record, every method's median us, rows per expert): every compiled variant writing bf16
     timed on the case, with ``extra`` methods (a benchmark's comparisons) first in the same interleaved
     rounds. The record is what a grouped table is fitted to: the case, its rows, ``variants_us``, the best
-    variant. ``scales``: "" (bf16), or e4m3 with scales per "row" or per "block"."""
+    variant. ``scales``: "" (bf16), or e4m3 with scales per "row" or per "block128"."""
     counts = route(case["tokens"], case["experts"], case["topk"], case["routing"], generator)
     n, k, rows = case["n"], case["k"], sum(counts)
     sets = operand_sets(counts, n, k, l2_bytes, scales)

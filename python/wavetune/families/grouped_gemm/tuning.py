@@ -1,10 +1,10 @@
-"""The grouped-GEMM family's tuning (docs/grouped.md): measure every compiled grouped variant writing bf16 on
-the cases of the tune split (``cases``, timed by ``measure``), fit the per-regime priors and wave models, and
-write ``<gpu-slug>.grouped_gemm.wtt``. The FP8 grouped families tune the same way (``GroupedTuning`` with
-``scales``: their variants on e4m3 operands, the cases whose K fills 16-byte e4m3 rows).
+"""The grouped-GEMM family's tuning (docs/grouped.md), one table per scales mode: measure every compiled
+variant of the mode writing bf16 on the cases of the tune split (``cases``, timed by ``measure``), fit the
+per-regime priors and wave models, and write ``<gpu-slug>.grouped_gemm[.<scales>].wtt``. A scaled mode's
+variants run on e4m3 operands, over the cases whose K fills 16-byte e4m3 rows.
 
-    python -m wavetune tune --family grouped_gemm --out tables/ [--cases 600] [--devices 0,1]
-    python -m wavetune tune --family grouped_gemm --offline --log a.jsonl,b.jsonl --out tables/
+    python -m wavetune tune --family grouped_gemm [--scales row|block128] --out tables/ [--cases 600] [--devices 0,1]
+    python -m wavetune tune --family grouped_gemm [--scales ...] --offline --log a.jsonl,b.jsonl --out tables/
 
 The measurements append to a ``CaseLog`` (one record per case), so a rerun resumes; ``--offline`` refits
 from logs only, this tuning's or benchmarks/grouped.py's (``--suite tune``), measured on one GPU model.
@@ -22,7 +22,7 @@ from ...tuning.fitting import benchmark_log, case_done, fit_case_table, logs_sou
 from ...tuning.log import CaseLog
 from ...tuning.runner import Measurer
 from . import FAMILY, cases as plan_cases, mapping
-from .api import grouped_configs
+from .api import SCALES, grouped_configs, scales_code
 
 # NOTES: a grouped table is fitted to measurements of the tune split of generated MoE cases
 # (every compiled bf16 grouped variant timed on each case, weights cold, interleaved). A case's coordinates
@@ -123,25 +123,29 @@ SEED = 17  # of the cases' routings and sampled rows (benchmarks/grouped.py's de
 
 
 class GroupedTuning:
-    """A grouped family's tuning driver (wavetune.tuning.runner's side of it: a job is a case of the plan,
-    ``cases.tune_plan``) and its offline fit, for the family ``name`` whose variants ``configs`` lists."""
+    """The tuning driver of a scales mode's table (wavetune.tuning.runner's side of it: a job is a case of the
+    plan, ``cases.tune_plan``) and its offline fit."""
 
-    def __init__(self, name: str, configs, scales: str = ""):
-        self.name, self.configs, self.scales = name, configs, scales  # scales: as measure.measure_case's
+    def __init__(self, scales: str = ""):
+        self.scales = scales  # as measure.measure_case's
+        self.what = f"{FAMILY.name}" + (f" ({scales} scales)" if scales else "")
+
+    def configs(self) -> list[KernelConfig]:
+        return grouped_configs(self.scales)
 
     def tune(self, logs: list[Path], out: Path) -> Path:
         """Fit a table to case logs (this tuning's, or benchmarks/grouped.py's) and write
-        ``out/<gpu-slug>.<family>.wtt``."""
-        header, measured = benchmark_log(logs, self.name)
+        ``out/<gpu-slug>.grouped_gemm[.<scales>].wtt``."""
+        header, measured = benchmark_log(logs, FAMILY.name, self.scales)
         return self.fit_and_write(header, measured, out, logs_source(logs, measured))
 
     def fit_and_write(self, header: dict, measured: list[dict], out: Path, source: str) -> Path:
-        return fit_case_table(self.name, header, measured, out, source, fit_grouped, GROUPED_TIMING)
+        return fit_case_table(FAMILY.name, header, measured, out, source, fit_grouped, GROUPED_TIMING, self.scales)
 
-    def open_log(self, path: Path, device: dict | None = None, **options) -> CaseLog:
-        return CaseLog(path, self.name, device=device, timing=GROUPED_TIMING)
+    def open_log(self, path: Path, device: dict | None = None) -> CaseLog:
+        return CaseLog(path, FAMILY.name, device=device, timing=GROUPED_TIMING, scales=self.scales)
 
-    def measure_job(self, log: CaseLog, job: dict, reps: int | None = None, **options) -> None:
+    def measure_job(self, log: CaseLog, job: dict, reps: int | None = None) -> None:
         from . import measure  # torch
 
         generator = measure.case_generator(job["case_key"], SEED)
@@ -151,22 +155,44 @@ class GroupedTuning:
         measure.torch.cuda.empty_cache()  # the next case's weights may be gigabytes
 
     def run(self, args, measure: Measurer) -> Path:
-        """``python -m wavetune tune --family NAME``: measure the plan (resuming ``--log``), fit, write."""
+        """``python -m wavetune tune --family grouped_gemm [--scales S]``: measure the plan (resuming ``--log``),
+        fit, write."""
         out = Path(args.out or "tables")
         if args.offline:
             return self.tune([Path(p) for p in args.log.split(",")], out)
         if not any(v.dtype == "bf16" for v in self.configs()):
-            raise ValueError(f"no {self.name} variant writing bf16 is compiled: compile them first "
-                             f"(python -m wavetune build --family {self.name})")
-        log = CaseLog(args.log, self.name, device=measure.device, timing=GROUPED_TIMING)
+            raise ValueError(f"no {self.what} variant writing bf16 is compiled: compile them first "
+                             f"(python -m wavetune build --family {FAMILY.name})")
+        log = self.open_log(args.log, measure.device)
         plan = plan_cases.tune_plan(args.cases or plan_cases.TUNE_CASES)
-        if self.scales:
+        if SCALES[self.scales]["e4m3"]:
             plan = plan_cases.e4m3_cases(plan)
         header = {**log.header, "sm_count": log.device["sm_count"]}
-        return measure_cases_and_fit(log, plan, measure, f"the tune split, {len(self.configs())} {self.name} variants each",
+        what = f"the tune split, {len(self.configs())} {self.what} variants each"
+        return measure_cases_and_fit(log, plan, measure, what,
                                      lambda measured, source: self.fit_and_write(header, measured, out, source))
 
 
-DRIVER = GroupedTuning(FAMILY.name, grouped_configs)
-tune_grouped, open_log, measure_job, run = DRIVER.tune, DRIVER.open_log, DRIVER.measure_job, DRIVER.run
+DRIVERS = {scales: GroupedTuning(scales) for scales in SCALES}
+
+
+def driver(scales: str = "") -> GroupedTuning:
+    """The tuning driver of a scales mode's table; a ValueError naming the modes otherwise."""
+    scales_code(scales)
+    return DRIVERS[scales]
+
+
+# The runner's entry points (runner.Measurer, tuning.worker); its measurement options carry the scales mode.
+def open_log(path: Path, device: dict | None = None, scales: str = "", **options) -> CaseLog:
+    return driver(scales).open_log(path, device)
+
+
+def measure_job(log: CaseLog, job: dict, reps: int | None = None, scales: str = "", **options) -> None:
+    driver(scales).measure_job(log, job, reps)
+
+
+def run(args, measure: Measurer) -> Path:
+    return driver(args.scales or "").run(args, measure)
+
+
 job_done = case_done

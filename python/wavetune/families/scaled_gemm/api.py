@@ -141,7 +141,7 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
     scales choose the same way among block-scaled CUTLASS and decode kernels (in a build without the CUTLASS
     ones, the decode kernels up to ``scaled_gemm_max_tokens(True)`` tokens, 16); beyond them cuBLASLt's
     block-scaled kernels where it has one, else unswapped block-scaled CUTLASS kernels (bf16 output), else the
-    block-scaled grouped family's CUTLASS kernel with one expert
+    grouped family's CUTLASS kernel with block128 scales and one expert
     (``block_scaled_grouped_gemm``; a dequantized bf16/fp16 GEMM in a build without its variants). K must be a
     multiple of 16.
     """
@@ -229,7 +229,7 @@ def _block_scaled_past_decode(torch, a, b, scale_a, scale_b, bias, out):
     """Block scales beyond the tokens the decode variants take: the block-scaled grouped GEMM's CUTLASS kernel
     with one expert (the weight [N, K] as experts [1, N, K]), where one of its variants writes ``out``'s dtype
     and the operands are laid out as it reads them; else both operands dequantized and torch.matmul."""
-    from ..block_scaled_grouped_gemm.api import block_scaled_grouped_configs, block_scaled_grouped_gemm
+    from ..grouped_gemm.api import block_scaled_grouped_configs, block_scaled_grouped_gemm
 
     dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}[out.dtype]
     w = b.t().unsqueeze(0)
