@@ -21,9 +21,10 @@ Checked and timed as benchmarks/attention.py does (fp32 reference on a slice, po
 replayed round-robin over operand copies larger than twice the L2, medians). Writes
 <out>/paged_<split>.jsonl (a header, then one record per case) and <out>/paged_<split>.md.
 
---fit replays the wave model of csrc/families/attention/paged_launch.cu (wavetune.families.attention.paged_replay)
-on the logged sweeps for a grid of its constants and prints the constants whose choices come closest to the
-best (geomean), and what they give on --check's log.
+--fit replays the wave model of csrc/families/attention/paged_model.h (wavetune.families.attention.paged_replay)
+on the logged sweeps for a grid of its constants (the paged_ entries of cutlass_configs/sm90_attention.toml's
+[model] table) and prints the constants whose choices come closest to the best (geomean), and what they give on
+--check's log.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from wavetune.families.attention.paged_replay import SHIPPED, kernel_facts, paged_problem, replay
+from wavetune.families.attention.paged_replay import kernel_facts, paged_problem, replay
 from wavetune.tuning.report import geomean, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,32 +67,32 @@ def fit(designs: list[Path], check: Path | None) -> None:
     with the kernels' cluster facts (builds that merge splits in clusters) fit the cluster merge's two; else logs
     of several queries per sequence (benchmarks/varlen_attention.py) fit the tile-math rates, the L2 speed-up,
     the rows_split kernels' cost per softmax step, the wgmma kernel's tile-math speed-up and its copying warps';
-    else decode logs fit the first four."""
+    else decode logs fit the bandwidth share, the warp rate, the wave and the merge."""
     logs = [read_jsonl(path) for path in designs]
     rows = [r for _, log in logs for r in log]
     if any("cluster_ctas" in k for r in rows for k in r["kernels"].values()):
-        grid = [(*SHIPPED[:10], *c) for c in itertools.product((1.0, 2.0, 3.0, 4.0, 5.0), (0.0, 0.1, 0.2, 0.3, 0.5))]
+        swept = {"paged_cluster_merge_us": (1.0, 2.0, 3.0, 4.0, 5.0),
+                 "paged_cluster_split_us": (0.0, 0.1, 0.2, 0.3, 0.5)}
     elif any(r.get("seqlen_q", 1) > 1 for r in rows):
-        grid = [(*SHIPPED[:4], *c, *SHIPPED[10:]) for c in itertools.product(
-            (2e5, 3e5, 4e5, 6e5), (2.6e6, 4e6, 6e6), (1.0, 2.0, 3.0, 5.0), (0.2, 0.3, 0.5, 0.8),
-            (1.0, 1.5, 2.0, 3.0, 4.0, 5.0), (1.0, 1.25, 1.5, 2.0))]
+        swept = {"paged_warp_flops_per_us": (2e5, 3e5, 4e5, 6e5), "paged_sm_flops_per_us": (2.6e6, 4e6, 6e6),
+                 "paged_l2_speedup": (1.0, 2.0, 3.0, 5.0), "paged_rows_step_us": (0.2, 0.3, 0.5, 0.8),
+                 "paged_wgmma_speedup": (1.0, 1.5, 2.0, 3.0, 4.0, 5.0), "paged_ws_copy_speedup": (1.0, 1.25, 1.5, 2.0)}
     else:
-        grid = [(*c, *SHIPPED[4:]) for c in itertools.product(
-            (0.9, 0.98, 1.06), (3e3, 3.75e3, 4.5e3), (1.0, 2.0, 3.0, 4.0, 5.0), (2.0, 3.0, 5.0, 7.0))]
+        swept = {"paged_hbm_fraction": (0.9, 0.98, 1.06), "paged_warp_bytes_per_us": (3e3, 3.75e3, 4.5e3),
+                 "paged_wave_us": (1.0, 2.0, 3.0, 4.0, 5.0), "paged_merge_us": (2.0, 3.0, 5.0, 7.0)}
+    grid = [dict(zip(swept, values)) for values in itertools.product(*swept.values())]
 
-    def score(c):
-        return geomean(geomean(replay(log, c, header)) for header, log in logs)
+    def score(model):
+        return geomean(geomean(replay(log, model, header)) for header, log in logs)
 
-    scored = sorted(((score(c), c) for c in grid), reverse=True)
-    for score_, c in scored[:5]:
-        worst = min(min(replay(log, c, header)) for header, log in logs)
-        line = (f"hbm {c[0]} of peak, warp {c[1]:.3g} B/us, wave {c[2]} us, merge {c[3]} us, "
-                f"warp math {c[4]:.3g} and SM math {c[5]:.3g} flop/us, L2 {c[6]}x, {c[7]} us a rows step, "
-                f"wgmma {c[8]}x, its copies {c[9]}x, cluster merge {c[10]} us and {c[11]} us a split: "
-                f"design {score_:.3f} (worst {worst:.2f})")
+    scored = sorted(((score(model), model) for model in grid), key=lambda s: s[0], reverse=True)
+    for score_, model in scored[:5]:
+        worst = min(min(replay(log, model, header)) for header, log in logs)
+        line = ", ".join(f"{name} {value:.3g}" for name, value in model.items())
+        line += f": design {score_:.3f} (worst {worst:.2f})"
         if check:
             held_header, held = read_jsonl(check)
-            quality = replay(held, c, held_header)
+            quality = replay(held, model, held_header)
             line += f", held-out {geomean(quality):.3f} (worst {min(quality):.2f})"
         print(line)
 

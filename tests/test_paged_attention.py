@@ -1,9 +1,9 @@
-"""The attention family's paged kernels (csrc/families/attention/paged_launch.cu, wavetune.paged_attention):
-input checks and their place in the family (CPU tier); every kernel against fp32 attention over the same keys
-(random data, pages not in order, page sizes 16-256 and odd, odd sequence lengths and empty sequences, grouped-query
-heads of 1-24 per KV head, poisoned outputs, the wave model's split count and forced ones, with and without
-programmatic dependent launch), dense caches through wavetune.attention's decode path, CUDA graphs and
-torch.compile (GPU tier)."""
+"""The attention family's paged kernels (csrc/families/attention/paged_launch.cu, wavetune.paged_attention): input
+checks, their place in the family and their wave model (paged_model.h) through its bindings and replay (CPU tier);
+every kernel against fp32 attention over the same keys (random data, pages not in order, page sizes 16-256 and odd,
+odd sequence lengths and empty sequences, grouped-query heads of 1-24 per KV head, poisoned outputs, the wave
+model's split count and forced ones, with and without programmatic dependent launch), dense caches through
+wavetune.attention's decode path, CUDA graphs and torch.compile (GPU tier)."""
 
 from __future__ import annotations
 
@@ -43,17 +43,81 @@ def test_workspace_holds_the_splits_it_runs_and_the_sequences_order():
     assert _C.paged_attention_workspace_bytes(sizes, 10**6, 4) == 0  # no such kernel: the launch refuses it
 
 
+MODEL_VALUES = "paged_attention_model_values.json"
+
+
+def test_the_bound_model_gives_the_reference_values_exactly():
+    """The paged kernels' built-in wave model the choice runs (paged_model.h with the [model] table's paged_
+    constants), through its bindings, against reference values of the same functions on a seeded grid of
+    problems, kernels and GPUs (tests/data/paged_attention_model_values.json says where they come from): the
+    paged kernels' choices stay what they were. Every constant but the ordering threshold (the launch's, not the
+    choice's) changes some of them through the bindings' overrides."""
+    import json
+
+    from conftest import REPO
+
+    reference = json.loads((REPO / "tests" / "data" / MODEL_VALUES).read_text())
+    model = _C.attention_model()
+    assert {name: value for name, value in model.items() if name.startswith("paged_")} == reference["model"]
+    calls = {
+        "predicted": lambda problem, kernel, splits, sms, bandwidth, overrides:
+            _C.paged_attention_predicted_us(tuple(problem), tuple(kernel), splits, sms, bandwidth, overrides),
+        "best_splits": lambda problem, kernel, sms, bandwidth, overrides:
+            list(_C.paged_attention_best_splits(tuple(problem), tuple(kernel), sms, bandwidth, overrides)),
+        "candidate": lambda problem, kernel, overrides:
+            int(_C.paged_attention_weighs_kernel(tuple(problem), tuple(kernel))),
+        "beats": lambda us, resident, best_us, best_resident, overrides:
+            int(_C.paged_attention_beats(us, resident, best_us, best_resident, overrides)),
+    }
+    assert set(calls) == set(reference) - {"about", "model"}
+
+    def changed(overrides):
+        return sum(call(*args, overrides) != expected for kind, call in calls.items()
+                   for *args, expected in reference[kind]["rows"])
+
+    for kind in calls:
+        rows = reference[kind]["rows"]
+        assert len(rows) >= 100 and len({str(r[-1]) for r in rows}) > 1, kind  # a grid the model tells apart
+    assert changed({}) == 0
+    for name in reference["model"].keys() - {"paged_order_min_us"}:
+        assert changed({name: 2 * model[name]}) > 0, name
+
+
+def test_a_paged_model_override_changes_only_what_it_names():
+    """The fits sweep a constant through the bound functions' `model` overrides: an override moves the
+    prediction by what the model says and leaves the shipped model as it was; bad sizes and wrong names are a
+    ValueError naming them."""
+    problem, kernel = (2, 8, 1, 128, 1, 8192, 2, 0, True), (64, 64, True, 2, [])  # 2 CTAs a split
+    model = _C.attention_model()
+    base = _C.paged_attention_predicted_us(problem, kernel, 4, 132, 4.8e6)
+    assert _C.paged_attention_predicted_us(problem, kernel, 4, 132, 4.8e6, {"paged_merge_us": 0.0}) == \
+        pytest.approx(base - model["paged_merge_us"], rel=1e-12)
+    assert _C.attention_model() == model
+    clustered = (*kernel[:4], [0, 0] + [256] * 7)
+    assert _C.paged_attention_predicted_us(problem, clustered, 4, 132, 4.8e6, {"paged_cluster_split_us": 1.0}) == \
+        pytest.approx(_C.paged_attention_predicted_us(problem, clustered, 4, 132, 4.8e6)
+                      + 4 * (1.0 - model["paged_cluster_split_us"]), rel=1e-12)
+    with pytest.raises(ValueError, match="unknown model field 'wave_us'"):
+        _C.paged_attention_predicted_us(problem, kernel, 4, 132, 4.8e6, {"wave_us": 1.0})
+    with pytest.raises(ValueError, match="heads_q a multiple of heads_kv"):
+        _C.paged_attention_predicted_us((2, 8, 3, 128, 1, 8192, 2, 0, True), kernel, 4, 132, 4.8e6)
+    with pytest.raises(ValueError, match="step keys a positive multiple of 16"):
+        _C.paged_attention_best_splits(problem, (64, 8, True, 2, []), 132, 4.8e6)
+    with pytest.raises(ValueError, match="splits must be >= 1"):
+        _C.paged_attention_predicted_us(problem, kernel, 0, 132, 4.8e6)
+    with pytest.raises(ValueError, match="sm_count must be >= 1"):
+        _C.paged_attention_best_splits(problem, kernel, 132, 0.0)
+
+
 def test_the_fitting_replay_prices_waves_and_merges():
-    """The replay of paged_launch.cu's model (benchmarks/paged_attention.py --fit fits its constants): with the
+    """The replay of the choice's wave model (benchmarks/paged_attention.py --fit fits its constants): with the
     shipped ones a long single sequence wants many splits, a batch that fills the GPU wants none, and the replay
     picks the (kernel, splits) it predicts fastest."""
-    shipped = (0.98, 3.75e3, 4.0, 5.0)  # paged_launch.cu: kHbmFraction, kWarpBytesPerUs, kWaveUs, kMergeUs
     header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
     kernels = {"w8": {"step_keys": 128, "resident": 1}, "w4": {"step_keys": 64, "resident": 2}}
 
     def predicted(case, kernel, splits):
-        hbm = shipped[0] * header["memory_bytes_per_s"] / 1e6
-        return replay.predicted_us(case, splits, kernels[kernel], header["sm_count"], hbm, *shipped[1:])
+        return replay.predicted_us(case, splits, kernels[kernel], header)
 
     long_one = dict(batch=1, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=131072)
     full = dict(batch=256, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=2048)
@@ -62,18 +126,21 @@ def test_the_fitting_replay_prices_waves_and_merges():
     times = {f"{k}/s{n}": predicted(long_one, k, n) * (1.5 if n == 16 else 1.0) for k in kernels for n in (1, 4, 16)}
     row = {**long_one, "kernels": kernels, "times": times}
     pick = min(((k, n) for k in kernels for n in (1, 4, 16)), key=lambda kn: predicted(long_one, *kn))
-    quality = replay.replay([row], shipped, header)[0]
+    quality = replay.replay([row], {}, header)[0]
     assert quality == pytest.approx(min(times.values()) / times[f"{pick[0]}/s{pick[1]}"])
+    costly_merge = {"paged_merge_us": 1e6}  # a swept constant: splits no longer pay
+    assert replay.choice(long_one, kernels, header, costly_merge)[1] == 1
+    assert replay.replay([row], costly_merge, header)[0] < quality
 
 
 def test_the_fitting_replay_counts_the_row_blocks_of_real_queries():
     """Past causal prompts, a batch of chunks whose lengths differ fills only the row blocks its queries need:
     one long chunk beside short ones costs less split than every sequence at the longest, and wants more splits."""
-    hbm = 0.98 * 3.35e12 / 1e6
+    header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
     ws = {"step_keys": 128, "rows": 128, "resident": 1, "wgmma": True}
 
     def predicted(case, splits):
-        return replay.predicted_us(case, splits, ws, 132, hbm, 3.75e3, 4.0, 5.0)
+        return replay.predicted_us(case, splits, ws, header)
 
     chunks = dict(batch=3, heads_q=12, heads_kv=2, head_dim=128, seqlen_q=663, seqlen_k=5000, causal=True,
                   total_keys=9000, new=[663, 103, 101])
@@ -88,100 +155,119 @@ def test_the_fitting_replay_counts_the_row_blocks_of_real_queries():
 
 
 def test_the_fitting_replay_leaves_rows_split_kernels_out_of_decode():
-    """As paged_launch.cu's choice does: where a KV head's query rows fit one 16-row tile, the replay never picks a
-    rows_split kernel, however fast the model thinks it, but does pick the warp-specialized one of 64 rows."""
+    """As the choice does: where a KV head's query rows fit one 16-row tile, the replay never picks a rows_split
+    kernel, however fast the model thinks it, but does pick the warp-specialized one of 64 rows."""
     header = {"sm_count": 132, "memory_bytes_per_s": 3.35e12}
     kernels = {"keys": {"step_keys": 128, "rows": 16, "resident": 1},
                "rows": {"step_keys": 64, "rows": 64, "resident": 2},
                "ws128": {"step_keys": 64, "rows": 128, "resident": 1, "wgmma": True},
                "ws64": {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}}
     case = dict(batch=64, heads_q=32, heads_kv=8, head_dim=128, seqlen_k=4096)
-    hbm = replay.SHIPPED[0] * header["memory_bytes_per_s"] / 1e6
-    predicted = {k: replay.predicted_us(case, 1, kernels[k], header["sm_count"], hbm, *replay.SHIPPED[1:])
-                 for k in kernels}
+    predicted = {k: replay.predicted_us(case, 1, kernels[k], header) for k in kernels}
     assert predicted["rows"] < predicted["keys"]  # the model alone would take the rows_split kernel
     times = {"keys/s1": 20.0, "rows/s1": 10.0, "ws128/s1": 10.0}
     row = {**case, "kernels": kernels, "times": times}
-    assert replay.replay([row], replay.SHIPPED, header) == [0.5]  # it ran keys/s1, twice the best time
+    assert replay.replay([row], {}, header) == [0.5]  # it ran keys/s1, twice the best time
     several = {**row, "seqlen_q": 8}  # 32 rows per KV head: two tiles, every kind is a candidate
-    assert replay.replay([several], replay.SHIPPED, header) == [1.0]
+    assert replay.replay([several], {}, header) == [1.0]
     assert predicted["ws64"] < predicted["keys"]
-    assert replay.replay([{**row, "times": {**times, "ws64/s1": 12.5}}], replay.SHIPPED, header) == [0.8]
+    assert replay.replay([{**row, "times": {**times, "ws64/s1": 12.5}}], {}, header) == [0.8]
 
 
 def test_the_fitting_replay_gives_a_tie_to_the_kernel_of_more_resident_ctas():
     """A step of 56 rows per KV head fills one row block of either warp-specialized kernel: the model prices
-    them alike, and (as paged_launch.cu's choice) the replay takes the one of two CTAs an SM, whichever comes first."""
+    them alike, and (as the choice) the replay takes the one of two CTAs an SM, whichever comes first."""
     header = {"sm_count": 132, "memory_bytes_per_s": 4.8e12}
     kernels = {"rows128": {"step_keys": 64, "rows": 128, "resident": 1, "wgmma": True},
                "rows64": {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}}
     case = dict(batch=5, heads_q=8, heads_kv=1, head_dim=128, seqlen_q=7, seqlen_k=2111, causal=True,
                 total_keys=5800)
-    hbm = replay.SHIPPED[0] * header["memory_bytes_per_s"] / 1e6
-    predicted = {k: replay.predicted_us(case, 16, kernels[k], header["sm_count"], hbm, *replay.SHIPPED[1:])
-                 for k in kernels}
+    predicted = {k: replay.predicted_us(case, 16, kernels[k], header) for k in kernels}
     assert predicted["rows128"] == pytest.approx(predicted["rows64"], rel=1e-12)
     for order in (("rows128", "rows64"), ("rows64", "rows128")):
         row = {**case, "kernels": {k: kernels[k] for k in order}, "times": {"rows128/s16": 14.0, "rows64/s16": 12.6}}
-        assert replay.replay([row], replay.SHIPPED, header) == [1.0]
+        assert replay.replay([row], {}, header) == [1.0]
+        assert replay.choice(case, row["kernels"], header)[0] == "rows64"
 
 
 def test_the_fitting_replay_prices_a_merge_in_clusters_where_the_grid_fits_them():
-    """As paged_launch.cu's merges_in_clusters: 2 to 8 splits whose grid the kernel's clusters of that size hold at
-    once pay the cluster merge instead of the merge kernel; a larger grid, more splits, or a log without the
-    kernel's cluster facts (it ran every merge as a kernel) pay the merge kernel."""
-    hbm = replay.SHIPPED[0] * 4.8e12 / 1e6
+    """As the choice's model: 2 to 8 splits whose grid the kernel's clusters of that size hold at once pay the
+    cluster merge instead of the merge kernel; a larger grid, more splits, or a log without the kernel's cluster
+    facts (it ran every merge as a kernel) pay the merge kernel."""
+    header = {"sm_count": 132, "memory_bytes_per_s": 4.8e12}
+    model = _C.attention_model()
+    hbm = model["paged_hbm_fraction"] * 4.8e12 / 1e6
     plain = {"step_keys": 64, "rows": 64, "resident": 2, "wgmma": True}
     clustered = {**plain, "cluster_ctas": [0, 0] + [256] * 7}  # clusters of 2-8
 
     def predicted(case, kernel, splits):
-        return replay.predicted_us(case, splits, kernel, 132, hbm, *replay.SHIPPED[1:])
+        return replay.predicted_us(case, splits, kernel, header)
 
     small = dict(batch=2, heads_q=8, heads_kv=1, head_dim=128, seqlen_k=8192)  # 2 CTAs a split
-    merge = replay.SHIPPED[3] + 2.0 * 2 * 8 * 4 * 128 * 4 / hbm  # the merge kernel's price at 4 splits
-    assert predicted(small, clustered, 4) == pytest.approx(
-        predicted(small, plain, 4) - merge + replay.CLUSTER_MERGE_US + 4 * replay.CLUSTER_SPLIT_US, rel=1e-12)
+    merge = model["paged_merge_us"] + 2.0 * 2 * 8 * 4 * 128 * 4 / hbm  # the merge kernel's price at 4 splits
+    cluster_merge = model["paged_cluster_merge_us"] + 4 * model["paged_cluster_split_us"]
+    assert predicted(small, clustered, 4) == pytest.approx(predicted(small, plain, 4) - merge + cluster_merge,
+                                                           rel=1e-12)
     large = {**small, "batch": 80}  # 320 CTAs at 4 splits: more than the clusters hold
     assert predicted(large, clustered, 4) == predicted(large, plain, 4)
     assert predicted(small, clustered, 16) == predicted(small, plain, 16)  # more splits than a cluster's CTAs
     assert predicted(small, clustered, 1) == predicted(small, plain, 1)  # nothing to merge
 
 
+CLUSTER_FIT_LOGS = [f"{log}.jsonl.gz" for log in (
+    "varlen_attention_design_h200_cluster16_run2", "varlen_attention_design_h200_cluster16_run3",
+    "paged_decode_heldout_h200_cluster16_run2", "paged_decode_heldout_h200_cluster16_run3",
+    "varlen_attention_flashinfer_h200_cluster16_run2", "varlen_attention_flashinfer_h200_cluster16_run3",
+    "varlen_attention_flashinfer_h200_cluster16_seed41", "varlen_attention_flashinfer_h200_cluster16_seed43",
+    "varlen_attention_heldout_h200_cluster16")]
+
+
+def test_the_cluster_merge_constants_are_the_replay_optimum_of_their_logs(raw_result):
+    """paged_model.h's cluster merge constants, as its NOTES say: on the nine H200 logs they were fitted to, the
+    shipped model's choices replay at 0.948 of the best (geomean of the logs' geomeans), and moving either
+    constant a step of benchmarks/paged_attention.py --fit's grid replays lower."""
+    from wavetune.tuning.report import geomean, read_jsonl
+
+    logs = [read_jsonl(raw_result(name)) for name in CLUSTER_FIT_LOGS]
+
+    def score(model):
+        return geomean(geomean(replay.replay(rows, model, header)) for header, rows in logs)
+
+    shipped = score({})
+    assert round(shipped, 3) == 0.948
+    model = _C.attention_model()
+    merge, split = model["paged_cluster_merge_us"], model["paged_cluster_split_us"]
+    for neighbour in ((merge - 1, split), (merge + 1, split), (merge, split - 0.1), (merge, split + 0.1)):
+        assert score(dict(paged_cluster_merge_us=neighbour[0], paged_cluster_split_us=neighbour[1])) < shipped
+
+
 @pytest.mark.gpu
-def test_the_fitting_replay_restates_the_launch_model():
-    """The replay's predicted_us is paged_launch.cu's wave model with its constants as parameters:
-    on decode cases the kernel and split count the library picks are the replay's least predicted."""
+def test_the_fitting_replay_makes_the_launchs_choice():
+    """The replay's choice (the bound wave model over the compiled kernels' facts on this GPU) is the kernel and
+    split count the library picks, on decode cases."""
     import random
 
     props = wavetune.device_properties()
-    hbm = replay.SHIPPED[0] * props["memory_bytes_per_s"] / 1e6
     rng = random.Random(5)
     for _ in range(40):
         heads_q, heads_kv = rng.choice([(32, 8), (64, 8), (8, 1), (16, 16), (28, 4)])
         case = dict(batch=rng.choice([1, 3, 17, 64, 256]), heads_q=heads_q, heads_kv=heads_kv,
-                    head_dim=rng.choice([64, 128, 256]), seqlen_k=rng.randint(300, 131072))
+                    head_dim=rng.choice([64, 128, 256]), seqlen_k=rng.randint(300, 131072), causal=True)
         kernels = {c.id: replay.kernel_facts(c) for c in wavetune.paged_attention_configs()
                    if c.dtype == "bf16" and c.tile[2] == case["head_dim"]}
-        kernels = {v: facts for v, facts in kernels.items() if replay.one_row_tile_kernel(facts)}  # decode's
-
-        def predicted(variant, splits):
-            return replay.predicted_us(case, splits, kernels[variant], props["sm_count"], hbm, *replay.SHIPPED[1:])
-
-        variant, splits = _C.paged_attention_choice(*replay.paged_problem(case), _C.DTYPES.index("bf16"))
-        least = min(predicted(v, n) for v in kernels for n in range(1, _C.paged_attention_max_splits() + 1))
-        assert predicted(variant, splits) == pytest.approx(least, rel=1e-6), case
+        chosen = _C.paged_attention_choice(*replay.paged_problem(case), _C.DTYPES.index("bf16"))
+        assert chosen == replay.choice(case, kernels, props), case
 
 
 @pytest.mark.gpu
-def test_the_fitting_replay_restates_the_launch_model_for_several_queries():
+def test_the_fitting_replay_makes_the_launchs_choice_for_several_queries():
     """The same on prompts and chunks after a prefix (equal lengths in a batch): the kernel and split count
-    varlen_attention's kernels run, rows-split ones among them, are the replay's least predicted."""
+    varlen_attention's kernels run, rows-split ones among them, are the replay's choice."""
     import random
 
     from wavetune.families.attention.paged import varlen_kernel_choice
 
     props = wavetune.device_properties()
-    hbm = replay.SHIPPED[0] * props["memory_bytes_per_s"] / 1e6
     rng = random.Random(7)
     for _ in range(30):
         heads_q, heads_kv = rng.choice([(32, 8), (64, 8), (8, 1), (16, 16), (28, 4)])
@@ -190,19 +276,12 @@ def test_the_fitting_replay_restates_the_launch_model_for_several_queries():
         q = torch.empty(batch * new, heads_q, head_dim, device="cuda", dtype=torch.bfloat16)
         k = torch.empty(batch * keys, heads_kv, head_dim, device="cuda", dtype=torch.bfloat16)
         starts = torch.arange(batch + 1, device="cuda", dtype=torch.int32)
-        variant, splits = varlen_kernel_choice(q, k, k, starts * new, starts * keys, new, keys, causal=True)
+        chosen = varlen_kernel_choice(q, k, k, starts * new, starts * keys, new, keys, causal=True)
         case = dict(batch=batch, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim, seqlen_q=new, seqlen_k=keys,
                     causal=True, total_keys=batch * keys)
-        one_tile = new * (heads_q // heads_kv) <= 16
         kernels = {c.id: replay.kernel_facts(c) for c in wavetune.paged_attention_configs()
                    if c.dtype == "bf16" and c.tile[2] == head_dim}
-        kernels = {v: facts for v, facts in kernels.items() if not one_tile or replay.one_row_tile_kernel(facts)}
-
-        def predicted(kernel, n):
-            return replay.predicted_us(case, n, kernels[kernel], props["sm_count"], hbm, *replay.SHIPPED[1:])
-
-        least = min(predicted(v, n) for v in kernels for n in range(1, _C.paged_attention_max_splits() + 1))
-        assert predicted(variant, splits) == pytest.approx(least, rel=1e-6), case
+        assert tuple(chosen) == replay.choice(case, kernels, props), case
 
 
 def cpu_inputs(batch=2, heads_q=8, heads_kv=2, head_dim=64, pages=6, page_size=16):
@@ -318,7 +397,7 @@ def test_page_sizes_lengths_and_dtypes(page_size, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("splits", [None, 8, 16])
 def test_a_long_batch_of_mixed_lengths_runs_longest_first(splits):
-    """Enough keys and CTAs that the launch orders its sequences longest first (paged_launch.cu, orders_sequences);
+    """Enough keys and CTAs that the launch orders its sequences longest first (paged_model.h, orders_sequences);
     from 1,024 output rows a split launch also merges with a warp per row."""
     lengths = torch.randint(16, 12000, (48,), generator=torch.Generator().manual_seed(6)).tolist()
     q, k, v, table, lens = paged_case(48, 32, 2, 128, 64, lengths, seed=6)  # 1,536 output rows
@@ -328,7 +407,7 @@ def test_a_long_batch_of_mixed_lengths_runs_longest_first(splits):
 
 @pytest.mark.gpu
 def test_splits_merge_in_clusters_where_the_grid_fits_them_and_by_a_kernel_beyond():
-    """A launch of 4 splits over a few sequences fits the kernel's clusters of 4 (paged_launch.cu,
+    """A launch of 4 splits over a few sequences fits the kernel's clusters of 4 (paged_model.h,
     merges_in_clusters): its splits merge there, those past a short sequence's keys with no keys; one over more
     sequences than they hold merges by the merge kernel. Both match fp32."""
     config = next(c for c in wavetune.paged_attention_configs() if c.dtype == "bf16" and c.tile[2] == 128

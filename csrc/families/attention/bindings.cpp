@@ -12,6 +12,7 @@
 #include "bindings.h"
 #include "choice_rules.h"
 #include "model_bindings.h"
+#include "paged_model.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 #include "wavetune/lookup.h"
@@ -266,10 +267,104 @@ void bind_paged(py::module_& m) {
       "stream.");
 }
 
+// What the paged kernels' wave model reads of a problem: (batch, heads_q, heads_kv, head_dim, max_q_len,
+// max_seq_len, q_tokens (0: batch), total_keys (0: batch x max_seq_len), causal); and of a kernel on a GPU: (rows,
+// step keys, computes with wgmma, resident CTAs per SM, resident CTAs in clusters of n for each n as
+// paged_attention_cluster_ctas gives them; empty: no clusters).
+using PyPagedShape = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int64_t, bool>;
+using PyPagedKernel = std::tuple<int32_t, int32_t, bool, int32_t, std::vector<int64_t>>;
+
+PagedAttentionProblem make_paged_shape(const PyPagedShape& shape) {
+  PagedAttentionProblem p{};
+  std::tie(p.batch, p.heads_q, p.heads_kv, p.head_dim, p.max_q_len, p.max_seq_len, p.q_tokens, p.total_keys,
+           p.causal) = shape;
+  if (std::min({p.batch, p.heads_q, p.heads_kv, p.head_dim, p.max_q_len}) < 1 || p.heads_q % p.heads_kv != 0) {
+    throw std::invalid_argument("batch, heads_q, heads_kv, head_dim and max_q_len must be >= 1 and heads_q a "
+                                "multiple of heads_kv");
+  }
+  if (p.max_seq_len < 0 || p.q_tokens < 0 || p.total_keys < 0) {
+    throw std::invalid_argument("max_seq_len, q_tokens and total_keys must be >= 0");
+  }
+  return p;
+}
+
+// The kernel as the model reads it (VariantInfo: tile_m rows, tile_n step keys, schedule cooperative for wgmma).
+VariantInfo make_paged_kernel(const PyPagedKernel& kernel) {
+  const auto& [rows, step_keys, wgmma, resident, cluster_ctas] = kernel;
+  if (rows < 1 || step_keys < 1 || step_keys % detail::paged::kTileKeys != 0 || resident < 1 ||
+      std::any_of(cluster_ctas.begin(), cluster_ctas.end(), [](int64_t n) { return n < 0; })) {
+    throw std::invalid_argument("a kernel's rows and resident CTAs must be >= 1, its step keys a positive multiple "
+                                "of 16 and its CTAs in clusters >= 0");
+  }
+  VariantInfo v{};
+  v.tile_m = rows, v.tile_n = step_keys, v.schedule = wgmma ? Schedule::cooperative : Schedule::decode;
+  return v;
+}
+
+// The kernel's resident CTAs in clusters of n, as its tuple lists them (0 past them).
+auto cluster_ctas_of(const PyPagedKernel& kernel) {
+  return [&listed = std::get<4>(kernel)](int32_t n) { return size_t(n) < listed.size() ? listed[n] : int64_t(0); };
+}
+
+// The GPU a prediction is for: (SMs, peak DRAM bytes per us).
+void check_gpu(int32_t sm_count, double memory_bytes_per_us) {
+  if (sm_count < 1 || !(memory_bytes_per_us > 0)) {
+    throw std::invalid_argument("sm_count must be >= 1 and memory_bytes_per_us > 0");
+  }
+}
+
+// The paged kernels' wave model (paged_model.h), with the model's fields that `model` names overridden.
+void bind_paged_model(py::module_& m) {
+  m.def(
+      "paged_attention_predicted_us",
+      [](const PyPagedShape& shape, const PyPagedKernel& kernel, int32_t splits, int32_t sm_count,
+         double memory_bytes_per_us, const py::dict& model) {
+        if (splits < 1) throw std::invalid_argument("splits must be >= 1");
+        check_gpu(sm_count, memory_bytes_per_us);
+        return detail::predicted_launch_us(make_paged_shape(shape), make_paged_kernel(kernel), splits, sm_count,
+                                           int64_t(sm_count) * std::get<3>(kernel), memory_bytes_per_us,
+                                           cluster_ctas_of(kernel), model_with<AttentionModel>(model));
+      },
+      py::arg("problem"), py::arg("kernel"), py::arg("splits"), py::arg("sm_count"), py::arg("memory_bytes_per_us"),
+      py::arg("model") = py::dict(),
+      "The wave model's predicted microseconds of a launch of the kernel at a requested split count (the splits it "
+      "runs, merged in its clusters where they hold the grid) on a GPU of sm_count SMs and that peak DRAM bandwidth.");
+  m.def(
+      "paged_attention_best_splits",
+      [](const PyPagedShape& shape, const PyPagedKernel& kernel, int32_t sm_count, double memory_bytes_per_us,
+         const py::dict& model) {
+        check_gpu(sm_count, memory_bytes_per_us);
+        return detail::best_splits(make_paged_shape(shape), make_paged_kernel(kernel), sm_count,
+                                   int64_t(sm_count) * std::get<3>(kernel), memory_bytes_per_us,
+                                   cluster_ctas_of(kernel), model_with<AttentionModel>(model));
+      },
+      py::arg("problem"), py::arg("kernel"), py::arg("sm_count"), py::arg("memory_bytes_per_us"),
+      py::arg("model") = py::dict(),
+      "(splits, predicted microseconds): the split count the choice gives the kernel (the least predicted; ties: "
+      "fewer), problem and kernel as paged_attention_predicted_us takes them.");
+  m.def(
+      "paged_attention_weighs_kernel",
+      [](const PyPagedShape& shape, const PyPagedKernel& kernel) {
+        return detail::weighs_kernel(make_paged_shape(shape), make_paged_kernel(kernel));
+      },
+      py::arg("problem"), py::arg("kernel"),
+      "Whether the choice weighs the kernel for the problem (where a KV head's query rows fit one 16-row tile, only "
+      "the keys_split kernels and the warp-specialized one of 64 rows).");
+  m.def(
+      "paged_attention_beats",
+      [](double us, int32_t resident, double best_us, int32_t best_resident, const py::dict& model) {
+        return detail::beats(us, resident, best_us, best_resident, model_with<AttentionModel>(model));
+      },
+      py::arg("us"), py::arg("resident"), py::arg("best_us"), py::arg("best_resident"), py::arg("model") = py::dict(),
+      "Whether a kernel predicted `us` with `resident` CTAs per SM takes the choice from the best so far (a tie goes "
+      "to more resident CTAs).");
+}
+
 void bind(py::module_& m) {
   bind_choice_rules(m);
   bind_fmha(m);
   bind_paged(m);
+  bind_paged_model(m);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "device.h"
+#include "paged_model.h"
 #include "variant_registry.h"
 #include "wavetune/attention.h"
 
@@ -24,13 +25,6 @@ std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries();
 // Registry (registry.cpp): the kernel of this id, nullptr when not compiled in.
 const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id);
 
-// The keys each split takes (whole CTA steps of the kernel, VariantInfo::tile_n keys) and so the splits a
-// launch really runs, from the requested count; what the launch and the workspace size agree on.
-struct PagedSplits {
-  int32_t splits, split_keys;
-};
-PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int32_t requested);
-
 // The launch's workspace: the splits' partial outputs and log-sum-exps (splits > 1), then the sequences'
 // order (kMaxOrderedBatch >= batch >= 2: int32, longest first), at these byte offsets.
 constexpr int32_t kMaxOrderedBatch = 1024;
@@ -38,8 +32,5 @@ struct PagedWorkspace {
   size_t order, bytes;
 };
 PagedWorkspace paged_workspace(const PagedAttentionProblem& p, const PagedSplits& s);
-
-// Rows of q and out.
-inline int32_t paged_query_tokens(const PagedAttentionProblem& p) { return p.q_tokens > 0 ? p.q_tokens : p.batch; }
 
 }  // namespace wavetune::detail

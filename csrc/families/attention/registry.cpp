@@ -54,12 +54,6 @@ const AttentionVariantOps* attention_variant_ops(int32_t id) {
 
 const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id) { return paged_registry().find(id); }
 
-PagedSplits paged_splits(const PagedAttentionProblem& p, int32_t step_keys, int32_t requested) {
-  const int32_t steps = std::max(1, (p.max_seq_len + step_keys - 1) / step_keys);
-  const int32_t per_split = (steps + std::clamp(requested, 1, steps) - 1) / std::clamp(requested, 1, steps);
-  return {(steps + per_split - 1) / per_split, per_split * step_keys};
-}
-
 PagedWorkspace paged_workspace(const PagedAttentionProblem& p, const PagedSplits& s) {
   const size_t splits_bytes =
       s.splits > 1 ? size_t(paged_query_tokens(p)) * p.heads_q * s.splits * (size_t(p.head_dim) + 1) * sizeof(float)

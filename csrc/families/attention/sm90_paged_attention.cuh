@@ -25,12 +25,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "paged_shape.h"
 #include "programmatic_launch.cuh"
 
 namespace wavetune::detail::paged {
-
-constexpr int kRows = 16;      // rows per tile (an mma's M)
-constexpr int kTileKeys = 16;  // keys per warp step (an mma's K for P V)
 
 // How a CTA's warps share its work (the header's NOTES; specialized: sm90_paged_attention_ws.cuh).
 enum class WarpSplit { keys, rows, specialized };

@@ -25,13 +25,10 @@
 
 namespace wavetune::detail::paged {
 
-constexpr int kWarpgroupRows = 64;  // query rows per computing warpgroup (a wgmma's M)
-constexpr int kWsCopyWarps = 4;     // one warpgroup copies
-
 // NOTES: a CTA of two computing warpgroups (128 rows) reads each key into shared memory once for twice the rows;
 // one of a single computing warpgroup (64 rows) fits twice on an SM, so one CTA's start (its first copies'
 // latency) and end (its rows written out) run beside the other's math, which short prompts and a few tokens
-// per KV head (speculative steps) are made of. The wave model picks between them (paged_launch.cu).
+// per KV head (speculative steps) are made of. The wave model picks between them (paged_model.h).
 template <int kGroups>
 struct WsShape {
   static_assert(kGroups == 1 || kGroups == 2);
