@@ -43,7 +43,8 @@ def test_each_family_has_a_cpp_folder_a_python_folder_and_its_variants():
 def test_each_folder_registers_its_family_once_under_its_own_name():
     for folder in CPP_FAMILIES.iterdir():
         registrations = {
-            "KernelFamily": (folder / "registry.cpp", r'KernelFamily \w+\{"(\w+)"'),
+            "KernelFamily": (folder / "registry.cpp",
+                             r'(?:KernelFamily \w+\{|RegisteredVariants<[^>]*> registration\(\s*)"(\w+)"'),
             "TableFamily": (folder / "table_rules.cpp", r'TableFamily \w+\{"(\w+)"'),
             "FamilyBindings": (folder / "bindings.cpp", r'FamilyBindings registration\("(\w+)"'),
         }

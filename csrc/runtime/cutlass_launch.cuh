@@ -7,8 +7,11 @@
 #include <array>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 #include "cutlass/device_kernel.h"
+#include "cutlass/epilogue/dispatch_policy.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "device.h"
 #include "programmatic_launch.cuh"
@@ -46,6 +49,25 @@ void allow_dynamic_shared_memory(int device) {
     }
   });
 }
+
+// The sm90 warp-specialized mainloop and epilogue schedules of a GEMM kernel: ping-pong or cooperative, one
+// GEMM or a ptr-array group of them, e4m3 block scales applied in the mainloop (FP8Blockwise) or not.
+template <bool kPtrArray, bool kBlockScaled, bool kCooperative>
+using Sm90MainloopSchedule = std::tuple_element_t<
+    4 * kPtrArray + 2 * kBlockScaled + kCooperative,
+    std::tuple<cutlass::gemm::KernelTmaWarpSpecializedPingpong, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+               cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
+               cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise,
+               cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong,
+               cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
+               cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
+               cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>>;
+template <bool kPtrArray, bool kCooperative>
+using Sm90EpilogueSchedule = std::tuple_element_t<
+    2 * kPtrArray + kCooperative,
+    std::tuple<cutlass::epilogue::TmaWarpSpecialized, cutlass::epilogue::TmaWarpSpecializedCooperative,
+               cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+               cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>>;
 
 // A GemmUniversal kernel's tile-scheduler arguments from the run-time micro parameters; the stream-K
 // scheduler's decomposition and split count only where the kernel has that scheduler.

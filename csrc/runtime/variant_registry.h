@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,7 +42,24 @@ class VariantRegistry {
   // `entries` sorted by id: the generator emits the space in order.
   explicit VariantRegistry(std::vector<Entry> entries) { publish(std::move(entries)); }
 
+  // The generated entries, then those of each of the family's built-in lists: each sorted by id, each list's
+  // ids above the one before (kDecodeVariantIds, kLibraryVariantIds).
+  VariantRegistry(std::vector<Entry> generated, std::initializer_list<std::vector<Entry>> built_in) {
+    for (const std::vector<Entry>& part : built_in) generated.insert(generated.end(), part.begin(), part.end());
+    publish(std::move(generated));
+  }
+
   const Entry* find(int32_t id) const { return find_in(*current_.load(std::memory_order_acquire), id); }
+
+  // The ops object and the description of variant `id`, or nullptr where it is not registered.
+  const Ops* ops(int32_t id) const {
+    const Entry* e = find(id);
+    return e ? e->ops : nullptr;
+  }
+  const VariantInfo* info(int32_t id) const {
+    const Entry* e = find(id);
+    return e ? &e->info : nullptr;
+  }
 
   const std::vector<VariantInfo>& infos() const { return current_.load(std::memory_order_acquire)->infos; }
 

@@ -12,12 +12,10 @@
 #include "attention_registry.inc"
 #include "paged_ops.h"
 #include "paged_variants.h"
-#include "registered.h"
-#include "variant_registry.h"
+#include "registered_variants.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 #include "wavetune/errors.h"
-#include "wavetune/family.h"
 
 namespace wavetune {
 namespace detail {
@@ -47,10 +45,7 @@ VariantRegistry<PagedVariantOps>& paged_registry() {
 }
 }  // namespace
 
-const AttentionVariantOps* attention_variant_ops(int32_t id) {
-  const auto* e = fmha_registry().find(id);
-  return e ? e->ops : nullptr;
-}
+const AttentionVariantOps* attention_variant_ops(int32_t id) { return fmha_registry().ops(id); }
 
 const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id) { return paged_registry().find(id); }
 
@@ -68,10 +63,7 @@ const std::vector<VariantInfo>& attention_variants() { return detail::fmha_regis
 
 const char* attention_config_space_hash() { return WAVETUNE_ATTENTION_CONFIG_SPACE_HASH; }
 
-const VariantInfo* find_attention_variant(int32_t id) {
-  const auto* e = detail::fmha_registry().find(id);
-  return e ? &e->info : nullptr;
-}
+const VariantInfo* find_attention_variant(int32_t id) { return detail::fmha_registry().info(id); }
 
 namespace {
 
@@ -252,11 +244,8 @@ size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, const Pag
 }
 
 namespace {
-const KernelFamily kAttention{"attention", &attention_variants, &attention_config_space_hash,
-                              [](const VariantInfo* infos, const void* const* ops, int32_t count) {
-                                return detail::fmha_registry().add(infos, ops, count);
-                              }};
-const detail::Registration<KernelFamily> registration(&kAttention);
+const detail::RegisteredVariants<detail::AttentionVariantOps, &detail::fmha_registry> registration(
+    "attention", &attention_config_space_hash);
 }  // namespace
 
 }  // namespace wavetune

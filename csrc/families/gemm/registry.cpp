@@ -4,12 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "registered.h"
+#include "registered_variants.h"
 #include "registry.inc"
 #include "variant_ops.h"
-#include "variant_registry.h"
 #include "wavetune/errors.h"
-#include "wavetune/family.h"
 #include "wavetune/kernels.h"
 
 namespace wavetune {
@@ -20,23 +18,15 @@ WAVETUNE_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-// The generated CUTLASS variants, the decode ones, then cuBLAS (ascending ids: the list stays sorted).
+// The generated CUTLASS variants, the decode ones, then cuBLAS.
 VariantRegistry<VariantOps>& registry() {
-  static VariantRegistry<VariantOps> list([] {
-    std::vector<VariantRegistry<VariantOps>::Entry> entries{WAVETUNE_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};
-    for (const auto& more : {decode_variants(kDecodeVariantIds), library_variants(kLibraryVariantIds)}) {
-      entries.insert(entries.end(), more.begin(), more.end());
-    }
-    return entries;
-  }());
+  static VariantRegistry<VariantOps> list({WAVETUNE_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)},
+                                          {decode_variants(kDecodeVariantIds), library_variants(kLibraryVariantIds)});
   return list;
 }
 }  // namespace
 
-const VariantOps* variant_ops(int32_t id) {
-  const auto* e = registry().find(id);
-  return e ? e->ops : nullptr;
-}
+const VariantOps* variant_ops(int32_t id) { return registry().ops(id); }
 
 const char* config_space_hash() { return WAVETUNE_CONFIG_SPACE_HASH; }
 const char* kernel_set_name() { return WAVETUNE_KERNEL_SET_NAME; }
@@ -45,10 +35,7 @@ const char* kernel_set_name() { return WAVETUNE_KERNEL_SET_NAME; }
 
 const std::vector<VariantInfo>& variants() { return detail::registry().infos(); }
 
-const VariantInfo* find_variant(int32_t id) {
-  const auto* e = detail::registry().find(id);
-  return e ? &e->info : nullptr;
-}
+const VariantInfo* find_variant(int32_t id) { return detail::registry().info(id); }
 
 std::string shape_error(const GemmProblem& p) {
   std::string layout = p.b_layout == BLayout::col ? "column-major" : "row-major";
@@ -136,11 +123,7 @@ int32_t default_variant(const GemmProblem& p) {
 }
 
 namespace {
-const KernelFamily kGemm{"gemm", &variants, &detail::config_space_hash,
-                         [](const VariantInfo* infos, const void* const* ops, int32_t count) {
-                           return detail::registry().add(infos, ops, count);
-                         }};
-const detail::Registration<KernelFamily> registration(&kGemm);
+const detail::RegisteredVariants<detail::VariantOps, &detail::registry> registration("gemm", &detail::config_space_hash);
 }  // namespace
 
 }  // namespace wavetune

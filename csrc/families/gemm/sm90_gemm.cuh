@@ -62,10 +62,8 @@ struct Sm90Gemm {
 
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
-  using MainloopSchedule = std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                                              cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
-  using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::TmaWarpSpecializedCooperative,
-                                              cutlass::epilogue::TmaWarpSpecialized>;
+  using MainloopSchedule = Sm90MainloopSchedule<false, false, kCooperative>;
+  using EpilogueSchedule = Sm90EpilogueSchedule<false, kCooperative>;
   using SchedulerTag = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler, cutlass::gemm::PersistentScheduler>;
 
   // ElementC = void: D = A @ B with no source operand, so the epilogue neither loads C nor reserves

@@ -7,10 +7,8 @@
 
 #include "grouped_ops.h"
 #include "grouped_registry.inc"
-#include "registered.h"
-#include "variant_registry.h"
+#include "registered_variants.h"
 #include "wavetune/errors.h"
-#include "wavetune/family.h"
 #include "wavetune/grouped.h"
 
 namespace wavetune {
@@ -59,10 +57,7 @@ std::string scales_error(const GroupedGemmProblem& p) {
 }
 }  // namespace
 
-const GroupedVariantOps* grouped_variant_ops(int32_t id) {
-  const auto* e = registry().find(id);
-  return e ? e->ops : nullptr;
-}
+const GroupedVariantOps* grouped_variant_ops(int32_t id) { return registry().ops(id); }
 
 }  // namespace detail
 
@@ -76,10 +71,7 @@ GroupedScales grouped_variant_scales(int32_t id) {
 
 const char* grouped_config_space_hash() { return WAVETUNE_GROUPED_CONFIG_SPACE_HASH; }
 
-const VariantInfo* find_grouped_variant(int32_t id) {
-  const auto* e = detail::registry().find(id);
-  return e ? &e->info : nullptr;
-}
+const VariantInfo* find_grouped_variant(int32_t id) { return detail::registry().info(id); }
 
 std::string grouped_problem_error(const GroupedGemmProblem& p) {
   if (int32_t(p.scales) < 0 || int32_t(p.scales) >= int32_t(std::size(kGroupedScales))) {
@@ -91,11 +83,8 @@ std::string grouped_problem_error(const GroupedGemmProblem& p) {
 }
 
 namespace {
-const KernelFamily kGroupedGemm{"grouped_gemm", &grouped_variants, &grouped_config_space_hash,
-                                [](const VariantInfo* infos, const void* const* ops, int32_t count) {
-                                  return detail::registry().add(infos, ops, count);
-                                }};
-const detail::Registration<KernelFamily> registration(&kGroupedGemm);
+const detail::RegisteredVariants<detail::GroupedVariantOps, &detail::registry> registration(
+    "grouped_gemm", &grouped_config_space_hash);
 }  // namespace
 
 }  // namespace wavetune

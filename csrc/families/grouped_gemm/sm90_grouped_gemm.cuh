@@ -76,14 +76,8 @@ struct Sm90GroupedGemm {
   using ExpertShape = typename ProblemShape::UnderlyingProblemShape;
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
-  using MainloopSchedule = std::conditional_t<
-      kBlockScaled,
-      std::conditional_t<kCooperative, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise,
-                         cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise>,
-      std::conditional_t<kCooperative, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
-                         cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>>;
-  using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-                                              cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
+  using MainloopSchedule = Sm90MainloopSchedule<true, kBlockScaled, kCooperative>;
+  using EpilogueSchedule = Sm90EpilogueSchedule<true, kCooperative>;
 
   using Fusion = typename Operands::template Fusion<TileShape, kSwapAB>;
   // ElementC = void: no source operand, so the epilogue's shared memory goes to mainloop stages.

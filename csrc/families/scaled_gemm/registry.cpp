@@ -6,12 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "registered.h"
+#include "registered_variants.h"
 #include "scaled_ops.h"
 #include "scaled_registry.inc"
-#include "variant_registry.h"
 #include "wavetune/errors.h"
-#include "wavetune/family.h"
 #include "wavetune/scaled_gemm.h"
 
 namespace wavetune {
@@ -22,25 +20,16 @@ WAVETUNE_SCALED_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
 #undef WAVETUNE_DECLARE_OPS
 
 namespace {
-// Ascending ids: the generated variants, then the decode ones from kDecodeVariantIds, then cuBLASLt from
-// kLibraryVariantIds.
+// The generated CUTLASS variants, the decode ones, then cuBLASLt.
 VariantRegistry<ScaledVariantOps>& registry() {
-  static VariantRegistry<ScaledVariantOps> list([] {
-    std::vector<VariantRegistry<ScaledVariantOps>::Entry> entries{WAVETUNE_SCALED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};
-    for (const auto& more : {scaled_decode_variants(kDecodeVariantIds), scaled_library_variants(kLibraryVariantIds)}) {
-      entries.insert(entries.end(), more.begin(), more.end());
-    }
-    return entries;
-  }());
+  static VariantRegistry<ScaledVariantOps> list(
+      {WAVETUNE_SCALED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)},
+      {scaled_decode_variants(kDecodeVariantIds), scaled_library_variants(kLibraryVariantIds)});
   return list;
 }
-
 }  // namespace
 
-const ScaledVariantOps* scaled_variant_ops(int32_t id) {
-  const auto* e = registry().find(id);
-  return e ? e->ops : nullptr;
-}
+const ScaledVariantOps* scaled_variant_ops(int32_t id) { return registry().ops(id); }
 
 }  // namespace detail
 
@@ -77,11 +66,8 @@ std::string scaled_gemm_problem_error(const ScaledGemmProblem& p) {
 }
 
 namespace {
-const KernelFamily kScaledGemm{"scaled_gemm", &scaled_gemm_variants, &scaled_gemm_config_space_hash,
-                               [](const VariantInfo* infos, const void* const* ops, int32_t count) {
-                                 return detail::registry().add(infos, ops, count);
-                               }};
-const detail::Registration<KernelFamily> registration(&kScaledGemm);
+const detail::RegisteredVariants<detail::ScaledVariantOps, &detail::registry> registration(
+    "scaled_gemm", &scaled_gemm_config_space_hash);
 }  // namespace
 
 }  // namespace wavetune

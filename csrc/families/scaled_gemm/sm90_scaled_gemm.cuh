@@ -88,14 +88,8 @@ struct Sm90ScaledGemm {
 
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::Int<kTileK>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::Int<kClusterN>, cute::_1>;
-  using MainloopSchedule = std::conditional_t<
-      kBlockScaled,
-      std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise,
-                         cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise>,
-      std::conditional_t<kCooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                         cutlass::gemm::KernelTmaWarpSpecializedPingpong>>;
-  using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::TmaWarpSpecializedCooperative,
-                                              cutlass::epilogue::TmaWarpSpecialized>;
+  using MainloopSchedule = Sm90MainloopSchedule<false, kBlockScaled, kCooperative>;
+  using EpilogueSchedule = Sm90EpilogueSchedule<false, kCooperative>;
 
   // NOTES: the epilogue as a visitor tree: (scale_b * (scale_a * acc)) + bias in fp32, one rounding to the
   // output. A scale is a vector along the kernel's M (one value per row of its D) or along its N; its
