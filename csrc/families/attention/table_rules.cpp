@@ -43,8 +43,15 @@ bool attention_fits(const TileShape& t, int32_t splits, const Problem& p) {
   return t.tile_k == p.k && (splits == 1 || (p.m == 1 && p.n / splits >= t.tile_n));
 }
 
-const TableFamily kAttention{"attention", kMaxGroups, false, false, false, &attention_fits, &attention_coordinates,
-                             &check_heads};
+TableFamily attention_rules() {
+  TableFamily f{"attention"};
+  f.max_groups = kMaxGroups;
+  f.fits = &attention_fits;
+  f.coordinates = &attention_coordinates;
+  f.check_problem = &check_heads;
+  return f;
+}
+const TableFamily kAttention = attention_rules();
 const detail::Registration<TableFamily> registration(&kAttention);
 
 // Besides its config space's FMHA variants, its tables may name the cuDNN and paged candidates.

@@ -11,7 +11,13 @@
 
 namespace wavetune {
 namespace {
-const TableFamily kGemm{"gemm", 1, true, false, true, nullptr, nullptr, nullptr};
+TableFamily gemm_rules() {
+  TableFamily f{"gemm"};
+  f.exact_records = true;
+  f.stream_k = true;
+  return f;
+}
+const TableFamily kGemm = gemm_rules();
 const detail::Registration<TableFamily> registration(&kGemm);
 
 std::vector<std::string> builtin_candidate_names() {

@@ -17,8 +17,14 @@ std::vector<std::string> scales_modes() {
   return names;
 }
 
-const TableFamily kGroupedGemm{"grouped_gemm", kMaxGroups, false, true, false,
-                                nullptr, nullptr, nullptr, &scales_modes};
+TableFamily grouped_gemm_rules() {
+  TableFamily f{"grouped_gemm"};
+  f.max_groups = kMaxGroups;
+  f.data_parallel_only = true;
+  f.scales = &scales_modes;
+  return f;
+}
+const TableFamily kGroupedGemm = grouped_gemm_rules();
 const detail::Registration<TableFamily> registration(&kGroupedGemm);
 }  // namespace
 }  // namespace wavetune

@@ -18,22 +18,23 @@ namespace wavetune {
 // The most groups (experts, sequences) or heads a problem may have (the selector's cache key holds 29 bits).
 constexpr int64_t kMaxGroups = int64_t(1) << 29;
 
-// How the lookup engine treats a family's tables and problems.
+// How the lookup engine treats a family's tables and problems. A family's table_rules.cpp names what differs
+// from these defaults, field by field.
 struct TableFamily {
-  const char* name;         // as tables spell it (meta `family`)
-  int64_t max_groups;       // a problem's groups: 1 for a single GEMM, up to kMaxGroups (experts, sequences)
-  bool exact_records;       // its tables may hold exact ranges
-  bool data_parallel_only;  // its configs launch data_parallel only
-  bool stream_k;            // its configs may launch stream_k (else data_parallel or split_k)
+  const char* name = nullptr;       // as tables spell it (meta `family`)
+  int64_t max_groups = 1;           // a problem's groups: 1 for a single GEMM, up to kMaxGroups (experts, sequences)
+  bool exact_records = false;       // its tables may hold exact ranges
+  bool data_parallel_only = false;  // its configs launch data_parallel only
+  bool stream_k = false;            // its configs may launch stream_k (else data_parallel or split_k)
   // Null for the GEMM wave model (mapping.h, grouped_mapping.h) with priors and micro rules. Set for a
   // family with its own mapping: whether a config (tile, KV splits) can run the problem, and its
   // coordinates and the launches it takes; the selector then picks the least predicted of the configs
   // that fit.
-  bool (*fits)(const TileShape& tile, int32_t splits, const Problem& p);
+  bool (*fits)(const TileShape& tile, int32_t splits, const Problem& p) = nullptr;
   Coordinates (*coordinates)(const TileShape& tile, int32_t splits, const Problem& p, int32_t sm_count,
-                             int64_t* launches);
+                             int64_t* launches) = nullptr;
   // Checks of the family's own problem fields (InvalidArgument), or null.
-  void (*check_problem)(const Problem& p);
+  void (*check_problem)(const Problem& p) = nullptr;
   // The scales modes of its tables (as a table's meta `scales` names them; "" for unscaled operands, a table
   // without the key), one table per GPU model and mode: the config space's `scales` axis of the family's
   // variants. Null: its tables have no scales modes.
