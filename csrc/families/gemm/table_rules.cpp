@@ -11,10 +11,18 @@
 
 namespace wavetune {
 namespace {
+// One GEMM, one launch (mapping.h).
+Coordinates gemm_coordinates(const TileShape& t, Decomposition decomposition, int32_t splits, const Problem& p,
+                             int32_t sm_count, int64_t* launches) {
+  *launches = 1;
+  return map_problem(t, p.m, p.n, p.k, decomposition, splits, sm_count);
+}
+
 TableFamily gemm_rules() {
   TableFamily f{"gemm"};
   f.exact_records = true;
   f.stream_k = true;
+  f.coordinates = &gemm_coordinates;
   return f;
 }
 const TableFamily kGemm = gemm_rules();
