@@ -50,16 +50,17 @@ class Divisor {
   int32_t shift_;
 };
 
-// NOTES: map_problem (mapping.h) is the definition of the coordinates (map_grouped_balanced in
-// grouped_mapping.h for a problem of several groups). A call costs eight dependent 64-bit divisions, the
+// NOTES: a family's mapping (TableFamily::coordinates) is the definition of the coordinates; a family selecting
+// by priors and floors maps a problem by the GEMM mapping (mapping.h) over balanced groups (grouped_mapping.h),
+// which this class prepares per config. A call costs eight dependent 64-bit divisions, the
 // larger part of a cold decision when done per candidate (tile sides such as 80 or 144 rule out shifts).
 // Every divisor is fixed by the config, so each is prepared once as a Divisor and the same arithmetic runs
-// as multiplications and shifts. explain() always calls the reference, debug builds assert that both agree
+// as multiplications and shifts. explain() always calls the family's mapping, debug builds assert that both agree
 // on every evaluation, and tests/test_cpp_lookup.py checks coordinates and choices against docs/tables.md.
 class PreparedMapping {
  public:
   PreparedMapping(const TileShape& t, Decomposition d, int32_t splits, int32_t sm_count)
-      : tile_(t), decomposition_(d), splits_(splits), sm_count_(sm_count), capacity_(resident_capacity(t, sm_count)),
+      : tile_(t), decomposition_(d), splits_(splits), capacity_(resident_capacity(t, sm_count)),
         tile_m_(t.tile_m), tile_n_(t.tile_n), tile_k_(t.tile_k), cluster_m_(t.cluster_m), cluster_n_(t.cluster_n),
         capacity_div_(capacity_), splits_div_(std::max(1, splits)) {}
 
@@ -86,12 +87,6 @@ class PreparedMapping {
     return decomposition_ != Decomposition::stream_k || stream_k_modeled(tile_count(spread, n), k_steps(k), x);
   }
 
-  // map_problem (map_grouped_balanced for several groups, data-parallel only) itself, for explain().
-  Coordinates reference(int64_t m, int64_t n, int64_t k, int64_t groups) const {
-    if (groups > 1) return map_grouped_balanced(tile_, {m, groups, n, k}, sm_count_);
-    return map_problem(tile_, m, n, k, decomposition_, splits_, sm_count_);
-  }
-
   const TileShape& tile() const { return tile_; }
   Decomposition decomposition() const { return decomposition_; }
   int32_t splits() const { return splits_; }
@@ -107,7 +102,7 @@ class PreparedMapping {
 
   TileShape tile_;
   Decomposition decomposition_;
-  int32_t splits_, sm_count_;
+  int32_t splits_;
   int64_t capacity_;
   Divisor tile_m_, tile_n_, tile_k_, cluster_m_, cluster_n_, capacity_div_, splits_div_;
 };
@@ -402,6 +397,8 @@ struct Selector::Impl {
 
   ChoiceCache cache;
 
+  bool least_predicted() const { return family->selection == TableFamily::Selection::least_predicted; }
+
   // A candidate's floors at x: the memory floor (`floor_us`, the problem's) and its tile traffic floor.
   double floors_us(const Candidate& c, const Coordinates& x, double floor_us) const {
     return std::max(floor_us, traffic_floor(c.mapping.tile(), x, table.traffic_bytes_per_us));
@@ -443,13 +440,26 @@ struct Selector::Impl {
     }
   }
 
-  // A candidate's prediction under the family's own mapping (its wave model times its launches,
+  // A candidate's coordinates under the family's mapping, and the launches they take.
+  Coordinates family_coordinates(const Candidate& c, const Problem& p, int64_t* launches) const {
+    const PreparedMapping& m = c.mapping;
+    return family->coordinates(m.tile(), m.decomposition(), m.splits(), p, sm_count, launches);
+  }
+
+  // Whether `x` is the family's mapping of the problem under the candidate, in one launch: the prepared
+  // mapping's check in debug builds.
+  bool is_family_mapping(const Candidate& c, const Problem& p, const Coordinates& x) const {
+    int64_t launches = 1;
+    return same(family_coordinates(c, p, &launches), x) && launches == 1;
+  }
+
+  // A candidate's prediction under a least_predicted family's mapping (its wave model times its launches,
   // calibrated) and coordinates; false when the config cannot run the problem (TableFamily::fits).
   bool own_mapping_prediction(const Candidate& c, const Problem& p, const LogExtents& logs, Coordinates* x,
                               double* us) const {
     if (!family->fits(c.mapping.tile(), c.mapping.splits(), p)) return false;
     int64_t launches = 1;
-    *x = family->coordinates(c.mapping.tile(), c.mapping.splits(), p, sm_count, &launches);
+    *x = family_coordinates(c, p, &launches);
     *us = double(launches) * predicted_us(c, *x, 0.0, logs, 0.0);
     return true;
   }
@@ -496,6 +506,11 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
   s.family = find_table_family(family);
   if (!s.family) table_error(origin, ": the ", family, " kernel family is not known to the lookup library");
   const TableFamily& kind = *s.family;
+  const bool least_predicted = kind.selection == TableFamily::Selection::least_predicted;
+  if (!kind.coordinates || (least_predicted && !kind.fits)) {
+    WAVETUNE_INVALID("the ", family, " family registers no mapping (TableFamily::coordinates, and fits to select the "
+                     "least predicted)");
+  }
   s.family_name = family;
   s.scales = scales_mode(t, kind);
 
@@ -562,7 +577,7 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
     if (std::min({v.tile_m, v.tile_n, v.tile_k, v.cluster_m, v.cluster_n}) < 1) {
       WAVETUNE_INVALID("variant ", v.name, " has a tile or cluster extent below 1");
     }
-    if (!kind.coordinates && v.scheduler == TileScheduler::persistent &&
+    if (!least_predicted && v.scheduler == TileScheduler::persistent &&
         c.decomposition != Decomposition::data_parallel) {
       table_error(origin, ": config ", i, " runs ", v.name, " with ", to_string(c.decomposition),
                   ", which needs a stream_k variant: the table contradicts the config space");
@@ -697,8 +712,8 @@ void Selector::check_device(const std::string& gpu_name, int32_t sm_count) const
 
 Choice Selector::select(const Problem& p) const {
   check_problem(p, *impl_->family);
-  // NOTES: the cache's key has no fields of a family's own (heads, mask), so those families go uncached.
-  if (impl_->family->coordinates) return impl_->select_own_mapping(p);
+  // NOTES: the cache's key holds no field of a family's own, so a least_predicted family goes uncached.
+  if (impl_->least_predicted()) return impl_->select_own_mapping(p);
   const Key key = make_key(p);
   const uint64_t h = hash(key);
   uint64_t words[kChoiceWords];
@@ -720,7 +735,7 @@ Choice Selector::select_uncached(const Problem& p) const {
 Choice Selector::select_model(const Problem& p) const {
   check_problem(p, *impl_->family);
   const Impl& s = *impl_;
-  if (s.family->coordinates) return s.select_own_mapping(p);
+  if (s.least_predicted()) return s.select_own_mapping(p);
   const std::vector<Candidate>& list = s.candidates[int(p.dtype)][int(p.b_layout)];
   if (list.empty()) s.no_candidate(p);
 
@@ -768,7 +783,7 @@ Choice Selector::select_model(const Problem& p) const {
       if (prior && least * override_factor >= prior_t) continue;  // cannot override the prior
       if (best && least >= best_t) continue;                      // cannot be chosen
       const Coordinates x = c.mapping(spread, p.n, p.k);
-      assert(same(x, c.mapping.reference(p.m, p.n, p.k, p.groups)));
+      assert(s.is_family_mapping(c, p, x));
       const double floors = s.floors_us(c, x, floor_us);
       assert(least_floor <= floors);
       double t = std::max(floors, predict(&s.waves[c.wave_begin], c.wave_count, x));
@@ -817,13 +832,14 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
   const LogExtents logs(p);
   std::vector<Prediction> out;
   for (const Candidate& c : s.candidates[int(p.dtype)][int(p.b_layout)]) {
-    if (s.family->coordinates) {
+    if (s.least_predicted()) {
       Coordinates x;
       double t;
       if (s.own_mapping_prediction(c, p, logs, &x, &t)) out.push_back({c.config, c.variant, x, t});
       continue;
     }
-    const Coordinates x = c.mapping.reference(p.m, p.n, p.k, p.groups);
+    int64_t launches = 1;
+    const Coordinates x = s.family_coordinates(c, p, &launches);
     const double t = s.predicted_us(c, x, floor_us, logs, compute_us);
     out.push_back({c.config, c.variant, x, t, c.mapping.choosable(spread, p.n, p.k, x)});
   }

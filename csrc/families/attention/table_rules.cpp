@@ -26,8 +26,8 @@ void check_heads(const Problem& p) {
 // The attention family's coordinates of a problem under a config (attention_heuristic.h): G is the CTAs of
 // one launch, L the KV tiles a CTA walks (the average, rounded), one CTA per SM; `launches` launches run
 // back to back.
-Coordinates attention_coordinates(const TileShape& t, int32_t splits, const Problem& p, int32_t sm_count,
-                                  int64_t* launches) {
+Coordinates attention_coordinates(const TileShape& t, Decomposition, int32_t splits, const Problem& p,
+                                  int32_t sm_count, int64_t* launches) {
   const AttentionShape shape{p.groups, p.m, p.n, p.heads_q, p.heads_kv, p.causal};
   const AttentionTile tile{t.tile_m, t.tile_n, t.tile_k};
   const FmhaGrid g = fmha_grid(shape, splits);
@@ -43,8 +43,16 @@ bool attention_fits(const TileShape& t, int32_t splits, const Problem& p) {
   return t.tile_k == p.k && (splits == 1 || (p.m == 1 && p.n / splits >= t.tile_n));
 }
 
-const TableFamily kAttention{"attention", kMaxGroups, false, false, false, &attention_fits, &attention_coordinates,
-                             &check_heads};
+TableFamily attention_rules() {
+  TableFamily f{"attention"};
+  f.max_groups = kMaxGroups;
+  f.coordinates = &attention_coordinates;
+  f.selection = TableFamily::Selection::least_predicted;
+  f.fits = &attention_fits;
+  f.check_problem = &check_heads;
+  return f;
+}
+const TableFamily kAttention = attention_rules();
 const detail::Registration<TableFamily> registration(&kAttention);
 
 // Besides its config space's FMHA variants, its tables may name the cuDNN and paged candidates.

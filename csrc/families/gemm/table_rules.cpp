@@ -11,7 +11,21 @@
 
 namespace wavetune {
 namespace {
-const TableFamily kGemm{"gemm", 1, true, false, true, nullptr, nullptr, nullptr};
+// One GEMM, one launch (mapping.h).
+Coordinates gemm_coordinates(const TileShape& t, Decomposition decomposition, int32_t splits, const Problem& p,
+                             int32_t sm_count, int64_t* launches) {
+  *launches = 1;
+  return map_problem(t, p.m, p.n, p.k, decomposition, splits, sm_count);
+}
+
+TableFamily gemm_rules() {
+  TableFamily f{"gemm"};
+  f.exact_records = true;
+  f.stream_k = true;
+  f.coordinates = &gemm_coordinates;
+  return f;
+}
+const TableFamily kGemm = gemm_rules();
 const detail::Registration<TableFamily> registration(&kGemm);
 
 std::vector<std::string> builtin_candidate_names() {

@@ -7,6 +7,7 @@
 #include "registered.h"
 #include "wavetune/family.h"
 #include "wavetune/grouped.h"
+#include "wavetune/grouped_mapping.h"
 
 namespace wavetune {
 namespace {
@@ -17,8 +18,22 @@ std::vector<std::string> scales_modes() {
   return names;
 }
 
-const TableFamily kGroupedGemm{"grouped_gemm", kMaxGroups, false, true, false,
-                                nullptr, nullptr, nullptr, &scales_modes};
+// The experts' rows spread evenly over min(experts, rows) of them, one persistent launch (grouped_mapping.h).
+Coordinates balanced_experts_coordinates(const TileShape& t, Decomposition, int32_t, const Problem& p,
+                                         int32_t sm_count, int64_t* launches) {
+  *launches = 1;
+  return map_grouped_balanced(t, {p.m, p.groups, p.n, p.k}, sm_count);
+}
+
+TableFamily grouped_gemm_rules() {
+  TableFamily f{"grouped_gemm"};
+  f.max_groups = kMaxGroups;
+  f.data_parallel_only = true;
+  f.coordinates = &balanced_experts_coordinates;
+  f.scales = &scales_modes;
+  return f;
+}
+const TableFamily kGroupedGemm = grouped_gemm_rules();
 const detail::Registration<TableFamily> registration(&kGroupedGemm);
 }  // namespace
 }  // namespace wavetune

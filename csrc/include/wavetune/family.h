@@ -18,22 +18,33 @@ namespace wavetune {
 // The most groups (experts, sequences) or heads a problem may have (the selector's cache key holds 29 bits).
 constexpr int64_t kMaxGroups = int64_t(1) << 29;
 
-// How the lookup engine treats a family's tables and problems.
+// How the lookup engine treats a family's tables and problems. A family's table_rules.cpp names what differs
+// from these defaults, field by field.
 struct TableFamily {
-  const char* name;         // as tables spell it (meta `family`)
-  int64_t max_groups;       // a problem's groups: 1 for a single GEMM, up to kMaxGroups (experts, sequences)
-  bool exact_records;       // its tables may hold exact ranges
-  bool data_parallel_only;  // its configs launch data_parallel only
-  bool stream_k;            // its configs may launch stream_k (else data_parallel or split_k)
-  // Null for the GEMM wave model (mapping.h, grouped_mapping.h) with priors and micro rules. Set for a
-  // family with its own mapping: whether a config (tile, KV splits) can run the problem, and its
-  // coordinates and the launches it takes; the selector then picks the least predicted of the configs
-  // that fit.
-  bool (*fits)(const TileShape& tile, int32_t splits, const Problem& p);
-  Coordinates (*coordinates)(const TileShape& tile, int32_t splits, const Problem& p, int32_t sm_count,
-                             int64_t* launches);
+  const char* name = nullptr;       // as tables spell it (meta `family`)
+  int64_t max_groups = 1;           // a problem's groups: 1 for a single GEMM, up to kMaxGroups (experts, sequences)
+  bool exact_records = false;       // its tables may hold exact ranges
+  bool data_parallel_only = false;  // its configs launch data_parallel only
+  bool stream_k = false;            // its configs may launch stream_k (else data_parallel or split_k)
+  // The family's (G, L) mapping (mapping.h): a problem's coordinates under a config (its tile, decomposition and
+  // splits) on a GPU of `sm_count` SMs, and the launches it takes back to back. Every family names one.
+  Coordinates (*coordinates)(const TileShape& tile, Decomposition decomposition, int32_t splits, const Problem& p,
+                             int32_t sm_count, int64_t* launches) = nullptr;
+  // How the selector chooses among the configs that take a problem's dtype and B layout.
+  enum class Selection {
+    // docs/tables.md: exact ranges, priors, the memory, traffic and compute floors, micro rules, stream-K where
+    // modeled, behind a cache. The selector evaluates `coordinates` in a prepared form of the GEMM mapping over
+    // balanced groups (grouped_mapping.h), which debug builds check against it: a family selecting so maps so.
+    priors_and_floors,
+    // The least predicted (its wave model times its launches, calibrated) of the configs that `fits`; uncached,
+    // as the cache's key holds none of a family's own problem fields.
+    least_predicted,
+  };
+  Selection selection = Selection::priors_and_floors;
+  // least_predicted only: whether a config (tile, KV splits) can run the problem.
+  bool (*fits)(const TileShape& tile, int32_t splits, const Problem& p) = nullptr;
   // Checks of the family's own problem fields (InvalidArgument), or null.
-  void (*check_problem)(const Problem& p);
+  void (*check_problem)(const Problem& p) = nullptr;
   // The scales modes of its tables (as a table's meta `scales` names them; "" for unscaled operands, a table
   // without the key), one table per GPU model and mode: the config space's `scales` axis of the family's
   // variants. Null: its tables have no scales modes.
