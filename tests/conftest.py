@@ -19,6 +19,13 @@ RESULTS_INDEX = REPO / "docs" / "results.md"
 
 
 @functools.cache
+def cpp_family_folders() -> list[Path]:
+    """csrc/families' family folders: those holding files (a checkout updated across a family's removal may keep
+    its emptied folder, which git does not track)."""
+    root = REPO / "csrc" / "families"
+    return sorted(p for p in root.iterdir() if p.is_dir() and any(f.is_file() for f in p.rglob("*")))
+
+
 def family_table(family: str = "gemm") -> str:
     """The ``[family]`` table of a shipped config-space file (``cutlass_configs/sm90_<family>.toml``), for
     a test's own file: appended after its groups, it names the family and how its code is generated."""

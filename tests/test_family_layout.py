@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import tomllib
 
-from conftest import REPO
+from conftest import REPO, cpp_family_folders
 
 CPP_FAMILIES = REPO / "csrc" / "families"
 PY_FAMILIES = REPO / "python" / "wavetune" / "families"
@@ -26,7 +26,7 @@ def config_space_families() -> set[str]:
 
 
 def test_each_family_has_a_cpp_folder_a_python_folder_and_its_variants():
-    cpp = {p.name for p in CPP_FAMILIES.iterdir() if p.is_dir()}
+    cpp = {p.name for p in cpp_family_folders()}
     python = {p.name for p in PY_FAMILIES.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
     assert cpp == python and config_space_families() <= cpp
     for name in cpp:
@@ -41,7 +41,7 @@ def test_each_family_has_a_cpp_folder_a_python_folder_and_its_variants():
 
 
 def test_each_folder_registers_its_family_once_under_its_own_name():
-    for folder in CPP_FAMILIES.iterdir():
+    for folder in cpp_family_folders():
         registrations = {
             "KernelFamily": (folder / "registry.cpp",
                              r'(?:KernelFamily \w+\{|RegisteredVariants<[^>]*> registration\(\s*)"(\w+)"'),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from conftest import REPO
+from conftest import REPO, cpp_family_folders
 
 PACKAGE = REPO / "python" / "wavetune"
 NATIVE = "wavetune._C"  # the compiled module: underscored by the extension convention, public to the package
@@ -76,7 +76,7 @@ def test_every_module_is_found():
     for name in ("wavetune.families", "wavetune.families.gemm.api", "wavetune.runtime.tables",
                  "wavetune.tuning.runner", "wavetune.codegen.config_space", "wavetune.nn", "wavetune.torch_ops"):
         assert name in found
-    folders = sorted(p.name for p in (REPO / "csrc" / "families").iterdir() if p.is_dir())
+    folders = [p.name for p in cpp_family_folders()]
     assert sorted(FAMILIES) == folders, "one Python family package per csrc/families folder, named alike"
     for family in FAMILIES:
         tuned = (PACKAGE / "families" / family / "tuning.py").exists()  # built-in variants only: no tuning
