@@ -313,7 +313,7 @@ def test_case_families_resume_and_fit_a_loadable_table(family, record, tmp_path,
     monkeypatch.setattr(measure_module, "measure_case", fake_measure_case)
     monkeypatch.setattr(measure_module.torch.cuda, "empty_cache", lambda: None)
     driver = families.get(family).module("tuning")
-    args = argparse.Namespace(out=str(tmp_path), log=str(tmp_path / "log.jsonl"), offline=False, cases=8)
+    args = argparse.Namespace(out=str(tmp_path), log=str(tmp_path / "log.jsonl"), offline=False, cases=8, scales="")
     path = driver.run(args, runner.Measurer(family, device=DEVICE))
     assert len(calls) == 8 and len(set(calls)) == 8
     assert "cases" in capsys.readouterr().err
