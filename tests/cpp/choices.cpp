@@ -1,5 +1,5 @@
 // Prints the launch a call with no forced config makes, per problem read from stdin, through the public C++
-// API only (gemm_choice, grouped_choice, attention_choice), for tests/test_choice_policy.py:
+// API only (each family's wavetune::choose), for tests/test_choice_policy.py:
 //
 //   choices [family=table.wtt ...] < problems
 //   gemm <dtype> <b_layout> <m> <n> <k>                                -> <variant> <decomposition> <splits> <raster> <swizzle>
@@ -23,7 +23,8 @@ namespace {
 
 wavetune::DType dtype_of(const std::string& s) { return s == "fp16" ? wavetune::DType::fp16 : wavetune::DType::bf16; }
 
-std::string choose(const std::string& line, const std::map<std::string, std::shared_ptr<wavetune::Selector>>& tables) {
+std::string choice_line(const std::string& line,
+                        const std::map<std::string, std::shared_ptr<wavetune::Selector>>& tables) {
   std::istringstream in(line);
   std::string family, dtype;
   in >> family >> dtype;
@@ -37,7 +38,7 @@ std::string choose(const std::string& line, const std::map<std::string, std::sha
     const auto b_layout = layout == "row" ? wavetune::BLayout::row : wavetune::BLayout::col;
     const wavetune::GemmProblem p{m, n, k, nullptr, k, nullptr, b_layout == wavetune::BLayout::col ? k : n, nullptr,
                                   n, dtype_of(dtype), b_layout};
-    const wavetune::Launch l = wavetune::gemm_choice(p, table);
+    const wavetune::Launch l = wavetune::choose(p, table);
     out << l.variant << " " << to_string(l.micro.decomposition) << " " << l.micro.splits << " "
         << to_string(l.micro.raster) << " " << l.micro.max_swizzle;
   } else if (family == "grouped_gemm") {
@@ -48,7 +49,7 @@ std::string choose(const std::string& line, const std::map<std::string, std::sha
     for (const wavetune::GroupedScalesLayout& layout : wavetune::kGroupedScales) {
       if (scales == layout.name) p.scales = static_cast<wavetune::GroupedScales>(&layout - wavetune::kGroupedScales);
     }
-    out << wavetune::grouped_choice(p, table);
+    out << wavetune::choose(p, table).variant;
   } else if (family == "attention") {
     wavetune::AttentionProblem p{};
     int causal = 0, routes = 0;  // routes: bits cudnn, paged, cudnn_copies (AttentionRoutes)
@@ -60,9 +61,8 @@ std::string choose(const std::string& line, const std::map<std::string, std::sha
     p.k = p.v = {nullptr, int64_t(p.seqlen_k) * p.heads_kv * hd, int64_t(p.heads_kv) * hd, hd};
     p.dtype = dtype_of(dtype);
     p.scale = 1.0f;
-    const wavetune::AttentionLaunch l =
-        wavetune::attention_choice(p, table, {(routes & 1) != 0, (routes & 2) != 0, (routes & 4) != 0});
-    out << l.variant << " " << l.splits;
+    const wavetune::Launch l = wavetune::choose(p, table, {(routes & 1) != 0, (routes & 2) != 0, (routes & 4) != 0});
+    out << l.variant << " " << l.micro.splits;
   } else {
     out << "error: unknown family '" << family << "'";
   }
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   }
   for (std::string line; std::getline(std::cin, line);) {
     try {
-      std::cout << choose(line, tables) << "\n";
+      std::cout << choice_line(line, tables) << "\n";
     } catch (const std::exception& e) {
       std::cout << "error: " << e.what() << "\n";
     }

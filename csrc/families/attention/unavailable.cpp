@@ -10,19 +10,18 @@ using detail::kNoKernels;
 
 namespace detail {
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() { return {}; }
+Launch paged_choice(const PagedAttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
 }  // namespace detail
 
-AttentionLaunch attention_default_launch(const AttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
+Launch attention_default_launch(const AttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
 
-void attention(const AttentionProblem&, const AttentionLaunch&, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
-
-PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
+void attention(const AttentionProblem&, const Launch&, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
 
 int32_t paged_attention_resident_ctas(int32_t) { WAVETUNE_FAIL(kNoKernels); }
 
 int64_t paged_attention_cluster_ctas(int32_t, int32_t) { WAVETUNE_FAIL(kNoKernels); }
 
-void paged_attention(const PagedAttentionProblem&, const PagedAttentionLaunch&, void*, size_t, Stream) {
+void paged_attention(const PagedAttentionProblem&, const Launch&, void*, size_t, Stream) {
   WAVETUNE_FAIL(kNoKernels);
 }
 

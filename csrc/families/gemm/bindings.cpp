@@ -50,7 +50,7 @@ PreparedGemm make_prepared(int32_t m, int32_t n, int32_t k, int64_t lda, int64_t
   const GemmProblem p = make_problem(m, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout);
   MicroParams micro = make_micro(decomposition, splits, raster, max_swizzle);
   if (variant < 0) {
-    const Launch chosen = gemm_choice(p, registration.active_table(device));
+    const Launch chosen = choose(p, registration.active_table(device));
     variant = chosen.variant;
     micro = chosen.micro;
   }

@@ -8,16 +8,16 @@ namespace wavetune {
 namespace detail {
 std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t) { return {}; }
 std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants(int32_t) { return {}; }
-}  // namespace detail
 
-using detail::kNoKernels;
-
-int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
+int32_t scaled_variant_choice(const ScaledGemmProblem& p) {
   // No variant is compiled: the calls the choice gives the CUTLASS variants or to other GEMMs get -1.
   const int32_t limit = p.scale_a_kind == ScaleKind::block128 ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens;
   if (p.m > limit || (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) return -1;
   WAVETUNE_FAIL(kNoKernels);
 }
+}  // namespace detail
+
+using detail::kNoKernels;
 
 int32_t scaled_gemm_resident_ctas(int32_t) { WAVETUNE_FAIL(kNoKernels); }
 
