@@ -81,6 +81,19 @@ def test_a_grouped_table_chooses_for_the_problems_of_its_scales_mode_only(choice
                    f"{kind} problem" for kind in ("grouped", "FP8 grouped (block128 scales)")]
 
 
+def test_a_family_without_tables_refuses_one(choices):
+    """The scaled GEMM and the paged attention kernels take a table argument like every family's choose, and
+    refuse any but none; without one they choose as Python's calls do."""
+    lines = ["scaled_gemm bf16 8 4096 4096 tensor", "paged_attention bf16 4 32 8 128 4096"]
+    table = TABLES / "nvidia-h200.attention.wtt"
+    refused = choices(lines, scaled_gemm=table, paged_attention=table)
+    assert refused[0] == "error: wavetune: the scaled GEMM has no tables: its choice takes none (pass nullptr)"
+    assert refused[1].startswith("error: wavetune: the paged attention kernels have no tables of their own")
+    plain = choices(lines)
+    assert plain[0] == str(_C.choose_scaled_gemm(8, 4096, 4096, 0, 0, 0))
+    assert "tables" not in plain[1]
+
+
 def shipped_table(family: str):
     """The running GPU's shipped table of the family, or a skip."""
     name = _C.device_properties()["name"]

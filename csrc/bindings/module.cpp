@@ -119,8 +119,8 @@ void read_key(const TableFamily& family, const py::kwargs& given, Problem& p) {
     if (std::none_of(fields.begin(), fields.end(), [&](const TableFamily::KeyField& f) { return field == f.name; })) {
       std::string known;
       for (const TableFamily::KeyField& f : fields) known += std::string(known.empty() ? "" : ", ") + f.name;
-      throw py::type_error("unexpected keyword argument '" + field + "': the problems of a " + family.name +
-                           " table have " + (known.empty() ? "no key fields" : "the key fields " + known));
+      throw py::type_error("unexpected keyword argument '" + field + "' (the " + family.name + " family's problems " +
+                           (known.empty() ? "have no key fields)" : "have the key fields " + known + ")"));
     }
   }
   for (size_t i = 0; i < family.key_fields.size() && i < size_t(kProblemKeyFields); ++i) {
