@@ -89,8 +89,8 @@ class FamilyCode:
     ops: str  # the detail:: type of a compiled variant's launch functions
     ops_header: str  # in the family's folder: declares ops, variant_ops and the entry functions
     variant_ops: str  # defined in detail::, const Ops* NAME(int32_t id): a registered variant's ops or nullptr
-    variants: str  # defined, const std::vector<VariantInfo>& NAME(); bound to Python by its last component
-    config_space_hash: str  # defined, const char* NAME(); bound to Python by its last component
+    variants: str  # defined and bound to Python, const std::vector<VariantInfo>& NAME()
+    config_space_hash: str  # defined, const char* NAME(); bound to Python where public (not in a namespace)
     find_variant: str = ""  # defined where given, const VariantInfo* NAME(int32_t id)
     entries: tuple[str, ...] = ()  # detail:: functions, std::vector<Entry> NAME(): more variants, every build
     kernel_entries: tuple[str, ...] = ()  # the same defined by the family's .cu files: builds with CUDA only
@@ -717,10 +717,8 @@ void bind(pybind11::module_& m);
 FamilyBindings registration("{family}", &bind);
 
 void bind(pybind11::module_& m) {{
-  m.def("{variants_py}", [] {{ return variant_dicts({variants}()); }}, "The {family} family's compiled variants.");
-  m.def("{hash_py}", &{config_space_hash},
-        "The hash of the {family} config space this build was compiled from (its tables are checked against it).");
-  bind_{family}(m, registration);
+  m.def("{variants}", [] {{ return variant_dicts({variants}()); }}, "The {family} family's compiled variants.");
+{hash_binding}  bind_{family}(m, registration);
 }}
 }}  // namespace
 
@@ -742,14 +740,16 @@ def render_family_code(space: ConfigSpace, with_kernels: bool) -> dict[str, str]
              "prefix": family.macro_prefix, **dataclasses.asdict(code)}
     find_variant = (f"const VariantInfo* {code.find_variant}(int32_t id) {{ return detail::registry().info(id); }}"
                     if code.find_variant else "")
+    hash_binding = "" if "::" in code.config_space_hash else (
+        f'  m.def("{code.config_space_hash}", &{code.config_space_hash},\n        "The hash of the {space.family} '
+        f'config space this build was compiled from (its tables are checked against it).");\n')
     files = family_sources(space)
     return {
         files["registration"]: REGISTRATION_TEMPLATE.format(**{**names, "find_variant": find_variant,
                                                                 "entries": ", ".join(f"{e}()" for e in entries)}),
         files["unavailable"]: UNAVAILABLE_TEMPLATE.format(**{**names, "stubs": "".join(
             f"\n{stub} {{ WAVETUNE_FAIL(detail::kNoKernels); }}\n" for stub in code.stubs)}),
-        files["bindings"]: BINDINGS_TEMPLATE.format(**{**names, "variants_py": code.variants.split("::")[-1],
-                                                       "hash_py": code.config_space_hash.split("::")[-1]}),
+        files["bindings"]: BINDINGS_TEMPLATE.format(**{**names, "hash_binding": hash_binding}),
     }
 
 
