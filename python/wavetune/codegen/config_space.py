@@ -710,7 +710,7 @@ BINDINGS_TEMPLATE = """\
 
 namespace wavetune::bindings {{
 
-void bind_{family}(pybind11::module_& m, const FamilyBindings& family);
+void bind_{family}(pybind11::module_& m, const FamilyBindings& registration);
 
 namespace {{
 void bind(pybind11::module_& m);
