@@ -179,6 +179,12 @@ py::dict wavetune::bindings::variant_dict(const VariantInfo& v) {
   return d;
 }
 
+py::list wavetune::bindings::variant_dicts(const std::vector<VariantInfo>& variants) {
+  py::list out;
+  for (const VariantInfo& v : variants) out.append(variant_dict(v));
+  return out;
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "wavetune native module: CUTLASS Hopper GEMM variants and their launch path";
   m.attr("DTYPES") = names<DType>(2);

@@ -22,9 +22,6 @@ namespace py = pybind11;
 namespace wavetune::bindings {
 namespace {
 
-void bind(py::module_& m);
-FamilyBindings registration("attention", &bind);
-
 // (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim) and, per tensor, (pointer, batch, seq, head strides).
 using PySizes = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
 using PyTensor = std::tuple<uintptr_t, int64_t, int64_t, int64_t>;
@@ -132,16 +129,7 @@ PagedAttentionProblem make_paged_problem(const PyPagedSizes& sizes, const PyRows
   return p;
 }
 
-py::list variant_dicts(const std::vector<VariantInfo>& variants) {
-  py::list out;
-  for (const VariantInfo& v : variants) out.append(variant_dict(v));
-  return out;
-}
-
-void bind_fmha(py::module_& m) {
-  m.def("attention_variants", [] { return variant_dicts(attention_variants()); });
-  m.def("attention_config_space_hash", &attention_config_space_hash,
-        "The hash of the attention config space this build was compiled from.");
+void bind_fmha(py::module_& m, const FamilyBindings& registration) {
   m.def(
       "attention_problem_error",
       [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
@@ -163,8 +151,9 @@ void bind_fmha(py::module_& m) {
       "(variant id, splits) of the built-in choice on the current device.");
   m.def(
       "attention_choice",
-      [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
-         bool causal, int32_t dtype, int device, const std::tuple<bool, bool, bool>& routes) {
+      [&registration](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v,
+                      const PyTensor& out, float scale, bool causal, int32_t dtype, int device,
+                      const std::tuple<bool, bool, bool>& routes) {
         const auto& [cudnn, paged, cudnn_copies] = routes;
         const AttentionLaunch how = attention_choice(make_problem(sizes, q, k, v, out, scale, causal, dtype),
                                                      registration.active_table(device), {cudnn, paged, cudnn_copies});
@@ -360,12 +349,13 @@ void bind_paged_model(py::module_& m) {
       "to more resident CTAs).");
 }
 
-void bind(py::module_& m) {
+}  // namespace
+
+void bind_attention(py::module_& m, const FamilyBindings& registration) {
   bind_choice_rules(m);
-  bind_fmha(m);
+  bind_fmha(m, registration);
   bind_paged(m);
   bind_paged_model(m);
 }
 
-}  // namespace
 }  // namespace wavetune::bindings
