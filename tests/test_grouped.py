@@ -307,3 +307,24 @@ class TestTorchOp:
         targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
         assert [t for t in targets if t.startswith("wavetune.")] == ["wavetune.grouped_gemm"] * 2
 
+
+def test_tables_are_bound_to_their_scales_modes_variants(tmp_path):
+    """A grouped table carries the hash of its scales mode's variants: another mode's groups added to the space
+    leave it valid, its own mode's do not; the build's hashes are the config space's."""
+    from wavetune.runtime import tables
+    from wavetune.tuning import tablefile
+
+    space = cs.load(GROUPED_SPACE)
+    modes = {layout["name"] for layout in _C.GROUPED_SCALES}
+    assert _C.config_space("grouped_gemm")["scales_hashes"] == {m: space.scales_hash(m) for m in modes}
+    grown = tmp_path / "grown.toml"
+    grown.write_text(GROUPED_SPACE.read_text() + GROUP.replace('"64x32x128"', '"64x48x128"').replace(
+        "[[group]]", '[[group]]\nscales = "row"'))
+    grown = cs.load(grown)
+    assert grown.hash != space.hash and grown.scales_hash("row") != space.scales_hash("row")
+    assert all(grown.scales_hash(m) == space.scales_hash(m) for m in modes - {"row"})
+    read = tablefile.read_table(tables.TABLE_DIR / "nvidia-h200.grouped_gemm.row.wtt")
+    assert read["meta"]["config_space_hash"] == space.scales_hash("row")
+    tablefile.write_table(tmp_path / "t.wtt", **{**read, "meta": {**read["meta"], "config_space_hash": space.hash}})
+    with pytest.raises(ValueError, match=f"compiled from config space {space.scales_hash('row')} \\(its 'row' scales"):
+        tables.open_table(tmp_path / "t.wtt", "grouped_gemm")
