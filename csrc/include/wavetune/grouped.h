@@ -1,8 +1,8 @@
 // Grouped GEMM for mixture-of-experts layers (docs/grouped.md): for every expert e,
 // out[rows of e] = x[rows of e] @ w[e].T, in one launch, with the rows of each expert given by offsets
 // that stay on the GPU (torch._grouped_mm's `offs` convention); x and w in the output's 16-bit dtype, or in
-// e4m3 with float32 scales (GroupedScales: per row, as torch._scaled_grouped_mm takes them, or per 128-block,
-// as FP8 checkpoints store them), accumulated in fp32.
+// e4m3 with float32 scales (GroupedScales: per row, as torch._scaled_grouped_mm takes them, per 128-block or
+// per tensor, as FP8 checkpoints store them), accumulated in fp32.
 //
 //   wavetune::GroupedGemmProblem p{rows, experts, n, k, x, w, offsets, out, wavetune::DType::bf16};
 //   // FP8: p.scales = wavetune::GroupedScales::row; p.scale_x = scale_x; p.scale_w = scale_w;
@@ -28,6 +28,7 @@ enum class GroupedScales : int32_t {
   none = 0,      // x, w and out in one 16-bit dtype
   row = 1,       // e4m3 x and w; scale_x [rows], one per token; scale_w [experts, n], one per expert output channel
   block128 = 2,  // e4m3 x and w; scale_x [rows, ceil(k/128)]; scale_w [experts, ceil(n/128), ceil(k/128)]
+  tensor = 3,    // e4m3 x and w; scale_x [1], one for all of x; scale_w [experts], one per expert
 };
 
 // A mode's float32 scales, row-major: scale_x [blocks of rows, blocks of k], scale_w [experts, blocks of n,
@@ -48,6 +49,7 @@ inline constexpr GroupedScalesLayout kGroupedScales[] = {
     {"", false, 0, 0, 0, 0},               // none
     {"row", true, 1, 0, 1, 0},             // row
     {"block128", true, 1, 128, 128, 128},  // block128
+    {"tensor", true, 0, 0, 0, 0},          // tensor
 };
 
 constexpr const GroupedScalesLayout& grouped_scales_layout(GroupedScales s) { return kGroupedScales[int32_t(s)]; }
