@@ -20,7 +20,7 @@ from wavetune.tuning.timing import capture_documented
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 from wavetune.families.grouped_gemm.api import ENTRIES, SCALES, grouped_configs  # noqa: E402
-from wavetune.families.grouped_gemm.fp8 import dequantize_operands  # noqa: E402
+from wavetune.families.grouped_gemm.fp8 import dequantize_operands, row_scales  # noqa: E402
 from wavetune.families.grouped_gemm.measure import quantize  # noqa: E402 (imports torch)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -98,6 +98,17 @@ def test_matches_torch_scaled_grouped_mm():
     theirs = torch._scaled_grouped_mm(x, w.transpose(-2, -1), scale_x, scale_w, offs=offsets, out_dtype=torch.bfloat16)
     error = ((ours.double() - theirs.double()).norm() / theirs.double().norm()).item()
     assert error < 1e-2
+
+
+def test_tensor_scales_match_row_scales_expanded():
+    """Per-tensor scales give what the row mode gives with them expanded per token and per expert channel."""
+    dtype = some_dtype("tensor")
+    some_dtype("row")
+    x, w, scale_x, scale_w, offsets, _ = operands("tensor", [16, 0, 40, 9, 64, 1, 0, 30], 264, 512, dtype)
+    ours = wavetune.scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, out_dtype=dtype)
+    rows = wavetune.scaled_grouped_gemm(x, w, *row_scales(SCALES["tensor"], x, w, scale_x, scale_w), offsets,
+                                        out_dtype=dtype)
+    assert torch.allclose(ours.float(), rows.float(), rtol=1e-2, atol=1e-3)
 
 
 @pytest.mark.parametrize("scales", SCALED)
