@@ -341,6 +341,9 @@ PYBIND11_MODULE(_C, m) {
         d["hash"] = space->hash;
         d["variants"] = variants;
         d["heuristic_set"] = heuristic_set;
+        py::dict scales_hashes;
+        for (const auto& [mode, hash] : space->scales_hashes) scales_hashes[mode] = hash;
+        d["scales_hashes"] = scales_hashes;
         return d;
       },
       py::arg("family"),

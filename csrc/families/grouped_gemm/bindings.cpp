@@ -43,7 +43,8 @@ GroupedGemmProblem sizes(int32_t dtype, int32_t rows, int32_t experts, int32_t n
 }
 
 py::dict scales_dict(const GroupedScalesLayout& s) {
-  return py::dict(py::arg("name") = s.name, py::arg("e4m3") = s.e4m3, py::arg("x_block_k") = s.x_block_k,
+  return py::dict(py::arg("name") = s.name, py::arg("e4m3") = s.e4m3, py::arg("x_block_m") = s.x_block_m,
+                  py::arg("x_block_k") = s.x_block_k,
                   py::arg("w_block_n") = s.w_block_n, py::arg("w_block_k") = s.w_block_k);
 }
 
