@@ -95,11 +95,23 @@ def test_importing_wavetune_imports_no_torch_and_no_tuning_driver():
     (["--devices", "gpu0"], "comma-separated CUDA device indices"),
     (["--offline", "--devices", "0,1"], "--offline measures nothing"),
     (["--shapes", "config.json", "--devices", "0,1"], "--shapes runs on the current GPU"),
+    (["--sms", "0"], "--sms 0: a positive SM count"),
+    (["--offline", "--sms", "66"], "for a tuning run that measures (not --offline"),
 ])
 def test_tune_refuses_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["tune", *argv])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_confining_to_fewer_sms_needs_a_gpu(monkeypatch):
+    from wavetune.tuning import runner
+
+    if wavetune.runtime.device.no_gpu_reason() is None:
+        pytest.skip("a GPU is present: tests/test_gpu.py checks the green context")
+    monkeypatch.setenv(runner.SMS_ENV, "66")
+    with pytest.raises(RuntimeError, match="--sms 66 needs a CUDA GPU"):
+        runner.confine_sms()
 
 
 def test_family_choices_come_from_the_registry(capsys):
