@@ -23,7 +23,9 @@ namespace wavetune {
 
 // How x and w are scaled: an axis of the grouped variants (the config space's `scales`) and of the grouped
 // tables (meta `scales`; one table per GPU model and mode). Each mode's scales are laid out as its
-// GroupedScalesLayout says.
+// GroupedScalesLayout says. Modes are only ever appended, within an ABI version: a program built against fewer
+// modes meets a later one's value only from grouped_variant_scales of that mode's variants, and should skip
+// values at or past std::size(kGroupedScales) of its own headers.
 enum class GroupedScales : int32_t {
   none = 0,      // x, w and out in one 16-bit dtype
   row = 1,       // e4m3 x and w; scale_x [rows], one per token; scale_w [experts, n], one per expert output channel
