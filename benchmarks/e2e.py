@@ -407,14 +407,14 @@ def register_fp8_experts(block: bool) -> None:
 def quantize_experts(model: torch.nn.Module, block: bool) -> dict:
     """Each experts module of ``model`` -> {weight name: (e4m3 weights [experts, N, K], float32 scales
     [experts, N], or [experts, N/128, K/128] with ``block``)} of its gate/up and down weights."""
-    from wavetune.families.grouped_gemm.measure import BLOCK, quantize
+    from wavetune.families.grouped_gemm.measure import quantize
 
     weights = {}
     for module in model.modules():
         if hasattr(module, "has_gate") and hasattr(module, "down_proj"):
             names = ("gate_up" if module.has_gate else "up", "down")
             weights[module] = {name: quantize(getattr(module, f"{name}_proj").detach(), "block128" if block else "row",
-                                              BLOCK) for name in names}
+                                              "w") for name in names}
     return weights
 
 

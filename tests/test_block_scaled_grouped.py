@@ -64,7 +64,7 @@ def test_block_quantizer_round_trip():
     from wavetune.families.grouped_gemm.measure import E4M3_MAX, dequantize_experts, quantize
 
     t = torch.randn(3, 200, 272) * torch.rand(3, 200, 1) * 10
-    q, scale = quantize(t, "block128", 128)
+    q, scale = quantize(t, "block128", "w")
     assert q.shape == t.shape and q.dtype == torch.float8_e4m3fn and scale.shape == (3, 2, 3)
     back = dequantize_experts(q, scale, 128, torch.float32)
     assert ((back - t).abs() <= t.abs() / 16 + t.abs().amax() / 2**18).all()  # subnormals: absolute error

@@ -66,7 +66,7 @@ def test_grouped_gemm_chooses_the_same_through_python_and_cpp(choices, table):
     device = 0
     _C.use_table(device, selector, "grouped_gemm")
     try:
-        python = [_C.choose_grouped(0, rows, experts, n, k, device, scales) for rows, experts, n, k in problems]
+        python = [_C.grouped_chosen_variant(0, rows, experts, n, k, device, scales) for rows, experts, n, k in problems]
     finally:
         _C.use_table(device, None, "grouped_gemm", selector.scales)
     cpp = choices([f"grouped_gemm bf16 {rows} {experts} {n} {k} {selector.scales}"
@@ -90,7 +90,7 @@ def test_a_family_without_tables_refuses_one(choices):
     assert refused[0] == "error: wavetune: the scaled GEMM has no tables: its choice takes none (pass nullptr)"
     assert refused[1].startswith("error: wavetune: the paged attention kernels have no tables of their own")
     plain = choices(lines)
-    assert plain[0] == str(_C.choose_scaled_gemm(8, 4096, 4096, 0, 0, 0))
+    assert plain[0] == str(_C.scaled_gemm_chosen_variant(8, 4096, 4096, 0, 0, 0))
     assert "tables" not in plain[1]
 
 
@@ -138,8 +138,8 @@ def test_attention_chooses_the_same_through_python_and_cpp(choices):
         for batch, sq, sk, hq, hkv, hd, causal, routes in problems:
             q = contiguous(batch, sq, hq, hd)
             kv = contiguous(batch, sk, hkv, hd)
-            python.append(_C.choose_attention((batch, sq, sk, hq, hkv, hd), q, kv, kv, q, 1.0, causal, 0, 0,
-                                              tuple(bool(routes >> bit & 1) for bit in range(3))))
+            python.append(_C.attention_chosen_launch((batch, sq, sk, hq, hkv, hd), q, kv, kv, q, 1.0, causal, 0, 0,
+                                                     tuple(bool(routes >> bit & 1) for bit in range(3))))
     finally:
         _C.use_table(0, None, "attention")
     lines = [f"attention bf16 {b} {sq} {sk} {hq} {hkv} {hd} {int(c)} {r}" for b, sq, sk, hq, hkv, hd, c, r in problems]

@@ -297,8 +297,11 @@ def test_generated_sources_of_the_shipped_spaces_are_unchanged(tmp_path):
     spaces = [cs.load(CONFIG_SPACE.parent / f"sm90_{f}.toml") for f in ("gemm", "grouped_gemm", "attention")]
     cs.generate_families(spaces, tmp_path, "full", "", True)
     names = {p.name for p in tmp_path.iterdir()}
+    family_code = {f"{f}_{kind}.cpp" for f in ("gemm", "grouped_gemm", "attention")
+                   for kind in ("registration", "unavailable", "bindings")}
     assert names == {"registry.inc", "grouped_registry.inc", "attention_registry.inc", "variants", "grouped_variants",
-                     "attention_variants", "families.inc", "attention_model_data.h"}
+                     "attention_variants", "families.inc", "attention_model_data.h", "family_sources.cmake",
+                     *family_code}
     families = (tmp_path / "families.inc").read_text()
     assert '#include "grouped_registry.inc"' in families and ('WAVETUNE_FAMILY("grouped_gemm", '
                                                               "WAVETUNE_GROUPED_CONFIG_SPACE_HASH, "
@@ -364,3 +367,36 @@ def test_every_shipped_model_is_what_its_binding_reads():
     for space in with_model:
         bound = getattr(_C, f"{space.family}_model")()
         assert bound == {v.name: list(v.value) if isinstance(v.value, tuple) else v.value for v in space.model}
+
+
+def test_the_family_table_generates_the_registration_stubs_and_bindings(tmp_path):
+    """A family's registry, its launch stubs without nvcc and its bindings' registration are generated from the
+    C++ names of its [family] table; its kernel_entries (built-in variants of its .cu files) only with kernels."""
+    space = cs.load(CONFIG_SPACE)
+    cs.generate_families([space], tmp_path / "cuda", "builtin", "", True)
+    cs.generate_families([space], tmp_path / "none", "builtin", "", False)
+    registration = (tmp_path / "cuda" / "gemm_registration.cpp").read_text()
+    assert "extern const VariantOps variant_##NAME;" in registration
+    assert "{decode_variants(), library_variants()}" in registration
+    assert 'registration("gemm", &detail::config_space_hash)' in registration
+    assert "const VariantInfo* find_variant(int32_t id)" in registration
+    assert "{}" in (tmp_path / "none" / "gemm_registration.cpp").read_text().split("WAVETUNE_REGISTRY_ENTRY)},")[1]
+    stubs = (tmp_path / "cuda" / "gemm_unavailable.cpp").read_text()
+    assert [line.split(" {")[0] for line in stubs.splitlines() if "WAVETUNE_FAIL" in line] == list(space.generation.code.stubs)
+    bindings = (tmp_path / "cuda" / "gemm_bindings.cpp").read_text()
+    assert 'FamilyBindings registration("gemm", &bind);' in bindings and "bind_gemm(m, registration);" in bindings
+    assert 'm.def("variants", [] { return variant_dicts(variants()); }' in bindings
+    assert "config_space_hash" not in bindings  # private: build_info gives it
+    listed = (tmp_path / "cuda" / "family_sources.cmake").read_text()
+    assert f'set(WAVETUNE_GENERATED_BINDINGS "{(tmp_path / "cuda" / "gemm_bindings.cpp").resolve()}")' in listed
+
+    path = tmp_path / "bad.toml"
+    for old, new, message in [('ops = "VariantOps"', 'ops = "Variant Ops"', "ops must be a C\\+\\+ name"),
+                              ('public_header = "wavetune/kernels.h"', 'public_header = "kernels"',
+                               "public_header must be a C\\+\\+ header"),
+                              ('kernel_entries = [', 'kernel_entries = ["f()", ', "kernel_entries must be a C\\+\\+ name"),
+                              ('stubs = [', 'stubs = ["void f", ', "stubs must be a C\\+\\+ declaration"),
+                              ('variant_ops = "variant_ops"\n', "", r"misses keys \['variant_ops'\]")]:
+        path.write_text('schema = 1\narch = "sm90a"\n' + GOOD_GROUP + family_table().replace(old, new))
+        with pytest.raises(cs.ConfigError, match=message):
+            cs.load(path)

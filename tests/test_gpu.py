@@ -327,3 +327,36 @@ def test_deployment_tuning_covers_every_m(tmp_path):
             check(x, b)
     finally:
         _C.use_table(torch.cuda.current_device(), None)
+
+
+GREEN_CONTEXT_PROBE = """
+import json, sys, torch, wavetune
+full = torch.cuda.get_device_properties(0).multi_processor_count
+green = torch.cuda.green_contexts.GreenContext.create(int(sys.argv[1]), 0)
+(green.set_context if hasattr(green, "set_context") else green.make_current)()
+x = torch.randn(1000, 1288, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(776, 1288, device="cuda", dtype=torch.bfloat16) / 1288**0.5
+out = torch.full((1000, 776), float("nan"), device="cuda", dtype=torch.bfloat16)
+wavetune.gemm(x, w.t(), out=out)
+ref = x.double() @ w.t().double()
+error = ((out.double() - ref).norm() / ref.norm()).item()
+print(json.dumps({"full": full, "props": wavetune.device_properties(), "error": error}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(torch.cuda, "green_contexts") or not getattr(torch.cuda.green_contexts, "SUPPORTED", True),
+                    reason="this torch has no CUDA green contexts")
+def test_a_green_context_is_a_gpu_of_its_sms():
+    """Confined to fewer SMs, wavetune sees the smaller GPU: its SM count, a name of its own (tables are found by
+    name) and correct results from kernels whose grids are sized to it. A fresh process, as the context is."""
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", GREEN_CONTEXT_PROBE, "64"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["props"]["sm_count"] < seen["full"], seen
+    assert 48 <= seen["props"]["sm_count"] <= 72, seen  # the partition rounds to the driver's SM granularity
+    assert seen["props"]["name"].endswith(f"({seen['props']['sm_count']} SMs)"), seen
+    assert seen["error"] < TOLERANCE, seen

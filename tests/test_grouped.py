@@ -47,7 +47,7 @@ def test_shipped_grouped_space():
     assert all(v.name.startswith(fragments.get(v.scales, "") + "grouped_") and v.b_layout == "col"
                and v.scheduler == "persistent" for v in space.variants)
     modes = {layout["name"] for layout in _C.GROUPED_SCALES}
-    assert {v.scales for v in space.variants} == {"", "row", "block128"} == modes
+    assert {v.scales for v in space.variants} == modes and {"", "row", "block128"} <= modes
     names = {v.name for v in space.variants}
     assert not names & {v.name for v in cs.load(CONFIG_SPACE).variants}, "names become C++ symbols: no clashes"
     # torch._grouped_mm's two configs are in the space, and swap-AB tiles for few tokens per expert.
@@ -60,7 +60,7 @@ def test_shipped_grouped_space():
     heuristic = {v.name for v in space.variants if any(fnmatch.fnmatch(v.name, p) for p in space.heuristic_variants)}
     assert len(heuristic) == 2 * len(space.heuristic_variants)
     assert chosen == heuristic | (cs.table_variant_names(tables) & names)
-    assert sorted(v.scales for v in space.select("ci")) == ["", "block128", "row"]
+    assert sorted(v.scales for v in space.select("ci")) == sorted(modes)
 
 
 def test_grouped_variant_names_and_fixed_axes(tmp_path):
@@ -106,7 +106,8 @@ def test_generation_over_families(tmp_path):
     assert len(compiled_rows(registry)) == len(sources)
     # `ci` is defined in both files; the sets join.
     ci = cs.generate_families([dense, grouped], out, "ci", "", True)
-    assert len(ci) == len(dense.select("ci")) + 3 and not (out / "grouped_variants" / sources[0].name).exists()
+    assert len(ci) == len(dense.select("ci")) + len(grouped.select("ci"))
+    assert not (out / "grouped_variants" / sources[0].name).exists()
     with pytest.raises(cs.ConfigError, match="unknown kernel set 'nope'"):
         cs.generate_families([dense, grouped], out, "nope", "", True)
     with pytest.raises(cs.ConfigError, match="selects no variant"):
@@ -306,3 +307,25 @@ class TestTorchOp:
         assert y.shape == (6, 64)
         targets = [str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"]
         assert [t for t in targets if t.startswith("wavetune.")] == ["wavetune.grouped_gemm"] * 2
+
+
+def test_tables_are_bound_to_their_scales_modes_variants(tmp_path):
+    """A grouped table carries the hash of its scales mode's variants: another mode's groups added to the space
+    leave it valid, its own mode's do not; the build's hashes are the config space's."""
+    from wavetune.runtime import tables
+    from wavetune.tuning import tablefile
+
+    space = cs.load(GROUPED_SPACE)
+    modes = {layout["name"] for layout in _C.GROUPED_SCALES}
+    assert _C.config_space("grouped_gemm")["scales_hashes"] == {m: space.scales_hash(m) for m in modes}
+    grown = tmp_path / "grown.toml"
+    grown.write_text(GROUPED_SPACE.read_text() + GROUP.replace('"64x32x128"', '"64x48x128"').replace(
+        "[[group]]", '[[group]]\nscales = "row"'))
+    grown = cs.load(grown)
+    assert grown.hash != space.hash and grown.scales_hash("row") != space.scales_hash("row")
+    assert all(grown.scales_hash(m) == space.scales_hash(m) for m in modes - {"row"})
+    read = tablefile.read_table(tables.TABLE_DIR / "nvidia-h200.grouped_gemm.row.wtt")
+    assert read["meta"]["config_space_hash"] == space.scales_hash("row")
+    tablefile.write_table(tmp_path / "t.wtt", **{**read, "meta": {**read["meta"], "config_space_hash": space.hash}})
+    with pytest.raises(ValueError, match=f"compiled from config space {space.scales_hash('row')} \\(its 'row' scales"):
+        tables.open_table(tmp_path / "t.wtt", "grouped_gemm")

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 import wavetune
+from wavetune import _C
 from wavetune import __main__ as cli
 from wavetune import families
 from wavetune.families.gemm import tuning as gemm_tuning
@@ -24,6 +25,7 @@ from wavetune.tuning import runner, tablefile
 from wavetune.tuning.log import MeasurementLog
 
 DEVICE = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800}
+GROUPED_MODES = [layout["name"] for layout in _C.GROUPED_SCALES]
 
 
 # ---- the registry -----------------------------------------------------------------------------------
@@ -39,7 +41,8 @@ def test_the_registry_finds_every_family_subpackage():
     assert tables.table_file_name("NVIDIA H200", "attention") == "nvidia-h200.attention.wtt"
     assert tables.table_file_name("NVIDIA H200") == "nvidia-h200.wtt"
     # The grouped family's tables are one per scales mode, each with its file and variable.
-    assert tables.scales_modes("grouped_gemm") == ["", "row", "block128"] and tables.scales_modes("gemm") == [""]
+    assert tables.scales_modes("grouped_gemm") == GROUPED_MODES and GROUPED_MODES[:3] == ["", "row", "block128"]
+    assert tables.scales_modes("gemm") == [""]
     assert tables.table_file_name("NVIDIA H200", "grouped_gemm", "row") == "nvidia-h200.grouped_gemm.row.wtt"
     assert tables.table_env("grouped_gemm", "block128") == "WAVETUNE_GROUPED_TABLE_BLOCK128"
     for family in families.all():
@@ -85,18 +88,30 @@ def test_importing_wavetune_imports_no_torch_and_no_tuning_driver():
     (["--family", "attention", "--exact", "s.json"], "are options of the gemm family"),
     (["--family", "grouped_gemm", "--cases", "0"], "--cases 0: at least 1"),
     (["--family", "grouped_gemm", "--scales", "block64"], "--scales block64: the grouped_gemm family's tables have "
-                                                         "scales modes: row, block128"),
+                                                         f"scales modes: {', '.join(GROUPED_MODES[1:])}"),
     (["--scales", "row"], "--scales row: the gemm family's tables have scales modes: none"),
     (["--family", "attention", "--time-budget", "-1"], "a positive number of seconds"),
     (["--devices", "0,0"], "distinct non-negative CUDA device indices"),
     (["--devices", "gpu0"], "comma-separated CUDA device indices"),
     (["--offline", "--devices", "0,1"], "--offline measures nothing"),
     (["--shapes", "config.json", "--devices", "0,1"], "--shapes runs on the current GPU"),
+    (["--sms", "0"], "--sms 0: a positive SM count"),
+    (["--offline", "--sms", "66"], "for a tuning run that measures (not --offline"),
 ])
 def test_tune_refuses_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["tune", *argv])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_confining_to_fewer_sms_needs_a_gpu(monkeypatch):
+    from wavetune.tuning import runner
+
+    if wavetune.runtime.device.no_gpu_reason() is None:
+        pytest.skip("a GPU is present: tests/test_gpu.py checks the green context")
+    monkeypatch.setenv(runner.SMS_ENV, "66")
+    with pytest.raises(RuntimeError, match="--sms 66 needs a CUDA GPU"):
+        runner.confine_sms()
 
 
 def test_family_choices_come_from_the_registry(capsys):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from wavetune.codegen import config_space
+from wavetune.families.grouped_gemm.fp8 import SCALES
 from wavetune.runtime import jit, tables
 
 from conftest import REPO
@@ -154,16 +155,18 @@ def test_the_vendor_route_captures_in_a_cuda_graph(compiling):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("scales", ["row", "block128"])
+@pytest.mark.parametrize("scales", [name for name, layout in SCALES.items() if layout["e4m3"]])
 def test_fp8_grouped_modes_run_pytorchs_way_while_compiling(compiling, scales):
+    """Each scaled mode's vendor route (of its layout: torch._scaled_grouped_mm where its scales span K, else
+    the dequantized operands), through scaled_grouped_gemm."""
     torch = gpu_torch()
     import wavetune
-    from wavetune.families.grouped_gemm.fp8 import dequantized_grouped_mm, torch_scaled_grouped_mm
+    from wavetune.families.grouped_gemm.api import ENTRIES
     from wavetune.families.grouped_gemm.measure import quantize
 
     x, w, offsets, _ = grouped_operands(torch, spare_rows=0)
-    (xq, sx), (wq, sw) = quantize(x, scales, 1), quantize(w, scales, 128)
-    vendor = torch_scaled_grouped_mm if scales == "row" else dequantized_grouped_mm
+    (xq, sx), (wq, sw) = quantize(x, scales, "x"), quantize(w, scales, "w")
+    vendor = ENTRIES[scales].vendor
     compiling[("grouped_gemm", scales)] = 1
     for dtype in (torch.bfloat16, torch.float16):
         out = torch.full((x.shape[0], w.shape[1]), float("nan"), device="cuda", dtype=dtype)

@@ -1,11 +1,13 @@
-// Shared by the binding files of wavetune._C: module.cpp, and each family's bindings.cpp in its folder
-// (csrc/families/<name>/), which registers itself with one FamilyBindings.
+// Shared by the binding files of wavetune._C: module.cpp, and each family's bindings, registered with one
+// FamilyBindings: generated from its config space's [family] table (config_space.py's FamilyCode), which calls
+// the bind_<name> of its bindings.cpp in its folder (csrc/families/<name>/), or written there by hand.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "wavetune/family.h"
 #include "wavetune/lookup.h"
@@ -24,6 +26,8 @@ Enum parse_name(const std::string& name, int count, const char* what) {
 
 // A compiled variant as the dict that Python turns into a KernelConfig.
 pybind11::dict variant_dict(const VariantInfo& v);
+// Each of the variants as variant_dict makes it.
+pybind11::list variant_dicts(const std::vector<VariantInfo>& variants);
 
 // Adds a kernel family's functions to wavetune._C when the module is created; `family` names the registered
 // KernelFamily (family.h) they launch.

@@ -197,6 +197,12 @@ py::dict wavetune::bindings::variant_dict(const VariantInfo& v) {
   return d;
 }
 
+py::list wavetune::bindings::variant_dicts(const std::vector<VariantInfo>& variants) {
+  py::list out;
+  for (const VariantInfo& v : variants) out.append(variant_dict(v));
+  return out;
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "wavetune native module: CUTLASS Hopper GEMM variants and their launch path";
   m.attr("DTYPES") = names<DType>(2);
@@ -361,6 +367,9 @@ PYBIND11_MODULE(_C, m) {
         d["hash"] = space->hash;
         d["variants"] = variants;
         d["heuristic_set"] = heuristic_set;
+        py::dict scales_hashes;
+        for (const auto& [mode, hash] : space->scales_hashes) scales_hashes[mode] = hash;
+        d["scales_hashes"] = scales_hashes;
         return d;
       },
       py::arg("family"),

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "registered.h"
+#include "wavetune/family.h"
 #include "wavetune/lookup.h"
 
 namespace wavetune::lookup_detail {
@@ -74,6 +76,21 @@ void check_physical_ranges(const Table& table);
 struct BuiltinCandidates {
   const char* name;  // the family
   std::vector<std::string> (*variant_names)();
+};
+
+// Registers a family's table rules and, where `builtin_names` is given, the names of its built-in candidates:
+// each family's table_rules.cpp defines one.
+class TableRegistration {
+ public:
+  explicit TableRegistration(const TableFamily& rules, std::vector<std::string> (*builtin_names)() = nullptr)
+      : rules_(rules), builtin_{rules_.name, builtin_names} {
+    if (builtin_names) detail::Registration<BuiltinCandidates> registered(&builtin_);
+  }
+
+ private:
+  const TableFamily rules_;
+  const BuiltinCandidates builtin_;
+  detail::Registration<TableFamily> registration_{&rules_};
 };
 
 // Refuses (TableError) config `config` of a table of `family` tuned against config space `space_hash` when its

@@ -344,6 +344,18 @@ void check_problem(const Problem& p, const TableFamily& family) {
   if (family.check_problem) family.check_problem(p);
 }
 
+// The config-space hash a table of `scales` must carry: where the family's tables are one per scales mode, that
+// mode's (ConfigSpace::scales_hashes), so variants of another mode added leave it valid; else the build's.
+std::string tuned_against(const std::string& family, const TableFamily& kind, const std::string& scales,
+                          const std::string& build_hash) {
+  const ConfigSpace* space = kind.scales ? find_config_space(family) : nullptr;
+  if (!space || space->hash != build_hash) return build_hash;
+  for (const auto& [mode, hash] : space->scales_hashes) {
+    if (scales == mode) return hash;
+  }
+  return build_hash;
+}
+
 // The table's scales mode (meta `scales`, "" without), one of its family's (TableFamily::scales).
 std::string scales_mode(const Table& t, const TableFamily& family) {
   const auto meta = t.meta.find("scales");
@@ -515,10 +527,12 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
   s.scales = scales_mode(t, kind);
 
   const std::string& table_hash = t.meta_value("config_space_hash");
-  if (table_hash != build_hash) {
+  const std::string space_hash = tuned_against(family, kind, s.scales, build_hash);
+  if (table_hash != space_hash) {
+    const std::string what = kind.scales ? " (its " + lookup_detail::quoted(s.scales) + " scales variants)" : "";
     table_error(origin, ": tuned against config space ", table_hash, " but this build was compiled from config space ",
-                build_hash, " (cutlass_configs/ changed): re-tune the table with this build (python -m wavetune tune) "
-                "or rebuild wavetune from the config space the table was tuned against");
+                space_hash, what, " (cutlass_configs/ changed): re-tune the table with this build (python -m wavetune "
+                "tune) or rebuild wavetune from the config space the table was tuned against");
   }
   const std::string& sm = t.meta_value("sm_count");
   int64_t sm_count = 0;

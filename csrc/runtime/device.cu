@@ -1,12 +1,15 @@
 // The device state every kernel family's launch shares (device.h), and what the public API says of the
 // device (kernels.h: device_properties, no_device_reason).
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "cuda_check.h"
 #include "device.h"
@@ -54,6 +57,59 @@ const DeviceSlot& current_device() {
   return slot;
 }
 
+// The driver functions that say which SMs the current context runs on, resolved through the runtime (the
+// library does not link libcuda); null where the driver lacks them.
+struct ContextQueries {
+  CUresult (*get_current)(CUcontext*) = nullptr;
+  CUresult (*get_id)(CUcontext, unsigned long long*) = nullptr;
+  CUresult (*get_resource)(CUcontext, CUdevResource*, CUdevResourceType) = nullptr;
+};
+
+const ContextQueries& context_queries() {
+  static const ContextQueries queries = [] {
+    ContextQueries q;
+    auto resolve = [](const char* symbol, auto*& fn) {
+      void* address = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      if (cudaGetDriverEntryPointByVersion(symbol, &address, 12050, cudaEnableDefault, &found) == cudaSuccess &&
+          found == cudaDriverEntryPointSuccess) {
+        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(address);
+      }
+      cudaGetLastError();
+    };
+    resolve("cuCtxGetCurrent", q.get_current);
+    resolve("cuCtxGetId", q.get_id);
+    resolve("cuCtxGetDevResource", q.get_resource);
+    return q;
+  }();
+  return queries;
+}
+
+// NOTES: a green context (or an MPS partition) runs on fewer SMs than its device has. The wave mapping's
+// capacity, the persistent kernels' grids, the profiler and the tables' device check must all see those SMs,
+// so a GPU emulated that way is tuned and served as the smaller GPU it stands for.
+// The current context and its process-unique id; a null context where there is none yet or the driver cannot say.
+CUcontext current_context(unsigned long long* id) {
+  const ContextQueries& q = context_queries();
+  CUcontext context = nullptr;
+  *id = 0;
+  if (!q.get_current || !q.get_id || !q.get_resource || q.get_current(&context) != CUDA_SUCCESS || !context ||
+      q.get_id(context, id) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  return context;
+}
+
+// The SMs `context` runs on, at most `device_sms`; `device_sms` for a null context.
+int context_sm_count(CUcontext context, int device_sms) {
+  CUdevResource sms{};
+  if (!context || context_queries().get_resource(context, &sms, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS ||
+      sms.sm.smCount == 0) {
+    return device_sms;
+  }
+  return std::min<int>(device_sms, int(sms.sm.smCount));
+}
+
 }  // namespace
 
 const char* current_device_error() {
@@ -64,7 +120,18 @@ const char* current_device_error() {
 const DeviceInfo& current_device_info() {
   const DeviceSlot& slot = current_device();
   if (!slot.error.empty()) WAVETUNE_INVALID(slot.error);
-  return slot.info;
+  // Per thread, as the current context is: the device's properties with the current context's SMs, looked up
+  // again only when the context changes.
+  thread_local DeviceInfo info{-1, 0, 0};
+  thread_local unsigned long long info_context = 0;
+  unsigned long long id = 0;
+  const CUcontext context = current_context(&id);
+  if (info.device != slot.info.device || id != info_context || id == 0) {
+    info = slot.info;
+    info.sm_count = context_sm_count(context, slot.info.sm_count);
+    info_context = id;
+  }
+  return info;
 }
 
 void require_workspace(size_t needed, const void* workspace, size_t workspace_bytes) {
@@ -96,7 +163,12 @@ DeviceProperties device_properties() {
   WAVETUNE_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
   WAVETUNE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return {prop.name, prop.multiProcessorCount, prop.l2CacheSize, prop.major, prop.minor, detail::memory_bytes_per_s(device)};
+  unsigned long long id = 0;
+  const int sms = detail::context_sm_count(detail::current_context(&id), prop.multiProcessorCount);
+  std::string name = prop.name;
+  // A context confined to fewer SMs is another GPU to the tables (their file names come from this name).
+  if (sms < prop.multiProcessorCount) name += " (" + std::to_string(sms) + " SMs)";
+  return {name, sms, prop.l2CacheSize, prop.major, prop.minor, detail::memory_bytes_per_s(device)};
 }
 
 }  // namespace wavetune

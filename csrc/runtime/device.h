@@ -16,7 +16,9 @@ struct DeviceInfo {
   double memory_bytes_per_us;  // peak DRAM bandwidth: twice the memory clock times the bus width
 };
 
-// The current device; InvalidArgument when it cannot run the kernels (not Hopper). Read once per device.
+// The current device, with the SMs of the current context (fewer in a green context); InvalidArgument when it
+// cannot run the kernels (not Hopper). The device is read once; the reference holds until the next call on the
+// thread.
 const DeviceInfo& current_device_info();
 
 // Why the current device cannot run the kernels, empty when it can (current_device_info without throwing).

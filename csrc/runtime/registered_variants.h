@@ -1,5 +1,5 @@
 // A kernel family's registration with the kernel library (family.h's KernelFamily), made of the registry of its
-// compiled variants: the registry.cpp of each family with variants defines one.
+// compiled variants: the generated registration of each family with a config space defines one.
 #pragma once
 
 #include <cstdint>

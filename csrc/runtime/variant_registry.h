@@ -1,6 +1,7 @@
-// A kernel family's variants, built from its generated X-macro list (registry.inc, grouped_registry.inc)
-// and extended at run time by variant libraries (variant_library.cpp): lookups by id and the list of
-// their descriptions, shared by every family.
+// A kernel family's variants, built from its generated X-macro list (registry.inc, grouped_registry.inc) by its
+// generated registration (python/wavetune/codegen/config_space.py, FamilyCode) and extended at run time by
+// variant libraries (variant_library.cpp): lookups by id and the list of their descriptions, shared by every
+// family.
 #pragma once
 
 #include <algorithm>
@@ -42,10 +43,11 @@ class VariantRegistry {
   // `entries` sorted by id: the generator emits the space in order.
   explicit VariantRegistry(std::vector<Entry> entries) { publish(std::move(entries)); }
 
-  // The generated entries, then those of each of the family's built-in lists: each sorted by id, each list's
-  // ids above the one before (kDecodeVariantIds, kLibraryVariantIds).
+  // The generated entries and those of each of the family's built-in lists (ids from kDecodeVariantIds,
+  // kLibraryVariantIds), in the order of their ids.
   VariantRegistry(std::vector<Entry> generated, std::initializer_list<std::vector<Entry>> built_in) {
     for (const std::vector<Entry>& part : built_in) generated.insert(generated.end(), part.begin(), part.end());
+    sort_by_id(generated);
     publish(std::move(generated));
   }
 
@@ -81,7 +83,7 @@ class VariantRegistry {
     }
     const auto added = int32_t(merged.size() - now.entries.size());
     if (added == 0) return 0;
-    std::sort(merged.begin(), merged.end(), [](const Entry& a, const Entry& b) { return a.info.id < b.info.id; });
+    sort_by_id(merged);
     publish(std::move(merged));
     return added;
   }
@@ -91,6 +93,10 @@ class VariantRegistry {
     std::vector<Entry> entries;
     std::vector<VariantInfo> infos;
   };
+
+  static void sort_by_id(std::vector<Entry>& entries) {
+    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.info.id < b.info.id; });
+  }
 
   static const Entry* find_in(const Snapshot& s, int32_t id) {
     auto it = std::lower_bound(s.entries.begin(), s.entries.end(), id,

@@ -121,6 +121,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 0
     devices = None if args.offline else runner.parse_devices(args.devices)
     runner.pin_device(devices)  # before no_gpu_reason starts CUDA
+    if args.sms is not None and not args.offline:
+        os.environ[runner.SMS_ENV] = str(args.sms)
+        runner.confine_sms()
     if not args.offline and (reason := no_gpu_reason()) is not None:
         raise RuntimeError(f"{reason}: tune measures kernels on the GPU it tunes for; without one, "
                            "--offline --log FILE refits a table from the measurement log of an earlier tuning")
@@ -285,6 +288,9 @@ def check_tune_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                      "the current GPU")
     if args.cases is not None and args.cases < 1:
         parser.error(f"--cases {args.cases}: at least 1")
+    if args.sms is not None and (args.sms < 1 or args.offline or args.shapes):
+        parser.error(f"--sms {args.sms}: a positive SM count, for a tuning run that measures (not --offline or "
+                     "--shapes)")
     if args.scales not in tables.scales_modes(args.family):
         modes = ", ".join(m for m in tables.scales_modes(args.family) if m) or "none"
         parser.error(f"--scales {args.scales}: the {args.family} family's tables have scales modes: {modes}")
@@ -359,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--time-budget", type=float, metavar="SECONDS",
                       help="grouped_gemm / attention: start no case after SECONDS and fit what is measured (a rerun "
                            "resumes the rest)")
+    tune.add_argument("--sms", type=int, metavar="N",
+                      help="tune a GPU of N SMs: measure in a CUDA green context of N SMs of this GPU (torch's "
+                           "green contexts), where the table is named and checked as that smaller GPU's")
     tune.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     tune.add_argument("--b-layout", default="col", choices=["col", "row"])
     tune.add_argument("--exact", help="shape-suite JSON whose shapes are profiled exhaustively into the exact table")

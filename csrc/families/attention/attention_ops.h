@@ -67,7 +67,11 @@ struct AttentionVariantOps {
   void (*run)(const FmhaCall&, const DeviceInfo&, Stream);
 };
 
-// Registry (registry.cpp): the ops of a compiled attention variant, nullptr when not compiled in.
+// The generated registry: the ops of a compiled attention variant, nullptr when not compiled in (and for the
+// candidates of attention_candidate_entries).
 const AttentionVariantOps* attention_variant_ops(int32_t id);
+// The cuDNN and paged candidates (attention.h's attention_candidates) as registry entries without ops: they are
+// chosen by choose (attention.h) and run elsewhere (registry.cpp).
+std::vector<VariantRegistry<AttentionVariantOps>::Entry> attention_candidate_entries();
 
 }  // namespace wavetune::detail

@@ -22,9 +22,6 @@ namespace py = pybind11;
 namespace wavetune::bindings {
 namespace {
 
-void bind(py::module_& m);
-FamilyBindings registration("attention", &bind);
-
 // (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim) and, per tensor, (pointer, batch, seq, head strides).
 using PySizes = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
 using PyTensor = std::tuple<uintptr_t, int64_t, int64_t, int64_t>;
@@ -74,8 +71,8 @@ void bind_choice_rules(py::module_& m) {
                                              {cudnn, paged, cudnn_copies}, model_with<AttentionModel>(model));
       },
       py::arg("sizes"), py::arg("causal"), py::arg("routes"), py::arg("model") = py::dict(),
-      "Whether the built-in choice runs cuDNN's attention for a problem (sizes as choose_attention takes them), "
-      "for a caller that runs routes = (cudnn, paged, cudnn_copies).");
+      "Whether the built-in choice runs cuDNN's attention for a problem (sizes as attention_chosen_launch takes "
+      "them), for a caller that runs routes = (cudnn, paged, cudnn_copies).");
   m.def(
       "attention_table_overrides",
       [](double builtin_us, double best_us, const py::dict& model) {
@@ -132,16 +129,7 @@ PagedAttentionProblem make_paged_problem(const PyPagedSizes& sizes, const PyRows
   return p;
 }
 
-py::list variant_dicts(const std::vector<VariantInfo>& variants) {
-  py::list out;
-  for (const VariantInfo& v : variants) out.append(variant_dict(v));
-  return out;
-}
-
-void bind_fmha(py::module_& m) {
-  m.def("attention_variants", [] { return variant_dicts(attention_variants()); });
-  m.def("attention_config_space_hash", &attention_config_space_hash,
-        "The hash of the attention config space this build was compiled from.");
+void bind_fmha(py::module_& m, const FamilyBindings& registration) {
   m.def(
       "attention_problem_error",
       [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
@@ -162,9 +150,10 @@ void bind_fmha(py::module_& m) {
       },
       "(variant id, splits) of the built-in choice on the current device.");
   m.def(
-      "choose_attention",
-      [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
-         bool causal, int32_t dtype, int device, const std::tuple<bool, bool, bool>& routes) {
+      "attention_chosen_launch",
+      [&registration](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v,
+                      const PyTensor& out, float scale, bool causal, int32_t dtype, int device,
+                      const std::tuple<bool, bool, bool>& routes) {
         const auto& [cudnn, paged, cudnn_copies] = routes;
         const Launch how = choose(make_problem(sizes, q, k, v, out, scale, causal, dtype),
                                   registration.active_table(device), {cudnn, paged, cudnn_copies});
@@ -236,7 +225,7 @@ void bind_paged(py::module_& m) {
       },
       "Empty string when a paged attention problem's sizes, pointers and strides are valid, else the reason.");
   m.def(
-      "choose_paged_attention",
+      "paged_attention_chosen_launch",
       [](const PyPagedSizes& sizes, const PyRows& q, const PyCaches& caches, const PyKeys& keys, uintptr_t seq_lens,
          const PyRows& out, const PyQueries& queries, float scale, int32_t dtype) {
         const Launch how =
@@ -360,12 +349,13 @@ void bind_paged_model(py::module_& m) {
       "to more resident CTAs).");
 }
 
-void bind(py::module_& m) {
+}  // namespace
+
+void bind_attention(py::module_& m, const FamilyBindings& registration) {
   bind_choice_rules(m);
-  bind_fmha(m);
+  bind_fmha(m, registration);
   bind_paged(m);
   bind_paged_model(m);
 }
 
-}  // namespace
 }  // namespace wavetune::bindings

@@ -1,6 +1,6 @@
-// The attention family's compiled kernels: the FMHA variants, as listed by the generated attention_registry.inc
-// (see python/wavetune/codegen/config_space.py), and the paged kernels (paged_variants.h), with ids of their
-// own; their catalogs' hashes, the paged launch's split arithmetic and the problem checks that need no GPU.
+// The attention family's paged kernels (paged_variants.h), with ids of their own, and their catalog's hash; the
+// cuDNN and paged candidates of the FMHA registry (which is generated from cutlass_configs/sm90_attention.toml's
+// [family] table); the paged launch's split arithmetic and the problem checks that need no GPU.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -9,10 +9,8 @@
 #include <vector>
 
 #include "attention_ops.h"
-#include "attention_registry.inc"
 #include "paged_ops.h"
 #include "paged_variants.h"
-#include "registered_variants.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 #include "wavetune/errors.h"
@@ -20,23 +18,14 @@
 namespace wavetune {
 namespace detail {
 
-#define WAVETUNE_DECLARE_OPS(ID, NAME, ...) extern const AttentionVariantOps variant_##NAME;
-WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
-#undef WAVETUNE_DECLARE_OPS
+std::vector<VariantRegistry<AttentionVariantOps>::Entry> attention_candidate_entries() {
+  std::vector<VariantRegistry<AttentionVariantOps>::Entry> entries;
+  for (const VariantInfo& info : attention_candidates()) entries.push_back({info, nullptr});  // no ops: not run here
+  return entries;
+}
 
 namespace {
 constexpr int32_t kMaxGridY = 65535;
-
-// The generated FMHA variants, then the cuDNN and paged candidates (ascending ids: the list stays sorted).
-VariantRegistry<AttentionVariantOps>& fmha_registry() {
-  static VariantRegistry<AttentionVariantOps> list([] {
-    std::vector<VariantRegistry<AttentionVariantOps>::Entry> entries{
-        WAVETUNE_ATTENTION_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)};
-    for (const VariantInfo& info : attention_candidates()) entries.push_back({info, nullptr});  // no ops: not run here
-    return entries;
-  }());
-  return list;
-}
 
 // The paged kernels (paged_launch.cu), ids from 0.
 VariantRegistry<PagedVariantOps>& paged_registry() {
@@ -44,8 +33,6 @@ VariantRegistry<PagedVariantOps>& paged_registry() {
   return list;
 }
 }  // namespace
-
-const AttentionVariantOps* attention_variant_ops(int32_t id) { return fmha_registry().ops(id); }
 
 const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id) { return paged_registry().find(id); }
 
@@ -58,12 +45,6 @@ PagedWorkspace paged_workspace(const PagedAttentionProblem& p, const PagedSplits
 }
 
 }  // namespace detail
-
-const std::vector<VariantInfo>& attention_variants() { return detail::fmha_registry().infos(); }
-
-const char* attention_config_space_hash() { return WAVETUNE_ATTENTION_CONFIG_SPACE_HASH; }
-
-const VariantInfo* find_attention_variant(int32_t id) { return detail::fmha_registry().info(id); }
 
 namespace {
 
@@ -243,10 +224,5 @@ size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, const Lau
   if (!variant) return 0;
   return detail::paged_workspace(p, detail::paged_splits(p, variant->info.tile_n, how.micro.splits)).bytes;
 }
-
-namespace {
-const detail::RegisteredVariants<detail::AttentionVariantOps, &detail::fmha_registry> registration(
-    "attention", &attention_config_space_hash);
-}  // namespace
 
 }  // namespace wavetune

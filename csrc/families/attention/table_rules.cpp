@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "common.h"
-#include "registered.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 #include "wavetune/errors.h"
@@ -54,8 +53,6 @@ TableFamily attention_rules() {
   f.check_problem = &check_heads;
   return f;
 }
-const TableFamily kAttention = attention_rules();
-const detail::Registration<TableFamily> registration(&kAttention);
 
 // Besides its config space's FMHA variants, its tables may name the cuDNN and paged candidates.
 std::vector<std::string> builtin_candidate_names() {
@@ -63,8 +60,7 @@ std::vector<std::string> builtin_candidate_names() {
   for (const VariantInfo& v : attention_candidates()) names.push_back(v.name);
   return names;
 }
-const lookup_detail::BuiltinCandidates kBuiltin{"attention", &builtin_candidate_names};
-const detail::Registration<lookup_detail::BuiltinCandidates> builtin_registration(&kBuiltin);
+const lookup_detail::TableRegistration registration(attention_rules(), &builtin_candidate_names);
 
 }  // namespace
 }  // namespace wavetune

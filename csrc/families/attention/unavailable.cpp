@@ -1,28 +1,14 @@
-// Stands in for the attention family's launch.cu and paged_launch.cu when the build found no CUDA compiler.
+// The paged kernels' catalog (none) and choice in a build without a CUDA compiler (the stubs of the launch
+// functions are generated from cutlass_configs/sm90_attention.toml's [family] table).
 #include "paged_ops.h"
 #include "unavailable.h"
 #include "wavetune/attention.h"
 #include "wavetune/errors.h"
 
-namespace wavetune {
+namespace wavetune::detail {
 
-using detail::kNoKernels;
-
-namespace detail {
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() { return {}; }
+
 Launch paged_choice(const PagedAttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
-}  // namespace detail
 
-Launch attention_default_launch(const AttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
-
-void attention(const AttentionProblem&, const Launch&, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
-
-int32_t paged_attention_resident_ctas(int32_t) { WAVETUNE_FAIL(kNoKernels); }
-
-int64_t paged_attention_cluster_ctas(int32_t, int32_t) { WAVETUNE_FAIL(kNoKernels); }
-
-void paged_attention(const PagedAttentionProblem&, const Launch&, void*, size_t, Stream) {
-  WAVETUNE_FAIL(kNoKernels);
-}
-
-}  // namespace wavetune
+}  // namespace wavetune::detail

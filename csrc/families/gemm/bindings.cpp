@@ -20,9 +20,6 @@ namespace py = pybind11;
 namespace wavetune::bindings {
 namespace {
 
-void bind(py::module_& m);
-FamilyBindings registration("gemm", &bind);
-
 GemmProblem make_problem(int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb,
                          uintptr_t d, int64_t ldd, int32_t dtype, int32_t b_layout) {
   return {m, n, k, reinterpret_cast<const void*>(a), lda, reinterpret_cast<const void*>(b), ldb,
@@ -44,11 +41,8 @@ struct PreparedGemm {
   size_t workspace_bytes;
 };
 
-PreparedGemm make_prepared(int32_t m, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd, int32_t dtype,
-                           int32_t b_layout, int32_t device, int32_t variant, int32_t decomposition, int32_t splits,
-                           int32_t raster, int32_t max_swizzle) {
-  const GemmProblem p = make_problem(m, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout);
-  MicroParams micro = make_micro(decomposition, splits, raster, max_swizzle);
+PreparedGemm make_prepared(const FamilyBindings& registration, const GemmProblem& p, int32_t device, int32_t variant,
+                           MicroParams micro) {
   if (variant < 0) {
     const Launch chosen = choose(p, registration.active_table(device));
     variant = chosen.variant;
@@ -57,13 +51,9 @@ PreparedGemm make_prepared(int32_t m, int32_t n, int32_t k, int64_t lda, int64_t
   return {p, device, variant, micro, gemm_workspace_bytes(p, variant, micro)};
 }
 
-void bind(py::module_& m) {
-  m.def("variants", [] {
-    py::list out;
-    for (const VariantInfo& v : variants()) out.append(bindings::variant_dict(v));
-    return out;
-  });
+}  // namespace
 
+void bind_gemm(py::module_& m, const FamilyBindings& registration) {
   m.def(
       "problem_error",
       [](int32_t m_, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d,
@@ -155,7 +145,13 @@ void bind(py::module_& m) {
                            "gemm's launch for one shape and device, resolved once (variant -1: the device's table's "
                            "choice, or the built-in heuristic without a table); each call gives the data pointers "
                            "(bias 0: none), a workspace of at least workspace_bytes and the stream.")
-      .def(py::init(&make_prepared), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("lda"), py::arg("ldb"),
+      .def(py::init([&registration](int32_t m_, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd,
+                                    int32_t dtype, int32_t b_layout, int32_t device, int32_t variant,
+                                    int32_t decomposition, int32_t splits, int32_t raster, int32_t max_swizzle) {
+             return make_prepared(registration, make_problem(m_, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout), device,
+                                  variant, make_micro(decomposition, splits, raster, max_swizzle));
+           }),
+           py::arg("m"), py::arg("n"), py::arg("k"), py::arg("lda"), py::arg("ldb"),
            py::arg("ldd"), py::arg("dtype"), py::arg("b_layout"), py::arg("device"), py::arg("variant") = -1,
            py::arg("decomposition") = 0, py::arg("splits") = 1, py::arg("raster") = 0, py::arg("max_swizzle") = 1)
       .def_readonly("device", &PreparedGemm::device)
@@ -180,6 +176,4 @@ void bind(py::module_& m) {
 
 }
 
-
-}  // namespace
 }  // namespace wavetune::bindings

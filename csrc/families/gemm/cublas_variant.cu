@@ -126,13 +126,13 @@ const VariantOps kOps{why_not, workspace_bytes, run};
 
 }  // namespace
 
-std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_id) {
+std::vector<VariantRegistry<VariantOps>::Entry> library_variants() {
   if (!api()) return {};
   std::vector<VariantRegistry<VariantOps>::Entry> out;
   const auto& [tile_m, tile_n, tile_k] = kCublasNominalTile;
   for (DType dtype : {DType::bf16, DType::fp16}) {
     for (BLayout layout : {BLayout::col, BLayout::row}) {
-      const int32_t id = first_id + 2 * int32_t(dtype) + int32_t(layout);
+      const int32_t id = kLibraryVariantIds + 2 * int32_t(dtype) + int32_t(layout);
       out.push_back({{id, kCublasVariantNames[int(dtype)][int(layout)], dtype, layout, false, Schedule::cublas, tile_m,
                       tile_n, tile_k, 1, 1, TileScheduler::persistent},
                      &kOps});

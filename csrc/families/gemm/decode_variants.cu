@@ -72,11 +72,11 @@ struct DecodeVariant {
 
 }  // namespace
 
-std::vector<VariantRegistry<VariantOps>::Entry> decode_variants(int32_t first_id) {
+std::vector<VariantRegistry<VariantOps>::Entry> decode_variants() {
   std::vector<VariantRegistry<VariantOps>::Entry> out;
 #define WAVETUNE_DECODE_ENTRY(DT, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME)                       \
   out.push_back(DecodeVariant<DType::DT, TOKENS, ROW_TILES, WN, WK, UNROLL, TileScheduler::SCHEDULER>::entry( \
-      first_id + int32_t(out.size()), NAME));
+      kDecodeVariantIds + int32_t(out.size()), NAME));
   WAVETUNE_DECODE_VARIANTS(WAVETUNE_DECODE_ENTRY)
 #undef WAVETUNE_DECODE_ENTRY
   return out;

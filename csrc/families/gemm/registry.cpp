@@ -1,41 +1,18 @@
-// The compiled variants, as listed by the generated registry.inc (see python/wavetune/codegen/config_space.py),
-// and the problem checks that need no GPU.
+// The problem checks that need no GPU and the built-in heuristic's buckets (the generated registry.inc; the
+// registry of the compiled variants is generated from cutlass_configs/sm90_gemm.toml's [family] table).
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <vector>
 
-#include "registered_variants.h"
 #include "registry.inc"
 #include "variant_ops.h"
 #include "wavetune/errors.h"
 #include "wavetune/kernels.h"
 
 namespace wavetune {
-namespace detail {
 
-#define WAVETUNE_DECLARE_OPS(ID, NAME, ...) extern const VariantOps variant_##NAME;
-WAVETUNE_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
-#undef WAVETUNE_DECLARE_OPS
-
-namespace {
-// The generated CUTLASS variants, the decode ones, then cuBLAS.
-VariantRegistry<VariantOps>& registry() {
-  static VariantRegistry<VariantOps> list({WAVETUNE_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)},
-                                          {decode_variants(kDecodeVariantIds), library_variants(kLibraryVariantIds)});
-  return list;
-}
-}  // namespace
-
-const VariantOps* variant_ops(int32_t id) { return registry().ops(id); }
-
-const char* config_space_hash() { return WAVETUNE_CONFIG_SPACE_HASH; }
-const char* kernel_set_name() { return WAVETUNE_KERNEL_SET_NAME; }
-
-}  // namespace detail
-
-const std::vector<VariantInfo>& variants() { return detail::registry().infos(); }
-
-const VariantInfo* find_variant(int32_t id) { return detail::registry().info(id); }
+const char* detail::kernel_set_name() { return WAVETUNE_KERNEL_SET_NAME; }
 
 std::string shape_error(const GemmProblem& p) {
   std::string layout = p.b_layout == BLayout::col ? "column-major" : "row-major";
@@ -121,9 +98,5 @@ int32_t default_variant(const GemmProblem& p) {
                    "'): compile some with python -m wavetune build "
                    "(--table PATH: what a table chooses; --family gemm: every variant)");
 }
-
-namespace {
-const detail::RegisteredVariants<detail::VariantOps, &detail::registry> registration("gemm", &detail::config_space_hash);
-}  // namespace
 
 }  // namespace wavetune

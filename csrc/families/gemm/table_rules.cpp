@@ -6,7 +6,6 @@
 
 #include "builtin_candidates.h"
 #include "common.h"
-#include "registered.h"
 #include "wavetune/family.h"
 
 namespace wavetune {
@@ -25,9 +24,6 @@ TableFamily gemm_rules() {
   f.coordinates = &gemm_coordinates;
   return f;
 }
-const TableFamily kGemm = gemm_rules();
-const detail::Registration<TableFamily> registration(&kGemm);
-
 std::vector<std::string> builtin_candidate_names() {
   std::vector<std::string> names;
 #define WAVETUNE_DECODE_NAME(DT, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME) names.push_back(NAME);
@@ -36,7 +32,6 @@ std::vector<std::string> builtin_candidate_names() {
   for (const auto& by_layout : detail::kCublasVariantNames) names.insert(names.end(), by_layout, by_layout + 2);
   return names;
 }
-const lookup_detail::BuiltinCandidates kBuiltin{"gemm", &builtin_candidate_names};
-const detail::Registration<lookup_detail::BuiltinCandidates> builtin_registration(&kBuiltin);
+const lookup_detail::TableRegistration registration(gemm_rules(), &builtin_candidate_names);
 }  // namespace
 }  // namespace wavetune

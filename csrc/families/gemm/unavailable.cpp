@@ -1,16 +1,10 @@
-// Stands in for the dense family's launch.cu, profiler.cu, cublas_variant.cu and decode_variants.cu when the build found no
-// CUDA compiler.
+// What the dense family's launch.cu answers without running a kernel, in a build without a CUDA compiler (the
+// stubs of the launch functions are generated from cutlass_configs/sm90_gemm.toml's [family] table).
 #include "unavailable.h"
 #include "variant_ops.h"
-#include "wavetune/errors.h"
 #include "wavetune/kernels.h"
 
 namespace wavetune {
-
-namespace detail {
-std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t) { return {}; }
-std::vector<VariantRegistry<VariantOps>::Entry> decode_variants(int32_t) { return {}; }
-}  // namespace detail
 
 using detail::kNoKernels;
 
@@ -19,15 +13,6 @@ BuildInfo build_info() { return {false, detail::kernel_set_name(), detail::confi
 std::string why_not(const GemmProblem& p, int32_t, const MicroParams&) {
   std::string error = problem_error(p);
   return error.empty() ? kNoKernels : error;
-}
-
-size_t gemm_workspace_bytes(const GemmProblem&, int32_t, const MicroParams&) { WAVETUNE_FAIL(kNoKernels); }
-
-void gemm(const GemmProblem&, int32_t, const MicroParams&, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
-
-std::vector<double> profile(int32_t, int32_t, int32_t, DType, BLayout, const std::vector<Launch>&,
-                            const ProfileOptions&) {
-  WAVETUNE_FAIL(kNoKernels);
 }
 
 }  // namespace wavetune

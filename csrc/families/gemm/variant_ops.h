@@ -22,14 +22,13 @@ struct VariantOps {
               Stream);
 };
 
-// Registry (registry.cpp): the ops of a compiled variant, nullptr when not compiled in.
+// The generated registry: the ops of a compiled variant, nullptr when not compiled in.
 const VariantOps* variant_ops(int32_t id);
 
-// The cuBLAS candidates (cublas_variant.cu), ids from `first_id`; none when libcublas cannot be
-// loaded or the build has no CUDA.
-std::vector<VariantRegistry<VariantOps>::Entry> library_variants(int32_t first_id);
-// The decode GEMM's variants (decode_variants.cu), ids from `first_id`; none without CUDA.
-std::vector<VariantRegistry<VariantOps>::Entry> decode_variants(int32_t first_id);
+// The cuBLAS candidates (cublas_variant.cu), ids from kLibraryVariantIds; none when libcublas cannot be loaded.
+std::vector<VariantRegistry<VariantOps>::Entry> library_variants();
+// The decode GEMM's variants (decode_variants.cu), ids from kDecodeVariantIds.
+std::vector<VariantRegistry<VariantOps>::Entry> decode_variants();
 const char* config_space_hash();
 const char* kernel_set_name();
 

@@ -20,9 +20,6 @@ namespace py = pybind11;
 namespace wavetune::bindings {
 namespace {
 
-void bind(py::module_& m);
-FamilyBindings registration("grouped_gemm", &bind);
-
 GroupedGemmProblem make_problem(int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w,
                                 uintptr_t offsets, uintptr_t out, int32_t dtype, int32_t scales = 0,
                                 uintptr_t scale_x = 0, uintptr_t scale_w = 0) {
@@ -46,7 +43,8 @@ GroupedGemmProblem sizes(int32_t dtype, int32_t rows, int32_t experts, int32_t n
 }
 
 py::dict scales_dict(const GroupedScalesLayout& s) {
-  return py::dict(py::arg("name") = s.name, py::arg("e4m3") = s.e4m3, py::arg("x_block_k") = s.x_block_k,
+  return py::dict(py::arg("name") = s.name, py::arg("e4m3") = s.e4m3, py::arg("x_block_m") = s.x_block_m,
+                  py::arg("x_block_k") = s.x_block_k,
                   py::arg("w_block_n") = s.w_block_n, py::arg("w_block_k") = s.w_block_k);
 }
 
@@ -65,26 +63,19 @@ TileShape make_tile_shape(const PyTileShape& s) {
 
 // What a launch with no forced variant runs on `device` (choose, with the device's table of the
 // problem's scales mode: the family's table scales are GroupedScales' names in enumerator order).
-int32_t choice_on(const GroupedGemmProblem& p, int device) {
+int32_t choice_on(const FamilyBindings& registration, const GroupedGemmProblem& p, int device) {
   return choose(p, registration.active_table(device, size_t(p.scales))).variant;
 }
 
-void bind(py::module_& m) {
+}  // namespace
+
+void bind_grouped_gemm(py::module_& m, const FamilyBindings& registration) {
   py::list modes;
   for (const GroupedScalesLayout& s : kGroupedScales) modes.append(scales_dict(s));
   m.attr("GROUPED_SCALES") = modes;  // every scales mode (grouped.h), by enumerator value
 
-  m.def("grouped_variants", [] {
-    py::list out;
-    for (const VariantInfo& v : grouped_variants()) out.append(variant_dict(v));
-    return out;
-  }, "Every scales mode's compiled grouped variants, by id.");
-
   m.def("grouped_variant_scales", [](int32_t id) { return int32_t(grouped_variant_scales(id)); }, py::arg("id"),
         "The scales mode (its GROUPED_SCALES index) of a compiled grouped variant.");
-
-  m.def("grouped_config_space_hash", &grouped_config_space_hash,
-        "The hash of the grouped config space this build was compiled from (grouped tables are checked against it).");
 
   m.def(
       "grouped_problem_error",
@@ -109,9 +100,10 @@ void bind(py::module_& m) {
       "The grouped variant id the built-in heuristic picks on the current device.");
 
   m.def(
-      "choose_grouped",
-      [](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int device, int32_t scales) {
-        return choice_on(sizes(dtype, rows, experts, n, k, scales), device);
+      "grouped_chosen_variant",
+      [&registration](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int device,
+                      int32_t scales) {
+        return choice_on(registration, sizes(dtype, rows, experts, n, k, scales), device);
       },
       py::arg("dtype"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"), py::arg("device"),
       py::arg("scales") = 0,
@@ -166,18 +158,17 @@ void bind(py::module_& m) {
 
   m.def(
       "grouped_gemm",
-      [](int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w, uintptr_t offsets,
-         uintptr_t out, int32_t dtype, int32_t scales, uintptr_t scale_x, uintptr_t scale_w, int32_t variant,
-         uintptr_t workspace, size_t workspace_bytes, uintptr_t stream, int device) {
+      [&registration](int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w,
+                      uintptr_t offsets, uintptr_t out, int32_t dtype, int32_t scales, uintptr_t scale_x,
+                      uintptr_t scale_w, int32_t variant, uintptr_t workspace, size_t workspace_bytes,
+                      uintptr_t stream, int device) {
         GroupedGemmProblem p = make_problem(rows, experts, n, k, x, w, offsets, out, dtype, scales, scale_x, scale_w);
-        if (variant < 0) variant = choice_on(p, device);
+        if (variant < 0) variant = choice_on(registration, p, device);
         grouped_gemm(p, variant, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
       },
       py::call_guard<py::gil_scoped_release>(),
       "out = x @ w[e].T per expert (scaled as the scales mode says) on the current device (ordinal `device`) and "
-      "the given stream; variant -1: choose_grouped's.");
+      "the given stream; variant -1: grouped_chosen_variant's.");
 }
 
-
-}  // namespace
 }  // namespace wavetune::bindings

@@ -21,7 +21,7 @@ struct GroupedVariantOps {
   void (*run)(const GroupedGemmProblem&, void* workspace, const DeviceInfo&, Stream);
 };
 
-// Registry (registry.cpp): the ops of a compiled grouped variant, nullptr when not compiled in.
+// The generated registry: the ops of a compiled grouped variant, nullptr when not compiled in.
 const GroupedVariantOps* grouped_variant_ops(int32_t id);
 
 // The mode's layout; InvalidArgument for a value no enumerator has.

@@ -90,6 +90,30 @@ struct GroupedOperands<GroupedScales::block128, kOut> : PlainEpilogue<Sixteen<kO
   static constexpr bool kMainloopScales = true;
 };
 
+// tensor: e4m3 x and w, one scale for all of x and one per expert (FP8 MoE checkpoints quantized per tensor):
+// out = (scale_x * scale_w[e]) * acc in the epilogue.
+template <DType kOut>
+struct GroupedOperands<GroupedScales::tensor, kOut> {
+  using Input = cutlass::float_e4m3_t;
+  using Out = Sixteen<kOut>;
+  static constexpr GroupedScales kScales = GroupedScales::tensor;
+  static constexpr bool kMainloopScales = false;
+
+  // NOTES: prepare_experts points every expert's scale_x at the one scale and its scale_w at the expert's; the
+  // ptr-array scalar broadcast reads both for the group of each tile and multiplies them, in fp32, into one
+  // factor of the accumulators.
+  using Scale = cutlass::epilogue::fusion::Sm90ScalarBroadcastPtrArray<float, cute::Stride<cute::_0, cute::_0, int64_t>, 2>;
+  template <class TileShape, bool kSwapAB>
+  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, Out, float, cutlass::FloatRoundStyle::round_to_nearest>,
+      Scale, cutlass::epilogue::fusion::Sm90AccFetch>;
+
+  template <class FusionArguments>
+  static FusionArguments epilogue_arguments(const float* const* scale_x, const float* const* scale_w) {
+    return {{{1.0f, 1.0f}, {nullptr, nullptr}, {scale_x, scale_w}, {}}, {}, {}};
+  }
+};
+
 }  // namespace wavetune::detail
 
 // Defines wavetune::detail::variant_<NAME> of a scales mode, which the grouped registry (registry.cpp) lists. The
@@ -106,3 +130,4 @@ struct GroupedOperands<GroupedScales::block128, kOut> : PlainEpilogue<Sixteen<kO
 #define WAVETUNE_GROUPED_INSTANTIATE_VARIANT(...) WAVETUNE_GROUPED_DEFINE_VARIANT(none, __VA_ARGS__)
 #define WAVETUNE_GROUPED_ROW_INSTANTIATE_VARIANT(...) WAVETUNE_GROUPED_DEFINE_VARIANT(row, __VA_ARGS__)
 #define WAVETUNE_GROUPED_BLOCK128_INSTANTIATE_VARIANT(...) WAVETUNE_GROUPED_DEFINE_VARIANT(block128, __VA_ARGS__)
+#define WAVETUNE_GROUPED_TENSOR_INSTANTIATE_VARIANT(...) WAVETUNE_GROUPED_DEFINE_VARIANT(tensor, __VA_ARGS__)

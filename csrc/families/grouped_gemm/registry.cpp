@@ -1,28 +1,17 @@
-// The compiled grouped variants of every scales mode, as listed by the generated grouped_registry.inc (see
-// python/wavetune/codegen/config_space.py), and the problem checks that need no GPU.
+// The grouped GEMM's scales mode of a variant and the problem checks that need no GPU (the registry of its
+// compiled variants of every scales mode is generated from cutlass_configs/sm90_grouped_gemm.toml's [family]
+// table).
 #include <cstdint>
 #include <sstream>
 #include <string>
-#include <vector>
 
 #include "grouped_ops.h"
-#include "grouped_registry.inc"
-#include "registered_variants.h"
 #include "wavetune/errors.h"
 #include "wavetune/grouped.h"
 
 namespace wavetune {
 namespace detail {
-
-#define WAVETUNE_DECLARE_OPS(ID, NAME, ...) extern const GroupedVariantOps variant_##NAME;
-WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
-#undef WAVETUNE_DECLARE_OPS
-
 namespace {
-VariantRegistry<GroupedVariantOps>& registry() {
-  static VariantRegistry<GroupedVariantOps> list({WAVETUNE_GROUPED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)});
-  return list;
-}
 
 bool misaligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; }
 
@@ -56,22 +45,13 @@ std::string scales_error(const GroupedGemmProblem& p) {
   return {};
 }
 }  // namespace
-
-const GroupedVariantOps* grouped_variant_ops(int32_t id) { return registry().ops(id); }
-
 }  // namespace detail
-
-const std::vector<VariantInfo>& grouped_variants() { return detail::registry().infos(); }
 
 GroupedScales grouped_variant_scales(int32_t id) {
   const detail::GroupedVariantOps* ops = detail::grouped_variant_ops(id);
   if (!ops) WAVETUNE_INVALID("grouped variant id ", id, " is not compiled into this build");
   return ops->scales;
 }
-
-const char* grouped_config_space_hash() { return WAVETUNE_GROUPED_CONFIG_SPACE_HASH; }
-
-const VariantInfo* find_grouped_variant(int32_t id) { return detail::registry().info(id); }
 
 std::string grouped_problem_error(const GroupedGemmProblem& p) {
   if (int32_t(p.scales) < 0 || int32_t(p.scales) >= int32_t(std::size(kGroupedScales))) {
@@ -81,10 +61,5 @@ std::string grouped_problem_error(const GroupedGemmProblem& p) {
   if (!error.empty() || !grouped_scales_layout(p.scales).e4m3) return error;
   return detail::scales_error(p);
 }
-
-namespace {
-const detail::RegisteredVariants<detail::GroupedVariantOps, &detail::registry> registration(
-    "grouped_gemm", &grouped_config_space_hash);
-}  // namespace
 
 }  // namespace wavetune

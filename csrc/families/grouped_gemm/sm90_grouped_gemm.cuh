@@ -53,6 +53,8 @@ struct Sm90GroupedGemm {
   static constexpr bool kBlockScaled = Operands::kMainloopScales;
   static_assert(!kBlockScaled || (kScalesLayout.x_block_k == kTileK && kScalesLayout.w_block_k == kTileK),
                 "a k-tile is one scale block");
+  static_assert(kScalesLayout.x_block_m <= 1, "a block of x's rows is one token or all of x: a longer one would "
+                "span experts");
   using LayoutA = cutlass::layout::RowMajor;     // x[rows of e] [rows, K], or swapped w[e] [N, K]
   using LayoutB = cutlass::layout::ColumnMajor;  // w[e] as [K, N], or swapped x[rows of e] as [K, rows]
   // NOTES: block scales as their producers lay them out, K-major: x's [rows, K/128] (quantize_fp8 with
@@ -217,9 +219,9 @@ __global__ void prepare_experts(GroupedGemmProblem p, typename Gemm::ExpertArray
   arrays.stride_d[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideD{}, {m, n, 1});
   if constexpr (Gemm::kScales != GroupedScales::none) {
     constexpr GroupedScalesLayout layout = Gemm::kScalesLayout;
-    const int64_t x_scales = scale_blocks(p.k, layout.x_block_k);  // per token
+    const int64_t x_scales = scale_blocks(p.k, layout.x_block_k);  // per token, or for all of x
     const int64_t w_scales = scale_blocks(p.n, layout.w_block_n) * scale_blocks(p.k, layout.w_block_k);  // per expert
-    arrays.scale_x[e] = p.scale_x + start * x_scales;
+    arrays.scale_x[e] = p.scale_x + (layout.x_block_m ? start * x_scales : 0);
     arrays.scale_w[e] = p.scale_w + e * w_scales;
   }
   if constexpr (Gemm::kBlockScaled) {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "registered.h"
+#include "common.h"
 #include "wavetune/family.h"
 #include "wavetune/grouped.h"
 #include "wavetune/grouped_mapping.h"
@@ -33,7 +33,6 @@ TableFamily grouped_gemm_rules() {
   f.scales = &scales_modes;
   return f;
 }
-const TableFamily kGroupedGemm = grouped_gemm_rules();
-const detail::Registration<TableFamily> registration(&kGroupedGemm);
+const lookup_detail::TableRegistration registration(grouped_gemm_rules());
 }  // namespace
 }  // namespace wavetune

@@ -17,9 +17,6 @@ namespace py = pybind11;
 namespace wavetune::bindings {
 namespace {
 
-void bind(py::module_& m);
-FamilyBindings registration("scaled_gemm", &bind);
-
 // Sizes, pointers and scale kinds (ScaleKind codes) as Python passes them: (m, n, k, a, lda, b, ldb, d, ldd,
 // out_dtype, scale_a, scale_a_kind, scale_b, scale_b_kind, bias).
 ScaledGemmProblem make_problem(int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb,
@@ -139,15 +136,10 @@ void bind_model_functions(py::module_& m) {
       "the decode variants of `tokens`-token tiles (0: none takes it).");
 }
 
-void bind(py::module_& m) {
+}  // namespace
+
+void bind_scaled_gemm(py::module_& m, const FamilyBindings&) {
   bind_model_functions(m);
-  m.def("scaled_gemm_variants", [] {
-    py::list out;
-    for (const VariantInfo& v : scaled_gemm_variants()) out.append(variant_dict(v));
-    return out;
-  });
-  m.def("scaled_gemm_config_space_hash", &scaled_gemm_config_space_hash,
-        "Identifies the compiled scaled GEMM catalog (its tables are checked against it).");
   m.def(
       "scaled_gemm_max_tokens",
       [](bool block_scales) { return block_scales ? kScaledGemmMaxBlockTokens : kScaledGemmMaxTokens; },
@@ -165,7 +157,7 @@ void bind(py::module_& m) {
       },
       "Empty string when a scaled GEMM's sizes, pointers and alignment are valid, else the reason.");
   m.def(
-      "choose_scaled_gemm",
+      "scaled_gemm_chosen_variant",
       [](int32_t m, int32_t n, int32_t k, int32_t out_dtype, int32_t a_kind, int32_t b_kind, bool bias) {
         // The choice reads the sizes, the output dtype, the kinds of scales and whether there is a bias (cuBLASLt
         // then needs a kernel with its bias epilogue), never the data: a stand-in address marks the bias.
@@ -215,5 +207,4 @@ void bind(py::module_& m) {
       "stream.");
 }
 
-}  // namespace
 }  // namespace wavetune::bindings

@@ -314,16 +314,16 @@ struct RescaledVariant {
 
 bool scales_in_second_pass(int32_t variant_id) { return variant_id == kLibraryVariantIds + kRescaledVariantOffset; }
 
-std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants(int32_t first_id) {
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants() {
   if (!cublas::lt()) return {};
   // NOTES: cuBLASLt picks its own kernel per problem; the nominal 128x128x128 tile only names it.
-  return {{{first_id, "cublaslt_e4m3_bf16", DType::bf16, BLayout::col, false, Schedule::cublas, 128, 128, 128, 1, 1,
+  return {{{kLibraryVariantIds, "cublaslt_e4m3_bf16", DType::bf16, BLayout::col, false, Schedule::cublas, 128, 128, 128, 1, 1,
             TileScheduler::persistent},
            &CublasLtVariant<DType::bf16>::kOps},
-          {{first_id + 1, "cublaslt_e4m3_fp16", DType::fp16, BLayout::col, false, Schedule::cublas, 128, 128, 128, 1,
+          {{kLibraryVariantIds + 1, "cublaslt_e4m3_fp16", DType::fp16, BLayout::col, false, Schedule::cublas, 128, 128, 128, 1,
             1, TileScheduler::persistent},
            &CublasLtVariant<DType::fp16>::kOps},
-          {{first_id + kRescaledVariantOffset, "cublaslt_e4m3_bf16_rescaled", DType::bf16, BLayout::col, false,
+          {{kLibraryVariantIds + kRescaledVariantOffset, "cublaslt_e4m3_bf16_rescaled", DType::bf16, BLayout::col, false,
             Schedule::cublas, 128, 128, 128, 1, 1, TileScheduler::persistent},
            &RescaledVariant::kOps}};
 }

@@ -222,11 +222,11 @@ int32_t per_tensor_choice(const ScaledGemmProblem& p) {
 
 }  // namespace
 
-std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t first_id) {
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants() {
   std::vector<VariantRegistry<ScaledVariantOps>::Entry> out;
 #define WAVETUNE_SCALED_ENTRY(OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, SCHEDULER, NAME)                \
   out.push_back(ScaledVariant<DType::OUT, BLOCKS, TOKENS, ROW_TILES, WN, WK, UNROLL, TileScheduler::SCHEDULER>:: \
-                    entry(first_id + int32_t(out.size()), NAME));
+                    entry(kDecodeVariantIds + int32_t(out.size()), NAME));
   WAVETUNE_SCALED_GEMM_VARIANTS(WAVETUNE_SCALED_ENTRY)
 #undef WAVETUNE_SCALED_ENTRY
   return out;

@@ -1,41 +1,12 @@
-// The scaled GEMM's compiled variants (the generated CUTLASS ones of scaled_registry.inc, see
-// python/wavetune/codegen/config_space.py, then the built-in decode ones and cuBLASLt), the config space's hash and the
-// problem checks that need no GPU.
+// The scaled GEMM's problem checks that need no GPU (the registry of its compiled variants is generated from
+// cutlass_configs/sm90_scaled_gemm.toml's [family] table).
 #include <cstdint>
 #include <sstream>
 #include <string>
-#include <vector>
 
-#include "registered_variants.h"
-#include "scaled_ops.h"
-#include "scaled_registry.inc"
-#include "wavetune/errors.h"
 #include "wavetune/scaled_gemm.h"
 
 namespace wavetune {
-namespace detail {
-
-#define WAVETUNE_DECLARE_OPS(ID, NAME, ...) extern const ScaledVariantOps variant_##NAME;
-WAVETUNE_SCALED_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
-#undef WAVETUNE_DECLARE_OPS
-
-namespace {
-// The generated CUTLASS variants, the decode ones, then cuBLASLt.
-VariantRegistry<ScaledVariantOps>& registry() {
-  static VariantRegistry<ScaledVariantOps> list(
-      {WAVETUNE_SCALED_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)},
-      {scaled_decode_variants(kDecodeVariantIds), scaled_library_variants(kLibraryVariantIds)});
-  return list;
-}
-}  // namespace
-
-const ScaledVariantOps* scaled_variant_ops(int32_t id) { return registry().ops(id); }
-
-}  // namespace detail
-
-const std::vector<VariantInfo>& scaled_gemm_variants() { return detail::registry().infos(); }
-
-const char* scaled_gemm_config_space_hash() { return WAVETUNE_SCALED_CONFIG_SPACE_HASH; }
 
 std::string scaled_gemm_problem_error(const ScaledGemmProblem& p) {
   auto valid_kind = [](ScaleKind kind) { return int32_t(kind) >= 0 && int32_t(kind) <= int32_t(ScaleKind::block128); };
@@ -64,10 +35,5 @@ std::string scaled_gemm_problem_error(const ScaledGemmProblem& p) {
   }
   return os.str();
 }
-
-namespace {
-const detail::RegisteredVariants<detail::ScaledVariantOps, &detail::registry> registration(
-    "scaled_gemm", &scaled_gemm_config_space_hash);
-}  // namespace
 
 }  // namespace wavetune

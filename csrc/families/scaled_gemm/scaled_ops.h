@@ -23,16 +23,16 @@ struct ScaledVariantOps {
   int32_t (*resident_ctas)(const DeviceInfo&) = nullptr;
 };
 
-// The built-in decode variants (launch.cu), ids from `first_id`; none without CUDA.
-std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t first_id);
-// The cuBLASLt candidate per output dtype (cublaslt_variant.cu), ids from `first_id`; none without CUDA or
-// where libcublasLt cannot be opened.
-std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants(int32_t first_id);
+// The built-in decode variants (launch.cu), ids from kDecodeVariantIds.
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants();
+// The cuBLASLt candidate per output dtype (cublaslt_variant.cu), ids from kLibraryVariantIds; none where
+// libcublasLt cannot be opened.
+std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants();
 // The cuBLASLt variant that scales its product in a second pass sits this far past the first cuBLASLt id.
 constexpr int32_t kRescaledVariantOffset = 2;
 // Whether the variant is that one (the choice gives it only the problems where the pass pays).
 bool scales_in_second_pass(int32_t variant_id);
-// Registry (registry.cpp): the ops of a variant, nullptr when not compiled in.
+// The generated registry: the ops of a variant, nullptr when not compiled in.
 const ScaledVariantOps* scaled_variant_ops(int32_t id);
 // The variant choose runs (scaled_gemm.h; launch.cu), -1 for another GEMM.
 int32_t scaled_variant_choice(const ScaledGemmProblem& p);

@@ -1,13 +1,11 @@
-// Stands in for the scaled GEMM's launch.cu when the build found no CUDA compiler.
+// The scaled GEMM's choice in a build without a CUDA compiler (the stubs of its launch functions are generated
+// from cutlass_configs/sm90_scaled_gemm.toml's [family] table).
 #include "scaled_ops.h"
 #include "unavailable.h"
 #include "wavetune/errors.h"
+#include "wavetune/scaled_gemm.h"
 
-namespace wavetune {
-
-namespace detail {
-std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants(int32_t) { return {}; }
-std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants(int32_t) { return {}; }
+namespace wavetune::detail {
 
 int32_t scaled_variant_choice(const ScaledGemmProblem& p) {
   // No variant is compiled: the calls the choice gives the CUTLASS variants or to other GEMMs get -1.
@@ -15,18 +13,5 @@ int32_t scaled_variant_choice(const ScaledGemmProblem& p) {
   if (p.m > limit || (p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor)) return -1;
   WAVETUNE_FAIL(kNoKernels);
 }
-}  // namespace detail
 
-using detail::kNoKernels;
-
-int32_t scaled_gemm_resident_ctas(int32_t) { WAVETUNE_FAIL(kNoKernels); }
-
-size_t scaled_gemm_workspace_bytes(const ScaledGemmProblem&, int32_t, int32_t) { WAVETUNE_FAIL(kNoKernels); }
-
-void scaled_gemm(const ScaledGemmProblem&, int32_t, int32_t, void*, size_t, Stream) { WAVETUNE_FAIL(kNoKernels); }
-
-void quantize_fp8(const void*, int64_t, DType, int32_t, int32_t, int32_t, void*, float*, const float*, Stream) {
-  WAVETUNE_FAIL(kNoKernels);
-}
-
-}  // namespace wavetune
+}  // namespace wavetune::detail

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "wavetune/lookup.h"
@@ -70,6 +71,9 @@ struct ConfigSpace {
   const char* hash;
   std::vector<VariantInfo> variants;       // ordered by id
   std::vector<const char*> heuristic_set;  // variant names
+  // Per scales mode of its variants (a group's `scales`, "" for none): the hash of that mode's variants alone,
+  // which a table of that mode is tuned against where the family's tables are one per mode (TableFamily::scales).
+  std::vector<std::pair<const char*, const char*>> scales_hashes;
 };
 
 // The generated config space of a family, or nullptr (a family with built-in variants only).

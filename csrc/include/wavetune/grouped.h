@@ -1,8 +1,8 @@
 // Grouped GEMM for mixture-of-experts layers (docs/grouped.md): for every expert e,
 // out[rows of e] = x[rows of e] @ w[e].T, in one launch, with the rows of each expert given by offsets
 // that stay on the GPU (torch._grouped_mm's `offs` convention); x and w in the output's 16-bit dtype, or in
-// e4m3 with float32 scales (GroupedScales: per row, as torch._scaled_grouped_mm takes them, or per 128-block,
-// as FP8 checkpoints store them), accumulated in fp32.
+// e4m3 with float32 scales (GroupedScales: per row, as torch._scaled_grouped_mm takes them, per 128-block or
+// per tensor, as FP8 checkpoints store them), accumulated in fp32.
 //
 //   wavetune::GroupedGemmProblem p{rows, experts, n, k, x, w, offsets, out, wavetune::DType::bf16};
 //   // FP8: p.scales = wavetune::GroupedScales::row; p.scale_x = scale_x; p.scale_w = scale_w;
@@ -23,20 +23,24 @@ namespace wavetune {
 
 // How x and w are scaled: an axis of the grouped variants (the config space's `scales`) and of the grouped
 // tables (meta `scales`; one table per GPU model and mode). Each mode's scales are laid out as its
-// GroupedScalesLayout says.
+// GroupedScalesLayout says. Modes are only ever appended, within an ABI version: a program built against fewer
+// modes meets a later one's value only from grouped_variant_scales of that mode's variants, and should skip
+// values at or past std::size(kGroupedScales) of its own headers.
 enum class GroupedScales : int32_t {
   none = 0,      // x, w and out in one 16-bit dtype
   row = 1,       // e4m3 x and w; scale_x [rows], one per token; scale_w [experts, n], one per expert output channel
   block128 = 2,  // e4m3 x and w; scale_x [rows, ceil(k/128)]; scale_w [experts, ceil(n/128), ceil(k/128)]
+  tensor = 3,    // e4m3 x and w; scale_x [1], one for all of x; scale_w [experts], one per expert
 };
 
-// A mode's float32 scales, row-major: scale_x [rows, blocks of k], scale_w [experts, blocks of n, blocks of k],
-// a block of x being 1 x x_block_k values and one of w[e] w_block_n x w_block_k (0: all of K; a block count of
-// K is then 1). Each mode applies its scales to every product of its block: out = sum over K of
-// scale_x * x * w[e] * scale_w.
+// A mode's float32 scales, row-major: scale_x [blocks of rows, blocks of k], scale_w [experts, blocks of n,
+// blocks of k], a block of x being x_block_m x x_block_k values and one of w[e] w_block_n x w_block_k (0: all of
+// that extent, whose block count is then 1; x_block_m is 1, a token, or 0, all of x). Each mode applies its
+// scales to every product of its block: out = sum over K of scale_x * x * w[e] * scale_w.
 struct GroupedScalesLayout {
   const char* name;  // as the config space, the tables and Python spell it ("" for none)
   bool e4m3;         // x and w in e4m3 with scales (else in the output's dtype, with none)
+  int32_t x_block_m;
   int32_t x_block_k;
   int32_t w_block_n;
   int32_t w_block_k;
@@ -44,9 +48,10 @@ struct GroupedScalesLayout {
 
 // Every mode, in enumerator order.
 inline constexpr GroupedScalesLayout kGroupedScales[] = {
-    {"", false, 0, 0, 0},             // none
-    {"row", true, 0, 1, 0},           // row
-    {"block128", true, 128, 128, 128},  // block128
+    {"", false, 0, 0, 0, 0},               // none
+    {"row", true, 1, 0, 1, 0},             // row
+    {"block128", true, 1, 128, 128, 128},  // block128
+    {"tensor", true, 0, 0, 0, 0},          // tensor
 };
 
 constexpr const GroupedScalesLayout& grouped_scales_layout(GroupedScales s) { return kGroupedScales[int32_t(s)]; }

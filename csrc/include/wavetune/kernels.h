@@ -72,7 +72,9 @@ struct DeviceProperties {
   int32_t cc_major, cc_minor;
   double memory_bytes_per_s;  // peak DRAM bandwidth (twice the memory clock times the bus width)
 };
-// The current CUDA device.
+// The current CUDA device as the current context sees it: in a green context (or an MPS partition) of fewer SMs,
+// sm_count is the context's and the name ends in " (<n> SMs)", so tables (found by name, checked by SM count)
+// and the wave mapping treat it as the smaller GPU it stands for.
 WAVETUNE_API DeviceProperties device_properties();
 
 // Why this process can use no CUDA device (no GPU, no driver, a driver older than the runtime, a build

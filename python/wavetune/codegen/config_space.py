@@ -70,9 +70,31 @@ ATTENTION_BLOCK_KV = (64, 128)
 ATTENTION_MAX_KV_TILE = 128 * 128
 
 
-FAMILY_KEYS = {"name", "template", "macro_prefix", "registry", "sources_dir", "name_format", "check"}
-OPTIONAL_FAMILY_KEYS = {"fixed_axes", "scales"}
+# The C++ names the family's generated registration, stubs and bindings use (FamilyCode).
+FAMILY_CODE_KEYS = ("public_header", "ops", "ops_header", "variant_ops", "variants", "config_space_hash")
+FAMILY_CODE_LISTS = ("entries", "kernel_entries", "stubs")
+FAMILY_KEYS = {"name", "template", "macro_prefix", "registry", "sources_dir", "name_format", "check", *FAMILY_CODE_KEYS}
+OPTIONAL_FAMILY_KEYS = {"fixed_axes", "scales", "find_variant", *FAMILY_CODE_LISTS}
 CHECKS = ("gemm", "attention")  # the rule sets a family's variants satisfy: _check_gemm, _check_attention
+CPP_NAME = re.compile(r"(?:[A-Za-z_]\w*::)*[A-Za-z_]\w*")
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyCode:
+    """The C++ side of a family that the build generates from its ``[family]`` table: the registry of its compiled
+    variants (``<name>_registration.cpp``), the launch functions of a build without a CUDA compiler
+    (``<name>_unavailable.cpp``) and its bindings' registration (``<name>_bindings.cpp``)."""
+
+    public_header: str  # declares the family's public functions (wavetune/....h)
+    ops: str  # the detail:: type of a compiled variant's launch functions
+    ops_header: str  # in the family's folder: declares ops, variant_ops and the entry functions
+    variant_ops: str  # defined in detail::, const Ops* NAME(int32_t id): a registered variant's ops or nullptr
+    variants: str  # defined and bound to Python, const std::vector<VariantInfo>& NAME()
+    config_space_hash: str  # defined, const char* NAME(); bound to Python where public (not in a namespace)
+    find_variant: str = ""  # defined where given, const VariantInfo* NAME(int32_t id)
+    entries: tuple[str, ...] = ()  # detail:: functions, std::vector<Entry> NAME(): more variants, every build
+    kernel_entries: tuple[str, ...] = ()  # the same defined by the family's .cu files: builds with CUDA only
+    stubs: tuple[str, ...] = ()  # public launch functions (declarations) that raise in a build without CUDA
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +110,7 @@ class Family:
     fixed_axes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # group keys the family does not vary
     check: str = "gemm"  # which rules a variant must satisfy: "gemm" (_check_gemm) or "attention"
     scales: tuple[tuple[str, str], ...] = DEFAULT_SCALES  # the groups' scales modes: (mode, its name fragment)
+    code: FamilyCode | None = None  # the C++ generated for it
 
 
 class ConfigError(ValueError):
@@ -163,6 +186,13 @@ class ConfigSpace:
     def hash(self) -> str:
         """Identifies the space: tables tuned against one space are refused by a build of another."""
         text = "\n".join(f"{v.id} {v.name}" for v in self.variants)
+        return hashlib.sha256(f"{self.arch}\n{text}".encode()).hexdigest()[:16]
+
+    def scales_hash(self, scales: str) -> str:
+        """Identifies the variants of one scales mode (a group's ``scales``): a table of a family whose tables are
+        one per scales mode is tuned against its mode's variants, so the variants of another mode added to the
+        space leave it valid."""
+        text = "\n".join(f"{v.id} {v.name}" for v in self.variants if v.scales == scales)
         return hashlib.sha256(f"{self.arch}\n{text}".encode()).hexdigest()[:16]
 
     def heuristic_set(self) -> list[Variant]:
@@ -371,7 +401,28 @@ def _parse_family(table: object, path: Path) -> Family:
                           f"({', '.join(sorted(GROUP_KEYS))}) to lists, got {fixed!r}")
     axes = tuple((key, tuple(_string_list(fixed, key, None, f"{path}: [family] fixed_axes"))) for key in fixed)
     return Family(table["name"], table["template"], table["macro_prefix"], table["registry"], table["sources_dir"],
-                  table["name_format"], axes, table["check"], _parse_scales(table.get("scales"), path))
+                  table["name_format"], axes, table["check"], _parse_scales(table.get("scales"), path),
+                  _parse_family_code(table, path))
+
+
+def _parse_family_code(table: dict, path: Path) -> FamilyCode:
+    """The [family] table's C++ names (FamilyCode), each checked for its form: a header, a name, a declaration."""
+    forms = {"name": CPP_NAME, "header": re.compile(r"[\w/.]+\.h"), "declaration": re.compile(r"[^;{}]+\([^;{}]*\)")}
+
+    def checked(key: str, value: object, form: str) -> str:
+        if not isinstance(value, str) or not forms[form].fullmatch(value):
+            raise ConfigError(f"{path}: [family] {key} must be a C++ {form}, got {value!r}")
+        return value
+
+    names = [checked(key, table[key], "header" if key.endswith("header") else "name") for key in FAMILY_CODE_KEYS]
+    find_variant = checked("find_variant", table["find_variant"], "name") if "find_variant" in table else ""
+    lists = []
+    for key in FAMILY_CODE_LISTS:
+        values = table.get(key, [])
+        if not isinstance(values, list):
+            raise ConfigError(f"{path}: [family] {key} must be a list, got {values!r}")
+        lists.append(tuple(checked(key, v, "declaration" if key == "stubs" else "name") for v in values))
+    return FamilyCode(*names, find_variant, *lists)
 
 
 def _parse_scales(table: object, path: Path) -> tuple[tuple[str, str], ...]:
@@ -510,6 +561,10 @@ REGISTRY_TEMPLATE = """\
 // The names of the variants the family's built-in choice takes (ConfigSpace.heuristic_set).
 #define {prefix}_HEURISTIC_VARIANT_NAMES \\
 {heuristic_names}
+
+// {{scales mode, the hash of its variants}} per scales mode of the variants (ConfigSpace.scales_hash).
+#define {prefix}_SCALES_HASHES \\
+{scales_hashes}
 """
 
 
@@ -538,9 +593,12 @@ def render_registry(space: ConfigSpace, chosen: list[Variant], kernel_set: str) 
                              for dtype, layout, max_m, v in space.fallback if v.id in compiled)
     space_rows = " \\\n".join(_REGISTRY_ROW.format(**_fields(v)) for v in space.variants)
     heuristic_names = ", \\\n".join(f'  "{v.name}"' for v in space.heuristic_set())
+    modes = dict.fromkeys(v.scales for v in space.variants)
+    scales_hashes = ", \\\n".join(f'  {{"{m}", "{space.scales_hash(m)}"}}' for m in modes)
     return REGISTRY_TEMPLATE.format(source=space.path.name, prefix=space.generation.macro_prefix,
                                     hash=space.hash, kernel_set=kernel_set, rows=rows, fallback=fallback,
-                                    space_rows=space_rows, heuristic_names=heuristic_names)
+                                    space_rows=space_rows, heuristic_names=heuristic_names,
+                                    scales_hashes=scales_hashes)
 
 
 VARIANT_LIBRARY_TEMPLATE = """\
@@ -603,6 +661,112 @@ def render_model(space: ConfigSpace) -> str:
                                  fields=fields, visits=visits)
 
 
+REGISTRATION_TEMPLATE = """\
+// Generated by python/wavetune/codegen/config_space.py from {source}'s [family] table. Do not edit.
+// The {family} family's compiled variants ({registry} and its built-in entries), registered with the kernel
+// library (family.h's KernelFamily), where variant libraries add to them.
+#include <cstdint>
+#include <vector>
+
+#include "{ops_header}"
+#include "registered_variants.h"
+#include "{registry}"
+#include "{public_header}"
+
+namespace wavetune {{
+namespace detail {{
+
+#define WAVETUNE_DECLARE_OPS(ID, NAME, ...) extern const {ops} variant_##NAME;
+{prefix}_VARIANT_LIST(WAVETUNE_DECLARE_OPS)
+#undef WAVETUNE_DECLARE_OPS
+
+namespace {{
+VariantRegistry<{ops}>& registry() {{
+  static VariantRegistry<{ops}> list({{{prefix}_VARIANT_LIST(WAVETUNE_REGISTRY_ENTRY)}},
+                                     {{{entries}}});
+  return list;
+}}
+}}  // namespace
+
+const {ops}* {variant_ops}(int32_t id) {{ return registry().ops(id); }}
+
+}}  // namespace detail
+
+const std::vector<VariantInfo>& {variants}() {{ return detail::registry().infos(); }}
+{find_variant}
+const char* {config_space_hash}() {{ return {prefix}_CONFIG_SPACE_HASH; }}
+
+namespace {{
+const detail::RegisteredVariants<detail::{ops}, &detail::registry> registration("{family}", &{config_space_hash});
+}}  // namespace
+
+}}  // namespace wavetune
+"""
+
+UNAVAILABLE_TEMPLATE = """\
+// Generated by python/wavetune/codegen/config_space.py from {source}'s [family] table. Do not edit.
+// The {family} family's launch functions in a build without a CUDA compiler: each says why it cannot run.
+#include "{public_header}"
+#include "unavailable.h"
+#include "wavetune/errors.h"
+
+namespace wavetune {{
+{stubs}
+}}  // namespace wavetune
+"""
+
+BINDINGS_TEMPLATE = """\
+// Generated by python/wavetune/codegen/config_space.py from {source}'s [family] table. Do not edit.
+// Registers the {family} family's bindings (FamilyBindings): its compiled variants and config space hash, then
+// the family's own functions (bind_{family} in its bindings.cpp).
+#include "bindings.h"
+#include "{public_header}"
+
+namespace wavetune::bindings {{
+
+void bind_{family}(pybind11::module_& m, const FamilyBindings& registration);
+
+namespace {{
+void bind(pybind11::module_& m);
+FamilyBindings registration("{family}", &bind);
+
+void bind(pybind11::module_& m) {{
+  m.def("{variants}", [] {{ return variant_dicts({variants}()); }}, "The {family} family's compiled variants.");
+{hash_binding}  bind_{family}(m, registration);
+}}
+}}  // namespace
+
+}}  // namespace wavetune::bindings
+"""
+
+
+def family_sources(space: ConfigSpace) -> dict[str, str]:
+    """The file names of the family's generated C++ (FamilyCode): its registration (the kernel library), its
+    launch stubs (a kernel library without CUDA) and its bindings (the Python module)."""
+    return {kind: f"{space.family}_{kind}.cpp" for kind in ("registration", "unavailable", "bindings")}
+
+
+def render_family_code(space: ConfigSpace, with_kernels: bool) -> dict[str, str]:
+    """The family's generated C++ by file name; a build without kernels registers no kernel_entries."""
+    family, code = space.generation, space.generation.code
+    entries = [*code.entries, *(code.kernel_entries if with_kernels else ())]
+    names = {"source": space.path.name, "family": space.family, "registry": family.registry,
+             "prefix": family.macro_prefix, **dataclasses.asdict(code)}
+    find_variant = (f"const VariantInfo* {code.find_variant}(int32_t id) {{ return detail::registry().info(id); }}"
+                    if code.find_variant else "")
+    hash_binding = "" if "::" in code.config_space_hash else (
+        f'  m.def("{code.config_space_hash}", &{code.config_space_hash},\n        "The hash of the {space.family} '
+        f'config space this build was compiled from (its tables are checked against it).");\n')
+    files = family_sources(space)
+    return {
+        files["registration"]: REGISTRATION_TEMPLATE.format(**{**names, "find_variant": find_variant,
+                                                                "entries": ", ".join(f"{e}()" for e in entries)}),
+        files["unavailable"]: UNAVAILABLE_TEMPLATE.format(**{**names, "stubs": "".join(
+            f"\n{stub} {{ WAVETUNE_FAIL(detail::kNoKernels); }}\n" for stub in code.stubs)}),
+        files["bindings"]: BINDINGS_TEMPLATE.format(**{**names, "hash_binding": hash_binding}),
+    }
+
+
 def write_if_changed(path: Path, text: str) -> bool:
     """Rewrite only on change, so an unchanged variant is not recompiled after a reconfigure."""
     if path.exists() and path.read_text() == text:
@@ -619,6 +783,8 @@ def generate(space: ConfigSpace, out_dir: Path, kernel_set: str, name_filter: st
     family = space.generation
     chosen = space.select(kernel_set, name_filter, tables_dir, allow_empty) if with_kernels else []
     write_if_changed(out_dir / family.registry, render_registry(space, chosen, kernel_set if with_kernels else "none"))
+    for name, text in render_family_code(space, with_kernels).items():
+        write_if_changed(out_dir / name, text)
     if space.model:
         write_if_changed(out_dir / model_header(space), render_model(space))
     sources_dir = out_dir / family.sources_dir
@@ -635,21 +801,32 @@ def generate(space: ConfigSpace, out_dir: Path, kernel_set: str, name_filter: st
 
 
 FAMILIES_LIST = "families.inc"  # the generated families, for tools that take any of them
+FAMILY_SOURCES_LIST = "family_sources.cmake"  # the families' generated C++ (family_sources), for the build
 
 
 def render_family_list(spaces: list[ConfigSpace]) -> str:
     """X-macros over every generated family: its name, config-space hash and compiled variant list, and its
-    name, hash, whole config space and built-in choice's variant names (the macros of its registry list, which
-    it includes)."""
+    name, hash, whole config space, built-in choice's variant names and hash per scales mode (the macros of its
+    registry list, which it includes)."""
     includes = "".join(f'#include "{s.generation.registry}"\n' for s in spaces)
     rows = "".join(f'  WAVETUNE_FAMILY("{s.family}", {s.generation.macro_prefix}_CONFIG_SPACE_HASH, '
                    f'{s.generation.macro_prefix}_VARIANT_LIST) \\\n' for s in spaces)
     space_rows = "".join(f'  WAVETUNE_SPACE("{s.family}", {s.generation.macro_prefix}_CONFIG_SPACE_HASH, '
                          f'{s.generation.macro_prefix}_SPACE_VARIANT_LIST, '
-                         f'{s.generation.macro_prefix}_HEURISTIC_VARIANT_NAMES) \\\n' for s in spaces)
+                         f'{s.generation.macro_prefix}_HEURISTIC_VARIANT_NAMES, '
+                         f'{s.generation.macro_prefix}_SCALES_HASHES) \\\n' for s in spaces)
     return (f"// Generated by python/wavetune/codegen/config_space.py. Do not edit.\n{includes}\n"
             f"#define WAVETUNE_GENERATED_FAMILIES(WAVETUNE_FAMILY) \\\n{rows}\n"
             f"#define WAVETUNE_GENERATED_SPACES(WAVETUNE_SPACE) \\\n{space_rows}\n")
+
+
+def render_family_sources_list(spaces: list[ConfigSpace], out_dir: Path) -> str:
+    """CMake lists of every family's generated C++ by kind: WAVETUNE_GENERATED_REGISTRATION (the kernel library),
+    WAVETUNE_GENERATED_UNAVAILABLE (the kernel library without CUDA), WAVETUNE_GENERATED_BINDINGS (the module)."""
+    kinds = ("registration", "unavailable", "bindings")
+    lists = {kind: ";".join(str(out_dir.resolve() / family_sources(s)[kind]) for s in spaces) for kind in kinds}
+    return ("# Generated by python/wavetune/codegen/config_space.py. Do not edit.\n"
+            + "".join(f'set(WAVETUNE_GENERATED_{kind.upper()} "{paths}")\n' for kind, paths in lists.items()))
 
 
 def generate_families(spaces: list[ConfigSpace], out_dir: Path, kernel_set: str, name_filter: str,
@@ -658,6 +835,7 @@ def generate_families(spaces: list[ConfigSpace], out_dir: Path, kernel_set: str,
     if len({s.family for s in spaces}) != len(spaces):
         raise ConfigError(f"one config-space file per kernel family, got families {[s.family for s in spaces]}")
     write_if_changed(out_dir / FAMILIES_LIST, render_family_list(spaces))
+    write_if_changed(out_dir / FAMILY_SOURCES_LIST, render_family_sources_list(spaces, out_dir))
     if len(spaces) == 1:
         return generate(spaces[0], out_dir, kernel_set, name_filter, with_kernels, tables_dir)
     known = [*BUILT_IN_SETS, *dict.fromkeys(name for s in spaces for name in s.kernel_sets)]

@@ -66,6 +66,15 @@ class Family:
         """The hash of the config space this build compiled for the family."""
         return self.function("api", self.config_space_hash)()
 
+    def table_hash(self, scales: str = "") -> str:
+        """The config-space hash the family's tables and tuning logs of a scales mode carry: of the mode's
+        variants alone where its tables are one per scales mode, else ``compiled_hash``."""
+        from ..runtime.native import _C  # the registry imports nothing heavy until used
+
+        if _C.table_scales(self.name) != [""]:
+            return _C.config_space(self.name)["scales_hashes"][scales]
+        return self.compiled_hash()
+
     def size_error(self, problem: "SizeProblem") -> str:
         """What the family's entry point says of a call of ``problem``'s sizes; empty where it runs it."""
         return self.function("api", self.size_check)(problem) if self.size_check else ""

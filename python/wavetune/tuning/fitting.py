@@ -32,7 +32,7 @@ def benchmark_log(paths: Iterable[Path], family: str | None = None, scales: str 
         if header is not None and log_gpu(head) != log_gpu(header):
             raise ValueError(f"{path}: measured on a {log_gpu(head)}, the first log on a {log_gpu(header)}")
         if family is not None and "config_space_hash" in head:
-            expected = {"family": family, "config_space_hash": families.get(family).compiled_hash(),
+            expected = {"family": family, "config_space_hash": families.get(family).table_hash(scales),
                         "scales": scales or None}
             if {key: head.get(key) for key in expected} != expected:
                 raise ValueError(f"{path}: a log of family {head.get('family')!r}, scales {head.get('scales', '')!r} "
@@ -95,7 +95,7 @@ def fit_case_table(family: str, header: dict, measured: list[dict], out: Path, s
         raise ValueError(f"no bf16 {family} variant is compiled: compile them first "
                          f"(python -m wavetune build --family {family})")
     table = fit(measured, variants, header["sm_count"])
-    return write_family_table(out, header, family, kind.compiled_hash(), timing, source, table, scales)
+    return write_family_table(out, header, family, kind.table_hash(scales), timing, source, table, scales)
 
 
 def logs_source(logs: list[Path], measured: list[dict]) -> str:

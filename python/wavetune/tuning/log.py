@@ -30,7 +30,7 @@ class MeasurementLog:
         self.device = device or (self._logged_device() if offline else device_properties())
         self.header = {
             "gpu_name": self.device["name"], "sm_count": self.device["sm_count"],
-            "l2_bytes": self.device["l2_bytes"], "config_space_hash": families.get(family).compiled_hash(),
+            "l2_bytes": self.device["l2_bytes"], "config_space_hash": families.get(family).table_hash(scales),
         }
         if self.family != "gemm":  # dense logs predate the other families' and have no family key
             self.header["family"] = self.family

@@ -167,6 +167,29 @@ def pin_device(devices: list[int] | None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(devices[0])
 
 
+# The SM count `tune --sms` confines measuring processes to; workers inherit it with the environment.
+SMS_ENV = "WAVETUNE_TUNE_SMS"
+_green_context = None  # kept alive: the process measures inside it
+
+
+def confine_sms() -> None:
+    """Where SMS_ENV names an SM count, run this process's CUDA work in a green context of that many SMs of its
+    GPU (torch.cuda.green_contexts): the library then maps, measures and names the GPU as one of that many SMs
+    (device_properties), so its tables are a smaller GPU's. Call before anything else starts CUDA."""
+    global _green_context
+    count = os.environ.get(SMS_ENV)
+    if not count or _green_context is not None:
+        return
+    import torch
+
+    green = getattr(torch.cuda, "green_contexts", None)
+    if green is None or not getattr(green, "SUPPORTED", True) or not torch.cuda.is_available():
+        raise RuntimeError(f"--sms {count} needs a CUDA GPU and a torch with CUDA green contexts "
+                           "(torch.cuda.green_contexts)")
+    _green_context = green.GreenContext.create(int(count), torch.cuda.current_device())
+    (getattr(_green_context, "set_context", None) or _green_context.make_current)()
+
+
 def measurer_for(family: str, devices: list[int] | None, time_budget_s: float | None = None,
                  options: dict | None = None) -> Measurer:
     """The measurer of a tuning run on ``devices`` (None, or one pinned with ``pin_device``: this process's

@@ -16,9 +16,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..runtime.device import device_properties
+from .runner import confine_sms
 
 
 def main(argv: list[str]) -> int:
+    confine_sms()
     if argv == ["--properties"]:
         print(json.dumps(device_properties()))
         return 0

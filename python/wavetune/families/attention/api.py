@@ -211,7 +211,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         routes = _routes(torch, q, k, v, causal and seqlen_q > 1, dtype_code, given_out is not None) \
             if splits is None else (False, False, False)
         ensure_table(device, "attention")
-        variant, chosen_splits = _C.choose_attention(sizes, *tensors, scale, causal, dtype_code, device, routes)
+        variant, chosen_splits = _C.attention_chosen_launch(sizes, *tensors, scale, causal, dtype_code, device, routes)
         if variant < 0 and splits is not None:
             raise ValueError(f"splits apply to the FMHA variants, and none of {q.dtype} with head_dim {head_dim} is "
                              "compiled yet (python -m wavetune build --family attention compiles them)")

@@ -51,7 +51,7 @@ def _choice(device: int, sizes: tuple, dtype_code: int, args: tuple) -> tuple[in
     if key not in _choices:
         if len(_choices) >= MAX_CACHED_CHOICES:
             _choices.clear()
-        _choices[key] = _C.choose_paged_attention(sizes, *args, dtype_code)
+        _choices[key] = _C.paged_attention_chosen_launch(sizes, *args, dtype_code)
     return _choices[key]
 
 

@@ -101,7 +101,7 @@ def replay(rows: list[dict], model: dict, header: dict) -> list[float]:
 
 
 def paged_problem(c: dict) -> tuple:
-    """The arguments of _C.choose_paged_attention for a decode case on a dense cache (contiguous layouts)."""
+    """The arguments of _C.paged_attention_chosen_launch for a decode case on a dense cache (contiguous layouts)."""
     heads_kv, dim = c["heads_kv"], c["head_dim"]
     sizes = (c["batch"], c["heads_q"], heads_kv, dim, c["seqlen_k"], c["seqlen_k"])
     q = (16, c["heads_q"] * dim, dim)  # any aligned non-null pointer: the choice reads sizes only

@@ -12,18 +12,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from typing import Callable
-
 from ...runtime.configs import KernelConfig, family_variant_id
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added, vendor_serves
 from .. import NO_DATA
 from . import FAMILY
-from .fp8 import dequantized_grouped_mm, scale_shapes, torch_scaled_grouped_mm
-
-# Every scales mode's layout (grouped.h's GroupedScalesLayout) by name, "" for none, in enumerator order.
-SCALES = {layout["name"]: layout for layout in _C.GROUPED_SCALES}
+from .fp8 import SCALES, scale_shapes, vendor_route, weight_scales_rank
 
 
 def scales_code(scales: str) -> int:
@@ -166,11 +161,13 @@ def grouped_mm(torch, x, w, scale_x, scale_w, offsets, out_dtype):
 class GroupedEntry:
     """A scales mode's entry point: its checks, variants and launch. ``entry`` and ``listing``: the public names
     of its entry point and variant listing (messages); ``vendor``: (torch, x, w, scale_x, scale_w, offsets,
-    out_dtype) -> the product as PyTorch computes it, what a call runs while the mode's variants compile."""
+    out_dtype) -> the product as PyTorch computes it, what a call runs while the mode's variants compile (of
+    the mode's layout, ``fp8.vendor_route``)."""
 
-    def __init__(self, scales: str, entry: str, listing: str, vendor: Callable):
-        self.scales, self.entry, self.vendor = scales, entry, vendor
+    def __init__(self, scales: str, entry: str, listing: str):
+        self.scales, self.entry = scales, entry
         self.layout, self.code = SCALES[scales], scales_code(scales)
+        self.vendor = vendor_route(self.layout) if self.layout["e4m3"] else grouped_mm
         what = entry if self.layout["e4m3"] else "grouped"  # how messages name its variants
         self.resolve = functools.lru_cache(maxsize=256)(
             lambda config: family_variant_id(config, {c.id: c for c in grouped_configs(scales)}, what, listing))
@@ -243,24 +240,21 @@ class GroupedEntry:
         return vendor_serves(FAMILY.name, self.scales) or dtype not in _compiled_dtypes(self.scales)
 
 
-# The public names of each scales mode's entry point and listing, and its vendor route. NOTES: a mode without
-# names of its own is reached through scaled_grouped_gemm (by its weight scales' rank, scales_of) and listed by
-# grouped_configs(scales); its vendor route dequantizes the operands for torch._grouped_mm.
-_NAMED = {"": ("grouped_gemm", "grouped_configs", grouped_mm),
-          "row": ("scaled_grouped_gemm", "scaled_grouped_configs", torch_scaled_grouped_mm),
-          "block128": ("block_scaled_grouped_gemm", "block_scaled_grouped_configs", dequantized_grouped_mm)}
-ENTRIES = {scales: GroupedEntry(scales, *_NAMED.get(scales, ("scaled_grouped_gemm", "grouped_configs",
-                                                             dequantized_grouped_mm)))
+# The public names of each scales mode's entry point and listing. NOTES: a mode without names of its own is
+# reached through scaled_grouped_gemm (by its weight scales' rank, scales_of) and listed by grouped_configs(scales).
+_NAMED = {"": ("grouped_gemm", "grouped_configs"), "row": ("scaled_grouped_gemm", "scaled_grouped_configs"),
+          "block128": ("block_scaled_grouped_gemm", "block_scaled_grouped_configs")}
+ENTRIES = {scales: GroupedEntry(scales, *_NAMED.get(scales, ("scaled_grouped_gemm", "grouped_configs")))
            for scales in SCALES}
 
 
 def scales_of(scale_w) -> str:
     """The scales mode of FP8 operands, by their weight scales' rank: the first scaled mode whose scale_w has it
-    ([experts, N]: "row"; [experts, N/128, K/128]: "block128"), else the first scaled mode (whose checks say
-    what is wrong)."""
+    ([experts]: "tensor"; [experts, N]: "row"; [experts, N/128, K/128]: "block128"), else the first scaled mode
+    (whose checks say what is wrong)."""
     rank = getattr(scale_w, "dim", lambda: 0)()
     scaled = [name for name, layout in SCALES.items() if layout["e4m3"]]
-    return next((name for name in scaled if 2 + bool(SCALES[name]["w_block_k"]) == rank), scaled[0])
+    return next((name for name in scaled if weight_scales_rank(SCALES[name]) == rank), scaled[0])
 
 
 def check_shapes(torch, x, w, offsets, out) -> None:

@@ -3,9 +3,8 @@ benchmarks/grouped.py compares against torch: each launch checked against a floa
 rows, then timed as CUDA graphs replayed round-robin (``wavetune.tuning.timing.interleaved_us``: warm-up,
 interleaved rounds, medians) over fresh uniform(-1, 1) operands. Where one operand set would fit in the
 L2, sets with the same counts on other experts rotate, so weights come from DRAM as in a forward pass.
-bf16, or a scales mode's variants on e4m3 operands (``scales``: "row", per token and per expert channel;
-"block128", per 1x128 and 128x128 block; an operand set then ends with scale_x and scale_w). Importing this
-module imports torch.
+bf16, or a scales mode's variants on e4m3 operands (``scales``: a scaled mode, quantized with scales of its
+layout; an operand set then ends with scale_x and scale_w). Importing this module imports torch.
 """
 
 from __future__ import annotations
@@ -18,7 +17,8 @@ import torch
 
 from ...tuning.timing import interleaved_us
 from .api import ENTRIES, SCALES, grouped_configs
-from .fp8 import BLOCK, dequantize_experts
+from .fp8 import BLOCK, dequantize_experts  # noqa: F401 (the tests and benchmarks take them from here)
+from .fp8 import dequantize_operands, operand_blocks, scale_dims
 
 HOT_EXPERTS, HOT_WEIGHT = 3, 30.0  # the "hot" routing: three experts picked 30 times as often as the others
 MAX_ERROR = 2e-2
@@ -55,23 +55,27 @@ def quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (t / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), scale.squeeze(-1)
 
 
-def quantize_blocks(t: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """e4m3 values and float32 scales of a matrix t [R, K] per block of ``rows`` rows and 128 columns (1: an
-    activation's 1x128 groups; 128: a weight's 128x128 blocks), with torch ops: t ~= dequantize_experts(q,
-    scale, rows, torch.float32)."""
+def quantize_blocks(t: torch.Tensor, rows: int, cols: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and float32 scales [row blocks, column blocks] of a matrix t [R, K] per block of ``rows`` x
+    ``cols`` values (0: all of that extent; 1 x 128: an activation's groups, 128 x 128: a weight's blocks), with
+    torch ops: t ~= dequantize_experts(q, scale, rows, torch.float32, cols)."""
     r, k = t.shape
-    padded = torch.nn.functional.pad(t.float(), (0, -k % BLOCK, 0, -r % rows))
-    blocked = padded.view(padded.shape[0] // rows, rows, padded.shape[1] // BLOCK, BLOCK)
+    size_r, size_k = rows or max(r, 1), cols or max(k, 1)
+    padded = torch.nn.functional.pad(t.float(), (0, -k % size_k, 0, -r % size_r))
+    blocked = padded.view(padded.shape[0] // size_r, size_r, padded.shape[1] // size_k, size_k)
     scale = (blocked.abs().amax(dim=(1, 3), keepdim=True) / E4M3_MAX).clamp(min=1e-12)
     q = (blocked / scale).clamp(-E4M3_MAX, E4M3_MAX).view(padded.shape)[:r, :k]
     return q.to(torch.float8_e4m3fn).contiguous(), scale[:, 0, :, 0].contiguous()
 
 
-def quantize(t: torch.Tensor, scales: str, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """e4m3 values and scales of ``t`` (a matrix, or experts' matrices [E, R, K]) as a scales mode takes them:
-    per row (a mode whose scales span K, "row") or per block of ``rows`` x 128 ("block128")."""
+def quantize(t: torch.Tensor, scales: str, operand: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """e4m3 values and scales of ``t`` as a scales mode takes them for ``operand``: "x" (a matrix [rows, K]) or
+    "w" (experts' matrices [E, N, K], or one of them), in the scale shapes of the mode's layout."""
+    block_rows, block_cols = operand_blocks(SCALES[scales], operand)
+
     def one(matrix):
-        return quantize_blocks(matrix, rows) if SCALES[scales]["x_block_k"] else quantize_rows(matrix)
+        q, scale = quantize_blocks(matrix, block_rows, block_cols)
+        return q, scale.reshape(scale_dims(*matrix.shape, block_rows, block_cols))
 
     if t.dim() == 2:
         return one(t)
@@ -88,7 +92,7 @@ def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int, scales: str =
     touched = sum(1 for c in counts if c) * n * k * size + rows * (n * 2 + k * size)
     copies = min(4, max(1, math.ceil(2 * l2_bytes / touched)))
     w = torch.empty(experts, n, k, **opts).uniform_(-1, 1)
-    w_scales = quantize(w, scales, BLOCK) if scales else (w,)
+    w_scales = quantize(w, scales, "w") if scales else (w,)
     sets = []
     for c in range(copies):
         shifted = counts[-c * experts // copies:] + counts[:-c * experts // copies] if c else counts
@@ -97,7 +101,7 @@ def operand_sets(counts: list[int], n: int, k: int, l2_bytes: int, scales: str =
         offsets = torch.tensor(ends, dtype=torch.int32, device="cuda")
         x = torch.empty(rows, k, **opts).uniform_(-1, 1)
         if scales:
-            (x, scale_x), (w8, scale_w) = quantize(x, scales, 1), w_scales
+            (x, scale_x), (w8, scale_w) = quantize(x, scales, "x"), w_scales
             sets.append((x, w8, offsets, torch.empty(rows, n, **opts), bounds, scale_x, scale_w))
         else:
             sets.append((x, w, offsets, torch.empty(rows, n, **opts), bounds))
@@ -113,25 +117,26 @@ def variant_launches(scales: str = "") -> dict[str, Callable]:
             for c in grouped_configs(scales) if c.dtype == "bf16"}
 
 
-def check(launch, operands: tuple, generator: torch.Generator) -> float:
-    """Relative error on sampled rows against float32 (of the dequantized operands), the output poisoned
-    with NaN first."""
-    x, w, offsets, out, bounds, *scales = operands
+def check(launch, operands: tuple, generator: torch.Generator, scales: str = "") -> float:
+    """Relative error on sampled rows against float32 (of the operands dequantized as the scales mode says), the
+    output poisoned with NaN first."""
+    x, w, offsets, out, bounds, *scale_tensors = operands
     out.fill_(float("nan"))
     result = launch(*operands)
     rows = torch.randint(0, x.shape[0], (SAMPLED_ROWS,), generator=generator).unique().tolist()
-    scale_x, scale_w = scales or (torch.ones(x.shape[0], device="cuda"), torch.ones(w.shape[:2], device="cuda"))
-    blocks = scale_w.dim() == 3
+    layout = SCALES[scales]
     got, ref = [], []
     for e, start, end in bounds:
         mine = [r for r in rows if start <= r < end]
         if mine:
             got.append(result[mine].float())
-            if blocks:
-                ref.append(dequantize_experts(x[mine], scale_x[mine], 1, torch.float32)
-                           @ dequantize_experts(w[e], scale_w[e], BLOCK, torch.float32).t())
+            if scale_tensors:
+                scale_x, scale_w = scale_tensors
+                xe, we = dequantize_operands(layout, x[mine], w[e], scale_x[mine] if layout["x_block_m"] else scale_x,
+                                             scale_w[e], torch.float32)
             else:
-                ref.append((x[mine].float() * scale_x[mine, None]) @ (w[e].float() * scale_w[e, :, None]).t())
+                xe, we = x[mine].float(), w[e].float()
+            ref.append(xe @ we.t())
     got, ref = torch.cat(got), torch.cat(ref)
     error = (torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref)).item()
     if not error <= MAX_ERROR:  # NaN too
@@ -145,13 +150,13 @@ def measure_case(case: dict, l2_bytes: int, generator: torch.Generator, reps: in
     """(the case's record, every method's median us, rows per expert): every compiled variant writing bf16
     timed on the case, with ``extra`` methods (a benchmark's comparisons) first in the same interleaved
     rounds. The record is what a grouped table is fitted to: the case, its rows, ``variants_us``, the best
-    variant. ``scales``: "" (bf16), or e4m3 with scales per "row" or per "block128"."""
+    variant. ``scales``: "" (bf16), or a scaled mode (e4m3 with its scales)."""
     counts = route(case["tokens"], case["experts"], case["topk"], case["routing"], generator)
     n, k, rows = case["n"], case["k"], sum(counts)
     sets = operand_sets(counts, n, k, l2_bytes, scales)
     variants = variant_launches(scales)
     methods = {**(extra or {}), **variants}
-    errors = {name: check(launch, sets[0], generator) for name, launch in methods.items()}
+    errors = {name: check(launch, sets[0], generator, scales) for name, launch in methods.items()}
     estimate_us = max(2.0, 2 * rows * n * k / 4e8)  # at 400 TFLOP/s
     per_graph = len(sets) * math.ceil(min(48, max(1, GRAPH_US / estimate_us)) / len(sets))
     times = interleaved_us(methods, sets, per_graph, reps)
