@@ -124,8 +124,8 @@ def choices(c: dict, operands: tuple) -> dict[str, tuple[int, int]]:
     args = (tuning.attention_sizes(c), *map(fmha.tensor_args, operands), 1 / math.sqrt(c["head_dim"]),
             c["phase"] == "prefill", _C.DTYPES.index("bf16"))
     device = torch.cuda.current_device()
-    return {"routed": _C.attention_choice(*args, device, (True, True, False)),
-            "choice": _C.attention_choice(*args, device), "builtin": _C.attention_default_launch(*args)}
+    return {"routed": _C.attention_chosen_launch(*args, device, (True, True, False)),
+            "choice": _C.attention_chosen_launch(*args, device), "builtin": _C.attention_default_launch(*args)}
 
 
 PAGE_SIZE = 16
@@ -191,7 +191,7 @@ def measure(c: dict, args: argparse.Namespace, l2_bytes: int) -> dict:
     names = {key: f"{fmha.attention_by_id()[v].name}/{s}" for key, (v, s) in choices(c, operands["first"]).items()}
     best_sdpa = min(sdpa_times, key=sdpa_times.get) if sdpa_times else None
     if names["routed"].startswith("attn_paged_"):  # the paged kernel's own choice
-        variant, splits = _C.paged_attention_choice(*paged_problem(c), _C.DTYPES.index("bf16"))
+        variant, splits = _C.paged_attention_chosen_launch(*paged_problem(c), _C.DTYPES.index("bf16"))
         names["routed"] = f"{next(x.name for x in wavetune.paged_attention_configs() if x.id == variant)}/{splits}"
     return {**record, "choice": names["routed"], "builtin": names["builtin"], "choice_us": times["choice"],
             "builtin_us": times["builtin"], "fa_rule_us": times["fa_rule"], "sdpa_best": best_sdpa,
@@ -219,7 +219,8 @@ def host_costs() -> dict:
         return 1e6 * elapsed / count
 
     device = torch.cuda.current_device()
-    choose = lambda sk: _C.attention_choice((8, 1, sk, 32, 8, 128), *args, 0.088, False, bf16, device)  # noqa: E731
+    choose = lambda sk: _C.attention_chosen_launch((8, 1, sk, 32, 8, 128), *args, 0.088, False, bf16,  # noqa: E731
+                                                   device)
     return {"choice_cold_us": per_call_us(lambda i: choose(128 + 64 * i), 300),  # each a new 64-key step
             "choice_cached_us": per_call_us(lambda i: choose(4096), 10000),
             "attention_call_us": per_call_us(lambda i: wavetune.attention(q, k, k), 300),

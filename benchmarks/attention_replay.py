@@ -7,7 +7,7 @@ cuDNN and the paged kernel per decode case known after the fact (docs/results.md
     # anywhere, no GPU and no compiled kernels needed
     python benchmarks/attention_replay.py --table tables/nvidia-h200.attention.wtt runs/seed*/attention_heldout.jsonl
 
-The choice is replayed by wavetune.families.attention.replay (the Python reference of attention_choice).
+The choice is replayed by wavetune.families.attention.replay (the Python reference of the attention family's choose).
 Each policy's chosen candidate is scored by its measured time against SDPA's fastest backend in the same run.
 """
 

@@ -76,7 +76,8 @@ MODES = {
 def scales_choice(scales: str):
     """The run-time choice of a scales mode: (dtype code, rows, experts, N, K, device) -> variant id."""
     code = list(SCALES).index(scales)
-    return lambda dtype, rows, experts, n, k, device: _C.grouped_choice(dtype, rows, experts, n, k, device, code)
+    return lambda dtype, rows, experts, n, k, device: _C.grouped_chosen_variant(dtype, rows, experts, n, k, device,
+                                                                                code)
 
 
 def parse_args() -> argparse.Namespace:

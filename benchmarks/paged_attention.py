@@ -139,7 +139,7 @@ def methods_for(case: dict, kernels: list) -> dict:
         def forced(q, k, v, out):
             args = (tuple(bench.tuning.attention_sizes(case)), *map(fmha.tensor_args, (q, k, v, out)),
                     1 / math.sqrt(case["head_dim"]), False, _C.DTYPES.index("bf16"))
-            variant, splits = _C.attention_choice(*args, torch.cuda.current_device())
+            variant, splits = _C.attention_chosen_launch(*args, torch.cuda.current_device())
             return wavetune.attention(q, k, v, out=out, config=variant, splits=splits)
         methods["fmha"] = forced
     for name, backend in bench.SDPA_BACKENDS.items():
@@ -162,7 +162,7 @@ def measure(case: dict, args, props: dict) -> dict:
     estimate_us = max(3.0, kv_bytes(case) / 2.5e6)
     per_graph = len(sets) * math.ceil(min(32, max(1, GRAPH_US / estimate_us)) / len(sets))
     times = interleaved_us(methods, sets, per_graph, args.reps)
-    variant, splits = _C.paged_attention_choice(*paged_problem(case), _C.DTYPES.index("bf16"))
+    variant, splits = _C.paged_attention_chosen_launch(*paged_problem(case), _C.DTYPES.index("bf16"))
     choice = f"{next(c.name for c in kernels if c.id == variant)}/s{splits}"
     sweep = {name: us for name, us in times.items() if "/s" in name}
     sdpa = {name: us for name, us in times.items() if name.startswith("sdpa")}

@@ -219,7 +219,7 @@ def launches(m: int, n: int, k: int) -> dict:
     if m <= VARIANT_M:
         found["bucket"] = lambda o, v=bucket_variant(m): wavetune.scaled_gemm(o["x"], o["w"].t(), o["sx"], o["sw"],
                                                                              out=o["out"], config=v)
-    chosen = wavetune._C.scaled_gemm_choice(m, n, k, 0, 1, 1)
+    chosen = wavetune._C.scaled_gemm_chosen_variant(m, n, k, 0, 1, 1)
     if chosen >= 0 and "_decode_" not in config_name(chosen):
         found["cutlass_tensor"] = lambda o, v=config_name(chosen): wavetune.scaled_gemm(
             o["x"], o["w"].t(), o["sx1"], o["sw1"], out=o["out"], config=v)
@@ -294,7 +294,7 @@ def measure(problem: dict, reps: int, l2_bytes: int, block: bool, deepgemm: bool
     if "cutlass_tensor" in us:
         row["cutlass_tensor_speedup"] = us["torch_tensor"] / us["cutlass_tensor"]
     if best:
-        chosen = wavetune._C.scaled_gemm_choice(m, n, k, 0, 1, 1)  # per-row scales
+        chosen = wavetune._C.scaled_gemm_chosen_variant(m, n, k, 0, 1, 1)  # per-row scales
         row.update(best=best, best_us=us[best], choice_vs_best=us[best] / us["wavetune_rowwise"],
                    chosen=config_name(chosen) if chosen >= 0 else "torch._scaled_mm",
                    best_tbps=fp8_bytes / us[best] / 1e6)

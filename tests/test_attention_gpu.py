@@ -142,8 +142,8 @@ def test_builtin_decode_choice_routes(no_attention_table, batch, seqlen_k, heads
     hq, hkv = heads
     q = (16, hq * head_dim, hq * head_dim, head_dim)  # aligned pointers: the choice reads sizes only
     kv = (16, seqlen_k * hkv * head_dim, hkv * head_dim, head_dim)
-    variant, splits = _C.attention_choice((batch, 1, seqlen_k, hq, hkv, head_dim), q, kv, kv, q, 1.0, False, 0, 0,
-                                          routes)
+    variant, splits = _C.attention_chosen_launch((batch, 1, seqlen_k, hq, hkv, head_dim), q, kv, kv, q, 1.0, False,
+                                                 0, 0, routes)
     got = {c.id: c.schedule for c in wavetune.attention_configs()}[variant]
     assert (got if got in ("cudnn", "paged") else "fmha") == schedule
     assert splits == 1 or schedule == "fmha"

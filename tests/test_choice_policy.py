@@ -1,4 +1,4 @@
-"""The run-time choice is one policy in the kernel library (gemm_choice, grouped_choice, attention_choice), so a
+"""The run-time choice is one policy in the kernel library (each family's wavetune::choose), so a
 C++ program linking the installed libraries launches what a Python call launches for the same problem and
 table. The C++ side is tests/cpp/choices.cpp, built against the installed CMake package."""
 
@@ -53,7 +53,7 @@ def test_without_a_table_cpp_chooses_the_builtin_heuristic(choices):
 
 
 @pytest.mark.parametrize("table", sorted(TABLES.glob("*.grouped_gemm*.wtt")), ids=lambda p: p.name)
-def test_grouped_choice_is_the_same_through_python_and_cpp(choices, table):
+def test_grouped_gemm_chooses_the_same_through_python_and_cpp(choices, table):
     """Every scales mode's table: the problems of its mode."""
     selector = _C.Selector(str(table), "grouped_gemm")
     scales = [layout["name"] for layout in _C.GROUPED_SCALES].index(selector.scales)
@@ -66,7 +66,7 @@ def test_grouped_choice_is_the_same_through_python_and_cpp(choices, table):
     device = 0
     _C.use_table(device, selector, "grouped_gemm")
     try:
-        python = [_C.grouped_choice(0, rows, experts, n, k, device, scales) for rows, experts, n, k in problems]
+        python = [_C.grouped_chosen_variant(0, rows, experts, n, k, device, scales) for rows, experts, n, k in problems]
     finally:
         _C.use_table(device, None, "grouped_gemm", selector.scales)
     cpp = choices([f"grouped_gemm bf16 {rows} {experts} {n} {k} {selector.scales}"
@@ -81,6 +81,19 @@ def test_a_grouped_table_chooses_for_the_problems_of_its_scales_mode_only(choice
                    f"{kind} problem" for kind in ("grouped", "FP8 grouped (block128 scales)")]
 
 
+def test_a_family_without_tables_refuses_one(choices):
+    """The scaled GEMM and the paged attention kernels take a table argument like every family's choose, and
+    refuse any but none; without one they choose as Python's calls do."""
+    lines = ["scaled_gemm bf16 8 4096 4096 tensor", "paged_attention bf16 4 32 8 128 4096"]
+    table = TABLES / "nvidia-h200.attention.wtt"
+    refused = choices(lines, scaled_gemm=table, paged_attention=table)
+    assert refused[0] == "error: wavetune: the scaled GEMM has no tables: its choice takes none (pass nullptr)"
+    assert refused[1].startswith("error: wavetune: the paged attention kernels have no tables of their own")
+    plain = choices(lines)
+    assert plain[0] == str(_C.scaled_gemm_chosen_variant(8, 4096, 4096, 0, 0, 0))
+    assert "tables" not in plain[1]
+
+
 def shipped_table(family: str):
     """The running GPU's shipped table of the family, or a skip."""
     name = _C.device_properties()["name"]
@@ -91,7 +104,7 @@ def shipped_table(family: str):
 
 
 @pytest.mark.gpu
-def test_gemm_choice_is_the_same_through_python_and_cpp(choices):
+def test_gemm_chooses_the_same_through_python_and_cpp(choices):
     table = shipped_table("gemm")
     _C.use_table(0, _C.Selector(str(table), "gemm"), "gemm")
     rng = random.Random(13)
@@ -105,7 +118,7 @@ def test_gemm_choice_is_the_same_through_python_and_cpp(choices):
 
 
 @pytest.mark.gpu
-def test_attention_choice_is_the_same_through_python_and_cpp(choices):
+def test_attention_chooses_the_same_through_python_and_cpp(choices):
     table = shipped_table("attention")
     _C.use_table(0, _C.Selector(str(table), "attention"), "attention")
     rng = random.Random(17)
@@ -125,8 +138,8 @@ def test_attention_choice_is_the_same_through_python_and_cpp(choices):
         for batch, sq, sk, hq, hkv, hd, causal, routes in problems:
             q = contiguous(batch, sq, hq, hd)
             kv = contiguous(batch, sk, hkv, hd)
-            python.append(_C.attention_choice((batch, sq, sk, hq, hkv, hd), q, kv, kv, q, 1.0, causal, 0, 0,
-                                              tuple(bool(routes >> bit & 1) for bit in range(3))))
+            python.append(_C.attention_chosen_launch((batch, sq, sk, hq, hkv, hd), q, kv, kv, q, 1.0, causal, 0, 0,
+                                                     tuple(bool(routes >> bit & 1) for bit in range(3))))
     finally:
         _C.use_table(0, None, "attention")
     lines = [f"attention bf16 {b} {sq} {sk} {hq} {hkv} {hd} {int(c)} {r}" for b, sq, sk, hq, hkv, hd, c, r in problems]

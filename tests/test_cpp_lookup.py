@@ -488,6 +488,30 @@ def test_every_shipped_table_is_within_the_physical_ranges(table):
     assert wavetune._C.Selector(str(table), family).config_count() > 0
 
 
+def test_the_bindings_take_the_problem_key_fields_the_family_names():
+    """A table family names its problem key (TableFamily::key_fields); select and explain take those fields by
+    keyword, each in its range, and refuse other names."""
+    from wavetune.__main__ import explain_selector
+    attention, _ = explain_selector(REPO / "tables" / "nvidia-h200.attention.wtt", "attention")
+    gemm = wavetune._C.Selector(str(REPO / "tables" / "nvidia-h200.wtt"), "gemm")
+    assert attention.key_fields == ["heads_q", "heads_kv", "causal"] and gemm.key_fields == []
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'heads' \(the attention family's problems "
+                                        r"have the key fields heads_q, heads_kv, causal\)"):
+        attention.explain("bf16", "col", 1, 4096, 128, heads=8)
+    with pytest.raises(TypeError, match=r"'heads_q' \(the gemm family's problems have no key fields\)"):
+        gemm.select("bf16", "col", 16, 4096, 4096, heads_q=8)
+    with pytest.raises(ValueError, match=r"causal=2 is out of range: it must be in \[0, 1\]"):
+        attention.select("bf16", "col", 1, 4096, 128, causal=2)
+    with pytest.raises(ValueError, match="heads_q=6 must be a positive multiple of heads_kv=4"):
+        attention.select("bf16", "col", 1, 4096, 128, heads_q=6, heads_kv=4)
+
+    def predicted(**key):
+        return {r["name"]: r["predicted_us"] for r in attention.explain("bf16", "col", 2048, 2048, 128, **key)}
+    # The mapping reads the fields: a causal mask walks fewer KV tiles, more heads make more CTAs.
+    assert predicted() == predicted(heads_q=1, heads_kv=1, causal=False)  # the fields' defaults
+    assert predicted(causal=True) != predicted() != predicted(heads_q=32, heads_kv=8)
+
+
 def test_a_variant_no_build_has_is_refused_and_one_this_build_lacks_is_skipped(programs, tmp_path):
     """A name outside the config space (not a smaller kernel set's variant) is refused, naming it; a variant of
     the space that is not compiled and cuBLAS (a candidate whether or not libcublas loads here) are not."""

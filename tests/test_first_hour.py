@@ -183,8 +183,9 @@ def test_table_sizes_beyond_64_bits_are_refused_by_name():
         selector.explain("bf16", "col", 2**70, 4096, 4096)
     with pytest.raises(ValueError, match=rf"^groups={2**64} is out of range: it must be in \[1, {MAX_GROUPS}\]$"):
         selector.select("bf16", "col", 16, 4096, 4096, groups=2**64)
-    with pytest.raises(ValueError, match=r"^heads_kv=-1 is out of range"):
-        selector.select("bf16", "col", 16, 4096, 4096, heads_kv=-1)
+    attention = tables.open_table(TABLE_DIR / "nvidia-h200.attention.wtt", "attention")
+    with pytest.raises(ValueError, match=r"^heads_kv=-1 is out of range"):  # a field of the attention family's key
+        attention.select("bf16", "col", 1, 4096, 128, heads_kv=-1)
 
 
 def test_native_errors_carry_no_source_paths():

@@ -255,7 +255,7 @@ def test_the_fitting_replay_makes_the_launchs_choice():
                     head_dim=rng.choice([64, 128, 256]), seqlen_k=rng.randint(300, 131072), causal=True)
         kernels = {c.id: replay.kernel_facts(c) for c in wavetune.paged_attention_configs()
                    if c.dtype == "bf16" and c.tile[2] == case["head_dim"]}
-        chosen = _C.paged_attention_choice(*replay.paged_problem(case), _C.DTYPES.index("bf16"))
+        chosen = _C.paged_attention_chosen_launch(*replay.paged_problem(case), _C.DTYPES.index("bf16"))
         assert chosen == replay.choice(case, kernels, props), case
 
 

@@ -34,9 +34,9 @@ def test_the_family_is_registered_with_its_entry_points():
     # Per-tensor scales and block scales past the kernels' tokens: cuBLASLt where it was opened (it needs a GPU),
     # else another GEMM (torch._scaled_mm, the block-scaled grouped kernel).
     library = [c.id for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas" and c.dtype == "bf16"]
-    assert _C.scaled_gemm_choice(1, 4096, 4096, 0, False, False) == (library[0] if library else -1)
+    assert _C.scaled_gemm_chosen_variant(1, 4096, 4096, 0, False, False) == (library[0] if library else -1)
     # Block scales past them: on a GPU the unswapped block-scaled CUTLASS variants where compiled.
-    past = _C.scaled_gemm_choice(_C.scaled_gemm_max_tokens() + 4, 4096, 4096, 0, 2, 2)
+    past = _C.scaled_gemm_chosen_variant(_C.scaled_gemm_max_tokens() + 4, 4096, 4096, 0, 2, 2)
     block_cutlass = {c.id for c in cutlass_configs(block_scales=True)} if torch.cuda.is_available() else set()
     assert past in block_cutlass or past == (library[0] if library else -1)
 
@@ -390,7 +390,7 @@ def test_per_tensor_scales_take_the_decode_kernels_on_narrow_layers(n, m, kind):
     k = 4096
     w, a = random_fp8(n, k, g), random_fp8(m, k, g)
     sa, sb = scales("tensor", 1, (1, 1), g).reshape(()), scales("tensor", 1, (1, 1), g).reshape(())
-    chosen = _C.scaled_gemm_choice(m, n, k, 0, 0, 0)
+    chosen = _C.scaled_gemm_chosen_variant(m, n, k, 0, 0, 0)
     schedules = {c.id: c.schedule for c in wavetune.scaled_gemm_configs()}
     if kind == "library":
         library = [c.id for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas" and c.dtype == "bf16"]
@@ -420,7 +420,7 @@ def test_the_default_choice_by_tokens_and_width(n, m, kind):
     a, sa = random_fp8(m, k, g), scales("row", m, (m, 1), g)
     given = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
     assert wavetune.scaled_gemm(a, w.t(), sa, sb, out=given) is given
-    chosen = _C.scaled_gemm_choice(m, n, k, 0, True, True)
+    chosen = _C.scaled_gemm_chosen_variant(m, n, k, 0, True, True)
     if kind in ("library", "second pass"):
         library = [c.id for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas" and c.dtype == "bf16"
                    and c.name.endswith("_rescaled") == (kind == "second pass")]
@@ -453,7 +453,7 @@ def test_block_scales_take_the_cutlass_variants_where_they_fill_the_gpu(m, n, k,
     a, w = random_fp8(m, k, g), random_fp8(n, k, g)
     sa, sb = block_scales(m, n, k, g)
     code = _C.scale_kinds().index("block128")
-    chosen = {c.id: c for c in wavetune.scaled_gemm_configs()}[_C.scaled_gemm_choice(m, n, k, 0, code, code)]
+    chosen = {c.id: c for c in wavetune.scaled_gemm_configs()}[_C.scaled_gemm_chosen_variant(m, n, k, 0, code, code)]
     assert "_block128_" in chosen.name and (chosen.schedule == "decode") == (kind == "decode"), chosen.name
     given = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
     assert wavetune.scaled_gemm(a, w.t(), sa, sb, block_scales=True, out=given) is given
@@ -484,7 +484,7 @@ def test_the_decode_choice_counts_loop_steps_per_wave(m, n, k, kind, expected):
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the waves are worked out for 132 SMs (H100 SXM, H200)")
     code = _C.scale_kinds().index(kind)
-    chosen = _C.scaled_gemm_choice(m, n, k, 0, code, code)
+    chosen = _C.scaled_gemm_chosen_variant(m, n, k, 0, code, code)
     assert {c.id: c.name for c in wavetune.scaled_gemm_configs()}[chosen] == expected
 
 
@@ -541,7 +541,7 @@ def test_the_decode_choice_is_the_bound_models_least_steps():
         m, n, k = rng.randint(1, 16), rng.choice([768, 1024, 1792, 4096, 7168]), rng.choice([2048, 4096, 5120])
         for kind in ("row", "block128"):
             code = _C.scale_kinds().index(kind)
-            chosen = names.get(_C.scaled_gemm_choice(m, n, k, 0, code, code), "")
+            chosen = names.get(_C.scaled_gemm_chosen_variant(m, n, k, 0, code, code), "")
             if "_decode_" not in chosen:
                 continue
             steps = {}
@@ -620,7 +620,7 @@ def test_per_tensor_scales_run_cublaslt_as_torch_scaled_mm_does():
     w, a = random_fp8(4096, 4096, g), random_fp8(1, 4096, g)
     sa, sb = scales("tensor", 1, (1, 1), g).reshape(()), scales("tensor", 1, (1, 1), g).reshape(())
     library = [c.id for c in wavetune.scaled_gemm_configs() if c.schedule == "cublas" and c.dtype == "bf16"]
-    assert _C.scaled_gemm_choice(1, 4096, 4096, 0, 0, 0) == (library[0] if library else -1)
+    assert _C.scaled_gemm_chosen_variant(1, 4096, 4096, 0, 0, 0) == (library[0] if library else -1)
     torch.testing.assert_close(wavetune.scaled_gemm(a, w.t(), sa, sb),
                                torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16), rtol=8e-3, atol=1e-3)
 

@@ -65,14 +65,14 @@ const char* space_hash(const std::string& family) {
 Problem random_problem(const std::string& family, std::mt19937_64& rng) {
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   Problem p{DType::bf16, BLayout::col, uniform(1, 16384), 8 * uniform(1, 4096), 8 * uniform(1, 4096)};
-  if (family == "attention") {
-    p.heads_kv = int64_t(1) << uniform(0, 4);
-    p.heads_q = p.heads_kv << uniform(0, 3);
+  if (family == "attention") {  // key: heads_q, heads_kv, causal (attention_heuristic.h)
+    p.key[1] = int64_t(1) << uniform(0, 4);
+    p.key[0] = p.key[1] << uniform(0, 3);
     p.n = uniform(1, 131072);
     p.m = uniform(0, 1) ? 1 : uniform(1, std::min<int64_t>(p.n, 16384));
     p.k = 128;
     p.groups = uniform(1, 256);
-    p.causal = uniform(0, 1);
+    p.key[2] = uniform(0, 1);
   } else if (find_table_family(family)->max_groups > 1) {
     p.groups = uniform(1, 256);  // experts
   }
@@ -93,9 +93,12 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(20261125);
     for (long i = 0, count = std::stol(argv[3]); i < count; ++i) {
       const Problem p = random_problem(family, rng);
+      // Every line has nine fields: a family without a key prints one query and KV head, no mask.
+      const bool keyed = family == "attention";
+      const int64_t key[3] = {keyed ? p.key[0] : 1, keyed ? p.key[1] : 1, p.key[2]};
       std::printf("%d %d %lld %lld %lld %lld %lld %lld %d: ", int(p.dtype), int(p.b_layout), (long long)p.m,
-                  (long long)p.n, (long long)p.k, (long long)p.groups, (long long)p.heads_q, (long long)p.heads_kv,
-                  int(p.causal));
+                  (long long)p.n, (long long)p.k, (long long)p.groups, (long long)key[0], (long long)key[1],
+                  int(key[2]));
       try {
         const Choice c = selector.select(p);
         uint64_t bits = 0;

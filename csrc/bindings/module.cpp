@@ -95,29 +95,47 @@ std::vector<bindings::FamilyBindings*>& family_bindings() {
 // The most rows, columns or reduction steps a problem may have (Problem in lookup.h: the kernels take int32).
 constexpr int64_t kMaxExtent = INT32_MAX;
 
-// A problem size as Python passes it, named `name`, in [1, max]. pybind11 refuses an int beyond 64 bits
-// as "incompatible function arguments" with a dump of the signature; this names the argument and its range.
-int64_t size_argument(const py::handle& value, const char* name, int64_t max) {
+// An integer as Python passes it, named `name`, in [min, max]. pybind11 refuses an int beyond 64 bits as
+// "incompatible function arguments" with a dump of the signature; this names the argument and its range.
+int64_t ranged_argument(const py::handle& value, const char* name, int64_t min, int64_t max) {
   const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
   if (!index) throw py::error_already_set();  // not an integer: Python's TypeError
   int overflow = 0;
-  const long long size = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-  if (overflow || size < 1 || size > max) {
+  const long long number = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow || number < min || number > max) {
     throw std::invalid_argument(std::string(name) + "=" + py::str(index).cast<std::string>() +
-                                " is out of range: it must be in [1, " + std::to_string(max) + "]");
+                                " is out of range: it must be in [" + std::to_string(min) + ", " +
+                                std::to_string(max) + "]");
   }
-  return size;
+  return number;
 }
 
-Problem make_lookup_problem(const std::string& dtype, const std::string& b_layout, const py::handle& m,
-                            const py::handle& n, const py::handle& k, const py::handle& groups,
-                            const py::handle& heads_q, const py::handle& heads_kv, bool causal) {
+// The fields of a family's problem key (TableFamily::key_fields) from keyword arguments, by name; each field
+// not given takes its fallback. TypeError for a name the family does not define.
+void read_key(const TableFamily& family, const py::kwargs& given, Problem& p) {
+  for (const auto& [name, value] : given) {
+    const std::string field = py::str(name);
+    const auto& fields = family.key_fields;
+    if (std::none_of(fields.begin(), fields.end(), [&](const TableFamily::KeyField& f) { return field == f.name; })) {
+      std::string known;
+      for (const TableFamily::KeyField& f : fields) known += std::string(known.empty() ? "" : ", ") + f.name;
+      throw py::type_error("unexpected keyword argument '" + field + "' (the " + family.name + " family's problems " +
+                           (known.empty() ? "have no key fields)" : "have the key fields " + known + ")"));
+    }
+  }
+  for (size_t i = 0; i < family.key_fields.size() && i < size_t(kProblemKeyFields); ++i) {
+    const TableFamily::KeyField& f = family.key_fields[i];
+    p.key[i] = given.contains(f.name) ? ranged_argument(py::object(given[f.name]), f.name, f.min, f.max) : f.fallback;
+  }
+}
+
+Problem make_lookup_problem(const Selector& selector, const std::string& dtype, const std::string& b_layout,
+                            const py::handle& m, const py::handle& n, const py::handle& k, const py::handle& groups,
+                            const py::kwargs& key) {
   Problem p{bindings::parse_name<DType>(dtype, 2, "dtype"), bindings::parse_name<BLayout>(b_layout, 2, "B layout"),
-            size_argument(m, "m", kMaxExtent), size_argument(n, "n", kMaxExtent), size_argument(k, "k", kMaxExtent),
-            size_argument(groups, "groups", kMaxGroups)};
-  p.heads_q = size_argument(heads_q, "heads_q", kMaxGroups);
-  p.heads_kv = size_argument(heads_kv, "heads_kv", kMaxGroups);
-  p.causal = causal;
+            ranged_argument(m, "m", 1, kMaxExtent), ranged_argument(n, "n", 1, kMaxExtent),
+            ranged_argument(k, "k", 1, kMaxExtent), ranged_argument(groups, "groups", 1, kMaxGroups)};
+  read_key(*find_table_family(selector.family()), key, p);
   return p;
 }
 
@@ -230,6 +248,14 @@ PYBIND11_MODULE(_C, m) {
            "the compiled ones: the choices of a build with those variants, for explaining a table anywhere.")
       .def_property_readonly("family", &Selector::family)
       .def_property_readonly("scales", &Selector::scales)
+      .def_property_readonly(
+          "key_fields",
+          [](const Selector& s) {
+            std::vector<std::string> names;
+            for (const TableFamily::KeyField& f : find_table_family(s.family())->key_fields) names.push_back(f.name);
+            return names;
+          },
+          "The names of the family's problem key fields, which select and explain take by keyword.")
       .def("check_device", &Selector::check_device, py::arg("gpu_name"), py::arg("sm_count"))
       .def("meta", [](const Selector& s) { return s.table().meta; })
       .def("config_count", [](const Selector& s) { return s.table().configs.size(); })
@@ -248,9 +274,8 @@ PYBIND11_MODULE(_C, m) {
       .def("sm_count", &Selector::sm_count)
       .def("select",
            [](const Selector& s, const std::string& dtype, const std::string& b_layout, const py::handle& m_,
-              const py::handle& n, const py::handle& k, bool exact, const py::handle& groups,
-              const py::handle& heads_q, const py::handle& heads_kv, bool causal) {
-             const Problem p = make_lookup_problem(dtype, b_layout, m_, n, k, groups, heads_q, heads_kv, causal);
+              const py::handle& n, const py::handle& k, bool exact, const py::handle& groups, const py::kwargs& key) {
+             const Problem p = make_lookup_problem(s, dtype, b_layout, m_, n, k, groups, key);
              Choice c = exact ? s.select(p) : s.select_model(p);
              const TableConfig& config = s.table().configs[c.config];
              py::dict d;
@@ -266,15 +291,16 @@ PYBIND11_MODULE(_C, m) {
              return d;
            },
            py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("exact") = true,
-           py::arg("groups") = 1, py::arg("heads_q") = 1, py::arg("heads_kv") = 1, py::arg("causal") = false,
+           py::arg("groups") = 1,
            "The table's choice for a problem (groups: experts, for a grouped table; M is then all their rows; for "
-           "an attention table M, N, K, groups are seqlen_q, seqlen_k, head_dim, batch, with heads and mask); "
-           "exact=False skips the exact entries (the model's choice alone).")
+           "an attention table M, N, K, groups are seqlen_q, seqlen_k, head_dim, batch); the family's key fields "
+           "(key_fields: an attention table's heads_q, heads_kv, causal) by keyword; exact=False skips the exact "
+           "entries (the model's choice alone).")
       .def("explain", [](const Selector& s, const std::string& dtype, const std::string& b_layout,
                          const py::handle& m_, const py::handle& n, const py::handle& k, const py::handle& groups,
-                         const py::handle& heads_q, const py::handle& heads_kv, bool causal) {
+                         const py::kwargs& key) {
         py::list out;
-        const Problem problem = make_lookup_problem(dtype, b_layout, m_, n, k, groups, heads_q, heads_kv, causal);
+        const Problem problem = make_lookup_problem(s, dtype, b_layout, m_, n, k, groups, key);
         for (const Prediction& p : s.explain(problem)) {
           const TableConfig& config = s.table().configs[p.config];
           py::dict d;
@@ -292,7 +318,7 @@ PYBIND11_MODULE(_C, m) {
         }
         return out;
       }, py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups") = 1,
-      py::arg("heads_q") = 1, py::arg("heads_kv") = 1, py::arg("causal") = false);
+      "Every candidate's coordinates and prediction for a problem, as select takes it.");
 
   m.def("table_slug", &table_slug, py::arg("gpu_name"),
         "The table file stem for a GPU name (docs/tables.md): \"NVIDIA H200\" -> \"nvidia-h200\".");

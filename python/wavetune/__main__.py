@@ -242,13 +242,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     family = table_family(table, args.family)
     selector, from_space = explain_selector(table, family)
     problem = (args.dtype, args.b_layout, args.M, args.N, args.K)
-    attention = dict(heads_q=heads[0], heads_kv=heads[1], causal=args.causal)
-    rows = sorted(selector.explain(*problem, args.groups, **attention), key=lambda r: r["predicted_us"])
+    # The problem key fields the table's family names, of those the options give (the others take their defaults).
+    options = dict(heads_q=heads[0], heads_kv=heads[1], causal=int(args.causal))
+    key = {name: options[name] for name in selector.key_fields if name in options}
+    rows = sorted(selector.explain(*problem, args.groups, **key), key=lambda r: r["predicted_us"])
     sizes = families.SizeProblem(args.M, args.N, args.K, args.groups, _C.DTYPES.index(args.dtype),
-                                 _C.B_LAYOUTS.index(args.b_layout), heads, args.causal, selector.scales)
+                                 _C.B_LAYOUTS.index(args.b_layout), key, selector.scales)
     if error := families.get(family).size_error(sizes):
         raise ValueError(f"the {family} family does not run this problem: {error}")
-    choice = selector.select(*problem, groups=args.groups, **attention)
+    choice = selector.select(*problem, groups=args.groups, **key)
     scales = f" ({selector.scales} scales)" if selector.scales else ""
     print(f"{table}: {family} table{scales} of {selector.meta()['gpu_name']}, {selector.sm_count()} SMs")
     for note in explain_notes(selector, table, from_space):

@@ -1,13 +1,16 @@
 // Prints the launch a call with no forced config makes, per problem read from stdin, through the public C++
-// API only (gemm_choice, grouped_choice, attention_choice), for tests/test_choice_policy.py:
+// API only (each family's wavetune::choose), for tests/test_choice_policy.py:
 //
 //   choices [family=table.wtt ...] < problems
 //   gemm <dtype> <b_layout> <m> <n> <k>                                -> <variant> <decomposition> <splits> <raster> <swizzle>
 //   grouped_gemm <dtype> <rows> <experts> <n> <k> [<scales>]           -> <variant>   (scales: row, block128)
 //   attention <dtype> <batch> <seqlen_q> <seqlen_k> <heads_q> <heads_kv> <head_dim> <causal>  -> <variant> <splits>
+//   scaled_gemm <dtype> <m> <n> <k> <scales>                           -> <variant>   (scales: tensor, row; both operands)
+//   paged_attention <dtype> <batch> <heads_q> <heads_kv> <head_dim> <seq_len>  -> <variant> <splits>
 //
-// A family without a table chooses as a call with no table does. One output line per input line; an error
-// prints "error: <message>" on that line.
+// The lines of `family` choose with the table given as family=path, opened as the family its file names (so a
+// family without tables can be handed one, which it refuses), else with none. One output line per input line;
+// an error prints "error: <message>" on that line.
 #include <iostream>
 #include <map>
 #include <memory>
@@ -18,12 +21,14 @@
 #include "wavetune/family.h"
 #include "wavetune/grouped.h"
 #include "wavetune/kernels.h"
+#include "wavetune/scaled_gemm.h"
 
 namespace {
 
 wavetune::DType dtype_of(const std::string& s) { return s == "fp16" ? wavetune::DType::fp16 : wavetune::DType::bf16; }
 
-std::string choose(const std::string& line, const std::map<std::string, std::shared_ptr<wavetune::Selector>>& tables) {
+std::string choice_line(const std::string& line,
+                        const std::map<std::string, std::shared_ptr<wavetune::Selector>>& tables) {
   std::istringstream in(line);
   std::string family, dtype;
   in >> family >> dtype;
@@ -37,7 +42,7 @@ std::string choose(const std::string& line, const std::map<std::string, std::sha
     const auto b_layout = layout == "row" ? wavetune::BLayout::row : wavetune::BLayout::col;
     const wavetune::GemmProblem p{m, n, k, nullptr, k, nullptr, b_layout == wavetune::BLayout::col ? k : n, nullptr,
                                   n, dtype_of(dtype), b_layout};
-    const wavetune::Launch l = wavetune::gemm_choice(p, table);
+    const wavetune::Launch l = wavetune::choose(p, table);
     out << l.variant << " " << to_string(l.micro.decomposition) << " " << l.micro.splits << " "
         << to_string(l.micro.raster) << " " << l.micro.max_swizzle;
   } else if (family == "grouped_gemm") {
@@ -48,7 +53,7 @@ std::string choose(const std::string& line, const std::map<std::string, std::sha
     for (const wavetune::GroupedScalesLayout& layout : wavetune::kGroupedScales) {
       if (scales == layout.name) p.scales = static_cast<wavetune::GroupedScales>(&layout - wavetune::kGroupedScales);
     }
-    out << wavetune::grouped_choice(p, table);
+    out << wavetune::choose(p, table).variant;
   } else if (family == "attention") {
     wavetune::AttentionProblem p{};
     int causal = 0, routes = 0;  // routes: bits cudnn, paged, cudnn_copies (AttentionRoutes)
@@ -60,9 +65,34 @@ std::string choose(const std::string& line, const std::map<std::string, std::sha
     p.k = p.v = {nullptr, int64_t(p.seqlen_k) * p.heads_kv * hd, int64_t(p.heads_kv) * hd, hd};
     p.dtype = dtype_of(dtype);
     p.scale = 1.0f;
-    const wavetune::AttentionLaunch l =
-        wavetune::attention_choice(p, table, {(routes & 1) != 0, (routes & 2) != 0, (routes & 4) != 0});
-    out << l.variant << " " << l.splits;
+    const wavetune::Launch l = wavetune::choose(p, table, {(routes & 1) != 0, (routes & 2) != 0, (routes & 4) != 0});
+    out << l.variant << " " << l.micro.splits;
+  } else if (family == "scaled_gemm") {
+    int32_t m = 0, n = 0, k = 0;
+    std::string scales;
+    in >> m >> n >> k >> scales;
+    const auto kind = scales == "row" ? wavetune::ScaleKind::row : wavetune::ScaleKind::tensor;
+    const wavetune::ScaledGemmProblem p{m, n, k, nullptr, k, nullptr, k, nullptr, n, dtype_of(dtype), nullptr, kind,
+                                        nullptr, kind};
+    out << wavetune::choose(p, table).variant;
+  } else if (family == "paged_attention") {
+    wavetune::PagedAttentionProblem p{};
+    in >> p.batch >> p.heads_q >> p.heads_kv >> p.head_dim >> p.max_seq_len;
+    // A dense cache [batch, seq_len, heads_kv, head_dim] (a page per sequence); the choice reads sizes only, so
+    // any aligned address stands for the tensors.
+    const void* data = reinterpret_cast<const void*>(256);
+    const int64_t hd = p.head_dim;
+    p.q = p.k_cache = p.v_cache = data;
+    p.out = const_cast<void*>(data);
+    p.q_batch_stride = p.out_batch_stride = p.heads_q * hd;
+    p.q_head_stride = p.out_head_stride = p.head_stride = hd;
+    p.row_stride = p.heads_kv * hd;
+    p.page_stride = p.max_seq_len * p.row_stride;
+    p.page_size = p.max_seq_len;
+    p.scale = 1.0f;
+    p.dtype = dtype_of(dtype);
+    const wavetune::Launch l = wavetune::choose(p, table);
+    out << l.variant << " " << l.micro.splits;
   } else {
     out << "error: unknown family '" << family << "'";
   }
@@ -77,7 +107,10 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
       const size_t eq = arg.find('=');
-      tables[arg.substr(0, eq)] = wavetune::open_table(arg.substr(eq + 1), arg.substr(0, eq));
+      const std::string path = arg.substr(eq + 1);
+      const auto& meta = wavetune::Table::load(path).meta;
+      const auto named = meta.find("family");
+      tables[arg.substr(0, eq)] = wavetune::open_table(path, named == meta.end() ? "gemm" : named->second);
     }
   } catch (const std::exception& e) {
     std::cerr << "choices: " << e.what() << "\n";
@@ -85,7 +118,7 @@ int main(int argc, char** argv) {
   }
   for (std::string line; std::getline(std::cin, line);) {
     try {
-      std::cout << choose(line, tables) << "\n";
+      std::cout << choice_line(line, tables) << "\n";
     } catch (const std::exception& e) {
       std::cout << "error: " << e.what() << "\n";
     }

@@ -71,7 +71,7 @@ struct AttentionVariantOps {
 // candidates of attention_candidate_entries).
 const AttentionVariantOps* attention_variant_ops(int32_t id);
 // The cuDNN and paged candidates (attention.h's attention_candidates) as registry entries without ops: they are
-// chosen by attention_choice and run elsewhere (registry.cpp).
+// chosen by choose (attention.h) and run elsewhere (registry.cpp).
 std::vector<VariantRegistry<AttentionVariantOps>::Entry> attention_candidate_entries();
 
 }  // namespace wavetune::detail

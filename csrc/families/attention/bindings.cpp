@@ -71,8 +71,8 @@ void bind_choice_rules(py::module_& m) {
                                              {cudnn, paged, cudnn_copies}, model_with<AttentionModel>(model));
       },
       py::arg("sizes"), py::arg("causal"), py::arg("routes"), py::arg("model") = py::dict(),
-      "Whether the built-in choice runs cuDNN's attention for a problem (sizes as attention_choice takes them), "
-      "for a caller that runs routes = (cudnn, paged, cudnn_copies).");
+      "Whether the built-in choice runs cuDNN's attention for a problem (sizes as attention_chosen_launch takes "
+      "them), for a caller that runs routes = (cudnn, paged, cudnn_copies).");
   m.def(
       "attention_table_overrides",
       [](double builtin_us, double best_us, const py::dict& model) {
@@ -145,24 +145,24 @@ void bind_fmha(py::module_& m, const FamilyBindings& registration) {
       "attention_default_launch",
       [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
          bool causal, int32_t dtype) {
-        const AttentionLaunch how = attention_default_launch(make_problem(sizes, q, k, v, out, scale, causal, dtype));
-        return py::make_tuple(how.variant, how.splits);
+        const Launch how = attention_default_launch(make_problem(sizes, q, k, v, out, scale, causal, dtype));
+        return py::make_tuple(how.variant, how.micro.splits);
       },
       "(variant id, splits) of the built-in choice on the current device.");
   m.def(
-      "attention_choice",
+      "attention_chosen_launch",
       [&registration](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v,
                       const PyTensor& out, float scale, bool causal, int32_t dtype, int device,
                       const std::tuple<bool, bool, bool>& routes) {
         const auto& [cudnn, paged, cudnn_copies] = routes;
-        const AttentionLaunch how = attention_choice(make_problem(sizes, q, k, v, out, scale, causal, dtype),
-                                                     registration.active_table(device), {cudnn, paged, cudnn_copies});
-        return py::make_tuple(how.variant, how.splits);
+        const Launch how = choose(make_problem(sizes, q, k, v, out, scale, causal, dtype),
+                                  registration.active_table(device), {cudnn, paged, cudnn_copies});
+        return py::make_tuple(how.variant, how.micro.splits);
       },
       py::arg("sizes"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("scale"), py::arg("causal"),
       py::arg("dtype"), py::arg("device"), py::arg("routes") = std::tuple<bool, bool, bool>{false, false, false},
       "(variant id, splits) a launch with no forced config runs on the current device (ordinal `device`), by "
-      "attention_choice (attention.h) with that device's attention table; routes: (cudnn, paged, cudnn_copies), "
+      "choose (attention.h) with that device's attention table; routes: (cudnn, paged, cudnn_copies), "
       "the AttentionRoutes the caller runs.");
   m.def(
       "attention_mapping",
@@ -200,7 +200,7 @@ void bind_fmha(py::module_& m, const FamilyBindings& registration) {
       [](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out, float scale,
          bool causal, int32_t dtype, int32_t variant, int32_t splits, uintptr_t workspace, size_t workspace_bytes,
          uintptr_t stream) {
-        attention(make_problem(sizes, q, k, v, out, scale, causal, dtype), {variant, splits},
+        attention(make_problem(sizes, q, k, v, out, scale, causal, dtype), kv_split_launch(variant, splits),
                   reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
       },
       py::call_guard<py::gil_scoped_release>(), "Attention forward with this variant and split count on the given stream.");
@@ -225,12 +225,12 @@ void bind_paged(py::module_& m) {
       },
       "Empty string when a paged attention problem's sizes, pointers and strides are valid, else the reason.");
   m.def(
-      "paged_attention_choice",
+      "paged_attention_chosen_launch",
       [](const PyPagedSizes& sizes, const PyRows& q, const PyCaches& caches, const PyKeys& keys, uintptr_t seq_lens,
          const PyRows& out, const PyQueries& queries, float scale, int32_t dtype) {
-        const PagedAttentionLaunch how =
-            paged_attention_choice(make_paged_problem(sizes, q, caches, keys, seq_lens, out, queries, scale, dtype));
-        return py::make_tuple(how.variant, how.splits);
+        const Launch how =
+            choose(make_paged_problem(sizes, q, caches, keys, seq_lens, out, queries, scale, dtype), nullptr);
+        return py::make_tuple(how.variant, how.micro.splits);
       },
       "(kernel id, KV splits) the wave model picks on the current device.");
   m.def(
@@ -239,7 +239,7 @@ void bind_paged(py::module_& m) {
         const PyRows none{0, 0, 0};
         return paged_attention_workspace_bytes(
             make_paged_problem(sizes, none, {0, 0, 0, 0, 0}, {0, 0, 0, 0}, 0, none, {0, 1, q_tokens, true}, 1.0f, 0),
-            {variant, splits});
+            kv_split_launch(variant, splits));
       },
       py::arg("sizes"), py::arg("variant"), py::arg("splits"), py::arg("q_tokens") = 0,
       "Workspace bytes a launch needs (q_tokens: rows of q, 0 for one per sequence).");
@@ -249,7 +249,7 @@ void bind_paged(py::module_& m) {
          const PyRows& out, const PyQueries& queries, float scale, int32_t dtype, int32_t variant, int32_t splits,
          uintptr_t workspace, size_t workspace_bytes, uintptr_t stream) {
         paged_attention(make_paged_problem(sizes, q, caches, keys, seq_lens, out, queries, scale, dtype),
-                        {variant, splits}, reinterpret_cast<void*>(workspace), workspace_bytes,
+                        kv_split_launch(variant, splits), reinterpret_cast<void*>(workspace), workspace_bytes,
                         reinterpret_cast<Stream>(stream));
       },
       py::call_guard<py::gil_scoped_release>(), "Paged attention with this kernel and split count on the given "

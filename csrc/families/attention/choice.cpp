@@ -1,5 +1,5 @@
-// The attention family's run-time choice between its built-in model and its tuned table (attention.h,
-// attention_choice): one policy for every caller, C++ and Python.
+// The attention family's run-time choices (attention.h, choose): for attention() between its built-in model and
+// its tuned table, for the paged kernels their wave model; one policy for every caller, C++ and Python.
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -7,7 +7,9 @@
 
 #include "attention_ops.h"
 #include "choice_rules.h"
+#include "paged_ops.h"
 #include "wavetune/attention.h"
+#include "wavetune/attention_heuristic.h"
 #include "wavetune/errors.h"
 #include "wavetune/lookup.h"
 
@@ -38,9 +40,9 @@ int32_t candidate_id(Schedule schedule, const AttentionProblem& p) {
   WAVETUNE_INVALID("no ", to_string(schedule), " attention candidate for head_dim ", p.head_dim);
 }
 
-AttentionLaunch builtin_launch(const AttentionProblem& p, const AttentionRoutes& routes) {
-  if (detail::builtin_prefers_cudnn(p, routes, kModel)) return {candidate_id(Schedule::cudnn, p), 1};
-  if (routes.paged && p.seqlen_q == 1) return {candidate_id(Schedule::paged, p), 1};
+Launch builtin_launch(const AttentionProblem& p, const AttentionRoutes& routes) {
+  if (detail::builtin_prefers_cudnn(p, routes, kModel)) return kv_split_launch(candidate_id(Schedule::cudnn, p), 1);
+  if (routes.paged && p.seqlen_q == 1) return kv_split_launch(candidate_id(Schedule::paged, p), 1);
   return attention_default_launch(p);
 }
 
@@ -52,10 +54,11 @@ AttentionLaunch builtin_launch(const AttentionProblem& p, const AttentionRoutes&
 // them; one of cuDNN and the paged kernel beat the best FMHA config and split count on every held-out decode
 // case (the FMHA won in the named suite only: single sequences of 512 keys by up to 20%, long single-
 // sequence prefill by up to 13%).
-bool runs(const AttentionProblem& p, const AttentionLaunch& how, const AttentionRoutes& routes) {
+bool runs(const AttentionProblem& p, const Launch& how, const AttentionRoutes& routes) {
   const VariantInfo* v = find_attention_variant(how.variant);
-  if (v && v->schedule == Schedule::cudnn) return routes.cudnn && how.splits == 1 && detail::cudnn_mask_fits(p);
-  if (v && v->schedule == Schedule::paged) return routes.paged && how.splits == 1 && p.seqlen_q == 1;
+  const bool unsplit = how.micro.splits == 1;
+  if (v && v->schedule == Schedule::cudnn) return routes.cudnn && unsplit && detail::cudnn_mask_fits(p);
+  if (v && v->schedule == Schedule::paged) return routes.paged && unsplit && p.seqlen_q == 1;
   const bool library_runs = (routes.paged && p.seqlen_q == 1) || (routes.cudnn && detail::cudnn_mask_fits(p));
   return !library_runs && attention_launch_error(p, how).empty();
 }
@@ -64,17 +67,16 @@ bool runs(const AttentionProblem& p, const AttentionLaunch& how, const Attention
 // 1-2 us at decode sizes (H100 and H200, docs/attention.md). Tables price cuDNN as a call without an output
 // given runs it, so a caller that copies pays cudnn_copy_us too. KV splits also depend on the strides
 // (attention_launch_error), so a table's config must be checked against the problem (runs).
-AttentionLaunch uncached_choice(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes) {
-  const AttentionLaunch builtin = builtin_launch(p, routes);
+Launch uncached_choice(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes) {
+  const Launch builtin = builtin_launch(p, routes);
   if (!table || table->candidate_count(p.dtype, BLayout::col) == 0) return builtin;
-  const Problem q{p.dtype, BLayout::col, p.seqlen_q, p.seqlen_k, p.head_dim, p.batch, p.heads_q, p.heads_kv, p.causal};
   double builtin_us = 0, best_us = 0;
-  AttentionLaunch best{-1, 1};
-  for (const Prediction& r : table->explain(q)) {
-    const AttentionLaunch how{r.variant, table->table().configs[r.config].splits};
+  Launch best = kv_split_launch(-1, 1);
+  for (const Prediction& r : table->explain(attention_lookup_problem(p.dtype, detail::shape_of(p), p.head_dim))) {
+    const Launch how = kv_split_launch(r.variant, table->table().configs[r.config].splits);
     const bool copies = routes.cudnn_copies && find_attention_variant(how.variant)->schedule == Schedule::cudnn;
     const double us = r.predicted_us + (copies ? kModel.cudnn_copy_us : 0.0);
-    if (how.variant == builtin.variant && how.splits == builtin.splits) builtin_us = us;
+    if (how.variant == builtin.variant && how.micro.splits == builtin.micro.splits) builtin_us = us;
     if ((best.variant < 0 || us < best_us) && runs(p, how, routes)) best = how, best_us = us;
   }
   if (builtin.variant < 0) return best.variant >= 0 ? best : builtin;  // no compiled FMHA variant of its own
@@ -86,8 +88,8 @@ AttentionLaunch uncached_choice(const AttentionProblem& p, const Selector* table
 // NOTES: kept per thread, so the eager path takes no lock. Decode's key count grows by one each step, so
 // from 128 keys on the choice is made for the count rounded down to whole 64-key tiles: still valid (each
 // split keeps a whole KV tile), and reused by the next steps.
-AttentionLaunch attention_choice(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes) {
-  thread_local std::unordered_map<ChoiceKey, AttentionLaunch, ChoiceKeyHash> cache;
+Launch choose(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes) {
+  thread_local std::unordered_map<ChoiceKey, Launch, ChoiceKeyHash> cache;
   AttentionProblem rounded = p;
   if (p.seqlen_q == 1 && p.seqlen_k >= 128) rounded.seqlen_k = p.seqlen_k / 64 * 64;
   const int64_t device = detail::current_device_info().device;
@@ -97,6 +99,14 @@ AttentionLaunch attention_choice(const AttentionProblem& p, const Selector* tabl
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   if (cache.size() >= kMaxCachedChoices) cache.clear();
   return cache[key] = uncached_choice(rounded, table, routes);
+}
+
+Launch choose(const PagedAttentionProblem& p, const Selector* table) {
+  if (table) {
+    WAVETUNE_INVALID("the paged attention kernels have no tables of their own (attention tables price them through ",
+                     "choose(AttentionProblem) with the paged route): their choice takes none (pass nullptr)");
+  }
+  return detail::paged_choice(p);
 }
 
 }  // namespace wavetune

@@ -228,7 +228,7 @@ void run_decode(const AttentionProblem& p, int32_t splits, const AttentionVarian
 }  // namespace
 }  // namespace detail
 
-AttentionLaunch attention_default_launch(const AttentionProblem& p) {
+Launch attention_default_launch(const AttentionProblem& p) {
   std::vector<AttentionTile> tiles;
   std::vector<int32_t> ids;
   for (const VariantInfo& v : attention_variants()) {
@@ -237,18 +237,17 @@ AttentionLaunch attention_default_launch(const AttentionProblem& p) {
     tiles.push_back({v.tile_m, v.tile_n, v.tile_k});
     ids.push_back(v.id);
   }
-  if (ids.empty()) return {-1, 1};
+  if (ids.empty()) return kv_split_launch(-1, 1);
   const int32_t limit = attention_kv_splittable(p) ? kMaxAttentionSplits : 1;
   const AttentionChoice choice = choose_attention(tiles, detail::shape_of(p), detail::current_device_info().sm_count, limit);
-  return {ids[choice.index], choice.splits};
+  return kv_split_launch(ids[choice.index], choice.splits);
 }
 
-void attention(const AttentionProblem& p, const AttentionLaunch& how, void* workspace, size_t workspace_bytes,
-               Stream stream) {
+void attention(const AttentionProblem& p, const Launch& how, void* workspace, size_t workspace_bytes, Stream stream) {
   std::string error = attention_problem_error(p);
   if (error.empty()) error = attention_launch_error(p, how);
   if (!error.empty()) WAVETUNE_INVALID(error);
-  const detail::AttentionWorkspace layout(p, how.splits);
+  const detail::AttentionWorkspace layout(p, how.micro.splits);
   if (!workspace || workspace_bytes < layout.total) {
     WAVETUNE_INVALID("the attention call needs ", layout.total, " bytes of workspace, got ", workspace_bytes,
                      " (attention_workspace_bytes gives it)");
@@ -259,7 +258,7 @@ void attention(const AttentionProblem& p, const AttentionLaunch& how, void* work
   if (p.seqlen_q > 1) {
     detail::run_prefill(p, ops, layout, ws, dev, stream);
   } else {
-    detail::run_decode(p, how.splits, ops, layout, ws, dev, stream);
+    detail::run_decode(p, how.micro.splits, ops, layout, ws, dev, stream);
   }
 }
 

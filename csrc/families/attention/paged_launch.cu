@@ -181,31 +181,31 @@ std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() {
   return out;
 }
 
-}  // namespace detail
-
-PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& p) {
+Launch paged_choice(const PagedAttentionProblem& p) {
   const std::string error = paged_attention_problem_error(p);
   if (!error.empty()) WAVETUNE_INVALID(error);
-  const detail::DeviceInfo& dev = detail::current_device_info();
-  PagedAttentionLaunch best{-1, 1};
+  const DeviceInfo& dev = current_device_info();
+  int32_t best_id = -1, best_split_count = 1;
   double best_us = 0;
   int32_t best_resident = 0;
   for (const VariantInfo& v : paged_attention_variants()) {
-    if (v.dtype != p.dtype || v.tile_k != p.head_dim || !detail::weighs_kernel(p, v)) continue;
-    const auto& ops = *detail::paged_variant(v.id)->ops;
+    if (v.dtype != p.dtype || v.tile_k != p.head_dim || !weighs_kernel(p, v)) continue;
+    const auto& ops = *paged_variant(v.id)->ops;
     const int32_t resident = ops.ctas_per_sm(dev);
     const auto [splits, us] =
-        detail::best_splits(p, v, dev.sm_count, int64_t(dev.sm_count) * resident, dev.memory_bytes_per_us,
-                            [&](int32_t n) { return ops.cluster_ctas(dev, n); }, detail::kModel);
-    if (best.variant < 0 || detail::beats(us, resident, best_us, best_resident, detail::kModel)) {
-      best = {v.id, splits}, best_us = us, best_resident = resident;
+        best_splits(p, v, dev.sm_count, int64_t(dev.sm_count) * resident, dev.memory_bytes_per_us,
+                    [&](int32_t n) { return ops.cluster_ctas(dev, n); }, kModel);
+    if (best_id < 0 || beats(us, resident, best_us, best_resident, kModel)) {
+      best_id = v.id, best_split_count = splits, best_us = us, best_resident = resident;
     }
   }
-  if (best.variant < 0) {
+  if (best_id < 0) {
     WAVETUNE_INVALID("no paged attention kernel for ", to_string(p.dtype), " head dim ", p.head_dim, " in this build");
   }
-  return best;
+  return kv_split_launch(best_id, best_split_count);
 }
+
+}  // namespace detail
 
 int32_t paged_attention_resident_ctas(int32_t variant) {
   const auto* entry = detail::paged_variant(variant);
@@ -219,14 +219,14 @@ int64_t paged_attention_cluster_ctas(int32_t variant, int32_t cluster) {
   return entry->ops->cluster_ctas(detail::current_device_info(), cluster);
 }
 
-void paged_attention(const PagedAttentionProblem& p, const PagedAttentionLaunch& how, void* workspace,
-                     size_t workspace_bytes, Stream stream) {
+void paged_attention(const PagedAttentionProblem& p, const Launch& how, void* workspace, size_t workspace_bytes,
+                     Stream stream) {
   std::string error = paged_attention_problem_error(p);
   if (error.empty()) error = paged_attention_launch_error(p, how);
   if (!error.empty()) WAVETUNE_INVALID(error);
   detail::require_workspace(paged_attention_workspace_bytes(p, how), workspace, workspace_bytes);
   if (const char* device_error = detail::current_device_error()) WAVETUNE_INVALID(device_error);
-  detail::paged_variant(how.variant)->ops->run(p, how.splits, workspace, detail::current_device_info(), stream);
+  detail::paged_variant(how.variant)->ops->run(p, how.micro.splits, workspace, detail::current_device_info(), stream);
 }
 
 }  // namespace wavetune

@@ -24,6 +24,8 @@ struct PagedVariantOps {
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries();
 // Registry (registry.cpp): the kernel of this id, nullptr when not compiled in.
 const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id);
+// The kernel and KV splits choose takes for a paged problem (attention.h; paged_launch.cu).
+Launch paged_choice(const PagedAttentionProblem& p);
 
 // The launch's workspace: the splits' partial outputs and log-sum-exps (splits > 1), then the sequences'
 // order (kMaxOrderedBatch >= batch >= 2: int32, longest first), at these byte offsets.

@@ -110,7 +110,8 @@ bool attention_kv_splittable(const AttentionProblem& p) {
   return p.k.seq_stride == p.heads_kv * p.k.head_stride && p.v.seq_stride == p.heads_kv * p.v.head_stride;
 }
 
-std::string attention_launch_error(const AttentionProblem& p, const AttentionLaunch& how) {
+std::string attention_launch_error(const AttentionProblem& p, const Launch& how) {
+  const int32_t splits = how.micro.splits;
   std::ostringstream os;
   const VariantInfo* v = find_attention_variant(how.variant);
   if (!v) {
@@ -126,15 +127,15 @@ std::string attention_launch_error(const AttentionProblem& p, const AttentionLau
     os << "attention variant " << v->name << " takes " << to_string(v->dtype) << ", the problem is " << to_string(p.dtype);
   } else if (v->tile_k != p.head_dim) {
     os << "attention variant " << v->name << " is for head_dim " << v->tile_k << ", the problem has " << p.head_dim;
-  } else if (how.splits < 1 || how.splits > kMaxAttentionSplits) {
-    os << "splits must be 1 to " << kMaxAttentionSplits << ", got " << how.splits;
-  } else if (how.splits > 1 && p.seqlen_q != 1) {
+  } else if (splits < 1 || splits > kMaxAttentionSplits) {
+    os << "splits must be 1 to " << kMaxAttentionSplits << ", got " << splits;
+  } else if (splits > 1 && p.seqlen_q != 1) {
     os << "KV splits are for decode (seqlen_q == 1), got seqlen_q=" << p.seqlen_q;
-  } else if (how.splits > 1 && p.seqlen_k / how.splits < 1) {
-    os << "splits=" << how.splits << " exceeds seqlen_k=" << p.seqlen_k;
-  } else if (how.splits > 1 && std::max(p.k.seq_stride, p.v.seq_stride) * how.splits > std::numeric_limits<int32_t>::max()) {
-    os << "splits=" << how.splits << " times the keys' seq_stride exceeds 2^31 elements (CUTLASS's FMHA strides are 32-bit)";
-  } else if (how.splits > 1 && !attention_kv_splittable(p)) {
+  } else if (splits > 1 && p.seqlen_k / splits < 1) {
+    os << "splits=" << splits << " exceeds seqlen_k=" << p.seqlen_k;
+  } else if (splits > 1 && std::max(p.k.seq_stride, p.v.seq_stride) * splits > std::numeric_limits<int32_t>::max()) {
+    os << "splits=" << splits << " times the keys' seq_stride exceeds 2^31 elements (CUTLASS's FMHA strides are 32-bit)";
+  } else if (splits > 1 && !attention_kv_splittable(p)) {
     os << "KV splits with batch > 1 need k and v with seq_stride == heads_kv * head_stride "
        << "([batch, seq, heads, dim] with the heads side by side)";
   }
@@ -204,7 +205,7 @@ std::string paged_attention_problem_error(const PagedAttentionProblem& p) {
   return os.str();
 }
 
-std::string paged_attention_launch_error(const PagedAttentionProblem& p, const PagedAttentionLaunch& how) {
+std::string paged_attention_launch_error(const PagedAttentionProblem& p, const Launch& how) {
   const auto* variant = detail::paged_variant(how.variant);
   std::ostringstream os;
   if (!variant) {
@@ -212,16 +213,16 @@ std::string paged_attention_launch_error(const PagedAttentionProblem& p, const P
   } else if (variant->info.dtype != p.dtype || variant->info.tile_k != p.head_dim) {
     os << "kernel " << variant->info.name << " takes " << to_string(variant->info.dtype) << " with head dim "
        << variant->info.tile_k << ", not " << to_string(p.dtype) << " with " << p.head_dim;
-  } else if (how.splits < 1 || how.splits > kPagedAttentionMaxSplits) {
-    os << "splits must be in [1, " << kPagedAttentionMaxSplits << "], got " << how.splits;
+  } else if (how.micro.splits < 1 || how.micro.splits > kPagedAttentionMaxSplits) {
+    os << "splits must be in [1, " << kPagedAttentionMaxSplits << "], got " << how.micro.splits;
   }
   return os.str();
 }
 
-size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, const PagedAttentionLaunch& how) {
+size_t paged_attention_workspace_bytes(const PagedAttentionProblem& p, const Launch& how) {
   const auto* variant = detail::paged_variant(how.variant);
   if (!variant) return 0;
-  return detail::paged_workspace(p, detail::paged_splits(p, variant->info.tile_n, how.splits)).bytes;
+  return detail::paged_workspace(p, detail::paged_splits(p, variant->info.tile_n, how.micro.splits)).bytes;
 }
 
 }  // namespace wavetune

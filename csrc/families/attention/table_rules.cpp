@@ -1,6 +1,6 @@
 // How the lookup engine treats attention tables (family.h): a problem is a batch of sequences (groups) with
-// heads and a mask, a config's KV splits are its split_k, and the family maps problems itself
-// (attention_heuristic.h) rather than by the GEMM wave model.
+// heads and a mask (its key: attention_lookup_problem), a config's KV splits are its split_k, and the family
+// maps problems itself (attention_heuristic.h) rather than by the GEMM wave model.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -17,8 +17,9 @@ namespace {
 
 // The heads of an attention problem (off the GEMM path, which never reads them).
 void check_heads(const Problem& p) {
-  if (p.heads_kv < 1 || p.heads_q < p.heads_kv || p.heads_q % p.heads_kv != 0 || p.heads_q > kMaxGroups) {
-    WAVETUNE_INVALID("problem heads_q=", p.heads_q, " must be a positive multiple of heads_kv=", p.heads_kv);
+  const AttentionShape s = attention_shape(p);
+  if (s.heads_kv < 1 || s.heads_q < s.heads_kv || s.heads_q % s.heads_kv != 0 || s.heads_q > kMaxGroups) {
+    WAVETUNE_INVALID("problem heads_q=", s.heads_q, " must be a positive multiple of heads_kv=", s.heads_kv);
   }
 }
 
@@ -27,12 +28,12 @@ void check_heads(const Problem& p) {
 // back to back.
 Coordinates attention_coordinates(const TileShape& t, Decomposition, int32_t splits, const Problem& p,
                                   int32_t sm_count, int64_t* launches) {
-  const AttentionShape shape{p.groups, p.m, p.n, p.heads_q, p.heads_kv, p.causal};
+  const AttentionShape shape = attention_shape(p);
   const AttentionTile tile{t.tile_m, t.tile_n, t.tile_k};
   const FmhaGrid g = fmha_grid(shape, splits);
   const int64_t ctas = fmha_ctas(g, tile) / g.launches;
   *launches = g.launches;
-  return {ctas, std::max<int64_t>(1, std::llround(kv_tiles_per_cta(g, tile, p.causal).first)), sm_count,
+  return {ctas, std::max<int64_t>(1, std::llround(kv_tiles_per_cta(g, tile, shape.causal).first)), sm_count,
           detail::ceil_div(ctas, sm_count)};
 }
 
@@ -48,6 +49,7 @@ TableFamily attention_rules() {
   f.coordinates = &attention_coordinates;
   f.selection = TableFamily::Selection::least_predicted;
   f.fits = &attention_fits;
+  f.key_fields = {{"heads_q", 1, kMaxGroups, 1}, {"heads_kv", 1, kMaxGroups, 1}, {"causal", 0, 1, 0}};
   f.check_problem = &check_heads;
   return f;
 }

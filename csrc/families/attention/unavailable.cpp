@@ -5,14 +5,10 @@
 #include "wavetune/attention.h"
 #include "wavetune/errors.h"
 
-namespace wavetune {
+namespace wavetune::detail {
 
-using detail::kNoKernels;
-
-namespace detail {
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() { return {}; }
-}  // namespace detail
 
-PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
+Launch paged_choice(const PagedAttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
 
-}  // namespace wavetune
+}  // namespace wavetune::detail

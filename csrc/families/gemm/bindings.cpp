@@ -44,7 +44,7 @@ struct PreparedGemm {
 PreparedGemm make_prepared(const FamilyBindings& registration, const GemmProblem& p, int32_t device, int32_t variant,
                            MicroParams micro) {
   if (variant < 0) {
-    const Launch chosen = gemm_choice(p, registration.active_table(device));
+    const Launch chosen = choose(p, registration.active_table(device));
     variant = chosen.variant;
     micro = chosen.micro;
   }

@@ -61,10 +61,10 @@ TileShape make_tile_shape(const PyTileShape& s) {
   return shape;
 }
 
-// What a launch with no forced variant runs on `device` (grouped_choice, with the device's table of the
+// What a launch with no forced variant runs on `device` (choose, with the device's table of the
 // problem's scales mode: the family's table scales are GroupedScales' names in enumerator order).
 int32_t choice_on(const FamilyBindings& registration, const GroupedGemmProblem& p, int device) {
-  return grouped_choice(p, registration.active_table(device, size_t(p.scales)));
+  return choose(p, registration.active_table(device, size_t(p.scales))).variant;
 }
 
 }  // namespace
@@ -100,7 +100,7 @@ void bind_grouped_gemm(py::module_& m, const FamilyBindings& registration) {
       "The grouped variant id the built-in heuristic picks on the current device.");
 
   m.def(
-      "grouped_choice",
+      "grouped_chosen_variant",
       [&registration](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int device,
                       int32_t scales) {
         return choice_on(registration, sizes(dtype, rows, experts, n, k, scales), device);
@@ -168,7 +168,7 @@ void bind_grouped_gemm(py::module_& m, const FamilyBindings& registration) {
       },
       py::call_guard<py::gil_scoped_release>(),
       "out = x @ w[e].T per expert (scaled as the scales mode says) on the current device (ordinal `device`) and "
-      "the given stream; variant -1: grouped_choice.");
+      "the given stream; variant -1: grouped_chosen_variant's.");
 }
 
 }  // namespace wavetune::bindings

@@ -1,4 +1,4 @@
-// The grouped-GEMM family's run-time choice (grouped.h, grouped_choice): one policy for every caller and
+// The grouped-GEMM family's run-time choice (grouped.h, choose): one policy for every caller and
 // scales mode. The table's, where there is one with a compiled config of the problem's dtype and rows to
 // choose for; else the built-in heuristic's.
 #include "grouped_ops.h"
@@ -8,16 +8,16 @@
 
 namespace wavetune {
 
-int32_t grouped_choice(const GroupedGemmProblem& p, const Selector* table) {
+Launch choose(const GroupedGemmProblem& p, const Selector* table) {
   const GroupedScalesLayout& layout = detail::checked_scales_layout(p.scales);
   if (table && table->scales() != layout.name) {
     WAVETUNE_INVALID("a grouped table of scales '", table->scales(), "' chooses for the problems of those scales, ",
                      "not for a ", detail::grouped_kind(p.scales), " problem");
   }
   if (table && p.rows > 0 && table->candidate_count(p.dtype, BLayout::col) > 0) {
-    return table->select({p.dtype, BLayout::col, p.rows, p.n, p.k, p.experts}).variant;
+    return {table->select({p.dtype, BLayout::col, p.rows, p.n, p.k, p.experts}).variant, {}};
   }
-  return grouped_default_variant(p);
+  return {grouped_default_variant(p), {}};
 }
 
 }  // namespace wavetune

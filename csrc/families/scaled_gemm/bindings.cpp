@@ -157,13 +157,13 @@ void bind_scaled_gemm(py::module_& m, const FamilyBindings&) {
       },
       "Empty string when a scaled GEMM's sizes, pointers and alignment are valid, else the reason.");
   m.def(
-      "scaled_gemm_choice",
+      "scaled_gemm_chosen_variant",
       [](int32_t m, int32_t n, int32_t k, int32_t out_dtype, int32_t a_kind, int32_t b_kind, bool bias) {
         // The choice reads the sizes, the output dtype, the kinds of scales and whether there is a bias (cuBLASLt
         // then needs a kernel with its bias epilogue), never the data: a stand-in address marks the bias.
         const uintptr_t bias_mark = bias ? 256 : 0;
-        return scaled_gemm_choice(
-            make_problem(m, n, k, 0, k, 0, k, 0, n, out_dtype, 0, a_kind, 0, b_kind, bias_mark));
+        return choose(make_problem(m, n, k, 0, k, 0, k, 0, n, out_dtype, 0, a_kind, 0, b_kind, bias_mark), nullptr)
+            .variant;
       },
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("out_dtype"), py::arg("scale_a_kind"),
       py::arg("scale_b_kind"), py::arg("bias") = false,

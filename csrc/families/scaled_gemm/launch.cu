@@ -232,9 +232,7 @@ std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_decode_variants() {
   return out;
 }
 
-}  // namespace detail
-
-int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
+int32_t scaled_variant_choice(const ScaledGemmProblem& p) {
   const bool blocks = p.scale_a_kind == ScaleKind::block128;
   const bool per_tensor = p.scale_a_kind == ScaleKind::tensor && p.scale_b_kind == ScaleKind::tensor;
   if (p.m > kScaledGemmMaxTokens) return blocks ? detail::block_prefill_choice(p) : detail::library_choice(p);
@@ -250,6 +248,8 @@ int32_t scaled_gemm_choice(const ScaledGemmProblem& p) {
   }
   return detail::decode_choice(p, dev);
 }
+
+}  // namespace detail
 
 int32_t scaled_gemm_resident_ctas(int32_t variant_id) {
   const detail::ScaledVariantOps* ops = detail::scaled_variant_ops(variant_id);

@@ -34,5 +34,7 @@ constexpr int32_t kRescaledVariantOffset = 2;
 bool scales_in_second_pass(int32_t variant_id);
 // The generated registry: the ops of a variant, nullptr when not compiled in.
 const ScaledVariantOps* scaled_variant_ops(int32_t id);
+// The variant choose runs (scaled_gemm.h; launch.cu), -1 for another GEMM.
+int32_t scaled_variant_choice(const ScaledGemmProblem& p);
 
 }  // namespace wavetune::detail

@@ -4,8 +4,8 @@
 //   FlashAttention layout [batch, seq, heads, head_dim] (CUTLASS's Hopper FMHA):
 //
 //   wavetune::AttentionProblem p{...};                                   // sizes, pointers, strides
-//   wavetune::AttentionLaunch how = wavetune::attention_choice(p, &table);  // variant and KV splits
-//   size_t bytes = wavetune::attention_workspace_bytes(p, how.splits);      // device memory the caller owns
+//   wavetune::Launch how = wavetune::choose(p, &table);                    // variant and KV splits (micro.splits)
+//   size_t bytes = wavetune::attention_workspace_bytes(p, how.micro.splits);  // device memory the caller owns
 //   wavetune::attention(p, how, workspace, bytes, stream);
 //
 // - paged_attention(): each sequence's new query tokens (one in decode; a prompt or a chunk of one in
@@ -17,7 +17,7 @@
 // lists two candidates that run outside attention(), per dtype and head dim, so that attention tables can
 // price them with the same model: cuDNN's attention (schedule cudnn; the caller runs it, as PyTorch's SDPA
 // does) and the paged decode kernel on the dense cache (schedule paged; paged_attention(), one page per
-// sequence). attention_choice returns them only to a caller that says it runs them (AttentionRoutes).
+// sequence). choose returns them only to a caller that says it runs them (AttentionRoutes).
 // Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
 #pragma once
 
@@ -47,13 +47,6 @@ struct AttentionProblem {
   // tokens), so it needs seqlen_q <= seqlen_k. With seqlen_q == 1 it masks nothing.
   bool causal;
   DType dtype;
-};
-
-// A choice: the variant, and how many chunks the keys are cut into (each run as part of one grid, then
-// merged by a combine kernel by their log-sum-exp). splits > 1 is for decode (seqlen_q == 1).
-struct AttentionLaunch {
-  int32_t variant;
-  int32_t splits;
 };
 
 // Attention variants compiled into this build, ordered by id: tile_m x tile_n x tile_k is the FMHA tile,
@@ -93,19 +86,21 @@ WAVETUNE_API std::string attention_problem_error(const AttentionProblem& problem
 // Whether the keys of a (valid) problem can be split: decode only, and with batch > 1 K and V must hold a
 // key's heads side by side (seq_stride == heads_kv * head_stride).
 WAVETUNE_API bool attention_kv_splittable(const AttentionProblem& problem);
-// Empty when `how` can run the (valid) problem: the variant's dtype and head dim, the split count. The
-// cuDNN and paged candidates never run here (attention() refuses them; the reason names what runs them).
-WAVETUNE_API std::string attention_launch_error(const AttentionProblem& problem, const AttentionLaunch& how);
+// Empty when `how` can run the (valid) problem: the variant's dtype and head dim, the split count (how many
+// chunks the keys are cut into, each run as part of one grid, then merged by a combine kernel by their
+// log-sum-exp; more than one for decode, seqlen_q == 1, only). The cuDNN and paged candidates never run here
+// (attention() refuses them; the reason names what runs them).
+WAVETUNE_API std::string attention_launch_error(const AttentionProblem& problem, const Launch& how);
 
 // The built-in choice for the current device (attention_heuristic.h), from the sizes only: a few
 // microseconds (it evaluates the model for every compiled variant and split count), so keep it per shape.
 // Variant -1 where no compiled variant takes the problem's dtype and head dim (the default install compiles
 // none until a table or `python -m wavetune build` asks): the caller runs its framework's attention instead.
-WAVETUNE_API AttentionLaunch attention_default_launch(const AttentionProblem& problem);
+WAVETUNE_API Launch attention_default_launch(const AttentionProblem& problem);
 
 class Selector;  // lookup.h
 
-// The candidates outside attention() a caller of attention_choice can run on a problem.
+// The candidates outside attention() a caller of choose can run on a problem.
 struct AttentionRoutes {
   bool cudnn = false;         // cuDNN's attention: decode, or a mask cuDNN's top-left causal mask matches
   bool paged = false;         // the paged decode kernel (decode only; K and V with one set of strides)
@@ -121,20 +116,19 @@ struct AttentionRoutes {
 // model's choice (attention_default_launch; variant -1 where none is compiled). A decode problem of 128 keys or more is chosen for its key
 // count rounded down to whole 64-key tiles, so one choice serves many steps of a growing cache. Choices are
 // cached per thread, device, table, shape and routes.
-WAVETUNE_API AttentionLaunch attention_choice(const AttentionProblem& problem, const Selector* table,
-                                              const AttentionRoutes& routes = {});
+WAVETUNE_API Launch choose(const AttentionProblem& problem, const Selector* table, const AttentionRoutes& routes = {});
 
 // Device memory an attention call needs: the log-sum-exp rows, and with splits the partial outputs.
 WAVETUNE_API size_t attention_workspace_bytes(const AttentionProblem& problem, int32_t splits);
 
 // Launches on `stream`. The workspace must stay untouched until the launch completes (stream order).
-WAVETUNE_API void attention(const AttentionProblem& problem, const AttentionLaunch& how, void* workspace,
+WAVETUNE_API void attention(const AttentionProblem& problem, const Launch& how, void* workspace,
                             size_t workspace_bytes, Stream stream);
 
 // --- Paged attention (docs/attention.md, "Paged and variable-length attention") ----------------------------
 //
 //   wavetune::PagedAttentionProblem p{...};                             // sizes, pointers, strides
-//   wavetune::PagedAttentionLaunch how = wavetune::paged_attention_choice(p);  // kernel and KV splits
+//   wavetune::Launch how = wavetune::choose(p, nullptr);                // kernel and KV splits (micro.splits)
 //   size_t bytes = wavetune::paged_attention_workspace_bytes(p, how);   // device memory the caller owns
 //   wavetune::paged_attention(p, how, workspace, bytes, stream);
 //
@@ -186,13 +180,6 @@ struct PagedAttentionProblem {
   int64_t total_keys = 0;
 };
 
-// A launch: the kernel (an id of paged_attention_variants) and how many chunks each sequence's keys are cut
-// into (run side by side, then merged by their log-sum-exp).
-struct PagedAttentionLaunch {
-  int32_t variant;
-  int32_t splits;
-};
-
 // The compiled paged attention kernels (three per dtype and head dim, two at head dim 256): tile_m is the
 // rows of a CTA ((token, query head) pairs; 16: its warps split the keys, 16 per warp: they split the rows),
 // tile_n the keys a CTA step reads (16 per warp), tile_k the head dim.
@@ -203,14 +190,17 @@ WAVETUNE_API const char* paged_attention_config_space_hash();
 // Empty when the problem's sizes, pointers, strides and alignment are valid, else the reason. No GPU.
 WAVETUNE_API std::string paged_attention_problem_error(const PagedAttentionProblem& problem);
 
-// Empty when `how` can run the (valid) problem: a compiled kernel of its dtype and head dim, 1-256 splits.
-WAVETUNE_API std::string paged_attention_launch_error(const PagedAttentionProblem& problem,
-                                                      const PagedAttentionLaunch& how);
+// Empty when `how` can run the (valid) problem: a compiled kernel (an id of paged_attention_variants) of its
+// dtype and head dim, and 1-256 splits: how many chunks each sequence's keys are cut into (run side by side,
+// then merged by their log-sum-exp).
+WAVETUNE_API std::string paged_attention_launch_error(const PagedAttentionProblem& problem, const Launch& how);
 
 // The kernel and KV split count the wave model picks for the current device: CTAs (batch x KV heads x
 // row blocks x splits) in whole waves of the kernel's resident CTAs against the keys each one streams and
-// its tile math, plus the merge (in clusters or a kernel of its own). From the sizes only.
-WAVETUNE_API PagedAttentionLaunch paged_attention_choice(const PagedAttentionProblem& problem);
+// its tile math, plus the merge (in clusters or a kernel of its own). From the sizes only. The paged kernels
+// have no tables of their own (attention tables price them through the schedule-paged candidate, which
+// choose(AttentionProblem) returns): `table` must be nullptr (InvalidArgument otherwise).
+WAVETUNE_API Launch choose(const PagedAttentionProblem& problem, const Selector* table);
 
 // CTAs of a kernel resident per SM on the current device: the size of its waves over the SM count.
 WAVETUNE_API int32_t paged_attention_resident_ctas(int32_t variant);
@@ -222,12 +212,11 @@ WAVETUNE_API int64_t paged_attention_cluster_ctas(int32_t variant, int32_t clust
 
 // Device memory a launch needs (fp32 partial outputs and log-sum-exps when split; an int32 per sequence, for
 // their order, from 2 to 1,024 sequences; 0 for one sequence unsplit).
-WAVETUNE_API size_t paged_attention_workspace_bytes(const PagedAttentionProblem& problem,
-                                                    const PagedAttentionLaunch& how);
+WAVETUNE_API size_t paged_attention_workspace_bytes(const PagedAttentionProblem& problem, const Launch& how);
 
 // Launches on `stream` (with programmatic dependent launch where enabled, kernels.h). The workspace must
 // stay untouched until the launch completes (stream order).
-WAVETUNE_API void paged_attention(const PagedAttentionProblem& problem, const PagedAttentionLaunch& how,
-                                  void* workspace, size_t workspace_bytes, Stream stream);
+WAVETUNE_API void paged_attention(const PagedAttentionProblem& problem, const Launch& how, void* workspace,
+                                  size_t workspace_bytes, Stream stream);
 
 }  // namespace wavetune

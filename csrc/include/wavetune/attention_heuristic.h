@@ -19,12 +19,24 @@
 #include <utility>
 #include <vector>
 
+#include "wavetune/lookup.h"
+
 namespace wavetune {
 
 struct AttentionShape {
   int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv;
   bool causal;
 };
+
+// An attention problem as the lookup takes it (lookup.h): M, N, K = seqlen_q, seqlen_k, head_dim, groups = the
+// batch, B layout col, and the family's key (the fields its table family names, in this order): heads_q,
+// heads_kv, causal.
+inline Problem attention_lookup_problem(DType dtype, const AttentionShape& s, int64_t head_dim) {
+  return {dtype, BLayout::col, s.seqlen_q, s.seqlen_k, head_dim, s.batch, {s.heads_q, s.heads_kv, s.causal}};
+}
+inline AttentionShape attention_shape(const Problem& p) {
+  return {p.groups, p.m, p.n, p.key[0], p.key[1], p.key[2] != 0};
+}
 
 struct AttentionTile {
   int32_t block_q, block_kv, head_dim;  // query rows x KV rows x head dim (the variant's tile_m, tile_n, tile_k)

@@ -38,12 +38,19 @@ struct TableFamily {
     // balanced groups (grouped_mapping.h), which debug builds check against it: a family selecting so maps so.
     priors_and_floors,
     // The least predicted (its wave model times its launches, calibrated) of the configs that `fits`; uncached,
-    // as the cache's key holds none of a family's own problem fields.
+    // as the cache's key holds none of a family's own problem fields (Problem::key).
     least_predicted,
   };
   Selection selection = Selection::priors_and_floors;
   // least_predicted only: whether a config (tile, KV splits) can run the problem.
   bool (*fits)(const TileShape& tile, int32_t splits, const Problem& p) = nullptr;
+  // The fields of its problem key (Problem::key), in key order: at most kProblemKeyFields, named as the bindings
+  // take them, each in [min, max], `fallback` where a caller names none. Empty: its problems have none.
+  struct KeyField {
+    const char* name;
+    int64_t min, max, fallback;
+  };
+  std::vector<KeyField> key_fields;
   // Checks of the family's own problem fields (InvalidArgument), or null.
   void (*check_problem)(const Problem& p) = nullptr;
   // The scales modes of its tables (as a table's meta `scales` names them; "" for unscaled operands, a table

@@ -7,7 +7,7 @@
 //   wavetune::GroupedGemmProblem p{rows, experts, n, k, x, w, offsets, out, wavetune::DType::bf16};
 //   // FP8: p.scales = wavetune::GroupedScales::row; p.scale_x = scale_x; p.scale_w = scale_w;
 //   size_t bytes = wavetune::grouped_workspace_bytes(experts);            // device memory the caller owns
-//   wavetune::grouped_gemm(p, wavetune::grouped_default_variant(p), workspace, bytes, stream);
+//   wavetune::grouped_gemm(p, wavetune::choose(p, table).variant, workspace, bytes, stream);  // table: or nullptr
 //
 // Grouped variants have ids of their own (cutlass_configs/sm90_grouped_gemm.toml), apart from the dense
 // GEMM's. Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
@@ -98,11 +98,12 @@ WAVETUNE_API int32_t grouped_default_variant(const GroupedGemmProblem& problem);
 
 class Selector;  // lookup.h
 
-// The variant a call with no forced variant runs on the current device (Python's and C++'s alike): the
-// choice of `table` (a grouped table of the problem's scales mode bound to this build; nullptr: none) from the
+// The launch a call with no forced variant makes on the current device (Python's and C++'s alike): the variant
+// `table` (a grouped table of the problem's scales mode bound to this build; nullptr: none) chooses from the
 // sizes, else the built-in heuristic's where there is no table, no rows, or none of the table's compiled configs
-// takes the dtype. InvalidArgument for a table of another scales mode.
-WAVETUNE_API int32_t grouped_choice(const GroupedGemmProblem& problem, const Selector* table);
+// takes the dtype; default micro parameters (grouped_gemm takes none). InvalidArgument for a table of another
+// scales mode.
+WAVETUNE_API Launch choose(const GroupedGemmProblem& problem, const Selector* table);
 
 // Launches the variant (of the problem's scales mode and dtype) on `stream`: a small kernel writes each
 // expert's problem size, pointers and strides (and where its scales start) from the offsets into `workspace`,

@@ -1,9 +1,9 @@
 // The kernel library: list the compiled GEMM variants and launch one on a caller's stream.
 //
 //   wavetune::GemmProblem p{m, n, k, a, k, w, k, d, n, wavetune::DType::bf16, wavetune::BLayout::col};
-//   const int32_t variant = wavetune::default_variant(p);
-//   size_t bytes = wavetune::gemm_workspace_bytes(p, variant, {});    // scratch memory, often 0
-//   wavetune::gemm(p, variant, {}, workspace, bytes, stream);          // D = A @ W.T
+//   const wavetune::Launch l = wavetune::choose(p, table);             // table: a gemm Selector, or nullptr
+//   size_t bytes = wavetune::gemm_workspace_bytes(p, l.variant, l.micro);  // scratch memory, often 0
+//   wavetune::gemm(p, l.variant, l.micro, workspace, bytes, stream);   // D = A @ W.T
 //
 // Every function throws wavetune::InvalidArgument or wavetune::RuntimeError (errors.h) on failure.
 #pragma once
@@ -81,12 +81,6 @@ WAVETUNE_API DeviceProperties device_properties();
 // without kernels), in the CUDA runtime's words; empty when it can use one.
 WAVETUNE_API std::string no_device_reason();
 
-// One launch configuration to time: a variant and its micro parameters.
-struct Launch {
-  int32_t variant;
-  MicroParams micro;
-};
-
 // Programmatic dependent launch (Hopper): while on, every wavetune kernel (cuBLAS and cuBLASLt launch their own)
 // launches with cudaLaunchAttributeProgrammaticStreamSerialization, so a launch's prologue overlaps the end of
 // the kernel before it in the stream; each waits (griddepcontrol.wait) before it reads what an earlier kernel
@@ -100,7 +94,7 @@ class Selector;  // lookup.h
 // The launch a call with no forced config makes (Python's and C++'s alike): the choice of `table` (a gemm
 // table bound to this build; nullptr: none), else default_variant with default micro parameters where there
 // is no table or none of its compiled configs takes the problem's dtype and B layout. Reads sizes only.
-WAVETUNE_API Launch gemm_choice(const GemmProblem& problem, const Selector* table);
+WAVETUNE_API Launch choose(const GemmProblem& problem, const Selector* table);
 
 struct ProfileOptions {
   int32_t warmup = 3;        // eager launches per config before capture

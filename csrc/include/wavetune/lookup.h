@@ -108,18 +108,20 @@ WAVETUNE_API std::string table_slug(const std::string& gpu_name);
 // FNV-1a 64 of `size` bytes: the table checksum (docs/tables.md), for tools that write tables.
 WAVETUNE_API uint64_t table_checksum(const char* data, size_t size);
 
+// The most fields a family's problem key holds (Problem::key).
+constexpr int kProblemKeyFields = 3;
+
 // A GEMM problem, or a grouped one (a table of another family than "gemm"): `groups` GEMMs of N x K
 // weights over m rows in all, which the host assumes spread evenly over min(groups, m) of them
-// (grouped_mapping.h); a dense GEMM is one group. An attention problem (an "attention" table): m =
-// seqlen_q, n = seqlen_k, k = head_dim, groups = batch, b_layout col, and the heads and mask below
-// (attention_heuristic.h maps it).
+// (grouped_mapping.h); a dense GEMM is one group. Other families map their problems onto these fields and
+// their key (an attention table's: attention_heuristic.h).
 struct Problem {
   DType dtype;
   BLayout b_layout;
   int64_t m, n, k;      // each in [1, 2^31 - 1]
   int64_t groups = 1;  // in [1, 2^29]; 1 for a gemm table
-  int64_t heads_q = 1, heads_kv = 1;  // attention only: heads_q a multiple of heads_kv
-  bool causal = false;                // attention only: the bottom-right causal mask
+  // The family's own fields: its TableFamily names them (key_fields, family.h) and reads them; 0 where unused.
+  int64_t key[kProblemKeyFields] = {};
 };
 
 enum class ChoiceSource : int32_t { exact = 0, model = 1 };

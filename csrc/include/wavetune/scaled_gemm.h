@@ -5,7 +5,7 @@
 //
 //   wavetune::ScaledGemmProblem p{m, n, k, a, k, b, k, d, n, wavetune::DType::bf16,
 //                                 sa, wavetune::ScaleKind::row, sb, wavetune::ScaleKind::row};
-//   int32_t variant = wavetune::scaled_gemm_choice(p);  // -1: no variant takes M; run another GEMM
+//   int32_t variant = wavetune::choose(p, nullptr).variant;  // -1: no variant takes M; run another GEMM
 //   wavetune::scaled_gemm(p, variant, 0, workspace, wavetune::scaled_gemm_workspace_bytes(p, variant, 0), stream);
 //
 // Its variants: CUTLASS FP8 kernels generated from cutlass_configs/sm90_scaled_gemm.toml (ids from 0), the
@@ -67,18 +67,21 @@ WAVETUNE_API const char* scaled_gemm_config_space_hash();
 // Empty when the sizes, pointers and alignment are valid, else the reason. Needs no GPU.
 WAVETUNE_API std::string scaled_gemm_problem_error(const ScaledGemmProblem& problem);
 
-// The variant a call with no forced variant runs on the current device, from the sizes alone (wave models of
+class Selector;  // lookup.h
+
+// The launch a call with no forced variant makes on the current device, from the sizes alone (wave models of
 // the launch): a CUTLASS variant up to kScaledGemmMaxTokens, or a decode one up to kScaledGemmDecodeTokens on a
 // layer too narrow for the CUTLASS tiles to fill the GPU (with both scales per tensor, only where they would
 // occupy under a sixth of the SMs); with 128-block scales in a build without the block-scaled CUTLASS
 // variants, a decode variant up to kScaledGemmMaxBlockTokens tokens (up to 8 on weights of
 // kScaledGemmBlockDecodeMaxWeightBytes or more). Beyond those limits, and for other problems with both scales
 // per tensor, a cuBLASLt variant where one takes the problem: with per-row scales and a bf16 output up to K / 8
-// tokens its per-tensor
-// kernel and a second pass for the scales (cublaslt_e4m3_bf16_rescaled), else its own scaling. -1 otherwise:
-// callers run another GEMM (torch._scaled_mm; for 128-blocks the grouped GEMM with block128 scales and one expert, as
-// Python's scaled_gemm does).
-WAVETUNE_API int32_t scaled_gemm_choice(const ScaledGemmProblem& problem);
+// tokens its per-tensor kernel and a second pass for the scales (cublaslt_e4m3_bf16_rescaled), else its own
+// scaling. -1 otherwise: callers run another GEMM (torch._scaled_mm; for 128-blocks the grouped GEMM with block128
+// scales and one expert, as Python's scaled_gemm does). Default micro parameters: scaled_gemm takes its K splits
+// as an argument of its own (0: the variant's wave-aware count). The family has no tables: `table` must be
+// nullptr (InvalidArgument otherwise).
+WAVETUNE_API Launch choose(const ScaledGemmProblem& problem, const Selector* table);
 
 // CTAs of a decode variant resident per SM on the current device: the size of the waves its choice counts
 // (0 for the other variants).

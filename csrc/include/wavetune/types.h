@@ -104,6 +104,21 @@ struct MicroParams {
   int32_t max_swizzle = 1;  // 1, 2, 4 or 8 tiles
 };
 
+// A launch configuration: what every family's `choose` returns (one overload per problem type, in the family's
+// header) and what a profile times. Variant -1 means the same in every family: no wavetune variant takes the
+// problem, and the caller runs its framework's op instead (cuBLAS, SDPA, torch._scaled_mm, ...). The attention
+// family's KV splits (the chunks the keys are cut into, merged by their log-sum-exp) are micro.splits, with
+// decomposition split_k where there are several (kv_split_launch).
+struct Launch {
+  int32_t variant;
+  MicroParams micro;
+};
+
+// The launch of `variant` with the keys cut into `splits` chunks (the attention family's kernels).
+inline Launch kv_split_launch(int32_t variant, int32_t splits) {
+  return {variant, {splits > 1 ? Decomposition::split_k : Decomposition::data_parallel, splits}};
+}
+
 // D[m,n] = A[m,k] @ B[k,n] (+ bias[n]). A and D are row-major with leading dimensions lda, ldd (in
 // elements); B is column-major (ldb >= k) or row-major (ldb >= n) as b_layout says. All in `dtype`.
 // The optional bias (n elements, 16-byte aligned) is added to the fp32 accumulator before the one

@@ -89,7 +89,8 @@ class Family:
 class SizeProblem:
     """A problem as ``explain`` states it, without tensors: M N K as each family reads them (grouped: all experts'
     rows, N, K; attention: query length, KV length, head dim), ``groups`` (experts; attention: the batch), the
-    dtype and B layout codes, the query and KV heads, the causal flag and the scales mode of the table."""
+    dtype and B layout codes, the family's problem key by field name (the table's ``key_fields``: attention's
+    heads_q, heads_kv, causal) and the scales mode of the table."""
 
     m: int
     n: int
@@ -97,8 +98,7 @@ class SizeProblem:
     groups: int
     dtype: int
     b_layout: int
-    heads: tuple[int, int]
-    causal: bool
+    key: dict[str, int] = dataclasses.field(default_factory=dict)
     scales: str = ""
 
 

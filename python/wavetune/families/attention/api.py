@@ -172,7 +172,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
     config, splits: force an attention variant (id or name, ``attention_configs()``: the FMHA variants, and
         the cuDNN and paged candidates, which take no splits) and a KV split count (decode only: seqlen_q ==
         1); default: both chosen from the sizes by the GPU's attention table (``tables/<gpu>.attention.wtt``,
-        or $WAVETUNE_ATTENTION_TABLE) beside the built-in choice (attention.h, attention_choice). A table
+        or $WAVETUNE_ATTENTION_TABLE) beside the built-in choice (attention.h, choose). A table
         prices cuDNN's attention (run through PyTorch's SDPA) and, on decode, ``paged_attention``'s kernel
         over the dense cache beside the FMHA variants, which compete only where neither runs. The built-in
         choice runs cuDNN on prefill where its mask is this one (not causal, or as many queries as keys) and
@@ -211,7 +211,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         routes = _routes(torch, q, k, v, causal and seqlen_q > 1, dtype_code, given_out is not None) \
             if splits is None else (False, False, False)
         ensure_table(device, "attention")
-        variant, chosen_splits = _C.attention_choice(sizes, *tensors, scale, causal, dtype_code, device, routes)
+        variant, chosen_splits = _C.attention_chosen_launch(sizes, *tensors, scale, causal, dtype_code, device, routes)
         if variant < 0 and splits is not None:
             raise ValueError(f"splits apply to the FMHA variants, and none of {q.dtype} with head_dim {head_dim} is "
                              "compiled yet (python -m wavetune build --family attention compiles them)")
@@ -240,11 +240,12 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
 
 def size_error(p) -> str:
     """``attention``'s checks of a problem's sizes (a ``families.SizeProblem``: query length, KV length and head
-    dim, the batch in ``groups``), on contiguous tensors."""
+    dim, the batch in ``groups``, the heads and mask in its key), on contiguous tensors."""
     def contiguous(seq: int, heads: int) -> tuple[int, int, int, int]:
         # A stride past 64 bits is clamped: the check refuses it as too large either way.
         return NO_DATA, min(seq * heads * p.k, 2**63 - 1), min(heads * p.k, 2**63 - 1), p.k
 
-    q, kv = contiguous(p.m, p.heads[0]), contiguous(p.n, p.heads[1])
-    return _C.attention_problem_error((p.groups, p.m, p.n, *p.heads, p.k), q, kv, kv, q, 1 / math.sqrt(p.k),
-                                      p.causal, p.dtype)
+    heads = p.key["heads_q"], p.key["heads_kv"]
+    q, kv = contiguous(p.m, heads[0]), contiguous(p.n, heads[1])
+    return _C.attention_problem_error((p.groups, p.m, p.n, *heads, p.k), q, kv, kv, q, 1 / math.sqrt(p.k),
+                                      bool(p.key["causal"]), p.dtype)

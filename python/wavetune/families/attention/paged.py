@@ -43,15 +43,15 @@ MAX_CACHED_CHOICES = 4096
 
 
 def _choice(device: int, sizes: tuple, dtype_code: int, args: tuple) -> tuple[int, int]:
-    """paged_attention_choice on ``device`` (the current one), once per size: the wave model reads sizes (and
-    the queries' bound, rows and mask) only, so the pointers and strides in ``args`` (which it validates) are not
-    part of the key."""
+    """The paged kernels' choose (attention.h) on ``device`` (the current one), once per size: the wave model
+    reads sizes (and the queries' bound, rows and mask) only, so the pointers and strides in ``args`` (which it
+    validates) are not part of the key."""
     _, max_q_len, q_tokens, causal = args[5]
     key = (device, sizes, max_q_len, q_tokens, causal, args[2][3], dtype_code)
     if key not in _choices:
         if len(_choices) >= MAX_CACHED_CHOICES:
             _choices.clear()
-        _choices[key] = _C.paged_attention_choice(sizes, *args, dtype_code)
+        _choices[key] = _C.paged_attention_chosen_launch(sizes, *args, dtype_code)
     return _choices[key]
 
 
@@ -234,7 +234,7 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
         know it); default: batch x max_seq_len. With it the split count suits a batch of mixed lengths.
     scale: of q.k, default 1 / sqrt(head_dim). out: optional output shaped as q.
     config, splits: force the kernel (id or name, ``paged_attention_configs()``) and the KV split count
-        (1-256); default: both from a wave model of the launch (``attention.h``, paged_attention_choice).
+        (1-256); default: both from a wave model of the launch (``attention.h``, choose).
 
     The query heads of one KV head are rows of one tile, so every KV byte is read once per tile. Runs on the
     current torch stream of q's device; CUDA graphs capture it (the workspace comes from torch's caching

@@ -58,7 +58,8 @@ def pick(case: dict, kernels: dict, best_of: Callable[[str, dict], tuple[int, fl
 
 
 def choice(case: dict, kernels: dict, header: dict, model: dict | None = None):
-    """(kernel key, splits) that paged_attention_choice takes among ``kernels`` on the GPU of ``header``."""
+    """(kernel key, splits) that the paged kernels' choose (attention.h) takes among ``kernels`` on the GPU of
+    ``header``."""
     return pick(case, kernels, lambda _, facts: _C.paged_attention_best_splits(
         problem(case), kernel(facts), *gpu(header), model or {}), model)
 
@@ -100,7 +101,7 @@ def replay(rows: list[dict], model: dict, header: dict) -> list[float]:
 
 
 def paged_problem(c: dict) -> tuple:
-    """The arguments of _C.paged_attention_choice for a decode case on a dense cache (contiguous layouts)."""
+    """The arguments of _C.paged_attention_chosen_launch for a decode case on a dense cache (contiguous layouts)."""
     heads_kv, dim = c["heads_kv"], c["head_dim"]
     sizes = (c["batch"], c["heads_q"], heads_kv, dim, c["seqlen_k"], c["seqlen_k"])
     q = (16, c["heads_q"] * dim, dim)  # any aligned non-null pointer: the choice reads sizes only

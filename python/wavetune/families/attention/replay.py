@@ -1,6 +1,6 @@
 """wavetune.attention's choice replayed in Python on logs that time every candidate (benchmarks/attention_replay.py
 reports it; docs/results.md#attention_candidates_replay_h200.md): the built-in rule alone, an attention table over it,
-and the table with every CUTLASS config a candidate too. The choice follows attention_choice
+and the table with every CUTLASS config a candidate too. The choice follows the attention family's choose
 (csrc/families/attention/choice.cpp; the Python reference, as ``wavetune.families.gemm.replay`` is the GEMM
 tables'): the table's per-wave models (model.predict over tuning.attention_coordinates) override the built-in
 rule where they predict a candidate faster by more than the choice's margin. The built-in decode rule and the

@@ -47,8 +47,9 @@ TENSOR, ROW, BLOCK128 = (_C.scale_kinds().index(kind) for kind in ("tensor", "ro
 
 @functools.lru_cache(maxsize=4096)
 def _choice(device: int, m: int, n: int, k: int, code: int, kind_a: int, kind_b: int, bias: bool) -> int:
-    """scaled_gemm_choice on ``device`` (the current one), once per problem: the C++ choice checks every variant."""
-    return _C.scaled_gemm_choice(m, n, k, code, kind_a, kind_b, bias)
+    """The scaled GEMM's choose (scaled_gemm.h) on ``device`` (the current one), once per problem: the C++
+    choice checks every variant."""
+    return _C.scaled_gemm_chosen_variant(m, n, k, code, kind_a, kind_b, bias)
 
 
 # Variants compiled at run time join the listing and the choice.
