@@ -208,8 +208,6 @@ void bind_fmha(py::module_& m, const FamilyBindings& registration) {
 
 void bind_paged(py::module_& m) {
   m.def("paged_attention_variants", [] { return variant_dicts(paged_attention_variants()); });
-  m.def("paged_attention_config_space_hash", &paged_attention_config_space_hash,
-        "Identifies the compiled paged attention catalog.");
   m.def("paged_attention_max_splits", [] { return kPagedAttentionMaxSplits; });
   m.def("paged_attention_resident_ctas", &paged_attention_resident_ctas, py::arg("variant"),
         "CTAs of a kernel resident per SM on the current device.");

@@ -1,4 +1,4 @@
-// The attention family's paged kernels (paged_variants.h), with ids of their own, and their catalog's hash; the
+// The attention family's paged kernels (paged_variants.h), with ids of their own; the
 // cuDNN and paged candidates of the FMHA registry (which is generated from cutlass_configs/sm90_attention.toml's
 // [family] table); the paged launch's split arithmetic and the problem checks that need no GPU.
 #include <algorithm>
@@ -10,7 +10,6 @@
 
 #include "attention_ops.h"
 #include "paged_ops.h"
-#include "paged_variants.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
 #include "wavetune/errors.h"
@@ -147,13 +146,6 @@ size_t attention_workspace_bytes(const AttentionProblem& p, int32_t splits) {
 }
 
 const std::vector<VariantInfo>& paged_attention_variants() { return detail::paged_registry().infos(); }
-
-const char* paged_attention_config_space_hash() {
-#define WAVETUNE_PAGED_NAME(DTYPE, HEAD_DIM, WARPS, SPLIT, STEP_KEYS, NAME) NAME,
-  static const std::string hash = detail::catalog_hash({WAVETUNE_PAGED_VARIANTS(WAVETUNE_PAGED_NAME)});
-#undef WAVETUNE_PAGED_NAME
-  return hash.c_str();
-}
 
 std::string paged_attention_problem_error(const PagedAttentionProblem& p) {
   auto misaligned = [](const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes != 0; };

@@ -184,8 +184,6 @@ struct PagedAttentionProblem {
 // rows of a CTA ((token, query head) pairs; 16: its warps split the keys, 16 per warp: they split the rows),
 // tile_n the keys a CTA step reads (16 per warp), tile_k the head dim.
 WAVETUNE_API const std::vector<VariantInfo>& paged_attention_variants();
-// Identifies the compiled catalog.
-WAVETUNE_API const char* paged_attention_config_space_hash();
 
 // Empty when the problem's sizes, pointers, strides and alignment are valid, else the reason. No GPU.
 WAVETUNE_API std::string paged_attention_problem_error(const PagedAttentionProblem& problem);
