@@ -61,7 +61,10 @@ def quantize_blocks(t: torch.Tensor, rows: int, cols: int = BLOCK) -> tuple[torc
     torch ops: t ~= dequantize_experts(q, scale, rows, torch.float32, cols)."""
     r, k = t.shape
     size_r, size_k = rows or max(r, 1), cols or max(k, 1)
-    padded = torch.nn.functional.pad(t.float(), (0, -k % size_k, 0, -r % size_r))
+    # A block of all of an empty extent is still one block (one scale): pad that extent to one zero row or column.
+    pad_r = size_r if r == 0 and not rows else -r % size_r
+    pad_k = size_k if k == 0 and not cols else -k % size_k
+    padded = torch.nn.functional.pad(t.float(), (0, pad_k, 0, pad_r))
     blocked = padded.view(padded.shape[0] // size_r, size_r, padded.shape[1] // size_k, size_k)
     scale = (blocked.abs().amax(dim=(1, 3), keepdim=True) / E4M3_MAX).clamp(min=1e-12)
     q = (blocked / scale).clamp(-E4M3_MAX, E4M3_MAX).view(padded.shape)[:r, :k]
