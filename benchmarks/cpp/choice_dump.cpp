@@ -46,7 +46,7 @@ std::vector<VariantInfo> space(const std::string& family) {
   for (DType dtype : {DType::bf16, DType::fp16}) {
     for (BLayout layout : {BLayout::col, BLayout::row}) {
       all.push_back({kLibraryVariantIds + 2 * int32_t(dtype) + int32_t(layout), kNames[int(dtype)][int(layout)], dtype,
-                     layout, false, Schedule::cublas, 128, 128, 64, 1, 1, TileScheduler::persistent});
+                     layout, false, Schedule::cublas, 128, 128, 64, 1, 1, TileScheduler::persistent, arch::any});
     }
   }
   return all;
