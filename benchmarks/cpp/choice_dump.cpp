@@ -25,8 +25,7 @@ namespace {
 
 using namespace wavetune;
 
-#define WAVETUNE_INFO(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS) \
-  {ID, #NAME, DType::DT, BLayout::BL, SWAP, Schedule::SCHED, TM, TN, TK, CM, CN, TileScheduler::TS},
+#define WAVETUNE_INFO(...) WAVETUNE_VARIANT_INFO(__VA_ARGS__),
 
 // The variants of a family's whole config space (and, for gemm, the cuBLAS candidates as the kernel library
 // lists them: ids from kLibraryVariantIds, a nominal 128x128x64 tile; for attention its candidates).

@@ -2,6 +2,7 @@
 // architecture the kernels serve the device as (WAVETUNE_ARCH).
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -56,9 +57,10 @@ const ArchOverride& read_arch_override() {
   return value;
 }
 
-// The lowest compute capability a device has been served as in this process (device.cu notes each).
+// The lowest compute capability a device has been served as in this process (device.cu notes each; WAVETUNE_ARCH's
+// from the start), INT32_MAX before any.
 std::atomic<int32_t>& lowest_served() {
-  static std::atomic<int32_t> cc{read_arch_override().cc > 0 ? read_arch_override().cc : 1000};
+  static std::atomic<int32_t> cc{read_arch_override().cc > 0 ? read_arch_override().cc : INT32_MAX};
   return cc;
 }
 

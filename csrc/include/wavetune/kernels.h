@@ -118,7 +118,8 @@ WAVETUNE_API bool runs_here(const VariantInfo& v);
 // launches with cudaLaunchAttributeProgrammaticStreamSerialization, so a launch's prologue overlaps the end of
 // the kernel before it in the stream; each waits (griddepcontrol.wait) before it reads what an earlier kernel
 // may have written, so results are those of plain launches. Kept inside CUDA graphs. Initially on unless the
-// environment sets WAVETUNE_PDL=0; always off where WAVETUNE_ARCH names an architecture below 9.0.
+// environment sets WAVETUNE_PDL=0; always off in a process that serves a GPU below compute capability 9.0 (an
+// older GPU, or WAVETUNE_ARCH naming an older architecture).
 WAVETUNE_API void set_programmatic_launch(bool on);
 WAVETUNE_API bool programmatic_launch();
 
