@@ -71,7 +71,8 @@ struct PagedVariant {
   static int64_t cluster_ctas(const DeviceInfo& dev, int32_t cluster) {
     static std::array<std::once_flag, kMaxDevices> done;
     static std::array<std::array<int64_t, kPagedAttentionMaxClusterSplits + 1>, kMaxDevices> resident{};
-    if (cluster < 2 || cluster > kPagedAttentionMaxClusterSplits) return 0;
+    // Thread-block clusters need compute capability 9.0: a GPU served as an older one merges with the kernel.
+    if (cluster < 2 || cluster > kPagedAttentionMaxClusterSplits || dev.compute_capability < 90) return 0;
     ctas_per_sm(dev);  // the shared-memory limit raised
     std::call_once(done.at(dev.device), [&] {
       for (int32_t n = 2; n <= kPagedAttentionMaxClusterSplits; ++n) {
