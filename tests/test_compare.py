@@ -31,7 +31,7 @@ needs_bf16_col = pytest.mark.skipif(not tuning.candidates(), reason="no compiled
 def variant(tile, cluster=(1, 1), swap_ab=False, schedule="cooperative", scheduler="persistent", id_=0):
     name = f"bf16_bcol{'_swapab' if swap_ab else ''}_{schedule}_{'x'.join(map(str, tile))}_" \
            f"{'x'.join(map(str, cluster))}_{scheduler}"
-    return KernelConfig(id_, name, "bf16", "col", swap_ab, schedule, tile, cluster, scheduler)
+    return KernelConfig(id_, name, "bf16", "col", swap_ab, schedule, tile, cluster, scheduler, "sm90a")
 
 
 # ---- shape files -------------------------------------------------------------------------------------
@@ -391,7 +391,7 @@ def test_choice_quality_chooses_stream_k_only_where_it_is_modeled(tmp_path):
 
 def test_vs_cublas_finalists_always_hold_the_library():
     lib = Candidate(KernelConfig(1 << 20, "cublas_bf16_bcol", "bf16", "col", False, "cublas", (128, 128, 64),
-                                 (1, 1), "persistent"))
+                                 (1, 1), "persistent", "any"))
     cutlass = [Candidate(variant((64, 16 * (i + 1), 64), schedule="pingpong", id_=i)) for i in range(4)]
     cands = cutlass + [lib]
     screened = {c.key: float(i) for i, c in enumerate(cutlass)} | {lib.key: 9.0}  # fastest first, library last

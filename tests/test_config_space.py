@@ -143,8 +143,8 @@ def test_bad_files_are_refused_with_the_reason(tmp_path, body, message):
 def test_bad_header_is_refused(tmp_path):
     with pytest.raises(cs.ConfigError, match="schema must be 1"):
         cs.load(write(tmp_path, GOOD_GROUP, header='schema = 2\narch = "sm90a"\n'))
-    with pytest.raises(cs.ConfigError, match="arch must be 'sm90a'"):
-        cs.load(write(tmp_path, GOOD_GROUP, header='schema = 1\narch = "sm80"\n'))
+    with pytest.raises(cs.ConfigError, match="arch must be one of sm80, sm89, sm90a"):
+        cs.load(write(tmp_path, GOOD_GROUP, header='schema = 1\narch = "sm70"\n'))
     with pytest.raises(cs.ConfigError, match="cannot read"):
         cs.load(tmp_path / "missing.toml")
 
@@ -184,6 +184,7 @@ def test_generate_writes_one_source_per_variant_and_only_on_change(tmp_path):
     assert len(compiled_rows(registry)) == len(sources)
     assert compiled_rows(registry)[1].startswith("WAVETUNE_VARIANT(2, bf16_bcol_cooperative_128x128x64_2x1_persistent, "
                                                  "bf16, col, false,")
+    assert all(row.endswith(", sm90a)") for row in compiled_rows(registry))  # the space's arch, per variant
     assert registry.count("  WAVETUNE_VARIANT(") == len(sources) + len(space.variants)  # and the whole space
 
     # Unchanged sources keep their timestamps (no recompilation); a narrowed set removes stale ones.

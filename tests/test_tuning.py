@@ -41,7 +41,7 @@ def test_planned_measurements_count_anchors_and_the_micro_runs():
 def test_the_cublas_candidate_has_no_micro_runs_and_no_tile_traffic():
     """Its tile is nominal: cuBLAS picks the kernel, so neither tile orders nor tile traffic are its."""
     library = api.KernelConfig(1 << 20, "cublas_bf16_bcol", "bf16", "col", False, "cublas", (128, 128, 64),
-                               (1, 1), "persistent")
+                               (1, 1), "persistent", "any")
     cand = tuning.Candidate(library)
     assert library.from_library and not dataclasses.replace(library, schedule="cooperative").from_library
     assert tuning.tile_traffic(SMS)(cand, 4096, 4096, 4096) == 0.0
@@ -51,7 +51,7 @@ def test_the_cublas_candidate_has_no_micro_runs_and_no_tile_traffic():
 
 def test_prior_is_cublas_where_it_is_a_candidate():
     library = api.KernelConfig(1 << 20, "cublas_bf16_bcol", "bf16", "col", False, "cublas", (128, 128, 64),
-                               (1, 1), "persistent")
+                               (1, 1), "persistent", "any")
     cands = [c for c in tuning.candidates() if not c.variant.from_library] + [tuning.Candidate(library)]
     assert tuning.prior_records(cands, "bf16", "col") == [
         {"config_id": len(cands) - 1, "max_m": 0, "margin": tuning.LIBRARY_PRIOR_MARGIN}]

@@ -25,8 +25,7 @@ namespace {
 
 using namespace wavetune;
 
-#define WAVETUNE_INFO(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS) \
-  {ID, #NAME, DType::DT, BLayout::BL, SWAP, Schedule::SCHED, TM, TN, TK, CM, CN, TileScheduler::TS},
+#define WAVETUNE_INFO(...) WAVETUNE_VARIANT_INFO(__VA_ARGS__),
 
 // The variants of a family's whole config space (and, for gemm, the cuBLAS candidates as the kernel library
 // lists them: ids from kLibraryVariantIds, a nominal 128x128x64 tile; for attention its candidates).
@@ -46,7 +45,7 @@ std::vector<VariantInfo> space(const std::string& family) {
   for (DType dtype : {DType::bf16, DType::fp16}) {
     for (BLayout layout : {BLayout::col, BLayout::row}) {
       all.push_back({kLibraryVariantIds + 2 * int32_t(dtype) + int32_t(layout), kNames[int(dtype)][int(layout)], dtype,
-                     layout, false, Schedule::cublas, 128, 128, 64, 1, 1, TileScheduler::persistent});
+                     layout, false, Schedule::cublas, 128, 128, 64, 1, 1, TileScheduler::persistent, arch::any});
     }
   }
   return all;

@@ -158,9 +158,10 @@ std::shared_ptr<Selector> selector_over(const std::string& path, const std::stri
                      d["swap_ab"].cast<bool>(),
                      bindings::parse_name<Schedule>(d["schedule"].cast<std::string>(), 6, "schedule"), tile_m, tile_n,
                      tile_k, cluster_m, cluster_n,
-                     bindings::parse_name<TileScheduler>(d["scheduler"].cast<std::string>(), 3, "scheduler")});
+                     bindings::parse_name<TileScheduler>(d["scheduler"].cast<std::string>(), 3, "scheduler"),
+                     d.contains("arch") ? parse_arch(d["arch"].cast<std::string>()) : arch::any});
   }
-  return std::make_shared<Selector>(Table::load(path), infos, f->config_space_hash(), family);
+  return std::make_shared<Selector>(Table::load(path), runnable(infos), f->config_space_hash(), family);
 }
 
 // Names in enumerator order, so Python maps a name to its code by position.
@@ -194,6 +195,7 @@ py::dict wavetune::bindings::variant_dict(const VariantInfo& v) {
   d["tile"] = py::make_tuple(v.tile_m, v.tile_n, v.tile_k);
   d["cluster"] = py::make_tuple(v.cluster_m, v.cluster_n);
   d["scheduler"] = to_string(v.scheduler);
+  d["arch"] = to_string(v.arch);
   return d;
 }
 
@@ -226,6 +228,22 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_programmatic_launch", &set_programmatic_launch, py::arg("on"),
         "Programmatic dependent launch of the dense GEMM's CUTLASS variants on or off (kernels.h).");
   m.def("programmatic_launch", &programmatic_launch, "Whether programmatic dependent launch is on.");
+  m.attr("MIN_COMPUTE_CAPABILITY") = kMinComputeCapability;
+  m.def("parse_compute_capability", &parse_compute_capability, py::arg("arch"),
+        "The compute capability (major * 10 + minor) an architecture name such as 'sm80' names (kernels.h).");
+  m.def(
+      "runs_on",
+      [](const std::string& arch, int32_t cc) { return runs_on(parse_arch(arch), cc); }, py::arg("arch"),
+      py::arg("compute_capability"),
+      "Whether code built for `arch` (a variant dict's 'arch': 'any', 'sm80', 'sm90a', ...) runs on a GPU of that "
+      "compute capability (major * 10 + minor).");
+  m.def("arch_override", &arch_override,
+        "The compute capability WAVETUNE_ARCH names, 0 where unset; read once per process (ValueError if malformed).");
+  m.def("served_compute_capability", &served_compute_capability,
+        "The compute capability the kernels serve the current device as (WAVETUNE_ARCH's where set); 0 on a host "
+        "without a usable device and without WAVETUNE_ARCH.");
+  m.def("unsupported_device_error", &unsupported_device_error, py::arg("device"), py::arg("name"), py::arg("major"),
+        py::arg("minor"), "Why a GPU of that compute capability cannot run wavetune; empty from 8.0 on.");
   m.def("no_device_reason", &no_device_reason,
         "Why this process can use no CUDA device, in the CUDA runtime's words; empty when it can use one.");
   m.def("device_properties", [] {

@@ -28,6 +28,20 @@ double memory_bytes_per_s(int device) {
   return 2.0 * khz * 1e3 * bits / 8;
 }
 
+// Why the GPU of compute capability `own` cannot be served as `served` (WAVETUNE_ARCH), empty where it can.
+std::string override_error(int32_t served, int32_t own, int device, const char* name) {
+  std::ostringstream os;
+  if (served > own) {
+    os << "WAVETUNE_ARCH=sm" << served << " names compute capability " << served / 10 << "." << served % 10
+       << ", above CUDA device " << device << "'s (" << name << ", " << own / 10 << "." << own % 10
+       << "): it serves a GPU as an older architecture only";
+  } else if (served < kMinComputeCapability) {
+    os << "WAVETUNE_ARCH=sm" << served << " names compute capability " << served / 10 << "." << served % 10
+       << "; wavetune needs " << kMinComputeCapability / 10 << "." << kMinComputeCapability % 10 << " or later";
+  }
+  return os.str();
+}
+
 struct DeviceSlot {
   std::once_flag once;
   DeviceInfo info{};
@@ -42,17 +56,16 @@ const DeviceSlot& current_device() {
   if (device < 0 || device >= kMaxDevices) WAVETUNE_FAIL("device ordinal ", device, " out of range");
   DeviceSlot& slot = slots[device];
   std::call_once(slot.once, [&] {
-    int major = 0, minor = 0, sms = 0;
-    WAVETUNE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    WAVETUNE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    WAVETUNE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    slot.info = DeviceInfo{device, sms, memory_bytes_per_s(device) / 1e6};
-    if (major != 9 || minor != 0) {
-      std::ostringstream os;
-      os << "CUDA device " << device << " has compute capability " << major << "." << minor
-         << "; wavetune's kernels are built for sm_90a (Hopper: H100, H200, GH200)";
-      slot.error = os.str();
-    }
+    cudaDeviceProp prop{};
+    WAVETUNE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    const int32_t own = prop.major * 10 + prop.minor;
+    slot.error = unsupported_device_error(device, prop.name, prop.major, prop.minor);
+    std::string malformed;
+    const int32_t emulated = arch_override(&malformed);
+    const int32_t served = emulated > 0 ? emulated : own;
+    if (slot.error.empty()) slot.error = malformed.empty() ? override_error(served, own, device, prop.name) : malformed;
+    slot.info = DeviceInfo{device, prop.multiProcessorCount, memory_bytes_per_s(device) / 1e6, served};
+    if (slot.error.empty()) note_served_compute_capability(served);
   });
   return slot;
 }
@@ -122,7 +135,7 @@ const DeviceInfo& current_device_info() {
   if (!slot.error.empty()) WAVETUNE_INVALID(slot.error);
   // Per thread, as the current context is: the device's properties with the current context's SMs, looked up
   // again only when the context changes.
-  thread_local DeviceInfo info{-1, 0, 0};
+  thread_local DeviceInfo info{-1, 0, 0, 0};
   thread_local unsigned long long info_context = 0;
   unsigned long long id = 0;
   const CUcontext context = current_context(&id);
@@ -142,6 +155,17 @@ void require_workspace(size_t needed, const void* workspace, size_t workspace_by
 }
 
 }  // namespace detail
+
+int32_t served_compute_capability() {
+  const detail::DeviceSlot* slot = nullptr;
+  try {
+    slot = &detail::current_device();
+  } catch (const RuntimeError&) {  // no usable device: a build host
+    return arch_override();
+  }
+  if (!slot->error.empty()) WAVETUNE_INVALID(slot->error);
+  return slot->info.compute_capability;
+}
 
 std::string no_device_reason() {
   // NOTES: without a driver the runtime says "cudaErrorInsufficientDriver", which reads as an outdated

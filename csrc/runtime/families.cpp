@@ -5,6 +5,7 @@
 #include "registered.h"
 #include "wavetune/errors.h"
 #include "wavetune/family.h"
+#include "wavetune/kernels.h"
 
 namespace wavetune {
 
@@ -21,7 +22,15 @@ std::shared_ptr<Selector> open_table(const std::string& path, const std::string&
     for (const KernelFamily* k : kernel_families()) known += (known.empty() ? "" : ", ") + std::string(k->name);
     WAVETUNE_INVALID("unknown kernel family '", family, "' (", known, ")");
   }
-  return std::make_shared<Selector>(Table::load(path), f->variants(), f->config_space_hash(), family);
+  return std::make_shared<Selector>(Table::load(path), runnable(f->variants()), f->config_space_hash(), family);
+}
+
+std::vector<VariantInfo> runnable(const std::vector<VariantInfo>& variants) {
+  std::vector<VariantInfo> out;
+  for (const VariantInfo& v : variants) {
+    if (runs_here(v)) out.push_back(v);
+  }
+  return out;
 }
 
 }  // namespace wavetune

@@ -15,6 +15,8 @@ void require_workspace(size_t, const void*, size_t) { WAVETUNE_FAIL(kNoKernels);
 
 using detail::kNoKernels;
 
+int32_t served_compute_capability() { return arch_override(); }
+
 DeviceProperties device_properties() { WAVETUNE_FAIL(kNoKernels); }
 
 std::string no_device_reason() { return kNoKernels; }

@@ -1,4 +1,4 @@
-"""wavetune: wave-aware GEMM kernel selection for LLM inference on NVIDIA Hopper GPUs.
+"""wavetune: wave-aware GEMM kernel selection for LLM inference on NVIDIA GPUs of compute capability 8.0+.
 
     import torch, wavetune
     y = wavetune.gemm(x, W.t())          # like torch.matmul(x, W.t()) / F.linear(x, W)

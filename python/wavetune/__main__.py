@@ -335,7 +335,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m wavetune",
-        description="wavetune: wave-aware kernel selection for LLM inference on Hopper GPUs. "
+        description="wavetune: wave-aware kernel selection for LLM inference on NVIDIA GPUs from Ampere on. "
                     "Errors end with one line and exit status 2 (WAVETUNE_DEBUG=1 shows the traceback).")
     parser.add_argument("--cmake-dir", action="store_true", help="print the CMake package directory and exit")
     sub = parser.add_subparsers(dest="command")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ import torch
 from . import fused, hf
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from .families.gemm import torch_ops as gemm_ops
+from .runtime.device import unsupported_gpu_reason
 
 DTYPES = fused.DTYPES
 # The token counts M of the public shape suite (shared/benchmarks/llm_shapes.json): decode to prefill.
@@ -227,13 +229,17 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
     dtype, then patch. A ``transformers`` model also gets wavetune's attention (``attention``) and, with
     routed experts, wavetune's experts (``experts``; ``wavetune.hf.patch_model``). With ``layers``, its
     transformers RMSNorms, SiLU-gated MLPs (gate and up merged into one GEMM) and rotary embeddings run the
-    layer ops (``wavetune.fused``). ``unpatch`` reverses it.
+    layer ops (``wavetune.fused``). ``unpatch`` reverses it. On a GPU older than compute capability 8.0, which
+    wavetune needs (docs/kernels.md, "Architectures"), it leaves the model unchanged and warns why.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"wavetune.patch takes a torch.nn.Module, got {type(model).__name__}")
     if isinstance(model, torch.nn.Linear):
         raise ValueError("the model is itself an nn.Linear: use wavetune.nn.Linear.from_linear(model)")
     report = PatchReport(patched=[], skipped={})
+    if reason := unsupported_gpu_reason(model):
+        warnings.warn(f"wavetune.patch left the model unchanged: {reason}", stacklevel=2)
+        return report
     if layers:  # first: the merged gate and up projections are nn.Linear layers for the loop below
         report.layers, report.layers_skipped = fused.patch_layers(model)
     for name, parent, attribute, linear in _linear_children(model):

@@ -233,7 +233,7 @@ Launch attention_default_launch(const AttentionProblem& p) {
   std::vector<int32_t> ids;
   for (const VariantInfo& v : attention_variants()) {
     const bool fmha = v.schedule != Schedule::cudnn && v.schedule != Schedule::paged;
-    if (!fmha || v.dtype != p.dtype || v.tile_k != p.head_dim) continue;
+    if (!fmha || v.dtype != p.dtype || v.tile_k != p.head_dim || !runs_here(v)) continue;
     tiles.push_back({v.tile_m, v.tile_n, v.tile_k});
     ids.push_back(v.id);
   }

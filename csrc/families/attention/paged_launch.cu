@@ -71,7 +71,8 @@ struct PagedVariant {
   static int64_t cluster_ctas(const DeviceInfo& dev, int32_t cluster) {
     static std::array<std::once_flag, kMaxDevices> done;
     static std::array<std::array<int64_t, kPagedAttentionMaxClusterSplits + 1>, kMaxDevices> resident{};
-    if (cluster < 2 || cluster > kPagedAttentionMaxClusterSplits) return 0;
+    // Thread-block clusters need compute capability 9.0: a GPU served as an older one merges with the kernel.
+    if (cluster < 2 || cluster > kPagedAttentionMaxClusterSplits || dev.compute_capability < 90) return 0;
     ctas_per_sm(dev);  // the shared-memory limit raised
     std::call_once(done.at(dev.device), [&] {
       for (int32_t n = 2; n <= kPagedAttentionMaxClusterSplits; ++n) {
@@ -163,7 +164,7 @@ struct PagedVariant {
     // The warp-specialized kernels' schedule is "cooperative" (their computing warpgroups each take 64 of the
     // tile's rows, as CUTLASS's): the wave model reads it as "computes with wgmma".
     return {id, name, kDType, BLayout::col, false, kSpecialized ? Schedule::cooperative : Schedule::decode, kBlockRows,
-            kStepKeys, kHeadDim, 1, 1, TileScheduler::data_parallel};
+            kStepKeys, kHeadDim, 1, 1, TileScheduler::data_parallel, kSpecialized ? arch::sm90a : arch::sm80};
   }
 
   static VariantRegistry<PagedVariantOps>::Entry entry(int32_t id, const char* name) { return {info(id, name), &kOps}; }
@@ -189,7 +190,9 @@ Launch paged_choice(const PagedAttentionProblem& p) {
   double best_us = 0;
   int32_t best_resident = 0;
   for (const VariantInfo& v : paged_attention_variants()) {
-    if (v.dtype != p.dtype || v.tile_k != p.head_dim || !weighs_kernel(p, v)) continue;
+    if (v.dtype != p.dtype || v.tile_k != p.head_dim || !runs_on(v, dev.compute_capability) || !weighs_kernel(p, v)) {
+      continue;
+    }
     const auto& ops = *paged_variant(v.id)->ops;
     const int32_t resident = ops.ctas_per_sm(dev);
     const auto [splits, us] =

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention_ops.h"
+#include "device.h"
 #include "paged_ops.h"
 #include "wavetune/attention.h"
 #include "wavetune/attention_heuristic.h"
@@ -122,6 +123,8 @@ std::string attention_launch_error(const AttentionProblem& p, const Launch& how)
   } else if (v->schedule == Schedule::paged) {
     os << "attention candidate " << v->name << " is the paged decode kernel: run it with paged_attention "
        << "(attention.h), not wavetune::attention";
+  } else if (const std::string arch = detail::arch_error(*v); !arch.empty()) {
+    os << "attention " << arch;
   } else if (v->dtype != p.dtype) {
     os << "attention variant " << v->name << " takes " << to_string(v->dtype) << ", the problem is " << to_string(p.dtype);
   } else if (v->tile_k != p.head_dim) {
@@ -205,6 +208,8 @@ std::string paged_attention_launch_error(const PagedAttentionProblem& p, const L
   } else if (variant->info.dtype != p.dtype || variant->info.tile_k != p.head_dim) {
     os << "kernel " << variant->info.name << " takes " << to_string(variant->info.dtype) << " with head dim "
        << variant->info.tile_k << ", not " << to_string(p.dtype) << " with " << p.head_dim;
+  } else if (const std::string arch = detail::arch_error(variant->info); !arch.empty()) {
+    os << "paged attention " << arch;
   } else if (how.micro.splits < 1 || how.micro.splits > kPagedAttentionMaxSplits) {
     os << "splits must be in [1, " << kPagedAttentionMaxSplits << "], got " << how.micro.splits;
   }

@@ -134,7 +134,7 @@ std::vector<VariantRegistry<VariantOps>::Entry> library_variants() {
     for (BLayout layout : {BLayout::col, BLayout::row}) {
       const int32_t id = kLibraryVariantIds + 2 * int32_t(dtype) + int32_t(layout);
       out.push_back({{id, kCublasVariantNames[int(dtype)][int(layout)], dtype, layout, false, Schedule::cublas, tile_m,
-                      tile_n, tile_k, 1, 1, TileScheduler::persistent},
+                      tile_n, tile_k, 1, 1, TileScheduler::persistent, arch::any},
                      &kOps});
     }
   }

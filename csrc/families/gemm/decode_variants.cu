@@ -65,7 +65,7 @@ struct DecodeVariant {
 
   static VariantRegistry<VariantOps>::Entry entry(int32_t id, const char* name) {
     return {{id, name, kDType, BLayout::col, true, Schedule::decode, K::kTileRows, kTokens, K::kTileK, 1, 1,
-             kScheduler},
+             kScheduler, arch::sm90a},
             &kOps};
   }
 };

@@ -36,6 +36,8 @@ std::string check(const GemmProblem& p, int32_t variant_id, const MicroParams& m
   if (!error.empty()) return error;
   if (const char* device_error = detail::current_device_error()) return device_error;
   *dev = &detail::current_device_info();
+  error = detail::arch_error(*variant);
+  if (!error.empty()) return error;
   *ops = detail::variant_ops(variant_id);
   return {};
 }

@@ -9,6 +9,7 @@
 #include "wavetune/errors.h"
 #include "wavetune/grouped.h"
 #include "wavetune/grouped_heuristic.h"
+#include "wavetune/kernels.h"
 #include "wavetune/mapping.h"
 
 namespace wavetune {
@@ -27,11 +28,15 @@ int32_t grouped_default_variant(const GroupedGemmProblem& p) {
   const GroupedScalesLayout& layout = detail::checked_scales_layout(p.scales);
   std::vector<TileShape> shapes;
   std::vector<int32_t> ids;
+  bool compiled = false;
   for (const VariantInfo& v : grouped_variants()) {
     if (v.dtype != p.dtype || detail::grouped_variant_ops(v.id)->scales != p.scales) continue;
+    compiled = true;
+    if (!runs_here(v)) continue;
     shapes.push_back(tile_shape(v));
     ids.push_back(v.id);
   }
+  if (compiled && ids.empty()) return -1;  // none runs on this device: the caller runs PyTorch's grouped GEMM
   if (ids.empty()) {
     WAVETUNE_INVALID("no compiled ", detail::grouped_kind(p.scales), " variant takes ", to_string(p.dtype),
                      " in this build: compile some with python -m wavetune build (--table PATH: what a table "
@@ -60,6 +65,8 @@ void grouped_gemm(const GroupedGemmProblem& p, int32_t variant_id, void* workspa
                      ", the problem is ", to_string(p.dtype));
   }
   const detail::DeviceInfo& dev = detail::current_device_info();
+  error = detail::arch_error(*v);
+  if (!error.empty()) WAVETUNE_INVALID(error);
   const size_t needed = ops->workspace_bytes(p.experts, dev);
   if (!workspace || workspace_bytes < needed) {
     WAVETUNE_INVALID("the ", detail::grouped_kind(p.scales), " GEMM needs ", needed, " bytes of workspace, got ",

@@ -316,15 +316,16 @@ bool scales_in_second_pass(int32_t variant_id) { return variant_id == kLibraryVa
 
 std::vector<VariantRegistry<ScaledVariantOps>::Entry> scaled_library_variants() {
   if (!cublas::lt()) return {};
-  // NOTES: cuBLASLt picks its own kernel per problem; the nominal 128x128x128 tile only names it.
+  // NOTES: cuBLASLt picks its own kernel per problem; the nominal 128x128x128 tile only names it. Its FP8
+  // (e4m3) matmuls need compute capability 8.9 (Ada) or later.
   return {{{kLibraryVariantIds, "cublaslt_e4m3_bf16", DType::bf16, BLayout::col, false, Schedule::cublas, 128, 128, 128, 1, 1,
-            TileScheduler::persistent},
+            TileScheduler::persistent, arch::sm89},
            &CublasLtVariant<DType::bf16>::kOps},
           {{kLibraryVariantIds + 1, "cublaslt_e4m3_fp16", DType::fp16, BLayout::col, false, Schedule::cublas, 128, 128, 128, 1,
-            1, TileScheduler::persistent},
+            1, TileScheduler::persistent, arch::sm89},
            &CublasLtVariant<DType::fp16>::kOps},
           {{kLibraryVariantIds + kRescaledVariantOffset, "cublaslt_e4m3_bf16_rescaled", DType::bf16, BLayout::col, false,
-            Schedule::cublas, 128, 128, 128, 1, 1, TileScheduler::persistent},
+            Schedule::cublas, 128, 128, 128, 1, 1, TileScheduler::persistent, arch::sm89},
            &RescaledVariant::kOps}};
 }
 

@@ -80,10 +80,15 @@ struct ScaledVariant {
 
   static VariantRegistry<ScaledVariantOps>::Entry entry(int32_t id, const char* name) {
     return {{id, name, kOut, BLayout::col, true, Schedule::decode, K::kTileRows, kTokens, K::kTileK, 1, 1,
-             kScheduler},
+             kScheduler, arch::sm90a},
             &kOps};
   }
 };
+
+// Whether variant `v` takes p on `dev`: it runs on the device's architecture and its own checks pass.
+bool takes(const VariantInfo& v, const ScaledGemmProblem& p, const DeviceInfo& dev) {
+  return runs_on(v, dev.compute_capability) && scaled_variant_ops(v.id)->why_not(p, 0, dev).empty();
+}
 
 // The CUTLASS variant (Schedule::cooperative or pingpong) with the tokens along the tile's N (swapped: up to
 // kScaledGemmMaxTokens) or M that the wave model predicts fastest (ties: cluster_rank), null if none takes p.
@@ -92,7 +97,7 @@ const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& 
   double best_us = std::numeric_limits<double>::infinity();
   for (const VariantInfo& v : scaled_gemm_variants()) {
     if (v.schedule == Schedule::decode || v.schedule == Schedule::cublas || v.swap_ab != swapped ||
-        !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) {
+        !takes(v, p, dev)) {
       continue;
     }
     const double us = cutlass_cost_us(v, p, dev.sm_count, dev.memory_bytes_per_us, kModel);
@@ -112,7 +117,7 @@ const VariantInfo* cutlass_choice(const ScaledGemmProblem& p, const DeviceInfo& 
 int32_t token_tile_for(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   int32_t smallest = 0;
   for (const VariantInfo& v : scaled_gemm_variants()) {
-    if (v.schedule != Schedule::decode || !scaled_variant_ops(v.id)->why_not(p, 0, dev).empty()) continue;
+    if (v.schedule != Schedule::decode || !takes(v, p, dev)) continue;
     if (smallest == 0 || v.tile_n < smallest) smallest = v.tile_n;
   }
   return smallest;
@@ -126,7 +131,7 @@ int32_t decode_choice(const ScaledGemmProblem& p, const DeviceInfo& dev) {
   double best_steps = std::numeric_limits<double>::infinity();
   for (const VariantInfo& v : scaled_gemm_variants()) {
     const ScaledVariantOps* ops = scaled_variant_ops(v.id);
-    if (v.schedule != Schedule::decode || v.tile_n != tokens || !ops->why_not(p, 0, dev).empty()) continue;
+    if (v.schedule != Schedule::decode || v.tile_n != tokens || !takes(v, p, dev)) continue;
     const int32_t splits = ops->splits(p, 0, dev);
     const DecodeTile tile{v.tile_m, v.tile_n, v.tile_k, v.scheduler == TileScheduler::persistent,
                           ops->resident_ctas(dev)};
@@ -152,7 +157,7 @@ bool second_pass_pays(const ScaledGemmProblem& p) {
 int32_t library_variant(const ScaledGemmProblem& p, bool second_pass) {
   for (const VariantInfo& v : scaled_gemm_variants()) {
     if (v.schedule == Schedule::cublas && scales_in_second_pass(v.id) == second_pass &&
-        scaled_variant_ops(v.id)->why_not(p, 0, current_device_info()).empty()) {
+        takes(v, p, current_device_info())) {
       return v.id;
     }
   }
@@ -269,7 +274,10 @@ const ScaledVariantOps& checked_ops(const ScaledGemmProblem& p, int32_t variant_
   if (!ops) WAVETUNE_INVALID("scaled GEMM variant id ", variant_id, " is not compiled into this build");
   if (splits < 0) WAVETUNE_INVALID("splits must be >= 0 (0: the variant's own), got ", splits);
   if (const char* device_error = current_device_error()) WAVETUNE_INVALID(device_error);
-  error = ops->why_not(p, splits, current_device_info());
+  const std::vector<VariantInfo>& variants = scaled_gemm_variants();
+  const auto info = std::find_if(variants.begin(), variants.end(), [&](const VariantInfo& v) { return v.id == variant_id; });
+  error = arch_error(*info);
+  if (error.empty()) error = ops->why_not(p, splits, current_device_info());
   if (!error.empty()) WAVETUNE_INVALID(error, " (M=", p.m, " N=", p.n, " K=", p.k, ")");
   return *ops;
 }

@@ -70,7 +70,7 @@ inline std::vector<VariantInfo> attention_candidates() {
       for (int d = 0; d < 3; ++d) {
         out.push_back({id++, kNames[route][int(dtype)][d], dtype, BLayout::col, false,
                        route == 0 ? Schedule::cudnn : Schedule::paged, 128, 64, 64 << d, 1, 1,
-                       TileScheduler::data_parallel});
+                       TileScheduler::data_parallel, route == 0 ? arch::any : arch::sm80});
       }
     }
   }
@@ -94,8 +94,9 @@ WAVETUNE_API std::string attention_launch_error(const AttentionProblem& problem,
 
 // The built-in choice for the current device (attention_heuristic.h), from the sizes only: a few
 // microseconds (it evaluates the model for every compiled variant and split count), so keep it per shape.
-// Variant -1 where no compiled variant takes the problem's dtype and head dim (the default install compiles
-// none until a table or `python -m wavetune build` asks): the caller runs its framework's attention instead.
+// Variant -1 where no compiled variant that runs on the device (runs_here) takes the problem's dtype and head dim
+// (the default install compiles none until a table or `python -m wavetune build` asks; the FMHA variants are
+// sm90a): the caller runs its framework's attention instead.
 WAVETUNE_API Launch attention_default_launch(const AttentionProblem& problem);
 
 class Selector;  // lookup.h

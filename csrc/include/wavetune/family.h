@@ -95,8 +95,11 @@ struct KernelFamily {
 WAVETUNE_API const std::vector<const KernelFamily*>& kernel_families();
 WAVETUNE_API const KernelFamily* find_kernel_family(const std::string& name);
 
-// A table file of `family` bound to that family's compiled variants (Selector's checks apply);
-// InvalidArgument for a family that is not registered.
+// A table file of `family` bound to that family's compiled variants that run on the current device (runnable;
+// Selector's checks apply); InvalidArgument for a family that is not registered.
 WAVETUNE_API std::shared_ptr<Selector> open_table(const std::string& path, const std::string& family);
+
+// Those of `variants` that run on the current device (kernels.h, runs_here), in their order.
+WAVETUNE_API std::vector<VariantInfo> runnable(const std::vector<VariantInfo>& variants);
 
 }  // namespace wavetune

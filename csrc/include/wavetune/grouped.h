@@ -93,7 +93,9 @@ WAVETUNE_API std::string grouped_problem_error(const GroupedGemmProblem& problem
 WAVETUNE_API size_t grouped_workspace_bytes(int32_t experts);
 
 // The built-in heuristic's choice for the current device (grouped_heuristic.h) among the compiled variants of
-// the problem's scales mode and dtype, from the sizes only.
+// the problem's scales mode and dtype that run on it (runs_here), from the sizes only; -1 where none of them
+// runs there (the caller runs its framework's grouped GEMM, as torch._grouped_mm); InvalidArgument where none is
+// compiled.
 WAVETUNE_API int32_t grouped_default_variant(const GroupedGemmProblem& problem);
 
 class Selector;  // lookup.h
@@ -101,8 +103,8 @@ class Selector;  // lookup.h
 // The launch a call with no forced variant makes on the current device (Python's and C++'s alike): the variant
 // `table` (a grouped table of the problem's scales mode bound to this build; nullptr: none) chooses from the
 // sizes, else the built-in heuristic's where there is no table, no rows, or none of the table's compiled configs
-// takes the dtype; default micro parameters (grouped_gemm takes none). InvalidArgument for a table of another
-// scales mode.
+// takes the dtype; default micro parameters (grouped_gemm takes none). Only variants that run on the device are
+// chosen (variant -1 where none does). InvalidArgument for a table of another scales mode.
 WAVETUNE_API Launch choose(const GroupedGemmProblem& problem, const Selector* table);
 
 // Launches the variant (of the problem's scales mode and dtype) on `stream`: a small kernel writes each

@@ -81,11 +81,45 @@ WAVETUNE_API DeviceProperties device_properties();
 // without kernels), in the CUDA runtime's words; empty when it can use one.
 WAVETUNE_API std::string no_device_reason();
 
+// --- Architectures (docs/kernels.md, "Architectures") ---
+// wavetune serves GPUs of compute capability 8.0 (Ampere) and later: each variant runs where its VariantInfo::arch
+// runs (runs_on, types.h), and every family's choice takes only those; the vendor candidates run everywhere.
+constexpr int32_t kMinComputeCapability = 80;
+
+// The compute capability (major * 10 + minor) that an architecture name of WAVETUNE_ARCH's form names: "sm" and
+// two or three digits, as "sm80", "sm89", "sm90", "sm100", optionally ending in "a" ("sm90a"). InvalidArgument
+// for anything else.
+WAVETUNE_API int32_t parse_compute_capability(const std::string& arch);
+// The Arch that to_string(Arch) names ("any", "sm80", "sm90a", ...); InvalidArgument for anything else.
+WAVETUNE_API Arch parse_arch(const std::string& name);
+
+// The compute capability the environment variable WAVETUNE_ARCH names (0 where it is unset or empty), read once
+// per process: the kernels then serve the current GPU as a GPU of that (older) architecture, so that only the
+// variants that run there are chosen and run, and programmatic dependent launch is off below 9.0. That tests
+// the portable kernels on a newer GPU. InvalidArgument for a malformed value (parse_compute_capability); a
+// value above the GPU's own is refused by the device check.
+WAVETUNE_API int32_t arch_override();
+
+// Why a GPU of compute capability major.minor cannot run wavetune, naming it (device ordinal and name) and what
+// wavetune needs; empty for compute capability 8.0 and later.
+WAVETUNE_API std::string unsupported_device_error(int device, const std::string& name, int major, int minor);
+
+// The compute capability the kernels serve the current device as: WAVETUNE_ARCH's where it is set, else the
+// device's own. Where no device can be used (a build host), WAVETUNE_ARCH's, or 0 where it is unset: the choices
+// are then those of a GPU that runs every variant. InvalidArgument for a device older than 8.0 or a
+// WAVETUNE_ARCH it refuses.
+WAVETUNE_API int32_t served_compute_capability();
+
+// Whether variant `v` is chosen and run on the current device (served_compute_capability; every variant where
+// that is 0).
+WAVETUNE_API bool runs_here(const VariantInfo& v);
+
 // Programmatic dependent launch (Hopper): while on, every wavetune kernel (cuBLAS and cuBLASLt launch their own)
 // launches with cudaLaunchAttributeProgrammaticStreamSerialization, so a launch's prologue overlaps the end of
 // the kernel before it in the stream; each waits (griddepcontrol.wait) before it reads what an earlier kernel
 // may have written, so results are those of plain launches. Kept inside CUDA graphs. Initially on unless the
-// environment sets WAVETUNE_PDL=0.
+// environment sets WAVETUNE_PDL=0; always off in a process that serves a GPU below compute capability 9.0 (an
+// older GPU, or WAVETUNE_ARCH naming an older architecture).
 WAVETUNE_API void set_programmatic_launch(bool on);
 WAVETUNE_API bool programmatic_launch();
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 // The library is built with hidden symbols; only what carries WAVETUNE_API is exported.
 #if defined(_WIN32)
@@ -78,6 +79,29 @@ inline const char* to_string(Raster v) {
 constexpr int32_t kDecodeVariantIds = 1 << 19;
 constexpr int32_t kLibraryVariantIds = 1 << 20;
 
+// The architecture a variant's code was built for (docs/kernels.md, "Architectures"): the compute capability it
+// needs, as major * 10 + minor (0: a library candidate, which runs wherever its library does), and whether the
+// code is architecture-specific (sm_90a: wgmma, TMA, thread-block clusters), which runs on that compute
+// capability alone. Portable code (sm80: mma.sync, cp.async) runs on every later one.
+struct Arch {
+  int32_t cc;
+  bool specific;
+};
+namespace arch {
+constexpr Arch any{0, false};
+constexpr Arch sm80{80, false};
+constexpr Arch sm89{89, false};
+constexpr Arch sm90a{90, true};
+}  // namespace arch
+
+// Whether code built for `a` runs on a GPU of compute capability `cc` (major * 10 + minor).
+constexpr bool runs_on(Arch a, int32_t cc) { return a.specific ? cc == a.cc : cc >= a.cc; }
+
+// "sm90a", "sm80", "sm89", ...; "any" for a library candidate.
+inline std::string to_string(Arch a) {
+  return a.cc == 0 ? "any" : "sm" + std::to_string(a.cc) + (a.specific ? "a" : "");
+}
+
 struct VariantInfo {
   int32_t id;
   const char* name;
@@ -88,13 +112,16 @@ struct VariantInfo {
   int32_t tile_m, tile_n, tile_k;
   int32_t cluster_m, cluster_n;
   TileScheduler scheduler;
+  Arch arch;
 };
 
+inline bool runs_on(const VariantInfo& v, int32_t cc) { return runs_on(v.arch, cc); }
+
 // A variant's description from its X-macro row (the generated registry lists and variant libraries).
-#define WAVETUNE_VARIANT_INFO(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS) \
-  ::wavetune::VariantInfo {                                                          \
+#define WAVETUNE_VARIANT_INFO(ID, NAME, DT, BL, SWAP, SCHED, TM, TN, TK, CM, CN, TS, ARCH)                    \
+  ::wavetune::VariantInfo {                                                                                   \
     ID, #NAME, ::wavetune::DType::DT, ::wavetune::BLayout::BL, SWAP, ::wavetune::Schedule::SCHED, TM, TN, TK, CM, CN, \
-        ::wavetune::TileScheduler::TS                                                \
+        ::wavetune::TileScheduler::TS, ::wavetune::arch::ARCH                                                 \
   }
 
 struct MicroParams {

@@ -59,7 +59,7 @@ class Family:
         return getattr(self.module(role), name)
 
     def list_configs(self) -> list:
-        """The variants of the family compiled into this build."""
+        """The variants of the family compiled into this build that run on the current GPU."""
         return self.function("api", self.configs)()
 
     def compiled_hash(self) -> str:

@@ -28,6 +28,13 @@ class KernelConfig:
     tile: tuple[int, int, int]  # CTA tile M, N, K (cublas, cudnn, paged: nominal, for the model's mapping)
     cluster: tuple[int, int]  # thread-block cluster M, N
     scheduler: str  # "persistent" | "stream_k" | "data_parallel" (one CTA per tile and split: decode)
+    # What its code is built for (docs/kernels.md, "Architectures"): "sm90a" (compute capability 9.0 only),
+    # "sm80" or "sm89" (that compute capability and later), "any" (a library candidate: wherever its library runs)
+    arch: str
+
+    def runs_on(self, compute_capability: int) -> bool:
+        """Whether it runs on a GPU of that compute capability (major * 10 + minor)."""
+        return _C.runs_on(self.arch, compute_capability)
 
     @property
     def from_library(self) -> bool:
@@ -45,6 +52,14 @@ class KernelConfig:
         """Raster order and swizzle do not apply: cuBLAS orders its own tiles, the decode GEMM's CTAs are
         scheduled by the hardware."""
         return self.schedule in ("cublas", "decode")
+
+
+def runnable(configs) -> list[KernelConfig]:
+    """Those of ``configs`` that run on the current GPU as the kernels serve it (WAVETUNE_ARCH's architecture where
+    set); all of them on a host without a GPU and without WAVETUNE_ARCH. What the families' listings give, so that
+    the tuner and the choices see only what can run."""
+    served = _C.served_compute_capability()
+    return [c for c in configs if served == 0 or c.runs_on(served)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,6 +54,18 @@ def device_properties(device: int | None = None) -> dict:
     return properties(current_device() if device is None else device)
 
 
+def unsupported_gpu_reason(module) -> str | None:
+    """Why wavetune cannot run on a GPU that holds ``module``'s parameters or buffers: one older than compute
+    capability 8.0 (Ampere), named with what wavetune needs. None where it can, or where nothing is on a GPU."""
+    torch = sys.modules["torch"]
+    tensors = [*module.parameters(), *module.buffers()]
+    for device in sorted({t.device.index for t in tensors if t.is_cuda}):
+        major, minor = torch.cuda.get_device_capability(device)
+        if reason := _C.unsupported_device_error(device, torch.cuda.get_device_name(device), major, minor):
+            return reason
+    return None
+
+
 @functools.cache
 def dtype_codes(torch) -> dict:
     """torch dtype -> the native dtype code, for the dtypes the kernels take."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import families
-from .configs import ConfigSpace, KernelConfig, config_space
+from .configs import ConfigSpace, KernelConfig, config_space, runnable
 from .kernel_cache import CacheError, CacheKey, KernelCache
 from .native import _C
 
@@ -143,13 +143,13 @@ def compiled_names(family: str) -> set[str]:
 
 
 def missing_variants(family: str, names: set[str] | frozenset[str] | None = None) -> list[KernelConfig]:
-    """The family's variants not compiled yet (of ``names`` only, where given; other names, such as cuBLAS's,
-    are not variants of the config space and are left out)."""
+    """The family's variants not compiled yet that would run on the current GPU (of ``names`` only, where given;
+    other names, such as cuBLAS's, are not variants of the config space and are left out)."""
     space = config_space(family)
     if space is None:
         return []  # built-in variants only: every one is compiled
     compiled = compiled_names(family)
-    return [v for v in space.variants if v.name not in compiled and (names is None or v.name in names)]
+    return [v for v in runnable(space.variants) if v.name not in compiled and (names is None or v.name in names)]
 
 
 def working_set(table: Path, family: str) -> list[KernelConfig]:

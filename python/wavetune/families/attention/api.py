@@ -12,7 +12,7 @@ import functools
 import math
 import sys
 
-from ...runtime.configs import KernelConfig, family_variant_id
+from ...runtime.configs import KernelConfig, family_variant_id, runnable
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
@@ -21,9 +21,9 @@ from .paged import paged_attention, paged_attention_configs, varlen_attention  #
 
 
 def attention_configs() -> list[KernelConfig]:
-    """The attention variants compiled into this build, by id (ids of their own). ``tile`` is query rows x
-    KV rows x head dim."""
-    return list(_attention_by_id().values())
+    """The attention variants compiled into this build that run on the current GPU (``runtime.configs.runnable``),
+    by id (ids of their own). ``tile`` is query rows x KV rows x head dim."""
+    return runnable(_attention_by_id().values())
 
 
 def config_space_hash() -> str:

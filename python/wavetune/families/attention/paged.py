@@ -15,17 +15,18 @@ import functools
 import math
 import sys
 
-from ...runtime.configs import KernelConfig, family_variant_id
+from ...runtime.configs import KernelConfig, family_variant_id, runnable
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 
 
 def paged_attention_configs() -> list[KernelConfig]:
-    """The paged attention kernels compiled into this build, by id, per dtype and head dim (``tile[2]``): two at
+    """The paged attention kernels compiled into this build that run on the current GPU
+    (``runtime.configs.runnable``), by id, per dtype and head dim (``tile[2]``): two at
     head dim 256, more at 64 and 128; ``tile[0]`` is the (token, query head) rows of a CTA (16: its warps split
     the keys; 16 per warp: they split the rows; 64 per computing warpgroup: the warp-specialized kernels, schedule
     ``cooperative``), ``tile[1]`` the keys a CTA step reads."""
-    return list(_by_id().values())
+    return runnable(_by_id().values())
 
 
 @functools.cache

@@ -10,15 +10,16 @@ import dataclasses
 import functools
 import sys
 
-from ...runtime.configs import KernelConfig, LaunchConfig, code
+from ...runtime.configs import KernelConfig, LaunchConfig, code, runnable
 from ...runtime.device import stream_getter, dtype_codes
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
 
 
 def configs() -> list[KernelConfig]:
-    """The variants compiled into this build, by id. Empty when it was built without nvcc."""
-    return list(configs_by_id().values())
+    """The variants compiled into this build that run on the current GPU (``runtime.configs.runnable``), by id.
+    Empty when it was built without nvcc."""
+    return runnable(configs_by_id().values())
 
 
 def config_space_hash() -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from ...runtime.configs import KernelConfig, family_variant_id
+from ...runtime.configs import KernelConfig, family_variant_id, runnable
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added, vendor_serves
@@ -56,14 +56,15 @@ for _cache in (_grouped_by_id, _scales_by_id, _compiled_dtypes, _workspace_bytes
 
 def grouped_configs(scales: str = "") -> list[KernelConfig]:
     """The grouped variants of a scales mode ("": 16-bit x and w; "row", "block128": e4m3 with those scales, their
-    ``dtype`` the output's) compiled into this build, by id (ids of their own, apart from ``configs()``)."""
+    ``dtype`` the output's) compiled into this build that run on the current GPU (``runtime.configs.runnable``), by
+    id (ids of their own, apart from ``configs()``)."""
     scales_code(scales)
-    return [c for i, c in _grouped_by_id().items() if _scales_by_id()[i] == scales]
+    return runnable(c for i, c in _grouped_by_id().items() if _scales_by_id()[i] == scales)
 
 
 def grouped_family_configs() -> list[KernelConfig]:
-    """Every scales mode's compiled grouped variants, by id."""
-    return list(_grouped_by_id().values())
+    """Every scales mode's compiled grouped variants that run on the current GPU, by id."""
+    return runnable(_grouped_by_id().values())
 
 
 def scaled_grouped_configs() -> list[KernelConfig]:
@@ -235,7 +236,7 @@ class GroupedEntry:
     def vendor_runs(self, dtype: str) -> bool:
         """Whether a call that the mode's table would choose for runs the vendor candidate (PyTorch's grouped
         operators) instead: while the mode's variants compile in the background, and where no compiled variant
-        takes ``dtype``. The grouped tables price no vendor candidate, so a table bound to a few compiled
+        that runs on the GPU takes ``dtype``. The grouped tables price no vendor candidate, so a table bound to a few compiled
         variants could choose one slower than PyTorch's own."""
         return vendor_serves(FAMILY.name, self.scales) or dtype not in _compiled_dtypes(self.scales)
 

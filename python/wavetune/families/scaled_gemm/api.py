@@ -9,15 +9,16 @@ from __future__ import annotations
 import functools
 import sys
 
-from ...runtime.configs import KernelConfig, family_variant_id
+from ...runtime.configs import KernelConfig, family_variant_id, runnable
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
 from ...runtime.tables import ensure_table, on_variants_added
 
 
 def scaled_gemm_configs() -> list[KernelConfig]:
-    """The scaled GEMM variants compiled into this build, by id (ids of their own; ``dtype`` is the output's)."""
-    return list(_by_id().values())
+    """The scaled GEMM variants compiled into this build that run on the current GPU (``runtime.configs.runnable``),
+    by id (ids of their own; ``dtype`` is the output's)."""
+    return runnable(_by_id().values())
 
 
 def config_space_hash() -> str:
