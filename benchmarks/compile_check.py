@@ -49,6 +49,11 @@ def cubin_command(command: list[str], arch: str, out: Path) -> list[str]:
     return kept + ["-cubin", f"-arch=sm_{arch}", "-o", str(out)]
 
 
+def nvcc_version(nvcc: str) -> str:
+    lines = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.splitlines()
+    return next((line for line in lines if "release" in line), "nvcc of unknown version")
+
+
 def compile_one(command: list[str]) -> tuple[bool, float, str]:
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True)
@@ -72,9 +77,7 @@ def main() -> int:
                     command, arch, Path(scratch) / f"{index}.sm_{arch}.cubin"))
                 for index, (source, command) in enumerate(commands.items()) for arch in archs}
         results = {key: job.result() for key, job in jobs.items()}
-    version = subprocess.run([next(iter(commands.values()))[0], "--version"], capture_output=True,
-                             text=True).stdout.strip().splitlines()[-1]
-    print(f"{version}; {datetime.date.today().isoformat()}; build {root}\n")
+    print(f"{nvcc_version(next(iter(commands.values()))[0])}; {datetime.date.today().isoformat()}; build {root}\n")
     print("| source | " + " | ".join(f"sm_{a}" for a in archs) + " |")
     print("| --- |" + " --- |" * len(archs))
     for source in commands:

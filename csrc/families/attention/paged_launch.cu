@@ -1,5 +1,6 @@
 // The paged attention kernels (one per dtype and head dim), their choice by the wave model (paged_model.h) of a
 // kernel and KV split count, and their launch (attention.h, paged_attention).
+// wavetune: portable (also built as compute_80 PTX: CMakeLists.txt, WAVETUNE_PORTABLE_SOURCES)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
