@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "arch_features.h"
@@ -29,11 +30,14 @@ __device__ __forceinline__ void release_dependents_and_wait() {
 // PTX target, not the device's compute capability. NOTES: the portable kernels also ship as compute_80 PTX,
 // which the driver JIT-compiles wherever no cubin fits (any GPU but Hopper, or under CUDA_FORCE_PTX_JIT=1);
 // that code has no griddepcontrol.wait, so launched with programmatic serialization it would read its
-// predecessor's output too early. Read once per thread, device and kernel; 0 when the driver cannot tell.
+// predecessor's output too early. Read once per device and kernel for every thread (a warm-up on one thread
+// spares a graph capture on another the query); 0 when the driver cannot tell.
 inline int kernel_code_arch(const void* kernel) {
-  thread_local std::map<std::pair<int, const void*>, int> archs;
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, int> archs;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError(), 0;
+  const std::lock_guard<std::mutex> lock(mutex);
   const auto known = archs.find({device, kernel});
   if (known != archs.end()) return known->second;
   cudaFuncAttributes attributes{};
