@@ -1,7 +1,6 @@
 // cuBLAS as one more variant per dtype and B layout: the call `torch.matmul` makes (cublasGemmEx, default
 // algorithm, fp32 accumulation), scored and chosen by the same tables and selector as the CUTLASS variants
 // (docs/kernels.md, "cuBLAS as a candidate").
-// wavetune: portable (also built as compute_80 PTX: CMakeLists.txt, WAVETUNE_PORTABLE_SOURCES)
 #include <array>
 #include <cstdint>
 #include <limits>
