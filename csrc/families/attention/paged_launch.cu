@@ -1,5 +1,6 @@
 // The paged attention kernels (one per dtype and head dim), their choice by the wave model (paged_model.h) of a
 // kernel and KV split count, and their launch (attention.h, paged_attention).
+// wavetune: portable (also built as compute_80 PTX: CMakeLists.txt, WAVETUNE_PORTABLE_SOURCES)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -75,6 +76,8 @@ struct PagedVariant {
     if (cluster < 2 || cluster > kPagedAttentionMaxClusterSplits || dev.compute_capability < 90) return 0;
     ctas_per_sm(dev);  // the shared-memory limit raised
     std::call_once(done.at(dev.device), [&] {
+      // Code built without the cluster merge (compute_80 PTX): no clusters, the merge kernel runs.
+      if (!clusters_supported(kernel_code_arch(reinterpret_cast<const void*>(kKernel)))) return;
       for (int32_t n = 2; n <= kPagedAttentionMaxClusterSplits; ++n) {
         cudaLaunchConfig_t config{};
         config.gridDim = dim3(unsigned(n)), config.blockDim = dim3(32 * kWarps), config.dynamicSmemBytes = kShared;

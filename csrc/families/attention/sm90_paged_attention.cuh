@@ -517,9 +517,14 @@ __device__ void write_rows(const Params& p, const Sequence& seq, int kv_head, in
 }
 
 // The CTAs of a cluster (a row block's splits) wait for each other: the release and the acquire make what each
-// wrote to its shared memory before visible to the others after.
+// wrote to its shared memory before visible to the others after. Clusters exist from sm_90 on: below, the host
+// never launches in clusters (launch_programmatic, arch_features.h).
 __device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#else
+  __trap();
+#endif
 }
 
 // NOTES: the splits of a row block that form one cluster merge there, with no second kernel: each CTA stages its
@@ -532,6 +537,7 @@ constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 template <class T, int kHeadDim>
 __device__ void merge_cluster_rows(const Params& p, const Sequence& seq, int kv_head, int first_row, int rows,
                                    const float* staged, const float* staged_lse, int thread, int threads) {
+#if __CUDA_ARCH__ >= 900
   constexpr int kStride = staged_row_floats<kHeadDim>(), kChunks = kHeadDim / 8;
   cluster_sync();
   const bool whole_chunks = whole_chunk_rows(p);
@@ -560,6 +566,9 @@ __device__ void merge_cluster_rows(const Params& p, const Sequence& seq, int kv_
     store_chunk<T>(p, query_row(p, seq, kv_head, first_row + r), chunk, values, whole_chunks);
   }
   cluster_sync();
+#else
+  __trap();
+#endif
 }
 
 // keys_split: the warps' states merged in shared memory (which the pipeline no longer uses), then stored

@@ -315,6 +315,7 @@ __device__ void compute_steps(const Params& p, const CtaWork& w, int steps, uint
 template <class T, int kHeadDim, int kStepKeys, int kGroups>
 __global__ void __launch_bounds__(WsShape<kGroups>::kThreads, WsShape<kGroups>::kCtasPerSm)
     paged_attention_ws_kernel(Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // wgmma and setmaxnreg: sm_90a only
   using L = WsLayout<kHeadDim, kStepKeys, kGroups>;
   using Shape = WsShape<kGroups>;
   constexpr int kStages = L::kStages;
@@ -352,6 +353,9 @@ __global__ void __launch_bounds__(WsShape<kGroups>::kThreads, WsShape<kGroups>::
   } else {
     write_rows<T, kHeadDim>(p, w.seq, w.kv_head, w.first_row, w.rows, w.split, staged, staged_lse, thread, threads);
   }
+#else
+  __trap();
+#endif
 }
 
 }  // namespace wavetune::detail::paged

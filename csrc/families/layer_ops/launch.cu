@@ -3,6 +3,7 @@
 // NOTES: at decode these run on a few rows, where a kernel costs its launch and ramp (about 2 us on an H100)
 // rather than its bytes; PyTorch's eager RMSNorm is seven such kernels, rotary embedding twelve. One kernel each,
 // launched with programmatic dependent launch so that a following wavetune GEMM streams its weights meanwhile.
+// wavetune: portable (also built as compute_80 PTX: CMakeLists.txt, WAVETUNE_PORTABLE_SOURCES)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -2,6 +2,7 @@
 // per-channel scales (its outer-vector mode) and 128-blocks (1x128 activation vectors x 128x128 weight blocks),
 // the call torch._scaled_mm makes for the first two; and a bf16 variant that runs the per-tensor kernels and
 // applies per-token and per-channel scales in a second pass (docs/scaled_gemm.md, "cuBLASLt").
+// wavetune: portable (also built as compute_80 PTX: CMakeLists.txt, WAVETUNE_PORTABLE_SOURCES)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
