@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 import sys
 import textwrap
 import warnings
@@ -21,7 +22,7 @@ from wavetune.runtime.native import _C
 
 
 def run_python(code: str, arch: str | None, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    env = {**os.environ, "PYTHONPATH": str(Path(wavetune.__file__).parent.parent)}  # the wavetune under test
     env.pop("WAVETUNE_ARCH", None)
     if arch is not None:
         env["WAVETUNE_ARCH"] = arch
