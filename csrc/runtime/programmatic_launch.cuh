@@ -1,16 +1,14 @@
 // A kernel launch with programmatic dependent launch where it is on (kernels.h: set_programmatic_launch), for
 // kernels that wait for their predecessor with griddepcontrol.wait before they read what it may write
 // (release_dependents_and_wait); optionally in clusters of `cluster_x` CTAs along x. Both need code compiled for
-// sm_90 or later (arch_features.h); the same kernels built from compute_80 PTX launch plainly.
+// sm_90 or later; the same kernels run from their compute_80 PTX launch plainly (ptx_jit_forced).
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
-#include <utility>
+#include <cstdlib>
+#include <string>
 
-#include "arch_features.h"
 #include "wavetune/errors.h"
 #include "wavetune/kernels.h"
 
@@ -26,23 +24,17 @@ __device__ __forceinline__ void release_dependents_and_wait() {
 #endif
 }
 
-// The architecture (10 * major + minor) of the code the driver loaded for `kernel` on the current device: its
-// PTX target, not the device's compute capability. NOTES: the portable kernels also ship as compute_80 PTX,
-// which the driver JIT-compiles wherever no cubin fits (any GPU but Hopper, or under CUDA_FORCE_PTX_JIT=1);
-// that code has no griddepcontrol.wait, so launched with programmatic serialization it would read its
-// predecessor's output too early. Read once per device and kernel for every thread (a warm-up on one thread
-// spares a graph capture on another the query); 0 when the driver cannot tell.
-inline int kernel_code_arch(const void* kernel) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, const void*>, int> archs;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError(), 0;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto known = archs.find({device, kernel});
-  if (known != archs.end()) return known->second;
-  cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) return cudaGetLastError(), 0;  // the launch reports it
-  return archs[{device, kernel}] = attributes.ptxVersion;
+// Whether the driver runs kernels from their PTX (CUDA_FORCE_PTX_JIT set and not 0). NOTES: the portable kernels
+// also ship as compute_80 PTX, whose code has neither griddepcontrol.wait nor the cluster merge. The driver loads
+// it where no cubin fits, that is below Hopper, where programmatic launch is off (programmatic_launch) and the
+// choices take no cluster merge; and on any GPU when this variable forces it, where the launches are then plain.
+// Read once per process, as the driver reads it.
+inline bool ptx_jit_forced() {
+  static const bool forced = [] {
+    const char* value = std::getenv("CUDA_FORCE_PTX_JIT");
+    return value && *value && std::string(value) != "0";
+  }();
+  return forced;
 }
 
 inline cudaError_t launch_programmatic(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
@@ -52,13 +44,13 @@ inline cudaError_t launch_programmatic(const void* kernel, dim3 grid, dim3 block
   cudaLaunchAttribute attributes[2];
   config.attrs = attributes;
   if (cluster_x > 1) {
-    if (!clusters_supported(kernel_code_arch(kernel))) return cudaErrorNotSupported;
+    if (ptx_jit_forced()) return cudaErrorNotSupported;
     attributes[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
     attributes[config.numAttrs].val.clusterDim.x = cluster_x;
     attributes[config.numAttrs].val.clusterDim.y = 1;
     attributes[config.numAttrs++].val.clusterDim.z = 1;
   }
-  if (programmatic_launch() && programmatic_launch_supported(kernel_code_arch(kernel))) {
+  if (programmatic_launch() && !ptx_jit_forced()) {
     attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[config.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
   }

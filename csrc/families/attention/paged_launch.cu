@@ -76,8 +76,8 @@ struct PagedVariant {
     if (cluster < 2 || cluster > kPagedAttentionMaxClusterSplits || dev.compute_capability < 90) return 0;
     ctas_per_sm(dev);  // the shared-memory limit raised
     std::call_once(done.at(dev.device), [&] {
-      // Code built without the cluster merge (compute_80 PTX): no clusters, the merge kernel runs.
-      if (!clusters_supported(kernel_code_arch(reinterpret_cast<const void*>(kKernel)))) return;
+      // Code run from its compute_80 PTX has no cluster merge: no clusters, the merge kernel runs.
+      if (ptx_jit_forced()) return;
       for (int32_t n = 2; n <= kPagedAttentionMaxClusterSplits; ++n) {
         cudaLaunchConfig_t config{};
         config.gridDim = dim3(unsigned(n)), config.blockDim = dim3(32 * kWarps), config.dynamicSmemBytes = kShared;

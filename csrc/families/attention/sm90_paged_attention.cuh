@@ -518,7 +518,7 @@ __device__ void write_rows(const Params& p, const Sequence& seq, int kv_head, in
 
 // The CTAs of a cluster (a row block's splits) wait for each other: the release and the acquire make what each
 // wrote to its shared memory before visible to the others after. Clusters exist from sm_90 on: below, the host
-// never launches in clusters (launch_programmatic, arch_features.h).
+// never launches in clusters (launch_programmatic, ptx_jit_forced).
 __device__ __forceinline__ void cluster_sync() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
