@@ -3,6 +3,7 @@
     python benchmarks/e2e.py --out $OUT                      # GPU: the default sweep (sized for ~6 minutes)
     python benchmarks/e2e.py --out $OUT --models qwen2.5-7b --modes eager,max-autotune --lengths 2048
     python benchmarks/e2e.py --out $OUT --plot               # no GPU: table, JSON, picture from the JSONL
+    WAVETUNE_ARCH=sm80 python benchmarks/e2e.py --out $OUT   # the kernels an Ampere GPU runs (docs/kernels.md)
 
 Models (--models): Llama-3-8B, Qwen2.5-7B and Mistral-7B (dense), Mixtral-8x7B, Qwen3-30B-A3B and
 Qwen1.5-MoE-A2.7B (mixture of experts), each its transformers class (LlamaForCausalLM, Qwen2ForCausalLM,
@@ -33,9 +34,10 @@ replayed interleaved (the order rotating) --reps times between CUDA events; the 
 are static per shape (dynamic=False): Inductor's best case. CUDA graphs keep host time out: the host
 cost per call is what `benchmarks/compare.py overhead` measures.
 
-Each shape appends one record to <out>/e2e_<device>.jsonl as soon as it is measured, so a run cut short
-loses at most the shape in progress; a new run skips the shapes measured already (with the same methods)
-and stops starting shapes after --time-budget-s. --plot (also run at the end of a measuring run) writes
+Under WAVETUNE_ARCH the device is labelled "<name>, sm<NN> kernels". Each shape appends one record to
+<out>/e2e_<device>.jsonl as soon as it is measured, so a run cut short loses at most the shape in progress;
+a new run skips the shapes measured already (with the same methods) and stops starting shapes after
+--time-budget-s. --plot (also run at the end of a measuring run) writes
 e2e_<device>.md, .json and .png beside it.
 """
 
@@ -630,10 +632,20 @@ def shapes(args: argparse.Namespace) -> list[tuple[str, int, int]]:
     return prefill + [("decode", b, args.context) for b in args.decode_batches]
 
 
+def device_label() -> str:
+    """The GPU's name, and the architecture its kernels are served as where WAVETUNE_ARCH names an older one."""
+    from wavetune import _C
+
+    major, minor = torch.cuda.get_device_capability()
+    served = _C.served_compute_capability()
+    name = torch.cuda.get_device_name()
+    return name if served in (0, 10 * major + minor) else f"{name}, sm{served} kernels"
+
+
 def device_slug() -> str:
     from wavetune.runtime.tables import table_slug
 
-    return table_slug(torch.cuda.get_device_name())
+    return table_slug(device_label())
 
 
 def header() -> dict:
@@ -644,7 +656,7 @@ def header() -> dict:
         transformers_version = transformers.__version__
     except ImportError:
         transformers_version = None
-    return {"type": "header", "device": torch.cuda.get_device_name(),
+    return {"type": "header", "device": device_label(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers_version,
             "wavetune": wavetune.__version__, "command": " ".join(sys.argv)}
