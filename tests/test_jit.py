@@ -410,6 +410,7 @@ def test_a_variant_compiles_for_the_gpu_in_hand(gpu, arch, name, gencode):
     ((100, 100), "sm90a", "built for sm90a and does not run on a GPU of compute capability 10.0"),
     ((80, 80), "sm89", "built for sm89 and does not run on a GPU of compute capability 8.0"),
     ((90, 80), "sm90a", "compute capability 9.0 served as sm80 \\(WAVETUNE_ARCH\\)"),
+    ((100, 90), "sm90a", "compute capability 10.0 served as sm90 \\(WAVETUNE_ARCH\\)"),
 ])
 def test_a_variant_that_does_not_run_on_the_gpu_is_refused_before_a_compile(gpu, arch, message, monkeypatch):
     started = []
@@ -454,6 +455,16 @@ def test_without_a_gpu_a_compile_asks_for_the_architecture(monkeypatch):
     with pytest.raises(jit.JitUnavailable, match=r"no CUDA GPU to compile for \(no NVIDIA driver.*--arch sm86"):
         jit.current_gpu_arch()
     assert jit.prepare("gemm", [variant_of_arch("sm90a")], None, "the gemm table T names") is False  # silently
+
+
+def test_a_table_on_a_newer_gpu_served_as_hopper_queues_no_sm90a_variant(monkeypatch):
+    """WAVETUNE_ARCH=sm90 on a 10.0 GPU: the sm90a variants a table names are neither loaded nor compiled."""
+    calls = []
+    monkeypatch.setattr(jit, "current_gpu_arch", lambda: jit.GpuArch(100, 90))
+    monkeypatch.setattr(jit, "load_cached", lambda family, variants, gpu: calls.append(variants) or variants)
+    monkeypatch.setattr(jit, "compile_in_background", lambda *args: calls.append(args))
+    assert jit.prepare("gemm", [variant_of_arch("sm90a")], None, "the gemm table T names") is False
+    assert calls == [[]]
 
 
 @pytest.mark.parametrize("name, gpu", [("sm86", (86, 86)), ("sm_89", (89, 89)), ("sm90a", (90, 90)),

@@ -91,6 +91,11 @@ class GpuArch:
         cc = _C.parse_compute_capability(name.replace("_", ""))  # a ValueError naming the accepted form
         return cls(cc, cc)
 
+    def runs(self, variant: KernelConfig) -> bool:
+        """Whether the variant runs here: on the architecture served, and on the GPU's own (sm90a code runs on
+        compute capability 9.0 alone, whatever the GPU is served as)."""
+        return variant.runs_on(self.served) and variant.runs_on(self.own)
+
 
 @dataclasses.dataclass(frozen=True)
 class Target:
@@ -127,7 +132,7 @@ def compile_target(variant: KernelConfig, gpu: GpuArch) -> Target:
     """A variant's target on ``gpu``: an architecture-specific variant (sm90a) its own architecture, any other
     the GPU's own machine code from the served architecture's virtual one (so that a GPU served as an older one
     runs that one's code paths). A ValueError for a variant that does not run there: nothing is compiled."""
-    if not variant.runs_on(gpu.served):
+    if not gpu.runs(variant):
         as_served = "" if gpu.served == gpu.own else f" served as sm{gpu.served} (WAVETUNE_ARCH)"
         raise ValueError(f"variant {variant.name} is built for {variant.arch} and does not run on a GPU of compute "
                          f"capability {gpu.own // 10}.{gpu.own % 10}{as_served}: it is not compiled for it")
@@ -210,7 +215,7 @@ def missing_variants(family: str, names: set[str] | frozenset[str] | None = None
     if space is None:
         return []  # built-in variants only: every one is compiled
     compiled = compiled_names(family)
-    candidates = runnable(space.variants) if gpu is None else [v for v in space.variants if v.runs_on(gpu.served)]
+    candidates = runnable(space.variants) if gpu is None else [v for v in space.variants if gpu.runs(v)]
     return [v for v in candidates if v.name not in compiled and (names is None or v.name in names)]
 
 
@@ -444,6 +449,7 @@ def prepare(family: str, missing: list, reason: str | None, names: str, scales: 
             gpu = current_gpu_arch()
         except JitUnavailable:
             return False  # no GPU: its launches say why nothing runs
+        missing = rest = [v for v in missing if gpu.runs(v)]  # served as 9.0, a newer GPU runs no sm90a code
         try:
             rest = load_cached(family, missing, gpu)
         except CacheError as exc:  # no loads and no compiles: the call runs the compiled variants
