@@ -23,12 +23,14 @@ A count whose two runs finished with the same options is not run again, so a com
 one on the same machine; --stop-after starts no count after that many seconds.
 
 Run time, estimated (not yet measured): a count measures about --budget + (--tune-count + --heldout-count) x C,
-C being the build's bf16 column-major configs (each CUTLASS variant, a stream-K one twice, cuBLAS, and 35 decode
-GEMM configs): about 4,800 measurements with the defaults and 12 CUTLASS variants (C = 52). On a full H100 a
-measurement takes 6-27 ms (the profiler's kernel time on held-out shapes averages 5.6 ms in the shipped H100 tuning
-log; benchmarks.md's exhaustive measurement took 27 ms a measurement in all), so 30-130 s, plus two fits of the
-model; fewer SMs lengthen the large shapes' kernels by up to full/N. About 1.5-3 minutes a count, 6-10 minutes for
-the four default counts: where one 10-minute command is not enough, the same command again finishes the rest.
+C being the configs that serve a shape: the build's bf16 column-major CUTLASS configs (a stream-K variant twice)
+and cuBLAS, and within 64 tokens (about 45% of the splits' shapes) the 35 decode GEMM configs too. With the
+12-variant filter of docs/gpus.md (17 configs, 52 within 64 tokens) and the defaults that is about 3,500
+measurements. A measurement takes 6-30 ms on a full H100 (the profiler's kernel time on held-out shapes averages
+5.6 ms in the shipped H100 tuning log; benchmarks.md's exhaustive measurement spent under 30 ms a measurement in
+all), so 20-110 s, plus two fits of the model; at N SMs the large shapes' kernels take up to full/N as long. About
+0.5-2.5 minutes a count, 4-10 minutes for the four default counts: where one 10-minute command does not finish
+them, the same command again does the rest.
 """
 
 from __future__ import annotations
