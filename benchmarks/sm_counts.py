@@ -20,7 +20,8 @@ Then, from the logs (wavetune.families.gemm.replay.judge, as benchmarks/choice_q
   table as it chooses (the lookup maps with a table's own SM count), and the full GPU's table mapped at that count
   (whether its model transfers), and the penalty, the full GPU's table's geomean over the table tuned there.
 A count whose two runs finished with the same options is not run again, so a command cut short resumes in the next
-one on the same machine; --stop-after starts no count after that many seconds.
+one on the same machine (a count's wall time is then the finishing command's); --stop-after starts no count after
+that many seconds.
 
 Run time, estimated (not yet measured): a count measures about --budget + (--tune-count + --heldout-count) x C,
 C being the configs that serve a shape: the build's bf16 column-major CUTLASS configs (a stream-K variant twice)
@@ -94,6 +95,7 @@ def measure_count(label: str, work: Path, shapes: dict[str, Path], options: dict
     if done.exists() and json.loads(done.read_text())["options"] == options:
         print(f"{label}: measured already")
         return
+    directory.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     for split, folder in SPLITS.items():
         print(f"{label}: tuning with the {split} split's shapes exact", flush=True)
