@@ -20,7 +20,7 @@ from pathlib import Path
 
 import shape_suite
 from wavetune.families.gemm.comparison import read_log
-from wavetune.families.gemm.replay import choose, table_predictor
+from wavetune.families.gemm.replay import judge, measured_by_shape
 from wavetune.tuning.report import markdown_table, summarize
 
 
@@ -32,27 +32,16 @@ def main() -> None:
     p.add_argument("--count", type=int, default=120)
     args = p.parse_args()
     header, records = read_log(args.log)
-    keys, predict, choosable, priors = table_predictor(args.table, header["sm_count"])
-    ratios, errors, missing = [], [], 0
-    for s in shape_suite.shapes(args.split, args.count):
-        m, n, k = s["m"], s["n"], s["k"]
-        measured = {key: us for key in keys
-                    if (us := records.get(("bf16", "col", m, n, k, key, "heuristic", 1))) is not None}
-        if not measured:
-            missing += 1
-            continue
-        predicted = {key: predict(key, m, n, k) for key in measured}
-        candidates = {key: t for key, t in predicted.items() if choosable(key, m, n, k)} or predicted
-        ratios.append((m, min(measured.values()) / measured[choose(candidates, m, priors)]))
-        errors += [abs(predicted[key] - us) / us for key, us in measured.items()]
-    print(f"{header['gpu_name']}, {args.table}, {args.split} split: {len(ratios)} shapes "
-          f"({missing} not in the log), {len(keys)} configs")
+    shapes = [(s["m"], s["n"], s["k"]) for s in shape_suite.shapes(args.split, args.count)]
+    judged = judge(measured_by_shape(records), args.table, header["sm_count"], shapes)
+    print(f"{header['gpu_name']}, {args.table}, {args.split} split: {len(judged.ratios)} shapes "
+          f"({judged.missing} not in the log), {judged.configs} configs")
     rows = [[name, str(r["shapes"]), f"{r['geomean']:.3f}", f"{r['worst']:.2f}"]
-            for name, r in summarize(ratios).items()]
+            for name, r in summarize(judged.ratios).items()]
     print(markdown_table(["M", "shapes", "choice / best", "worst"], rows))
-    deciles = statistics.quantiles(errors, n=10)
-    print(f"prediction error over {len(errors)} (shape, config) pairs: median {statistics.median(errors):.1%}, "
-          f"p90 {deciles[-1]:.1%}")
+    deciles = statistics.quantiles(judged.errors, n=10)
+    print(f"prediction error over {len(judged.errors)} (shape, config) pairs: median "
+          f"{statistics.median(judged.errors):.1%}, p90 {deciles[-1]:.1%}")
 
 
 if __name__ == "__main__":

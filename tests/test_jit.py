@@ -125,9 +125,9 @@ def test_an_unusable_cache_warns_once_and_the_table_loads_without_it(tmp_path, m
     monkeypatch.setenv(JIT_ENV, "0")
     monkeypatch.setattr(jit, "_warned", set())
     monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(jit, "cache_for", lambda family: KernelCache(KEY))
-    space = cs.load(REPO / "cutlass_configs" / "sm90_gemm.toml")
-    monkeypatch.setattr(jit, "working_set", lambda table, family: list(space.variants[:1]))
+    monkeypatch.setattr(jit, "cache_for", lambda family, target: KernelCache(KEY))
+    monkeypatch.setattr(jit, "current_gpu_arch", lambda: jit.GpuArch(90, 90))
+    monkeypatch.setattr(jit, "working_set", lambda table, family: list(jit.config_space("gemm").variants[:1]))
     monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
     table = REPO / "tables" / "nvidia-h100-80gb-hbm3.wtt"
     with pytest.warns(UserWarning, match=rf"cannot be compiled here: wavetune's kernel cache {tmp_path / 'file'} "
@@ -368,6 +368,7 @@ def test_a_table_bound_to_added_variants_waits_for_a_call_outside_capture(monkey
 ])
 def test_build_argument_errors_are_one_line(argv, message, capsys, monkeypatch):
     monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(jit, "current_gpu_arch", lambda: jit.GpuArch(90, 90))
     assert cli.main(["build", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("wavetune build: error: ") and message in err
@@ -378,6 +379,136 @@ def test_build_says_why_nothing_can_compile(capsys, monkeypatch):
     assert cli.main(["build", "--all"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "variants cannot be compiled here: no nvcc" in err
+
+
+def variant_of_arch(arch: str) -> wavetune.KernelConfig:
+    """A gemm variant of the config space whose architecture is ``arch``, as a config space would list it."""
+    return dataclasses.replace(jit.config_space("gemm").variants[0], arch=arch)
+
+
+@pytest.mark.parametrize("gpu, arch, name, gencode", [
+    ((90, 90), "sm90a", "sm_90a", "arch=compute_90a,code=[sm_90a]"),
+    ((80, 80), "sm80", "sm_80", "arch=compute_80,code=[sm_80]"),
+    ((86, 86), "sm80", "sm_86", "arch=compute_86,code=[sm_86]"),
+    ((89, 89), "sm89", "sm_89", "arch=compute_89,code=[sm_89]"),
+    ((90, 90), "sm80", "sm_90", "arch=compute_90,code=[sm_90]"),
+    ((100, 100), "sm80", "sm_100", "arch=compute_100,code=[sm_100]"),
+    ((120, 120), "any", "sm_120", "arch=compute_120,code=[sm_120]"),
+    ((90, 80), "sm80", "sm_90-compute_80", "arch=compute_80,code=[sm_90]"),  # WAVETUNE_ARCH=sm80 on an H100
+])
+def test_a_variant_compiles_for_the_gpu_in_hand(gpu, arch, name, gencode):
+    """Architecture-specific code for its own architecture; portable code as the GPU's own machine code, from the
+    virtual architecture the GPU is served as; the cache key names the target."""
+    target = jit.compile_target(variant_of_arch(arch), jit.GpuArch(*gpu))
+    assert target.name == name and target.gencode == f"--generate-code={gencode}"
+    key = jit.cache_for("gemm", target).key if jit.unavailable_reason() is None else None
+    assert key is None or key.arch == name
+
+
+@pytest.mark.parametrize("gpu, arch, message", [
+    ((86, 86), "sm90a", "built for sm90a and does not run on a GPU of compute capability 8.6"),
+    ((100, 100), "sm90a", "built for sm90a and does not run on a GPU of compute capability 10.0"),
+    ((80, 80), "sm89", "built for sm89 and does not run on a GPU of compute capability 8.0"),
+    ((90, 80), "sm90a", "compute capability 9.0 served as sm80 \\(WAVETUNE_ARCH\\)"),
+    ((100, 90), "sm90a", "compute capability 10.0 served as sm90 \\(WAVETUNE_ARCH\\)"),
+])
+def test_a_variant_that_does_not_run_on_the_gpu_is_refused_before_a_compile(gpu, arch, message, monkeypatch):
+    started = []
+    monkeypatch.setattr(jit, "build_one", lambda *args: started.append(args))
+    with pytest.raises(ValueError, match=message):
+        jit.build("gemm", [variant_of_arch("sm80"), variant_of_arch(arch)], gpu=jit.GpuArch(*gpu))
+    assert not started
+
+
+def test_a_build_compiles_each_variant_for_its_own_target(monkeypatch):
+    """On an H100, the sm90a variants for sm_90a and the portable ones for sm_90, in caches of their own."""
+    targets = {}
+
+    def build_one(family: str, variant: wavetune.KernelConfig, target: jit.Target) -> jit.Built:
+        targets[variant.name] = target
+        return jit.Built(variant.name, Path(target.name) / variant.name, True)
+
+    monkeypatch.setattr(jit, "build_one", build_one)
+    hopper, portable = variant_of_arch("sm90a"), dataclasses.replace(variant_of_arch("sm80"), name="portable")
+    built = jit.build("gemm", [hopper, portable], gpu=jit.GpuArch(90, 90))
+    assert targets == {hopper.name: jit.Target(90, 90, specific=True), "portable": jit.Target(90, 90)}
+    assert {b.library.parent.name for b in built} == {"sm_90a", "sm_90"}
+
+
+def test_the_compile_command_names_the_target(tmp_path):
+    tools = jit.Toolchain("nvcc", "13.0", tmp_path, "4.2.0")
+    command = jit.compile_command(tools, tmp_path / "v.cu", tmp_path / "v.so", jit.Target(86, 86))
+    assert "--generate-code=arch=compute_86,code=[sm_86]" in command
+    assert not [c for c in command if "90a" in c]
+
+
+@pytest.mark.parametrize("capability, served", [((8, 6), 86), ((9, 0), 90), ((9, 0), 80), ((12, 0), 120)])
+def test_the_current_gpu_arch_is_the_devices_own_and_the_one_it_is_served_as(capability, served, monkeypatch):
+    monkeypatch.setattr(jit._C, "no_device_reason", lambda: "")
+    monkeypatch.setattr(jit._C, "device_properties", lambda: {"compute_capability": capability})
+    monkeypatch.setattr(jit._C, "served_compute_capability", lambda: served)
+    assert jit.current_gpu_arch() == jit.GpuArch(capability[0] * 10 + capability[1], served)
+
+
+def test_without_a_gpu_a_compile_asks_for_the_architecture(monkeypatch):
+    monkeypatch.setattr(jit._C, "no_device_reason", lambda: "no NVIDIA driver is installed")
+    with pytest.raises(jit.JitUnavailable, match=r"no CUDA GPU to compile for \(no NVIDIA driver.*--arch sm86"):
+        jit.current_gpu_arch()
+    assert jit.prepare("gemm", [variant_of_arch("sm90a")], None, "the gemm table T names") is False  # silently
+
+
+def test_a_table_on_a_newer_gpu_served_as_hopper_queues_no_sm90a_variant(monkeypatch):
+    """WAVETUNE_ARCH=sm90 on a 10.0 GPU: the sm90a variants a table names are neither loaded nor compiled."""
+    calls = []
+    monkeypatch.setattr(jit, "current_gpu_arch", lambda: jit.GpuArch(100, 90))
+    monkeypatch.setattr(jit, "load_cached", lambda family, variants, gpu: calls.append(variants) or variants)
+    monkeypatch.setattr(jit, "compile_in_background", lambda *args: calls.append(args))
+    assert jit.prepare("gemm", [variant_of_arch("sm90a")], None, "the gemm table T names") is False
+    assert calls == [[]]
+
+
+@pytest.mark.parametrize("name, gpu", [("sm86", (86, 86)), ("sm_89", (89, 89)), ("sm90a", (90, 90)),
+                                       ("sm120", (120, 120))])
+def test_an_architecture_named_for_the_build(name, gpu):
+    assert jit.GpuArch.named(name) == jit.GpuArch(*gpu)
+
+
+def test_an_architecture_name_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="'ampere' is not an architecture name"):
+        jit.GpuArch.named("ampere")
+
+
+def test_the_missing_variants_of_an_architecture_are_those_that_run_there():
+    space = jit.config_space("gemm")
+    for gpu in (jit.GpuArch(86, 86), jit.GpuArch(90, 90), jit.GpuArch(100, 100)):
+        missing = jit.missing_variants("gemm", gpu=gpu)
+        assert {v.name for v in missing} == {v.name for v in space.variants
+                                             if v.runs_on(gpu.own) and v.name not in jit.compiled_names("gemm")}
+
+
+@pytest.mark.parametrize("arch", ["sm86", "sm90"])
+def test_build_arch_compiles_what_runs_on_the_named_architecture(arch, capsys, monkeypatch):
+    """`build --arch` on a host without a GPU: the variants that run there, compiled for it."""
+    calls = []
+    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(jit._C, "no_device_reason", lambda: "no NVIDIA driver is installed")
+    monkeypatch.setattr(jit, "build", lambda family, variants, **options: calls.append((variants, options)) or [])
+    assert cli.main(["build", "--family", "gemm", "--arch", arch]) == 0
+    gpu = jit.GpuArch.named(arch)
+    expected = [v.name for v in jit.missing_variants("gemm", gpu=gpu)]
+    assert [[v.name for v in variants] for variants, _ in calls] == ([expected] if expected else [])
+    assert all(options["gpu"] == gpu for _, options in calls)
+    assert all(v.runs_on(gpu.own) for variants, _ in calls for v in variants)
+    if not expected:
+        assert f"runs on {arch} is compiled already" in capsys.readouterr().out
+
+
+def test_build_without_a_gpu_or_an_architecture_says_to_name_one(capsys, monkeypatch):
+    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(jit._C, "no_device_reason", lambda: "no NVIDIA driver is installed")
+    assert cli.main(["build", "--family", "gemm"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no CUDA GPU to compile for" in err and "--arch sm86" in err
 
 
 def resealed_shipped_table(tmp_path: Path, edit) -> Path:
@@ -401,6 +532,7 @@ def test_build_refuses_a_table_the_loader_refuses_before_compiling(tmp_path, cap
     message, nothing compiles (its own reader started 41 compiles)."""
     compiles = []
     monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(jit, "current_gpu_arch", lambda: jit.GpuArch(90, 90))
     monkeypatch.setattr(jit, "build", lambda family, variants, **options: compiles.append(variants) or [])
     assert cli.main(["build", "--table", str(resealed_shipped_table(tmp_path, edit))]) == 2
     err = capsys.readouterr().err
@@ -456,7 +588,7 @@ def test_nvcc_compiles_a_variant_into_the_cache(tmp_path):
 
 def compile_a_variant() -> None:
     variant = uncompiled_variant()
-    (built,) = jit.build("gemm", [variant])
+    (built,) = jit.build("gemm", [variant], gpu=jit.GpuArch.named("sm90"))  # its target on a host without a GPU
     assert built.name == variant.name and built.compiled
     assert built.library.parent.parent == Path(os.environ[kernel_cache.CACHE_ENV])
     assert built.library.parent.name.startswith(f"gemm-{wavetune.build_info()['config_space_hash']}-sm_90a-cuda")
@@ -465,7 +597,7 @@ def compile_a_variant() -> None:
     assert "--generate-code=arch=compute_90a,code=[sm_90a]" in manifest["command"]
     assert variant.name in {c.name for c in wavetune.configs()}
     assert jit.register(built.library) == ("gemm", [variant.name], 0)  # registered once
-    assert jit.build("gemm", [variant])[0].compiled is False  # the cache holds it
+    assert jit.build("gemm", [variant], gpu=jit.GpuArch.named("sm90"))[0].compiled is False  # the cache holds it
 
 
 @pytest.mark.gpu

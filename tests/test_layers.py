@@ -66,7 +66,7 @@ for table in sorted(tables.TABLE_DIR.glob("*.wtt")):
         warnings.simplefilter("ignore")  # a build that cannot compile says so once
         jit.prepare_table(table, family)  # as load_table prepares a table (WAVETUNE_JIT=0: nothing compiles)
 if jit.unavailable_reason() is None:
-    jit.cache_for("gemm")
+    jit.cache_for("gemm", jit.Target(90, 90, specific=True))
 missing = jit.missing_variants("gemm")
 if missing:  # the code generator runs in a process of its own
     jit.generate_source("gemm", [missing[0].name], scratch / "variant.cu")

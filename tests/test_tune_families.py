@@ -293,6 +293,26 @@ def test_a_rerun_with_a_complete_log_measures_nothing(tmp_path, monkeypatch, cap
     assert {k: v for k, v in rewritten.items() if k != "meta"} == {k: v for k, v in written.items() if k != "meta"}
 
 
+@needs_bf16_col
+def test_the_exact_shapes_time_the_decode_gemm_only_within_its_tokens(tmp_path, monkeypatch):
+    """Every config on each exact shape, but the decode GEMM's only up to DECODE_MAX_M tokens (as the calibration)."""
+    calls, timed = [], {}
+    profile = synthetic_profile(calls)
+
+    def recording(problem, launches, seed, precise=False):
+        timed.setdefault(tuple(problem[2:]), set()).update(tuple(launch[:3]) for launch in launches)
+        return profile(problem, launches, seed, precise)
+
+    monkeypatch.setattr(gemm_tuning, "profile", recording)
+    exact = [(gemm_tuning.DECODE_MAX_M, 4096, 4096), (gemm_tuning.DECODE_MAX_M + 1, 4096, 4096)]
+    gemm_tuning.tune(tmp_path, tmp_path / "log.jsonl", exact_shapes=exact, budget=800,
+                     measure=runner.Measurer("gemm", device=DEVICE))
+    cands = gemm_tuning.candidates()
+    decode = {c.launch()[:3] for c in cands if c.variant.schedule == "decode"}
+    assert decode and timed[exact[0]] == {c.launch()[:3] for c in cands}
+    assert timed.get(exact[1], set()) == {c.launch()[:3] for c in cands} - decode
+
+
 def grouped_record(case: dict) -> dict:
     """A synthetic measurement of a grouped case: every compiled bf16 grouped variant, time from its size."""
     rows = case["tokens"] * case["topk"]

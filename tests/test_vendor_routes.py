@@ -50,10 +50,10 @@ def test_a_family_without_a_table_queues_its_built_in_models_variants(monkeypatc
     queued = {}
     monkeypatch.setattr(jit, "compiled_names", lambda family: set())
     monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(jit, "cache_for", lambda family: None)
-    monkeypatch.setattr(jit, "load_cached", lambda family, variants: variants)
+    monkeypatch.setattr(jit, "current_gpu_arch", lambda: jit.GpuArch(90, 90))
+    monkeypatch.setattr(jit, "load_cached", lambda family, variants, gpu: variants)
     monkeypatch.setattr(jit, "compile_in_background",
-                        lambda family, variants, scales="": queued.update({family: variants}))
+                        lambda family, variants, gpu, scales="": queued.update({family: variants}))
     monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
     monkeypatch.setenv("WAVETUNE_JIT", "1")
     jit.prepare_builtin_choice("scaled_gemm")
@@ -68,8 +68,8 @@ def test_a_background_batch_counts_for_its_tables_scales_mode_alone(compiling, m
     monkeypatch.setattr(jit, "_background", jobs)  # no worker thread: the batch stays queued
     monkeypatch.setattr(jit, "_queued", set())
     variant = next(v for v in jit.config_space("grouped_gemm").variants if v.name.startswith("e4m3_grouped"))
-    jit.compile_in_background("grouped_gemm", [variant], "row")
-    assert jobs.get_nowait() == ("grouped_gemm", "row", [variant])
+    jit.compile_in_background("grouped_gemm", [variant], jit.GpuArch(90, 90), "row")
+    assert jobs.get_nowait() == ("grouped_gemm", "row", [variant], jit.GpuArch(90, 90))
     assert tables.vendor_serves("grouped_gemm", "row") and not tables.vendor_serves("grouped_gemm")
     jit.notify("ended", "grouped_gemm", "row")
     assert not tables.vendor_serves("grouped_gemm", "row")

@@ -319,14 +319,15 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise RuntimeError(f"variants cannot be compiled here: {reason}")
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    for family, variants in jit.build_requests(args.table and Path(args.table), args.family, args.all):
+    gpu = jit.GpuArch.named(args.arch) if args.arch else jit.current_gpu_arch()
+    for family, variants in jit.build_requests(args.table and Path(args.table), args.family, args.all, gpu):
         if not variants:
-            print(f"{family}: every variant asked for is compiled already")
+            print(f"{family}: every variant asked for that runs on sm{gpu.served} is compiled already")
             continue
-        built = jit.build(family, variants, jobs=args.jobs, progress=True)
+        built = jit.build(family, variants, jobs=args.jobs, progress=True, gpu=gpu)
         compiled = sum(b.compiled for b in built)
-        print(f"{family}: {compiled} compiled, {len(built) - compiled} found in the cache "
-              f"({jit.cache_for(family).dir}):")
+        places = ", ".join(sorted({str(b.library.parent) for b in built}))
+        print(f"{family}: {compiled} compiled, {len(built) - compiled} found in the cache ({places}):")
         for b in built:
             print(f"  {b.name}{'' if b.compiled else ' (cached)'}")
     return 0
@@ -417,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--family", help=f"every variant of a kernel family ({', '.join(families.names())})")
     build.add_argument("--all", action="store_true", help="every variant of every family")
     build.add_argument("--jobs", type=int, help="nvcc processes at once (default: the cores)")
+    build.add_argument("--arch", metavar="SM", help="the GPU architecture to compile for, as sm80, sm86, sm89, sm90, "
+                       "sm100, sm120 (default: the current GPU's; needed on a host without one): the variants that "
+                       "run there, for its cache")
 
     args = parser.parse_args(argv)
     if args.command == "tune":

@@ -38,7 +38,6 @@ from .kernel_cache import CacheError, CacheKey, KernelCache
 from .native import _C
 
 JIT_ENV = "WAVETUNE_JIT"
-ARCH = "sm_90a"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # Installed by CMakeLists.txt: the shared runtime headers and each family's folder (templates, private
 # headers), the config spaces, and the CUTLASS headers the build compiled with.
@@ -76,6 +75,71 @@ class Built:
     name: str
     library: Path
     compiled: bool  # False: taken from the cache
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuArch:
+    """The GPU variants are compiled for: its compute capability (major * 10 + minor) and the one its kernels
+    serve it as (``served``: WAVETUNE_ARCH's, lower, where set; else the same)."""
+
+    own: int
+    served: int
+
+    @classmethod
+    def named(cls, name: str) -> "GpuArch":
+        """A GPU of the architecture ``name`` ("sm86", "sm_86", "sm90a"): ``python -m wavetune build --arch``."""
+        cc = _C.parse_compute_capability(name.replace("_", ""))  # a ValueError naming the accepted form
+        return cls(cc, cc)
+
+    def runs(self, variant: KernelConfig) -> bool:
+        """Whether the variant runs here: on the architecture served, and on the GPU's own (sm90a code runs on
+        compute capability 9.0 alone, whatever the GPU is served as)."""
+        return variant.runs_on(self.served) and variant.runs_on(self.own)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What nvcc compiles a variant's code for: the compute capability its code is written against (the virtual
+    architecture, its ``__CUDA_ARCH__``), the one its machine code runs on (the real architecture), and whether
+    both are the architecture-specific target ("sm_90a": wgmma, setmaxnreg)."""
+
+    virtual: int
+    real: int
+    specific: bool = False
+
+    @property
+    def name(self) -> str:
+        """In the cache key: "sm_86", "sm_90a"; "sm_90-compute_80" where a GPU is served as an older one."""
+        suffix = "a" if self.specific else ""
+        return f"sm_{self.real}{suffix}" + ("" if self.virtual == self.real else f"-compute_{self.virtual}")
+
+    @property
+    def gencode(self) -> str:
+        suffix = "a" if self.specific else ""
+        return f"--generate-code=arch=compute_{self.virtual}{suffix},code=[sm_{self.real}{suffix}]"
+
+
+def current_gpu_arch() -> GpuArch:
+    """The current CUDA device's architecture; JitUnavailable on a host without a usable one."""
+    if reason := _C.no_device_reason():
+        raise JitUnavailable(f"no CUDA GPU to compile for ({reason}): python -m wavetune build --arch sm86 "
+                             "(sm80, sm89, sm90, sm100, ...) names the architecture to compile for")
+    major, minor = _C.device_properties()["compute_capability"]
+    return GpuArch(major * 10 + minor, _C.served_compute_capability())
+
+
+def compile_target(variant: KernelConfig, gpu: GpuArch) -> Target:
+    """A variant's target on ``gpu``: an architecture-specific variant (sm90a) its own architecture, any other
+    the GPU's own machine code from the served architecture's virtual one (so that a GPU served as an older one
+    runs that one's code paths). A ValueError for a variant that does not run there: nothing is compiled."""
+    if not gpu.runs(variant):
+        as_served = "" if gpu.served == gpu.own else f" served as sm{gpu.served} (WAVETUNE_ARCH)"
+        raise ValueError(f"variant {variant.name} is built for {variant.arch} and does not run on a GPU of compute "
+                         f"capability {gpu.own // 10}.{gpu.own % 10}{as_served}: it is not compiled for it")
+    if variant.arch.endswith("a"):  # architecture-specific: runs_on took its own architecture alone
+        cc = _C.parse_compute_capability(variant.arch)
+        return Target(cc, cc, specific=True)
+    return Target(gpu.served, gpu.own)
 
 
 def jit_enabled() -> bool:
@@ -142,31 +206,35 @@ def compiled_names(family: str) -> set[str]:
     return {c.name for c in families.get(family).list_configs()}
 
 
-def missing_variants(family: str, names: set[str] | frozenset[str] | None = None) -> list[KernelConfig]:
-    """The family's variants not compiled yet that would run on the current GPU (of ``names`` only, where given;
-    other names, such as cuBLAS's, are not variants of the config space and are left out)."""
+def missing_variants(family: str, names: set[str] | frozenset[str] | None = None,
+                     gpu: GpuArch | None = None) -> list[KernelConfig]:
+    """The family's variants not compiled yet that would run on ``gpu`` (default: the current GPU as the kernels
+    serve it), of ``names`` only where given; other names, such as cuBLAS's, are not variants of the config space
+    and are left out."""
     space = config_space(family)
     if space is None:
         return []  # built-in variants only: every one is compiled
     compiled = compiled_names(family)
-    return [v for v in runnable(space.variants) if v.name not in compiled and (names is None or v.name in names)]
+    candidates = runnable(space.variants) if gpu is None else [v for v in space.variants if gpu.runs(v)]
+    return [v for v in candidates if v.name not in compiled and (names is None or v.name in names)]
 
 
-def working_set(table: Path, family: str) -> list[KernelConfig]:
-    """The variants a table's configs name that are not compiled yet. The table is read by the loader
-    ``load_table`` uses: one it refuses raises its ValueError."""
-    return missing_variants(family, set(_C.Selector(str(table), family).variant_names()))
+def working_set(table: Path, family: str, gpu: GpuArch | None = None) -> list[KernelConfig]:
+    """The variants a table's configs name that are not compiled yet (and run on ``gpu``, as missing_variants).
+    The table is read by the loader ``load_table`` uses: one it refuses raises its ValueError."""
+    return missing_variants(family, set(_C.Selector(str(table), family).variant_names()), gpu)
 
 
-def build_requests(table: Path | None, family: str | None, everything: bool) -> list[tuple[str, list]]:
-    """(family, variants not compiled yet) for ``python -m wavetune build``: a table's working set, a family's
-    variants, or every family's. A table the loader refuses is refused here, with its message, before anything
-    compiles."""
+def build_requests(table: Path | None, family: str | None, everything: bool,
+                   gpu: GpuArch | None = None) -> list[tuple[str, list]]:
+    """(family, variants not compiled yet that run on ``gpu``) for ``python -m wavetune build``: a table's working
+    set, a family's variants, or every family's. A table the loader refuses is refused here, with its message,
+    before anything compiles."""
     if table is not None:
         family = check_family(_C.table_family(str(table)))  # ValueError naming the file if it is not a table
-        return [(family, working_set(table, family))]
+        return [(family, working_set(table, family, gpu))]
     names = families.names() if everything else [check_family(family)]
-    return [(f, missing_variants(f)) for f in names]
+    return [(f, missing_variants(f, gpu=gpu)) for f in names]
 
 
 @functools.cache
@@ -186,11 +254,12 @@ def abi_version() -> int:
 
 
 @functools.cache
-def cache_for(family: str) -> KernelCache:
-    """The cache directory of the family's variants as this installation and toolchain compile them."""
+def cache_for(family: str, target: Target) -> KernelCache:
+    """The cache directory of the family's variants as this installation and toolchain compile them for
+    ``target``."""
     tools, space = toolchain(), generated_space(family)
-    return KernelCache(CacheKey(family, space.hash, ARCH, tools.cuda_version, tools.cutlass_version, abi_version(),
-                                sources_digest()))
+    return KernelCache(CacheKey(family, space.hash, target.name, tools.cuda_version, tools.cutlass_version,
+                                abi_version(), sources_digest()))
 
 
 def generated_space(family: str) -> ConfigSpace:
@@ -207,13 +276,13 @@ def source_dirs() -> list[Path]:
     return [KERNEL_SOURCES / "runtime", *sorted(p for p in (KERNEL_SOURCES / "families").iterdir() if p.is_dir())]
 
 
-def compile_command(tools: Toolchain, source: Path, output: Path) -> list[str]:
-    """nvcc with the build's flags (CMakeLists.txt: Release, sm_90a, hidden symbols), linked as a shared object
-    against the kernel library the process has loaded."""
+def compile_command(tools: Toolchain, source: Path, output: Path, target: Target) -> list[str]:
+    """nvcc with the build's flags (CMakeLists.txt: Release, hidden symbols) for ``target``, linked as a shared
+    object against the kernel library the process has loaded."""
     cutlass = tools.cutlass_dir
     return [
-        tools.nvcc, "-forward-unknown-to-host-compiler", "-O3", "-DNDEBUG", "-std=c++17",
-        "--generate-code=arch=compute_90a,code=[sm_90a]", "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden",
+        tools.nvcc, "-forward-unknown-to-host-compiler", "-O3", "-DNDEBUG", "-std=c++17", target.gencode,
+        "-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden",
         "--expt-relaxed-constexpr", f"-I{INCLUDE_DIR}", *(f"-I{d}" for d in source_dirs()),
         "-isystem", str(cutlass / "include"),
         "-isystem", str(cutlass / "tools" / "util" / "include"), "-isystem", str(cutlass / "examples"),
@@ -260,13 +329,13 @@ def generate_source(family: str, names: list[str], source: Path) -> None:
     run_step(command, f"generating the source of {', '.join(names)}", {**os.environ, "PYTHONPATH": path})
 
 
-def compiler_of(family: str, variant: KernelConfig, cache: KernelCache) -> Callable[[Path], dict]:
+def compiler_of(family: str, variant: KernelConfig, cache: KernelCache, target: Target) -> Callable[[Path], dict]:
     """``compile(output)`` for ``KernelCache.load``: the variant's library source, written beside the entry,
-    compiled to ``output``."""
+    compiled for ``target`` to ``output``."""
     def compile(output: Path) -> dict:
         source = cache.dir / f"{variant.name}.cu"
         generate_source(family, [variant.name], source)
-        command = compile_command(toolchain(), source, output)
+        command = compile_command(toolchain(), source, output, target)
         run_step(command, f"nvcc on {variant.name}")
         return {"command": command, "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest()}
 
@@ -278,27 +347,35 @@ def register(library: Path) -> tuple:
     return _C.load_variant_library(str(library))
 
 
-def build(family: str, variants: list[KernelConfig], *, jobs: int | None = None,
-          progress: bool = False) -> list[Built]:
-    """Compile ``variants`` of ``family`` into the cache where it does not hold them yet, ``jobs`` nvcc at once
-    (default: the cores), register them, and bind the family's loaded tables again. Raises CompileError
-    after the others are done where some failed."""
-    cache = cache_for(family)
+def build(family: str, variants: list[KernelConfig], *, jobs: int | None = None, progress: bool = False,
+          gpu: GpuArch | None = None) -> list[Built]:
+    """Compile ``variants`` of ``family`` for ``gpu`` (default: the current GPU) into the cache where it does not
+    hold them yet, ``jobs`` nvcc at once (default: the cores), register them, and bind the family's loaded tables
+    again. A ValueError before any compile where one does not run on ``gpu``; CompileError after the others are
+    done where some failed."""
+    gpu = gpu or current_gpu_arch()
+    targets = {v.name: compile_target(v, gpu) for v in variants}
     built, failed = [], []
     with concurrent.futures.ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
-        futures = {pool.submit(cache.load, v.name, compiler_of(family, v, cache), register): v for v in variants}
+        futures = {pool.submit(build_one, family, v, targets[v.name]): v for v in variants}
         for future in progress_bar(concurrent.futures.as_completed(futures), len(futures), family, progress):
-            name = futures[future].name
             try:
-                built.append(Built(name, cache.library(name), future.result()[1]))
+                built.append(future.result())
             except (CompileError, ValueError, OSError) as exc:
-                failed.append(f"{name}: {exc}")
+                failed.append(f"{futures[future].name}: {exc}")
     if built:
         notify("registered", family, "")
     if failed:
         raise CompileError(f"{len(failed)} of {len(variants)} {family} variants failed to compile:\n"
                            + "\n".join(failed))
     return sorted(built, key=lambda b: b.name)
+
+
+def build_one(family: str, variant: KernelConfig, target: Target) -> Built:
+    """One variant compiled for ``target`` into the cache where it does not hold it yet, and registered."""
+    cache = cache_for(family, target)
+    compiled = cache.load(variant.name, compiler_of(family, variant, cache, target), register)[1]
+    return Built(variant.name, cache.library(variant.name), compiled)
 
 
 def progress_bar(items, total: int, family: str, shown: bool):
@@ -309,10 +386,11 @@ def progress_bar(items, total: int, family: str, shown: bool):
     return tqdm(items, total=total, desc=f"compiling {family} variants", unit="variant")
 
 
-def load_cached(family: str, variants: list[KernelConfig]) -> list[KernelConfig]:
-    """Register the variants the cache holds verified; returns those it does not (nothing is compiled)."""
-    cache = cache_for(family)
-    rest = [v for v in variants if cache.load_cached(v.name, register) is None]
+def load_cached(family: str, variants: list[KernelConfig], gpu: GpuArch) -> list[KernelConfig]:
+    """Register the variants the cache holds verified for ``gpu``; returns those it does not (nothing is
+    compiled)."""
+    rest = [v for v in variants
+            if cache_for(family, compile_target(v, gpu)).load_cached(v.name, register) is None]
     if len(rest) < len(variants):
         notify("registered", family, "")
     return rest
@@ -368,7 +446,12 @@ def prepare(family: str, missing: list, reason: str | None, names: str, scales: 
     rest = missing
     if reason is None and missing:
         try:
-            rest = load_cached(family, missing)
+            gpu = current_gpu_arch()
+        except JitUnavailable:
+            return False  # no GPU: its launches say why nothing runs
+        missing = rest = [v for v in missing if gpu.runs(v)]  # served as 9.0, a newer GPU runs no sm90a code
+        try:
+            rest = load_cached(family, missing, gpu)
         except CacheError as exc:  # no loads and no compiles: the call runs the compiled variants
             reason = str(exc)
     if reason is not None:
@@ -377,7 +460,7 @@ def prepare(family: str, missing: list, reason: str | None, names: str, scales: 
                           f"cannot be compiled here: {reason}; its choices fall back to the best compiled candidate")
         return False
     if rest and jit_enabled():
-        compile_in_background(family, rest, scales)
+        compile_in_background(family, rest, gpu, scales)
     return len(rest) < len(missing)
 
 
@@ -387,9 +470,10 @@ def warn_once(key: str, message: str) -> None:
         warnings.warn(message, stacklevel=3)
 
 
-def compile_in_background(family: str, variants: list[KernelConfig], scales: str = "") -> None:
-    """Queue variants for the background thread (started on first use), a batch for the family's tables of a
-    scales mode; each batch is registered and the family's tables bound again when it is done."""
+def compile_in_background(family: str, variants: list[KernelConfig], gpu: GpuArch, scales: str = "") -> None:
+    """Queue variants for the background thread (started on first use) to compile for ``gpu``, a batch for the
+    family's tables of a scales mode; each batch is registered and the family's tables bound again when it is
+    done."""
     global _background
     fresh = [v for v in variants if (family, v.name) not in _queued]
     if not fresh:
@@ -399,15 +483,15 @@ def compile_in_background(family: str, variants: list[KernelConfig], scales: str
     if _background is None:
         _background = queue.Queue()
         threading.Thread(target=background_worker, args=(_background,), name="wavetune-jit", daemon=True).start()
-    _background.put((family, scales, fresh))
+    _background.put((family, scales, fresh, gpu))
 
 
 def background_worker(jobs: queue.Queue) -> None:
     while True:
-        family, scales, variants = jobs.get()
+        family, scales, variants, gpu = jobs.get()
         log.info("wavetune: compiling %d %s variants in the background", len(variants), family)
         try:
-            build(family, variants)
+            build(family, variants, gpu=gpu)
         except Exception as exc:  # noqa: BLE001 - a background failure must not end the thread; it is reported
             if not _exiting.is_set():  # else the compiles were stopped as the process exits
                 log.warning("wavetune: background compile of %s variants failed: %s", family, exc)

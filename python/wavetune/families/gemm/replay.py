@@ -1,12 +1,13 @@
 """The dense GEMM table's choice replayed in Python, as docs/tables.md states it (the Python reference of the
 lookup: model.map_problem and model.predict, the memory and traffic floors, calibration, the compute floor,
 priors, stream-K only where the lookup's own rule, ``_C.stream_k_modeled``, says it is modeled; exact records
-are not consulted, so the model is what is judged). benchmarks/choice_quality.py judges it on measured logs;
-needs no GPU and no compiled kernels.
+are not consulted, so the model is what is judged), and judged on measured logs (``judge``: what
+benchmarks/choice_quality.py and benchmarks/sm_counts.py report); needs no GPU and no compiled kernels.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -68,3 +69,46 @@ def choose(predicted: dict[str, float], m: int, priors: list[tuple]) -> str:
     if prior and prior[0] in predicted and predicted[prior[0]] <= predicted[pick] * (1 + prior[1]):
         return prior[0]
     return pick
+
+
+def measured_by_shape(records: dict, dtype: str = "bf16", b_layout: str = "col") -> dict[tuple, dict[str, float]]:
+    """A tuning log's latencies (``comparison.read_log``'s records) at default raster and swizzle: us by config key,
+    by (M, N, K); configs that cannot run a problem are left out."""
+    out: dict[tuple, dict[str, float]] = {}
+    for (d, b, m, n, k, key, raster, swizzle), us in records.items():
+        if (d, b, raster, swizzle) == (dtype, b_layout, "heuristic", 1) and us is not None:
+            out.setdefault((m, n, k), {})[key] = us
+    return out
+
+
+@dataclass
+class Judged:
+    """A table's choices judged on measured latencies: (M, oracle's time over the choice's) per shape, the relative
+    prediction error of every (shape, table config) pair, the shapes with none of the table's configs measured,
+    and the table's config count."""
+
+    ratios: list[tuple[int, float]]
+    errors: list[float]
+    missing: int
+    configs: int
+
+
+def judge(measured: dict[tuple, dict[str, float]], table: Path, sm_count: int, shapes: list[tuple[int, int, int]],
+          catalog_oracle: bool = False) -> Judged:
+    """The table's choice on each shape, its model replayed on a GPU of ``sm_count`` SMs among its configs measured
+    there (``measured_by_shape``), scored as the fastest of those configs (with ``catalog_oracle``: of every config
+    measured there) over the choice's time."""
+    keys, predict, choosable, priors = table_predictor(table, sm_count)
+    judged = Judged([], [], 0, len(keys))
+    for m, n, k in shapes:
+        on_shape = measured.get((m, n, k), {})
+        timed = {key: on_shape[key] for key in keys if key in on_shape}
+        if not timed:
+            judged.missing += 1
+            continue
+        predicted = {key: predict(key, m, n, k) for key in timed}
+        candidates = {key: t for key, t in predicted.items() if choosable(key, m, n, k)} or predicted
+        best = min((on_shape if catalog_oracle else timed).values())
+        judged.ratios.append((m, best / timed[choose(candidates, m, priors)]))
+        judged.errors += [abs(predicted[key] - us) / us for key, us in timed.items()]
+    return judged
