@@ -14,6 +14,7 @@ from wavetune import _C
 from wavetune.families.gemm import api
 from wavetune.families.gemm import tuning
 from wavetune.runtime import tables
+from wavetune.tuning import tablefile
 
 torch = pytest.importorskip("torch")
 wnn = pytest.importorskip("wavetune.nn")  # registers torch.ops.wavetune
@@ -331,20 +332,28 @@ class TestGPU:
                 graph.replay()
                 assert relative_error(static_logits, patched(static_tokens)) < TOLERANCE
 
-    def test_repeated_calls_reuse_the_launch_and_the_native_checks_still_hold(self):
-        """Under the built-in heuristic (a CUTLASS choice: a cuBLAS choice runs torch's own operator)."""
+    def test_repeated_calls_reuse_the_launch_and_the_native_checks_still_hold(self, tmp_path):
+        """Under a table of one compiled CUTLASS variant (a cuBLAS choice runs torch's own operator)."""
         x, w, b = tensor(2, 40, 264, device="cuda"), tensor(520, 264, device="cuda"), tensor(520, device="cuda")
-        heuristic = {c.id: c for c in wavetune.configs()}[_C.default_variant("bf16", "col", 80, 520, 264)]
-        if heuristic.from_library:
-            pytest.skip("the built-in heuristic chooses cuBLAS in this build (none of its buckets' variants is "
-                        "compiled), which torch's own operator runs")
+        variant = next((c for c in wavetune.configs() if (c.dtype, c.b_layout) == ("bf16", "col")
+                        and not c.built_in), None)
+        if variant is None:
+            pytest.skip("no compiled bf16 column-major CUTLASS variant in this build")
+        props, table = wavetune.device_properties(), tmp_path / "one.wtt"
+        tablefile.write_table(
+            table, meta={"gpu_name": props["name"], "sm_count": props["sm_count"],
+                         "config_space_hash": wavetune.build_info()["config_space_hash"], "wavetune_version": "test",
+                         "cuda_version": 13000, "created": "2026-12-07T00:00:00+00:00"},
+            configs=[{"variant": variant.name, "decomposition": "data_parallel", "splits": 1}],
+            waves={0: {1: [1.0, 0.0, 0.0, 0.0]}}, micro={}, exact=None)
         device = torch.cuda.current_device()
         tables.ensure_table(device)
-        _C.use_table(device, None)
+        wavetune.load_table(table)
         gemm_ops._plans.clear()
         try:
             self.check_repeated_calls(x, w, b)
         finally:
+            _C.use_table(device, None)
             tables.checked_devices().discard(device)
             gemm_ops._plans.clear()
 

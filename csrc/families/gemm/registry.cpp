@@ -80,22 +80,26 @@ const std::vector<FallbackBucket>& fallback_buckets() {
 }
 
 int32_t default_variant(const GemmProblem& p) {
+  // NOTES: with no table there is no fitted model to predict a gain over cuBLAS, the kernel torch.matmul runs,
+  // so cuBLAS is kept: no GPU without a table is worse off than with PyTorch. The [fallback] buckets serve
+  // where libcublas cannot be loaded; else any compiled variant of the right dtype and layout that runs here.
+  const auto first_runnable = [&p](bool cublas_only) -> const VariantInfo* {
+    for (const auto& v : variants()) {
+      if (v.dtype == p.dtype && v.b_layout == p.b_layout && (!cublas_only || v.schedule == Schedule::cublas) &&
+          runs_here(v)) {
+        return &v;
+      }
+    }
+    return nullptr;
+  };
+  if (const VariantInfo* cublas = first_runnable(true)) return cublas->id;
   for (const FallbackBucket& b : fallback_buckets()) {
     if (b.dtype == p.dtype && b.b_layout == p.b_layout && (b.max_m == 0 || p.m <= b.max_m) &&
         runs_here(*find_variant(b.variant))) {
       return b.variant;
     }
   }
-  // NOTES: a kernel set without the heuristic's variants (the default install compiles none), or a GPU they do
-  // not run on: cuBLAS, the kernel torch.matmul runs, so that no GPU without a table is worse off than with
-  // PyTorch; else any compiled variant of the right dtype and layout that runs on the device.
-  const VariantInfo* any = nullptr;
-  for (const auto& v : variants()) {
-    if (v.dtype != p.dtype || v.b_layout != p.b_layout || !runs_here(v)) continue;
-    if (v.schedule == Schedule::cublas) return v.id;
-    if (!any) any = &v;
-  }
-  if (any) return any->id;
+  if (const VariantInfo* any = first_runnable(false)) return any->id;
   WAVETUNE_INVALID("no compiled variant that runs on this device takes ", to_string(p.dtype), " with ",
                    to_string(p.b_layout), "-major B (kernel set '", detail::kernel_set_name(),
                    "'): compile some with python -m wavetune build "
