@@ -64,7 +64,7 @@ const DeviceSlot& current_device() {
     const int32_t emulated = arch_override(&malformed);
     const int32_t served = emulated > 0 ? emulated : own;
     if (slot.error.empty()) slot.error = malformed.empty() ? override_error(served, own, device, prop.name) : malformed;
-    slot.info = DeviceInfo{device, prop.multiProcessorCount, memory_bytes_per_s(device) / 1e6, served};
+    slot.info = DeviceInfo{device, prop.multiProcessorCount, memory_bytes_per_s(device) / 1e6, served, own};
     if (slot.error.empty()) note_served_compute_capability(served);
   });
   return slot;
@@ -135,7 +135,7 @@ const DeviceInfo& current_device_info() {
   if (!slot.error.empty()) WAVETUNE_INVALID(slot.error);
   // Per thread, as the current context is: the device's properties with the current context's SMs, looked up
   // again only when the context changes.
-  thread_local DeviceInfo info{-1, 0, 0, 0};
+  thread_local DeviceInfo info{-1, 0, 0, 0, 0};
   thread_local unsigned long long info_context = 0;
   unsigned long long id = 0;
   const CUcontext context = current_context(&id);
@@ -165,6 +165,15 @@ int32_t served_compute_capability() {
   }
   if (!slot->error.empty()) WAVETUNE_INVALID(slot->error);
   return slot->info.compute_capability;
+}
+
+int32_t detail::own_compute_capability() {
+  try {
+    const detail::DeviceSlot& slot = detail::current_device();
+    if (slot.error.empty()) return slot.info.own_compute_capability;
+  } catch (const RuntimeError&) {  // no usable device: a build host
+  }
+  return served_compute_capability();
 }
 
 std::string no_device_reason() {

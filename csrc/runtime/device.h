@@ -16,6 +16,7 @@ struct DeviceInfo {
   int sm_count;
   double memory_bytes_per_us;  // peak DRAM bandwidth: twice the memory clock times the bus width
   int32_t compute_capability;  // as served: WAVETUNE_ARCH's where set (kernels.h, arch_override), else the device's
+  int32_t own_compute_capability;  // the device's own
 };
 
 // The current device, with the SMs of the current context (fewer in a green context); InvalidArgument when it
@@ -32,6 +33,10 @@ std::string arch_error(const VariantInfo& v);
 // WAVETUNE_ARCH's compute capability (kernels.h, arch_override) with `error` set to why it is refused instead of
 // throwing.
 int32_t arch_override(std::string* error);
+
+// The current device's own compute capability (not WAVETUNE_ARCH's); served_compute_capability where no device
+// can be used.
+int32_t own_compute_capability();
 
 // Records that a device is served as compute capability `cc`: programmatic dependent launch is off in a process
 // that serves one below 9.0 (launch_options.cpp).

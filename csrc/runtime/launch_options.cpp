@@ -100,8 +100,10 @@ std::string unsupported_device_error(int device, const std::string& name, int ma
 }
 
 bool runs_here(const VariantInfo& v) {
+  // NOTES: code for one architecture only (sm90a) also needs the device itself to be it: a newer GPU served as
+  // sm90 (WAVETUNE_ARCH) runs the portable kernels, not Hopper's.
   const int32_t cc = served_compute_capability();
-  return cc == 0 || runs_on(v, cc);
+  return cc == 0 || (runs_on(v, cc) && (!v.arch.specific || runs_on(v, detail::own_compute_capability())));
 }
 
 std::string detail::arch_error(const VariantInfo& v) {
@@ -111,6 +113,7 @@ std::string detail::arch_error(const VariantInfo& v) {
   os << "variant " << v.name << " is built for " << to_string(v.arch)
      << (v.arch.specific ? " (that architecture only)" : " and later") << "; this GPU is served as sm" << served
      << (wavetune::arch_override() > 0 ? " (WAVETUNE_ARCH)" : "");
+  if (served != detail::own_compute_capability()) os << " and is itself sm" << detail::own_compute_capability();
   return os.str();
 }
 
