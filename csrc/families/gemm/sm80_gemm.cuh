@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -99,14 +100,14 @@ struct Sm80Gemm {
                      p.b, p.bias, p.d, 0, 0, 0, 0, p.lda, p.ldb, 0, p.ldd);
   }
 
-  // The launch's kernel parameters, grid and workspace bytes for `max_swizzle` tiles along N per swizzle group.
+  // The launch's kernel parameters and grid, `max_swizzle` tiles along N per swizzle group.
   struct Plan {
     typename Kernel::Params params;
     dim3 grid;
   };
 
-  static Plan plan(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, int ctas_per_sm) {
-    Plan out{typename Kernel::Params(arguments(p, micro), dev.sm_count, ctas_per_sm), {}};
+  static Plan plan(const Arguments& args, const MicroParams& micro, const DeviceInfo& dev, int ctas_per_sm) {
+    Plan out{typename Kernel::Params(args, dev.sm_count, ctas_per_sm), {}};
     int log_tile = 0;
     while ((1 << log_tile) < micro.max_swizzle) ++log_tile;
     out.params.swizzle_log_tile = log_tile;
@@ -116,32 +117,40 @@ struct Sm80Gemm {
     return out;
   }
 
-  static std::string why_not(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
+  // Empty with `*out` planned when the launch can run on the device, else why not.
+  static std::string prepare(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, Plan* out) {
     const Residency& r = residency<Kernel>(dev.device);
     if (!r.error.empty()) return r.error;
-    const cutlass::Status status = Kernel::can_implement(arguments(p, micro));
+    const Arguments args = arguments(p, micro);
+    const cutlass::Status status = Kernel::can_implement(args);
     if (status != cutlass::Status::kSuccess) {
       return std::string("CUTLASS cannot implement it: ") + cutlassGetStatusString(status);
     }
-    const dim3 grid = plan(p, micro, dev, r.ctas_per_sm).grid;
-    if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
+    *out = plan(args, micro, dev, r.ctas_per_sm);
+    const dim3 grid = out->grid;
+    if (uint64_t(grid.x) > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) {
       return "its grid of " + std::to_string(grid.x) + " x " + std::to_string(grid.y) + " x " +
              std::to_string(grid.z) + " CTAs exceeds CUDA's limits (fewer splits or a larger swizzle)";
     }
     return {};
   }
 
+  static std::string why_not(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
+    Plan unused;
+    return prepare(p, micro, dev, &unused);
+  }
+
   static size_t workspace_bytes(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev) {
-    return plan(p, micro, dev, 1).params.get_workspace_size();
+    return plan(arguments(p, micro), micro, dev, 1).params.get_workspace_size();
   }
 
   static int ctas_per_sm(const DeviceInfo& dev) { return residency<Kernel>(dev.device).ctas_per_sm; }
 
   static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, void* workspace,
                   size_t workspace_bytes, Stream stream) {
-    const std::string error = why_not(p, micro, dev);
+    Plan launch;
+    const std::string error = prepare(p, micro, dev, &launch);
     if (!error.empty()) WAVETUNE_INVALID(error, " (", describe(p), ")");
-    Plan launch = plan(p, micro, dev, residency<Kernel>(dev.device).ctas_per_sm);
     require_workspace(launch.params.get_workspace_size(), workspace, workspace_bytes);
     if (launch.params.init_workspace(workspace, stream) != cutlass::Status::kSuccess) {
       WAVETUNE_FAIL("zeroing the split-K semaphores failed: ", cudaGetErrorString(cudaGetLastError()), " (",
