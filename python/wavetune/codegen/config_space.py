@@ -53,11 +53,10 @@ MULTISTAGE_TILE_K = (32, 64)
 MULTISTAGE_WARP_TILE = (32, 64)
 MULTISTAGE_WARPS = (4, 8)
 MULTISTAGE_STAGES = (3, 4, 5)
-# NOTES: shared memory a CTA may opt into: 163 KB on sm80 (A100, 164 KB per SM), 99 KB on sm86 and sm89 (100 KB per
-# SM). A kernel's stages hold its A and B tiles (the epilogue reuses the same memory); one above the smaller limit
-# runs on sm80 and sm90 only (the launch says so elsewhere), and CUTLASS's pipeline sizes nothing for it.
+# NOTES: a CTA may opt into 163 KB of shared memory on sm80 (A100, 164 KB per SM), 99 KB on sm86 and sm89 (100 KB
+# per SM). A kernel's stages hold its A and B tiles (the epilogue reuses that memory); the largest sm80 limit is
+# refused here, and a kernel above 99 KB runs on sm80 and sm90 only: on other GPUs its launch says why not.
 MULTISTAGE_MAX_SHARED_BYTES = 163 * 1024
-SMALL_SM_SHARED_BYTES = 99 * 1024
 # A group's `scales`: how its operands are scaled where the family's template has more than one way. The
 # variants are instantiated by the template's {macro_prefix}_{SCALES}_INSTANTIATE_VARIANT and named with the
 # scales' name fragment ({scales} of name_format): what the [family] table's `scales` gives (mode = "fragment"),
