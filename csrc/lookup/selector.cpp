@@ -595,8 +595,9 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
     if (std::min({v.tile_m, v.tile_n, v.tile_k, v.cluster_m, v.cluster_n}) < 1) {
       WAVETUNE_INVALID("variant ", v.name, " has a tile or cluster extent below 1");
     }
-    if (c.ctas_per_sm < 1 || c.ctas_per_sm > 32) {
-      table_error(origin, ": config ", i, ": ", c.ctas_per_sm, " CTAs per SM (occupancy: 1 to 32)");
+    if (c.ctas_per_sm < 1 || c.ctas_per_sm > lookup_detail::kMaxCtasPerSm) {
+      table_error(origin, ": config ", i, ": ", c.ctas_per_sm, " CTAs per SM (occupancy: 1 to ",
+                  lookup_detail::kMaxCtasPerSm, ")");
     }
     TileShape tile = tile_shape(v);
     tile.ctas_per_sm = c.ctas_per_sm;

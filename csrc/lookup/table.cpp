@@ -87,8 +87,6 @@ constexpr PhysicalRange kFlopPerUs{1e5, 1e12, " flop/us (0.1 TFLOP/s to 1 EFLOP/
 constexpr PhysicalRange kSplits{1, 1024, ""};
 constexpr PhysicalRange kCalibrationScale{-20, 20, " (the log of a constant factor)"};
 constexpr PhysicalRange kCalibrationExponent{-2, 2, " (the exponent of an extent)"};
-// CUDA keeps at most 32 CTAs resident per SM (compute capability 8.0 to 9.0).
-constexpr int64_t kMaxCtasPerSm = 32;
 
 template <class Value, class... What>
 void check_range(const Table& table, Value value, const PhysicalRange& range, const What&... what) {
