@@ -188,3 +188,24 @@ def test_occupancy_records_are_written_only_above_one_and_checked(tmp_path, comp
         bad.write_text(body + f"checksum {tablefile.fnv1a64(body.encode()):016x}\n")
         with pytest.raises(ValueError, match=message):
             open_table(bad)
+
+
+def test_the_tuner_reads_the_occupancy_of_multistage_variants_only_on_a_gpu(monkeypatch):
+    from wavetune.families.gemm import tuning
+    from wavetune.runtime.configs import KernelConfig
+
+    def variant(schedule):
+        return KernelConfig(7, f"v_{schedule}", "bf16", "col", False, schedule, (128, 128, 32), (1, 1),
+                            "data_parallel", "sm80")
+
+    def no_gpu(variant_id):
+        raise RuntimeError("no CUDA device")
+
+    monkeypatch.setattr(tuning._C, "gemm_ctas_per_sm", no_gpu)
+    assert tuning.ctas_per_sm(variant("pingpong")) == 1
+    with pytest.raises(ValueError, match="v_multistage are read from its kernel on the GPU"):
+        tuning.ctas_per_sm(variant("multistage"))
+    monkeypatch.setattr(tuning._C, "gemm_ctas_per_sm", lambda variant_id: 3)
+    tuning.ctas_per_sm.cache_clear()
+    assert tuning.ctas_per_sm(variant("multistage")) == 3
+    tuning.ctas_per_sm.cache_clear()

@@ -91,7 +91,17 @@ class Candidate:
 def ctas_per_sm(variant: KernelConfig) -> int:
     """CTAs of a variant resident per SM of the current GPU: the multistage kernels' from their registers and
     shared memory (a table records it: `occupancy`), 1 for the persistent kernels and the library candidates."""
-    return _C.gemm_ctas_per_sm(variant.id) if variant.schedule == "multistage" else 1
+    if variant.schedule != "multistage":
+        return 1
+    try:
+        ctas = _C.gemm_ctas_per_sm(variant.id)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"the CTAs per SM of {variant.name} are read from its kernel on the GPU: tune (or refit) a "
+                         f"table with multistage variants on the GPU it is for ({exc})") from None
+    if ctas < 1:
+        raise ValueError(f"{variant.name} does not fit an SM of this GPU (_C.gemm_ctas_per_sm is 0): leave it out "
+                         f"of the tuned build (WAVETUNE_KERNEL_FILTER)")
+    return ctas
 
 
 def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
