@@ -60,7 +60,7 @@ std::string detail::variant_error(const VariantInfo& v, const GemmProblem& p, co
              micro.decomposition != Decomposition::data_parallel) {
     os << "variant " << v.name << " uses the persistent (data-parallel) tile scheduler; decomposition "
        << to_string(micro.decomposition) << " needs a stream_k variant";
-  } else if (v.scheduler == TileScheduler::data_parallel && micro.decomposition == Decomposition::stream_k) {
+  } else if (v.schedule == Schedule::multistage && micro.decomposition == Decomposition::stream_k) {
     os << "variant " << v.name << " runs one CTA per tile and K split; decomposition stream_k needs a stream_k "
        << "variant";
   } else if (v.schedule == Schedule::multistage && micro.raster != Raster::heuristic) {
