@@ -33,16 +33,24 @@ def multistage_variants():
     return [c for c in wavetune.configs() if c.schedule == "multistage"]
 
 
+def why_skipped() -> str:
+    if not torch.cuda.is_available():
+        return "GPU tier: no CUDA GPU is visible"
+    if not multistage_variants():
+        return "no multistage (sm80) variant compiled: build with WAVETUNE_KERNEL_SET=portable"
+    return ""
+
+
 def variant_params():
+    if why_skipped():
+        return [pytest.param(None, id="none", marks=pytest.mark.skip(reason=why_skipped()))]
     return [pytest.param(c, id=c.name) for c in multistage_variants()]
 
 
 @pytest.fixture(autouse=True)
 def needs_variants():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    if not multistage_variants():
-        pytest.skip("no multistage (sm80) variant compiled: build with WAVETUNE_KERNEL_SET=portable")
+    if why_skipped():
+        pytest.skip(why_skipped())
 
 
 def operands(m, n, k, dtype, b_layout):
