@@ -112,8 +112,8 @@ def test_generated_sources_instantiate_the_sm80_template_and_are_portable(space)
     source = cs.render_variant(v, CONFIG_SPACE.name)
     assert source.splitlines()[1] == "// wavetune: portable"
     assert '#include "sm80_gemm.cuh"' in source
-    assert (f"WAVETUNE_SM80_INSTANTIATE_VARIANT(fp16_brow_sm80_64x64x64_2x2warps_4stage, fp16, row, false, "
-            f"multistage, 64, 64, 64, 1, 1, data_parallel, 4, 2, 2)") in source
+    assert ("WAVETUNE_SM80_INSTANTIATE_VARIANT(fp16_brow_sm80_64x64x64_2x2warps_4stage, fp16, row, false, "
+            "multistage, 64, 64, 64, 1, 1, data_parallel, 4, 2, 2)") in source
     hopper = cs.render_variant(space.variants[0], CONFIG_SPACE.name)
     assert "portable" not in hopper and "WAVETUNE_INSTANTIATE_VARIANT(" in hopper and '"sm90_gemm.cuh"' in hopper
     registry = cs.render_registry(space, [v], "portable")
