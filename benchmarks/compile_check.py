@@ -5,7 +5,9 @@
 BUILD_DIR is a configured CMake build of this tree (any kernel set, e.g. /work/devbuild). The portable sources
 are those whose compile command there also emits compute_80 PTX (CMakeLists.txt: WAVETUNE_PORTABLE_SOURCES).
 Each is compiled to a cubin (device code only: front end and ptxas, which rejects any instruction the target
-lacks) for each architecture with the build's own flags. Prints a Markdown table of the results with the nvcc
+lacks) for each architecture with the build's own flags. A build that compiles no Ampere-style GEMM variant
+(cutlass_configs/sm90_gemm.toml, arch sm80) gets one generated (--gemm-variant), compiled with the flags of the
+dense GEMM family's portable sources. Prints a Markdown table of the results with the nvcc
 version and the date; exits 1 if any compile failed.
 """
 
@@ -22,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 PORTABLE_MARK = "--generate-code=arch=compute_80,code=compute_80"
+REPO = Path(__file__).resolve().parents[1]
+GEMM_VARIANT = "bf16_bcol_sm80_128x128x32_2x2warps_3stage"
 
 
 def portable_commands(build: Path) -> dict[str, list[str]]:
@@ -36,6 +40,22 @@ def portable_commands(build: Path) -> dict[str, list[str]]:
         compiler = next(i for i, w in enumerate(words) if w.endswith("nvcc"))
         commands[words[words.index("-c") + 1]] = words[compiler:]
     return commands
+
+
+def with_gemm_variant(commands: dict[str, list[str]], name: str, scratch: Path) -> dict[str, list[str]]:
+    """``commands`` and, where none compiles a multistage GEMM variant, the generated source of ``name`` with the
+    command of another portable source of the build (same flags and include paths)."""
+    if any("_sm80_" in Path(source).name for source in commands):
+        return commands
+    sys.path.insert(0, str(REPO / "python" / "wavetune" / "codegen"))
+    import config_space  # standard library only: no package import, no native module
+
+    space = config_space.load(REPO / "cutlass_configs" / "sm90_gemm.toml")
+    (variant,) = [v for v in space.variants if v.name == name]
+    source = scratch / f"{name}.cu"
+    source.write_text(config_space.render_variant(variant, "sm90_gemm.toml"))
+    template_source, command = next(iter(commands.items()))
+    return {**commands, str(source): [str(source) if word == template_source else word for word in command]}
 
 
 def cubin_command(command: list[str], arch: str, out: Path) -> list[str]:
@@ -66,6 +86,9 @@ def main() -> int:
     parser.add_argument("build", type=Path, help="a configured CMake build directory of this tree")
     parser.add_argument("--archs", default="80,86,89,100,120", help="comma-separated compute capabilities")
     parser.add_argument("-j", "--jobs", type=int, default=2)
+    parser.add_argument("--gemm-variant", default=GEMM_VARIANT,
+                        help="the Ampere-style GEMM variant to generate where the build compiles none")
+    parser.add_argument("--only", default="", help="compile only the sources whose path holds this text")
     args = parser.parse_args()
     archs = [a.strip() for a in args.archs.split(",") if a.strip()]
     commands = portable_commands(args.build)
@@ -73,6 +96,8 @@ def main() -> int:
         sys.exit(f"no source in {args.build} is compiled to compute_80 PTX: is it a CUDA build of this tree?")
     root = args.build.resolve()
     with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(args.jobs) as pool:
+        commands = {source: command for source, command in
+                    with_gemm_variant(commands, args.gemm_variant, Path(scratch)).items() if args.only in source}
         jobs = {(source, arch): pool.submit(compile_one, cubin_command(
                     command, arch, Path(scratch) / f"{index}.sm_{arch}.cubin"))
                 for index, (source, command) in enumerate(commands.items()) for arch in archs}
@@ -83,7 +108,8 @@ def main() -> int:
     for source in commands:
         cells = [f"{'ok' if ok else 'FAILED'} ({seconds:.0f} s)" for ok, seconds, _ in
                  (results[source, arch] for arch in archs)]
-        print(f"| {source[source.find('csrc/'):]} | " + " | ".join(cells) + " |")
+        print(f"| {source[source.find('csrc/'):] if 'csrc/' in source else Path(source).name} | "
+              + " | ".join(cells) + " |")
     failures = [(key, error) for key, (ok, _, error) in results.items() if not ok]
     for (source, arch), error in failures:
         print(f"\n{source} for sm_{arch}: {error}", file=sys.stderr)

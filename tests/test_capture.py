@@ -87,6 +87,8 @@ def dense_choices() -> dict:
             kinds.setdefault("cublas", tuning.Candidate(v))
         elif v.schedule == "decode":
             kinds.setdefault("decode", tuning.Candidate(v, "split_k", 4))
+        elif v.schedule == "multistage":  # serial split-K: its semaphores are zeroed on the stream
+            kinds.setdefault("multistage", tuning.Candidate(v, "split_k", 2))
         elif v.scheduler == "stream_k":
             kinds.setdefault("split_k", tuning.Candidate(v, "split_k", 3))
         elif v.scheduler == "persistent":
@@ -128,8 +130,8 @@ def deterministic_algorithms(on: bool):
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
-@pytest.fixture(params=["dense-cublas", "dense-split_k", "dense-data_parallel", "dense-decode", "grouped_gemm",
-                        "attention", "attention-deterministic"])
+@pytest.fixture(params=["dense-cublas", "dense-split_k", "dense-data_parallel", "dense-decode", "dense-multistage",
+                        "grouped_gemm", "attention", "attention-deterministic"])
 def workload(request, tmp_path):
     family, _, kind = request.param.partition("-")
     if family == "grouped_gemm":

@@ -32,10 +32,15 @@ def test_shipped_space_expands_to_unique_sequential_variants():
     assert [v.id for v in space.variants] == list(range(len(space.variants)))
     names = [v.name for v in space.variants]
     assert len(set(names)) == len(names)
-    # Both dtypes, both B layouts, both schedules and both GEMM tile schedulers are represented.
+    # Both dtypes, both B layouts, both schedules and both GEMM tile schedulers are represented among the Hopper
+    # variants; the Ampere-style ones (arch sm80, appended) are multistage kernels of both dtypes and layouts.
+    hopper = [v for v in space.variants if v.arch == space.arch]
     for field, values in [("dtype", cs.DTYPES), ("b_layout", cs.B_LAYOUTS), ("schedule", cs.SCHEDULES),
                           ("scheduler", ("persistent", "stream_k"))]:
-        assert {getattr(v, field) for v in space.variants} == set(values)
+        assert {getattr(v, field) for v in hopper} == set(values)
+    portable = space.variants[len(hopper):]
+    assert portable and {(v.arch, v.schedule, v.scheduler) for v in portable} == {("sm80", "multistage", "data_parallel")}
+    assert {(v.dtype, v.b_layout) for v in portable} == {(d, b) for d in cs.DTYPES for b in cs.B_LAYOUTS}
     tiles = {(v.tile_m, v.tile_n, v.tile_k) for v in space.variants}
     for tile in [(64, 64, 64), (64, 128, 64), (64, 256, 64), (128, 64, 64), (128, 128, 64), (128, 256, 64),
                  (256, 128, 64), (128, 128, 128)]:

@@ -77,7 +77,7 @@ def uniform(*shape, generator):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["data_parallel", "split_k", "decode"])
+@pytest.mark.parametrize("kind", ["data_parallel", "split_k", "decode", "multistage"])
 @pytest.mark.parametrize("tokens", [1, 16, 300])
 def test_gemm_results_are_identical_with_and_without_it(kind, tokens, tmp_path, pdl):
     use_one_config_table(kind, tmp_path / "table.wtt")

@@ -79,9 +79,12 @@ def test_sm90a_cubins_everywhere_and_compute_80_ptx_only_for_the_portable_kernel
     assert {key for unit in units for key in unit if key[0] == PTX} == {(PTX, 80)}
     portable = [unit[CUBIN, 90] for unit in units if (PTX, 80) in unit]
     assert [k for k in PORTABLE_KERNELS if not any(k.encode() in cubin for cubin in portable)] == []
-    # The CUTLASS kernels (wgmma, TMA: sm_90a only) are in units without PTX.
-    assert [cubin for cubin in portable if b"cutlass" in cubin] == []
+    # The CUTLASS 3 kernels (wgmma, TMA: sm_90a only, cutlass::device_kernel) are in units without PTX; the
+    # dense GEMM's multistage variants (CUTLASS 2.x, cutlass::Kernel2) of a kernel set that has them ship PTX.
+    assert [cubin for cubin in portable if b"cutlass" in cubin and b"cutlass7Kernel2" not in cubin] == []
     assert any(b"cutlass" in unit[CUBIN, 90] for unit in units if (PTX, 80) not in unit)
+    multistage = [v for v in wavetune.configs() if v.schedule == "multistage"]
+    assert bool(multistage) == any(b"cutlass7Kernel2" in cubin for cubin in portable)
 
 
 def test_the_compute_80_ptx_holds_no_hopper_instruction(units):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from wavetune import __main__ as cli
-from wavetune import _C
+from wavetune import _C, families
 from wavetune.families.gemm import api
 from wavetune.tuning import model
 from wavetune.families.gemm import tuning
@@ -111,7 +111,7 @@ def test_prune_variants_keeps_a_lone_variant():
 def test_an_offline_log_takes_its_own_device_and_measures_nothing(tmp_path):
     path = tmp_path / "log.jsonl"
     header = {"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800,
-              "config_space_hash": _C.build_info()["config_space_hash"]}
+              "config_space_hash": families.get("gemm").table_hash()}
     path.write_text(json.dumps(header) + "\n")
     log = tuning.GemmLog(path, offline=True)
     assert log.device == {"name": header["gpu_name"], "sm_count": 132, "l2_bytes": 52428800}
@@ -135,7 +135,7 @@ def test_an_offline_log_takes_its_own_device_and_measures_nothing(tmp_path):
 def test_tune_refuses_a_build_without_cutlass_variants(tmp_path, monkeypatch, library_only):
     path = tmp_path / "log.jsonl"
     path.write_text(json.dumps({"gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "l2_bytes": 52428800,
-                                "config_space_hash": _C.build_info()["config_space_hash"]}) + "\n")
+                                "config_space_hash": families.get("gemm").table_hash()}) + "\n")
     monkeypatch.setattr(tuning, "candidates", lambda *layout: library_only)
     with pytest.raises(ValueError, match="no compiled CUTLASS fp16 variant with row-major B"):
         tuning.tune(tmp_path, path, "fp16", "row", offline=True)

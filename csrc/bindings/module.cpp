@@ -156,7 +156,7 @@ std::shared_ptr<Selector> selector_over(const std::string& path, const std::stri
                      bindings::parse_name<DType>(d["dtype"].cast<std::string>(), 2, "dtype"),
                      bindings::parse_name<BLayout>(d["b_layout"].cast<std::string>(), 2, "B layout"),
                      d["swap_ab"].cast<bool>(),
-                     bindings::parse_name<Schedule>(d["schedule"].cast<std::string>(), 6, "schedule"), tile_m, tile_n,
+                     bindings::parse_name<Schedule>(d["schedule"].cast<std::string>(), 7, "schedule"), tile_m, tile_n,
                      tile_k, cluster_m, cluster_n,
                      bindings::parse_name<TileScheduler>(d["scheduler"].cast<std::string>(), 3, "scheduler"),
                      d.contains("arch") ? parse_arch(d["arch"].cast<std::string>()) : arch::any});

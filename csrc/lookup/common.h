@@ -60,6 +60,9 @@ inline bool valid_extents(int64_t m, int64_t n, int64_t k) {
          double(m * n) * double(k) <= kMaxVolume;
 }
 
+// CUDA keeps at most 32 CTAs resident per SM (compute capability 8.0 to 9.0): the range of an `occupancy` record.
+constexpr int32_t kMaxCtasPerSm = 32;
+
 // Two exact entries of one (dtype, B layout, N, K) whose M ranges overlap, as indices into `exact` (the one
 // with the smaller m_first first); false when there are none. Both the parser (which names the lines) and
 // the Selector (which may be given a Table built by hand) refuse such tables.

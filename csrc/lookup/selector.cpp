@@ -344,11 +344,11 @@ void check_problem(const Problem& p, const TableFamily& family) {
   if (family.check_problem) family.check_problem(p);
 }
 
-// The config-space hash a table of `scales` must carry: where the family's tables are one per scales mode, that
-// mode's (ConfigSpace::scales_hashes), so variants of another mode added leave it valid; else the build's.
-std::string tuned_against(const std::string& family, const TableFamily& kind, const std::string& scales,
-                          const std::string& build_hash) {
-  const ConfigSpace* space = kind.scales ? find_config_space(family) : nullptr;
+// The config-space hash a table of `scales` ("" without) must carry: that of the mode's variants built for the
+// config space's own architecture (ConfigSpace::scales_hashes), so that variants of another scales mode or
+// architecture added leave it valid (each config's variant is still checked by name); else the build's.
+std::string tuned_against(const std::string& family, const std::string& scales, const std::string& build_hash) {
+  const ConfigSpace* space = find_config_space(family);
   if (!space || space->hash != build_hash) return build_hash;
   for (const auto& [mode, hash] : space->scales_hashes) {
     if (scales == mode) return hash;
@@ -527,9 +527,13 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
   s.scales = scales_mode(t, kind);
 
   const std::string& table_hash = t.meta_value("config_space_hash");
-  const std::string space_hash = tuned_against(family, kind, s.scales, build_hash);
-  if (table_hash != space_hash) {
-    const std::string what = kind.scales ? " (its " + lookup_detail::quoted(s.scales) + " scales variants)" : "";
+  const std::string space_hash = tuned_against(family, s.scales, build_hash);
+  // A table of a family without scales modes may also carry the hash of the build's whole space (every
+  // architecture's variants): the same space, named more strictly.
+  if (table_hash != space_hash && (kind.scales || table_hash != build_hash)) {
+    const std::string what = kind.scales              ? " (its " + lookup_detail::quoted(s.scales) + " scales variants)"
+                             : space_hash != build_hash ? " (" + build_hash + " with every architecture's variants)"
+                                                        : "";
     table_error(origin, ": tuned against config space ", table_hash, " but this build was compiled from config space ",
                 space_hash, what, " (cutlass_configs/ changed): re-tune the table with this build (python -m wavetune "
                 "tune) or rebuild wavetune from the config space the table was tuned against");
@@ -591,13 +595,19 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
     if (std::min({v.tile_m, v.tile_n, v.tile_k, v.cluster_m, v.cluster_n}) < 1) {
       WAVETUNE_INVALID("variant ", v.name, " has a tile or cluster extent below 1");
     }
+    if (c.ctas_per_sm < 1 || c.ctas_per_sm > lookup_detail::kMaxCtasPerSm) {
+      table_error(origin, ": config ", i, ": ", c.ctas_per_sm, " CTAs per SM (occupancy: 1 to ",
+                  lookup_detail::kMaxCtasPerSm, ")");
+    }
+    TileShape tile = tile_shape(v);
+    tile.ctas_per_sm = c.ctas_per_sm;
     if (!least_predicted && v.scheduler == TileScheduler::persistent &&
         c.decomposition != Decomposition::data_parallel) {
       table_error(origin, ": config ", i, " runs ", v.name, " with ", to_string(c.decomposition),
                   ", which needs a stream_k variant: the table contradicts the config space");
     }
     s.variant_of[i] = &v;
-    const Candidate cand{PreparedMapping(tile_shape(v), c.decomposition, c.splits, s.sm_count),
+    const Candidate cand{PreparedMapping(tile, c.decomposition, c.splits, s.sm_count),
                          int32_t(i),
                          v.id,
                          uint32_t(s.waves.size()),
@@ -607,7 +617,7 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
                          {c.calibration[0], c.calibration[1], c.calibration[2], c.calibration[3]},
                          c.calibration[0] != 0 || c.calibration[1] != 0 || c.calibration[2] != 0 ||
                              c.calibration[3] != 0,
-                         least_traffic_per_mnk(tile_shape(v), t.traffic_bytes_per_us)};
+                         least_traffic_per_mnk(tile, t.traffic_bytes_per_us)};
     s.waves.insert(s.waves.end(), waves.begin(), waves.end());
     s.micro.insert(s.micro.end(), rules.begin(), rules.end());
     s.candidates[int(v.dtype) & 1][int(v.b_layout) & 1].push_back(cand);

@@ -365,6 +365,11 @@ class Parser {
       const int64_t config = integer(f[1], "config id", 0, INT32_MAX);
       calibrations_.push_back({line_, config, {real(f[2], "coefficient c0"), real(f[3], "coefficient c1"),
                                                real(f[4], "coefficient c2"), real(f[5], "coefficient c3")}});
+    } else if (type == "occupancy") {
+      const size_t n = split(line, f);
+      expect_fields(type, n, 3, "occupancy <config-id> <ctas-per-sm>");
+      const int64_t config = integer(f[1], "config id", 0, INT32_MAX);
+      occupancies_.push_back({line_, config, int32_t(integer(f[2], "CTAs per SM", 1, lookup_detail::kMaxCtasPerSm))});
     } else if (type == "memory") {
       table->memory_bytes_per_us = rate(type, line, f, &memory_line_);
     } else if (type == "traffic") {
@@ -375,7 +380,7 @@ class Parser {
       fail(line_, "a checksum record before the end of the file: the checksum must be the last line");
     } else {
       fail(line_, "unknown record type ", quoted(type),
-           " (meta, config, wave, micro, exact, prior, calibration, memory, traffic, compute, checksum)");
+           " (meta, config, wave, micro, exact, prior, calibration, occupancy, memory, traffic, compute, checksum)");
     }
   }
 
@@ -426,6 +431,14 @@ class Parser {
       seen = c.line;
       std::copy(c.record.begin(), c.record.end(), table->configs[size_t(c.config)].calibration);
     }
+    std::vector<size_t> occupied(configs, 0);  // the line of each config's occupancy record
+    for (const auto& o : occupancies_) {
+      check_config(o.line, o.config);
+      size_t& seen = occupied[size_t(o.config)];
+      if (seen) fail(o.line, "a second occupancy record for config ", o.config, " (the first is on line ", seen, ")");
+      seen = o.line;
+      table->configs[size_t(o.config)].ctas_per_sm = o.record;
+    }
     for (size_t i = 0; i < table->exact.size(); ++i) check_config(exact_record_lines_[i], table->exact[i].config);
     size_t first = 0, second = 0;
     if (lookup_detail::find_overlapping_exact(table->exact, &first, &second)) {
@@ -457,6 +470,7 @@ class Parser {
   std::vector<Pending<WaveModel>> waves_;
   std::vector<Pending<MicroRule>> micro_;
   std::vector<Pending<std::array<double, 4>>> calibrations_;
+  std::vector<Pending<int32_t>> occupancies_;
   std::map<std::string, size_t> meta_lines_;
 };
 

@@ -90,13 +90,23 @@ void bind_gemm(py::module_& m, const FamilyBindings& registration) {
 
   m.def(
       "map_problem",
-      [](int32_t variant, int64_t m_, int64_t n, int64_t k, int32_t decomposition, int32_t splits, int32_t sm_count) {
+      [](int32_t variant, int64_t m_, int64_t n, int64_t k, int32_t decomposition, int32_t splits, int32_t sm_count,
+         int32_t ctas_per_sm) {
         const VariantInfo* v = find_variant(variant);
         if (!v) throw std::invalid_argument("variant id " + std::to_string(variant) + " is not compiled in");
-        Coordinates c = map_problem(tile_shape(*v), m_, n, k, static_cast<Decomposition>(decomposition), splits, sm_count);
+        if (ctas_per_sm < 1) throw std::invalid_argument("ctas_per_sm=" + std::to_string(ctas_per_sm) + " must be >= 1");
+        TileShape tile = tile_shape(*v);
+        tile.ctas_per_sm = ctas_per_sm;
+        Coordinates c = map_problem(tile, m_, n, k, static_cast<Decomposition>(decomposition), splits, sm_count);
         return py::make_tuple(c.grid, c.k_iters, c.capacity, c.waves);
       },
-      "(G, L, C, waves) of a problem under a compiled variant and decomposition (csrc/include/wavetune/mapping.h).");
+      py::arg("variant"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("decomposition"), py::arg("splits"),
+      py::arg("sm_count"), py::arg("ctas_per_sm") = 1,
+      "(G, L, C, waves) of a problem under a compiled variant and decomposition with `ctas_per_sm` of its CTAs "
+      "resident per SM (csrc/include/wavetune/mapping.h).");
+  m.def("gemm_ctas_per_sm", &gemm_ctas_per_sm, py::arg("variant"),
+        "CTAs of a compiled variant resident per SM of the current GPU (its registers and shared memory; 1 for the "
+        "persistent kernels and cuBLAS, 0 where it does not fit).");
   m.def(
       "cublas_candidates",
       [] {

@@ -58,6 +58,16 @@ size_t gemm_workspace_bytes(const GemmProblem& p, int32_t variant_id, const Micr
   return ops->workspace_bytes(p, micro, *dev);
 }
 
+int32_t gemm_ctas_per_sm(int32_t variant_id) {
+  const VariantInfo* variant = find_variant(variant_id);
+  if (!variant) WAVETUNE_INVALID("variant id ", variant_id, " is not compiled into this build");
+  if (const char* device_error = detail::current_device_error()) WAVETUNE_INVALID(device_error);
+  const std::string error = detail::arch_error(*variant);
+  if (!error.empty()) WAVETUNE_INVALID(error);
+  const detail::VariantOps* ops = detail::variant_ops(variant_id);
+  return ops->ctas_per_sm ? ops->ctas_per_sm(detail::current_device_info()) : 1;
+}
+
 void gemm(const GemmProblem& p, int32_t variant_id, const MicroParams& micro, void* workspace, size_t workspace_bytes,
           Stream stream) {
   const detail::DeviceInfo* dev = nullptr;

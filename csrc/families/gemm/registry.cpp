@@ -60,6 +60,12 @@ std::string detail::variant_error(const VariantInfo& v, const GemmProblem& p, co
              micro.decomposition != Decomposition::data_parallel) {
     os << "variant " << v.name << " uses the persistent (data-parallel) tile scheduler; decomposition "
        << to_string(micro.decomposition) << " needs a stream_k variant";
+  } else if (v.schedule == Schedule::multistage && micro.decomposition == Decomposition::stream_k) {
+    os << "variant " << v.name << " runs one CTA per tile and K split; decomposition stream_k needs a stream_k "
+       << "variant";
+  } else if (v.schedule == Schedule::multistage && micro.raster != Raster::heuristic) {
+    os << "variant " << v.name << " visits its tiles in CUTLASS 2.x's swizzled order (max_swizzle sets it); raster "
+       << to_string(micro.raster) << " needs a Hopper variant (raster heuristic here)";
   } else if (micro.splits < 1 || (micro.splits > 1 && micro.decomposition != Decomposition::split_k)) {
     os << "splits=" << micro.splits << " needs decomposition split_k (and splits >= 1)";
   } else if (micro.splits > (p.k + v.tile_k - 1) / v.tile_k) {

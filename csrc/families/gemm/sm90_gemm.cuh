@@ -38,10 +38,6 @@
 
 namespace wavetune::detail {
 
-inline std::string describe(const GemmProblem& p) {
-  return "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k);
-}
-
 template <DType kDType, BLayout kBLayout, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK,
           int kClusterM, int kClusterN, TileScheduler kScheduler>
 struct Sm90Gemm {

@@ -20,7 +20,15 @@ struct VariantOps {
   // Launches with the caller's workspace, after checking it holds what the launch needs (require_workspace).
   void (*run)(const GemmProblem&, const MicroParams&, const DeviceInfo&, void* workspace, size_t workspace_bytes,
               Stream);
+  // CTAs of the kernel resident per SM of the device (0: none fit); null: one, a persistent kernel's stages fill
+  // the SM's shared memory, and library candidates are modeled as one.
+  int (*ctas_per_sm)(const DeviceInfo&) = nullptr;
 };
+
+// "M=... N=... K=...": names a problem in the variants' errors.
+inline std::string describe(const GemmProblem& p) {
+  return "M=" + std::to_string(p.m) + " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k);
+}
 
 // The generated registry: the ops of a compiled variant, nullptr when not compiled in.
 const VariantOps* variant_ops(int32_t id);

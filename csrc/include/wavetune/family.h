@@ -71,8 +71,8 @@ struct ConfigSpace {
   const char* hash;
   std::vector<VariantInfo> variants;       // ordered by id
   std::vector<const char*> heuristic_set;  // variant names
-  // Per scales mode of its variants (a group's `scales`, "" for none): the hash of that mode's variants alone,
-  // which a table of that mode is tuned against where the family's tables are one per mode (TableFamily::scales).
+  // Per scales mode of its variants (a group's `scales`, "" for none): the hash of that mode's variants built for
+  // the space's own architecture, which a table of that mode is tuned against.
   std::vector<std::pair<const char*, const char*>> scales_hashes;
 };
 

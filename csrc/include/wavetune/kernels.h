@@ -44,6 +44,11 @@ WAVETUNE_API std::string why_not(const GemmProblem& problem, int32_t variant_id,
 // It depends on the sizes, never on the data pointers.
 WAVETUNE_API size_t gemm_workspace_bytes(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro);
 
+// CTAs of the variant resident per SM of the current device, from its registers and shared memory (read once per
+// device): a wave of a non-persistent kernel (the multistage variants) is that many per SM; 1 for the persistent
+// kernels and the library candidates; 0 where the kernel does not fit the device's SM (why_not says why).
+WAVETUNE_API int32_t gemm_ctas_per_sm(int32_t variant_id);
+
 // D = A @ B (+ bias) with the given variant and micro parameters, launched on `stream` on the current
 // device. `workspace` holds at least gemm_workspace_bytes(...) bytes of device memory (may be null when
 // that is 0) that no other work uses until this launch ends in stream order; the library allocates

@@ -53,6 +53,9 @@ struct TableConfig {
   // A `calibration` record: the prediction is multiplied by exp(c0 + c1 ln M + c2 ln N + c3 ln K), a power
   // law fitted to the config's measurements on generic LLM-like shapes. All zero: no record, factor 1.
   double calibration[4] = {0, 0, 0, 0};
+  // An `occupancy` record: CTAs of the variant resident per SM of the table's GPU, which multiplies the mapping's
+  // capacity (mapping.h, resident_capacity). No record: 1.
+  int32_t ctas_per_sm = 1;
 };
 
 // The measured best config for the problems of one (dtype, B layout, N, K) with M in [m_first, m_last]

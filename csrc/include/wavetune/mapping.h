@@ -21,6 +21,9 @@ struct TileShape {
   int32_t tile_m, tile_n, tile_k;
   int32_t cluster_m, cluster_n;
   bool swap_ab;
+  // CTAs resident per SM: 1 for the persistent kernels; a non-persistent kernel's from its registers and shared
+  // memory on the GPU (a table's `occupancy` record, the kernel library's gemm_ctas_per_sm).
+  int32_t ctas_per_sm = 1;
 };
 
 inline TileShape tile_shape(const VariantInfo& v) {
@@ -39,11 +42,13 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 }  // namespace detail
 
-// NOTES: every variant's mainloop stages are sized to fill shared memory (StageCountAutoCarveout), so one
-// CTA is resident per SM, and clusters are placed whole: C = floor(SMs / cluster size) * cluster size.
+// NOTES: the persistent variants' mainloop stages are sized to fill shared memory (StageCountAutoCarveout), so one
+// CTA is resident per SM, and clusters are placed whole: C = floor(SMs / cluster size) * cluster size. A
+// non-persistent kernel (the multistage ones) has as many CTAs per SM as its registers and shared memory allow,
+// and a wave is that many per SM: C = SMs * CTAs per SM.
 inline int64_t resident_capacity(const TileShape& t, int32_t sm_count) {
   const int64_t cluster = int64_t(t.cluster_m) * t.cluster_n;
-  return std::max<int64_t>(cluster, sm_count / cluster * cluster);
+  return std::max<int64_t>(cluster, sm_count / cluster * cluster) * std::max(1, t.ctas_per_sm);
 }
 
 // Output tiles of the kernel's own (M, N), the tile grid padded to whole clusters as CUTLASS's schedulers do.

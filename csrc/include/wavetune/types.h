@@ -27,7 +27,9 @@ enum class BLayout : int32_t { col = 0, row = 1 };
 // cublas: the cuBLAS candidate, whose kernel and schedule cuBLAS picks per problem. decode: the decode
 // GEMM (few tokens; its K splits are one thread-block cluster). cudnn and paged: the attention family's
 // candidates that run outside its FMHA kernels, cuDNN's attention and the paged decode kernel (attention.h).
-enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublas = 2, decode = 3, cudnn = 4, paged = 5 };
+// multistage: a CUTLASS 2.x kernel (mma.sync, a cp.async pipeline of `stages` tiles), one CTA per tile and K split.
+enum class Schedule : int32_t { cooperative = 0, pingpong = 1, cublas = 2, decode = 3, cudnn = 4, paged = 5,
+                                multistage = 6 };
 // data_parallel: one CTA per tile, scheduled by the hardware (the attention family's non-persistent kernels).
 enum class TileScheduler : int32_t { persistent = 0, stream_k = 1, data_parallel = 2 };
 
@@ -45,6 +47,7 @@ inline const char* to_string(Schedule v) {
     case Schedule::decode: return "decode";
     case Schedule::cudnn: return "cudnn";
     case Schedule::paged: return "paged";
+    case Schedule::multistage: return "multistage";
     default: return "cublas";
   }
 }

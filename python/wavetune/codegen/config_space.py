@@ -39,7 +39,24 @@ TILE_SCHEDULERS = ("persistent", "stream_k", "data_parallel")
 ARCHS = ("sm80", "sm89", "sm90a")
 
 GROUP_KEYS = {"dtypes", "b_layouts", "schedule", "tiles", "clusters", "schedulers"}
-OPTIONAL_GROUP_KEYS = {"swap_ab", "scales"}
+OPTIONAL_GROUP_KEYS = {"swap_ab", "scales", "arch"}
+# A group whose `arch` is a portable one (ARCHS_PORTABLE) holds CUTLASS 2.x multistage GEMMs (mma.sync, cp.async),
+# one CTA per output tile and K split: a CTA tile, its warps ("MxN" warps along the tile's M and N) and its
+# pipeline stages, and no Hopper axes (clusters, TMA schedules, tile schedulers, swap-AB).
+MULTISTAGE_GROUP_KEYS = {"arch", "dtypes", "b_layouts", "tiles", "warps", "stages"}
+ARCHS_PORTABLE = ("sm80", "sm89")
+# NOTES: the multistage kernels' tiles are CUTLASS 2.x's usual Ampere shapes: each warp computes a 32- or 64-wide
+# square-ish warp tile of 16x8x16 mma.sync atoms, 4 or 8 warps per CTA; a K tile of 32 or 64 elements is two or
+# four 16-byte cp.async chunks per row. Fewer than 3 stages is CUTLASS's two-stage pipelined kernel, not this one.
+MULTISTAGE_TILE_MN = (64, 128, 256)
+MULTISTAGE_TILE_K = (32, 64)
+MULTISTAGE_WARP_TILE = (32, 64)
+MULTISTAGE_WARPS = (4, 8)
+MULTISTAGE_STAGES = (3, 4, 5)
+# NOTES: a CTA may opt into 163 KB of shared memory on sm80 (A100, 164 KB per SM), 99 KB on sm86 and sm89 (100 KB
+# per SM). A kernel's stages hold its A and B tiles (the epilogue reuses that memory); the largest sm80 limit is
+# refused here, and a kernel above 99 KB runs on sm80 and sm90 only: on other GPUs its launch says why not.
+MULTISTAGE_MAX_SHARED_BYTES = 163 * 1024
 # A group's `scales`: how its operands are scaled where the family's template has more than one way. The
 # variants are instantiated by the template's {macro_prefix}_{SCALES}_INSTANTIATE_VARIANT and named with the
 # scales' name fragment ({scales} of name_format): what the [family] table's `scales` gives (mode = "fragment"),
@@ -76,7 +93,10 @@ ATTENTION_MAX_KV_TILE = 128 * 128
 FAMILY_CODE_KEYS = ("public_header", "ops", "ops_header", "variant_ops", "variants", "config_space_hash")
 FAMILY_CODE_LISTS = ("entries", "kernel_entries", "stubs")
 FAMILY_KEYS = {"name", "template", "macro_prefix", "registry", "sources_dir", "name_format", "check", *FAMILY_CODE_KEYS}
-OPTIONAL_FAMILY_KEYS = {"fixed_axes", "scales", "find_variant", *FAMILY_CODE_LISTS}
+OPTIONAL_FAMILY_KEYS = {"fixed_axes", "scales", "find_variant", "archs", *FAMILY_CODE_LISTS}
+# [family.archs.<arch>]: the template and variant names of the family's groups of another architecture than the
+# file's `arch`.
+ARCH_KEYS = {"template", "name_format"}
 CHECKS = ("gemm", "attention")  # the rule sets a family's variants satisfy: _check_gemm, _check_attention
 CPP_NAME = re.compile(r"(?:[A-Za-z_]\w*::)*[A-Za-z_]\w*")
 
@@ -113,6 +133,15 @@ class Family:
     check: str = "gemm"  # which rules a variant must satisfy: "gemm" (_check_gemm) or "attention"
     scales: tuple[tuple[str, str], ...] = DEFAULT_SCALES  # the groups' scales modes: (mode, its name fragment)
     code: FamilyCode | None = None  # the C++ generated for it
+    archs: tuple[tuple[str, str, str], ...] = ()  # [family.archs]: (arch, template, name_format) per other arch
+
+    def for_arch(self, arch: str) -> "Family":
+        """How the family's variants of ``arch`` are generated: its [family.archs] template and names where it has
+        them, else its own."""
+        for name, template, name_format in self.archs:
+            if name == arch:
+                return dataclasses.replace(self, header=template, name_format=name_format)
+        return self
 
 
 class ConfigError(ValueError):
@@ -158,6 +187,10 @@ class Variant:
     family: str
     generation: Family = dataclasses.field(repr=False, compare=False)  # its family's [family] table
     scales: str = ""  # one of its family's scales modes, or "": the template's default
+    arch: str = "sm90a"  # what its code is built for: its group's `arch`, else the file's
+    stages: int = 0  # multistage kernels (a portable arch): pipeline stages, warps along tile M and N; else 0
+    warps_m: int = 0
+    warps_n: int = 0
 
     @property
     def name(self) -> str:
@@ -165,9 +198,22 @@ class Variant:
         return self.generation.name_format.format(**fields, swap="_swapab" if self.swap_ab else "")
 
     @property
+    def multistage(self) -> bool:
+        return self.schedule == "multistage"
+
+    @property
     def instantiate_macro(self) -> str:
+        """The template's instantiation macro: one per scales mode and per architecture with its own template (so
+        that the variants of a run-time library, one translation unit, can include every template)."""
         scales = f"_{self.scales.upper()}" if self.scales else ""
-        return f"{self.generation.macro_prefix}{scales}_INSTANTIATE_VARIANT"
+        arch = f"_{self.arch.upper()}" if any(self.arch == name for name, *_ in self.generation.archs) else ""
+        return f"{self.generation.macro_prefix}{arch}{scales}_INSTANTIATE_VARIANT"
+
+    @property
+    def instantiate_args(self) -> str:
+        """The instantiation macro's arguments past the fields every template takes: a multistage kernel's stages
+        and warps."""
+        return f", {self.stages}, {self.warps_m}, {self.warps_n}" if self.multistage else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,10 +237,10 @@ class ConfigSpace:
         return hashlib.sha256(f"{self.arch}\n{text}".encode()).hexdigest()[:16]
 
     def scales_hash(self, scales: str) -> str:
-        """Identifies the variants of one scales mode (a group's ``scales``): a table of a family whose tables are
-        one per scales mode is tuned against its mode's variants, so the variants of another mode added to the
-        space leave it valid."""
-        text = "\n".join(f"{v.id} {v.name}" for v in self.variants if v.scales == scales)
+        """Identifies the variants of one scales mode (a group's ``scales``, "" for none) built for the file's
+        ``arch``: what a table of that mode is tuned against, so that variants of another mode or architecture
+        added to the space leave it valid (the lookup checks every config's variant by name)."""
+        text = "\n".join(f"{v.id} {v.name}" for v in self.variants if v.scales == scales and v.arch == self.arch)
         return hashlib.sha256(f"{self.arch}\n{text}".encode()).hexdigest()[:16]
 
     def heuristic_set(self) -> list[Variant]:
@@ -334,32 +380,14 @@ def load(path: str | Path) -> ConfigSpace:
     seen: dict[str, str] = {}
     for index, group in enumerate(groups):
         where = f"{path}: group {index + 1}"
-        group = _with_fixed_axes(group, family, where)
-        if not GROUP_KEYS <= set(group) <= GROUP_KEYS | OPTIONAL_GROUP_KEYS:
-            missing, extra = GROUP_KEYS - set(group), set(group) - GROUP_KEYS - OPTIONAL_GROUP_KEYS
-            raise ConfigError(f"{where}: missing keys {sorted(missing)}, unknown keys {sorted(extra)}")
-        swap_ab = group.get("swap_ab", False)
-        if not isinstance(swap_ab, bool):
-            raise ConfigError(f"{where}: swap_ab must be true or false, got {swap_ab!r}")
-        scales = group.get("scales", "")
-        modes = [mode for mode, _ in family.scales]
-        if scales and scales not in modes:
-            raise ConfigError(f"{where}: scales {scales!r}; allowed: {', '.join(modes)}")
-        if scales and "{scales}" not in family.name_format:
-            raise ConfigError(f"{where}: scales {scales!r}, but the family's name_format has no {{scales}}")
-        if group["schedule"] not in SCHEDULES:
-            raise ConfigError(f"{where}: schedule {group['schedule']!r}; allowed: {', '.join(SCHEDULES)}")
-        axes = (
-            _string_list(group, "dtypes", DTYPES, where),
-            _string_list(group, "b_layouts", B_LAYOUTS, where),
-            [_parse_dims(t, 3, where) for t in _string_list(group, "tiles", None, where)],
-            [_parse_dims(c, 2, where) for c in _string_list(group, "clusters", None, where)],
-            _string_list(group, "schedulers", TILE_SCHEDULERS, where),
-        )
-        for dtype, b_layout, tile, cluster, scheduler in itertools.product(*axes):
-            v = Variant(len(variants), dtype, b_layout, swap_ab, group["schedule"], *tile, *cluster, scheduler, family.name,
-                        family, scales)
-            _check_variant(v, f"{where}: {v.name}")
+        if not isinstance(group, dict):
+            raise ConfigError(f"{where}: a [[group]] must be a table")
+        arch = group.get("arch", data["arch"])
+        if arch != data["arch"]:
+            group_variants = _multistage_group(group, family, arch, len(variants), where)
+        else:
+            group_variants = _hopper_group(group, family, arch, len(variants), where)
+        for v in group_variants:
             if v.name in seen:
                 raise ConfigError(f"{where}: {v.name} is already defined by {seen[v.name]}")
             seen[v.name] = where
@@ -385,6 +413,101 @@ def load(path: str | Path) -> ConfigSpace:
     return space
 
 
+def _hopper_group(group: dict, family: Family, arch: str, first_id: int, where: str) -> list[Variant]:
+    """The variants of a group of the file's architecture: the cross product of its axes, ids from ``first_id``."""
+    group = _with_fixed_axes(group, family, where)
+    if not GROUP_KEYS <= set(group) <= GROUP_KEYS | OPTIONAL_GROUP_KEYS:
+        missing, extra = GROUP_KEYS - set(group), set(group) - GROUP_KEYS - OPTIONAL_GROUP_KEYS
+        raise ConfigError(f"{where}: missing keys {sorted(missing)}, unknown keys {sorted(extra)}")
+    swap_ab = group.get("swap_ab", False)
+    if not isinstance(swap_ab, bool):
+        raise ConfigError(f"{where}: swap_ab must be true or false, got {swap_ab!r}")
+    scales = group.get("scales", "")
+    modes = [mode for mode, _ in family.scales]
+    if scales and scales not in modes:
+        raise ConfigError(f"{where}: scales {scales!r}; allowed: {', '.join(modes)}")
+    if scales and "{scales}" not in family.name_format:
+        raise ConfigError(f"{where}: scales {scales!r}, but the family's name_format has no {{scales}}")
+    if group["schedule"] not in SCHEDULES:
+        raise ConfigError(f"{where}: schedule {group['schedule']!r}; allowed: {', '.join(SCHEDULES)}")
+    axes = (
+        _string_list(group, "dtypes", DTYPES, where),
+        _string_list(group, "b_layouts", B_LAYOUTS, where),
+        [_parse_dims(t, 3, where) for t in _string_list(group, "tiles", None, where)],
+        [_parse_dims(c, 2, where) for c in _string_list(group, "clusters", None, where)],
+        _string_list(group, "schedulers", TILE_SCHEDULERS, where),
+    )
+    out = []
+    for dtype, b_layout, tile, cluster, scheduler in itertools.product(*axes):
+        v = Variant(first_id + len(out), dtype, b_layout, swap_ab, group["schedule"], *tile, *cluster, scheduler,
+                    family.name, family, scales, arch)
+        _check_variant(v, f"{where}: {v.name}")
+        out.append(v)
+    return out
+
+
+def _multistage_group(group: dict, family: Family, arch: str, first_id: int, where: str) -> list[Variant]:
+    """The variants of a group of a portable architecture (MULTISTAGE_GROUP_KEYS), ids from ``first_id``."""
+    if arch not in ARCHS_PORTABLE:
+        raise ConfigError(f"{where}: arch {arch!r}; a group of another architecture than the file's is one of "
+                          f"{', '.join(ARCHS_PORTABLE)} (CUTLASS 2.x multistage kernels)")
+    if family.check != "gemm" or not any(arch == name for name, *_ in family.archs):
+        raise ConfigError(f"{where}: arch {arch!r} needs a GEMM family with a [family.archs.{arch}] table "
+                          f"(its template and name_format)")
+    hopper = sorted(set(group) & (GROUP_KEYS | OPTIONAL_GROUP_KEYS) - MULTISTAGE_GROUP_KEYS)
+    if hopper:
+        raise ConfigError(f"{where}: {', '.join(hopper)}: Hopper axes (thread-block clusters, TMA schedules, "
+                          f"persistent tile schedulers, swap-AB, scales); an {arch} group has "
+                          f"{', '.join(sorted(MULTISTAGE_GROUP_KEYS))}")
+    if set(group) != MULTISTAGE_GROUP_KEYS:
+        missing, extra = MULTISTAGE_GROUP_KEYS - set(group), set(group) - MULTISTAGE_GROUP_KEYS
+        raise ConfigError(f"{where}: missing keys {sorted(missing)}, unknown keys {sorted(extra)}")
+    stages = group["stages"]
+    if not isinstance(stages, list) or not stages or not all(type(x) is int for x in stages):
+        raise ConfigError(f"{where}: stages must be a non-empty list of integers, got {stages!r}")
+    generation = family.for_arch(arch)
+    axes = (
+        _string_list(group, "dtypes", DTYPES, where),
+        _string_list(group, "b_layouts", B_LAYOUTS, where),
+        [_parse_dims(t, 3, where) for t in _string_list(group, "tiles", None, where)],
+        [_parse_dims(w, 2, where) for w in _string_list(group, "warps", None, where)],
+        stages,
+    )
+    out = []
+    for dtype, b_layout, tile, warps, stage_count in itertools.product(*axes):
+        v = Variant(first_id + len(out), dtype, b_layout, False, "multistage", *tile, 1, 1, "data_parallel",
+                    family.name, generation, "", arch, stage_count, *warps)
+        _check_multistage(v, f"{where}: {v.name}")
+        out.append(v)
+    return out
+
+
+def multistage_shared_bytes(v: Variant) -> int:
+    """Shared memory of a multistage kernel's CTA: its stages of A and B tiles (16-bit elements)."""
+    return v.stages * (v.tile_m + v.tile_n) * v.tile_k * 2
+
+
+def _check_multistage(v: Variant, where: str) -> None:
+    if v.tile_m not in MULTISTAGE_TILE_MN or v.tile_n not in MULTISTAGE_TILE_MN or v.tile_k not in MULTISTAGE_TILE_K:
+        raise ConfigError(f"{where}: tile {v.tile_m}x{v.tile_n}x{v.tile_k} is not supported (M and N in "
+                          f"{MULTISTAGE_TILE_MN}, K in {MULTISTAGE_TILE_K})")
+    warps = v.warps_m * v.warps_n
+    if warps not in MULTISTAGE_WARPS or v.tile_m % v.warps_m or v.tile_n % v.warps_n:
+        raise ConfigError(f"{where}: warps {v.warps_m}x{v.warps_n} do not split tile {v.tile_m}x{v.tile_n} "
+                          f"({' or '.join(map(str, MULTISTAGE_WARPS))} warps, each a whole warp tile)")
+    warp_m, warp_n = v.tile_m // v.warps_m, v.tile_n // v.warps_n
+    if warp_m not in MULTISTAGE_WARP_TILE or warp_n not in MULTISTAGE_WARP_TILE:
+        raise ConfigError(f"{where}: warp tile {warp_m}x{warp_n} is not supported (each side in "
+                          f"{MULTISTAGE_WARP_TILE}: whole 16x8x16 mma.sync atoms, accumulators that fit the registers)")
+    if v.stages not in MULTISTAGE_STAGES:
+        raise ConfigError(f"{where}: stages={v.stages}; allowed: {MULTISTAGE_STAGES} (a cp.async pipeline of at "
+                          f"least 3 tiles)")
+    if multistage_shared_bytes(v) > MULTISTAGE_MAX_SHARED_BYTES:
+        raise ConfigError(f"{where}: {v.stages} stages of a {v.tile_m}x{v.tile_n}x{v.tile_k} tile need "
+                          f"{multistage_shared_bytes(v) // 1024} KB of shared memory, more than the "
+                          f"{MULTISTAGE_MAX_SHARED_BYTES // 1024} KB a CTA may have on sm80")
+
+
 def _parse_family(table: object, path: Path) -> Family:
     """The file's ``[family]`` table: how the build generates the family's code."""
     if not isinstance(table, dict):
@@ -405,7 +528,23 @@ def _parse_family(table: object, path: Path) -> Family:
     axes = tuple((key, tuple(_string_list(fixed, key, None, f"{path}: [family] fixed_axes"))) for key in fixed)
     return Family(table["name"], table["template"], table["macro_prefix"], table["registry"], table["sources_dir"],
                   table["name_format"], axes, table["check"], _parse_scales(table.get("scales"), path),
-                  _parse_family_code(table, path))
+                  _parse_family_code(table, path), _parse_archs(table.get("archs", {}), path))
+
+
+def _parse_archs(table: object, path: Path) -> tuple[tuple[str, str, str], ...]:
+    """[family.archs.<arch>] template = "...", name_format = "...": the family's groups of that architecture."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [family.archs] must be a table of architectures, got {table!r}")
+    out = []
+    for arch, entry in table.items():
+        where = f"{path}: [family.archs.{arch}]"
+        if arch not in ARCHS_PORTABLE:
+            raise ConfigError(f"{where}: {arch!r} is not one of {', '.join(ARCHS_PORTABLE)}")
+        if not isinstance(entry, dict) or set(entry) != ARCH_KEYS or not all(
+                isinstance(x, str) and x for x in entry.values()):
+            raise ConfigError(f"{where}: must hold non-empty strings {', '.join(sorted(ARCH_KEYS))}, got {entry!r}")
+        out.append((arch, entry["template"], entry["name_format"]))
+    return tuple(out)
 
 
 def _parse_family_code(table: dict, path: Path) -> FamilyCode:
@@ -538,11 +677,13 @@ def table_file_variant_names(table: Path) -> set[str]:
 
 VARIANT_TEMPLATE = """\
 // Generated by python/wavetune/codegen/config_space.py from {source}. Do not edit.
-#define WAVETUNE_VARIANT_SCHEDULER_{scheduler}  // before the template, which may configure CUTLASS by it
+{portable}#define WAVETUNE_VARIANT_SCHEDULER_{scheduler}  // before the template, which may configure CUTLASS by it
 #include "{header}"
 
-{instantiate}({name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, {tile_k}, {cluster_m}, {cluster_n}, {scheduler})
+{instantiate}({name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, {tile_k}, {cluster_m}, {cluster_n}, {scheduler}{args})
 """
+# The marker of a source the build also compiles to compute_80 PTX (CMakeLists.txt): code of a portable arch.
+PORTABLE_MARKER = "// wavetune: portable\n"
 
 REGISTRY_TEMPLATE = """\
 // Generated by python/wavetune/codegen/config_space.py from {source}. Do not edit.
@@ -583,7 +724,9 @@ def _fields(v: Variant) -> dict[str, object]:
 
 
 def render_variant(v: Variant, source: str) -> str:
-    return VARIANT_TEMPLATE.format(source=source, header=v.generation.header, instantiate=v.instantiate_macro, **_fields(v))
+    portable = PORTABLE_MARKER if v.arch in ARCHS_PORTABLE else ""
+    return VARIANT_TEMPLATE.format(source=source, header=v.generation.header, instantiate=v.instantiate_macro,
+                                   args=v.instantiate_args, portable=portable, **_fields(v))
 
 
 _REGISTRY_ROW = ("  WAVETUNE_VARIANT({id}, {name}, {dtype}, {b_layout}, {swap_ab}, {schedule}, {tile_m}, {tile_n}, "
@@ -591,11 +734,11 @@ _REGISTRY_ROW = ("  WAVETUNE_VARIANT({id}, {name}, {dtype}, {b_layout}, {swap_ab
 
 
 def render_registry(space: ConfigSpace, chosen: list[Variant], kernel_set: str) -> str:
-    rows = " \\\n".join(_REGISTRY_ROW.format(**_fields(v), arch=space.arch) for v in chosen)
+    rows = " \\\n".join(_REGISTRY_ROW.format(**_fields(v)) for v in chosen)
     compiled = {v.id for v in chosen}
     fallback = " \\\n".join(f"  WAVETUNE_FALLBACK({dtype}, {layout}, {max_m}, {v.id})"
                              for dtype, layout, max_m, v in space.fallback if v.id in compiled)
-    space_rows = " \\\n".join(_REGISTRY_ROW.format(**_fields(v), arch=space.arch) for v in space.variants)
+    space_rows = " \\\n".join(_REGISTRY_ROW.format(**_fields(v)) for v in space.variants)
     heuristic_names = ", \\\n".join(f'  "{v.name}"' for v in space.heuristic_set())
     modes = dict.fromkeys(v.scales for v in space.variants)
     scales_hashes = ", \\\n".join(f'  {{"{m}", "{space.scales_hash(m)}"}}' for m in modes)
@@ -620,7 +763,7 @@ def render_variant_library(space: ConfigSpace, chosen: list[Variant]) -> str:
     """The source of a shared object holding ``chosen`` (compiled at run time, python/wavetune/jit.py): each
     variant's source as the build generates it, then the entry point that lists them."""
     sources = "\n".join(render_variant(v, space.path.name) for v in chosen)
-    rows = " \\\n".join(_REGISTRY_ROW.format(**_fields(v), arch=space.arch) for v in chosen)
+    rows = " \\\n".join(_REGISTRY_ROW.format(**_fields(v)) for v in chosen)
     return sources + "\n" + VARIANT_LIBRARY_TEMPLATE.format(rows=rows, family=space.family, hash=space.hash)
 
 

@@ -67,13 +67,16 @@ class Family:
         return self.function("api", self.config_space_hash)()
 
     def table_hash(self, scales: str = "") -> str:
-        """The config-space hash the family's tables and tuning logs of a scales mode carry: of the mode's
-        variants alone where its tables are one per scales mode, else ``compiled_hash``."""
+        """The config-space hash the family's tables and tuning logs of a scales mode ("" without) carry: of the
+        mode's variants built for the config space's own architecture, so that variants of another mode or
+        architecture added leave them valid (as the lookup reads them); ``compiled_hash`` where the build's space
+        is not the one the package lists."""
         from ..runtime.native import _C  # the registry imports nothing heavy until used
 
-        if _C.table_scales(self.name) != [""]:
-            return _C.config_space(self.name)["scales_hashes"][scales]
-        return self.compiled_hash()
+        space, compiled = _C.config_space(self.name), self.compiled_hash()
+        if space is None or space["hash"] != compiled:
+            return compiled
+        return space["scales_hashes"].get(scales, compiled)
 
     def size_error(self, problem: "SizeProblem") -> str:
         """What the family's entry point says of a call of ``problem``'s sizes; empty where it runs it."""

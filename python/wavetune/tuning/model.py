@@ -261,14 +261,14 @@ def problem_extents(tile: Sequence[int], cluster: Sequence[int], swap_ab: bool, 
 
 
 def map_problem(tile: Sequence[int], cluster: Sequence[int], swap_ab: bool, m: int, n: int, k: int,
-                decomposition: str, splits: int, sm_count: int) -> tuple[int, int, int, int]:
-    """(G, L, C, waves) of a problem under a config, as docs/model.md section 1 states the unified mapping:
-    the reference that csrc/include/wavetune/mapping.h is tested against, and the mapping of tools that
-    evaluate tables without the native module."""
+                decomposition: str, splits: int, sm_count: int, ctas_per_sm: int = 1) -> tuple[int, int, int, int]:
+    """(G, L, C, waves) of a problem under a config with ``ctas_per_sm`` of its CTAs resident per SM, as
+    docs/model.md section 1 states the unified mapping: the reference that csrc/include/wavetune/mapping.h is
+    tested against, and the mapping of tools that evaluate tables without the native module."""
     tiles, k_iters = problem_extents(tile, cluster, swap_ab, m, n, k)
     cluster_m, cluster_n = cluster
     cluster_size = cluster_m * cluster_n
-    capacity = max(cluster_size, sm_count // cluster_size * cluster_size)
+    capacity = max(cluster_size, sm_count // cluster_size * cluster_size) * max(1, ctas_per_sm)
     if decomposition == "split_k":
         s = min(max(splits, 1), k_iters)
         grid, steps = tiles * s, _ceil_div(k_iters, s)

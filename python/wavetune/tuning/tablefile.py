@@ -327,6 +327,22 @@ def _calibration_lines(calibration: Mapping | None, n_configs: int) -> list[str]
     return [rows[cid] for cid in sorted(rows)]
 
 
+# CUDA keeps at most this many CTAs resident per SM (compute capability 8.0 to 9.0).
+MAX_CTAS_PER_SM = 32
+
+
+def _occupancy_lines(occupancy: Mapping | None, n_configs: int) -> list[str]:
+    rows: dict[int, str] = {}
+    for config_id, ctas in (occupancy or {}).items():
+        cid = _config_id(config_id, n_configs, "occupancy config id")
+        ctas = _int(ctas, f"occupancy of config {cid}", 1)
+        if ctas > MAX_CTAS_PER_SM:
+            raise ValueError(f"occupancy of config {cid} must be at most {MAX_CTAS_PER_SM} CTAs per SM, got {ctas}")
+        if ctas > 1:  # one CTA per SM is the default: no record
+            rows[cid] = f"occupancy {cid} {ctas}\n"
+    return [rows[cid] for cid in sorted(rows)]
+
+
 # Rate records: the record type -> its key in ``read_table``'s dict and ``write_table``'s arguments.
 _RATE_KEYS = {"memory": "memory_bytes_per_us", "traffic": "traffic_bytes_per_us", "compute": "compute_flop_per_us"}
 
@@ -359,6 +375,7 @@ def format_table(
     traffic_bytes_per_us: float | None = None,
     calibration: Mapping | None = None,
     compute_flop_per_us: float | None = None,
+    occupancy: Mapping | None = None,
 ) -> bytes:
     """The bytes of a table file (validated; see ``write_table``), checksum line included."""
     meta_lines = _meta_lines(meta)
@@ -366,6 +383,7 @@ def format_table(
     body = [MAGIC + "\n", *meta_lines, *config_lines, *_wave_lines(waves, len(variants)),
             *_micro_lines(micro, len(variants)), *_exact_lines(exact, variants),
             *_prior_lines(priors, variants), *_calibration_lines(calibration, len(variants)),
+            *_occupancy_lines(occupancy, len(variants)),
             *_rate_lines("memory", memory_bytes_per_us),
             *_rate_lines("traffic", traffic_bytes_per_us),
             *_rate_lines("compute", compute_flop_per_us)]  # fmt: skip
@@ -396,7 +414,7 @@ def read_table(path: str | os.PathLike) -> dict:
         raise ValueError(f"{path}: checksum mismatch: the file is corrupt, truncated or was edited by hand")
 
     table: dict = {"meta": {}, "configs": [], "waves": {}, "micro": {}, "exact": [], "priors": [],
-                   "calibration": {}, **dict.fromkeys(_RATE_KEYS.values())}  # fmt: skip
+                   "calibration": {}, "occupancy": {}, **dict.fromkeys(_RATE_KEYS.values())}  # fmt: skip
     for number, line in enumerate(lines[1:-1], start=2):
         if line and not line.startswith("#"):
             try:
@@ -408,6 +426,7 @@ def read_table(path: str | os.PathLike) -> dict:
 
 # Fields after the record type, per record (meta: a key and the rest of the line).
 _RECORD_FIELDS = {"config": 4, "wave": 6, "micro": 4, "exact": len(EXACT_KEYS), "prior": 3, "calibration": 5,
+                  "occupancy": 2,
                   **dict.fromkeys(_RATE_KEYS, 1)}
 
 
@@ -437,6 +456,8 @@ def _read_record(line: str, table: dict) -> None:
         table["priors"].append({"config_id": int(f[0]), "max_m": int(f[1]), "margin": float(f[2])})
     elif kind == "calibration":
         table["calibration"][int(f[0])] = [float(x) for x in f[1:]]
+    elif kind == "occupancy":
+        table["occupancy"][int(f[0])] = int(f[1])
     else:
         table[_RATE_KEYS[kind]] = float(f[0])
 
@@ -453,6 +474,7 @@ def write_table(
     traffic_bytes_per_us: float | None = None,
     calibration: Mapping | None = None,
     compute_flop_per_us: float | None = None,
+    occupancy: Mapping | None = None,
 ) -> None:
     """Write a table file in the docs/tables.md format, atomically.
 
@@ -484,11 +506,13 @@ def write_table(
       ``exp(c0 + c1 ln M + c2 ln N + c3 ln K)`` (docs/tables.md); configs without one keep factor 1.
     - ``compute_flop_per_us``: the fastest arithmetic measured while tuning (> 0), the floor under every
       calibrated prediction (docs/tables.md). None: no record.
+    - ``occupancy``: ``{config_id: ctas_per_sm}``: CTAs of the config's variant resident per SM of the GPU (1 to
+      32), which multiplies its capacity in the mapping; 1 (the default) writes no record. None: no records.
 
     Layout (deterministic, so equal inputs give equal bytes): the magic line; meta with the required
     keys in the order above, then the others sorted by key; config lines in id order; wave lines by
     config id then w; micro lines by config id then min_wave; exact lines sorted by (dtype, b_layout, n,
-    k, m_first); prior lines by (dtype, B layout, max_m with 0 last); calibration lines by config id; the memory line, the traffic line, the compute line; then ``checksum <16 hex digits>``, the
+    k, m_first); prior lines by (dtype, B layout, max_m with 0 last); calibration lines by config id; occupancy lines by config id; the memory line, the traffic line, the compute line; then ``checksum <16 hex digits>``, the
     FNV-1a 64 of all preceding bytes. Floats are written with ``repr`` (round-trips), integers in
     decimal. No comments are written.
 
@@ -497,7 +521,7 @@ def write_table(
     error the temporary file is removed and an existing table is left as it was.
     """
     data = format_table(meta, configs, waves, micro, exact, priors, memory_bytes_per_us, traffic_bytes_per_us,
-                        calibration, compute_flop_per_us)
+                        calibration, compute_flop_per_us, occupancy)
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")

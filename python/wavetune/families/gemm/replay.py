@@ -34,6 +34,7 @@ def table_predictor(path: Path, sm_count: int):
     keys = [f"{c['variant']}/{c['decomposition']}/{c['splits']}" for c in table["configs"]]
     waves = {keys[i]: w for i, w in table["waves"].items()}
     calibration = {keys[i]: c for i, c in table["calibration"].items()}
+    occupancy = {keys[i]: ctas for i, ctas in table["occupancy"].items()}
     memory, traffic = table["memory_bytes_per_us"] or 0.0, table["traffic_bytes_per_us"] or 0.0
     compute = table["compute_flop_per_us"] or 0.0
 
@@ -45,7 +46,7 @@ def table_predictor(path: Path, sm_count: int):
     def predict(key: str, m: int, n: int, k: int) -> float:
         decomposition, tile, cluster, swap_ab = shape(key)
         G, L, C, w = model.map_problem(tile, cluster, swap_ab, m, n, k, decomposition, int(key.split("/")[2]),
-                                       sm_count)
+                                       sm_count, occupancy.get(key, 1))
         floors = max(model.memory_floor_us(m, n, k, memory), model.traffic_floor_us(G, L, tile, traffic))
         t = max(model.predict(waves[key], G, L, w, C), floors)
         t = t * model.calibration_factor(calibration[key], m, n, k) if key in calibration else t

@@ -34,8 +34,10 @@ from ...tuning.log import MeasurementLog
 from ...tuning.runner import Measurer
 from .api import configs
 
-# Raster/swizzle options the second stage compares; ("heuristic", 1) is the default launch.
+# Raster/swizzle options the second stage compares; ("heuristic", 1) is the default launch. The multistage
+# variants take a swizzle only (CUTLASS 2.x's tile order has no raster option).
 MICRO_OPTIONS = (("heuristic", 1), ("along_m", 2), ("along_n", 2), ("along_m", 8), ("along_n", 8))
+SWIZZLE_OPTIONS = (("heuristic", 1), ("heuristic", 2), ("heuristic", 8))
 MICRO_MIN_WAVE = 2  # one wave has no tile order to improve
 # NOTES: the table keeps the built-in M-bucket default ([fallback] in cutlass_configs/) for a problem
 # unless the model predicts another config more than this much faster: a smaller predicted gain is as
@@ -73,11 +75,33 @@ class Candidate:
     def coordinates(self, m: int, n: int, k: int, sm_count: int) -> tuple[int, int, int, int]:
         """(G, L, C, waves) from the C++ mapping, the one definition."""
         return _C.map_problem(self.variant.id, m, n, k, _C.DECOMPOSITIONS.index(self.decomposition),
-                              self.splits, sm_count)
+                              self.splits, sm_count, ctas_per_sm(self.variant))
+
+    @property
+    def micro_options(self) -> tuple[tuple[str, int], ...]:
+        """The (raster, max_swizzle) launches the second stage compares for it."""
+        return SWIZZLE_OPTIONS if self.variant.schedule == "multistage" else MICRO_OPTIONS
 
     def launch(self, raster: str = "heuristic", max_swizzle: int = 1) -> tuple[int, int, int, int, int]:
         return (self.variant.id, _C.DECOMPOSITIONS.index(self.decomposition), self.splits,
                 _C.RASTERS.index(raster), max_swizzle)
+
+
+@functools.cache
+def ctas_per_sm(variant: KernelConfig) -> int:
+    """CTAs of a variant resident per SM of the current GPU: the multistage kernels' from their registers and
+    shared memory (a table records it: `occupancy`), 1 for the persistent kernels and the library candidates."""
+    if variant.schedule != "multistage":
+        return 1
+    try:
+        ctas = _C.gemm_ctas_per_sm(variant.id)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"the CTAs per SM of {variant.name} are read from its kernel on the GPU: tune (or refit) a "
+                         f"table with multistage variants on the GPU it is for ({exc})") from None
+    if ctas < 1:
+        raise ValueError(f"{variant.name} does not fit an SM of this GPU (_C.gemm_ctas_per_sm is 0): leave it out "
+                         f"of the tuned build (WAVETUNE_KERNEL_FILTER)")
+    return ctas
 
 
 def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
@@ -446,6 +470,7 @@ def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: di
         traffic_bytes_per_us=traffic,
         calibration={index[key]: coef for key, coef in (calibration or {}).items() if key in index},
         compute_flop_per_us=compute,
+        occupancy={index[c.key]: ctas_per_sm(c.variant) for c in kept},
     )
 
 
@@ -553,7 +578,7 @@ def micro_runs(plan: dict, sm_count: int) -> dict[tuple[int, int, int], list[tup
     runs_by_shape: dict[tuple, list] = defaultdict(list)
     for c, anchors in multi_wave.items():
         for _, shape in sorted(anchors)[-2:]:
-            runs_by_shape[shape] += [(c, raster, swizzle) for raster, swizzle in MICRO_OPTIONS]
+            runs_by_shape[shape] += [(c, raster, swizzle) for raster, swizzle in c.micro_options]
     return runs_by_shape
 
 
