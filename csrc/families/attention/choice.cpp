@@ -88,7 +88,21 @@ Launch uncached_choice(const AttentionProblem& p, const Selector* table, const A
 // NOTES: kept per thread, so the eager path takes no lock. Decode's key count grows by one each step, so
 // from 128 keys on the choice is made for the count rounded down to whole 64-key tiles: still valid (each
 // split keeps a whole KV tile), and reused by the next steps.
-Launch choose(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes) {
+// NOTES: a batch-invariant choice is the choice for one sequence: the FMHA's KV splits cut each sequence at the same
+// keys whatever the batch (its combine merges each sequence's splits alone), and the paged route takes its own
+// batch-invariant choice. cuDNN's attention picks its kernel and splits by the batch, so it is left out. K and V
+// are split only where a batch of their layout could be (attention_kv_splittable at batch 2).
+Launch choose(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes,
+              const ChoiceOptions& options) {
+  if (options.batch_invariance != BatchInvariance::off) {
+    AttentionProblem one = p, batched = p;
+    one.batch = 1;
+    batched.batch = 2;
+    AttentionRoutes without_cudnn = routes;
+    without_cudnn.cudnn = without_cudnn.cudnn_copies = false;
+    const Launch how = choose(one, table, without_cudnn);
+    return attention_kv_splittable(batched) ? how : kv_split_launch(how.variant, 1);
+  }
   thread_local std::unordered_map<ChoiceKey, Launch, ChoiceKeyHash> cache;
   AttentionProblem rounded = p;
   if (p.seqlen_q == 1 && p.seqlen_k >= 128) rounded.seqlen_k = p.seqlen_k / 64 * 64;
@@ -101,12 +115,15 @@ Launch choose(const AttentionProblem& p, const Selector* table, const AttentionR
   return cache[key] = uncached_choice(rounded, table, routes);
 }
 
-Launch choose(const PagedAttentionProblem& p, const Selector* table) {
+Launch choose(const PagedAttentionProblem& p, const Selector* table, const ChoiceOptions& options) {
   if (table) {
     WAVETUNE_INVALID("the paged attention kernels have no tables of their own (attention tables price them through ",
                      "choose(AttentionProblem) with the paged route): their choice takes none (pass nullptr)");
   }
-  return detail::paged_choice(p);
+  if (options.batch_invariance == BatchInvariance::off) return detail::paged_choice(p);
+  const std::string error = paged_attention_problem_error(p);
+  if (!error.empty()) WAVETUNE_INVALID(error);
+  return kv_split_launch(detail::paged_model_choice(detail::paged_invariant_reference(p)).variant, 1);
 }
 
 }  // namespace wavetune

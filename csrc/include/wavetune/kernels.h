@@ -128,7 +128,10 @@ class Selector;  // lookup.h
 // The launch a call with no forced config makes (Python's and C++'s alike): the choice of `table` (a gemm
 // table bound to this build; nullptr: none), else default_variant with default micro parameters where there
 // is no table or none of its compiled configs takes the problem's dtype and B layout. Reads sizes only.
-WAVETUNE_API Launch choose(const GemmProblem& problem, const Selector* table);
+// With options.batch_invariance on (batch_invariance.h), the table's Selector::select_invariant, or without a table
+// the heuristic's variant where it shares the reduction order of the heuristic's variant for the largest M (with
+// BatchInvariance::config, that one), launched data-parallel; InvalidArgument where that order is not fixed.
+WAVETUNE_API Launch choose(const GemmProblem& problem, const Selector* table, const ChoiceOptions& options = {});
 
 struct ProfileOptions {
   int32_t warmup = 3;        // eager launches per config before capture
