@@ -274,6 +274,13 @@ PYBIND11_MODULE(_C, m) {
             return names;
           },
           "The names of the family's problem key fields, which select and explain take by keyword.")
+      .def_property_readonly(
+          "selects_batch_invariantly",
+          [](const Selector& s) {
+            return find_table_family(s.family())->selection == TableFamily::Selection::priors_and_floors;
+          },
+          "Whether select takes batch_invariance (Selector::select_invariant): a family that selects by its own "
+          "mapping (attention) keeps its choose from depending on the batch instead.")
       .def("check_device", &Selector::check_device, py::arg("gpu_name"), py::arg("sm_count"))
       .def("meta", [](const Selector& s) { return s.table().meta; })
       .def("config_count", [](const Selector& s) { return s.table().configs.size(); })

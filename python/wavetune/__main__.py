@@ -256,10 +256,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for note in explain_notes(selector, table, from_space):
         print(note)
     print_floors(selector, args)
-    print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}")
+    invariant = invariant_choice(selector, problem, args.groups, key)
+    orders = invariant is not None  # a family whose table chooses batch-invariantly: its configs' K orders
+    print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}" + ("  K order (batch-invariant mode)" * orders))
     for r in rows[: args.top]:
         mark = "" if r["choosable"] else "  (not chosen: stream-K outside its model, docs/model.md section 7)"
-        print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}{mark}")
+        order = r["reduction_order"] if r["batch_invariant"] else "depends on M: not in batch-invariant mode"
+        print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}"
+              + f"  {order}" * orders + mark)
     fastest = next((r for r in rows if r["choosable"]), None)
     if choice["source"] == "exact":
         how = "exact table: a tuned range of this layer holds this M"
@@ -269,7 +273,23 @@ def cmd_explain(args: argparse.Namespace) -> int:
         how = "model: lowest predicted latency of the candidates above"
     print(f"choice: {choice['name']} raster={choice['raster']} max_swizzle={choice['max_swizzle']} "
           f"({choice['predicted_us']:.2f} us, {how})")
+    if invariant is not None:
+        print(f"batch-invariant choice: {invariant}")
     return 0
+
+
+def invariant_choice(selector, problem: tuple, groups: int, key: dict) -> str | None:
+    """The batch-invariant mode's choice for the problem and its K order (docs/torch.md, "Batch-invariant mode");
+    None for a table that has none of its own (attention: its family's choose fixes the batch instead)."""
+    if not selector.selects_batch_invariantly:
+        return None
+    try:
+        choice = selector.select(*problem, groups=groups, batch_invariance="reduction_order", **key)
+    except ValueError as exc:
+        return f"none ({exc})"
+    rows = selector.explain(*problem, groups, **key)
+    order = next(r["reduction_order"] for r in rows if r["config"] == choice["config"])
+    return f"{choice['name']} ({choice['predicted_us']:.2f} us; {order}, the order of every M of this layer)"
 
 
 def check_tune_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
