@@ -172,7 +172,7 @@ def test_prefill_attention_does_not_depend_on_the_batch(level):
 def test_paged_decode_does_not_depend_on_the_batch_or_the_other_lengths(heads_q, heads_kv, head_dim, level):
     cache_len, own_len = 8192, 3000
     reference = None
-    for batch, seed in ((1, 0), (2, 1), (4, 2), (8, 3), (33, 4), (128, 5), (512, 6), (8, 7)):
+    for batch, seed in ((1, 0), (2, 1), (4, 2), (8, 3), (33, 4), (128, 5), (256, 6), (8, 7)):
         g = torch.Generator(device="cuda").manual_seed(seed)
         lengths = torch.randint(1, cache_len + 1, (batch,), generator=g, device="cuda", dtype=torch.int32)
         lengths[0] = own_len
@@ -205,9 +205,8 @@ def test_the_attention_choices_do_not_depend_on_the_batch():
             launches.add(_C.attention_chosen_launch(sizes, q, kv, kv, q, 1.0, False, 0, device, (True, True, False),
                                                     "reduction_order"))
         assert len(launches) == 1, (seq, heads_q, heads_kv, head_dim, launches)
-        (variant, _), = launches
-        assert variant < 0 or not wavetune.attention_configs() or all(
-            c.schedule != "cudnn" for c in wavetune.attention_configs() if c.id == variant)
+        (variant, splits), = launches
+        assert splits == 1 and all(c.schedule != "cudnn" for c in wavetune.attention_configs() if c.id == variant)
 
 
 @pytest.mark.parametrize("name", ["LlamaForCausalLM", "Qwen3MoeForCausalLM"])
@@ -215,6 +214,11 @@ def test_a_patched_model_generates_a_prompt_alone_as_in_a_batch(name, invariant_
     transformers = pytest.importorskip("transformers")
     from test_hf import build
 
+    from wavetune import hf
+
+    if (pending := hf.grouped_variants_pending(0, torch.bfloat16)) and name != "LlamaForCausalLM":
+        pytest.skip(f"{pending} grouped variants the GPU's table chooses from are not compiled in this build: the "
+                    "experts would run transformers' own (install with -Ccmake.define.WAVETUNE_KERNEL_SET=tables)")
     model = build(name, device="cuda", dtype=torch.bfloat16, num_attention_heads=2, num_key_value_heads=1,
                   head_dim=128)
     wavetune.patch(model, batch_invariant=True)

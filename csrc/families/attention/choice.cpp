@@ -88,20 +88,18 @@ Launch uncached_choice(const AttentionProblem& p, const Selector* table, const A
 // NOTES: kept per thread, so the eager path takes no lock. Decode's key count grows by one each step, so
 // from 128 keys on the choice is made for the count rounded down to whole 64-key tiles: still valid (each
 // split keeps a whole KV tile), and reused by the next steps.
-// NOTES: a batch-invariant choice is the choice for one sequence: the FMHA's KV splits cut each sequence at the same
-// keys whatever the batch (its combine merges each sequence's splits alone), and the paged route takes its own
-// batch-invariant choice. cuDNN's attention picks its kernel and splits by the batch, so it is left out. K and V
-// are split only where a batch of their layout could be (attention_kv_splittable at batch 2).
+// NOTES: a batch-invariant choice is the kernel chosen for one sequence, unsplit: the FMHA's KV splits take a
+// sequence's keys in chunks at batch 1 and strided across the splits at larger batches (decode_call, launch.cu),
+// two orders, and the paged route takes its own batch-invariant choice. cuDNN's attention picks its kernel and
+// splits by the batch, so it is left out.
 Launch choose(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes,
               const ChoiceOptions& options) {
   if (options.batch_invariance != BatchInvariance::off) {
-    AttentionProblem one = p, batched = p;
+    AttentionProblem one = p;
     one.batch = 1;
-    batched.batch = 2;
     AttentionRoutes without_cudnn = routes;
     without_cudnn.cudnn = without_cudnn.cudnn_copies = false;
-    const Launch how = choose(one, table, without_cudnn);
-    return attention_kv_splittable(batched) ? how : kv_split_launch(how.variant, 1);
+    return kv_split_launch(choose(one, table, without_cudnn).variant, 1);
   }
   thread_local std::unordered_map<ChoiceKey, Launch, ChoiceKeyHash> cache;
   AttentionProblem rounded = p;

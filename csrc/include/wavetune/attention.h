@@ -117,10 +117,10 @@ struct AttentionRoutes {
 // model's choice (attention_default_launch; variant -1 where none is compiled). A decode problem of 128 keys or more is chosen for its key
 // count rounded down to whole 64-key tiles, so one choice serves many steps of a growing cache. Choices are
 // cached per thread, device, table, shape and routes.
-// With options.batch_invariance on (batch_invariance.h), the choice for the same problem with batch 1, without the
-// cudnn route (cuDNN picks its own KV splits): sequences of one length (all of a problem's) then run the same
-// kernel and KV splits at every batch size, and the FMHA's splits and their combine cut and merge each sequence
-// alone. The paged route then runs its own batch-invariant choice (below).
+// With options.batch_invariance on (batch_invariance.h), the kernel chosen for the same problem with batch 1, without
+// the cudnn route (cuDNN picks its own KV splits), unsplit (the FMHA's splits take a sequence's keys in chunks at
+// batch 1 and strided at larger batches): every batch size runs one kernel over each sequence's keys in one order.
+// The paged route then runs its own batch-invariant choice (below).
 WAVETUNE_API Launch choose(const AttentionProblem& problem, const Selector* table, const AttentionRoutes& routes = {},
                            const ChoiceOptions& options = {});
 
