@@ -126,8 +126,8 @@ def methods_for(case: dict, kernels: list, invariant: bool = False) -> dict:
     from wavetune.families.attention import api as fmha
 
     def paged(config=None, splits=None, batch_invariant=False):
-        return lambda q, k, v, out: wavetune.paged_attention(q[:, 0], k, v, out=out[:, 0], config=config,
-                                                             splits=splits, batch_invariant=batch_invariant).unsqueeze(1)
+        return lambda q, k, v, out: wavetune.paged_attention(
+            q[:, 0], k, v, out=out[:, 0], config=config, splits=splits, batch_invariant=batch_invariant).unsqueeze(1)
 
     methods = {"choice": paged()}
     if invariant:

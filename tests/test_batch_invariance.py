@@ -278,3 +278,25 @@ def test_cpp_choose_carries_the_level_for_the_dense_gemm(choices):
 def test_cpp_choose_refuses_the_scaled_gemm_in_batch_invariant_mode(choices):
     got = choices(["scaled_gemm bf16 8 4096 4096 row"], "--batch-invariance=reduction_order")
     assert got[0].startswith("error: wavetune: the scaled (FP8) GEMM has no batch-invariant choice")
+
+
+def test_explain_shows_each_configs_k_order_and_the_batch_invariant_choice():
+    import subprocess
+    import sys
+
+    table = TABLES / "nvidia-h100-80gb-hbm3.wtt"
+    done = subprocess.run([sys.executable, "-m", "wavetune", "explain", "64", "14336", "4096", "--table", str(table),
+                           "--top", "60"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    (orders,) = [line for line in lines if line.startswith("K orders (batch-invariant mode chooses one per layer): ")]
+    stream_k = sum(1 for line in lines if "/stream_k/" in line)
+    assert "wgmma, K unsplit: " in orders and orders.endswith(f"; depends on M: {stream_k}") and stream_k, orders
+    expected = full_selector(table, "gemm").select("bf16", "col", 64, 14336, 4096, batch_invariance="reduction_order")
+    (invariant,) = [line for line in lines if line.startswith("batch-invariant choice: ")]
+    assert invariant.startswith(f"batch-invariant choice: {expected['name']} (") and "wgmma, K unsplit" in invariant
+    attention = subprocess.run([sys.executable, "-m", "wavetune", "explain", "1", "4096", "128", "--groups", "4",
+                                "--heads", "32,8", "--table", str(TABLES / "nvidia-h100-80gb-hbm3.attention.wtt")],
+                               capture_output=True, text=True, timeout=120)
+    assert attention.returncode == 0 and "choice: " in attention.stdout, attention.stderr
+    assert not any(line.startswith(("K orders", "batch-invariant choice")) for line in attention.stdout.splitlines())

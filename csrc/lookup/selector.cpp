@@ -120,7 +120,7 @@ struct Candidate {
   std::array<double, 4> calibration;  // TableConfig::calibration
   bool calibrated;                    // any coefficient non-zero
   double traffic_per_mnk;             // least_traffic_per_mnk of its tile at the table's traffic rate
-  VariantInfo info;                   // its variant's, without the name: the compiled list may not outlive the Selector
+  VariantInfo info;                   // its variant's, name cleared: the list it came from may not outlive us
 };
 
 // (dtype, layout, m, n, k, groups) in two words; m >= 1 makes `lo` non-zero, so a zeroed slot never matches.
@@ -511,7 +511,8 @@ struct Selector::Impl {
   // the micro record with the largest w-min <= waves (none: heuristic, 1).
   Choice choice_of(const Candidate& c, double t, int64_t waves, int64_t k) const {
     const PreparedMapping& m = c.mapping;
-    MicroParams micro{m.decomposition(), launch_splits(m.tile(), m.decomposition(), m.splits(), k), Raster::heuristic, 1};
+    MicroParams micro{m.decomposition(), launch_splits(m.tile(), m.decomposition(), m.splits(), k), Raster::heuristic,
+                      1};
     const MicroRule* rules = this->micro.data() + c.micro_begin;
     for (uint32_t i = c.micro_count; i-- > 0;) {
       if (rules[i].min_wave <= waves) {
@@ -638,17 +639,17 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
     }
     s.variant_of[i] = &v;
     Candidate cand{PreparedMapping(tile_shape(v), c.decomposition, c.splits, s.sm_count),
-                         int32_t(i),
-                         v.id,
-                         uint32_t(s.waves.size()),
-                         uint32_t(waves.size()),
-                         uint32_t(s.micro.size()),
-                         uint32_t(rules.size()),
-                         {c.calibration[0], c.calibration[1], c.calibration[2], c.calibration[3]},
-                         c.calibration[0] != 0 || c.calibration[1] != 0 || c.calibration[2] != 0 ||
-                             c.calibration[3] != 0,
-                         least_traffic_per_mnk(tile_shape(v), t.traffic_bytes_per_us),
-                         v};
+                   int32_t(i),
+                   v.id,
+                   uint32_t(s.waves.size()),
+                   uint32_t(waves.size()),
+                   uint32_t(s.micro.size()),
+                   uint32_t(rules.size()),
+                   {c.calibration[0], c.calibration[1], c.calibration[2], c.calibration[3]},
+                   c.calibration[0] != 0 || c.calibration[1] != 0 || c.calibration[2] != 0 ||
+                       c.calibration[3] != 0,
+                   least_traffic_per_mnk(tile_shape(v), t.traffic_bytes_per_us),
+                   v};
     cand.info.name = nullptr;
     s.waves.insert(s.waves.end(), waves.begin(), waves.end());
     s.micro.insert(s.micro.end(), rules.begin(), rules.end());
@@ -867,9 +868,8 @@ Choice Selector::select_model(const Problem& p) const {
   return s.choice_of(*best, best_t, best_waves, p.k);
 }
 
-// NOTES: the class is weighed over M in powers of two because serving meets every batch size, each as often on a
-// log scale as far as the table knows; the geomean of the slowdowns keeps one M's large gain from outweighing many
-// small losses.
+namespace {
+
 // The batch-invariant class of a candidate under `level`: its reduction order class, or with BatchInvariance::config
 // its config id + 1; 0 where its order is not fixed.
 int64_t invariant_class_of(const Prediction& p, BatchInvariance level) {
@@ -877,6 +877,13 @@ int64_t invariant_class_of(const Prediction& p, BatchInvariance level) {
   return level == BatchInvariance::config ? int64_t(p.config) + 1 : p.order.order_class;
 }
 
+constexpr size_t kMaxInvariantChoices = 4096;  // per level; then the cache starts over
+
+}  // namespace
+
+// NOTES: the class is weighed over M in powers of two because serving meets every batch size, each as often on a
+// log scale as far as the table knows; the geomean of the slowdowns keeps one M's large gain from outweighing many
+// small losses.
 int64_t Selector::Impl::invariant_class(const Selector& selector, const Problem& p, BatchInvariance level) const {
   std::map<int64_t, double> log_slowdown;  // by class, ascending: ties go to the lower class
   const int64_t top = std::min<int64_t>(kInvariantReferenceRows * p.groups, lookup_detail::kMaxExtent);
@@ -942,7 +949,7 @@ Choice Selector::select_invariant(const Problem& p, BatchInvariance level) const
   std::unordered_map<Key, Choice, KeyHash>& choices = s.invariant_choices[int(level)];
   const Key key = make_key(p);
   if (const auto it = choices.find(key); it != choices.end()) return it->second;
-  if (choices.size() >= 4096) choices.clear();
+  if (choices.size() >= kMaxInvariantChoices) choices.clear();
   return choices[key] = s.invariant_choice(*this, p, level);
 }
 
@@ -958,7 +965,9 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
     if (s.least_predicted()) {
       Coordinates x;
       double t;
-      if (s.own_mapping_prediction(c, p, logs, &x, &t)) out.push_back({c.config, c.variant, x, t, true, s.order_of(c, p.k)});
+      if (s.own_mapping_prediction(c, p, logs, &x, &t)) {
+        out.push_back({c.config, c.variant, x, t, true, s.order_of(c, p.k)});
+      }
       continue;
     }
     int64_t launches = 1;

@@ -9,6 +9,7 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -256,14 +257,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for note in explain_notes(selector, table, from_space):
         print(note)
     print_floors(selector, args)
-    invariant = invariant_choice(selector, problem, args.groups, key)
-    orders = invariant is not None  # a family whose table chooses batch-invariantly: its configs' K orders
-    print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}" + ("  K order (batch-invariant mode)" * orders))
+    print(f"{'config':<70} {'G':>7} {'L':>6} {'waves':>5} {'pred us':>9}")
     for r in rows[: args.top]:
         mark = "" if r["choosable"] else "  (not chosen: stream-K outside its model, docs/model.md section 7)"
-        order = r["reduction_order"] if r["batch_invariant"] else "depends on M: not in batch-invariant mode"
-        print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}"
-              + f"  {order}" * orders + mark)
+        print(f"{r['name']:<70} {r['grid']:>7} {r['k_iters']:>6} {r['waves']:>5} {r['predicted_us']:>9.2f}{mark}")
     fastest = next((r for r in rows if r["choosable"]), None)
     if choice["source"] == "exact":
         how = "exact table: a tuned range of this layer holds this M"
@@ -273,9 +270,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
         how = "model: lowest predicted latency of the candidates above"
     print(f"choice: {choice['name']} raster={choice['raster']} max_swizzle={choice['max_swizzle']} "
           f"({choice['predicted_us']:.2f} us, {how})")
-    if invariant is not None:
+    if (invariant := invariant_choice(selector, problem, args.groups, key)) is not None:
+        print_k_orders(rows)
         print(f"batch-invariant choice: {invariant}")
     return 0
+
+
+def print_k_orders(rows: list[dict]) -> None:
+    """How many of the candidates sum K in each fixed order, and how many in one that depends on M (which
+    batch-invariant mode never chooses)."""
+    orders = collections.Counter(r["reduction_order"] if r["batch_invariant"] else None for r in rows)
+    print("K orders (batch-invariant mode chooses one per layer): " + "; ".join(
+        f"{order}: {count}" for order, count in orders.items() if order is not None)
+        + f"; depends on M: {orders[None]}")
 
 
 def invariant_choice(selector, problem: tuple, groups: int, key: dict) -> str | None:

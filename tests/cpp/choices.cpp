@@ -29,7 +29,8 @@ namespace {
 
 wavetune::DType dtype_of(const std::string& s) { return s == "fp16" ? wavetune::DType::fp16 : wavetune::DType::bf16; }
 
-std::string choice_line(const std::string& line, const std::map<std::string, std::shared_ptr<wavetune::Selector>>& tables,
+std::string choice_line(const std::string& line,
+                        const std::map<std::string, std::shared_ptr<wavetune::Selector>>& tables,
                         const wavetune::ChoiceOptions& options) {
   std::istringstream in(line);
   std::string family, dtype;
