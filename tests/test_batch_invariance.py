@@ -90,6 +90,18 @@ def test_a_patched_model_runs_at_its_own_level_whatever_the_process_wide_one():
     assert invariance.level_for(model[0]) == "off" and type(model[0]) is torch.nn.Linear
 
 
+def test_a_patched_transformers_model_runs_its_attention_and_experts_at_its_level():
+    pytest.importorskip("transformers")
+    from test_hf import build
+
+    model = build("Qwen3MoeForCausalLM", dtype=torch.bfloat16)
+    wavetune.patch(model, batch_invariant="config")
+    layer = model.model.layers[0]
+    assert invariance.level_for(layer.self_attn) == "config" and invariance.level_for(layer.mlp.experts) == "config"
+    wavetune.unpatch(model)
+    assert invariance.level_for(layer.self_attn) == "off"
+
+
 def test_patch_refuses_a_bad_level_before_changing_the_model():
     model = two_layer_model()
     with pytest.raises(ValueError, match="unknown batch invariance level 'always'"):
