@@ -17,7 +17,8 @@ reports. Methods:
               them is the exhaustive best
   torch       torch._grouped_mm(x, w.transpose(-2, -1), offs=offsets)
   loop        torch.matmul per expert that has rows (their counts known on the host)
-(`--no-loop` leaves the loop out.) With `--fp8 row` the experts run in e4m3 with a scale per token and per
+(`--no-loop` leaves the loop out; `--batch-invariant` adds `invariant`, wavetune.grouped_gemm in batch-invariant
+mode, docs/torch.md.) With `--fp8 row` the experts run in e4m3 with a scale per token and per
 expert channel: `choice` and the variants are wavetune.scaled_grouped_gemm's, `torch` is
 torch._scaled_grouped_mm(x, w.transpose(-2, -1), scale_x, scale_w, offs=offsets, out_dtype=torch.bfloat16), and
 there is no loop. With `--fp8 block` the scales are per 1x128 token group and 128x128 weight block (FP8
@@ -50,7 +51,7 @@ from wavetune.families.grouped_gemm.api import SCALES
 from wavetune.families.grouped_gemm.cases import ROUTINGS as GENERATED_ROUTINGS, e4m3_cases, moe_cases
 from wavetune.families.grouped_gemm.measure import BLOCK, dequantize_experts, measure_case, operand_sets
 from wavetune.runtime.tables import default_table_path
-from wavetune.tuning.report import geomean
+from wavetune.tuning.report import geomean, invariant_summary
 from wavetune.tuning.splits import HASHED_SPLITS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,6 +93,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma-separated, measured in this order")
     p.add_argument("--routings", default=",".join(ROUTINGS))
     p.add_argument("--projections", default=",".join(PROJECTIONS))
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="time wavetune.grouped_gemm(batch_invariant=True) in the same rounds (bf16 only)")
     p.add_argument("--reps", type=int, default=7, help="interleaved rounds; the median is kept")
     p.add_argument("--time-budget-s", type=float, default=240, help="start no case after this many seconds")
     p.add_argument("--seed", type=int, default=17)
@@ -105,9 +108,9 @@ def per_expert_loop(x, w, offsets, out, bounds):
     return out
 
 
-def comparisons(loop: bool, fp8: str) -> dict:
-    """The methods timed beside the variants: wavetune's own choice, torch._grouped_mm and the loop (with
-    ``fp8``: wavetune's choice and PyTorch's way with those scales)."""
+def comparisons(loop: bool, fp8: str, invariant: bool = False) -> dict:
+    """The methods timed beside the variants: wavetune's own choice, torch._grouped_mm, the loop and batch-invariant
+    mode's choice (with ``fp8``: wavetune's choice and PyTorch's way with those scales)."""
     if fp8 == "block":
         def torch_path(x, w, offsets, out, bounds, sx, sw):
             w_bf16 = dequantize_experts(w, sw, BLOCK, torch.bfloat16)
@@ -131,13 +134,17 @@ def comparisons(loop: bool, fp8: str) -> dict:
     }
     if loop:
         methods["loop"] = per_expert_loop
+    if invariant:
+        methods["invariant"] = lambda x, w, offsets, out, bounds: wavetune.grouped_gemm(x, w, offsets, out=out,
+                                                                                         batch_invariant=True)
     return methods
 
 
 def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torch.Generator) -> dict:
     scales = MODES[args.fp8][0]
     record, times, counts = measure_case(case, l2_bytes, generator, args.reps,
-                                         comparisons(not args.no_loop and not args.fp8, args.fp8), scales)
+                                         comparisons(not args.no_loop and not args.fp8, args.fp8,
+                                                     args.batch_invariant and not args.fp8), scales)
     n, k, rows = case["n"], case["k"], record["rows"]
     chosen = scales_choice(scales)(_C.DTYPES.index("bf16"), rows, case["experts"], n, k, torch.cuda.current_device())
     c = next(c for c in wavetune.grouped_configs(scales) if c.id == chosen)
@@ -146,7 +153,8 @@ def measure(case: dict, args: argparse.Namespace, l2_bytes: int, generator: torc
             "grid_estimate": grouped_mapping.balanced(c.tile, c.cluster, c.swap_ab, rows, case["experts"], n, k,
                                                       sms).grid,
             "grid_routed": grouped_mapping.routed(c.tile, c.cluster, c.swap_ab, counts, n, k, sms).grid,
-            "choice_us": times["choice"], "torch_us": times["torch"], "loop_us": times.get("loop")}
+            "choice_us": times["choice"], "torch_us": times["torch"], "loop_us": times.get("loop"),
+            **({"invariant_us": times["invariant"]} if "invariant" in times else {})}
 
 
 def host_costs(fp8: str, l2_bytes: int) -> dict:
@@ -218,6 +226,11 @@ def summary(rows: list[dict], header: dict) -> str:
         lines.append(f"| {label} | {len(rs)} | {geomean(vs_torch):.3f}x | {min(vs_torch):.2f}x | "
                      f"{geomean(best_vs_torch):.3f}x | {geomean(quality):.3f} | {min(quality):.2f} | "
                      + (f"{geomean(vs_loop):.2f}x |" if vs_loop else "- |"))
+    invariant = [r for r in rows if "invariant_us" in r]
+    if invariant:
+        lines.append("\n" + invariant_summary([r["invariant_us"] for r in invariant],
+                                               [r["choice_us"] for r in invariant], [r["torch_us"] for r in invariant],
+                                               baseline))
     return "\n".join(lines)
 
 

@@ -17,6 +17,8 @@ other models' heads and head dims (attention.py's held-out decode cases), fitted
   fmha       wavetune.attention forced to the FMHA variant and splits its table or model picks (the path
              decode took before), where a variant of the head dim is compiled
   sdpa_*     torch SDPA pinned to cuDNN, flash or efficient (a backend that refuses is left out)
+  invariant, attention_invariant   with --batch-invariant: choice and attention in batch-invariant mode
+             (docs/torch.md), against choice and attention and SDPA's fastest backend
 Checked and timed as benchmarks/attention.py does (fp32 reference on a slice, poisoned outputs, CUDA graphs
 replayed round-robin over operand copies larger than twice the L2, medians). Writes
 <out>/paged_<split>.jsonl (a header, then one record per case) and <out>/paged_<split>.md.
@@ -39,7 +41,7 @@ import time
 from pathlib import Path
 
 from wavetune.families.attention.paged_replay import kernel_facts, paged_problem, replay
-from wavetune.tuning.report import geomean, read_jsonl
+from wavetune.tuning.report import geomean, invariant_summary, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -54,6 +56,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--min-group", type=int, default=1, help="only cases of at least this many query heads per KV head")
     p.add_argument("--head-dim", type=int, help="only cases of this head dim")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="time choice and attention in batch-invariant mode too, in the same rounds")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
     p.add_argument("--fit", type=Path, nargs="+", help="design logs to fit the split model's constants to (offline)")
     p.add_argument("--check", type=Path, help="with --fit: a held-out log to evaluate the fitted constants on")
@@ -113,7 +117,7 @@ def design_cases(count: int, seed: int) -> list[dict]:
     return out
 
 
-def methods_for(case: dict, kernels: list) -> dict:
+def methods_for(case: dict, kernels: list, invariant: bool = False) -> dict:
     import torch
 
     import attention as bench
@@ -121,11 +125,14 @@ def methods_for(case: dict, kernels: list) -> dict:
     from wavetune import _C
     from wavetune.families.attention import api as fmha
 
-    def paged(config=None, splits=None):
-        return lambda q, k, v, out: wavetune.paged_attention(q[:, 0], k, v, out=out[:, 0], config=config,
-                                                             splits=splits).unsqueeze(1)
+    def paged(config=None, splits=None, batch_invariant=False):
+        return lambda q, k, v, out: wavetune.paged_attention(
+            q[:, 0], k, v, out=out[:, 0], config=config, splits=splits, batch_invariant=batch_invariant).unsqueeze(1)
 
     methods = {"choice": paged()}
+    if invariant:
+        methods["invariant"] = paged(batch_invariant=True)
+        methods["attention_invariant"] = lambda q, k, v, out: wavetune.attention(q, k, v, batch_invariant=True)
     for kernel in kernels:
         steps = max(1, -(-case["seqlen_k"] // kernel.tile[1]))
         runs = {}
@@ -157,7 +164,7 @@ def measure(case: dict, args, props: dict) -> dict:
 
     kernels = [c for c in wavetune_configs() if c.dtype == "bf16" and c.tile[2] == case["head_dim"]]
     sets = operand_sets(case, props["l2_bytes"])
-    methods = methods_for(case, kernels)
+    methods = methods_for(case, kernels, args.batch_invariant)
     errors = check(methods, sets[0], False, may_refuse=lambda name: name.startswith("sdpa"))
     estimate_us = max(3.0, kv_bytes(case) / 2.5e6)
     per_graph = len(sets) * math.ceil(min(32, max(1, GRAPH_US / estimate_us)) / len(sets))
@@ -196,6 +203,12 @@ def summary(rows: list[dict], header: dict) -> str:
             ratios = [value(r, num) / value(r, den) for r in rs if value(r, num) and value(r, den)]
             cells.append(f"{geomean(ratios):.3f}x | {min(ratios):.2f}x" if ratios else "- | -")
         lines.append(f"| {'all' if (low, high) == (1, 256) else f'{low}-{high}'} | {len(rs)} | " + " | ".join(cells) + " |")
+    timed = [r for r in rows if "invariant" in r["times"] and r["sdpa_best_us"]]
+    for mode, normal in (("invariant", "choice"), ("attention_invariant", "attention")):
+        if timed:
+            lines.append(f"\n{mode} against {normal}: " + invariant_summary(
+                [r["times"][mode] for r in timed], [r["times"][normal] for r in timed],
+                [r["sdpa_best_us"] for r in timed], "SDPA's fastest backend"))
     return "\n".join(lines)
 
 

@@ -14,7 +14,8 @@ bf16, out[M, N] = x[M, K] @ W[N, K]^T (nn.Linear), weights cold. Per shape:
    float32 reference into a NaN-poisoned output, then captured as a CUDA graph of launches that rotate
    through operand copies larger than twice the L2; the graphs are replayed round-robin --reps times and
    each method's median per-launch time is kept. The exhaustive best is the fastest finalist.
-   `--compare-table T` adds T's choice (forced with its micro parameters) to the same rounds.
+   `--compare-table T` adds T's choice (forced with its micro parameters) to the same rounds, and
+   `--batch-invariant` wavetune.gemm in batch-invariant mode (docs/torch.md; records invariant_us).
 Writes <out>/vs_cublas_<suite>.jsonl (one record per shape, resumable) and prints the summary by M bucket.
 """
 
@@ -34,7 +35,7 @@ import wavetune
 from wavetune.families.gemm import tuning
 from wavetune.families.gemm.comparison import load_shapes, pick_finalists, rotation
 from wavetune.runtime import tables
-from wavetune.tuning.report import M_RANGES, geomean
+from wavetune.tuning.report import M_RANGES, geomean, invariant_summary
 from wavetune.tuning.timing import interleaved_us  # noqa: F401  (the benchmarks' timing, vs_cublas.interleaved_us)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +51,8 @@ def parse_args() -> argparse.Namespace:
                    help="screened configs timed in the final; 0: no screen, cuBLAS against the choice alone")
     p.add_argument("--compare-table", type=Path,
                    help="another table whose choice is timed in the same run, interleaved (records other_us)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="time wavetune.gemm(batch_invariant=True) in the same rounds (records invariant_us)")
     p.add_argument("--reps", type=int, default=9)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "benchmarks" / "results"))
     return p.parse_args()
@@ -98,6 +101,8 @@ def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argpars
                 "choice": lambda x, w, out: wavetune.gemm(x, w.t(), out=out)}
     if other is not None:
         launches["other"] = table_launch(other, m, n, k)
+    if args.batch_invariant:
+        launches["invariant"] = lambda x, w, out: wavetune.gemm(x, w.t(), out=out, batch_invariant=True)
     for c in finalists:
         config = wavetune.LaunchConfig(c.variant.name, c.decomposition, c.splits)
         launches[c.key] = lambda x, w, out, config=config: wavetune.gemm(x, w.t(), out=out, config=config)
@@ -109,7 +114,8 @@ def measure(m: int, n: int, k: int, cands: list[tuning.Candidate], args: argpars
     return {"m": m, "n": n, "k": k, "cublas_us": times["cublas"], "choice_us": times["choice"],
             "best": best, "best_us": times[best] if best else None, "finalists": {c.key: times[c.key] for c in finalists},
             "screen": screened, "max_error": max(errors.values()),
-            **({"other_us": times["other"]} if other is not None else {})}
+            **({"other_us": times["other"]} if other is not None else {}),
+            **({"invariant_us": times["invariant"]} if args.batch_invariant else {})}
 
 
 def summary(rows: list[dict]) -> str:
@@ -131,7 +137,13 @@ def summary(rows: list[dict]) -> str:
     if others:
         lines.append(f"\n--compare-table's choice / cuBLAS: {geomean(others):.3f}x, worst {min(others):.2f}x "
                      f"over {len(others)} shapes")
+    invariant = [r for r in rows if "invariant_us" in r]
+    if invariant:
+        lines.append("\n" + invariant_summary([r["invariant_us"] for r in invariant],
+                                               [r["choice_us"] for r in invariant], [r["cublas_us"] for r in invariant],
+                                               "cuBLAS"))
     return "\n".join(lines)
+
 
 
 def main() -> None:

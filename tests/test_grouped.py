@@ -269,7 +269,8 @@ class TestTorchOp:
     def test_registered_with_its_schema(self):
         pytest.importorskip("wavetune.torch_ops")
         schema = str(self.torch.ops.wavetune.grouped_gemm.default._schema)
-        assert schema == "wavetune::grouped_gemm(Tensor x, Tensor w, Tensor offsets) -> Tensor"
+        assert schema == ("wavetune::grouped_gemm(Tensor x, Tensor w, Tensor offsets, str? batch_invariance=None) "
+                          "-> Tensor")
 
     def test_fake_shapes_and_opcheck(self):
         pytest.importorskip("wavetune.torch_ops")

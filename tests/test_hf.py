@@ -187,8 +187,8 @@ def test_grouped_variants_pending_counts_what_the_build_lacks():
     assert (reason is not None and "not compiled yet" in reason) == (pending > 0), reason
 
 
-def reference_grouped_gemm(x, w, offsets):
-    """wavetune.grouped_gemm's contract on the CPU: rows of expert e times w[e].T."""
+def reference_grouped_gemm(x, w, offsets, batch_invariance=None):
+    """wavetune.grouped_gemm's contract on the CPU: rows of expert e times w[e].T (one order at any level)."""
     out, start = torch.zeros(x.shape[0], w.shape[1], dtype=x.dtype), 0
     for e, end in enumerate(offsets.tolist()):
         out[start:end] = x[start:end] @ w[e].t()
@@ -196,7 +196,7 @@ def reference_grouped_gemm(x, w, offsets):
     return out
 
 
-def reference_attention(q, k, v, causal, scale):
+def reference_attention(q, k, v, causal, scale, batch_invariance=None):
     """wavetune.attention's contract ([batch, tokens, heads, dim], bottom-right causal) on the CPU."""
     q, k, v = (t.transpose(1, 2).float() for t in (q, k, v))
     k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
@@ -251,7 +251,7 @@ def test_experts_drop_the_pairs_routed_past_the_experts(monkeypatch):
     nothing, as in transformers' own grouped_mm path (the grouped GEMM leaves their rows unwritten)."""
     from transformers.integrations.moe import grouped_mm_experts_forward
 
-    def unwritten_past_the_offsets(x, w, offsets):
+    def unwritten_past_the_offsets(x, w, offsets, batch_invariance=None):
         out = reference_grouped_gemm(x, w, offsets)
         out[int(offsets[-1]):] = float("nan")
         return out
@@ -339,7 +339,7 @@ def test_greedy_generation_follows_the_unpatched_model(name, cache):
         assert gap <= 2e-2 * logits.abs().max().item(), f"token {first}: the unpatched model led by {gap}"
 
 
-def reference_paged_attention(q, k_cache, v_cache, block_table, seq_lens, max_seq_len, scale):
+def reference_paged_attention(q, k_cache, v_cache, block_table, seq_lens, max_seq_len, scale, batch_invariance=None):
     """wavetune.paged_attention's contract for one query per sequence over a dense cache, on the CPU: query b
     sees the first seq_lens[b] keys of its sequence."""
     assert block_table is None and max_seq_len == k_cache.shape[1]
@@ -368,8 +368,8 @@ def test_static_cache_decode_reads_the_filled_slots(name, monkeypatch):
     wavetune.patch(model)
     paged = []
     monkeypatch.setattr(hf, "run_attention", reference_attention)
-    monkeypatch.setattr(hf, "run_paged_attention", lambda *args: paged.append(args[4].clone())
-                        or reference_paged_attention(*args))
+    monkeypatch.setattr(hf, "run_paged_attention", lambda *args, **kwargs: paged.append(args[4].clone())
+                        or reference_paged_attention(*args, **kwargs))
     monkeypatch.setattr(hf, "experts_fallback_reason", lambda *args: None)
     monkeypatch.setattr(hf, "run_grouped_gemm", reference_grouped_gemm)
     monkeypatch.setattr(hf, "attention_fallback_reason", lambda module, q, mask, *args, **kwargs:

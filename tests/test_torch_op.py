@@ -84,9 +84,10 @@ def meta_decoder():
 
 class TestCPU:
     def test_registered_with_schemas(self):
-        assert str(torch.ops.wavetune.gemm.default._schema) == "wavetune::gemm(Tensor a, Tensor b) -> Tensor"
+        assert str(torch.ops.wavetune.gemm.default._schema) == (
+            "wavetune::gemm(Tensor a, Tensor b, str? batch_invariance=None) -> Tensor")
         assert str(torch.ops.wavetune.linear.default._schema) == (
-            "wavetune::linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor")
+            "wavetune::linear(Tensor x, Tensor weight, Tensor? bias=None, str? batch_invariance=None) -> Tensor")
 
     @pytest.mark.parametrize("batch", [(), (3,), (2, 3)])
     @pytest.mark.parametrize("dtype", [BF16, torch.float16])

@@ -24,6 +24,11 @@ Enum parse_name(const std::string& name, int count, const char* what) {
   throw std::invalid_argument(std::string("unknown ") + what + " '" + name + "'");
 }
 
+// The ChoiceOptions of a batch-invariance level by name ("off", "reduction_order", "config"; types.h).
+inline ChoiceOptions choice_options(const std::string& batch_invariance) {
+  return {parse_name<BatchInvariance>(batch_invariance, 3, "batch invariance level")};
+}
+
 // A compiled variant as the dict that Python turns into a KernelConfig.
 pybind11::dict variant_dict(const VariantInfo& v);
 // Each of the variants as variant_dict makes it.

@@ -274,6 +274,13 @@ PYBIND11_MODULE(_C, m) {
             return names;
           },
           "The names of the family's problem key fields, which select and explain take by keyword.")
+      .def_property_readonly(
+          "selects_batch_invariantly",
+          [](const Selector& s) {
+            return find_table_family(s.family())->selection == TableFamily::Selection::priors_and_floors;
+          },
+          "Whether select takes batch_invariance (Selector::select_invariant): a family that selects by its own "
+          "mapping (attention) keeps its choose from depending on the batch instead.")
       .def("check_device", &Selector::check_device, py::arg("gpu_name"), py::arg("sm_count"))
       .def("meta", [](const Selector& s) { return s.table().meta; })
       .def("config_count", [](const Selector& s) { return s.table().configs.size(); })
@@ -292,9 +299,16 @@ PYBIND11_MODULE(_C, m) {
       .def("sm_count", &Selector::sm_count)
       .def("select",
            [](const Selector& s, const std::string& dtype, const std::string& b_layout, const py::handle& m_,
-              const py::handle& n, const py::handle& k, bool exact, const py::handle& groups, const py::kwargs& key) {
+              const py::handle& n, const py::handle& k, bool exact, const py::handle& groups,
+              const std::string& batch_invariance, const py::kwargs& key) {
              const Problem p = make_lookup_problem(s, dtype, b_layout, m_, n, k, groups, key);
-             Choice c = exact ? s.select(p) : s.select_model(p);
+             const BatchInvariance level = bindings::choice_options(batch_invariance).batch_invariance;
+             if (level != BatchInvariance::off && !exact) {
+               throw std::invalid_argument("a batch-invariant choice takes the exact entries of its class: exact=False "
+                                           "goes with batch_invariance='off' only");
+             }
+             Choice c = level != BatchInvariance::off ? s.select_invariant(p, level) : exact ? s.select(p)
+                                                                                              : s.select_model(p);
              const TableConfig& config = s.table().configs[c.config];
              py::dict d;
              d["variant"] = c.variant;
@@ -309,11 +323,12 @@ PYBIND11_MODULE(_C, m) {
              return d;
            },
            py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("exact") = true,
-           py::arg("groups") = 1,
+           py::arg("groups") = 1, py::arg("batch_invariance") = "off",
            "The table's choice for a problem (groups: experts, for a grouped table; M is then all their rows; for "
            "an attention table M, N, K, groups are seqlen_q, seqlen_k, head_dim, batch); the family's key fields "
            "(key_fields: an attention table's heads_q, heads_kv, causal) by keyword; exact=False skips the exact "
-           "entries (the model's choice alone).")
+           "entries (the model's choice alone); batch_invariance: 'reduction_order' or 'config' for the "
+           "batch-invariant choice (Selector::select_invariant, lookup.h).")
       .def("explain", [](const Selector& s, const std::string& dtype, const std::string& b_layout,
                          const py::handle& m_, const py::handle& n, const py::handle& k, const py::handle& groups,
                          const py::kwargs& key) {
@@ -332,11 +347,15 @@ PYBIND11_MODULE(_C, m) {
           d["waves"] = p.coords.waves;
           d["predicted_us"] = p.predicted_us;
           d["choosable"] = p.choosable;
+          d["batch_invariant"] = p.order.fixed;
+          d["order_class"] = p.order.order_class;
+          d["reduction_order"] = p.order.condition;
           out.append(d);
         }
         return out;
       }, py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("groups") = 1,
-      "Every candidate's coordinates and prediction for a problem, as select takes it.");
+      "Every candidate's coordinates and prediction for a problem, as select takes it, and its launch's reduction "
+      "order (batch_invariance.h): batch_invariant (whether fixed), order_class, reduction_order (in words).");
 
   m.def("table_slug", &table_slug, py::arg("gpu_name"),
         "The table file stem for a GPU name (docs/tables.md): \"NVIDIA H200\" -> \"nvidia-h200\".");

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "common.h"
+#include "wavetune/batch_invariance.h"
 #include "wavetune/family.h"
 #include "wavetune/grouped_mapping.h"
 #include "wavetune/lookup.h"
@@ -117,6 +120,7 @@ struct Candidate {
   std::array<double, 4> calibration;  // TableConfig::calibration
   bool calibrated;                    // any coefficient non-zero
   double traffic_per_mnk;             // least_traffic_per_mnk of its tile at the table's traffic rate
+  VariantInfo info;                   // its variant's, name cleared: the list it came from may not outlive us
 };
 
 // (dtype, layout, m, n, k, groups) in two words; m >= 1 makes `lo` non-zero, so a zeroed slot never matches.
@@ -142,6 +146,10 @@ uint64_t hash(const Key& k) {
   h ^= h >> 32;
   return h * 0xd6e8feb86659fd93ull;  // callers take the top bits
 }
+
+struct KeyHash {
+  size_t operator()(const Key& k) const { return size_t(hash(k) >> 32); }
+};
 
 // NOTES: a Choice is cached as its own bytes in five slot words, loaded into registers (the unrolled loop
 // in read_if_holds) and copied from them into the returned Choice. Unpacked field by field, or staged in
@@ -382,7 +390,7 @@ struct Selector::Impl {
   std::vector<Candidate> candidates[2][2];  // [dtype][b_layout], in config-id order
   std::vector<WaveModel> waves;
   std::vector<MicroRule> micro;
-  std::vector<const VariantInfo*> variant_of;  // per config id; nullptr when not compiled
+  std::vector<const VariantInfo*> variant_of;  // per config id; nullptr when not compiled; while constructing only
 
   // The compiled priors of a dtype and layout, by ascending max_m (0, any M, last).
   struct Prior {
@@ -408,6 +416,12 @@ struct Selector::Impl {
   bool has_exact = false;
 
   ChoiceCache cache;
+
+  // Batch-invariant choices (select_invariant), per level: the class of each layer (its groups in the key) and
+  // the choice of each problem.
+  mutable std::mutex invariant_mutex;
+  mutable std::unordered_map<Key, int64_t, KeyHash> invariant_classes[3];
+  mutable std::unordered_map<Key, Choice, KeyHash> invariant_choices[3];
 
   bool least_predicted() const { return family->selection == TableFamily::Selection::least_predicted; }
 
@@ -492,6 +506,33 @@ struct Selector::Impl {
     const MicroParams micro{best->mapping.decomposition(), best->mapping.splits(), Raster::heuristic, 1};
     return Choice{best->variant, micro, best_t, ChoiceSource::model, best->config};
   }
+
+  // The Choice of candidate c at K = k predicted `t` at `waves` waves: its decomposition and launched splits, and
+  // the micro record with the largest w-min <= waves (none: heuristic, 1).
+  Choice choice_of(const Candidate& c, double t, int64_t waves, int64_t k) const {
+    const PreparedMapping& m = c.mapping;
+    MicroParams micro{m.decomposition(), launch_splits(m.tile(), m.decomposition(), m.splits(), k), Raster::heuristic,
+                      1};
+    const MicroRule* rules = this->micro.data() + c.micro_begin;
+    for (uint32_t i = c.micro_count; i-- > 0;) {
+      if (rules[i].min_wave <= waves) {
+        micro.raster = rules[i].raster;
+        micro.max_swizzle = rules[i].max_swizzle;
+        break;
+      }
+    }
+    return Choice{c.variant, micro, t, ChoiceSource::model, c.config};
+  }
+
+  // The reduction order of candidate c's launch at K = k (batch_invariance.h).
+  ReductionOrder order_of(const Candidate& c, int64_t k) const {
+    const PreparedMapping& m = c.mapping;
+    return reduction_order(c.info, m.decomposition(),
+                           launch_splits(m.tile(), m.decomposition(), m.splits(), k));
+  }
+
+  int64_t invariant_class(const Selector& selector, const Problem& p, BatchInvariance level) const;
+  Choice invariant_choice(const Selector& selector, const Problem& p, BatchInvariance level) const;
 
   [[noreturn]] void no_candidate(const Problem& p) const {
     WAVETUNE_INVALID("no config of table ", table.origin, " that takes ", to_string(p.dtype), " with ",
@@ -607,17 +648,19 @@ Selector::Selector(Table table, const std::vector<VariantInfo>& compiled, const 
                   ", which needs a stream_k variant: the table contradicts the config space");
     }
     s.variant_of[i] = &v;
-    const Candidate cand{PreparedMapping(tile, c.decomposition, c.splits, s.sm_count),
-                         int32_t(i),
-                         v.id,
-                         uint32_t(s.waves.size()),
-                         uint32_t(waves.size()),
-                         uint32_t(s.micro.size()),
-                         uint32_t(rules.size()),
-                         {c.calibration[0], c.calibration[1], c.calibration[2], c.calibration[3]},
-                         c.calibration[0] != 0 || c.calibration[1] != 0 || c.calibration[2] != 0 ||
-                             c.calibration[3] != 0,
-                         least_traffic_per_mnk(tile, t.traffic_bytes_per_us)};
+    Candidate cand{PreparedMapping(tile, c.decomposition, c.splits, s.sm_count),
+                   int32_t(i),
+                   v.id,
+                   uint32_t(s.waves.size()),
+                   uint32_t(waves.size()),
+                   uint32_t(s.micro.size()),
+                   uint32_t(rules.size()),
+                   {c.calibration[0], c.calibration[1], c.calibration[2], c.calibration[3]},
+                   c.calibration[0] != 0 || c.calibration[1] != 0 || c.calibration[2] != 0 ||
+                       c.calibration[3] != 0,
+                   least_traffic_per_mnk(tile, t.traffic_bytes_per_us),
+                   v};
+    cand.info.name = nullptr;
     s.waves.insert(s.waves.end(), waves.begin(), waves.end());
     s.micro.insert(s.micro.end(), rules.begin(), rules.end());
     s.candidates[int(v.dtype) & 1][int(v.b_layout) & 1].push_back(cand);
@@ -832,19 +875,92 @@ Choice Selector::select_model(const Problem& p) const {
     });
     best = &list[size_t(least - all.begin())], best_t = least->predicted_us, best_waves = least->coords.waves;
   }
-  // The micro record with the largest w-min <= the chosen config's wave count; none: heuristic, 1.
-  const PreparedMapping& chosen = best->mapping;
-  MicroParams micro{chosen.decomposition(), launch_splits(chosen.tile(), chosen.decomposition(), chosen.splits(), p.k),
-                    Raster::heuristic, 1};
-  const MicroRule* rules = s.micro.data() + best->micro_begin;
-  for (uint32_t i = best->micro_count; i-- > 0;) {
-    if (rules[i].min_wave <= best_waves) {
-      micro.raster = rules[i].raster;
-      micro.max_swizzle = rules[i].max_swizzle;
-      break;
+  return s.choice_of(*best, best_t, best_waves, p.k);
+}
+
+namespace {
+
+// The batch-invariant class of a candidate under `level`: its reduction order class, or with BatchInvariance::config
+// its config id + 1; 0 where its order is not fixed.
+int64_t invariant_class_of(const Prediction& p, BatchInvariance level) {
+  if (!p.order.fixed) return 0;
+  return level == BatchInvariance::config ? int64_t(p.config) + 1 : p.order.order_class;
+}
+
+constexpr size_t kMaxInvariantChoices = 4096;  // per level; then the cache starts over
+
+}  // namespace
+
+// NOTES: the class is weighed over M in powers of two because serving meets every batch size, each as often on a
+// log scale as far as the table knows; the geomean of the slowdowns keeps one M's large gain from outweighing many
+// small losses.
+int64_t Selector::Impl::invariant_class(const Selector& selector, const Problem& p, BatchInvariance level) const {
+  std::map<int64_t, double> log_slowdown;  // by class, ascending: ties go to the lower class
+  const int64_t top = std::min<int64_t>(kInvariantReferenceRows * p.groups, lookup_detail::kMaxExtent);
+  for (int64_t m = 1; m <= top; m *= 2) {
+    Problem q = p;
+    q.m = m;
+    double best_any = std::numeric_limits<double>::infinity();
+    std::map<int64_t, double> best_of;
+    for (const Prediction& c : selector.explain(q)) {
+      if (!c.choosable) continue;
+      best_any = std::min(best_any, c.predicted_us);
+      const int64_t cls = invariant_class_of(c, level);
+      if (!cls) continue;
+      auto [it, added] = best_of.emplace(cls, c.predicted_us);
+      if (!added) it->second = std::min(it->second, c.predicted_us);
     }
+    for (const auto& [cls, us] : best_of) log_slowdown[cls] += std::log(us / best_any);
   }
-  return Choice{best->variant, micro, best_t, ChoiceSource::model, best->config};
+  const auto best = std::min_element(log_slowdown.begin(), log_slowdown.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (best == log_slowdown.end()) {
+    WAVETUNE_INVALID("no config of table ", table.origin, " for ", to_string(p.dtype), " ", to_string(p.b_layout),
+                     " N=", p.n, " K=", p.k, " has a batch-invariant reduction order (batch_invariance.h): its "
+                     "compiled configs are stream-K, vendor or decode GEMM launches only; compile the others with "
+                     "python -m wavetune build --table ", table.origin);
+  }
+  return best->first;
+}
+
+Choice Selector::Impl::invariant_choice(const Selector& selector, const Problem& p, BatchInvariance level) const {
+  const Key layer = layer_key(p.dtype, p.b_layout, p.n, p.k);
+  const Key class_key{layer.lo, layer.hi | uint64_t(p.groups) << 2};
+  auto known = invariant_classes[int(level)].find(class_key);
+  if (known == invariant_classes[int(level)].end()) {
+    known = invariant_classes[int(level)].emplace(class_key, invariant_class(selector, p, level)).first;
+  }
+  const int64_t cls = known->second;
+  const std::vector<Candidate>& list = candidates[int(p.dtype)][int(p.b_layout)];
+  const std::vector<Prediction> predictions = selector.explain(p);  // one per candidate of `list`, in its order
+  const Choice* exact = has_exact ? find_exact(p) : nullptr;
+  size_t best = list.size();
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!predictions[i].choosable || invariant_class_of(predictions[i], level) != cls) continue;
+    if (exact && exact->config == predictions[i].config) return *exact;
+    if (best == list.size() || predictions[i].predicted_us < predictions[best].predicted_us) best = i;
+  }
+  return choice_of(list[best], predictions[best].predicted_us, predictions[best].coords.waves, p.k);
+}
+
+Choice Selector::select_invariant(const Problem& p, BatchInvariance level) const {
+  check_problem(p, *impl_->family);
+  if (level == BatchInvariance::off) return select(p);
+  if (level != BatchInvariance::reduction_order && level != BatchInvariance::config) {
+    WAVETUNE_INVALID("batch invariance ", int32_t(level), " is out of range (off, reduction_order or config)");
+  }
+  const Impl& s = *impl_;
+  if (s.least_predicted()) {
+    WAVETUNE_INVALID("a ", s.family_name, " table has no batch-invariant choice of its own: its family's choose ",
+                     "keeps the choice from depending on the batch");
+  }
+  if (s.candidates[int(p.dtype)][int(p.b_layout)].empty()) s.no_candidate(p);
+  std::lock_guard<std::mutex> lock(s.invariant_mutex);
+  std::unordered_map<Key, Choice, KeyHash>& choices = s.invariant_choices[int(level)];
+  const Key key = make_key(p);
+  if (const auto it = choices.find(key); it != choices.end()) return it->second;
+  if (choices.size() >= kMaxInvariantChoices) choices.clear();
+  return choices[key] = s.invariant_choice(*this, p, level);
 }
 
 std::vector<Prediction> Selector::explain(const Problem& p) const {
@@ -859,13 +975,15 @@ std::vector<Prediction> Selector::explain(const Problem& p) const {
     if (s.least_predicted()) {
       Coordinates x;
       double t;
-      if (s.own_mapping_prediction(c, p, logs, &x, &t)) out.push_back({c.config, c.variant, x, t});
+      if (s.own_mapping_prediction(c, p, logs, &x, &t)) {
+        out.push_back({c.config, c.variant, x, t, true, s.order_of(c, p.k)});
+      }
       continue;
     }
     int64_t launches = 1;
     const Coordinates x = s.family_coordinates(c, p, &launches);
     const double t = s.predicted_us(c, x, floor_us, logs, compute_us);
-    out.push_back({c.config, c.variant, x, t, c.mapping.choosable(spread, p.n, p.k, x)});
+    out.push_back({c.config, c.variant, x, t, c.mapping.choosable(spread, p.n, p.k, x), s.order_of(c, p.k)});
   }
   return out;
 }

@@ -10,6 +10,7 @@
     wavetune.configs()                   # the compiled CUTLASS variants
     wavetune.load_table("my-gpu.wtt")    # choices from a table made by `python -m wavetune tune`
     report = wavetune.patch(model)       # a model's nn.Linear layers on wavetune (wavetune.nn)
+    with wavetune.batch_invariant(): y = model(x)   # rows independent of the batch (or set_batch_invariant())
 
 Importing needs neither torch nor a GPU: ``patch`` and ``unpatch`` import torch (``wavetune.nn``) on first use.
 """
@@ -19,6 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .runtime.configs import KernelConfig, LaunchConfig
 from .runtime.device import build_info, device_properties
+from .runtime.invariance import batch_invariant, batch_invariant_level, set_batch_invariant
 from .runtime.tables import load_table
 # The kernel families' entry points (wavetune.families: one subpackage each).
 from .families.gemm.api import configs, gemm
@@ -38,11 +40,13 @@ except PackageNotFoundError:  # imported from an unusual location
     __version__ = "0+unknown"
 
 __all__ = [
-    "KernelConfig", "LaunchConfig", "attention", "attention_configs", "block_scaled_grouped_configs",
+    "KernelConfig", "LaunchConfig", "attention", "attention_configs", "batch_invariant", "batch_invariant_level",
+    "block_scaled_grouped_configs",
     "block_scaled_grouped_gemm", "build_info", "configs", "dequantize_fp8",
     "device_properties", "gemm", "grouped_configs", "grouped_gemm", "load_table", "moe_align", "moe_combine",
     "moe_gather", "paged_attention",
     "paged_attention_configs", "patch", "quantize_fp8", "rms_norm", "rotary_embedding", "scaled_gemm", "scaled_gemm_configs", "scaled_grouped_configs",
+    "set_batch_invariant",
     "scaled_grouped_gemm", "silu_and_mul", "unpatch", "varlen_attention",
     "__version__",
 ]

@@ -9,6 +9,7 @@ shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import json
 import os
@@ -269,7 +270,33 @@ def cmd_explain(args: argparse.Namespace) -> int:
         how = "model: lowest predicted latency of the candidates above"
     print(f"choice: {choice['name']} raster={choice['raster']} max_swizzle={choice['max_swizzle']} "
           f"({choice['predicted_us']:.2f} us, {how})")
+    if (invariant := invariant_choice(selector, problem, args.groups, key)) is not None:
+        print_k_orders(rows)
+        print(f"batch-invariant choice: {invariant}")
     return 0
+
+
+def print_k_orders(rows: list[dict]) -> None:
+    """How many of the candidates sum K in each fixed order, and how many in one that depends on M (which
+    batch-invariant mode never chooses)."""
+    orders = collections.Counter(r["reduction_order"] if r["batch_invariant"] else None for r in rows)
+    print("K orders (batch-invariant mode chooses one per layer): " + "; ".join(
+        f"{order}: {count}" for order, count in orders.items() if order is not None)
+        + f"; depends on M: {orders[None]}")
+
+
+def invariant_choice(selector, problem: tuple, groups: int, key: dict) -> str | None:
+    """The batch-invariant mode's choice for the problem and its K order (docs/torch.md, "Batch-invariant mode");
+    None for a table that has none of its own (attention: its family's choose fixes the batch instead)."""
+    if not selector.selects_batch_invariantly:
+        return None
+    try:
+        choice = selector.select(*problem, groups=groups, batch_invariance="reduction_order", **key)
+    except ValueError as exc:
+        return f"none ({exc})"
+    rows = selector.explain(*problem, groups, **key)
+    order = next(r["reduction_order"] for r in rows if r["config"] == choice["config"])
+    return f"{choice['name']} ({choice['predicted_us']:.2f} us; {order}, the order of every M of this layer)"
 
 
 def check_tune_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -25,6 +25,7 @@ import weakref
 import torch
 
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
+from .runtime import invariance
 
 DTYPES = (torch.bfloat16, torch.float16)
 ROTARY = "apply_rotary_pos_emb"  # the function transformers' attention forwards call, from their module's globals
@@ -160,7 +161,8 @@ class ProjectionSlice(torch.nn.Module):
         traced = owner._traced
         if traced is None or traced[0] is not x:
             merged = owner.merged
-            traced = (x, torch.ops.wavetune.linear(x, merged.weight, merged.bias), len(owner._group))
+            traced = (x, torch.ops.wavetune.linear(x, merged.weight, merged.bias, invariance.level_for(merged)),
+                      len(owner._group))
         left = traced[2] - 1
         owner._traced = (traced[0], traced[1], left) if left else None
         return traced[1]

@@ -34,6 +34,7 @@ import torch
 
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from .families.layer_ops.api import moe_max_experts
+from .runtime import invariance
 from .runtime.tables import on_table_change, on_variants_added
 
 IMPLEMENTATION = "wavetune"
@@ -226,8 +227,10 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
         from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
         return _previous_experts(self, ALL_EXPERTS_FUNCTIONS)(self, hidden_states, top_k_index, top_k_weights)
+    level = invariance.level_for(self)
     return routed_experts(self, hidden_states, top_k_index, top_k_weights,
-                          lambda rows, name, offsets: run_grouped_gemm(rows, getattr(self, f"{name}_proj"), offsets))
+                          lambda rows, name, offsets: run_grouped_gemm(rows, getattr(self, f"{name}_proj"), offsets,
+                                                                       level))
 
 
 def fp8_experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -337,7 +340,10 @@ def attention_fallback_reason(module: torch.nn.Module, query: torch.Tensor, atte
         return f"{query.dtype} query (bf16 or fp16)"
     if query.shape[-1] not in HEAD_DIMS:
         return f"head dim {query.shape[-1]} (wavetune.attention takes {', '.join(map(str, HEAD_DIMS))})"
-    if not head_dim_compiled(query.shape[-1], query.dtype):
+    # NOTES: batch-invariant decode takes the paged kernel, built in, where no FMHA variant is compiled: SDPA's KV
+    # splits depend on the batch.
+    decode_on_paged = query.shape[-2] == 1 and invariance.level_for(module) != "off"
+    if not head_dim_compiled(query.shape[-1], query.dtype) and not decode_on_paged:
         return (f"no compiled attention variant for head dim {query.shape[-1]} (python -m wavetune build "
                 "--family attention compiles them)")
     if attention_mask is not None and key_lengths(attention_mask) is None:
@@ -392,7 +398,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                         is_causal=is_causal, **kwargs)
     if lengths is not None:  # one new token per sequence over a static cache: [batch, 1, heads, head dim]
         out = run_paged_attention(query[:, :, 0], key.transpose(1, 2), value.transpose(1, 2), None, lengths,
-                                  key.shape[2], scaling)
+                                  key.shape[2], scaling, batch_invariance=invariance.level_for(module))
         return out.unsqueeze(1), None
     q_length, kv_length = query.shape[2], key.shape[2]
     # As SDPA's integration: no mask and several queries means causal, the queries filling the keys from the
@@ -401,7 +407,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if causal and kv_length > q_length:
         key, value = key[:, :, :q_length], value[:, :, :q_length]
     out = run_attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=bool(causal),
-                        scale=scaling)
+                        scale=scaling, batch_invariance=invariance.level_for(module))
     return out, None
 
 

@@ -26,6 +26,7 @@ import torch
 from . import fused, hf
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from .families.gemm import torch_ops as gemm_ops
+from .runtime import invariance
 from .runtime.device import unsupported_gpu_reason
 
 DTYPES = fused.DTYPES
@@ -89,9 +90,10 @@ class Linear(torch.nn.Linear):
         # operator costs microseconds of host time per layer (benchmarks/compare.py overhead). Tracers
         # (torch.compile, export, fake and other tensor subclasses) and other devices (meta: the fake
         # implementation; CPU: the refusal) get the operator.
+        level = invariance.level_for(self)
         if not torch.compiler.is_compiling() and type(x) is torch.Tensor and x.is_cuda:
-            return gemm_ops.linear(x, self.weight, self.bias)
-        return _LINEAR_OP(x, self.weight, self.bias)
+            return gemm_ops.linear(x, self.weight, self.bias, level)
+        return _LINEAR_OP(x, self.weight, self.bias, level)
 
 
 class FP8Linear(torch.nn.Module):
@@ -160,6 +162,9 @@ class FP8Linear(torch.nn.Module):
                 "gemm=wavetune fp8")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if invariance.level_for(self) != "off":
+            raise ValueError("wavetune.nn.FP8Linear has no batch-invariant GEMM (wavetune.scaled_gemm's choice moves "
+                             "between kernels by M): leave FP8 layers out of batch-invariant mode")
         rows = x.reshape(-1, x.shape[-1]).to(self.dtype)
         if self.block_scales:
             q, scale = torch.ops.wavetune.quantize_fp8(rows, None, 128)
@@ -220,7 +225,8 @@ def _linear_children(model: torch.nn.Module):
             yield name, model.get_submodule(parent_name), attribute, module
 
 
-def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = True, layers: bool = True) -> PatchReport:
+def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = True, layers: bool = True,
+          batch_invariant: bool | str = False) -> PatchReport:
     """Swap every eligible ``nn.Linear`` of ``model`` in place for ``wavetune.nn.Linear`` (same parameters).
 
     Eligible: exactly ``nn.Linear`` (subclasses may have their own forward), bf16 or fp16 weights, in and
@@ -229,11 +235,14 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
     dtype, then patch. A ``transformers`` model also gets wavetune's attention (``attention``) and, with
     routed experts, wavetune's experts (``experts``; ``wavetune.hf.patch_model``). With ``layers``, its
     transformers RMSNorms, SiLU-gated MLPs (gate and up merged into one GEMM) and rotary embeddings run the
-    layer ops (``wavetune.fused``). ``unpatch`` reverses it. On a GPU older than compute capability 8.0, which
-    wavetune needs (docs/kernels.md, "Architectures"), it leaves the model unchanged and warns why.
+    layer ops (``wavetune.fused``). With ``batch_invariant`` (True or a level name), the model's calls run
+    batch-invariant whatever the process-wide setting (docs/torch.md, "Batch-invariant mode"). ``unpatch``
+    reverses it. On a GPU older than compute capability 8.0, which wavetune needs (docs/kernels.md,
+    "Architectures"), it leaves the model unchanged and warns why.
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"wavetune.patch takes a torch.nn.Module, got {type(model).__name__}")
+    invariance.level_of(batch_invariant)  # bad input fails before the model changes
     if isinstance(model, torch.nn.Linear):
         raise ValueError("the model is itself an nn.Linear: use wavetune.nn.Linear.from_linear(model)")
     report = PatchReport(patched=[], skipped={})
@@ -260,6 +269,7 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
         report.patched.append(name)
     if hf.transformers_model(model):
         report.switched = hf.patch_model(model, attention=attention, experts=experts)
+    invariance.mark(model, batch_invariant)
     return report
 
 
@@ -267,6 +277,7 @@ def unpatch(model: torch.nn.Module) -> list[str]:
     """Swap every ``wavetune.nn.Linear`` of ``model`` back to ``nn.Linear`` (same parameters), the layer ops'
     modules back to the model's, and a transformers model's implementations back to the ones ``patch``
     replaced; their names (layer-op modules, linear layers, then ``"attention"``, ``"experts"``)."""
+    invariance.mark(model, False)
     restored = fused.unpatch_layers(model)
     for name, parent, attribute, linear in _linear_children(model):
         if isinstance(linear, Linear):

@@ -1,7 +1,7 @@
 // Prints the launch a call with no forced config makes, per problem read from stdin, through the public C++
 // API only (each family's wavetune::choose), for tests/test_choice_policy.py:
 //
-//   choices [family=table.wtt ...] < problems
+//   choices [--batch-invariance=LEVEL] [family=table.wtt ...] < problems
 //   gemm <dtype> <b_layout> <m> <n> <k>                                -> <variant> <decomposition> <splits> <raster> <swizzle>
 //   grouped_gemm <dtype> <rows> <experts> <n> <k> [<scales>]           -> <variant>   (scales: row, block128)
 //   attention <dtype> <batch> <seqlen_q> <seqlen_k> <heads_q> <heads_kv> <head_dim> <causal>  -> <variant> <splits>
@@ -10,11 +10,13 @@
 //
 // The lines of `family` choose with the table given as family=path, opened as the family its file names (so a
 // family without tables can be handed one, which it refuses), else with none. One output line per input line;
-// an error prints "error: <message>" on that line.
+// an error prints "error: <message>" on that line. --batch-invariance (off, reduction_order, config) is every
+// choice's ChoiceOptions (types.h).
 #include <iostream>
 #include <map>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "wavetune/attention.h"
@@ -28,7 +30,8 @@ namespace {
 wavetune::DType dtype_of(const std::string& s) { return s == "fp16" ? wavetune::DType::fp16 : wavetune::DType::bf16; }
 
 std::string choice_line(const std::string& line,
-                        const std::map<std::string, std::shared_ptr<wavetune::Selector>>& tables) {
+                        const std::map<std::string, std::shared_ptr<wavetune::Selector>>& tables,
+                        const wavetune::ChoiceOptions& options) {
   std::istringstream in(line);
   std::string family, dtype;
   in >> family >> dtype;
@@ -42,7 +45,7 @@ std::string choice_line(const std::string& line,
     const auto b_layout = layout == "row" ? wavetune::BLayout::row : wavetune::BLayout::col;
     const wavetune::GemmProblem p{m, n, k, nullptr, k, nullptr, b_layout == wavetune::BLayout::col ? k : n, nullptr,
                                   n, dtype_of(dtype), b_layout};
-    const wavetune::Launch l = wavetune::choose(p, table);
+    const wavetune::Launch l = wavetune::choose(p, table, options);
     out << l.variant << " " << to_string(l.micro.decomposition) << " " << l.micro.splits << " "
         << to_string(l.micro.raster) << " " << l.micro.max_swizzle;
   } else if (family == "grouped_gemm") {
@@ -53,7 +56,7 @@ std::string choice_line(const std::string& line,
     for (const wavetune::GroupedScalesLayout& layout : wavetune::kGroupedScales) {
       if (scales == layout.name) p.scales = static_cast<wavetune::GroupedScales>(&layout - wavetune::kGroupedScales);
     }
-    out << wavetune::choose(p, table).variant;
+    out << wavetune::choose(p, table, options).variant;
   } else if (family == "attention") {
     wavetune::AttentionProblem p{};
     int causal = 0, routes = 0;  // routes: bits cudnn, paged, cudnn_copies (AttentionRoutes)
@@ -65,7 +68,8 @@ std::string choice_line(const std::string& line,
     p.k = p.v = {nullptr, int64_t(p.seqlen_k) * p.heads_kv * hd, int64_t(p.heads_kv) * hd, hd};
     p.dtype = dtype_of(dtype);
     p.scale = 1.0f;
-    const wavetune::Launch l = wavetune::choose(p, table, {(routes & 1) != 0, (routes & 2) != 0, (routes & 4) != 0});
+    const wavetune::Launch l =
+        wavetune::choose(p, table, {(routes & 1) != 0, (routes & 2) != 0, (routes & 4) != 0}, options);
     out << l.variant << " " << l.micro.splits;
   } else if (family == "scaled_gemm") {
     int32_t m = 0, n = 0, k = 0;
@@ -74,7 +78,7 @@ std::string choice_line(const std::string& line,
     const auto kind = scales == "row" ? wavetune::ScaleKind::row : wavetune::ScaleKind::tensor;
     const wavetune::ScaledGemmProblem p{m, n, k, nullptr, k, nullptr, k, nullptr, n, dtype_of(dtype), nullptr, kind,
                                         nullptr, kind};
-    out << wavetune::choose(p, table).variant;
+    out << wavetune::choose(p, table, options).variant;
   } else if (family == "paged_attention") {
     wavetune::PagedAttentionProblem p{};
     in >> p.batch >> p.heads_q >> p.heads_kv >> p.head_dim >> p.max_seq_len;
@@ -91,7 +95,7 @@ std::string choice_line(const std::string& line,
     p.page_size = p.max_seq_len;
     p.scale = 1.0f;
     p.dtype = dtype_of(dtype);
-    const wavetune::Launch l = wavetune::choose(p, table);
+    const wavetune::Launch l = wavetune::choose(p, table, options);
     out << l.variant << " " << l.micro.splits;
   } else {
     out << "error: unknown family '" << family << "'";
@@ -103,9 +107,21 @@ std::string choice_line(const std::string& line,
 
 int main(int argc, char** argv) {
   std::map<std::string, std::shared_ptr<wavetune::Selector>> tables;
+  wavetune::ChoiceOptions options;
+  const std::string level_flag = "--batch-invariance=";
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
+      if (arg.rfind(level_flag, 0) == 0) {
+        const std::string level = arg.substr(level_flag.size());
+        bool known = false;
+        for (auto v : {wavetune::BatchInvariance::off, wavetune::BatchInvariance::reduction_order,
+                       wavetune::BatchInvariance::config}) {
+          if (level == to_string(v)) options.batch_invariance = v, known = true;
+        }
+        if (!known) throw std::invalid_argument("unknown batch invariance level '" + level + "'");
+        continue;
+      }
       const size_t eq = arg.find('=');
       const std::string path = arg.substr(eq + 1);
       const auto& meta = wavetune::Table::load(path).meta;
@@ -118,7 +134,7 @@ int main(int argc, char** argv) {
   }
   for (std::string line; std::getline(std::cin, line);) {
     try {
-      std::cout << choice_line(line, tables) << "\n";
+      std::cout << choice_line(line, tables, options) << "\n";
     } catch (const std::exception& e) {
       std::cout << "error: " << e.what() << "\n";
     }

@@ -153,17 +153,19 @@ void bind_fmha(py::module_& m, const FamilyBindings& registration) {
       "attention_chosen_launch",
       [&registration](const PySizes& sizes, const PyTensor& q, const PyTensor& k, const PyTensor& v,
                       const PyTensor& out, float scale, bool causal, int32_t dtype, int device,
-                      const std::tuple<bool, bool, bool>& routes) {
+                      const std::tuple<bool, bool, bool>& routes, const std::string& batch_invariance) {
         const auto& [cudnn, paged, cudnn_copies] = routes;
         const Launch how = choose(make_problem(sizes, q, k, v, out, scale, causal, dtype),
-                                  registration.active_table(device), {cudnn, paged, cudnn_copies});
+                                  registration.active_table(device), {cudnn, paged, cudnn_copies},
+                                  choice_options(batch_invariance));
         return py::make_tuple(how.variant, how.micro.splits);
       },
       py::arg("sizes"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("scale"), py::arg("causal"),
       py::arg("dtype"), py::arg("device"), py::arg("routes") = std::tuple<bool, bool, bool>{false, false, false},
+      py::arg("batch_invariance") = "off",
       "(variant id, splits) a launch with no forced config runs on the current device (ordinal `device`), by "
       "choose (attention.h) with that device's attention table; routes: (cudnn, paged, cudnn_copies), "
-      "the AttentionRoutes the caller runs.");
+      "the AttentionRoutes the caller runs; batch-invariant as batch_invariance says (off, reduction_order, config).");
   m.def(
       "attention_mapping",
       [](const PySizes& sizes, bool causal, const PyTile& tile, int32_t splits) {
@@ -225,12 +227,14 @@ void bind_paged(py::module_& m) {
   m.def(
       "paged_attention_chosen_launch",
       [](const PyPagedSizes& sizes, const PyRows& q, const PyCaches& caches, const PyKeys& keys, uintptr_t seq_lens,
-         const PyRows& out, const PyQueries& queries, float scale, int32_t dtype) {
-        const Launch how =
-            choose(make_paged_problem(sizes, q, caches, keys, seq_lens, out, queries, scale, dtype), nullptr);
+         const PyRows& out, const PyQueries& queries, float scale, int32_t dtype, const std::string& batch_invariance) {
+        const Launch how = choose(make_paged_problem(sizes, q, caches, keys, seq_lens, out, queries, scale, dtype),
+                                  nullptr, choice_options(batch_invariance));
         return py::make_tuple(how.variant, how.micro.splits);
       },
-      "(kernel id, KV splits) the wave model picks on the current device.");
+      py::arg("sizes"), py::arg("q"), py::arg("caches"), py::arg("keys"), py::arg("seq_lens"), py::arg("out"),
+      py::arg("queries"), py::arg("scale"), py::arg("dtype"), py::arg("batch_invariance") = "off",
+      "(kernel id, KV splits) the wave model picks on the current device; batch-invariant as batch_invariance says.");
   m.def(
       "paged_attention_workspace_bytes",
       [](const PyPagedSizes& sizes, int32_t variant, int32_t splits, int32_t q_tokens) {

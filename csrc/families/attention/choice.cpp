@@ -88,7 +88,19 @@ Launch uncached_choice(const AttentionProblem& p, const Selector* table, const A
 // NOTES: kept per thread, so the eager path takes no lock. Decode's key count grows by one each step, so
 // from 128 keys on the choice is made for the count rounded down to whole 64-key tiles: still valid (each
 // split keeps a whole KV tile), and reused by the next steps.
-Launch choose(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes) {
+// NOTES: a batch-invariant choice is the kernel chosen for one sequence, unsplit: the FMHA's KV splits take a
+// sequence's keys in chunks at batch 1 and strided across the splits at larger batches (decode_call, launch.cu),
+// two orders, and the paged route takes its own batch-invariant choice. cuDNN's attention picks its kernel and
+// splits by the batch, so it is left out.
+Launch choose(const AttentionProblem& p, const Selector* table, const AttentionRoutes& routes,
+              const ChoiceOptions& options) {
+  if (options.batch_invariance != BatchInvariance::off) {
+    AttentionProblem one = p;
+    one.batch = 1;
+    AttentionRoutes without_cudnn = routes;
+    without_cudnn.cudnn = without_cudnn.cudnn_copies = false;
+    return kv_split_launch(choose(one, table, without_cudnn).variant, 1);
+  }
   thread_local std::unordered_map<ChoiceKey, Launch, ChoiceKeyHash> cache;
   AttentionProblem rounded = p;
   if (p.seqlen_q == 1 && p.seqlen_k >= 128) rounded.seqlen_k = p.seqlen_k / 64 * 64;
@@ -101,12 +113,15 @@ Launch choose(const AttentionProblem& p, const Selector* table, const AttentionR
   return cache[key] = uncached_choice(rounded, table, routes);
 }
 
-Launch choose(const PagedAttentionProblem& p, const Selector* table) {
+Launch choose(const PagedAttentionProblem& p, const Selector* table, const ChoiceOptions& options) {
   if (table) {
     WAVETUNE_INVALID("the paged attention kernels have no tables of their own (attention tables price them through ",
                      "choose(AttentionProblem) with the paged route): their choice takes none (pass nullptr)");
   }
-  return detail::paged_choice(p);
+  if (options.batch_invariance == BatchInvariance::off) return detail::paged_choice(p);
+  const std::string error = paged_attention_problem_error(p);
+  if (!error.empty()) WAVETUNE_INVALID(error);
+  return kv_split_launch(detail::paged_model_choice(detail::paged_invariant_reference(p)).variant, 1);
 }
 
 }  // namespace wavetune

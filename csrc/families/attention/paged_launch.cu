@@ -188,6 +188,10 @@ std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() {
 Launch paged_choice(const PagedAttentionProblem& p) {
   const std::string error = paged_attention_problem_error(p);
   if (!error.empty()) WAVETUNE_INVALID(error);
+  return paged_model_choice(p);
+}
+
+Launch paged_model_choice(const PagedAttentionProblem& p) {
   const DeviceInfo& dev = current_device_info();
   int32_t best_id = -1, best_split_count = 1;
   double best_us = 0;

@@ -24,8 +24,23 @@ struct PagedVariantOps {
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries();
 // Registry (registry.cpp): the kernel of this id, nullptr when not compiled in.
 const VariantRegistry<PagedVariantOps>::Entry* paged_variant(int32_t id);
-// The kernel and KV splits choose takes for a paged problem (attention.h; paged_launch.cu).
+// The kernel and KV splits choose takes for a paged problem (attention.h; paged_launch.cu); paged_model_choice the
+// same for a problem already checked, or made up (paged_invariant_reference).
 Launch paged_choice(const PagedAttentionProblem& p);
+Launch paged_model_choice(const PagedAttentionProblem& p);
+
+// The problem whose kernel the batch-invariant choice takes (choose, attention.h): one decode sequence of
+// kPagedInvariantReferenceKeys keys, with p's heads, head dim, dtype and mask.
+inline PagedAttentionProblem paged_invariant_reference(const PagedAttentionProblem& p) {
+  PagedAttentionProblem one = p;
+  one.batch = 1;
+  one.max_seq_len = kPagedInvariantReferenceKeys;
+  one.seq_lens = one.q_starts = one.key_starts = nullptr;
+  one.max_q_len = 1;
+  one.q_tokens = 0;
+  one.total_keys = 0;
+  return one;
+}
 
 // The launch's workspace: the splits' partial outputs and log-sum-exps (splits > 1), then the sequences'
 // order (kMaxOrderedBatch >= batch >= 2: int32, longest first), at these byte offsets.

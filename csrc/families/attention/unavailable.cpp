@@ -10,5 +10,6 @@ namespace wavetune::detail {
 std::vector<VariantRegistry<PagedVariantOps>::Entry> paged_variant_entries() { return {}; }
 
 Launch paged_choice(const PagedAttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
+Launch paged_model_choice(const PagedAttentionProblem&) { WAVETUNE_FAIL(kNoKernels); }
 
 }  // namespace wavetune::detail

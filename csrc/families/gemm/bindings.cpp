@@ -42,9 +42,9 @@ struct PreparedGemm {
 };
 
 PreparedGemm make_prepared(const FamilyBindings& registration, const GemmProblem& p, int32_t device, int32_t variant,
-                           MicroParams micro) {
+                           MicroParams micro, const ChoiceOptions& options) {
   if (variant < 0) {
-    const Launch chosen = choose(p, registration.active_table(device));
+    const Launch chosen = choose(p, registration.active_table(device), options);
     variant = chosen.variant;
     micro = chosen.micro;
   }
@@ -71,12 +71,13 @@ void bind_gemm(py::module_& m, const FamilyBindings& registration) {
   m.def(
       "default_variant",
       [](const std::string& dtype, const std::string& b_layout, int32_t m_, int32_t n, int32_t k) {
-        // The heuristic reads the dtype, the B layout and M only: no data pointers are needed.
+        // The choice reads the dtype, the B layout and M only: no data pointers are needed.
         return default_variant(make_problem(m_, n, k, 0, k, 0, k, 0, n, int32_t(parse_name<DType>(dtype, 2, "dtype")),
                                             int32_t(parse_name<BLayout>(b_layout, 2, "B layout"))));
       },
       py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"),
-      "The variant id the built-in M-bucket heuristic picks (what gemm launches where no table is loaded).");
+      "The variant id gemm launches where no table is loaded: cuBLAS where libcublas loads, else the built-in "
+      "M-bucket heuristic's.");
   m.def(
       "fallback_buckets",
       [] {
@@ -153,17 +154,21 @@ void bind_gemm(py::module_& m, const FamilyBindings& registration) {
   // graphs waits on it.
   py::class_<PreparedGemm>(m, "PreparedGemm",
                            "gemm's launch for one shape and device, resolved once (variant -1: the device's table's "
-                           "choice, or the built-in heuristic without a table); each call gives the data pointers "
+                           "choice, or the built-in heuristic without a table, batch-invariant as batch_invariance "
+                           "says: off, reduction_order or config); each call gives the data pointers "
                            "(bias 0: none), a workspace of at least workspace_bytes and the stream.")
       .def(py::init([&registration](int32_t m_, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd,
                                     int32_t dtype, int32_t b_layout, int32_t device, int32_t variant,
-                                    int32_t decomposition, int32_t splits, int32_t raster, int32_t max_swizzle) {
+                                    int32_t decomposition, int32_t splits, int32_t raster, int32_t max_swizzle,
+                                    const std::string& batch_invariance) {
              return make_prepared(registration, make_problem(m_, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout), device,
-                                  variant, make_micro(decomposition, splits, raster, max_swizzle));
+                                  variant, make_micro(decomposition, splits, raster, max_swizzle),
+                                  choice_options(batch_invariance));
            }),
            py::arg("m"), py::arg("n"), py::arg("k"), py::arg("lda"), py::arg("ldb"),
            py::arg("ldd"), py::arg("dtype"), py::arg("b_layout"), py::arg("device"), py::arg("variant") = -1,
-           py::arg("decomposition") = 0, py::arg("splits") = 1, py::arg("raster") = 0, py::arg("max_swizzle") = 1)
+           py::arg("decomposition") = 0, py::arg("splits") = 1, py::arg("raster") = 0, py::arg("max_swizzle") = 1,
+           py::arg("batch_invariance") = "off")
       .def_readonly("device", &PreparedGemm::device)
       .def_readonly("variant", &PreparedGemm::variant)
       .def_readonly("workspace_bytes", &PreparedGemm::workspace_bytes)

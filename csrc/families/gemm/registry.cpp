@@ -85,27 +85,27 @@ const std::vector<FallbackBucket>& fallback_buckets() {
   return buckets;
 }
 
-int32_t default_variant(const GemmProblem& p) {
-  // NOTES: with no table there is no fitted model to predict a gain over cuBLAS, the kernel torch.matmul runs,
-  // so cuBLAS is kept: no GPU without a table is worse off than with PyTorch. The [fallback] buckets serve
-  // where libcublas cannot be loaded; else any compiled variant of the right dtype and layout that runs here.
-  const auto first_runnable = [&p](bool cublas_only) -> const VariantInfo* {
-    for (const auto& v : variants()) {
-      if (v.dtype == p.dtype && v.b_layout == p.b_layout && (!cublas_only || v.schedule == Schedule::cublas) &&
-          runs_here(v)) {
-        return &v;
-      }
-    }
-    return nullptr;
-  };
-  if (const VariantInfo* cublas = first_runnable(true)) return cublas->id;
+const VariantInfo* detail::bucket_variant(const GemmProblem& p) {
   for (const FallbackBucket& b : fallback_buckets()) {
     if (b.dtype == p.dtype && b.b_layout == p.b_layout && (b.max_m == 0 || p.m <= b.max_m) &&
         runs_here(*find_variant(b.variant))) {
-      return b.variant;
+      return find_variant(b.variant);
     }
   }
-  if (const VariantInfo* any = first_runnable(false)) return any->id;
+  for (const auto& v : variants()) {
+    if (v.dtype == p.dtype && v.b_layout == p.b_layout && v.schedule != Schedule::cublas && runs_here(v)) return &v;
+  }
+  return nullptr;
+}
+
+int32_t default_variant(const GemmProblem& p) {
+  // NOTES: with no table there is no fitted model to predict a gain over cuBLAS, the kernel torch.matmul runs,
+  // so cuBLAS is kept: no GPU without a table is worse off than with PyTorch. The M buckets serve where
+  // libcublas cannot be loaded.
+  for (const auto& v : variants()) {
+    if (v.dtype == p.dtype && v.b_layout == p.b_layout && v.schedule == Schedule::cublas && runs_here(v)) return v.id;
+  }
+  if (const VariantInfo* bucket = detail::bucket_variant(p)) return bucket->id;
   WAVETUNE_INVALID("no compiled variant that runs on this device takes ", to_string(p.dtype), " with ",
                    to_string(p.b_layout), "-major B (kernel set '", detail::kernel_set_name(),
                    "'): compile some with python -m wavetune build "

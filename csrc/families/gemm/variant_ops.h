@@ -40,6 +40,10 @@ std::vector<VariantRegistry<VariantOps>::Entry> decode_variants();
 const char* config_space_hash();
 const char* kernel_set_name();
 
+// The M-bucket heuristic's variant for the problem ([fallback] in cutlass_configs/: the first compiled bucket that
+// holds M), else the first compiled non-library variant of its dtype and layout that runs here; nullptr if none.
+const VariantInfo* bucket_variant(const GemmProblem& p);
+
 // Empty when the variant's dtype, layout and tile scheduler accept the problem and micro parameters.
 std::string variant_error(const VariantInfo& variant, const GemmProblem& problem, const MicroParams& micro);
 

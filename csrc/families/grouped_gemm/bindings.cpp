@@ -63,8 +63,9 @@ TileShape make_tile_shape(const PyTileShape& s) {
 
 // What a launch with no forced variant runs on `device` (choose, with the device's table of the
 // problem's scales mode: the family's table scales are GroupedScales' names in enumerator order).
-int32_t choice_on(const FamilyBindings& registration, const GroupedGemmProblem& p, int device) {
-  return choose(p, registration.active_table(device, size_t(p.scales))).variant;
+int32_t choice_on(const FamilyBindings& registration, const GroupedGemmProblem& p, int device,
+                  const std::string& batch_invariance) {
+  return choose(p, registration.active_table(device, size_t(p.scales)), choice_options(batch_invariance)).variant;
 }
 
 }  // namespace
@@ -102,13 +103,13 @@ void bind_grouped_gemm(py::module_& m, const FamilyBindings& registration) {
   m.def(
       "grouped_chosen_variant",
       [&registration](int32_t dtype, int32_t rows, int32_t experts, int32_t n, int32_t k, int device,
-                      int32_t scales) {
-        return choice_on(registration, sizes(dtype, rows, experts, n, k, scales), device);
+                      int32_t scales, const std::string& batch_invariance) {
+        return choice_on(registration, sizes(dtype, rows, experts, n, k, scales), device, batch_invariance);
       },
       py::arg("dtype"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"), py::arg("device"),
-      py::arg("scales") = 0,
+      py::arg("scales") = 0, py::arg("batch_invariance") = "off",
       "The grouped variant id a call with no config launches on that device: its grouped table's (of that "
-      "scales mode) choice, else the built-in heuristic's.");
+      "scales mode) choice, else the built-in heuristic's; batch-invariant as batch_invariance says.");
 
   m.def(
       "map_grouped_balanced",
@@ -161,14 +162,17 @@ void bind_grouped_gemm(py::module_& m, const FamilyBindings& registration) {
       [&registration](int32_t rows, int32_t experts, int32_t n, int32_t k, uintptr_t x, uintptr_t w,
                       uintptr_t offsets, uintptr_t out, int32_t dtype, int32_t scales, uintptr_t scale_x,
                       uintptr_t scale_w, int32_t variant, uintptr_t workspace, size_t workspace_bytes,
-                      uintptr_t stream, int device) {
+                      uintptr_t stream, int device, const std::string& batch_invariance) {
         GroupedGemmProblem p = make_problem(rows, experts, n, k, x, w, offsets, out, dtype, scales, scale_x, scale_w);
-        if (variant < 0) variant = choice_on(registration, p, device);
+        if (variant < 0) variant = choice_on(registration, p, device, batch_invariance);
         grouped_gemm(p, variant, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<Stream>(stream));
       },
-      py::call_guard<py::gil_scoped_release>(),
+      py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"), py::arg("x"), py::arg("w"), py::arg("offsets"),
+      py::arg("out"), py::arg("dtype"), py::arg("scales"), py::arg("scale_x"), py::arg("scale_w"), py::arg("variant"),
+      py::arg("workspace"), py::arg("workspace_bytes"), py::arg("stream"), py::arg("device"),
+      py::arg("batch_invariance") = "off", py::call_guard<py::gil_scoped_release>(),
       "out = x @ w[e].T per expert (scaled as the scales mode says) on the current device (ordinal `device`) and "
-      "the given stream; variant -1: grouped_chosen_variant's.");
+      "the given stream; variant -1: grouped_chosen_variant's (batch_invariance passed on).");
 }
 
 }  // namespace wavetune::bindings

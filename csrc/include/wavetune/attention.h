@@ -117,7 +117,12 @@ struct AttentionRoutes {
 // model's choice (attention_default_launch; variant -1 where none is compiled). A decode problem of 128 keys or more is chosen for its key
 // count rounded down to whole 64-key tiles, so one choice serves many steps of a growing cache. Choices are
 // cached per thread, device, table, shape and routes.
-WAVETUNE_API Launch choose(const AttentionProblem& problem, const Selector* table, const AttentionRoutes& routes = {});
+// With options.batch_invariance on (batch_invariance.h), the kernel chosen for the same problem with batch 1, without
+// the cudnn route (cuDNN picks its own KV splits), unsplit (the FMHA's splits take a sequence's keys in chunks at
+// batch 1 and strided at larger batches): every batch size runs one kernel over each sequence's keys in one order.
+// The paged route then runs its own batch-invariant choice (below).
+WAVETUNE_API Launch choose(const AttentionProblem& problem, const Selector* table, const AttentionRoutes& routes = {},
+                           const ChoiceOptions& options = {});
 
 // Device memory an attention call needs: the log-sum-exp rows, and with splits the partial outputs.
 WAVETUNE_API size_t attention_workspace_bytes(const AttentionProblem& problem, int32_t splits);
@@ -199,7 +204,12 @@ WAVETUNE_API std::string paged_attention_launch_error(const PagedAttentionProble
 // its tile math, plus the merge (in clusters or a kernel of its own). From the sizes only. The paged kernels
 // have no tables of their own (attention tables price them through the schedule-paged candidate, which
 // choose(AttentionProblem) returns): `table` must be nullptr (InvalidArgument otherwise).
-WAVETUNE_API Launch choose(const PagedAttentionProblem& problem, const Selector* table);
+// With options.batch_invariance on (batch_invariance.h), the kernel the model picks for one decode sequence of
+// kPagedInvariantReferenceKeys keys and the problem's heads, dtype and head dim, unsplit: a split count is cut from
+// max_seq_len and the merge runs in clusters only where the grid fits, both set by the other sequences.
+WAVETUNE_API Launch choose(const PagedAttentionProblem& problem, const Selector* table,
+                           const ChoiceOptions& options = {});
+constexpr int32_t kPagedInvariantReferenceKeys = 4096;
 
 // CTAs of a kernel resident per SM on the current device: the size of its waves over the SM count.
 WAVETUNE_API int32_t paged_attention_resident_ctas(int32_t variant);

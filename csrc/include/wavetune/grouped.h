@@ -105,7 +105,10 @@ class Selector;  // lookup.h
 // sizes, else the built-in heuristic's where there is no table, no rows, or none of the table's compiled configs
 // takes the dtype; default micro parameters (grouped_gemm takes none). Only variants that run on the device are
 // chosen (variant -1 where none does). InvalidArgument for a table of another scales mode.
-WAVETUNE_API Launch choose(const GroupedGemmProblem& problem, const Selector* table);
+// With options.batch_invariance on (batch_invariance.h), rows play the part of M as for the dense GEMM (choose,
+// kernels.h): the table's Selector::select_invariant, or the heuristic's variant within the reduction order of its
+// variant for the most rows.
+WAVETUNE_API Launch choose(const GroupedGemmProblem& problem, const Selector* table, const ChoiceOptions& options = {});
 
 // Launches the variant (of the problem's scales mode and dtype) on `stream`: a small kernel writes each
 // expert's problem size, pointers and strides (and where its scales start) from the offsets into `workspace`,

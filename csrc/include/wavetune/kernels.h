@@ -56,7 +56,8 @@ WAVETUNE_API int32_t gemm_ctas_per_sm(int32_t variant_id);
 WAVETUNE_API void gemm(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro, void* workspace,
                        size_t workspace_bytes, Stream stream);
 
-// The fallback choice when no tuned table covers the GPU: a small M-bucket heuristic (registry.cpp).
+// The choice when no tuned table covers the GPU: cuBLAS where libcublas loads (with no fitted model, nothing
+// predicts a gain over it), else a small M-bucket heuristic (registry.cpp).
 WAVETUNE_API int32_t default_variant(const GemmProblem& problem);
 
 // One M bucket of that heuristic (cutlass_configs/ [fallback]): problems of this dtype and B layout with
@@ -133,7 +134,10 @@ class Selector;  // lookup.h
 // The launch a call with no forced config makes (Python's and C++'s alike): the choice of `table` (a gemm
 // table bound to this build; nullptr: none), else default_variant with default micro parameters where there
 // is no table or none of its compiled configs takes the problem's dtype and B layout. Reads sizes only.
-WAVETUNE_API Launch choose(const GemmProblem& problem, const Selector* table);
+// With options.batch_invariance on (batch_invariance.h), the table's Selector::select_invariant, or without a table
+// the heuristic's variant where it shares the reduction order of the heuristic's variant for the largest M (with
+// BatchInvariance::config, that one), launched data-parallel; InvalidArgument where that order is not fixed.
+WAVETUNE_API Launch choose(const GemmProblem& problem, const Selector* table, const ChoiceOptions& options = {});
 
 struct ProfileOptions {
   int32_t warmup = 3;        // eager launches per config before capture

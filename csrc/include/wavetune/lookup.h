@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "wavetune/batch_invariance.h"
 #include "wavetune/errors.h"
 #include "wavetune/mapping.h"
 #include "wavetune/types.h"
@@ -145,7 +146,11 @@ struct Prediction {
   Coordinates coords;
   double predicted_us;  // at least the table's memory floor (Table::memory_bytes_per_us)
   bool choosable = true;  // false: a stream-K launch the lookup does not choose there (stream_k_modeled)
+  ReductionOrder order;   // of its launch at the problem's K (batch_invariance.h)
 };
+
+// The largest M that Selector::select_invariant weighs the classes at (a long prompt's tokens).
+constexpr int64_t kInvariantReferenceRows = 8192;
 
 class WAVETUNE_API Selector {
  public:
@@ -174,6 +179,13 @@ class WAVETUNE_API Selector {
   Choice select_uncached(const Problem& p) const;
   // The model's choice alone, as if the table had no exact entries (uncached): for judging the model.
   Choice select_model(const Problem& p) const;
+  // The batch-invariant choice (batch_invariance.h; `level` not off): per (dtype, B layout, N, K, groups) the
+  // reduction order class (with BatchInvariance::config, the config) of least geomean predicted slowdown against
+  // each M's least predicted candidate over M = 1, 2, 4, ..., kInvariantReferenceRows, among the candidates whose
+  // order is fixed; then within it the exact range holding M if its config is of that class, else the least
+  // predicted. Cached; thread-safe. InvalidArgument where no candidate's order is fixed, and for a table of a
+  // family that selects by its own mapping (attention: its choose fixes the batch instead).
+  Choice select_invariant(const Problem& p, BatchInvariance level) const;
   // Every candidate in config-id order with its coordinates and prediction (the exact table is not
   // consulted); empty when there is none.
   std::vector<Prediction> explain(const Problem& p) const;

@@ -81,7 +81,9 @@ class Selector;  // lookup.h
 // scales and one expert, as Python's scaled_gemm does). Default micro parameters: scaled_gemm takes its K splits
 // as an argument of its own (0: the variant's wave-aware count). The family has no tables: `table` must be
 // nullptr (InvalidArgument otherwise).
-WAVETUNE_API Launch choose(const ScaledGemmProblem& problem, const Selector* table);
+// options.batch_invariance must be off (InvalidArgument otherwise): the choice moves between the decode kernels,
+// CUTLASS and cuBLASLt by M, and no one of them serves every M.
+WAVETUNE_API Launch choose(const ScaledGemmProblem& problem, const Selector* table, const ChoiceOptions& options = {});
 
 // CTAs of a decode variant resident per SM on the current device: the size of the waves its choice counts
 // (0 for the other variants).

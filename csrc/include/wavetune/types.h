@@ -144,6 +144,23 @@ struct Launch {
   MicroParams micro;
 };
 
+// Batch-invariant choices (batch_invariance.h): whether a row's result may depend on the batch it runs in.
+// reduction_order: every M of one (N, K) (tokens per expert; one sequence's keys) gets configs of one reduction
+// order class, chosen per (N, K); config: one config per (N, K), for every M.
+enum class BatchInvariance : int32_t { off = 0, reduction_order = 1, config = 2 };
+inline const char* to_string(BatchInvariance v) {
+  switch (v) {
+    case BatchInvariance::reduction_order: return "reduction_order";
+    case BatchInvariance::config: return "config";
+    default: return "off";
+  }
+}
+
+// What every family's `choose` takes beside its problem and table.
+struct ChoiceOptions {
+  BatchInvariance batch_invariance = BatchInvariance::off;
+};
+
 // The launch of `variant` with the keys cut into `splits` chunks (the attention family's kernels).
 inline Launch kv_split_launch(int32_t variant, int32_t splits) {
   return {variant, {splits > 1 ? Decomposition::split_k : Decomposition::data_parallel, splits}};

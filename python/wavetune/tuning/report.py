@@ -49,3 +49,13 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 def fmt(value: float | None, spec: str) -> str:
     """A number for a table cell; '-' for a missing one."""
     return "-" if value is None else format(value, spec)
+
+
+def invariant_summary(invariant_us: list[float], normal_us: list[float], torch_us: list[float], baseline: str) -> str:
+    """Batch-invariant mode's times against the normal choice's (goal: at most 1.10x) and PyTorch's default's
+    speed (goal: at least 0.95x), over cases timed in the same rounds: geomean and worst."""
+    cost = [i / n for i, n in zip(invariant_us, normal_us)]
+    speed = [t / i for t, i in zip(torch_us, invariant_us)]
+    return (f"batch-invariant mode over {len(cost)} cases: time / normal mode's {geomean(cost):.3f}x (worst "
+            f"{max(cost):.2f}x; goal <= 1.10x), speed / {baseline}'s {geomean(speed):.3f}x (worst {min(speed):.2f}x; "
+            "goal >= 0.95x)")

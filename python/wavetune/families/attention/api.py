@@ -12,6 +12,7 @@ import functools
 import math
 import sys
 
+from ...runtime import invariance
 from ...runtime.configs import KernelConfig, family_variant_id, runnable
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
@@ -135,7 +136,7 @@ def _routes(torch, q, k, v, causal: bool, dtype_code: int, writes_out: bool) -> 
 
 
 def _run_candidate(torch, q, k, v, causal: bool, scale: float, given_out, out, variant: int, dtype_code: int,
-                   forced_splits):
+                   forced_splits, level: str):
     """The cuDNN or the paged candidate's result, or None where cuDNN refused a chosen (not forced) call. A
     forced one (``config=``) is checked first: these candidates pick their own splits."""
     config = _attention_by_id()[variant]
@@ -144,7 +145,7 @@ def _run_candidate(torch, q, k, v, causal: bool, scale: float, given_out, out, v
     if config.schedule == "paged":
         if q.shape[1] != 1:
             raise ValueError(f"{config.name} is the paged decode kernel: it takes seqlen_q == 1, got {q.shape[1]}")
-        paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0])
+        paged_attention(q[:, 0], k, v, scale=scale, out=out[:, 0], batch_invariant=level)
         return out
     if causal and 1 < q.shape[1] != k.shape[1]:
         raise ValueError(f"{config.name}: cuDNN's causal mask is top-left, the same as wavetune's only with as "
@@ -156,7 +157,8 @@ def tensor_args(t) -> tuple[int, int, int, int]:
     return (t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
 
 
-def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None, config=None, splits=None):
+def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=None, config=None, splits=None,
+              batch_invariant=None):
     """Scaled dot-product attention forward: ``softmax(scale * q @ k^T [+ mask]) @ v`` per head.
 
     q: [batch, seqlen_q, heads_q, head_dim] CUDA tensor, bf16 or fp16 (the FlashAttention layout).
@@ -180,12 +182,16 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         dim 64 with 16 or more query heads per KV head always), else the paged kernel on decode when K and V
         share their strides, else the FMHA model's choice (docs/attention.md). With
         ``torch.use_deterministic_algorithms`` on, cuDNN never runs.
+    batch_invariant: True, False or a level name: the choice for one sequence, so that a sequence's result does
+        not depend on the batch (docs/torch.md, "Batch-invariant mode"); cuDNN never runs then, and a problem no
+        compiled kernel runs raises instead of running SDPA. None: the process-wide setting.
 
     Runs on the current torch stream of q's device.
     """
     torch = sys.modules.get("torch")
     check_shapes(torch, q, k, v, out)
     variant = _resolve(config)
+    level = invariance.requested(batch_invariant)
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     given_out = out
@@ -205,28 +211,35 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, out=
         raise ValueError(f"q, k, v and out must be on one CUDA device, got {q.device}, {k.device}, {v.device}, {out.device}")
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
-            return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits)
+            return attention(q, k, v, causal=causal, scale=scale, out=out, config=config, splits=splits,
+                             batch_invariant=level)
     forced = variant >= 0
     if not forced:
         routes = _routes(torch, q, k, v, causal and seqlen_q > 1, dtype_code, given_out is not None) \
             if splits is None else (False, False, False)
         ensure_table(device, "attention")
-        variant, chosen_splits = _C.attention_chosen_launch(sizes, *tensors, scale, causal, dtype_code, device, routes)
+        variant, chosen_splits = _C.attention_chosen_launch(sizes, *tensors, scale, causal, dtype_code, device, routes,
+                                                            level)
         if variant < 0 and splits is not None:
             raise ValueError(f"splits apply to the FMHA variants, and none of {q.dtype} with head_dim {head_dim} is "
                              "compiled yet (python -m wavetune build --family attention compiles them)")
+        if variant < 0 and level != "off":
+            raise ValueError(f"wavetune.attention: no compiled kernel runs {q.dtype} head_dim {head_dim} batch-"
+                             "invariantly, and SDPA's splits depend on the batch (python -m wavetune build --family "
+                             "attention compiles the FMHA variants)")
         if variant < 0:  # no compiled kernel of this dtype and head dim runs it
             return _torch_attention(torch, q, k, v, causal, scale, given_out)
         splits = chosen_splits if splits is None else splits
     if _attention_by_id()[variant].from_library:
         done = _run_candidate(torch, q, k, v, causal, scale, given_out, out, variant, dtype_code,
-                              splits if forced else None)
+                              splits if forced else None, level)
         if done is not None:
             return done
         if forced:
             raise ValueError(f"{_attention_by_id()[variant].name}: cuDNN's SDPA backend refused the problem "
                              f"(q {tuple(q.shape)}, k {tuple(k.shape)})")
-        return attention(q, k, v, causal=causal, scale=scale, out=given_out)  # chosen again, without cuDNN
+        return attention(q, k, v, causal=causal, scale=scale, out=given_out,  # chosen again, without cuDNN
+                         batch_invariant=level)
     splits = 1 if splits is None else splits
     if isinstance(splits, bool) or not isinstance(splits, int):
         raise TypeError(f"splits must be an int, got {splits!r}")

@@ -15,6 +15,7 @@ import functools
 import math
 import sys
 
+from ...runtime import invariance
 from ...runtime.configs import KernelConfig, family_variant_id, runnable
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
@@ -43,16 +44,16 @@ _choices: dict[tuple, tuple[int, int]] = {}
 MAX_CACHED_CHOICES = 4096
 
 
-def _choice(device: int, sizes: tuple, dtype_code: int, args: tuple) -> tuple[int, int]:
-    """The paged kernels' choose (attention.h) on ``device`` (the current one), once per size: the wave model
-    reads sizes (and the queries' bound, rows and mask) only, so the pointers and strides in ``args`` (which it
-    validates) are not part of the key."""
+def _choice(device: int, sizes: tuple, dtype_code: int, args: tuple, level: str = "off") -> tuple[int, int]:
+    """The paged kernels' choose (attention.h) on ``device`` (the current one) at batch-invariance ``level``, once
+    per size: the wave model reads sizes (and the queries' bound, rows and mask) only, so the pointers and strides
+    in ``args`` (which it validates) are not part of the key."""
     _, max_q_len, q_tokens, causal = args[5]
-    key = (device, sizes, max_q_len, q_tokens, causal, args[2][3], dtype_code)
+    key = (device, sizes, max_q_len, q_tokens, causal, args[2][3], dtype_code, level)
     if key not in _choices:
         if len(_choices) >= MAX_CACHED_CHOICES:
             _choices.clear()
-        _choices[key] = _C.paged_attention_chosen_launch(sizes, *args, dtype_code)
+        _choices[key] = _C.paged_attention_chosen_launch(sizes, *args, dtype_code, level)
     return _choices[key]
 
 
@@ -178,8 +179,9 @@ def _problem(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tu
 
 
 def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tuple, sizes: tuple, scale, config,
-            splits, what: str):
-    """Validates the problem natively, picks the kernel and split count (unless forced) and launches."""
+            splits, what: str, level: str):
+    """Validates the problem natively, picks the kernel and split count (unless forced; at batch-invariance
+    ``level``) and launches."""
     tensors = [t for t in (q, k_cache, v_cache, seq_lens, out, *keys[:2], queries[0]) if isinstance(t, torch.Tensor)]
     device = q.get_device()
     if not all(t.is_cuda and t.get_device() == device for t in tensors):
@@ -187,7 +189,8 @@ def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tup
                          f"device, got {', '.join(str(t.device) for t in tensors)}")
     if device != torch.cuda.current_device():
         with torch.cuda.device(device):
-            return _launch(torch, q, k_cache, v_cache, keys, seq_lens, out, queries, sizes, scale, config, splits, what)
+            return _launch(torch, q, k_cache, v_cache, keys, seq_lens, out, queries, sizes, scale, config, splits, what,
+                           level)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     if out.numel() == 0:
@@ -197,7 +200,7 @@ def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tup
     if splits is not None:
         _check_bound("splits", splits, 1, _C.paged_attention_max_splits())
     if variant < 0 or splits is None:
-        chosen, chosen_splits = _choice(device, sizes, code, args)
+        chosen, chosen_splits = _choice(device, sizes, code, args, level)
         variant = chosen if variant < 0 else variant
         splits = chosen_splits if splits is None else splits
     workspace = torch.empty(_C.paged_attention_workspace_bytes(sizes, variant, splits, q.shape[0]), dtype=torch.uint8,
@@ -208,7 +211,8 @@ def _launch(torch, q, k_cache, v_cache, keys: tuple, seq_lens, out, queries: tup
 
 
 def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max_seq_len=None, cu_seqlens_q=None,
-                    max_seqlen_q=None, causal=True, total_keys=None, scale=None, out=None, config=None, splits=None):
+                    max_seqlen_q=None, causal=True, total_keys=None, scale=None, out=None, config=None, splits=None,
+                    batch_invariant=None):
     """Attention of each sequence's new query tokens against its cached keys and values,
     ``softmax(scale * q k^T) v`` per query head.
 
@@ -236,6 +240,8 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
     scale: of q.k, default 1 / sqrt(head_dim). out: optional output shaped as q.
     config, splits: force the kernel (id or name, ``paged_attention_configs()``) and the KV split count
         (1-256); default: both from a wave model of the launch (``attention.h``, choose).
+    batch_invariant: True, False or a level name: a kernel and split count that do not depend on the batch or the
+        other sequences (docs/torch.md, "Batch-invariant mode"); None: the process-wide setting.
 
     The query heads of one KV head are rows of one tile, so every KV byte is read once per tile. Runs on the
     current torch stream of q's device; CUDA graphs capture it (the workspace comes from torch's caching
@@ -249,7 +255,8 @@ def paged_attention(q, k_cache, v_cache, block_table=None, seq_lens=None, *, max
     if total_keys is not None:
         _check_bound("total_keys", total_keys, 0, 2**62)
     return _launch(torch, q, k_cache, v_cache, (block_table, None, total_keys), seq_lens, out,
-                   (cu_seqlens_q, max_q_len, causal), sizes, scale, config, splits, "paged_attention")
+                   (cu_seqlens_q, max_q_len, causal), sizes, scale, config, splits, "paged_attention",
+                   invariance.requested(batch_invariant))
 
 
 _flash_refused: set[tuple] = set()  # problems PyTorch's FlashAttention-2 refused once (shapes, dtype, causal)
@@ -302,7 +309,7 @@ def varlen_kernel_choice(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None,
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
-                     scale=None, out=None, config=None, splits=None):
+                     scale=None, out=None, config=None, splits=None, batch_invariant=None):
     """Attention over a batch of sequences of different lengths packed without padding (FlashAttention's
     ``flash_attn_varlen_func`` layout): sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1
     of q, its keys and values rows cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1 of k and v.
@@ -314,18 +321,20 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
         split count are chosen for them, and queries or keys past them are not computed.
     causal: the bottom-right mask (query t of a sequence with n queries and m keys sees keys up to m - n + t),
         as FlashAttention's; a prefill (n == m) is the usual causal mask.
-    scale, out, config, splits: as ``paged_attention``.
+    scale, out, config, splits, batch_invariant: as ``paged_attention``.
 
     Without config or splits, a batch of head dim 256 whose queries are at least half its keys (prompts without
-    a cached prefix) runs PyTorch's variable-length FlashAttention-2 (faster there); others run these kernels.
+    a cached prefix) runs PyTorch's variable-length FlashAttention-2 (faster there), except batch-invariant calls;
+    others run these kernels.
     """
     torch = sys.modules.get("torch")
     max_q, max_k = check_varlen_inputs(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out)
-    routable = all(t.is_cuda for t in (q, k, v, cu_seqlens_q, cu_seqlens_k)) and q.numel()
+    level = invariance.requested(batch_invariant)
+    routable = all(t.is_cuda for t in (q, k, v, cu_seqlens_q, cu_seqlens_k)) and q.numel() and level == "off"
     if config is None and splits is None and _prompts_prefer_flash(q, k) and routable:
         done = _flash_varlen(torch, q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, scale, out)
         if done is not None:
             return done
     sizes = _varlen_sizes(q, k, cu_seqlens_q, max_k)
     return _launch(torch, q, k, v, (None, cu_seqlens_k, k.shape[0]), None, out, (cu_seqlens_q, max_q, causal), sizes,
-                   scale, config, splits, "varlen_attention")
+                   scale, config, splits, "varlen_attention", level)

@@ -15,34 +15,38 @@ from __future__ import annotations
 
 import torch
 
+from ...runtime import invariance
 from ...torch_library import LIBRARY, STRIDES_TAG
 from . import api, paged
 
-LIBRARY.define("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) -> Tensor",
-               tags=(STRIDES_TAG,))
+# batch_invariance: a level's name (wavetune.runtime.invariance); None: the process-wide level when the call runs.
+LIBRARY.define("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, "
+               "str? batch_invariance=None) -> Tensor", tags=(STRIDES_TAG,))
 LIBRARY.define("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor? block_table=None, "
                "Tensor? seq_lens=None, int? max_seq_len=None, float? scale=None, Tensor? cu_seqlens_q=None, "
-               "int? max_seqlen_q=None, bool causal=True, int? total_keys=None) -> Tensor", tags=(STRIDES_TAG,))
+               "int? max_seqlen_q=None, bool causal=True, int? total_keys=None, str? batch_invariance=None) -> Tensor",
+               tags=(STRIDES_TAG,))
 LIBRARY.define("varlen_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
                "int? max_seqlen_q=None, int? max_seqlen_k=None, bool causal=False, float? scale=None) -> Tensor",
                tags=(STRIDES_TAG,))
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              scale: float | None = None) -> torch.Tensor:
+              scale: float | None = None, batch_invariance: str | None = None) -> torch.Tensor:
     """The kernel behind torch.ops.wavetune.attention: ``wavetune.attention(q, k, v, causal=, scale=)``."""
-    return api.attention(q, k, v, causal=causal, scale=scale)
+    return api.attention(q, k, v, causal=causal, scale=scale, batch_invariant=batch_invariance)
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     block_table: torch.Tensor | None = None, seq_lens: torch.Tensor | None = None,
                     max_seq_len: int | None = None, scale: float | None = None,
                     cu_seqlens_q: torch.Tensor | None = None, max_seqlen_q: int | None = None,
-                    causal: bool = True, total_keys: int | None = None) -> torch.Tensor:
+                    causal: bool = True, total_keys: int | None = None,
+                    batch_invariance: str | None = None) -> torch.Tensor:
     """The kernel behind torch.ops.wavetune.paged_attention: ``wavetune.paged_attention``."""
     return api.paged_attention(q, k_cache, v_cache, block_table, seq_lens, max_seq_len=max_seq_len,
                                cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, causal=causal,
-                               total_keys=total_keys, scale=scale)
+                               total_keys=total_keys, scale=scale, batch_invariant=batch_invariance)
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -55,14 +59,16 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
 
 @torch.library.register_fake("wavetune::attention", lib=LIBRARY)
 def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    scale: float | None = None) -> torch.Tensor:
+                    scale: float | None = None, batch_invariance: str | None = None) -> torch.Tensor:
+    invariance.requested(batch_invariance)  # a bad level fails as the kernel does
     api.check_shapes(torch, q, k, v, None)
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("wavetune::paged_attention", lib=LIBRARY)
 def _paged_attention_fake(q, k_cache, v_cache, block_table=None, seq_lens=None, max_seq_len=None, scale=None,
-                          cu_seqlens_q=None, max_seqlen_q=None, causal=True, total_keys=None):
+                          cu_seqlens_q=None, max_seqlen_q=None, causal=True, total_keys=None, batch_invariance=None):
+    invariance.requested(batch_invariance)
     paged.check_inputs(torch, q, k_cache, v_cache, block_table, seq_lens, max_seq_len, None, cu_seqlens_q,
                        max_seqlen_q)
     return torch.empty_like(q, memory_format=torch.contiguous_format)

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import sys
 
+from ...runtime import invariance
 from ...runtime.configs import KernelConfig, LaunchConfig, code, runnable
 from ...runtime.device import stream_getter, dtype_codes
 from ...runtime.native import _C
@@ -162,7 +163,7 @@ def launch_prepared(prepared, a, b, bias, out) -> None:
              0 if workspace is None else workspace.data_ptr(), stream_getter(torch)(out.get_device()))
 
 
-def gemm(a, b, *, bias=None, out=None, config=None):
+def gemm(a, b, *, bias=None, out=None, config=None, batch_invariant=None):
     """``a @ b (+ bias)`` with a CUTLASS Hopper kernel or cuBLAS: a drop-in for ``torch.matmul(a, b)``.
 
     a: [..., K] CUDA tensor, bf16 or fp16, last dimension contiguous.
@@ -173,6 +174,8 @@ def gemm(a, b, *, bias=None, out=None, config=None):
     out: optional [..., N] tensor to write (same dtype and device, rows contiguous).
     config: force a variant (id, name or LaunchConfig with micro parameters); default: the tuned
             table's choice for this GPU (the built-in heuristic where there is none).
+    batch_invariant: True, False or a level name ("reduction_order", "config"): choose only configs whose
+            rows do not depend on M (docs/torch.md, "Batch-invariant mode"); None: the process-wide setting.
 
     Runs on the current torch stream of ``a``'s device. K and N must be multiples of 8 and the data
     16-byte aligned (the kernels load with TMA); the error says so otherwise.
@@ -191,13 +194,14 @@ def gemm(a, b, *, bias=None, out=None, config=None):
     if ops.k == 0:
         return out.copy_(bias.expand(out_shape)) if bias is not None else out.zero_()
 
+    level = invariance.requested(batch_invariant)
     if ops.device != torch.cuda.current_device():
         with torch.cuda.device(ops.device):
-            return gemm(a, b, bias=bias, out=out, config=config)
+            return gemm(a, b, bias=bias, out=out, config=config, batch_invariant=level)
     if variant < 0:
         ensure_table(ops.device)
     prepared = _C.PreparedGemm(ops.m, ops.n, ops.k, ops.lda, ops.ldb, ldd, ops.dtype, ops.b_layout, ops.device,
-                               variant, decomposition, splits, raster, swizzle)
+                               variant, decomposition, splits, raster, swizzle, level)
     launch_prepared(prepared, a, b, bias, out)
     return out
 

@@ -20,14 +20,16 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from ...runtime import tables
+from ...runtime import invariance, tables
 from ...runtime.device import stream_getter
 from ...runtime.native import _C
 from ...torch_library import LIBRARY, STRIDES_TAG
 from . import api
 
-LIBRARY.define("gemm(Tensor a, Tensor b) -> Tensor", tags=(STRIDES_TAG,))
-LIBRARY.define("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", tags=(STRIDES_TAG,))
+# batch_invariance: a level's name (wavetune.runtime.invariance); None: the process-wide level when the call runs.
+LIBRARY.define("gemm(Tensor a, Tensor b, str? batch_invariance=None) -> Tensor", tags=(STRIDES_TAG,))
+LIBRARY.define("linear(Tensor x, Tensor weight, Tensor? bias=None, str? batch_invariance=None) -> Tensor",
+               tags=(STRIDES_TAG,))
 
 # The device index without torch.cuda.current_device()'s Python wrapper (public API where absent).
 _current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
@@ -86,15 +88,16 @@ def _native_launch(prepared, out_shape: torch.Size) -> Callable:
     return launch
 
 
-def _new_plan(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> _Plan:
-    """The plan for operands of ``key`` after all of ``api.gemm``'s checks; remembered unless the problem is
-    empty (nothing to launch) or on another device than the current one."""
+def _new_plan(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, level: str) -> _Plan:
+    """The plan for operands of ``key`` after all of ``api.gemm``'s checks, at batch-invariance ``level``;
+    remembered unless the problem is empty (nothing to launch) or on another device than the current one."""
     _prepare_device(a, op)
     ops = api.check_operands(a, b, bias)
     if not (ops.m and ops.n and ops.k) or ops.device != _current_device():
-        return _Plan(ops.device, lambda a, b_ptr, bias: api.gemm(a, b, bias=bias))
+        return _Plan(ops.device, lambda a, b_ptr, bias: api.gemm(a, b, bias=bias, batch_invariant=level))
     tables.ensure_table(ops.device)
-    prepared = _C.PreparedGemm(ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.n, ops.dtype, ops.b_layout, ops.device)
+    prepared = _C.PreparedGemm(ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.n, ops.dtype, ops.b_layout, ops.device,
+                               batch_invariance=level)
     plan = _Plan(ops.device, None if prepared.from_library else _native_launch(prepared, (*a.shape[:-1], ops.n)))
     if tables.table_swap_pending(ops.device):
         return plan  # made under capture from a table about to be replaced: a later call takes the new one
@@ -114,31 +117,36 @@ def _check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
                          f"got {bias.dtype} {tuple(bias.shape)} on {bias.device}")
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def gemm(a: torch.Tensor, b: torch.Tensor, batch_invariance: str | None = None) -> torch.Tensor:
     """The kernel behind torch.ops.wavetune.gemm: ``wavetune.gemm(a, b)`` with the table's choice."""
-    key = ("gemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+    level = invariance.requested(batch_invariance)
+    key = ("gemm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device(), level)
     plan = _plans.get(key)
     if plan is None or plan.device != _current_device():
-        plan = _new_plan(key, "gemm", a, b, None)
+        plan = _new_plan(key, "gemm", a, b, None, level)
     return plan.launch(a, b.data_ptr(), None) if plan.launch else torch.matmul(a, b)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           batch_invariance: str | None = None) -> torch.Tensor:
     """The kernel behind torch.ops.wavetune.linear: ``F.linear(x, weight, bias)`` on wavetune's GEMM, the bias
     added in the GEMM's epilogue (fp32, one rounding)."""
+    level = invariance.requested(batch_invariance)
     key = ("linear", x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
-           weight.get_device(), None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()))
+           weight.get_device(), None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()),
+           level)
     plan = _plans.get(key)
     if plan is None or plan.device != _current_device():
         _check_linear(x, weight, bias)
-        plan = _new_plan(key, "linear", x, weight.t(), bias)
+        plan = _new_plan(key, "linear", x, weight.t(), bias, level)
     if plan.launch is None:
         return torch.nn.functional.linear(x, weight, bias)
     return plan.launch(x, weight.data_ptr(), bias)  # weight's pointer is weight.t()'s
 
 
 @torch.library.register_fake("wavetune::gemm", lib=LIBRARY)
-def _gemm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _gemm_fake(a: torch.Tensor, b: torch.Tensor, batch_invariance: str | None = None) -> torch.Tensor:
+    invariance.requested(batch_invariance)  # a bad level fails as the kernel does
     if a.dim() < 1 or b.dim() != 2:
         raise ValueError(f"expected a of shape [..., K] and b of shape [K, N], got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.shape[-1] != b.shape[0]:
@@ -149,9 +157,10 @@ def _gemm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 @torch.library.register_fake("wavetune::linear", lib=LIBRARY)
-def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 batch_invariance: str | None = None) -> torch.Tensor:
     _check_linear(x, weight, bias)
-    return _gemm_fake(x, weight.t())
+    return _gemm_fake(x, weight.t(), batch_invariance)
 
 
 # NOTES: the CPU kernels exist to refuse with wavetune's message (_prepare_device) instead of the

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+from ...runtime import invariance
 from ...runtime.configs import KernelConfig, family_variant_id, runnable
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
@@ -197,9 +198,11 @@ class GroupedEntry:
         experts)."""
         return _C.grouped_problem_error(p.m, p.groups, p.n, p.k, *[NO_DATA] * 4, p.dtype, self.code, NO_DATA, NO_DATA)
 
-    def __call__(self, x, w, scale_x, scale_w, offsets, *, out_dtype=None, out=None, config=None):
+    def __call__(self, x, w, scale_x, scale_w, offsets, *, out_dtype=None, out=None, config=None,
+                 batch_invariant=None):
         torch = sys.modules.get("torch")
         self.check(torch, x, w, scale_x, scale_w, offsets, out_dtype, out)
+        level = invariance.requested(batch_invariant)
         variant = self.resolve(config)
         experts, n, k = w.shape
         rows = x.shape[0]
@@ -230,7 +233,7 @@ class GroupedEntry:
             # writes on the GPU from the offsets, and CUTLASS's TMA descriptors.
             workspace = torch.empty(_workspace_bytes(experts), dtype=torch.uint8, device=x.device)
             _C.grouped_gemm(rows, experts, n, k, *problem, variant, workspace.data_ptr(), workspace.numel(),
-                            stream_getter(torch)(device), device)
+                            stream_getter(torch)(device), device, level)
         return out
 
     def vendor_runs(self, dtype: str) -> bool:
@@ -268,7 +271,7 @@ def check_operands(torch, x, w, scale_x, scale_w, offsets, out_dtype, out) -> No
     ENTRIES[scales_of(scale_w)].check(torch, x, w, scale_x, scale_w, offsets, out_dtype, out)
 
 
-def grouped_gemm(x, w, offsets, *, out=None, config=None):
+def grouped_gemm(x, w, offsets, *, out=None, config=None, batch_invariant=None):
     """Mixture-of-experts grouped GEMM: ``out[rows of e] = x[rows of e] @ w[e].T`` for every expert e.
 
     x: [rows, K] CUDA tensor, bf16 or fp16, its rows sorted by expert (tokens times top-k in an MoE layer).
@@ -281,11 +284,13 @@ def grouped_gemm(x, w, offsets, *, out=None, config=None):
         grouped table (``tables/<gpu>.grouped_gemm.wtt``, or $WAVETUNE_GROUPED_TABLE), else of the built-in
         heuristic, from the sizes alone (rows, experts, N, K), which the host knows: the call never waits
         for the GPU to learn the rows per expert, and CUDA-graph capture works.
+    batch_invariant: True, False or a level name: choose only variants whose rows do not depend on the tokens
+        per expert (docs/torch.md, "Batch-invariant mode"); None: the process-wide setting.
 
     Runs on the current torch stream of x's device. K and N must be multiples of 8 (the kernels load
     with TMA; K = 0 writes zeros); all tensors contiguous.
     """
-    return ENTRIES[""](x, w, None, None, offsets, out=out, config=config)
+    return ENTRIES[""](x, w, None, None, offsets, out=out, config=config, batch_invariant=batch_invariant)
 
 
 def scaled_grouped_gemm(x, w, scale_x, scale_w, offsets, *, out_dtype=None, out=None, config=None):

@@ -12,19 +12,25 @@ from typing import Callable
 
 import torch
 
+from ...runtime import invariance
 from ...torch_library import LIBRARY, STRIDES_TAG
 from . import api
 
-LIBRARY.define("grouped_gemm(Tensor x, Tensor w, Tensor offsets) -> Tensor", tags=(STRIDES_TAG,))
+# batch_invariance: a level's name (wavetune.runtime.invariance); None: the process-wide level when the call runs.
+LIBRARY.define("grouped_gemm(Tensor x, Tensor w, Tensor offsets, str? batch_invariance=None) -> Tensor",
+               tags=(STRIDES_TAG,))
 
 
-def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
+                 batch_invariance: str | None = None) -> torch.Tensor:
     """The kernel behind torch.ops.wavetune.grouped_gemm: ``wavetune.grouped_gemm(x, w, offsets)``."""
-    return api.grouped_gemm(x, w, offsets)
+    return api.grouped_gemm(x, w, offsets, batch_invariant=batch_invariance)
 
 
 @torch.library.register_fake("wavetune::grouped_gemm", lib=LIBRARY)
-def _grouped_gemm_fake(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+def _grouped_gemm_fake(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
+                       batch_invariance: str | None = None) -> torch.Tensor:
+    invariance.requested(batch_invariance)  # a bad level fails as the kernel does
     api.check_shapes(torch, x, w, offsets, None)
     return x.new_empty((x.shape[0], w.shape[1]))  # contiguous, like grouped_gemm's own output
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import sys
 
+from ...runtime import invariance
 from ...runtime.configs import KernelConfig, family_variant_id, runnable
 from ...runtime.device import dtype_codes, stream_getter
 from ...runtime.native import _C
@@ -167,6 +168,9 @@ def scaled_gemm(a, b, scale_a, scale_b, *, out_dtype=None, bias=None, out=None, 
             return scaled_gemm(a, b, scale_a, scale_b, out_dtype=out_dtype, bias=bias, out=out,
                                block_scales=block_scales, config=config, splits=splits)
     code = dtype_codes(torch)[out_dtype]
+    if variant < 0 and invariance.batch_invariant_level() != "off":
+        raise ValueError("wavetune.scaled_gemm has no batch-invariant choice: it moves between its decode kernels, "
+                         "CUTLASS and cuBLASLt by M (force one with config=, or leave batch-invariant mode)")
     if variant < 0:
         ensure_table(device, "scaled_gemm")  # no table: the built-in model's variants compile in the background
         variant = _choice(device, m, n, k, code, kind_a, kind_b, bias is not None)
