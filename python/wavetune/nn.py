@@ -212,7 +212,7 @@ class PatchReport:
 
     def __str__(self) -> str:
         lines = [f"wavetune: patched {len(self.patched)} nn.Linear layers, skipped {len(self.skipped)}; "
-                 f"{len(self.layers)} norms, MLPs and rotary embeddings on layer ops, left {len(self.layers_skipped)}"]
+                 f"{len(self.layers)} norms, MLPs, rotary embeddings and residual additions on layer ops, left {len(self.layers_skipped)}"]
         lines += [f"  {kind}: {previous} -> {hf.IMPLEMENTATION}" for kind, previous in self.switched.items()]
         lines += ["  decode steps over a static cache: CUDA graphs"] if self.decode_graphs else []
         lines += [f"  skipped {name}: {reason}" for name, reason in {**self.skipped, **self.layers_skipped}.items()]
