@@ -158,6 +158,21 @@ def test_install_keeps_the_signature_and_replaces_the_automatic_compile():
     assert "forward" not in model.__dict__ and "get_compiled_call" not in model.__dict__
 
 
+def test_a_deep_copy_runs_itself_with_graphs_of_its_own():
+    import copy
+
+    model = llama()
+    decode_graphs.install(model)
+    twin = copy.deepcopy(model)
+    assert twin.forward.__self__ is twin and decode_graphs.installed(twin).forward.__self__ is twin
+    assert decode_graphs.installed(twin) is not decode_graphs.installed(model)
+    assert twin.get_compiled_call(None) == twin.__call__
+    with torch.no_grad():
+        twin.model.embed_tokens.weight.zero_()
+        tokens = torch.randint(0, 256, (1, 4))
+        assert not torch.equal(twin(input_ids=tokens).logits, model(input_ids=tokens).logits)
+
+
 def test_remove_puts_back_a_forward_the_instance_had():
     model = llama()
     hook = model.forward
@@ -183,25 +198,30 @@ def gpu_model(name: str, **overrides):
     return bf16_pair(name, num_attention_heads=2, num_key_value_heads=1, head_dim=128, **overrides)[1]
 
 
-def generate(model, batch: int, cache: str = "static", new_tokens: int = 16):
+def generate(model, batch: int, cache: str = "static", new_tokens: int = 16, **options):
+    """Greedy tokens and logits; without graphs, ``disable_compile=True`` keeps the steps eager (transformers
+    would otherwise compile a static cache's steps)."""
     torch.manual_seed(1)
     prompt = torch.randint(0, COMMON["vocab_size"], (batch, 12), device="cuda")
     with torch.no_grad():
         return model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                               cache_implementation=cache, attention_mask=torch.ones_like(prompt),
-                              output_logits=True, return_dict_in_generate=True)
+                              output_logits=True, return_dict_in_generate=True, **options)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["LlamaForCausalLM", "Qwen3MoeForCausalLM"])
 def test_static_cache_generate_gives_the_same_tokens_and_logits_from_graphs(name):
     model = gpu_model(name)
-    with_graphs = generate(model, batch=1)
+    with_graphs = generate(model, batch=1)  # transformers would compile these steps: the graphs run instead
     runner = decode_graphs.installed(model)
     assert runner.captures == 1, runner.graphs  # one capture, every later step replayed
     assert all(not isinstance(entry, str) for entry in runner.graphs.values()), runner.graphs
+    assert "_compiled_call" not in model.__dict__
+    assert torch.equal(generate(model, batch=1, disable_compile=True).sequences, with_graphs.sequences)
+    assert runner.captures == 2  # a new cache: captured again
     decode_graphs.remove(model)
-    eager = generate(model, batch=1)
+    eager = generate(model, batch=1, disable_compile=True)
     assert torch.equal(with_graphs.sequences, eager.sequences)
     for step, (got, want) in enumerate(zip(with_graphs.logits, eager.logits)):
         assert torch.equal(got, want), f"step {step}: the replayed logits differ from the eager step's"
@@ -220,7 +240,7 @@ def test_a_second_batch_size_captures_a_second_graph_and_a_dynamic_cache_runs_ea
     generate(model, batch=2, cache="dynamic")
     assert runner.captures == 2  # the dynamic cache's steps ran eagerly
     decode_graphs.remove(model)
-    assert torch.equal(generate(model, batch=2).sequences, two.sequences)
+    assert torch.equal(generate(model, batch=2, disable_compile=True).sequences, two.sequences)
 
 
 @pytest.mark.gpu

@@ -15,6 +15,7 @@ graphs of one cache share (they never run concurrently, and each keeps its input
 
 from __future__ import annotations
 
+import copy
 import functools
 import types
 import warnings
@@ -126,6 +127,10 @@ class DecodeGraphs:
         self.captures = 0  # how many graphs were captured
         _live.add(self)
 
+    def __deepcopy__(self, memo):
+        """A copy without graphs (they hold this model's buffers): a copied model captures its own."""
+        return DecodeGraphs(copy.deepcopy(self.forward, memo), copy.deepcopy(self.previous, memo))
+
     def reset(self) -> None:
         """Drop every graph (their memory goes back to the pool)."""
         self.graphs.clear()
@@ -206,16 +211,17 @@ def install(model: torch.nn.Module) -> bool:
     step aside (``get_compiled_call`` without a compile config gives the plain call); whether it did."""
     if installed(model) is not None or graphs_reason(model) is not None:
         return installed(model) is not None
-    runner = DecodeGraphs(model.forward, model.__dict__.get("forward"))
 
-    @functools.wraps(model.forward)  # transformers reads the forward's signature
-    def forward(*args, **kwargs):
+    @functools.wraps(type(model).forward)  # transformers reads the forward's signature
+    def forward(self, *args, **kwargs):
+        runner = getattr(self, RUNNER)
         if torch.compiler.is_compiling():  # torch.compile traces the model's own forward
             return runner.forward(*args, **kwargs)
         return runner(*args, **kwargs)
 
-    model.__dict__[RUNNER] = runner
-    model.forward = forward
+    model.__dict__[RUNNER] = DecodeGraphs(model.forward, model.__dict__.get("forward"))
+    # Methods bound to the model, not closures over it: copy.deepcopy binds them to the copy.
+    model.forward = types.MethodType(forward, model)
     model.get_compiled_call = types.MethodType(_compiled_call, model)
     return True
 
