@@ -310,12 +310,6 @@ void check_device() {
   if (const char* device_error = current_device_error()) WAVETUNE_INVALID(device_error);
 }
 
-}  // namespace
-}  // namespace detail
-
-namespace detail {
-namespace {
-
 void run_norm(const NormRows& rows, DType dtype, Stream stream, const char* name) {
   if (!rows.weight || reinterpret_cast<uintptr_t>(rows.weight) % 16 != 0) {
     WAVETUNE_INVALID(name, ": weight must be 16-byte aligned");
