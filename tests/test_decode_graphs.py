@@ -192,6 +192,15 @@ def test_patch_installs_on_gpu_models_only_and_unpatch_removes():
 
 # GPU tier ------------------------------------------------------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def grouped_kernels_whatever_the_build(request, monkeypatch):
+    """As in test_hf.py: the GPU tests' experts run wavetune's grouped kernels whatever variants the build has."""
+    if "gpu" in request.keywords:
+        from wavetune import hf
+
+        monkeypatch.setattr(hf, "grouped_variants_pending", lambda device, dtype: 0)
+
+
 def gpu_model(name: str, **overrides):
     from test_hf import bf16_pair
 
