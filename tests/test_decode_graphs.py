@@ -131,6 +131,19 @@ def test_replay_copies_the_arguments_in_and_the_output_out(on_gpu, monkeypatch):
         assert len(captured) == 3 and captured[2] != captured[1]
 
 
+def test_a_stored_output_holds_no_cache_and_a_replayed_one_the_callers():
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    old, new, logits = object(), object(), torch.ones(2, 1, 8)
+    stored = decode_graphs.outputs_like(CausalLMOutputWithPast(logits=logits, past_key_values=old), old,
+                                        decode_graphs.CACHE, copy_tensors=False)
+    assert stored.past_key_values is decode_graphs.CACHE and stored.logits is logits
+    replayed = decode_graphs.outputs_like(stored, decode_graphs.CACHE, new, copy_tensors=True)
+    assert type(replayed) is CausalLMOutputWithPast and replayed.past_key_values is new
+    assert torch.equal(replayed.logits, logits) and replayed.logits.data_ptr() != logits.data_ptr()
+    assert decode_graphs.outputs_like((logits, old), old, new, copy_tensors=False)[1] is new  # return_dict=False
+
+
 def test_a_failed_capture_is_remembered_and_the_step_runs_eagerly(on_gpu):
     model = llama()
     cache = filled_cache(model)

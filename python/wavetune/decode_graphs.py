@@ -102,14 +102,20 @@ def graph_key(kwargs: dict) -> tuple:
         for name, value in kwargs.items() if name != "past_key_values"))
 
 
-def copied(output):
-    """``output`` (a ModelOutput, tuple or tensor) with its tensors copied out of the graph's buffers."""
+CACHE = object()  # stands for the cache in a stored output: a graph keeps no cache alive
+
+
+def outputs_like(output, old, new, copy_tensors: bool):
+    """``output`` (a ModelOutput, tuple or tensor) with ``old`` (a cache) replaced by ``new`` and, with
+    ``copy_tensors``, its tensors copied out of the graph's buffers."""
     if isinstance(output, torch.Tensor):
-        return output.clone()
+        return output.clone() if copy_tensors else output
+    if output is old:
+        return new
     if isinstance(output, dict):  # transformers' ModelOutput
-        return type(output)(**{name: copied(value) for name, value in output.items()})
+        return type(output)(**{name: outputs_like(value, old, new, copy_tensors) for name, value in output.items()})
     if isinstance(output, tuple):
-        return tuple(copied(value) for value in output)
+        return tuple(outputs_like(value, old, new, copy_tensors) for value in output)
     return output
 
 
@@ -154,7 +160,7 @@ class DecodeGraphs:
             if isinstance(value, torch.Tensor):
                 buffers[name].copy_(value)
         graph.replay()
-        return copied(output)
+        return outputs_like(output, CACHE, kwargs["past_key_values"], copy_tensors=True)
 
     def capture(self, key: tuple, kwargs: dict):
         """Run this step eagerly on a side stream (the warm-up), then capture it over copies of its tensor
@@ -177,7 +183,8 @@ class DecodeGraphs:
             warnings.warn(f"wavetune: a decode step runs eagerly, its CUDA-graph capture failed: {error}",
                           stacklevel=3)
             return output
-        self.graphs[key] = (graph, {n: v for n, v in buffers.items() if isinstance(v, torch.Tensor)}, captured)
+        tensors = {name: value for name, value in buffers.items() if isinstance(value, torch.Tensor)}
+        self.graphs[key] = (graph, tensors, outputs_like(captured, kwargs["past_key_values"], CACHE, False))
         self.captures += 1
         return output
 
