@@ -69,6 +69,26 @@ def test_bad_inputs_name_the_problem():
         wavetune.rotary_embedding(q, k, cos, cos)
 
 
+def test_add_rms_norm_checks_its_residual_without_a_gpu():
+    x, weight = torch.zeros(4, 64, dtype=torch.bfloat16), torch.ones(64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"residual must have x's shape \(4, 64\), got \(4, 32\)"):
+        api.check_residual(torch, x, x[:, :32], weight)
+    with pytest.raises(TypeError, match="residual must be torch.bfloat16"):
+        api.check_residual(torch, x, x.half(), weight)
+    with pytest.raises(ValueError, match=r"weight must be \[64\]"):
+        api.check_residual(torch, x, x, weight[:32])
+    with pytest.raises(ValueError, match="CUDA"):
+        wavetune.add_rms_norm(x, x, weight, 1e-6)
+    with pytest.raises(ValueError, match="CUDA"):
+        OPS.add_rms_norm(x, x, weight, 1e-6)
+    from wavetune._C import add_rms_norm
+
+    with pytest.raises(ValueError, match="add_rms_norm: residual: .*16-byte aligned"):
+        add_rms_norm(16, 64, 8, 64, 16, 64, 16, 16, 64, 3, 64, 1e-6, 0, 0)
+    with pytest.raises(ValueError, match="add_rms_norm: sum: .*multiples of 8"):
+        add_rms_norm(16, 64, 16, 64, 16, 60, 16, 16, 64, 3, 64, 1e-6, 0, 0)
+
+
 def test_the_native_checks_need_no_gpu():
     from wavetune._C import rows_error
 
@@ -82,6 +102,7 @@ def test_fakes_give_the_output_shapes():
         x, w = torch.empty(3, 5, 96, dtype=torch.bfloat16), torch.empty(96, dtype=torch.bfloat16)
         assert OPS.rms_norm(x, w, 1e-6).shape == (3, 5, 96)
         assert OPS.silu_and_mul(x).shape == (3, 5, 48)
+        assert [t.shape for t in OPS.add_rms_norm(x, x, w, 1e-6)] == [(3, 5, 96)] * 2
         q = torch.empty(2, 7, 4, 64, dtype=torch.float16).transpose(1, 2)  # [batch, heads, seq, dim] view
         k = torch.empty(2, 7, 2, 64, dtype=torch.float16).transpose(1, 2)
         q_out, k_out = OPS.rotary_embedding(q, k, torch.empty(1, 7, 64, dtype=torch.float16),
@@ -144,6 +165,24 @@ def test_swapped_modules_fall_back_to_what_they_replaced_on_the_cpu():
     assert all(torch.equal(getattr(attention, p)(x), before[p]) for p in fused.PROJECTIONS)
     merged, k_proj = attention.q_proj.merged, fused._original(attention.k_proj)
     assert k_proj.weight.data_ptr() == merged.weight[attention.k_proj.start:].data_ptr()
+
+
+def test_a_decoder_layer_adds_and_norms_as_before_on_the_cpu():
+    model = tiny("LlamaForCausalLM", "LlamaConfig")
+    layer = model.model.layers[0]
+    x = torch.randn(2, 5, TINY["hidden_size"], dtype=torch.bfloat16)
+    positions = torch.arange(5).expand(2, 5)
+    embeddings = model.model.rotary_emb(x, positions)
+    expected = layer(x, position_ids=positions, position_embeddings=embeddings)
+    assert fused.decoder_reason(layer) is None
+    layer.post_attention_layernorm = fused.RMSNorm(layer.post_attention_layernorm)  # CPU: PyTorch's add and norm
+    fused.patch_residual(layer, "layer", {})
+    assert torch.equal(layer(x, position_ids=positions, position_embeddings=embeddings), expected)
+    total, normed = fused.add_norm(layer.post_attention_layernorm, x, x.flip(0))
+    assert torch.equal(total, x.flip(0) + x) and torch.equal(normed, fused._original(
+        layer.post_attention_layernorm)(total))
+    mixtral = tiny("MixtralForCausalLM", "MixtralConfig", device="meta", num_local_experts=4)
+    assert "not LlamaDecoderLayer's" in fused.decoder_reason(mixtral.model.layers[0])
 
 
 def test_swapped_modules_trace_under_torch_compile_on_the_cpu():
@@ -213,6 +252,48 @@ def test_rms_norm_matches_transformers(rows, width, dtype):
     difference = (out.float() - expected.float()).abs()
     assert (difference <= 2 * step * expected.float().abs() + 1e-6).all(), difference.max()
     assert (out != expected).float().mean() < 0.01
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows, width", [(1, 4096), (3, 3584), (37, 128), (1000, 5120), (5, 8), (129, 64)])
+def test_add_rms_norm_is_the_eager_addition_then_rms_norm(rows, width, dtype):
+    weight = torch.empty(width, device="cuda", dtype=dtype).normal_(1.0, 0.3)
+    wide = torch.randn(rows, width + 16, device="cuda", dtype=dtype) * 3
+    x, residual = wide[:, 8:width + 8], torch.randn(rows, width, device="cuda", dtype=dtype) * 3  # x strided
+    total, out = wavetune.add_rms_norm(x, residual, weight, 1e-5)
+    assert torch.equal(total, residual + x)  # rounded as PyTorch's addition rounds it
+    assert torch.equal(out, wavetune.rms_norm(total, weight, 1e-5))  # then the rms_norm kernel's arithmetic
+    norm = llama.LlamaRMSNorm(width, eps=1e-5).to("cuda", dtype)
+    norm.weight.data.copy_(weight)
+    expected = norm(residual + x)
+    step = 2 ** -7 if dtype == torch.bfloat16 else 2 ** -10  # test_rms_norm_matches_transformers' tolerance
+    assert ((out.float() - expected.float()).abs() <= 2 * step * expected.float().abs() + 1e-6).all()
+    batched = [t.view(1, rows, width) for t in (x.contiguous(), residual)]
+    assert all(torch.equal(a.view(rows, width), b) for a, b in zip(OPS.add_rms_norm(*batched, weight, 1e-5),
+                                                                   (total, out)))
+
+
+@pytest.mark.gpu
+def test_patched_decoder_layers_run_add_rms_norm(monkeypatch):
+    model = tiny("LlamaForCausalLM", "LlamaConfig", device="cuda")
+    patched = copy.deepcopy(model)
+    report = wavetune.patch(patched, attention=False)
+    assert "model.layers.0" in report.layers and "forward" in patched.model.layers[0].__dict__
+    calls = []
+    original = fused.add_norm
+
+    def counted(norm, x, residual):
+        result = original(norm, x, residual)
+        calls.append(torch.equal(result[0], residual + x))
+        return result
+
+    monkeypatch.setattr(fused, "add_norm", counted)
+    tokens = torch.randint(0, TINY["vocab_size"], (2, 9), device="cuda")
+    with torch.no_grad():
+        logits, reference = patched(tokens).logits.float(), model(tokens).logits.float()
+    assert calls == [True] * TINY["num_hidden_layers"]
+    assert ((logits - reference).norm() / reference.norm()).item() < 2e-2
 
 
 @pytest.mark.gpu
@@ -322,7 +403,8 @@ def test_torch_compile_traces_a_patched_model_without_breaks():
                  num_attention_heads=8, num_key_value_heads=2, head_dim=128)
     patched = copy.deepcopy(model)
     report = wavetune.patch(patched, attention=False)
-    assert len(report.layers) == 2 * 6 + 1 and not report.layers_skipped  # per layer: 4 norms, MLP, rope; final norm
+    # per layer: 4 norms, MLP, rope, the residual addition with its norm; the final norm
+    assert len(report.layers) == 2 * 7 + 1 and not report.layers_skipped
     tokens = torch.randint(0, TINY["vocab_size"], (2, 33), device="cuda")
     compiled = torch.compile(patched, fullgraph=True)
     with torch.no_grad():

@@ -32,7 +32,7 @@ from .families.attention.api import (  # attention forward; paged KV caches, var
 from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
     dequantize_fp8, quantize_fp8, scaled_gemm, scaled_gemm_configs)
 from .families.layer_ops.api import (  # a decoder layer's element-wise parts, an MoE layer's routing
-    moe_align, moe_combine, moe_gather, rms_norm, rotary_embedding, silu_and_mul)
+    add_rms_norm, moe_align, moe_combine, moe_gather, rms_norm, rotary_embedding, silu_and_mul)
 
 try:
     __version__ = version("wavetune")
@@ -40,7 +40,7 @@ except PackageNotFoundError:  # imported from an unusual location
     __version__ = "0+unknown"
 
 __all__ = [
-    "KernelConfig", "LaunchConfig", "attention", "attention_configs", "batch_invariant", "batch_invariant_level",
+    "KernelConfig", "LaunchConfig", "add_rms_norm", "attention", "attention_configs", "batch_invariant", "batch_invariant_level",
     "block_scaled_grouped_configs",
     "block_scaled_grouped_gemm", "build_info", "configs", "dequantize_fp8",
     "device_properties", "gemm", "grouped_configs", "grouped_gemm", "load_table", "moe_align", "moe_combine",

@@ -1,11 +1,13 @@
 """The layer ops in a model (``wavetune.patch``; docs/torch.md, "Layer ops"): per module, transformers' RMSNorm,
 its gated MLP and the rotary embedding of its attention each become one kernel, the MLP's gate and up
-projections one GEMM, and the attention's query, key and value projections one GEMM.
+projections one GEMM, the attention's query, key and value projections one GEMM, and a decoder layer's residual
+addition after attention one kernel with the norm that follows it.
 
 A module is swapped only where its code is transformers' Llama code: an RMSNorm or MLP class whose ``forward``
 compiles to the same bytecode as ``LlamaRMSNorm.forward`` / ``LlamaMLP.forward`` (their copies in Qwen2, Mistral,
 Mixtral, Qwen2-MoE, Qwen3, Qwen3-MoE, ...; not Gemma's norm, whose weight is offset by one), an MLP whose
-activation is SiLU, an attention whose module's ``apply_rotary_pos_emb`` is Llama's. Each swapped module runs
+activation is SiLU, an attention whose module's ``apply_rotary_pos_emb`` is Llama's, a decoder layer whose
+``forward`` is ``LlamaDecoderLayer.forward`` (Qwen2, Mistral, Qwen3, Qwen3-MoE, Qwen2-MoE; not Mixtral's). Each swapped module runs
 what it replaced for inputs its kernel does not take (a CPU tensor, another dtype, a width not a multiple of 8),
 so the model computes what it did; ``unpatch_layers`` puts the modules back.
 
@@ -31,6 +33,7 @@ DTYPES = (torch.bfloat16, torch.float16)
 ROTARY = "apply_rotary_pos_emb"  # the function transformers' attention forwards call, from their module's globals
 # Where a swapped attention module keeps what its forward was before (a class's function: its own globals).
 ROTARY_PATCHED = "_wavetune_rotary"
+RESIDUAL_PATCHED = "_wavetune_residual"  # marks a decoder layer running decoder_layer_forward
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")  # an attention's projections of the same hidden states
 
 
@@ -61,11 +64,37 @@ class RMSNorm(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.eps}, kernel=wavetune"
 
+    def takes(self, x: torch.Tensor) -> bool:
+        """Whether the kernel runs on ``x`` (else the norm it replaced does)."""
+        return (not torch.compiler.is_compiling() and x.is_cuda and x.dtype in DTYPES and x.dtype == self.weight.dtype
+                and x.shape[-1] % 8 == 0 and x.stride(-1) == 1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.compiler.is_compiling() and x.is_cuda and x.dtype in DTYPES and x.dtype == self.weight.dtype \
-                and x.shape[-1] % 8 == 0 and x.stride(-1) == 1:
+        if self.takes(x):
             return torch.ops.wavetune.rms_norm(x, self.weight, self.eps)
         return _original(self)(x)
+
+
+def add_norm(norm: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(residual + x, norm(residual + x)): one ``torch.ops.wavetune.add_rms_norm`` where ``norm`` is an ``RMSNorm``
+    whose kernel takes these rows, else PyTorch's addition and the norm."""
+    if (isinstance(norm, RMSNorm) and norm.takes(x) and residual.dtype == x.dtype and residual.shape == x.shape
+            and residual.stride(-1) == 1):
+        return torch.ops.wavetune.add_rms_norm(x, residual, norm.weight, norm.eps)
+    total = residual + x
+    return total, norm(total)
+
+
+def decoder_layer_forward(self, hidden_states: torch.Tensor, attention_mask=None, position_ids=None,
+                          past_key_values=None, use_cache=False, position_embeddings=None, **kwargs) -> torch.Tensor:
+    """``LlamaDecoderLayer.forward`` with the residual addition after attention and the post-attention norm in
+    one kernel (``add_norm``)."""
+    residual = hidden_states
+    hidden_states, _ = self.self_attn(
+        hidden_states=self.input_layernorm(hidden_states), attention_mask=attention_mask, position_ids=position_ids,
+        past_key_values=past_key_values, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
+    residual, hidden_states = add_norm(self.post_attention_layernorm, hidden_states, residual)
+    return residual + self.mlp(hidden_states)
 
 
 def merge_linears(layers: list[torch.nn.Linear]) -> torch.nn.Linear:
@@ -278,6 +307,31 @@ def projections_reason(module: torch.nn.Module) -> str | None:
     return None
 
 
+def decoder_reason(module: torch.nn.Module) -> str | None:
+    """Why a decoder layer keeps its residual addition apart from its post-attention norm; None: it runs
+    ``decoder_layer_forward``."""
+    if not _same_code(type(module).forward, _llama().LlamaDecoderLayer.forward):
+        return f"{type(module).__name__}.forward is not LlamaDecoderLayer's"
+    return None
+
+
+def patch_rotary(module: torch.nn.Module, name: str, skipped: dict[str, str]) -> None:
+    """Put wavetune's rotary embedding in an attention module's forward, and merge its projections where
+    ``projections_reason`` allows."""
+    module.forward = types.MethodType(_rotary_forward(type(module).forward), module)
+    module.__dict__[ROTARY_PATCHED] = True
+    if (merge := projections_reason(module)) is None:
+        merge_projections(module)
+    else:
+        skipped[f"{name}.q_proj"] = merge
+
+
+def patch_residual(module: torch.nn.Module, name: str, skipped: dict[str, str]) -> None:
+    """Run a decoder layer as ``decoder_layer_forward``."""
+    module.forward = types.MethodType(decoder_layer_forward, module)
+    module.__dict__[RESIDUAL_PATCHED] = True
+
+
 def device_reason(module: torch.nn.Module) -> str | None:
     """Why ``patch`` leaves a module where it is: wavetune runs on CUDA devices (meta tensors trace shapes)."""
     device = next(module.parameters()).device
@@ -287,9 +341,10 @@ def device_reason(module: torch.nn.Module) -> str | None:
 
 
 def patch_layers(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
-    """Swap ``model``'s RMSNorms, gated MLPs and rotary embeddings for the layer ops, and merge the query, key and
-    value projections of attentions with a Llama rotary embedding, in place; returns the names swapped and, for
-    modules of those kinds left alone, why."""
+    """Swap ``model``'s RMSNorms, gated MLPs and rotary embeddings for the layer ops, merge the query, key and
+    value projections of attentions with a Llama rotary embedding, and fuse Llama decoder layers' residual
+    addition with their post-attention norm, in place; returns the names swapped and, for modules of those kinds
+    left alone, why."""
     swapped, skipped = [], {}
     if "transformers" not in sys.modules:  # the modules it swaps are transformers' classes
         return swapped, skipped
@@ -302,23 +357,20 @@ def patch_layers(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
         elif kind.endswith("MLP") and hasattr(module, "gate_proj"):
             build, reason = GatedMLP, mlp_reason(module)
         elif hasattr(module, "q_proj") and ROTARY_PATCHED not in module.__dict__:
-            build, reason = None, rotary_reason(module)
+            build, reason = patch_rotary, rotary_reason(module)
+        elif kind.endswith("DecoderLayer") and RESIDUAL_PATCHED not in module.__dict__:
+            build, reason = patch_residual, decoder_reason(module)
         else:
             continue
         reason = reason or device_reason(module)
         if reason is not None:
             skipped[name] = reason
             continue
-        if build is None:
-            module.forward = types.MethodType(_rotary_forward(type(module).forward), module)
-            module.__dict__[ROTARY_PATCHED] = True
-            if (merge := projections_reason(module)) is None:
-                merge_projections(module)
-            else:
-                skipped[f"{name}.q_proj"] = merge
-        else:
+        if isinstance(build, type):  # a module of its own in the model's place
             parent, _, attribute = name.rpartition(".")
             setattr(model.get_submodule(parent), attribute, build(module))
+        else:  # a forward of its own on the model's module
+            build(module, name, skipped)
         swapped.append(name)
     return swapped, skipped
 
@@ -331,7 +383,7 @@ def unpatch_layers(model: torch.nn.Module) -> list[str]:
         if isinstance(module, (RMSNorm, GatedMLP, ProjectionSlice)):
             parent, _, attribute = name.rpartition(".")
             setattr(model.get_submodule(parent), attribute, _original(module))
-        elif module.__dict__.pop(ROTARY_PATCHED, False):
+        elif module.__dict__.pop(ROTARY_PATCHED, False) or module.__dict__.pop(RESIDUAL_PATCHED, False):
             del module.forward
         else:
             continue

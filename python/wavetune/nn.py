@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from . import decode_graphs as step_graphs
 from . import fused, hf
 from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
 from .families.gemm import torch_ops as gemm_ops
@@ -207,11 +208,13 @@ class PatchReport:
     switched: dict[str, str] = dataclasses.field(default_factory=dict)
     layers: list[str] = dataclasses.field(default_factory=list)
     layers_skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+    decode_graphs: bool = False  # decode steps over a static cache replay from CUDA graphs (wavetune.decode_graphs)
 
     def __str__(self) -> str:
         lines = [f"wavetune: patched {len(self.patched)} nn.Linear layers, skipped {len(self.skipped)}; "
-                 f"{len(self.layers)} norms, MLPs and rotary embeddings on layer ops, left {len(self.layers_skipped)}"]
+                 f"{len(self.layers)} norms, MLPs, rotary embeddings and residual additions on layer ops, left {len(self.layers_skipped)}"]
         lines += [f"  {kind}: {previous} -> {hf.IMPLEMENTATION}" for kind, previous in self.switched.items()]
+        lines += ["  decode steps over a static cache: CUDA graphs"] if self.decode_graphs else []
         lines += [f"  skipped {name}: {reason}" for name, reason in {**self.skipped, **self.layers_skipped}.items()]
         return "\n".join(lines)
 
@@ -226,7 +229,7 @@ def _linear_children(model: torch.nn.Module):
 
 
 def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = True, layers: bool = True,
-          batch_invariant: bool | str = False) -> PatchReport:
+          batch_invariant: bool | str = False, decode_graphs: bool = True) -> PatchReport:
     """Swap every eligible ``nn.Linear`` of ``model`` in place for ``wavetune.nn.Linear`` (same parameters).
 
     Eligible: exactly ``nn.Linear`` (subclasses may have their own forward), bf16 or fp16 weights, in and
@@ -235,7 +238,9 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
     dtype, then patch. A ``transformers`` model also gets wavetune's attention (``attention``) and, with
     routed experts, wavetune's experts (``experts``; ``wavetune.hf.patch_model``). With ``layers``, its
     transformers RMSNorms, SiLU-gated MLPs (gate and up merged into one GEMM) and rotary embeddings run the
-    layer ops (``wavetune.fused``). With ``batch_invariant`` (True or a level name), the model's calls run
+    layer ops (``wavetune.fused``). With ``decode_graphs``, a transformers model on the GPU that generates runs
+    its decode steps over a static cache from CUDA graphs captured per batch size on first use, in place of
+    ``generate``'s automatic torch.compile (``wavetune.decode_graphs``). With ``batch_invariant`` (True or a level name), the model's calls run
     batch-invariant whatever the process-wide setting (docs/torch.md, "Batch-invariant mode"). ``unpatch``
     reverses it. On a GPU older than compute capability 8.0, which wavetune needs (docs/kernels.md,
     "Architectures"), it leaves the model unchanged and warns why.
@@ -269,14 +274,16 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
         report.patched.append(name)
     if hf.transformers_model(model):
         report.switched = hf.patch_model(model, attention=attention, experts=experts)
+        report.decode_graphs = decode_graphs and fused.device_reason(model) is None and step_graphs.install(model)
     invariance.mark(model, batch_invariant)
     return report
 
 
 def unpatch(model: torch.nn.Module) -> list[str]:
     """Swap every ``wavetune.nn.Linear`` of ``model`` back to ``nn.Linear`` (same parameters), the layer ops'
-    modules back to the model's, and a transformers model's implementations back to the ones ``patch``
-    replaced; their names (layer-op modules, linear layers, then ``"attention"``, ``"experts"``)."""
+    modules back to the model's, a transformers model's forward back without its decode graphs (freed), and its
+    implementations back to the ones ``patch`` replaced; their names (layer-op modules, linear layers, then
+    ``"decode_graphs"``, ``"attention"``, ``"experts"``)."""
     invariance.mark(model, False)
     restored = fused.unpatch_layers(model)
     for name, parent, attribute, linear in _linear_children(model):
@@ -288,6 +295,8 @@ def unpatch(model: torch.nn.Module) -> list[str]:
             parent, _, attribute = name.rpartition(".")
             setattr(model.get_submodule(parent), attribute, module.replaced)
             restored.append(name)
+    if step_graphs.remove(model):
+        restored.append("decode_graphs")
     if hf.transformers_model(model):
         restored += list(hf.unpatch_model(model))
     return restored

@@ -62,6 +62,15 @@ void bind(py::module_& m) {
       },
       py::call_guard<py::gil_scoped_release>(), "RMS normalization of rows, on the given stream.");
   m.def(
+      "add_rms_norm",
+      [](uintptr_t x, int64_t ldx, uintptr_t residual, int64_t ldr, uintptr_t sum, int64_t lds, uintptr_t weight,
+         uintptr_t out, int64_t ldo, int32_t rows, int32_t width, float eps, int32_t dtype, uintptr_t stream) {
+        add_rms_norm(reinterpret_cast<const void*>(x), ldx, reinterpret_cast<const void*>(residual), ldr,
+                     reinterpret_cast<void*>(sum), lds, reinterpret_cast<const void*>(weight), reinterpret_cast<void*>(out),
+                     ldo, rows, width, eps, static_cast<DType>(dtype), reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(), "x + residual into sum, and its RMS normalization into out, on the given stream.");
+  m.def(
       "silu_and_mul",
       [](uintptr_t x, int64_t ldx, uintptr_t out, int64_t ldo, int32_t rows, int32_t width, int32_t dtype,
          uintptr_t stream) {

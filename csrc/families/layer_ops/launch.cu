@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 
 #include "device.h"
@@ -65,49 +66,83 @@ __device__ float row_sum(float v) {
   return v;
 }
 
+// A row's chunk at i: x's, or with `residual` x + residual rounded to T, as PyTorch's eager addition stores it.
+template <typename T>
+__device__ __forceinline__ Chunk<T> summed(const T* x, const T* residual, int i) {
+  Chunk<T> c = load(x + i);
+  if (residual) {
+    const Chunk<T> r = load(residual + i);
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) c.e[j] = static_cast<T>(static_cast<float>(c.e[j]) + static_cast<float>(r.e[j]));
+  }
+  return c;
+}
+
+// Rows of x (plus residual's, written to sum, when residual is set) normalized into out.
+struct NormRows {
+  const void* x;
+  int64_t ldx;
+  const void* residual;  // null: no addition
+  int64_t ldr;
+  void* sum;
+  int64_t lds;
+  const void* weight;
+  void* out;
+  int64_t ldo;
+  int rows, width;
+  float eps;
+};
+
+// NOTES: with a residual, the first pass writes each chunk's sum and the second reads it back (the same thread's
+// elements), so sum may alias residual or x (an in-place residual update).
 template <typename T, int kRowThreads>
-__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, int64_t ldx, const T* weight, T* out,
-                                                            int64_t ldo, int rows, int width, float eps) {
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(NormRows p) {
   release_dependents_and_wait();
   const int row = blockIdx.x * (kThreads / kRowThreads) + threadIdx.x / kRowThreads;
   const int lane = threadIdx.x % kRowThreads;
-  const bool valid = row < rows;  // rows past the end still take part in the CTA's reduction
-  const T* in = x + int64_t(valid ? row : 0) * ldx;
+  const bool valid = row < p.rows;  // rows past the end still take part in the CTA's reduction
+  const int64_t r = valid ? row : 0;
+  const T* in = static_cast<const T*>(p.x) + r * p.ldx;
+  const T* residual = p.residual ? static_cast<const T*>(p.residual) + r * p.ldr : nullptr;
+  T* sum = p.residual ? static_cast<T*>(p.sum) + r * p.lds : nullptr;
   float squares = 0.0f;
   if (valid) {
-    for (int i = kChunk * lane; i < width; i += kChunk * kRowThreads) {
-      const Chunk<T> c = load(in + i);
+    for (int i = kChunk * lane; i < p.width; i += kChunk * kRowThreads) {
+      const Chunk<T> c = summed(in, residual, i);
+      if (sum) store(sum + i, c);
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) squares += static_cast<float>(c.e[j]) * static_cast<float>(c.e[j]);
     }
   }
-  const float inverse = rsqrtf(row_sum<kRowThreads>(squares) / float(width) + eps);
+  const float inverse = rsqrtf(row_sum<kRowThreads>(squares) / float(p.width) + p.eps);
   if (!valid) return;
-  for (int i = kChunk * lane; i < width; i += kChunk * kRowThreads) {
-    const Chunk<T> c = load(in + i), w = load(weight + i);
+  const T* normed = sum ? sum : in;
+  const T* weight = static_cast<const T*>(p.weight);
+  for (int i = kChunk * lane; i < p.width; i += kChunk * kRowThreads) {
+    const Chunk<T> c = load(normed + i), w = load(weight + i);
     Chunk<T> o;
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
       o.e[j] = static_cast<T>(static_cast<float>(w.e[j]) * rounded<T>(static_cast<float>(c.e[j]) * inverse));
     }
-    store(out + int64_t(row) * ldo + i, o);
+    store(static_cast<T*>(p.out) + int64_t(row) * p.ldo + i, o);
   }
 }
 
 template <typename T>
-cudaError_t launch_rms_norm(const void* x, int64_t ldx, const void* weight, void* out, int64_t ldo, int rows,
-                            int width, float eps, cudaStream_t stream) {
+cudaError_t launch_rms_norm(const NormRows& rows, cudaStream_t stream) {
   // The fewest threads per row that cover it in one step, from a warp to the whole CTA.
-  const int chunks = width / kChunk;
+  const int chunks = rows.width / kChunk;
   const int row_threads = chunks <= 32 ? 32 : chunks <= 64 ? 64 : chunks <= 128 ? 128 : kThreads;
   const void* kernel = row_threads == 32    ? reinterpret_cast<const void*>(rms_norm_kernel<T, 32>)
                        : row_threads == 64  ? reinterpret_cast<const void*>(rms_norm_kernel<T, 64>)
                        : row_threads == 128 ? reinterpret_cast<const void*>(rms_norm_kernel<T, 128>)
                                             : reinterpret_cast<const void*>(rms_norm_kernel<T, kThreads>);
   const int rows_per_cta = kThreads / row_threads;
-  void* args[] = {&x, &ldx, &weight, &out, &ldo, &rows, &width, &eps};
-  return launch_programmatic(kernel, dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta)), dim3(kThreads), 0, stream,
-                             args);
+  NormRows p = rows;
+  void* args[] = {&p};
+  return launch_programmatic(kernel, dim3(unsigned((rows.rows + rows_per_cta - 1) / rows_per_cta)), dim3(kThreads), 0,
+                             stream, args);
 }
 
 // Grid-stride CTAs for `chunks` 8-element chunks: enough to fill the GPU a few times, at least one.
@@ -275,6 +310,16 @@ void check_device() {
   if (const char* device_error = current_device_error()) WAVETUNE_INVALID(device_error);
 }
 
+void run_norm(const NormRows& rows, DType dtype, Stream stream, const char* name) {
+  if (!rows.weight || reinterpret_cast<uintptr_t>(rows.weight) % 16 != 0) {
+    WAVETUNE_INVALID(name, ": weight must be 16-byte aligned");
+  }
+  if (rows.rows == 0) return;
+  check_device();
+  check_launch(dtype == DType::bf16 ? launch_rms_norm<__nv_bfloat16>(rows, stream) : launch_rms_norm<__half>(rows, stream),
+               name);
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -283,15 +328,24 @@ void rms_norm(const void* x, int64_t x_row_stride, const void* weight, void* out
   if (std::string error = rows_error(x, x_row_stride, out, out_row_stride, rows, width); !error.empty()) {
     WAVETUNE_INVALID("rms_norm: ", error);
   }
-  if (!weight || reinterpret_cast<uintptr_t>(weight) % 16 != 0) WAVETUNE_INVALID("rms_norm: weight must be 16-byte aligned");
-  if (rows == 0) return;
-  detail::check_device();
-  detail::check_launch(dtype == DType::bf16
-                           ? detail::launch_rms_norm<__nv_bfloat16>(x, x_row_stride, weight, out, out_row_stride, rows,
-                                                                    width, eps, stream)
-                           : detail::launch_rms_norm<__half>(x, x_row_stride, weight, out, out_row_stride, rows, width,
-                                                             eps, stream),
-                       "rms_norm");
+  detail::run_norm({x, x_row_stride, nullptr, 0, nullptr, 0, weight, out, out_row_stride, rows, width, eps}, dtype,
+                   stream, "rms_norm");
+}
+
+void add_rms_norm(const void* x, int64_t x_row_stride, const void* residual, int64_t residual_row_stride, void* sum,
+                  int64_t sum_row_stride, const void* weight, void* out, int64_t out_row_stride, int32_t rows,
+                  int32_t width, float eps, DType dtype, Stream stream) {
+  for (const auto& [what, rows_out, stride] :
+       {std::tuple{"residual", static_cast<const void*>(residual), residual_row_stride},
+        std::tuple{"sum", static_cast<const void*>(sum), sum_row_stride},
+        std::tuple{"out", static_cast<const void*>(out), out_row_stride}}) {
+    if (std::string error = rows_error(x, x_row_stride, rows_out, stride, rows, width); !error.empty()) {
+      WAVETUNE_INVALID("add_rms_norm: ", what, ": ", error);
+    }
+  }
+  detail::run_norm({x, x_row_stride, residual, residual_row_stride, sum, sum_row_stride, weight, out, out_row_stride,
+                    rows, width, eps},
+                   dtype, stream, "add_rms_norm");
 }
 
 void silu_and_mul(const void* x, int64_t x_row_stride, void* out, int64_t out_row_stride, int32_t rows, int32_t width,

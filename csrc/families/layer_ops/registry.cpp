@@ -73,7 +73,7 @@ const std::vector<VariantInfo>& no_variants() {
 
 const char* kernels_hash() {
   static const std::string hash = detail::catalog_hash(
-      {"rms_norm", "silu_and_mul", "rotary_embedding", "moe_align", "moe_gather", "moe_combine"});
+      {"rms_norm", "add_rms_norm", "silu_and_mul", "rotary_embedding", "moe_align", "moe_gather", "moe_combine"});
   return hash.c_str();
 }
 

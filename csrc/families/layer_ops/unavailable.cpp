@@ -9,6 +9,11 @@ void rms_norm(const void*, int64_t, const void*, void*, int64_t, int32_t, int32_
   WAVETUNE_FAIL(detail::kNoKernels);
 }
 
+void add_rms_norm(const void*, int64_t, const void*, int64_t, void*, int64_t, const void*, void*, int64_t, int32_t,
+                  int32_t, float, DType, Stream) {
+  WAVETUNE_FAIL(detail::kNoKernels);
+}
+
 void silu_and_mul(const void*, int64_t, void*, int64_t, int32_t, int32_t, DType, Stream) {
   WAVETUNE_FAIL(detail::kNoKernels);
 }

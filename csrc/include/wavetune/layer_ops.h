@@ -23,6 +23,12 @@ namespace wavetune {
 WAVETUNE_API void rms_norm(const void* x, int64_t x_row_stride, const void* weight, void* out,
                            int64_t out_row_stride, int32_t rows, int32_t width, float eps, DType dtype, Stream stream);
 
+// sum[r, :] = dtype(x[r, :] + residual[r, :]), then out = rms_norm(sum) as above, in one pass: a pre-norm decoder
+// layer's residual addition and the norm after it. sum may alias x or residual (an in-place residual update).
+WAVETUNE_API void add_rms_norm(const void* x, int64_t x_row_stride, const void* residual, int64_t residual_row_stride,
+                               void* sum, int64_t sum_row_stride, const void* weight, void* out, int64_t out_row_stride,
+                               int32_t rows, int32_t width, float eps, DType dtype, Stream stream);
+
 // out[r, j] = dtype(silu(x[r, j])) * x[r, width + j] for j < width: the merged gate and up projections' output
 // (gate first) to the down projection's input, as act_fn(gate_proj(x)) * up_proj(x) with act_fn SiLU.
 WAVETUNE_API void silu_and_mul(const void* x, int64_t x_row_stride, void* out, int64_t out_row_stride, int32_t rows,

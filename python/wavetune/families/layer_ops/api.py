@@ -99,6 +99,34 @@ def rms_norm(x, weight, eps: float, *, out=None):
     return out
 
 
+def check_residual(torch, x, residual, weight) -> None:
+    """The checks of ``add_rms_norm`` that need no GPU: ``rms_norm``'s, and a residual of x's dtype and shape."""
+    check_rows(torch, x, weight)
+    _check_tensor(torch, "residual", residual, x.dtype)
+    if tuple(residual.shape) != tuple(x.shape):
+        raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+
+
+def add_rms_norm(x, residual, weight, eps: float):
+    """``sum = x + residual`` (rounded to x's dtype, as PyTorch's addition rounds it) and ``rms_norm(sum, weight,
+    eps)`` in one kernel: a pre-norm decoder layer's residual addition and the norm after it; returns (sum, out),
+    sum the new residual."""
+    torch = _torch()
+    check_residual(torch, x, residual, weight)
+    device = _launch_device(x)
+    if weight.device != x.device or residual.device != x.device:
+        raise ValueError(f"weight is on {weight.device} and residual on {residual.device}, x on {x.device}")
+    rows, residual_rows = _rows(x), _rows(residual)
+    total, out = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for _ in range(2))
+    total_rows, out_rows = total.view(-1, x.shape[-1]), out.view(-1, x.shape[-1])
+    with torch.cuda.device(device):
+        _C.add_rms_norm(rows.data_ptr(), rows.stride(0), residual_rows.data_ptr(), residual_rows.stride(0),
+                        total_rows.data_ptr(), total_rows.stride(0), weight.data_ptr(), out_rows.data_ptr(),
+                        out_rows.stride(0), rows.shape[0], x.shape[-1], float(eps), dtype_codes(torch)[x.dtype],
+                        stream_getter(torch)(device))
+    return total, out
+
+
 def silu_and_mul(x, *, out=None):
     """``silu(gate) * up`` of x = [..., gate | up] (the merged gate and up projections' output), rounded as
     ``act_fn(gate_proj(x)) * up_proj(x)`` is; returns [..., width], width half of x's last dimension."""

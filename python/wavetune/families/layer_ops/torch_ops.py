@@ -1,7 +1,7 @@
 """The layer ops as PyTorch operators (docs/torch.md, "Layer ops"); importing ``wavetune.torch_ops`` registers
 them:
 
-- ``torch.ops.wavetune.rms_norm(x, weight, eps)``
+- ``torch.ops.wavetune.rms_norm(x, weight, eps)``, ``add_rms_norm(x, residual, weight, eps) -> (sum, out)``
 - ``torch.ops.wavetune.silu_and_mul(x)``
 - ``torch.ops.wavetune.rotary_embedding(q, k, cos, sin) -> (q_out, k_out)``
 - ``torch.ops.wavetune.moe_align(top_k_index, experts) -> (offsets, positions)``, ``moe_gather(x, positions,
@@ -18,6 +18,7 @@ from ...torch_library import LIBRARY
 from . import api
 
 LIBRARY.define("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor")
+LIBRARY.define("add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)")
 LIBRARY.define("silu_and_mul(Tensor x) -> Tensor")
 LIBRARY.define("rotary_embedding(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)")
 LIBRARY.define("moe_align(Tensor top_k_index, int experts) -> (Tensor, Tensor)")
@@ -28,6 +29,12 @@ LIBRARY.define("moe_combine(Tensor rows, Tensor positions, Tensor top_k_index, i
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """The kernel behind torch.ops.wavetune.rms_norm: ``wavetune.rms_norm``."""
     return api.rms_norm(x, weight, eps)
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel behind torch.ops.wavetune.add_rms_norm: ``wavetune.add_rms_norm``."""
+    return api.add_rms_norm(x, residual, weight, eps)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
@@ -82,6 +89,12 @@ def _rms_norm_fake(x, weight, eps):
     return x.new_empty(x.shape)
 
 
+@torch.library.register_fake("wavetune::add_rms_norm", lib=LIBRARY)
+def _add_rms_norm_fake(x, residual, weight, eps):
+    api.check_residual(torch, x, residual, weight)
+    return x.new_empty(x.shape), x.new_empty(x.shape)
+
+
 @torch.library.register_fake("wavetune::silu_and_mul", lib=LIBRARY)
 def _silu_and_mul_fake(x):
     api.check_rows(torch, x, width=x.shape[-1] // 2)
@@ -97,6 +110,7 @@ def _rotary_embedding_fake(q, k, cos, sin):
 # The CPU kernels refuse with wavetune's message instead of the dispatcher's.
 for _backend in ("CUDA", "CPU"):
     LIBRARY.impl("rms_norm", rms_norm, _backend)
+    LIBRARY.impl("add_rms_norm", add_rms_norm, _backend)
     LIBRARY.impl("silu_and_mul", silu_and_mul, _backend)
     LIBRARY.impl("rotary_embedding", rotary_embedding, _backend)
     LIBRARY.impl("moe_align", moe_align, _backend)
