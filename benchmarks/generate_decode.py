@@ -69,7 +69,7 @@ def main() -> None:
     wavetune.patch(model, decode_graphs=False)
     results["eager_ms"], eager = ms_per_token(model, prompt, short, long, args.reps, disable_compile=True)
     wavetune.unpatch(model)
-    report = wavetune.patch(model)
+    report = wavetune.patch(model, decode_graphs=True)
     assert report.decode_graphs, report
     results["graphs_ms"], graphs = ms_per_token(model, prompt, short, long, args.reps)
     results["speedup"] = results["eager_ms"] / results["graphs_ms"]

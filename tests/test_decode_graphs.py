@@ -198,7 +198,7 @@ def test_remove_puts_back_a_forward_the_instance_had():
 
 def test_patch_installs_on_gpu_models_only_and_unpatch_removes():
     model = llama().to(torch.bfloat16)
-    assert not wavetune.patch(model).decode_graphs  # a CPU model: nothing to capture
+    assert not wavetune.patch(model, decode_graphs=True).decode_graphs  # a CPU model: nothing to capture
     assert decode_graphs.installed(model) is None
     assert "decode_graphs" not in wavetune.unpatch(model)
 
@@ -217,7 +217,8 @@ def grouped_kernels_whatever_the_build(request, monkeypatch):
 def gpu_model(name: str, **overrides):
     from test_hf import bf16_pair
 
-    return bf16_pair(name, num_attention_heads=2, num_key_value_heads=1, head_dim=128, **overrides)[1]
+    return bf16_pair(name, decode_graphs=True, num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+                     **overrides)[1]
 
 
 def generate(model, batch: int, cache: str = "static", new_tokens: int = 16, **options):

@@ -273,13 +273,13 @@ def test_a_meta_model_gets_its_linear_layers_patched():
     assert report.switched == {"attention": "sdpa", "experts": "grouped_mm"}
 
 
-def bf16_pair(name: str, **overrides):
+def bf16_pair(name: str, decode_graphs: bool = False, **overrides):
     """The model in bf16 on the GPU, and a patched copy of it."""
     import copy
 
     model = build(name, device="cuda", dtype=torch.bfloat16, **overrides)
     patched = copy.deepcopy(model)
-    report = wavetune.patch(patched)
+    report = wavetune.patch(patched, decode_graphs=decode_graphs)
     assert report.patched and all("multiples of 8" in reason for reason in report.skipped.values()), report
     return model, patched
 

@@ -229,7 +229,7 @@ def _linear_children(model: torch.nn.Module):
 
 
 def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = True, layers: bool = True,
-          batch_invariant: bool | str = False, decode_graphs: bool = True) -> PatchReport:
+          batch_invariant: bool | str = False, decode_graphs: bool = False) -> PatchReport:
     """Swap every eligible ``nn.Linear`` of ``model`` in place for ``wavetune.nn.Linear`` (same parameters).
 
     Eligible: exactly ``nn.Linear`` (subclasses may have their own forward), bf16 or fp16 weights, in and
