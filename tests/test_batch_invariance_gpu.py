@@ -31,6 +31,17 @@ BATCHES = (1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 32, 33, 48, 64, 100, 128, 129, 255, 
 LAYERS = ((4096, 4096), (14336, 4096), (4096, 14336), (1024, 4096), (6144, 4096), (2560, 8192))
 
 
+def replayed(call):
+    """``call()``'s outputs captured in a CUDA graph and replayed once (the caller ran it eagerly first: its
+    choice and table are settled before capture)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
+
+
 def random_rows(rows: int, cols: int, seed: int) -> torch.Tensor:
     g = torch.Generator(device="cuda").manual_seed(seed)
     return torch.randn(rows, cols, generator=g, device="cuda", dtype=torch.bfloat16)
@@ -73,11 +84,7 @@ def test_dense_rows_replayed_from_cuda_graphs(n, k, invariant_gemm):
     for m in (1, 8, 64, 512, 4096):
         rows = x[:m].clone()
         wavetune.gemm(rows, w.t(), batch_invariant=True)  # the choice and table before capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = wavetune.gemm(rows, w.t(), batch_invariant=True)
-        graph.replay()
-        torch.cuda.synchronize()
+        out = replayed(lambda: wavetune.gemm(rows, w.t(), batch_invariant=True))
         assert torch.equal(out, eager[:m]), f"M={m}"
 
 
@@ -124,11 +131,7 @@ def test_grouped_rows_do_not_depend_on_the_tokens_per_expert(experts, n, k, leve
         reference = row if reference is None else reference
         assert torch.equal(row, reference), f"{tokens} tokens per expert"
         if tokens == 16:  # replayed from a CUDA graph too
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = wavetune.grouped_gemm(x, w, offsets, batch_invariant=level)
-            graph.replay()
-            torch.cuda.synchronize()
+            out = replayed(lambda: wavetune.grouped_gemm(x, w, offsets, batch_invariant=level))
             assert torch.equal(out[0], reference), "replayed"
 
 
@@ -155,12 +158,8 @@ def test_decode_attention_does_not_depend_on_the_batch(seq, heads_q, heads_kv, h
         reference = out if reference is None else reference
         assert torch.equal(out, reference), f"batch {batch}"
         if batch == 33:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                replayed = wavetune.attention(q, k, v, batch_invariant=level)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(replayed[0], reference), "replayed"
+            out = replayed(lambda: wavetune.attention(q, k, v, batch_invariant=level))
+            assert torch.equal(out[0], reference), "replayed"
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -193,13 +192,9 @@ def test_paged_decode_does_not_depend_on_the_batch_or_the_other_lengths(heads_q,
         reference = out[0] if reference is None else reference
         assert torch.equal(out[0], reference), f"batch {batch}, the longest {max_len} keys"
         if batch == 33:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                replayed = wavetune.paged_attention(q[:, 0], k, v, None, lengths, max_seq_len=max_len,
-                                                    batch_invariant=level)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(replayed[0], reference), "replayed"
+            out = replayed(lambda: wavetune.paged_attention(q[:, 0], k, v, None, lengths, max_seq_len=max_len,
+                                                            batch_invariant=level))
+            assert torch.equal(out[0], reference), "replayed"
 
 
 def test_the_attention_choices_do_not_depend_on_the_batch():

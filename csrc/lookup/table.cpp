@@ -423,22 +423,20 @@ class Parser {
       }
       list.push_back(r.record);
     }
-    std::vector<size_t> calibrated(configs, 0);  // the line of each config's calibration record
-    for (const auto& c : calibrations_) {
-      check_config(c.line, c.config);
-      size_t& seen = calibrated[size_t(c.config)];
-      if (seen) fail(c.line, "a second calibration record for config ", c.config, " (the first is on line ", seen, ")");
-      seen = c.line;
-      std::copy(c.record.begin(), c.record.end(), table->configs[size_t(c.config)].calibration);
-    }
-    std::vector<size_t> occupied(configs, 0);  // the line of each config's occupancy record
-    for (const auto& o : occupancies_) {
-      check_config(o.line, o.config);
-      size_t& seen = occupied[size_t(o.config)];
-      if (seen) fail(o.line, "a second occupancy record for config ", o.config, " (the first is on line ", seen, ")");
-      seen = o.line;
-      table->configs[size_t(o.config)].ctas_per_sm = o.record;
-    }
+    // Records a config has at most one of, each with the line it is on.
+    const auto once_per_config = [&](const auto& records, const char* what, const auto& apply) {
+      std::vector<size_t> seen_on(configs, 0);
+      for (const auto& r : records) {
+        check_config(r.line, r.config);
+        size_t& seen = seen_on[size_t(r.config)];
+        if (seen) fail(r.line, "a second ", what, " record for config ", r.config, " (the first is on line ", seen, ")");
+        seen = r.line;
+        apply(table->configs[size_t(r.config)], r.record);
+      }
+    };
+    once_per_config(calibrations_, "calibration",
+                    [](auto& config, const auto& c) { std::copy(c.begin(), c.end(), config.calibration); });
+    once_per_config(occupancies_, "occupancy", [](auto& config, int32_t ctas) { config.ctas_per_sm = ctas; });
     for (size_t i = 0; i < table->exact.size(); ++i) check_config(exact_record_lines_[i], table->exact[i].config);
     size_t first = 0, second = 0;
     if (lookup_detail::find_overlapping_exact(table->exact, &first, &second)) {
