@@ -1,8 +1,9 @@
 """transformers' greedy ``generate()`` with a static cache on a patched model: ms per new token with the decode
-steps replayed from CUDA graphs (``wavetune.patch``'s default) against the same patched model stepping eagerly
-(``decode_graphs=False``, ``disable_compile=True``), and whether the tokens agree. Random weights from a real
-config (wavetune.hf_models), bf16, on one GPU. The time per token is the difference between a long and a short
-generation over the same prompt, divided by the extra tokens: the prefill and each call's capture cancel out.
+steps replayed from CUDA graphs (``wavetune.patch(model, decode_graphs=True)``) against the same patched model
+stepping eagerly (the graphs removed, ``disable_compile=True``), and whether the tokens agree. Random weights from
+a real config (wavetune.hf_models), bf16, on one GPU. The time per token is the difference between a long and a
+short generation over the same prompt, divided by the extra tokens: the prefill and each call's capture cancel
+out. The two methods alternate within each repetition (the order rotating), and medians are kept.
 
     python benchmarks/generate_decode.py --model llama3-8b --context 1024 --out results/generate_decode.json
 """
@@ -18,6 +19,7 @@ import torch
 import transformers
 
 import wavetune
+from wavetune import decode_graphs
 from wavetune.hf_models import MODELS
 
 
@@ -40,15 +42,26 @@ def seconds(model, prompt, new_tokens: int, **options) -> tuple[float, torch.Ten
     return time.perf_counter() - start, out
 
 
-def ms_per_token(model, prompt, short: int, long: int, reps: int, **options) -> tuple[float, torch.Tensor]:
-    seconds(model, prompt, short, **options)  # warm-up: tables, cuBLAS, the first capture
-    times = {n: [] for n in (short, long)}
-    for _ in range(reps):
-        for n in (short, long):
-            elapsed, out = seconds(model, prompt, n, **options)
-            times[n].append(elapsed)
-    median = {n: sorted(t)[len(t) // 2] for n, t in times.items()}
-    return 1e3 * (median[long] - median[short]) / (long - short), out
+# Each method: how the patched model is set up for it, and generate's extra options.
+METHODS = {"eager": (decode_graphs.remove, {"disable_compile": True}), "graphs": (decode_graphs.install, {})}
+
+
+def ms_per_token(model, prompt, short: int, long: int, reps: int) -> dict[str, tuple[float, torch.Tensor]]:
+    """Per method, ms per new token (medians of ``reps`` interleaved runs) and the long generation's tokens."""
+    times = {(method, n): [] for method in METHODS for n in (short, long)}
+    tokens = {}
+    for rep in range(reps + 1):  # the first round warms up: tables, cuBLAS, the first capture
+        order = list(METHODS)[rep % len(METHODS):] + list(METHODS)[:rep % len(METHODS)]
+        for method in order:
+            set_up, options = METHODS[method]
+            set_up(model)
+            for n in (short, long):
+                elapsed, tokens[method] = seconds(model, prompt, n, **options)
+                if rep:
+                    times[method, n].append(elapsed)
+    median = {key: sorted(t)[len(t) // 2] for key, t in times.items()}
+    return {method: (1e3 * (median[method, long] - median[method, short]) / (long - short), tokens[method])
+            for method in METHODS}
 
 
 def main() -> None:
@@ -66,14 +79,12 @@ def main() -> None:
     short, long = 8, 8 + args.tokens
     results = {"device": torch.cuda.get_device_name(), "model": args.model, "context": args.context,
                "batch": args.batch, "transformers": transformers.__version__, "torch": torch.__version__}
-    wavetune.patch(model, decode_graphs=False)
-    results["eager_ms"], eager = ms_per_token(model, prompt, short, long, args.reps, disable_compile=True)
-    wavetune.unpatch(model)
     report = wavetune.patch(model, decode_graphs=True)
     assert report.decode_graphs, report
-    results["graphs_ms"], graphs = ms_per_token(model, prompt, short, long, args.reps)
+    measured = ms_per_token(model, prompt, short, long, args.reps)
+    results["eager_ms"], results["graphs_ms"] = measured["eager"][0], measured["graphs"][0]
     results["speedup"] = results["eager_ms"] / results["graphs_ms"]
-    results["same_tokens"] = bool(torch.equal(eager, graphs))
+    results["same_tokens"] = bool(torch.equal(measured["eager"][1], measured["graphs"][1]))
     print(json.dumps(results, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -230,8 +230,8 @@ def _autoload_table(device: int, family: str, scales: str) -> None:
             jit.prepare_builtin_choice(family)
             return
         how = f"--family {family}" + (f" --scales {scales}" if scales else "")
-        warnings.warn(f"wavetune: no tuned {what} for {name}; kernels are chosen by the built-in heuristic (run "
-                      f"`python -m wavetune tune {how}` to make one)", stacklevel=4)
+        warnings.warn(f"wavetune: no tuned {what} for {name}; the family's built-in choice runs (docs/gpus.md, "
+                      f"\"A GPU without a table\"; `python -m wavetune tune {how}` makes one)", stacklevel=4)
         return
     try:
         load_table(device=device, family=family, scales=scales)
