@@ -116,7 +116,7 @@ def test_generated_sources_instantiate_the_sm80_template_and_are_portable(space)
             "multistage, 64, 64, 64, 1, 1, data_parallel, 4, 2, 2)") in source
     hopper = cs.render_variant(space.variants[0], CONFIG_SPACE.name)
     assert "portable" not in hopper and "WAVETUNE_INSTANTIATE_VARIANT(" in hopper and '"sm90_gemm.cuh"' in hopper
-    registry = cs.render_registry(space, [v], "portable")
+    registry = cs.render_registry(space, [v], "sm80")
     assert f"WAVETUNE_VARIANT({v.id}, {v.name}, fp16, row, false, multistage, 64, 64, 64, 1, 1, data_parallel, sm80)" \
         in registry
     # A run-time library of both kinds is one translation unit: each template has its own macro.
@@ -125,7 +125,7 @@ def test_generated_sources_instantiate_the_sm80_template_and_are_portable(space)
 
 
 def test_kernel_sets(space):
-    chosen = space.select("portable")
+    chosen = space.select("sm80")
     assert 6 <= len(chosen) <= 10 and all(v.arch == "sm80" for v in chosen)
     assert {(v.dtype, v.b_layout) for v in chosen} == {(d, b) for d in cs.DTYPES for b in cs.B_LAYOUTS}
     assert not any(v.arch == "sm80" for v in space.select("ci"))

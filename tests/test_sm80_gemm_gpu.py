@@ -2,7 +2,7 @@
 float32 reference, with split-K and swizzles, and the choices of a process that serves an Ampere GPU
 (WAVETUNE_ARCH=sm80). Outputs are poisoned with NaN before each call, so an unwritten element fails.
 
-Build them with the `portable` kernel set: benchmarks/gpu_run.sh "portable" "tests/test_sm80_gemm_gpu.py".
+Build them with the `sm80` kernel set: benchmarks/gpu_run.sh "sm80" "tests/test_sm80_gemm_gpu.py".
 """
 
 from __future__ import annotations
