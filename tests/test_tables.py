@@ -37,6 +37,7 @@ def make_table(path, exact=((60, 70, 4096, 4096),), hash_=None, priors=None, mem
         + [{"variant": name, "decomposition": "data_parallel", "splits": 1} for name in extra_configs],
         waves={**waves, **{len(cands) + i: {1: [1.0, 0.0, 0.0, 0.0]} for i in range(len(extra_configs))}},
         micro={0: [(2, "along_n", 4)]},
+        occupancy=tuning.occupancy_records(cands),  # as the tuner records it: what Candidate.coordinates reads
         exact=[{"dtype": "bf16", "b_layout": "col", "m_first": m_first, "m_last": m_last, "n": n, "k": k,
                 "config_id": len(cands) - 1, "raster": "along_m", "max_swizzle": 2, "us": 7.5}
                for m_first, m_last, n, k in exact],

@@ -138,9 +138,14 @@ class DecodeGraphs:
         return DecodeGraphs(copy.deepcopy(self.forward, memo), copy.deepcopy(self.previous, memo))
 
     def reset(self) -> None:
-        """Drop every graph (their memory goes back to the pool)."""
+        """Drop every graph and their memory pool.
+
+        NOTES: a pool whose graphs are all freed is released by PyTorch's caching allocator; capturing into its
+        handle again fails an internal assert (torch 2.11: ``it->second->use_count > 0``), so the next capture
+        takes a new pool."""
         self.graphs.clear()
         self.cache = None
+        self.pool = None
 
     def __call__(self, *args, **kwargs):
         if step_reason(args, kwargs) is not None:
@@ -247,7 +252,7 @@ def remove(model: torch.nn.Module) -> bool:
     if runner is None:
         return False
     runner.reset()
-    runner.pool = runner.stream = None
+    runner.stream = None
     _live.discard(runner)
     del model.forward, model.get_compiled_call
     if runner.previous is not None:

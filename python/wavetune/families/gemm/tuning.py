@@ -104,6 +104,11 @@ def ctas_per_sm(variant: KernelConfig) -> int:
     return ctas
 
 
+def occupancy_records(cands: list[Candidate]) -> dict[int, int]:
+    """A table's ``occupancy`` records for configs ``cands`` (config id = position): their CTAs per SM here."""
+    return {i: ctas_per_sm(c.variant) for i, c in enumerate(cands)}
+
+
 def candidates(dtype: str = "bf16", b_layout: str = "col") -> list[Candidate]:
     """Every config the tables score for one dtype and B layout.
 
@@ -470,7 +475,7 @@ def write_tuned_table(path: Path, kept: list[Candidate], *, meta: dict, fits: di
         traffic_bytes_per_us=traffic,
         calibration={index[key]: coef for key, coef in (calibration or {}).items() if key in index},
         compute_flop_per_us=compute,
-        occupancy={index[c.key]: ctas_per_sm(c.variant) for c in kept},
+        occupancy=occupancy_records(kept),
     )
 
 
