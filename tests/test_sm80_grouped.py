@@ -106,7 +106,7 @@ def test_an_sm80_group_may_name_the_familys_b_layout(tmp_path):
 
 def test_an_sm80_group_needs_the_familys_sm80_template(tmp_path):
     text = CONFIG_SPACE.read_text()
-    at = text.index("[family.archs.sm80]")
+    at = text.index("\n[family.archs.sm80]\n")
     text = text[:at] + text[text.index("\n\n", at):]
     with pytest.raises(cs.ConfigError, match=r"needs a GEMM family with a \[family.archs.sm80\] table"):
         cs.load(with_group(tmp_path, "", text))
