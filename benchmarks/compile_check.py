@@ -5,10 +5,10 @@
 BUILD_DIR is a configured CMake build of this tree (any kernel set, e.g. /work/devbuild). The portable sources
 are those whose compile command there also emits compute_80 PTX (CMakeLists.txt: WAVETUNE_PORTABLE_SOURCES).
 Each is compiled to a cubin (device code only: front end and ptxas, which rejects any instruction the target
-lacks) for each architecture with the build's own flags. A build that compiles no Ampere-style GEMM variant
-(cutlass_configs/sm90_gemm.toml, arch sm80) gets one generated (--gemm-variant), compiled with the flags of the
-dense GEMM family's portable sources. Prints a Markdown table of the results with the nvcc
-version and the date; exits 1 if any compile failed.
+lacks) for each architecture with the build's own flags. For each family with Ampere-style variants (groups
+with arch sm80: the dense and the grouped GEMM) of which the build compiles none, one of them is generated
+(--ampere-variants) and compiled with the flags of the build's other portable sources. Prints a Markdown table of
+the results with the nvcc version and the date; exits 1 if any compile failed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 PORTABLE_MARK = "--generate-code=arch=compute_80,code=compute_80"
 REPO = Path(__file__).resolve().parents[1]
-GEMM_VARIANT = "bf16_bcol_sm80_128x128x32_2x2warps_3stage"
+AMPERE_VARIANTS = "bf16_bcol_sm80_128x128x32_2x2warps_3stage,grouped_bf16_sm80_128x128x32_2x2warps_3stage"
 
 
 def portable_commands(build: Path) -> dict[str, list[str]]:
@@ -42,20 +42,28 @@ def portable_commands(build: Path) -> dict[str, list[str]]:
     return commands
 
 
-def with_gemm_variant(commands: dict[str, list[str]], name: str, scratch: Path) -> dict[str, list[str]]:
-    """``commands`` and, where none compiles a multistage GEMM variant, the generated source of ``name`` with the
-    command of another portable source of the build (same flags and include paths)."""
-    if any("_sm80_" in Path(source).name for source in commands):
-        return commands
+def with_ampere_variants(commands: dict[str, list[str]], names: list[str], scratch: Path) -> dict[str, list[str]]:
+    """``commands`` and, for each of ``names`` whose family's Ampere-style variants the build compiles none of, its
+    generated source with the command of another portable source of the build (same flags and include paths)."""
     sys.path.insert(0, str(REPO / "python" / "wavetune" / "codegen"))
     import config_space  # standard library only: no package import, no native module
 
-    space = config_space.load(REPO / "cutlass_configs" / "sm90_gemm.toml")
-    (variant,) = [v for v in space.variants if v.name == name]
-    source = scratch / f"{name}.cu"
-    source.write_text(config_space.render_variant(variant, "sm90_gemm.toml"))
-    template_source, command = next(iter(commands.items()))
-    return {**commands, str(source): [str(source) if word == template_source else word for word in command]}
+    compiled = {Path(source).stem for source in commands}
+    out, found = dict(commands), set()
+    for path in sorted((REPO / "cutlass_configs").glob("*.toml")):
+        space = config_space.load(path)
+        ampere = {v.name: v for v in space.variants if v.arch == "sm80"}
+        for name in set(names) & set(ampere):
+            found.add(name)
+            if compiled & set(ampere):
+                continue
+            source = scratch / f"{name}.cu"
+            source.write_text(config_space.render_variant(ampere[name], path.name))
+            template_source, command = next(iter(commands.items()))
+            out[str(source)] = [str(source) if word == template_source else word for word in command]
+    if set(names) - found:
+        sys.exit(f"not an Ampere-style variant of cutlass_configs/: {', '.join(sorted(set(names) - found))}")
+    return out
 
 
 def cubin_command(command: list[str], arch: str, out: Path) -> list[str]:
@@ -86,8 +94,9 @@ def main() -> int:
     parser.add_argument("build", type=Path, help="a configured CMake build directory of this tree")
     parser.add_argument("--archs", default="80,86,89,100,120", help="comma-separated compute capabilities")
     parser.add_argument("-j", "--jobs", type=int, default=2)
-    parser.add_argument("--gemm-variant", default=GEMM_VARIANT,
-                        help="the Ampere-style GEMM variant to generate where the build compiles none")
+    parser.add_argument("--ampere-variants", default=AMPERE_VARIANTS,
+                        help="comma-separated Ampere-style variants, one per family, each generated where the build "
+                             "compiles none of its family's")
     parser.add_argument("--only", default="", help="compile only the sources whose path holds this text")
     args = parser.parse_args()
     archs = [a.strip() for a in args.archs.split(",") if a.strip()]
@@ -97,7 +106,8 @@ def main() -> int:
     root = args.build.resolve()
     with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(args.jobs) as pool:
         commands = {source: command for source, command in
-                    with_gemm_variant(commands, args.gemm_variant, Path(scratch)).items() if args.only in source}
+                    with_ampere_variants(commands, args.ampere_variants.split(","), Path(scratch)).items()
+                    if args.only in source}
         jobs = {(source, arch): pool.submit(compile_one, cubin_command(
                     command, arch, Path(scratch) / f"{index}.sm_{arch}.cubin"))
                 for index, (source, command) in enumerate(commands.items()) for arch in archs}

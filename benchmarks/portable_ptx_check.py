@@ -7,8 +7,9 @@ runs: the portable kernels run as they would on an Ampere or Ada GPU. The CUTLAS
 most of PyTorch's, so inputs are made and references computed on the CPU and tensors reach the GPU by copies
 only. Checks, against fp32 references: RMSNorm and SiLU-and-mul in bf16 and fp16; every paged attention kernel
 but the warp-specialized ones (sm_90a only) at 1, 3 and 4 splits with PDL on (the default); and that the paged
-kernels report no CTAs in clusters (that code has no cluster merge, so split launches merge in their own kernel).
-Prints a line per check; exits 1 if any failed.
+kernels report no CTAs in clusters (that code has no cluster merge, so split launches merge in their own kernel);
+and every compiled Ampere-style (sm80) grouped GEMM variant, with its argument kernel, on uneven routings with
+empty experts. Prints a line per check; exits 1 if any failed.
 """
 
 from __future__ import annotations
@@ -85,12 +86,34 @@ def paged_attention() -> None:
             check(f"paged_attention {config.name} splits={splits}", got, want)
 
 
+def grouped_case(dtype, counts, n, k):
+    """(x, w, offsets, a NaN-poisoned out) of a grouped problem on the CPU, and the fp32 reference of its rows."""
+    g = torch.Generator().manual_seed(sum(counts) + n)
+    x = torch.randn(sum(counts), k, generator=g).to(dtype)
+    w = (torch.randn(len(counts), n, k, generator=g) / math.sqrt(k)).to(dtype)
+    offsets = torch.tensor(counts).cumsum(0).to(torch.int32)
+    starts = [0, *offsets.tolist()[:-1]]
+    want = torch.cat([x[s:s + c].float() @ w[e].float().t() for e, (s, c) in enumerate(zip(starts, counts))])
+    return (x, w, offsets, torch.full((x.shape[0], n), float("nan")).to(dtype)), want
+
+
+def grouped_gemm() -> None:
+    for config in [c for c in wavetune.grouped_configs() if c.schedule == "multistage"]:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[config.dtype]
+        for counts, n, k in (([0, 5, 0, 130, 1, 64, 0, 17], 264, 200), ([3 * (e % 4) for e in range(40)], 136, 520)):
+            inputs, want = grouped_case(dtype, counts, n, k)
+            x, w, offsets, out = (t.cuda() for t in inputs)
+            got = wavetune.grouped_gemm(x, w, offsets, out=out, config=config.id)
+            check(f"grouped_gemm {config.name} {len(counts)} experts", got, want)
+
+
 def main() -> int:
     print(f"{torch.cuda.get_device_name()}, CUDA_FORCE_PTX_JIT={os.environ['CUDA_FORCE_PTX_JIT']}, "
           f"PDL {'on' if _C.programmatic_launch() else 'off'}")
     for dtype in DTYPES:
         layer_ops(dtype)
     paged_attention()
+    grouped_gemm()
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 

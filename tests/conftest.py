@@ -35,6 +35,16 @@ def family_table(family: str = "gemm") -> str:
     return "\n" + "\n".join(lines[start:end]) + "\n"
 
 
+def config_space_with(tmp_path: Path, config_space: Path, group: str, before: str, text: str | None = None) -> Path:
+    """A config-space file (``text``, else ``config_space``'s) with ``group`` inserted before its ``before`` table
+    (``"[fallback]"``, ``"[kernel_sets]"``), written under ``tmp_path``."""
+    text = text if text is not None else config_space.read_text()
+    at = text.index("\n" + before)
+    path = tmp_path / config_space.name
+    path.write_text(text[:at] + "\n" + group + text[at:])
+    return path
+
+
 def compiled_rows(registry: str) -> list[str]:
     """The rows of a generated registry list's compiled variants (its ``_VARIANT_LIST``; the whole config space's
     rows, ``_SPACE_VARIANT_LIST``, come after it)."""

@@ -19,7 +19,9 @@ from wavetune.tuning import fitting
 from wavetune.runtime import tables
 
 SM_COUNT = 132
-Shape = namedtuple("Shape", "name dtype tile cluster swap_ab")
+# What the fit reads of a variant. Its schedule says whether its CTAs per SM are read from its kernel (multistage,
+# on a GPU); these fits map every variant with one, as a Hopper kernel's.
+Shape = namedtuple("Shape", "name dtype tile cluster swap_ab schedule", defaults=("pingpong",))
 NARROW = Shape("grouped_bf16_swapab_pingpong_64x16x128_1x1", "bf16", (64, 16, 128), (1, 1), True)
 WIDE = Shape("grouped_bf16_cooperative_128x256x64_1x1", "bf16", (128, 256, 64), (1, 1), False)
 
@@ -261,9 +263,10 @@ def test_grouped_table_round_trips_and_the_shipped_one_is_well_formed(tmp_path):
 def test_cli_fits_a_grouped_table_from_a_log(tmp_path, capsys):
     from wavetune.__main__ import main
 
-    variants = [v for v in grouped_variants() if v.dtype == "bf16"]
+    # A multistage variant's CTAs per SM are read from its kernel on the GPU, which a fit from logs needs then.
+    variants = [v for v in grouped_variants() if v.dtype == "bf16" and v.schedule != "multistage"]
     if not variants:
-        pytest.skip("no bf16 grouped variant compiled")
+        pytest.skip("no bf16 Hopper grouped variant compiled")
     shapes = [Shape(v.name, v.dtype, v.tile, v.cluster, v.swap_ab) for v in variants]
     log = tmp_path / "grouped_tune.jsonl"
     measured = cases(lambda v, coords, case: 3.0 + coords[3] * coords[1] * 0.01, shapes)

@@ -80,11 +80,15 @@ def test_sm90a_cubins_everywhere_and_compute_80_ptx_only_for_the_portable_kernel
     portable = [unit[CUBIN, 90] for unit in units if (PTX, 80) in unit]
     assert [k for k in PORTABLE_KERNELS if not any(k.encode() in cubin for cubin in portable)] == []
     # The CUTLASS 3 kernels (wgmma, TMA: sm_90a only, cutlass::device_kernel) are in units without PTX; the
-    # dense GEMM's multistage variants (CUTLASS 2.x, cutlass::Kernel2) of a kernel set that has them ship PTX.
-    assert [cubin for cubin in portable if b"cutlass" in cubin and b"cutlass7Kernel2" not in cubin] == []
+    # multistage variants of a kernel set that has them (CUTLASS 2.x: the dense GEMM's cutlass::Kernel2, the
+    # grouped GEMM's cutlass::Kernel) ship PTX.
+    ampere_kernels = (b"_ZN7cutlass7Kernel2", b"_ZN7cutlass6Kernel")
+    assert [cubin for cubin in portable if b"cutlass" in cubin and not any(k in cubin for k in ampere_kernels)] == []
+    assert not any(b"_ZN7cutlass13device_kernel" in cubin for cubin in portable)
     assert any(b"cutlass" in unit[CUBIN, 90] for unit in units if (PTX, 80) not in unit)
-    multistage = [v for v in wavetune.configs() if v.schedule == "multistage"]
-    assert bool(multistage) == any(b"cutlass7Kernel2" in cubin for cubin in portable)
+    for listing, kernel in ((wavetune.configs, ampere_kernels[0]), (wavetune.grouped_configs, ampere_kernels[1])):
+        multistage = [v for v in listing() if v.schedule == "multistage"]
+        assert bool(multistage) == any(kernel in cubin for cubin in portable), listing.__name__
 
 
 def test_the_compute_80_ptx_holds_no_hopper_instruction(units):

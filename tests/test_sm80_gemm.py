@@ -13,7 +13,8 @@ from wavetune.codegen import config_space as cs
 from wavetune.runtime.tables import open_table
 from wavetune.tuning import model, tablefile
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO, config_space_with
+
 CONFIG_SPACE = REPO / "cutlass_configs" / "sm90_gemm.toml"
 SM80_GROUP = """
 [[group]]
@@ -37,11 +38,7 @@ def portable(space):
 
 def with_group(tmp_path: Path, group: str, text: str | None = None) -> Path:
     """The shipped config space with ``group`` appended (before its [fallback] table)."""
-    text = text if text is not None else CONFIG_SPACE.read_text()
-    at = text.index("\n[fallback]")
-    path = tmp_path / "space.toml"
-    path.write_text(text[:at] + "\n" + group + text[at:])
-    return path
+    return config_space_with(tmp_path, CONFIG_SPACE, group, "[fallback]", text)
 
 
 def test_sm80_variants_are_appended_and_named_by_what_they_are(space):

@@ -9,9 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include <array>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -20,51 +18,11 @@
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/gemm/device/gemm_universal.h"
 #include "cutlass/gemm/threadblock/threadblock_swizzle.h"
+#include "residency.cuh"
 #include "variant_ops.h"
 #include "wavetune/errors.h"
 
 namespace wavetune::detail {
-
-// How many CTAs of a kernel are resident on an SM of the current device (0: none fit, `error` says why), read
-// once per device: the kernel's shared-memory limit is raised there first.
-struct Residency {
-  int ctas_per_sm = 0;
-  std::string error;
-};
-
-template <class Kernel>
-Residency query_residency(int device) {
-  constexpr int bytes = int(sizeof(typename Kernel::SharedStorage));
-  Residency r;
-  if constexpr (bytes >= (48 << 10)) {
-    if (cudaFuncSetAttribute(cutlass::Kernel2<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
-        cudaSuccess) {
-      cudaGetLastError();  // clear it, so the next CUDA call does not report it
-      int limit = 0;
-      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      r.error = "the kernel needs " + std::to_string(bytes / 1024) + " KB of shared memory per CTA; this GPU gives a "
-                "CTA at most " + std::to_string(limit / 1024) + " KB (choose a variant with fewer stages or a "
-                "smaller tile)";
-      return r;
-    }
-  }
-  const cudaError_t error =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.ctas_per_sm, cutlass::Kernel2<Kernel>, Kernel::kThreadCount, bytes);
-  if (error != cudaSuccess || r.ctas_per_sm < 1) {
-    cudaGetLastError();
-    r.ctas_per_sm = 0;
-    r.error = std::string("no CTA of the kernel fits an SM: ") + cudaGetErrorString(error);
-  }
-  return r;
-}
-
-template <class Kernel>
-const Residency& residency(int device) {
-  static std::array<std::once_flag, kMaxDevices> done;
-  static std::array<Residency, kMaxDevices> found;
-  std::call_once(done.at(device), [device] { found[device] = query_residency<Kernel>(device); });
-  return found[device];
-}
 
 template <DType kDType, BLayout kBLayout, int kTileM, int kTileN, int kTileK, int kStages, int kWarpsM, int kWarpsN>
 struct Sm80Gemm {
@@ -87,6 +45,10 @@ struct Sm80Gemm {
       Epilogue, Swizzle, kStages, kAlignment, kAlignment>;
   using Kernel = typename Device::GemmKernel;
   using Arguments = typename Device::Arguments;
+
+  static const Residency& resident(const DeviceInfo& dev) {
+    return residency<Kernel, cutlass::Kernel2<Kernel>>(dev.device);
+  }
 
   // NOTES: split-K is serial (GemmUniversal's kGemm mode with batch_count = splits): the K splits of a tile run as
   // CTAs of one launch and add into D in turn, ordered by a semaphore per tile in the workspace, which the launch
@@ -119,7 +81,7 @@ struct Sm80Gemm {
 
   // Empty with `*out` planned when the launch can run on the device, else why not.
   static std::string prepare(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, Plan* out) {
-    const Residency& r = residency<Kernel>(dev.device);
+    const Residency& r = resident(dev);
     if (!r.error.empty()) return r.error;
     const Arguments args = arguments(p, micro);
     const cutlass::Status status = Kernel::can_implement(args);
@@ -144,7 +106,7 @@ struct Sm80Gemm {
     return plan(arguments(p, micro), micro, dev, 1).params.get_workspace_size();
   }
 
-  static int ctas_per_sm(const DeviceInfo& dev) { return residency<Kernel>(dev.device).ctas_per_sm; }
+  static int ctas_per_sm(const DeviceInfo& dev) { return resident(dev).ctas_per_sm; }
 
   static void run(const GemmProblem& p, const MicroParams& micro, const DeviceInfo& dev, void* workspace,
                   size_t workspace_bytes, Stream stream) {

@@ -51,13 +51,16 @@ py::dict scales_dict(const GroupedScalesLayout& s) {
 // A tile shape as Python gives it: ((tile_m, tile_n, tile_k), (cluster_m, cluster_n), swap_ab).
 using PyTileShape = std::tuple<std::tuple<int32_t, int32_t, int32_t>, std::tuple<int32_t, int32_t>, bool>;
 
-TileShape make_tile_shape(const PyTileShape& s) {
+// With `ctas_per_sm` of its CTAs resident per SM (grouped_ctas_per_sm).
+TileShape make_tile_shape(const PyTileShape& s, int32_t ctas_per_sm = 1) {
   const auto& [tile, cluster, swap_ab] = s;
-  const TileShape shape{std::get<0>(tile),    std::get<1>(tile),    std::get<2>(tile),
-                        std::get<0>(cluster), std::get<1>(cluster), swap_ab};
+  TileShape shape{std::get<0>(tile),    std::get<1>(tile),    std::get<2>(tile),
+                  std::get<0>(cluster), std::get<1>(cluster), swap_ab};
+  shape.ctas_per_sm = ctas_per_sm;
   if (std::min({shape.tile_m, shape.tile_n, shape.tile_k, shape.cluster_m, shape.cluster_n}) < 1) {
     throw std::invalid_argument("a tile shape's sides and cluster sides must be >= 1");
   }
+  if (ctas_per_sm < 1) throw std::invalid_argument("ctas_per_sm=" + std::to_string(ctas_per_sm) + " must be >= 1");
   return shape;
 }
 
@@ -111,13 +114,20 @@ void bind_grouped_gemm(py::module_& m, const FamilyBindings& registration) {
       "The grouped variant id a call with no config launches on that device: its grouped table's (of that "
       "scales mode) choice, else the built-in heuristic's; batch-invariant as batch_invariance says.");
 
+  m.def("grouped_ctas_per_sm", &grouped_ctas_per_sm, py::arg("variant"),
+        "CTAs of a compiled grouped variant resident per SM of the current GPU (its registers and shared memory; 1 "
+        "for the Hopper variants, 0 where it does not fit).");
   m.def(
       "map_grouped_balanced",
-      [](const PyTileShape& shape, int64_t rows, int64_t experts, int64_t n, int64_t k, int32_t sm_count) {
-        Coordinates c = map_grouped_balanced(make_tile_shape(shape), {rows, experts, n, k}, sm_count);
+      [](const PyTileShape& shape, int64_t rows, int64_t experts, int64_t n, int64_t k, int32_t sm_count,
+         int32_t ctas_per_sm) {
+        Coordinates c = map_grouped_balanced(make_tile_shape(shape, ctas_per_sm), {rows, experts, n, k}, sm_count);
         return py::make_tuple(c.grid, c.k_iters, c.capacity, c.waves);
       },
-      "(G, L, C, waves) of a grouped problem under a tile shape, rows spread evenly (grouped_mapping.h).");
+      py::arg("shape"), py::arg("rows"), py::arg("experts"), py::arg("n"), py::arg("k"), py::arg("sm_count"),
+      py::arg("ctas_per_sm") = 1,
+      "(G, L, C, waves) of a grouped problem under a tile shape with `ctas_per_sm` of its CTAs resident per SM, "
+      "rows spread evenly (grouped_mapping.h).");
   m.def(
       "grouped_expert_tiles",
       [](const PyTileShape& shape, int64_t rows, int64_t n) { return expert_tiles(make_tile_shape(shape), rows, n); },
@@ -125,11 +135,11 @@ void bind_grouped_gemm(py::module_& m, const FamilyBindings& registration) {
       "Output tiles of one expert's GEMM with `rows` rows, its tile grid padded to whole clusters (grouped_mapping.h).");
   m.def(
       "grouped_coordinates",
-      [](const PyTileShape& shape, int64_t tiles, int64_t k, int32_t sm_count) {
-        Coordinates c = grouped_coordinates(make_tile_shape(shape), tiles, k, sm_count);
+      [](const PyTileShape& shape, int64_t tiles, int64_t k, int32_t sm_count, int32_t ctas_per_sm) {
+        Coordinates c = grouped_coordinates(make_tile_shape(shape, ctas_per_sm), tiles, k, sm_count);
         return py::make_tuple(c.grid, c.k_iters, c.capacity, c.waves);
       },
-      py::arg("shape"), py::arg("tiles"), py::arg("k"), py::arg("sm_count"),
+      py::arg("shape"), py::arg("tiles"), py::arg("k"), py::arg("sm_count"), py::arg("ctas_per_sm") = 1,
       "(G, L, C, waves) of a grouped launch whose experts have `tiles` output tiles in all (grouped_mapping.h).");
   m.def(
       "balanced_groups",

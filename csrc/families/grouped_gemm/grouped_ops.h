@@ -15,10 +15,13 @@ namespace wavetune::detail {
 // What each generated grouped variant exports; the registry holds one per compiled variant.
 struct GroupedVariantOps {
   GroupedScales scales;  // the mode it runs
-  // Workspace the variant needs for `experts` groups on a device (its layout: sm90_grouped_gemm.cuh).
+  // Workspace the variant needs for `experts` groups on a device (its layout: its template's WorkspaceLayout).
   size_t (*workspace_bytes)(int32_t experts, const DeviceInfo&);
   // Launches on a problem already validated, with a workspace of at least workspace_bytes.
   void (*run)(const GroupedGemmProblem&, void* workspace, const DeviceInfo&, Stream);
+  // CTAs of the kernel resident per SM of the device (0: none fit); null: one, a Hopper kernel's stages fill the
+  // SM's shared memory.
+  int (*ctas_per_sm)(const DeviceInfo&) = nullptr;
 };
 
 // The generated registry: the ops of a compiled grouped variant, nullptr when not compiled in.

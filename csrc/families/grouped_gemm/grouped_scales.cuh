@@ -13,9 +13,6 @@
 
 namespace wavetune::detail {
 
-template <DType kDType>
-using Sixteen = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
-
 // The default epilogue (out = acc, rounded to Out), for the modes whose scales (if any) the mainloop applies.
 template <class Out>
 struct PlainEpilogue {

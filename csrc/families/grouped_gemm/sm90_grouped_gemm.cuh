@@ -1,9 +1,10 @@
-// The CUTLASS template behind every grouped variant (cutlass_configs/sm90_grouped_gemm.toml): a Hopper
-// ptr-array grouped GEMM (TMA warp-specialized, persistent, fp32 accumulation, no C operand) running
-// out[rows of e] = x[rows of e] @ w[e].T for every expert e in one launch, its operand types, scales and
-// epilogue given by an Operands policy of its scales mode (grouped_scales.cuh): scales in the epilogue, or in
-// the mainloop (CUTLASS's blockwise scaling), laid out as grouped.h's GroupedScalesLayout of the mode says.
-// Generated sources instantiate it once per translation unit with grouped_scales.cuh's macros.
+// The CUTLASS template behind the grouped family's Hopper variants (cutlass_configs/sm90_grouped_gemm.toml; its
+// Ampere-style ones: sm80_grouped_gemm.cuh): a Hopper ptr-array grouped GEMM (TMA warp-specialized, persistent,
+// fp32 accumulation, no C operand) running out[rows of e] = x[rows of e] @ w[e].T for every expert e in one
+// launch, its operand types, scales and epilogue given by an Operands policy of its scales mode
+// (grouped_scales.cuh): scales in the epilogue, or in the mainloop (CUTLASS's blockwise scaling), laid out as
+// grouped.h's GroupedScalesLayout of the mode says. Generated sources instantiate it once per translation unit
+// with grouped_scales.cuh's macros.
 #pragma once
 
 // NOTES: the same switch as sm90_gemm.cuh: every multiple of 8 as tile N gets a wgmma atom of its own.
@@ -24,6 +25,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 #include "cutlass_launch.cuh"
+#include "grouped_experts.cuh"
 #include "grouped_ops.h"
 #include "wavetune/errors.h"
 #include "wavetune/grouped.h"
@@ -126,10 +128,9 @@ struct Sm90GroupedGemm {
   }
 
   // Where each part of the workspace starts: the expert arrays, then CUTLASS's own workspace (TMA
-  // descriptors per SM), each 128-byte aligned.
-  struct WorkspaceLayout {
-    size_t shapes, a, b, d, stride_a, stride_b, stride_d, scale_x, scale_w, layout_sfa, layout_sfb, cutlass,
-        total = 0;
+  // descriptors per SM).
+  struct WorkspaceLayout : WorkspaceParts {
+    size_t shapes, a, b, d, stride_a, stride_b, stride_d, scale_x, scale_w, layout_sfa, layout_sfb, cutlass;
 
     WorkspaceLayout(int32_t experts, const DeviceInfo& dev) {
       const size_t e = size_t(experts);
@@ -147,19 +148,13 @@ struct Sm90GroupedGemm {
       layout_sfb = take(kBlockScaled ? e * sizeof(LayoutSFB) : 0);
       cutlass = take(cutlass_workspace_bytes(experts, dev));
     }
-    size_t take(size_t bytes) {
-      const size_t offset = total;
-      total = (total + bytes + 127) / 128 * 128;
-      return offset;
-    }
     ExpertArrays arrays(void* workspace) const {
-      char* base = static_cast<char*>(workspace);
-      return {reinterpret_cast<ExpertShape*>(base + shapes),    reinterpret_cast<const Input**>(base + a),
-              reinterpret_cast<const Input**>(base + b),        reinterpret_cast<Out**>(base + d),
-              reinterpret_cast<StrideA*>(base + stride_a),      reinterpret_cast<StrideB*>(base + stride_b),
-              reinterpret_cast<StrideD*>(base + stride_d),      reinterpret_cast<const float**>(base + scale_x),
-              reinterpret_cast<const float**>(base + scale_w),  reinterpret_cast<LayoutSFA*>(base + layout_sfa),
-              reinterpret_cast<LayoutSFB*>(base + layout_sfb)};
+      return {workspace_part<ExpertShape>(workspace, shapes),      workspace_part<const Input*>(workspace, a),
+              workspace_part<const Input*>(workspace, b),          workspace_part<Out*>(workspace, d),
+              workspace_part<StrideA>(workspace, stride_a),        workspace_part<StrideB>(workspace, stride_b),
+              workspace_part<StrideD>(workspace, stride_d),        workspace_part<const float*>(workspace, scale_x),
+              workspace_part<const float*>(workspace, scale_w),    workspace_part<LayoutSFA>(workspace, layout_sfa),
+              workspace_part<LayoutSFB>(workspace, layout_sfb)};
     }
   };
 
@@ -191,65 +186,46 @@ struct Sm90GroupedGemm {
     }
   }
 
+  // Expert e's problem size, operand pointers and strides (and, for scaled operands, where its scales start), as
+  // prepare_experts (grouped_experts.cuh) hands it over.
+  __device__ static void write_expert(const GroupedGemmProblem& p, int e, const Expert<Input, Out>& expert,
+                                      const ExpertArrays& arrays) {
+    const int m = kSwapAB ? p.n : expert.rows, n = kSwapAB ? expert.rows : p.n;
+    arrays.shapes[e] = {m, n, p.k};
+    arrays.a[e] = kSwapAB ? expert.w : expert.x;
+    arrays.b[e] = kSwapAB ? expert.x : expert.w;
+    arrays.d[e] = expert.out;
+    arrays.stride_a[e] = cutlass::make_cute_packed_stride(StrideA{}, {m, p.k, 1});
+    arrays.stride_b[e] = cutlass::make_cute_packed_stride(StrideB{}, {n, p.k, 1});
+    arrays.stride_d[e] = cutlass::make_cute_packed_stride(StrideD{}, {m, n, 1});
+    if constexpr (kScales != GroupedScales::none) {
+      const int64_t x_scales = scale_blocks(p.k, kScalesLayout.x_block_k);  // per token, or for all of x
+      const int64_t w_scales =  // per expert
+          scale_blocks(p.n, kScalesLayout.w_block_n) * scale_blocks(p.k, kScalesLayout.w_block_k);
+      arrays.scale_x[e] = p.scale_x + (kScalesLayout.x_block_m ? expert.start * x_scales : 0);
+      arrays.scale_w[e] = p.scale_w + e * w_scales;
+    }
+    if constexpr (kBlockScaled) {
+      arrays.layout_sfa[e] = ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, p.k, 1));
+      arrays.layout_sfb[e] = ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(m, n, p.k, 1));
+    }
+  }
+
   static void run(const GroupedGemmProblem& p, void* workspace, const DeviceInfo& dev, Stream stream);
 
   static constexpr GroupedVariantOps ops() { return {kScales, &workspace_bytes, &run}; }
 };
-
-// One thread per expert: its rows from the offsets, then its problem size, operand pointers and strides
-// (and, for scaled operands, where its scales start).
-template <class Gemm>
-__global__ void prepare_experts(GroupedGemmProblem p, typename Gemm::ExpertArrays arrays) {
-  using Input = typename Gemm::Input;
-  const int e = blockIdx.x * blockDim.x + threadIdx.x;
-  release_dependents_and_wait();  // the offsets and operands may come from the kernel before
-  if (e >= p.experts) return;
-  // Clamped, so offsets out of order or past the rows give an expert no rows rather than a bad access.
-  const int32_t start = e == 0 ? 0 : min(max(p.offsets[e - 1], 0), p.rows);
-  const int32_t rows = min(max(p.offsets[e], start), p.rows) - start;
-  const Input* x = static_cast<const Input*>(p.x) + int64_t(start) * p.k;
-  const Input* w = static_cast<const Input*>(p.w) + int64_t(e) * p.n * p.k;
-  const int m = Gemm::kSwapAB ? p.n : rows, n = Gemm::kSwapAB ? rows : p.n;
-  arrays.shapes[e] = {m, n, p.k};
-  arrays.a[e] = Gemm::kSwapAB ? w : x;
-  arrays.b[e] = Gemm::kSwapAB ? x : w;
-  arrays.d[e] = static_cast<typename Gemm::Out*>(p.out) + int64_t(start) * p.n;
-  arrays.stride_a[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideA{}, {m, p.k, 1});
-  arrays.stride_b[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideB{}, {n, p.k, 1});
-  arrays.stride_d[e] = cutlass::make_cute_packed_stride(typename Gemm::StrideD{}, {m, n, 1});
-  if constexpr (Gemm::kScales != GroupedScales::none) {
-    constexpr GroupedScalesLayout layout = Gemm::kScalesLayout;
-    const int64_t x_scales = scale_blocks(p.k, layout.x_block_k);  // per token, or for all of x
-    const int64_t w_scales = scale_blocks(p.n, layout.w_block_n) * scale_blocks(p.k, layout.w_block_k);  // per expert
-    arrays.scale_x[e] = p.scale_x + (layout.x_block_m ? start * x_scales : 0);
-    arrays.scale_w[e] = p.scale_w + e * w_scales;
-  }
-  if constexpr (Gemm::kBlockScaled) {
-    arrays.layout_sfa[e] = Gemm::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(m, n, p.k, 1));
-    arrays.layout_sfb[e] = Gemm::ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(m, n, p.k, 1));
-  }
-}
 
 template <class Operands, bool kSwapAB, Schedule kSchedule, int kTileM, int kTileN, int kTileK, int kClusterM,
           int kClusterN>
 void Sm90GroupedGemm<Operands, kSwapAB, kSchedule, kTileM, kTileN, kTileK, kClusterM, kClusterN>::run(
     const GroupedGemmProblem& p, void* workspace, const DeviceInfo& dev, Stream stream) {
   const WorkspaceLayout layout(p.experts, dev);
-  ExpertArrays arrays = layout.arrays(workspace);
-  constexpr int kThreads = 128;
-  void* args[] = {const_cast<GroupedGemmProblem*>(&p), &arrays};  // read only
-  check_launch(launch_programmatic(reinterpret_cast<const void*>(prepare_experts<Sm90GroupedGemm>),
-                                   dim3(unsigned((p.experts + kThreads - 1) / kThreads)), dim3(kThreads), 0, stream,
-                                   args),
-               "the expert argument kernel");
-
-  void* cutlass_workspace = static_cast<char*>(workspace) + layout.cutlass;
+  const ExpertArrays arrays = layout.arrays(workspace);
+  launch_prepare_experts<Sm90GroupedGemm>(p, arrays, stream);
+  void* cutlass_workspace = workspace_part<char>(workspace, layout.cutlass);
   launch_gemm_universal<Adapter>(arguments(p, arrays, dev), dev, cutlass_workspace, layout.total - layout.cutlass,
-                                 programmatic_launch(), stream, [&] {
-                                   return "the grouped GEMM (rows=" + std::to_string(p.rows) + " experts=" +
-                                          std::to_string(p.experts) + " N=" + std::to_string(p.n) +
-                                          " K=" + std::to_string(p.k) + ")";
-                                 });
+                                 programmatic_launch(), stream, [&] { return describe(p); });
 }
 
 }  // namespace wavetune::detail

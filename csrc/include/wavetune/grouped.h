@@ -92,6 +92,11 @@ WAVETUNE_API std::string grouped_problem_error(const GroupedGemmProblem& problem
 // variant it runs: the per-expert arguments the launch builds on the GPU and CUTLASS's own workspace.
 WAVETUNE_API size_t grouped_workspace_bytes(int32_t experts);
 
+// CTAs of a compiled grouped variant resident per SM of the current device, from its registers and shared memory
+// (read once per device): the grid of an Ampere-style (multistage) variant is that many per SM; 1 for the Hopper
+// variants; 0 where the kernel does not fit the device's SM (a launch says why).
+WAVETUNE_API int32_t grouped_ctas_per_sm(int32_t variant_id);
+
 // The built-in heuristic's choice for the current device (grouped_heuristic.h) among the compiled variants of
 // the problem's scales mode and dtype that run on it (runs_here), from the sizes only; -1 where none of them
 // runs there (the caller runs its framework's grouped GEMM, as torch._grouped_mm); InvalidArgument where none is

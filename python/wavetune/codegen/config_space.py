@@ -40,9 +40,11 @@ ARCHS = ("sm80", "sm89", "sm90a")
 
 GROUP_KEYS = {"dtypes", "b_layouts", "schedule", "tiles", "clusters", "schedulers"}
 OPTIONAL_GROUP_KEYS = {"swap_ab", "scales", "arch"}
-# A group whose `arch` is a portable one (ARCHS_PORTABLE) holds CUTLASS 2.x multistage GEMMs (mma.sync, cp.async),
-# one CTA per output tile and K split: a CTA tile, its warps ("MxN" warps along the tile's M and N) and its
-# pipeline stages, and no Hopper axes (clusters, TMA schedules, tile schedulers, swap-AB).
+# A group whose `arch` is a portable one (ARCHS_PORTABLE) holds CUTLASS 2.x multistage GEMMs (mma.sync, cp.async):
+# a CTA tile, its warps ("MxN" warps along the tile's M and N) and its pipeline stages, and no Hopper axes
+# (clusters, TMA schedules, tile schedulers, swap-AB, FP8 scales). Their tile scheduler is the family's fixed one
+# where it has one (the grouped family's persistent: a grid of the resident CTAs visits every group's tiles), else
+# data_parallel (one CTA per output tile and K split). A b_layouts the family fixes may be left out.
 MULTISTAGE_GROUP_KEYS = {"arch", "dtypes", "b_layouts", "tiles", "warps", "stages"}
 ARCHS_PORTABLE = ("sm80", "sm89")
 # NOTES: the multistage kernels' tiles are CUTLASS 2.x's usual Ampere shapes: each warp computes a 32- or 64-wide
@@ -457,8 +459,9 @@ def _multistage_group(group: dict, family: Family, arch: str, first_id: int, whe
     hopper = sorted(set(group) & (GROUP_KEYS | OPTIONAL_GROUP_KEYS) - MULTISTAGE_GROUP_KEYS)
     if hopper:
         raise ConfigError(f"{where}: {', '.join(hopper)}: Hopper axes (thread-block clusters, TMA schedules, "
-                          f"persistent tile schedulers, swap-AB, scales); an {arch} group has "
+                          f"persistent tile schedulers, swap-AB, FP8 scales); an {arch} group has "
                           f"{', '.join(sorted(MULTISTAGE_GROUP_KEYS))}")
+    group = _with_fixed_axes(group, family, where, MULTISTAGE_GROUP_KEYS)
     if set(group) != MULTISTAGE_GROUP_KEYS:
         missing, extra = MULTISTAGE_GROUP_KEYS - set(group), set(group) - MULTISTAGE_GROUP_KEYS
         raise ConfigError(f"{where}: missing keys {sorted(missing)}, unknown keys {sorted(extra)}")
@@ -473,13 +476,23 @@ def _multistage_group(group: dict, family: Family, arch: str, first_id: int, whe
         [_parse_dims(w, 2, where) for w in _string_list(group, "warps", None, where)],
         stages,
     )
+    scheduler = _multistage_scheduler(family, where)
     out = []
     for dtype, b_layout, tile, warps, stage_count in itertools.product(*axes):
-        v = Variant(first_id + len(out), dtype, b_layout, False, "multistage", *tile, 1, 1, "data_parallel",
+        v = Variant(first_id + len(out), dtype, b_layout, False, "multistage", *tile, 1, 1, scheduler,
                     family.name, generation, "", arch, stage_count, *warps)
         _check_multistage(v, f"{where}: {v.name}")
         out.append(v)
     return out
+
+
+def _multistage_scheduler(family: Family, where: str) -> str:
+    """The tile scheduler of the family's multistage kernels (MULTISTAGE_GROUP_KEYS says which)."""
+    schedulers = dict(family.fixed_axes).get("schedulers", ("data_parallel",))
+    if len(schedulers) != 1:
+        raise ConfigError(f"{where}: the {family.name} family's schedulers {list(schedulers)} leave its multistage "
+                          f"kernels' tile scheduler open (fix one)")
+    return schedulers[0]
 
 
 def multistage_shared_bytes(v: Variant) -> int:
@@ -624,9 +637,10 @@ def _cpp_literal(value: bool | int | float) -> str:
     return repr(value)
 
 
-def _with_fixed_axes(group: dict, family: Family, where: str) -> dict:
-    """The group with the axes its family does not vary filled in; other values for them are refused."""
-    fixed = dict(family.fixed_axes)
+def _with_fixed_axes(group: dict, family: Family, where: str, keys: set[str] = GROUP_KEYS) -> dict:
+    """The group with the axes its family does not vary filled in (those of ``keys``); other values for them are
+    refused."""
+    fixed = {key: values for key, values in family.fixed_axes if key in keys}
     for key, values in fixed.items():
         if key in group and group[key] != list(values):
             raise ConfigError(f"{where}: the {family.name} family has {key} = {list(values)} only, got {group[key]!r}")

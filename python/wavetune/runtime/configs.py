@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Callable
 
 from .native import _C
 
@@ -52,6 +53,24 @@ class KernelConfig:
         """Raster order and swizzle do not apply: cuBLAS orders its own tiles, the decode GEMM's CTAs are
         scheduled by the hardware."""
         return self.schedule in ("cublas", "decode")
+
+
+def resident_ctas(variant: KernelConfig, read: Callable[[int], int]) -> int:
+    """CTAs of a variant resident per SM of the current GPU, which a wave of it holds (the mapping's capacity, a
+    table's ``occupancy`` record): a multistage kernel's from its registers and shared memory, read from the kernel
+    by ``read(variant.id)`` (its family's binding, ``_C.gemm_ctas_per_sm`` or ``_C.grouped_ctas_per_sm``); 1 for
+    the others (a Hopper kernel's stages fill the SM's shared memory, a library candidate is modeled as one)."""
+    if variant.schedule != "multistage":
+        return 1
+    try:
+        ctas = read(variant.id)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"the CTAs per SM of {variant.name} are read from its kernel on the GPU: tune (or refit) a "
+                         f"table with multistage variants on the GPU it is for ({exc})") from None
+    if ctas < 1:
+        raise ValueError(f"{variant.name} does not fit an SM of this GPU (no CTA of it is resident): leave it out of "
+                         f"the tuned build (WAVETUNE_KERNEL_FILTER)")
+    return ctas
 
 
 def runnable(configs) -> list[KernelConfig]:

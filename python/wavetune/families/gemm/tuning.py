@@ -24,7 +24,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ...runtime.configs import KernelConfig
+from ...runtime.configs import KernelConfig, resident_ctas
 from ...runtime.device import build_info, package_version
 from ...runtime.native import _C
 from ...runtime import tables
@@ -89,19 +89,8 @@ class Candidate:
 
 @functools.cache
 def ctas_per_sm(variant: KernelConfig) -> int:
-    """CTAs of a variant resident per SM of the current GPU: the multistage kernels' from their registers and
-    shared memory (a table records it: `occupancy`), 1 for the persistent kernels and the library candidates."""
-    if variant.schedule != "multistage":
-        return 1
-    try:
-        ctas = _C.gemm_ctas_per_sm(variant.id)
-    except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"the CTAs per SM of {variant.name} are read from its kernel on the GPU: tune (or refit) a "
-                         f"table with multistage variants on the GPU it is for ({exc})") from None
-    if ctas < 1:
-        raise ValueError(f"{variant.name} does not fit an SM of this GPU (_C.gemm_ctas_per_sm is 0): leave it out "
-                         f"of the tuned build (WAVETUNE_KERNEL_FILTER)")
-    return ctas
+    """CTAs of a variant resident per SM of the current GPU (``runtime.configs.resident_ctas``)."""
+    return resident_ctas(variant, _C.gemm_ctas_per_sm)
 
 
 def occupancy_records(cands: list[Candidate]) -> dict[int, int]:

@@ -2,7 +2,8 @@
 coordinates for per-expert row counts known on the host (benchmarks).
 
 Every function takes the variant's shape as in ``wavetune.KernelConfig``: ``tile`` (M, N, K), ``cluster`` (M, N)
-and ``swap_ab``.
+and ``swap_ab``; the coordinates also its CTAs resident per SM (``ctas_per_sm``: 1 for the Hopper variants, the
+kernel's occupancy for the Ampere-style ones, ``_C.grouped_ctas_per_sm``), which multiply the capacity.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ def balanced_groups(rows: int, experts: int) -> tuple[int, int]:
     return _C.balanced_groups(rows, experts)
 
 
-def balanced(tile, cluster, swap_ab: bool, rows: int, experts: int, n: int, k: int, sm_count: int) -> Coordinates:
+def balanced(tile, cluster, swap_ab: bool, rows: int, experts: int, n: int, k: int, sm_count: int,
+             ctas_per_sm: int = 1) -> Coordinates:
     """What the run-time choice sees: ``rows`` spread evenly over min(experts, rows) experts."""
-    return Coordinates(*_C.map_grouped_balanced((tile, cluster, swap_ab), rows, experts, n, k, sm_count))
+    return Coordinates(*_C.map_grouped_balanced((tile, cluster, swap_ab), rows, experts, n, k, sm_count, ctas_per_sm))
 
 
-def routed(tile, cluster, swap_ab: bool, rows_per_expert: Iterable[int], n: int, k: int, sm_count: int) -> Coordinates:
+def routed(tile, cluster, swap_ab: bool, rows_per_expert: Iterable[int], n: int, k: int, sm_count: int,
+           ctas_per_sm: int = 1) -> Coordinates:
     """The exact coordinates for known rows per expert (the GPU's view; the host does not have them)."""
     tiles = sum(expert_tiles(tile, cluster, swap_ab, rows, n) for rows in rows_per_expert)
-    return Coordinates(*_C.grouped_coordinates((tile, cluster, swap_ab), tiles, k, sm_count))
+    return Coordinates(*_C.grouped_coordinates((tile, cluster, swap_ab), tiles, k, sm_count, ctas_per_sm))

@@ -12,11 +12,13 @@ from logs only, this tuning's or benchmarks/grouped.py's (``--suite tune``), mea
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Iterable
 
-from ...runtime.configs import KernelConfig
+from ...runtime.configs import KernelConfig, resident_ctas
+from ...runtime.native import _C
 from ...tuning import model
 from ...tuning.fitting import benchmark_log, case_done, fit_case_table, logs_source, measure_cases_and_fit
 from ...tuning.log import CaseLog
@@ -43,10 +45,16 @@ GROUPED_TIMING = ("median of interleaved CUDA-graph replays (wavetune.families.g
                   "benchmarks/grouped.py times), weights cold; balanced, Zipf-skewed and hot-expert routings")
 
 
+@functools.cache
+def ctas_per_sm(variant: KernelConfig) -> int:
+    """CTAs of a variant resident per SM of the current GPU (``runtime.configs.resident_ctas``)."""
+    return resident_ctas(variant, _C.grouped_ctas_per_sm)
+
+
 def grouped_coordinates(v: KernelConfig, case: dict, sm_count: int) -> tuple[int, int, int, int]:
     """(G, L, C, waves) of a case as the run-time choice maps it."""
     return tuple(mapping.balanced(v.tile, v.cluster, v.swap_ab, case["rows"], case["experts"], case["n"],
-                                          case["k"], sm_count))
+                                  case["k"], sm_count, ctas_per_sm(v)))
 
 
 def grouped_bytes(case: dict) -> float:
@@ -116,7 +124,8 @@ def fit_grouped(cases: list[dict], variants: list[KernelConfig], sm_count: int, 
                         for name, high in priors if name in index],
                 waves={i: fits[v.name] for i, v in enumerate(kept)},
                 calibration={i: calibration[v.name] for i, v in enumerate(kept) if v.name in calibration},
-                memory_bytes_per_us=memory, traffic_bytes_per_us=traffic)
+                memory_bytes_per_us=memory, traffic_bytes_per_us=traffic,
+                occupancy={i: ctas_per_sm(v) for i, v in enumerate(kept)})
 
 
 SEED = 17  # of the cases' routings and sampled rows (benchmarks/grouped.py's default seed)
