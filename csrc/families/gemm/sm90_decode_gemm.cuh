@@ -450,9 +450,10 @@ struct Kernel {
           const int token = token0 + 8 * f + 2 * t + i % 2;
           if (token >= p.m) continue;
           const float scale = scaled ? row_scale * p.scale_x[int64_t(token) * p.scale_x_step] : row_scale;
+          float value = acc[r][f][i] * scale + b;
           // R may be the previous kernel's output: a coherent load (load_written says why).
-          const float add = residual ? static_cast<float>(__ldca(residual + int64_t(token) * p.ldr + row)) : 0.0f;
-          d[int64_t(token) * p.ldd + row] = static_cast<Out>(acc[r][f][i] * scale + b + add);  // round to nearest
+          if (residual) value += static_cast<float>(__ldca(residual + int64_t(token) * p.ldr + row));
+          d[int64_t(token) * p.ldd + row] = static_cast<Out>(value);  // round to nearest
         }
       }
     }
