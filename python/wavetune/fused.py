@@ -1,7 +1,9 @@
 """The layer ops in a model (``wavetune.patch``; docs/torch.md, "Layer ops"): per module, transformers' RMSNorm,
 its gated MLP and the rotary embedding of its attention each become one kernel, the MLP's gate and up
 projections one GEMM, the attention's query, key and value projections one GEMM, and a decoder layer's residual
-addition after attention one kernel with the norm that follows it.
+addition after attention one kernel with the norm that follows it. Where the decode GEMM runs (few tokens, in
+eager mode and CUDA graphs), the MLP's SiLU-and-multiply and the residual addition after it run in its GEMMs'
+epilogues.
 
 A module is swapped only where its code is transformers' Llama code: an RMSNorm or MLP class whose ``forward``
 compiles to the same bytecode as ``LlamaRMSNorm.forward`` / ``LlamaMLP.forward`` (their copies in Qwen2, Mistral,
@@ -158,20 +160,22 @@ class GatedMLP(torch.nn.Module):
         """The MLP of ``x``, plus ``residual`` where one is given (``decoder_layer_forward``)."""
         if not (x.is_cuda and x.dtype in DTYPES and self.intermediate % 8 == 0):
             out = _original(self)(x)
-            return out if residual is None else residual + out
-        if torch.compiler.is_compiling():
+        elif torch.compiler.is_compiling():
             gate, up = self.gate_up(x).split(self.intermediate, dim=-1)
             out = self.down_proj(torch.nn.functional.silu(gate) * up)
-            return out if residual is None else residual + out
-        wavetune_linear = _wavetune_linear()
-        hidden = (self.gate_up.forward_silu_and_mul(x) if isinstance(self.gate_up, wavetune_linear)
-                  else torch.ops.wavetune.silu_and_mul(self.gate_up(x)))
-        if residual is None:
-            return self.down_proj(hidden)
-        if isinstance(self.down_proj, wavetune_linear) and residual.shape == (*x.shape[:-1], self.down_proj.out_features) \
-                and residual.dtype == x.dtype and residual.stride(-1) == 1:
-            return self.down_proj.forward_residual(hidden, residual)
-        return residual + self.down_proj(hidden)
+        else:
+            hidden = (self.gate_up.forward_silu_and_mul(x) if isinstance(self.gate_up, _wavetune_linear())
+                      else torch.ops.wavetune.silu_and_mul(self.gate_up(x)))
+            if residual is not None and self._down_proj_adds(hidden, residual):
+                return self.down_proj.forward_residual(hidden, residual)
+            out = self.down_proj(hidden)
+        return out if residual is None else residual + out
+
+    def _down_proj_adds(self, hidden: torch.Tensor, residual: torch.Tensor) -> bool:
+        """Whether the down projection takes ``residual`` into its GEMM (``wavetune.nn.Linear.forward_residual``)."""
+        down = self.down_proj
+        return (isinstance(down, _wavetune_linear()) and residual.shape == (*hidden.shape[:-1], down.out_features)
+                and residual.dtype == hidden.dtype and residual.stride(-1) == 1)
 
 
 class ProjectionSlice(torch.nn.Module):
