@@ -88,6 +88,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def capture_graph(step):
+    """``step()`` captured in a CUDA graph by PyTorch's recipe (a warm-up on a side stream, then the capture):
+    (the graph, the outputs its replays write)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    return graph, captured
+
+
 def cpp_program(source: Path, target: str, root: Path) -> Path:
     """Builds the C++ project at `source` against the installed wavetune CMake package, as docs/cpp.md tells C++
     users (the package directory as the prefix); skips when there is no cmake or C++ compiler."""

@@ -110,7 +110,7 @@ def test_patch_refuses_a_bad_level_before_changing_the_model():
 
 
 def test_the_operators_take_the_level_as_an_argument():
-    for op in ("gemm", "linear", "grouped_gemm", "attention", "paged_attention"):
+    for op in ("gemm", "linear", "linear_silu_and_mul", "linear_residual", "grouped_gemm", "attention", "paged_attention"):
         schema = str(getattr(torch.ops.wavetune, op).default._schema)
         assert "str? batch_invariance=None" in schema, schema
     x = torch.empty(4, 64, dtype=torch.bfloat16, device="meta")

@@ -20,6 +20,8 @@ from wavetune import fused  # noqa: E402
 from wavetune.families.layer_ops import api  # noqa: E402
 from transformers.models.llama import modeling_llama as llama  # noqa: E402
 
+from conftest import capture_graph  # noqa: E402
+
 OPS = torch.ops.wavetune
 TINY = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=512)
@@ -349,15 +351,7 @@ def test_pdl_on_and_off_give_the_same_bits_and_a_graph_replays_new_inputs():
     finally:
         _C.set_programmatic_launch(before)
     assert all(torch.equal(a, b) for a, b in zip(*results))
-    # PyTorch's CUDA-graph recipe: warm up on a side stream, then capture
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = capture_graph(step)
     x.copy_(torch.randn_like(x))
     q.copy_(torch.randn_like(q))
     graph.replay()

@@ -154,11 +154,13 @@ class TestCPU:
         launch = gemm_ops._native_launch(prepared, torch.Size((2, 5, 48)))
         result = launch(x, w.data_ptr(), bias)
         assert (result.shape, result.dtype) == ((2, 5, 48), BF16)
-        (a, b, bias_ptr, d, workspace, stream), = launches
+        (a, b, bias_ptr, d, workspace, stream, residual), = launches
         assert (a, b, bias_ptr, d, stream) == (x.data_ptr(), w.data_ptr(), bias.data_ptr(), result.data_ptr(), 7)
-        assert (workspace != 0) == (workspace_bytes > 0)
+        assert (workspace != 0) == (workspace_bytes > 0) and residual == 0  # no residual: a null pointer
         launch(x, w.data_ptr(), None)
         assert launches[1][2] == 0  # no bias: a null pointer
+        launch(x, w.data_ptr(), None, result)
+        assert launches[2][6] == result.data_ptr()
 
     def test_operand_rules_come_before_the_device(self):
         """A user on the CPU meets the layout rules before the device rule (fix one error, then the next)."""

@@ -1,7 +1,9 @@
 """The layer ops in a model (``wavetune.patch``; docs/torch.md, "Layer ops"): per module, transformers' RMSNorm,
 its gated MLP and the rotary embedding of its attention each become one kernel, the MLP's gate and up
 projections one GEMM, the attention's query, key and value projections one GEMM, and a decoder layer's residual
-addition after attention one kernel with the norm that follows it.
+addition after attention one kernel with the norm that follows it. Where the decode GEMM runs (few tokens, in
+eager mode and CUDA graphs), the MLP's SiLU-and-multiply and the residual addition after it run in its GEMMs'
+epilogues.
 
 A module is swapped only where its code is transformers' Llama code: an RMSNorm or MLP class whose ``forward``
 compiles to the same bytecode as ``LlamaRMSNorm.forward`` / ``LlamaMLP.forward`` (their copies in Qwen2, Mistral,
@@ -88,12 +90,22 @@ def add_norm(norm: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> 
 def decoder_layer_forward(self, hidden_states: torch.Tensor, attention_mask=None, position_ids=None,
                           past_key_values=None, use_cache=False, position_embeddings=None, **kwargs) -> torch.Tensor:
     """``LlamaDecoderLayer.forward`` with the residual addition after attention and the post-attention norm in
-    one kernel (``add_norm``)."""
+    one kernel (``add_norm``), and the addition after a ``GatedMLP`` in its down projection's epilogue.
+
+    NOTES: which residual addition goes where. The one after attention meets the post-attention norm: fused with
+    it (add_rms_norm), it costs no kernel whatever GEMM the output projection runs, so o_proj keeps its plain
+    output; its residual epilogue would only move the addition and leave the norm a kernel of its own. The one
+    after the MLP meets no norm in this layer (the next layer's input norm is that layer's call), so it goes into
+    the down projection's GEMM (``GatedMLP.forward``'s ``residual``), which removes its kernel where the decode
+    GEMM runs; the MLP module's own call stays ``mlp(x)``. Under torch.compile the traced addition is left to
+    Inductor, which fuses it with the next layer's traced norm."""
     residual = hidden_states
     hidden_states, _ = self.self_attn(
         hidden_states=self.input_layernorm(hidden_states), attention_mask=attention_mask, position_ids=position_ids,
         past_key_values=past_key_values, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
     residual, hidden_states = add_norm(self.post_attention_layernorm, hidden_states, residual)
+    if isinstance(self.mlp, GatedMLP) and not torch.compiler.is_compiling():
+        return self.mlp(hidden_states, residual)
     return residual + self.mlp(hidden_states)
 
 
@@ -116,9 +128,23 @@ def merge_linears(layers: list[torch.nn.Linear]) -> torch.nn.Linear:
     return merged
 
 
+@functools.cache
+def _wavetune_linear() -> type:
+    from .nn import Linear  # wavetune.nn imports this module
+
+    return Linear
+
+
 class GatedMLP(torch.nn.Module):
     """A transformers SiLU-gated MLP, ``down(silu(gate(x)) * up(x))``, as one GEMM for gate and up
-    (``gate_up``), ``torch.ops.wavetune.silu_and_mul`` and the down projection (``down_proj``, the MLP's own)."""
+    (``gate_up``), ``torch.ops.wavetune.silu_and_mul`` and the down projection (``down_proj``, the MLP's own).
+    Where both are on wavetune's GEMM (``wavetune.nn.Linear``) in eager mode, SiLU and the product run in the
+    gate and up GEMM's epilogue, and a residual in the down projection's, where the decode GEMM runs them
+    (``torch.ops.wavetune.linear_silu_and_mul``, ``linear_residual``); elsewhere as separate kernels.
+
+    The merged weight is the plain concatenation [gate; up] (``merge_linears``): the decode GEMM pairs each gate
+    row with its up row through its row pointers (sm90_decode_gemm.cuh), so the unfused path, the state dict and
+    the gate and up projections' views read the same tensor."""
 
     def __init__(self, mlp: torch.nn.Module):
         super().__init__()
@@ -130,14 +156,26 @@ class GatedMLP(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"intermediate={self.intermediate}, activation=silu_and_mul (wavetune)"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The MLP of ``x``, plus ``residual`` where one is given (``decoder_layer_forward``)."""
         if not (x.is_cuda and x.dtype in DTYPES and self.intermediate % 8 == 0):
-            return _original(self)(x)
-        gate_up = self.gate_up(x)
-        if torch.compiler.is_compiling():
-            gate, up = gate_up.split(self.intermediate, dim=-1)
-            return self.down_proj(torch.nn.functional.silu(gate) * up)
-        return self.down_proj(torch.ops.wavetune.silu_and_mul(gate_up))
+            out = _original(self)(x)
+        elif torch.compiler.is_compiling():
+            gate, up = self.gate_up(x).split(self.intermediate, dim=-1)
+            out = self.down_proj(torch.nn.functional.silu(gate) * up)
+        else:
+            hidden = (self.gate_up.forward_silu_and_mul(x) if isinstance(self.gate_up, _wavetune_linear())
+                      else torch.ops.wavetune.silu_and_mul(self.gate_up(x)))
+            if residual is not None and self._down_proj_adds(hidden, residual):
+                return self.down_proj.forward_residual(hidden, residual)
+            out = self.down_proj(hidden)
+        return out if residual is None else residual + out
+
+    def _down_proj_adds(self, hidden: torch.Tensor, residual: torch.Tensor) -> bool:
+        """Whether the down projection takes ``residual`` into its GEMM (``wavetune.nn.Linear.forward_residual``)."""
+        down = self.down_proj
+        return (isinstance(down, _wavetune_linear()) and residual.shape == (*hidden.shape[:-1], down.out_features)
+                and residual.dtype == hidden.dtype and residual.stride(-1) == 1)
 
 
 class ProjectionSlice(torch.nn.Module):

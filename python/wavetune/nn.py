@@ -36,6 +36,8 @@ SUITE_M = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 102
            6144, 8192, 16384)
 
 _LINEAR_OP = torch.ops.wavetune.linear.default
+_SILU_AND_MUL_OP = torch.ops.wavetune.linear_silu_and_mul.default
+_RESIDUAL_OP = torch.ops.wavetune.linear_residual.default
 
 
 def unsupported_reason(linear: torch.nn.Linear) -> str | None:
@@ -84,6 +86,20 @@ class Linear(torch.nn.Linear):
         return f"{super().extra_repr()}, gemm=wavetune"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._run(gemm_ops.linear, _LINEAR_OP, x)
+
+    def forward_silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        """``wavetune.silu_and_mul(self(x))`` for a merged gate and up projection (the gate's rows first): SiLU and
+        the product in the GEMM's epilogue where the decode GEMM runs (``torch.ops.wavetune.linear_silu_and_mul``)."""
+        return self._run(gemm_ops.linear_silu_and_mul, _SILU_AND_MUL_OP, x)
+
+    def forward_residual(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """``residual + self(x)``: the addition in the GEMM's epilogue where the decode GEMM runs, rounded once
+        (``torch.ops.wavetune.linear_residual``)."""
+        return self._run(gemm_ops.linear_residual, _RESIDUAL_OP, x, residual)
+
+    def _run(self, kernel, op, x: torch.Tensor, *operands: torch.Tensor) -> torch.Tensor:
+        """``kernel(x, weight, *operands, bias, level)``, or the operator ``op`` of it where a tracer runs."""
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             raise RuntimeError("wavetune.nn.Linear is inference-only (its GEMM has no backward): run the model "
                                "under torch.inference_mode() or torch.no_grad(), or wavetune.unpatch it to train")
@@ -93,8 +109,8 @@ class Linear(torch.nn.Linear):
         # implementation; CPU: the refusal) get the operator.
         level = invariance.level_for(self)
         if not torch.compiler.is_compiling() and type(x) is torch.Tensor and x.is_cuda:
-            return gemm_ops.linear(x, self.weight, self.bias, level)
-        return _LINEAR_OP(x, self.weight, self.bias, level)
+            return kernel(x, self.weight, *operands, self.bias, level)
+        return op(x, self.weight, *operands, self.bias, level)
 
 
 class FP8Linear(torch.nn.Module):

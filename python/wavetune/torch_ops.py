@@ -3,7 +3,8 @@ and registers the operators of every kernel family (``wavetune.families``: each 
 module), with fake (meta) implementations, so ``torch.compile(fullgraph=True)`` traces them without a
 graph break and CUDA graphs capture them. They are inference-only: there is no backward.
 
-    gemm(a, b), linear(x, weight, bias=None)          the dense GEMM (families/gemm/torch_ops.py)
+    gemm(a, b), linear(x, weight, bias=None)          the dense GEMM (families/gemm/torch_ops.py), and with
+    linear_silu_and_mul, linear_residual              its epilogues (docs/torch.md, "The operators")
     grouped_gemm(x, w, offsets)                       mixture-of-experts layers (docs/grouped.md)
     attention(q, k, v, causal=False, scale=None)      attention forward (docs/attention.md)
 

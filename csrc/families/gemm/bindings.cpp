@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -24,6 +25,14 @@ GemmProblem make_problem(int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t l
                          uintptr_t d, int64_t ldd, int32_t dtype, int32_t b_layout) {
   return {m, n, k, reinterpret_cast<const void*>(a), lda, reinterpret_cast<const void*>(b), ldb,
           reinterpret_cast<void*>(d), ldd, static_cast<DType>(dtype), static_cast<BLayout>(b_layout)};
+}
+
+// `p` with an epilogue by name (types.h, Epilogue), its residual and that one's leading dimension.
+GemmProblem with_epilogue(GemmProblem p, const std::string& epilogue, uintptr_t residual, int64_t ldr) {
+  p.epilogue = parse_name<Epilogue>(epilogue, 3, "epilogue");
+  p.residual = reinterpret_cast<const void*>(residual);
+  p.ldr = ldr;
+  return p;
 }
 
 MicroParams make_micro(int32_t decomposition, int32_t splits, int32_t raster, int32_t max_swizzle) {
@@ -57,16 +66,24 @@ void bind_gemm(py::module_& m, const FamilyBindings& registration) {
   m.def(
       "problem_error",
       [](int32_t m_, int32_t n, int32_t k, uintptr_t a, int64_t lda, uintptr_t b, int64_t ldb, uintptr_t d,
-         int64_t ldd, int32_t dtype, int32_t b_layout) {
-        return problem_error(make_problem(m_, n, k, a, lda, b, ldb, d, ldd, dtype, b_layout));
+         int64_t ldd, int32_t dtype, int32_t b_layout, const std::string& epilogue, uintptr_t residual, int64_t ldr) {
+        return problem_error(
+            with_epilogue(make_problem(m_, n, k, a, lda, b, ldb, d, ldd, dtype, b_layout), epilogue, residual, ldr));
       },
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("a"), py::arg("lda"), py::arg("b"), py::arg("ldb"),
+      py::arg("d"), py::arg("ldd"), py::arg("dtype"), py::arg("b_layout"), py::arg("epilogue") = "none",
+      py::arg("residual") = 0, py::arg("ldr") = 0,
       "Empty string when the problem's sizes, leading dimensions and alignment are valid, else the reason.");
 
   m.def(
       "shape_error",
-      [](int32_t m_, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd, int32_t dtype, int32_t b_layout) {
-        return shape_error(make_problem(m_, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout));
+      [](int32_t m_, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd, int32_t dtype, int32_t b_layout,
+         const std::string& epilogue, int64_t ldr) {
+        return shape_error(
+            with_epilogue(make_problem(m_, n, k, 0, lda, 0, ldb, 0, ldd, dtype, b_layout), epilogue, 0, ldr));
       },
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("lda"), py::arg("ldb"), py::arg("ldd"), py::arg("dtype"),
+      py::arg("b_layout"), py::arg("epilogue") = "none", py::arg("ldr") = 0,
       "Empty string when the problem's sizes and leading dimensions are valid, else the reason (no pointers).");
   m.def(
       "default_variant",
@@ -156,7 +173,8 @@ void bind_gemm(py::module_& m, const FamilyBindings& registration) {
                            "gemm's launch for one shape and device, resolved once (variant -1: the device's table's "
                            "choice, or the built-in heuristic without a table, batch-invariant as batch_invariance "
                            "says: off, reduction_order or config); each call gives the data pointers "
-                           "(bias 0: none), a workspace of at least workspace_bytes and the stream.")
+                           "(bias 0: none), a workspace of at least workspace_bytes and the stream; with_epilogue gives "
+                           "the same launch with a fused epilogue where the chosen variant runs it.")
       .def(py::init([&registration](int32_t m_, int32_t n, int32_t k, int64_t lda, int64_t ldb, int64_t ldd,
                                     int32_t dtype, int32_t b_layout, int32_t device, int32_t variant,
                                     int32_t decomposition, int32_t splits, int32_t raster, int32_t max_swizzle,
@@ -174,20 +192,34 @@ void bind_gemm(py::module_& m, const FamilyBindings& registration) {
       .def_readonly("workspace_bytes", &PreparedGemm::workspace_bytes)
       .def_property_readonly("from_library",
                              [](const PreparedGemm& g) { return find_variant(g.variant)->schedule == Schedule::cublas; })
+      .def_property_readonly("epilogue", [](const PreparedGemm& g) { return to_string(g.problem.epilogue); })
+      .def(
+          "with_epilogue",
+          [](const PreparedGemm& g, const std::string& epilogue, int64_t ldd, int64_t ldr) -> std::optional<PreparedGemm> {
+            GemmProblem p = with_epilogue(g.problem, epilogue, 0, ldr);
+            p.ldd = ldd;
+            if (!runs_epilogue(*find_variant(g.variant), p.epilogue)) return std::nullopt;
+            return PreparedGemm{p, g.device, g.variant, g.micro, gemm_workspace_bytes(p, g.variant, g.micro)};
+          },
+          py::arg("epilogue"), py::arg("ldd"), py::arg("ldr") = 0,
+          "This launch (its variant and micro parameters) with an epilogue by name ('residual': D = A B + R, R of "
+          "leading dimension ldr; 'silu_and_mul': D = silu(gate) * up of B's two halves) into D of leading dimension "
+          "ldd; None where the chosen variant does not run it (the caller runs the GEMM, then the epilogue's op).")
       .def(
           "__call__",
           [](const PreparedGemm& g, uintptr_t a, uintptr_t b, uintptr_t bias, uintptr_t d, uintptr_t workspace,
-             uintptr_t stream) {
+             uintptr_t stream, uintptr_t residual) {
             GemmProblem p = g.problem;
             p.a = reinterpret_cast<const void*>(a);
             p.b = reinterpret_cast<const void*>(b);
             p.bias = reinterpret_cast<const void*>(bias);
             p.d = reinterpret_cast<void*>(d);
+            p.residual = reinterpret_cast<const void*>(residual);
             gemm(p, g.variant, g.micro, reinterpret_cast<void*>(workspace), g.workspace_bytes,
                  reinterpret_cast<Stream>(stream));
           },
           py::arg("a"), py::arg("b"), py::arg("bias"), py::arg("d"), py::arg("workspace"), py::arg("stream"),
-          py::call_guard<py::gil_scoped_release>());
+          py::arg("residual") = 0, py::call_guard<py::gil_scoped_release>());
 
 }
 

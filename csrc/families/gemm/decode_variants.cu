@@ -1,5 +1,5 @@
 // The decode GEMM's variants (sm90_decode_gemm.cuh): one per dtype, token tile, warp layout and schedule,
-// for column-major B (an nn.Linear weight). Each compiles in seconds, so every build has all of them;
+// for column-major B (an nn.Linear weight), each with every epilogue (types.h, Epilogue). Each compiles in seconds, so every build has all of them;
 // they are dense-table candidates beside the CUTLASS variants and cuBLAS (docs/kernels.md, "Decode GEMM").
 #include <cuda_runtime.h>
 
@@ -51,7 +51,8 @@ struct DecodeVariant {
     const std::string error = why_not(p, micro, dev);
     if (!error.empty()) WAVETUNE_INVALID(error, " (M=", p.m, " N=", p.n, " K=", p.k, ")");
     const int32_t s = splits(p, micro, dev);
-    const decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, 0};
+    decode::Params params{p.a, p.b, p.d, p.bias, p.lda, p.ldb, p.ldd, p.m, p.n, p.k, 0};
+    params.epilogue = p.epilogue, params.residual = p.residual, params.ldr = p.ldr;
     const cudaError_t status =
         decode::launch<K, kPersistent>(params, s, dev.device, dev.sm_count, programmatic_launch(), stream);
     if (status != cudaSuccess) {

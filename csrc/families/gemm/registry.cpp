@@ -14,6 +14,23 @@ namespace wavetune {
 
 const char* detail::kernel_set_name() { return WAVETUNE_KERNEL_SET_NAME; }
 
+namespace {
+// What the epilogue needs of the sizes (types.h, Epilogue); empty when it has what it needs.
+std::string epilogue_shape_error(const GemmProblem& p) {
+  std::ostringstream os;
+  if (p.epilogue < Epilogue::none || p.epilogue > Epilogue::silu_and_mul) {
+    os << "unknown epilogue " << int32_t(p.epilogue) << " (none, residual or silu_and_mul)";
+  } else if (p.epilogue == Epilogue::silu_and_mul && p.n % 16 != 0) {
+    os << "the silu_and_mul epilogue takes N=" << p.n << " columns of gate and up side by side: N must be a "
+       << "multiple of 16 (each half a multiple of 8)";
+  } else if (p.epilogue == Epilogue::residual && (p.ldr < p.n || p.ldr % 8 != 0)) {
+    os << "the residual's leading dimension ldr=" << p.ldr << " must be at least N=" << p.n
+       << " and a multiple of 8 elements (16 bytes); make the residual contiguous";
+  }
+  return os.str();
+}
+}  // namespace
+
 std::string shape_error(const GemmProblem& p) {
   std::string layout = p.b_layout == BLayout::col ? "column-major" : "row-major";
   int64_t b_min_ld = p.b_layout == BLayout::col ? p.k : p.n;
@@ -23,9 +40,12 @@ std::string shape_error(const GemmProblem& p) {
   } else if (p.k % 8 != 0 || p.n % 8 != 0) {
     os << "K=" << p.k << " and N=" << p.n << " must be multiples of 8: the kernels move 16-byte rows with TMA "
        << "(pad K and N to a multiple of 8, or use torch.matmul for this shape)";
-  } else if (p.lda < p.k || p.ldb < b_min_ld || p.ldd < p.n) {
+  } else if (std::string epilogue = epilogue_shape_error(p); !epilogue.empty()) {
+    os << epilogue;
+  } else if (p.lda < p.k || p.ldb < b_min_ld || p.ldd < output_columns(p)) {
     os << "leading dimensions too small: lda=" << p.lda << " (needs >= K=" << p.k << "), ldb=" << p.ldb
-       << " (needs >= " << b_min_ld << " for " << layout << " B), ldd=" << p.ldd << " (needs >= N=" << p.n << ")";
+       << " (needs >= " << b_min_ld << " for " << layout << " B), ldd=" << p.ldd << " (needs >= "
+       << (p.epilogue == Epilogue::silu_and_mul ? "N/2=" : "N=") << output_columns(p) << ")";
   } else if (p.lda % 8 != 0 || p.ldb % 8 != 0 || p.ldd % 8 != 0) {
     os << "leading dimensions lda=" << p.lda << ", ldb=" << p.ldb << ", ldd=" << p.ldd
        << " must be multiples of 8 elements (16 bytes) for TMA; make the tensors contiguous";
@@ -47,6 +67,11 @@ std::string problem_error(const GemmProblem& p) {
   } else if (misaligned(p.bias)) {
     os << "the bias must be 16-byte aligned (the epilogue loads it in 16-byte vectors); use bias.contiguous() "
        << "or .clone()";
+  } else if (p.epilogue == Epilogue::residual && (!p.residual || misaligned(p.residual))) {
+    os << "the residual epilogue needs R: a non-null, 16-byte aligned pointer (use .contiguous() or .clone())";
+  } else if (p.epilogue == Epilogue::residual && p.residual == p.d && p.ldr != p.ldd) {
+    os << "D is R (an in-place residual update) with another leading dimension (ldd=" << p.ldd << ", ldr=" << p.ldr
+       << "): the same matrix needs the same one";
   }
   return os.str();
 }
@@ -56,6 +81,9 @@ std::string detail::variant_error(const VariantInfo& v, const GemmProblem& p, co
   if (v.dtype != p.dtype || v.b_layout != p.b_layout) {
     os << "variant " << v.name << " takes " << to_string(v.dtype) << " with " << to_string(v.b_layout)
        << "-major B, the problem is " << to_string(p.dtype) << " with " << to_string(p.b_layout) << "-major B";
+  } else if (!runs_epilogue(v, p.epilogue)) {
+    os << "variant " << v.name << " has no " << to_string(p.epilogue) << " epilogue (the decode GEMM's variants "
+       << "run it): run the GEMM, then the " << (p.epilogue == Epilogue::residual ? "addition" : "silu_and_mul");
   } else if (v.scheduler == TileScheduler::persistent && micro.decomposition != Decomposition::heuristic &&
              micro.decomposition != Decomposition::data_parallel) {
     os << "variant " << v.name << " uses the persistent (data-parallel) tile scheduler; decomposition "

@@ -20,6 +20,14 @@
 // m16n8k32 has the same register pattern with 4 elements per register (A[g][4t..4t+3], A[g][4t+16..4t+19];
 // B likewise), so its thread takes 16 consecutive elements of a 64-wide chunk the same way.
 //
+// NOTES: the epilogues (wavetune::Epilogue). residual adds R to the fp32 sum before the one rounding; each element
+// of R is read and D written by the same thread, so D may be R. silu_and_mul needs a gate and an up product of the
+// same output column in one thread: the MMA's 16-row tile gives lane (g, t) rows g and g + 8 of the same tokens,
+// so the kernel reads the merged weight [gate; up] as if its rows were interleaved in blocks of 8 (weight_row):
+// tile rows 16b..16b+7 are gate rows 8b..8b+7 and tile rows 16b+8..16b+15 the up rows of the same columns. The
+// interleaving is in the row pointers alone (set once per tile), so the weight stays the plain concatenation
+// that the unfused GEMM and silu_and_mul read, and every variant and schedule runs it unchanged.
+//
 // NOTES: programmatic dependent launch. W is not written by the kernel before this one in a model's
 // stream, but a caller may compute B in the previous kernel, so nothing is read before
 // griddepcontrol.wait; the first weight lines are only prefetched into L2, which the previous kernel's
@@ -41,6 +49,8 @@
 
 #include "device.h"  // kMaxDevices
 #include "programmatic_launch.cuh"
+#include "pytorch_rounding.cuh"
+#include "wavetune/types.h"  // Epilogue
 
 namespace wavetune::detail::decode {
 
@@ -63,6 +73,11 @@ struct Params {
   const float* scale_x = nullptr;
   const float* scale_w = nullptr;
   int scale_x_step = 0, scale_w_step = 0;
+  // What the store does (types.h; 16-bit inputs: the scaled GEMM family runs none). With silu_and_mul, n counts
+  // the weight's rows (gate and up) and D has n / 2 columns.
+  Epilogue epilogue = Epilogue::none;
+  const void* residual = nullptr;  // [M, N] row-major, ldr; Out
+  int64_t ldr = 0;
 };
 
 constexpr int kScaleBlock = 128;  // the K (and W row) extent of a block scale
@@ -181,13 +196,21 @@ struct Kernel {
     }
   };
 
-  // Rows past N read row N - 1 (valid memory, results dropped).
+  // The weight row that tile row `row` reads: itself, or with silu_and_mul the gate row of output column
+  // 8 (row / 16) + row % 8 in rows 16b..16b+7 of each 16-row tile b and that column's up row in rows 16b+8..16b+15.
+  // Rows past the weight's read its last row of the same half (valid memory, results dropped).
+  __device__ static int weight_row(const Params& p, int row) {
+    if (p.epilogue != Epilogue::silu_and_mul) return min(row, p.n - 1);
+    const int half = p.n / 2, column = min(row / 16 * 8 + row % 8, half - 1);
+    return row % 16 < 8 ? column : half + column;
+  }
+
   __device__ static void point_at(const Params& p, int row0, int t, Rows& rows) {
     const auto* w = static_cast<const T*>(p.w);
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r) {
       for (int h = 0; h < 2; ++h) {
-        rows[r][h] = w + int64_t(min(row0 + 16 * r + 8 * h, p.n - 1)) * p.ldw + kElementsPerLoad * t;
+        rows[r][h] = w + int64_t(weight_row(p, row0 + 16 * r + 8 * h)) * p.ldw + kElementsPerLoad * t;
       }
     }
   }
@@ -409,8 +432,10 @@ struct Kernel {
 
   // Accumulator (r, f, i) of lane (g, t) is D^T[row0 + 16 r + 8 (i / 2)][token0 + 8 f + 2 t + i % 2].
   __device__ static void store(const Params& p, const Accumulators& acc, int row0, int token0, int t) {
+    if (p.epilogue == Epilogue::silu_and_mul) return store_silu_and_mul(p, acc, row0, token0, t);
     auto* d = static_cast<Out*>(p.d);
     const auto* bias = static_cast<const Out*>(p.bias);
+    const auto* residual = p.epilogue == Epilogue::residual ? static_cast<const Out*>(p.residual) : nullptr;
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
@@ -425,7 +450,35 @@ struct Kernel {
           const int token = token0 + 8 * f + 2 * t + i % 2;
           if (token >= p.m) continue;
           const float scale = scaled ? row_scale * p.scale_x[int64_t(token) * p.scale_x_step] : row_scale;
-          d[int64_t(token) * p.ldd + row] = static_cast<Out>(acc[r][f][i] * scale + b);  // round to nearest
+          float value = acc[r][f][i] * scale + b;
+          // R may be the previous kernel's output: a coherent load (load_written says why).
+          if (residual) value += static_cast<float>(__ldca(residual + int64_t(token) * p.ldr + row));
+          d[int64_t(token) * p.ldd + row] = static_cast<Out>(value);  // round to nearest
+        }
+      }
+    }
+  }
+
+  // silu_and_mul: accumulators i and i + 2 of a lane are the gate and up products of one output column and token
+  // (weight_row), each rounded to Out as the GEMM alone would store it, then combined as the layer op combines them.
+  __device__ static void store_silu_and_mul(const Params& p, const Accumulators& acc, int row0, int token0, int t) {
+    auto* d = static_cast<Out*>(p.d);
+    const auto* bias = static_cast<const Out*>(p.bias);
+    const int half = p.n / 2;
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r) {
+      const int row = row0 + 16 * r, column = row / 16 * 8 + row % 8;
+      if (column >= half) continue;
+      const float gate_bias = bias ? static_cast<float>(bias[column]) : 0.0f;
+      const float up_bias = bias ? static_cast<float>(bias[half + column]) : 0.0f;
+#pragma unroll
+      for (int f = 0; f < kFragments; ++f) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int token = token0 + 8 * f + 2 * t + j;
+          if (token >= p.m) continue;
+          d[int64_t(token) * p.ldd + column] =
+              silu_mul_rounded<Out>(rounded<Out>(acc[r][f][j] + gate_bias), rounded<Out>(acc[r][f][j + 2] + up_bias));
         }
       }
     }

@@ -15,6 +15,7 @@
 
 #include "device.h"
 #include "programmatic_launch.cuh"
+#include "pytorch_rounding.cuh"
 #include "wavetune/errors.h"
 #include "wavetune/kernels.h"
 #include "wavetune/layer_ops.h"
@@ -41,12 +42,6 @@ __device__ __forceinline__ Chunk<T> load(const T* p) {
 template <typename T>
 __device__ __forceinline__ void store(T* p, const Chunk<T>& c) {
   *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(c.e);
-}
-
-// What PyTorch stores for a float result of a bf16/fp16 operation: the rounded value, read back as float.
-template <typename T>
-__device__ __forceinline__ float rounded(float v) {
-  return static_cast<float>(static_cast<T>(v));
 }
 
 // --- RMS normalization: kRowThreads threads per row (a power of two, 32 to kThreads) ---------------------------
@@ -163,8 +158,7 @@ __global__ void __launch_bounds__(kThreads) silu_and_mul_kernel(const T* x, int6
     Chunk<T> o;
 #pragma unroll
     for (int j = 0; j < kChunk; ++j) {
-      const float g = static_cast<float>(gate.e[j]);
-      o.e[j] = static_cast<T>(rounded<T>(g / (1.0f + expf(-g))) * static_cast<float>(up.e[j]));
+      o.e[j] = silu_mul_rounded<T>(static_cast<float>(gate.e[j]), static_cast<float>(up.e[j]));
     }
     store(out + row * ldo + col, o);
   }

@@ -30,11 +30,16 @@ struct BuildInfo {
 };
 WAVETUNE_API BuildInfo build_info();
 
-// Empty when the problem itself is valid (sizes, leading dimensions, 16-byte alignment), else the
-// reason and what would work. Needs no GPU.
+// Empty when the problem itself is valid (sizes, leading dimensions, 16-byte alignment, its epilogue's operands),
+// else the reason and what would work. Needs no GPU.
 WAVETUNE_API std::string problem_error(const GemmProblem& problem);
 // The same without the data pointers: sizes and leading dimensions only.
 WAVETUNE_API std::string shape_error(const GemmProblem& problem);
+
+// Whether variant `v` runs epilogue `e` (types.h): every variant runs none, the decode GEMM each.
+inline bool runs_epilogue(const VariantInfo& v, Epilogue e) {
+  return e == Epilogue::none || v.schedule == Schedule::decode;
+}
 
 // Empty when `variant_id` can run `problem` with `micro` on the current device, else the reason.
 WAVETUNE_API std::string why_not(const GemmProblem& problem, int32_t variant_id, const MicroParams& micro);

@@ -166,8 +166,25 @@ inline Launch kv_split_launch(int32_t variant, int32_t splits) {
   return {variant, {splits > 1 ? Decomposition::split_k : Decomposition::data_parallel, splits}};
 }
 
-// D[m,n] = A[m,k] @ B[k,n] (+ bias[n]). A and D are row-major with leading dimensions lda, ldd (in
-// elements); B is column-major (ldb >= k) or row-major (ldb >= n) as b_layout says. All in `dtype`.
+// What a GEMM does with its fp32 sums (plus the bias) before it stores D (docs/kernels.md, "Decode GEMM"):
+//   none: D = A B (+ bias), rounded once to the dtype.
+//   residual: D = A B (+ bias) + R, the addition in fp32 and rounded once; R [m, n] row-major in the dtype with
+//     leading dimension ldr. D may be R itself (same pointer and leading dimension: an in-place residual update).
+//   silu_and_mul: B's n columns are a gate and an up projection side by side (the gate's n / 2 first, n a multiple
+//     of 16), and D [m, n / 2] = silu(G) * U, as silu_and_mul (layer_ops.h) computes it from the stored G and U.
+// Every variant runs none; the decode GEMM (Schedule::decode) runs each (runs_epilogue, kernels.h). Elsewhere a
+// caller runs the GEMM and then the addition or silu_and_mul.
+enum class Epilogue : int32_t { none = 0, residual = 1, silu_and_mul = 2 };
+inline const char* to_string(Epilogue v) {
+  switch (v) {
+    case Epilogue::residual: return "residual";
+    case Epilogue::silu_and_mul: return "silu_and_mul";
+    default: return "none";
+  }
+}
+
+// D[m,n] = A[m,k] @ B[k,n] (+ bias[n]), then `epilogue`. A and D are row-major with leading dimensions lda,
+// ldd (in elements); B is column-major (ldb >= k) or row-major (ldb >= n) as b_layout says. All in `dtype`.
 // The optional bias (n elements, 16-byte aligned) is added to the fp32 accumulator before the one
 // rounding to `dtype`, as cuBLAS's bias epilogue does.
 struct GemmProblem {
@@ -181,6 +198,14 @@ struct GemmProblem {
   DType dtype;
   BLayout b_layout;
   const void* bias = nullptr;
+  Epilogue epilogue = Epilogue::none;
+  const void* residual = nullptr;  // R of Epilogue::residual
+  int64_t ldr = 0;
 };
+
+// The columns of D: n, or n / 2 where the epilogue pairs gate and up columns (Epilogue::silu_and_mul).
+inline int32_t output_columns(const GemmProblem& p) {
+  return p.epilogue == Epilogue::silu_and_mul ? p.n / 2 : p.n;
+}
 
 }  // namespace wavetune

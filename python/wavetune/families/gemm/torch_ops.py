@@ -1,7 +1,13 @@
-"""wavetune's GEMM as PyTorch operators: ``torch.ops.wavetune.gemm(a, b)`` and
-``torch.ops.wavetune.linear(x, weight, bias=None)`` (``wavetune.torch_ops`` imports this module).
+"""wavetune's GEMM as PyTorch operators (``wavetune.torch_ops`` imports this module):
 
-Importing this module imports torch and registers both operators, with fake (meta) implementations, so
+- ``torch.ops.wavetune.gemm(a, b)``, ``torch.ops.wavetune.linear(x, weight, bias=None)``
+- ``torch.ops.wavetune.linear_silu_and_mul(x, weight, bias=None)``: ``silu_and_mul(linear(x, weight, bias))`` for a
+  merged gate and up weight (gate rows first), and ``torch.ops.wavetune.linear_residual(x, weight, residual,
+  bias=None)``: ``residual + linear(x, weight, bias)``. Where the table chooses the decode GEMM, it runs the
+  epilogue in its store (the residual added in fp32 and rounded once); elsewhere the GEMM runs and then the
+  addition or the silu_and_mul kernel.
+
+Importing this module imports torch and registers the operators, with fake (meta) implementations, so
 ``torch.compile(fullgraph=True)`` traces them without a graph break and CUDA graphs capture them.
 They are inference-only: there is no backward.
 
@@ -30,6 +36,10 @@ from . import api
 LIBRARY.define("gemm(Tensor a, Tensor b, str? batch_invariance=None) -> Tensor", tags=(STRIDES_TAG,))
 LIBRARY.define("linear(Tensor x, Tensor weight, Tensor? bias=None, str? batch_invariance=None) -> Tensor",
                tags=(STRIDES_TAG,))
+LIBRARY.define("linear_silu_and_mul(Tensor x, Tensor weight, Tensor? bias=None, str? batch_invariance=None) -> Tensor",
+               tags=(STRIDES_TAG,))
+LIBRARY.define("linear_residual(Tensor x, Tensor weight, Tensor residual, Tensor? bias=None, "
+               "str? batch_invariance=None) -> Tensor", tags=(STRIDES_TAG,))
 
 # The device index without torch.cuda.current_device()'s Python wrapper (public API where absent).
 _current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
@@ -39,9 +49,9 @@ class _Plan(NamedTuple):
     """How to run a GEMM whose operands have the metadata of an earlier call."""
 
     device: int
-    # (a, b's data pointer, bias or None) -> a new output; None where the table chose cuBLAS, which torch's
-    # own operator runs.
-    launch: Callable[[torch.Tensor, int, torch.Tensor | None], torch.Tensor] | None
+    # (a, b's data pointer, bias or None, residual or None) -> a new output; None where the table chose cuBLAS,
+    # which torch's own operator runs, or, with an epilogue, a variant that does not run it.
+    launch: Callable[..., torch.Tensor] | None
 
 
 # Operand metadata (shapes, strides, dtypes, devices) -> _Plan. Eager calls are the hot path of a decode
@@ -77,28 +87,34 @@ def _native_launch(prepared, out_shape: torch.Size) -> Callable:
     device = prepared.device
     workspace_bytes = prepared.workspace_bytes
 
-    def launch(a: torch.Tensor, b_ptr: int, bias: torch.Tensor | None) -> torch.Tensor:
+    def launch(a: torch.Tensor, b_ptr: int, bias: torch.Tensor | None,
+               residual: torch.Tensor | None = None) -> torch.Tensor:
         result = a.new_empty(out_shape)  # a's dtype and device, without parsing them (host time per call)
         # NOTES: from torch's caching allocator, so a captured graph keeps it in its own pool for replays.
         workspace = a.new_empty(workspace_bytes, dtype=torch.uint8).data_ptr() if workspace_bytes else 0
         prepared(a.data_ptr(), b_ptr, 0 if bias is None else bias.data_ptr(), result.data_ptr(), workspace,
-                 stream(device))
+                 stream(device), 0 if residual is None else residual.data_ptr())
         return result
 
     return launch
 
 
-def _new_plan(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, level: str) -> _Plan:
+def _new_plan(key: tuple, op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, level: str,
+              residual: torch.Tensor | None = None, silu_and_mul: bool = False) -> _Plan:
     """The plan for operands of ``key`` after all of ``api.gemm``'s checks, at batch-invariance ``level``;
     remembered unless the problem is empty (nothing to launch) or on another device than the current one."""
     _prepare_device(a, op)
-    ops = api.check_operands(a, b, bias)
+    ops = api.check_operands(a, b, bias, residual=residual, silu_and_mul=silu_and_mul)
     if not (ops.m and ops.n and ops.k) or ops.device != _current_device():
-        return _Plan(ops.device, lambda a, b_ptr, bias: api.gemm(a, b, bias=bias, batch_invariant=level))
+        return _Plan(ops.device, lambda a, b_ptr, bias, residual=None: api.gemm(
+            a, b, bias=bias, residual=residual, silu_and_mul=silu_and_mul, batch_invariant=level))
     tables.ensure_table(ops.device)
     prepared = _C.PreparedGemm(ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.n, ops.dtype, ops.b_layout, ops.device,
                                batch_invariance=level)
-    plan = _Plan(ops.device, None if prepared.from_library else _native_launch(prepared, (*a.shape[:-1], ops.n)))
+    out_shape = (*a.shape[:-1], ops.n // 2 if silu_and_mul else ops.n)
+    if ops.epilogue != "none":  # None where the chosen variant does not run it
+        prepared = prepared.with_epilogue(ops.epilogue, out_shape[-1], ops.ldr)
+    plan = _Plan(ops.device, None if prepared is None or prepared.from_library else _native_launch(prepared, out_shape))
     if tables.table_swap_pending(ops.device):
         return plan  # made under capture from a table about to be replaced: a later call takes the new one
     if len(_plans) >= _MAX_PLANS:
@@ -117,6 +133,13 @@ def _check_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
                          f"got {bias.dtype} {tuple(bias.shape)} on {bias.device}")
 
 
+def _linear_key(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, level: str) -> tuple:
+    """The plan key of a linear operator's operands."""
+    return (op, x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
+            weight.get_device(), None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()),
+            level)
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, batch_invariance: str | None = None) -> torch.Tensor:
     """The kernel behind torch.ops.wavetune.gemm: ``wavetune.gemm(a, b)`` with the table's choice."""
     level = invariance.requested(batch_invariance)
@@ -132,9 +155,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """The kernel behind torch.ops.wavetune.linear: ``F.linear(x, weight, bias)`` on wavetune's GEMM, the bias
     added in the GEMM's epilogue (fp32, one rounding)."""
     level = invariance.requested(batch_invariance)
-    key = ("linear", x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
-           weight.get_device(), None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()),
-           level)
+    key = _linear_key("linear", x, weight, bias, level)
     plan = _plans.get(key)
     if plan is None or plan.device != _current_device():
         _check_linear(x, weight, bias)
@@ -142,6 +163,37 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if plan.launch is None:
         return torch.nn.functional.linear(x, weight, bias)
     return plan.launch(x, weight.data_ptr(), bias)  # weight's pointer is weight.t()'s
+
+
+def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                        batch_invariance: str | None = None) -> torch.Tensor:
+    """The kernel behind torch.ops.wavetune.linear_silu_and_mul: ``silu_and_mul(linear(x, weight, bias))``, weight
+    [N, K] a gate projection's rows and then an up projection's (N a multiple of 16); [..., N / 2]."""
+    level = invariance.requested(batch_invariance)
+    key = _linear_key("linear_silu_and_mul", x, weight, bias, level)
+    plan = _plans.get(key)
+    if plan is None or plan.device != _current_device():
+        _check_linear(x, weight, bias)
+        plan = _new_plan(key, "linear_silu_and_mul", x, weight.t(), bias, level, silu_and_mul=True)
+    if plan.launch is None:
+        return api.finish_epilogue(linear(x, weight, bias, level), "silu_and_mul")
+    return plan.launch(x, weight.data_ptr(), bias)
+
+
+def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, bias: torch.Tensor | None = None,
+                    batch_invariance: str | None = None) -> torch.Tensor:
+    """The kernel behind torch.ops.wavetune.linear_residual: ``residual + linear(x, weight, bias)``, residual
+    [..., N] of x's dtype; a new tensor."""
+    level = invariance.requested(batch_invariance)
+    key = (*_linear_key("linear_residual", x, weight, bias, level), residual.shape, residual.stride(),
+           residual.dtype, residual.get_device())
+    plan = _plans.get(key)
+    if plan is None or plan.device != _current_device():
+        _check_linear(x, weight, bias)
+        plan = _new_plan(key, "linear_residual", x, weight.t(), bias, level, residual=residual)
+    if plan.launch is None:
+        return api.finish_epilogue(linear(x, weight, bias, level), "residual", residual)
+    return plan.launch(x, weight.data_ptr(), bias, residual)
 
 
 @torch.library.register_fake("wavetune::gemm", lib=LIBRARY)
@@ -163,8 +215,26 @@ def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return _gemm_fake(x, weight.t(), batch_invariance)
 
 
+@torch.library.register_fake("wavetune::linear_silu_and_mul", lib=LIBRARY)
+def _linear_silu_and_mul_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                              batch_invariance: str | None = None) -> torch.Tensor:
+    product = _linear_fake(x, weight, bias, batch_invariance)
+    api.check_epilogue(x, weight.shape[0], silu_and_mul=True)
+    return product.new_empty((*product.shape[:-1], weight.shape[0] // 2))
+
+
+@torch.library.register_fake("wavetune::linear_residual", lib=LIBRARY)
+def _linear_residual_fake(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
+                          bias: torch.Tensor | None = None, batch_invariance: str | None = None) -> torch.Tensor:
+    product = _linear_fake(x, weight, bias, batch_invariance)
+    api.check_epilogue(x, weight.shape[0], residual)
+    return product
+
+
 # NOTES: the CPU kernels exist to refuse with wavetune's message (_prepare_device) instead of the
 # dispatcher's "could not run ... with arguments from the 'CPU' backend".
 for _backend in ("CUDA", "CPU"):
     LIBRARY.impl("gemm", gemm, _backend)
     LIBRARY.impl("linear", linear, _backend)
+    LIBRARY.impl("linear_silu_and_mul", linear_silu_and_mul, _backend)
+    LIBRARY.impl("linear_residual", linear_residual, _backend)
