@@ -155,6 +155,19 @@ def test_a_failed_capture_is_remembered_and_the_step_runs_eagerly(on_gpu):
         assert runner(**kwargs) == "eager"
 
 
+def test_a_capture_takes_a_new_pool_once_no_graph_holds_the_last_one(monkeypatch):
+    handles = iter(range(10))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: next(handles))
+    runner = decode_graphs.DecodeGraphs(lambda **kwargs: "eager")
+    assert runner.capture_pool() == 0
+    runner.graphs["failed"] = "capture failed: an operation graphs cannot hold"
+    assert runner.capture_pool() == 1  # a failed capture holds no pool
+    runner.graphs["captured"] = (object(), {}, None)
+    assert runner.capture_pool() == 1 and runner.capture_pool() == 1  # the captured graphs share theirs
+    runner.reset()  # their pool is released with them: reusing its handle fails PyTorch's allocator
+    assert runner.capture_pool() == 2
+
+
 def test_install_keeps_the_signature_and_replaces_the_automatic_compile():
     model = llama()
     prompt = torch.randint(0, 256, (1, 6))

@@ -138,14 +138,18 @@ class DecodeGraphs:
         return DecodeGraphs(copy.deepcopy(self.forward, memo), copy.deepcopy(self.previous, memo))
 
     def reset(self) -> None:
-        """Drop every graph and their memory pool.
-
-        NOTES: a pool whose graphs are all freed is released by PyTorch's caching allocator; capturing into its
-        handle again fails an internal assert (torch 2.11: ``it->second->use_count > 0``), so the next capture
-        takes a new pool."""
+        """Drop every graph (their memory goes back to the pool)."""
         self.graphs.clear()
         self.cache = None
-        self.pool = None
+
+    def capture_pool(self):
+        """The memory pool of the next capture: the one the captured graphs hold, else a new one.
+
+        NOTES: PyTorch's caching allocator releases a pool once no graph holds it; capturing into that pool's
+        handle again fails an internal assert (torch 2.11: ``it->second->use_count > 0``)."""
+        if not any(isinstance(entry, tuple) for entry in self.graphs.values()):
+            self.pool = torch.cuda.graph_pool_handle()
+        return self.pool
 
     def __call__(self, *args, **kwargs):
         if step_reason(args, kwargs) is not None:
@@ -177,11 +181,10 @@ class DecodeGraphs:
         with torch.cuda.stream(self.stream):
             output = self.forward(**kwargs)
         torch.cuda.current_stream(device).wait_stream(self.stream)
-        self.pool = self.pool or torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         try:
             # thread_local: a background compile's CUDA calls on another thread do not break the capture
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self.capture_pool(), capture_error_mode="thread_local"):
                 captured = self.forward(**buffers)
         except RuntimeError as error:
             self.graphs[key] = f"capture failed: {error}"
@@ -252,7 +255,7 @@ def remove(model: torch.nn.Module) -> bool:
     if runner is None:
         return False
     runner.reset()
-    runner.stream = None
+    runner.pool = runner.stream = None
     _live.discard(runner)
     del model.forward, model.get_compiled_call
     if runner.previous is not None:

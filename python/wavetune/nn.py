@@ -224,7 +224,7 @@ class PatchReport:
     switched: dict[str, str] = dataclasses.field(default_factory=dict)
     layers: list[str] = dataclasses.field(default_factory=list)
     layers_skipped: dict[str, str] = dataclasses.field(default_factory=dict)
-    decode_graphs: bool = False  # decode steps over a static cache replay from CUDA graphs (wavetune.decode_graphs)
+    decode_graphs: bool = False  # whether decode steps over a static cache replay from CUDA graphs (wavetune.decode_graphs)
 
     def __str__(self) -> str:
         lines = [f"wavetune: patched {len(self.patched)} nn.Linear layers, skipped {len(self.skipped)}; "
@@ -245,7 +245,7 @@ def _linear_children(model: torch.nn.Module):
 
 
 def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = True, layers: bool = True,
-          batch_invariant: bool | str = False, decode_graphs: bool = False) -> PatchReport:
+          batch_invariant: bool | str = False, decode_graphs: bool = True) -> PatchReport:
     """Swap every eligible ``nn.Linear`` of ``model`` in place for ``wavetune.nn.Linear`` (same parameters).
 
     Eligible: exactly ``nn.Linear`` (subclasses may have their own forward), bf16 or fp16 weights, in and
@@ -254,9 +254,9 @@ def patch(model: torch.nn.Module, *, attention: bool = True, experts: bool = Tru
     dtype, then patch. A ``transformers`` model also gets wavetune's attention (``attention``) and, with
     routed experts, wavetune's experts (``experts``; ``wavetune.hf.patch_model``). With ``layers``, its
     transformers RMSNorms, SiLU-gated MLPs (gate and up merged into one GEMM) and rotary embeddings run the
-    layer ops (``wavetune.fused``). With ``decode_graphs``, a transformers model on the GPU that generates runs
-    its decode steps over a static cache from CUDA graphs captured per batch size on first use, in place of
-    ``generate``'s automatic torch.compile (``wavetune.decode_graphs``). With ``batch_invariant`` (True or a level name), the model's calls run
+    layer ops (``wavetune.fused``). With ``decode_graphs`` (the default), a transformers model on the GPU that
+    generates runs its decode steps over a static cache from CUDA graphs captured per batch size on first use, in
+    place of ``generate``'s automatic torch.compile (``wavetune.decode_graphs``). With ``batch_invariant`` (True or a level name), the model's calls run
     batch-invariant whatever the process-wide setting (docs/torch.md, "Batch-invariant mode"). ``unpatch``
     reverses it. On a GPU older than compute capability 8.0, which wavetune needs (docs/kernels.md,
     "Architectures"), it leaves the model unchanged and warns why.
