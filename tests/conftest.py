@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,14 @@ def capture_graph(step):
     with torch.cuda.graph(graph):
         captured = step()
     return graph, captured
+
+
+def run_served_as_sm80(script: str) -> None:
+    """Run ``script`` (printing "ok" last) in a Python process that serves the GPU as an Ampere one
+    (WAVETUNE_ARCH=sm80), and fail with its stderr unless it succeeds."""
+    env = {**os.environ, "WAVETUNE_ARCH": "sm80"}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
 
 
 def cpp_program(source: Path, target: str, root: Path) -> Path:

@@ -9,13 +9,10 @@ Build them with the `sm80` kernel set: benchmarks/gpu_run.sh "sm80" "tests/test_
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 import wavetune
+from conftest import run_served_as_sm80
 from wavetune import _C
 
 pytestmark = pytest.mark.gpu
@@ -127,6 +124,4 @@ def test_ampere_choices_take_only_portable_variants():
         "    torch.testing.assert_close(out[start:end], ref, rtol=2e-2, atol=2e-2)\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "WAVETUNE_ARCH": "sm80"}
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+    run_served_as_sm80(script)

@@ -29,7 +29,7 @@ struct Sm80Gemm {
   using Element = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
   using LayoutB =
       std::conditional_t<kBLayout == BLayout::col, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-  // 16-byte accesses (cp.async, the epilogue's stores): launch.cu's checks keep K, N and the leading dimensions
+  // 16-byte accesses (cp.async, the epilogue's stores): the checks in launch.cu keep K, N and the leading dimensions
   // multiples of 8 elements.
   static constexpr int kAlignment = 128 / cutlass::sizeof_bits<Element>::value;
   // NOTES: the bias is the epilogue's source C, read with a row stride of 0 (every row of D the same vector) and
