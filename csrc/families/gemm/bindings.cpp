@@ -96,6 +96,14 @@ void bind_gemm(py::module_& m, const FamilyBindings& registration) {
       "The variant id gemm launches where no table is loaded: cuBLAS where libcublas loads, else the built-in "
       "M-bucket heuristic's.");
   m.def(
+      "bucket_variant",
+      [](const std::string& dtype, const std::string& b_layout, int32_t m_, int32_t n, int32_t k) {
+        return bucket_variant(make_problem(m_, n, k, 0, k, 0, k, 0, n, int32_t(parse_name<DType>(dtype, 2, "dtype")),
+                                           int32_t(parse_name<BLayout>(b_layout, 2, "B layout"))));
+      },
+      py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"),
+      "The M-bucket heuristic's variant id for the problem (kernels.h, bucket_variant); -1 if none.");
+  m.def(
       "fallback_buckets",
       [] {
         py::list out;

@@ -126,6 +126,11 @@ const VariantInfo* detail::bucket_variant(const GemmProblem& p) {
   return nullptr;
 }
 
+int32_t bucket_variant(const GemmProblem& p) {
+  const VariantInfo* v = detail::bucket_variant(p);
+  return v ? v->id : -1;
+}
+
 int32_t default_variant(const GemmProblem& p) {
   // NOTES: with no table there is no fitted model to predict a gain over cuBLAS, the kernel torch.matmul runs,
   // so cuBLAS is kept: no GPU without a table is worse off than with PyTorch. The M buckets serve where

@@ -75,6 +75,9 @@ struct FallbackBucket {
   int32_t variant;
 };
 WAVETUNE_API const std::vector<FallbackBucket>& fallback_buckets();
+// That heuristic's variant for the problem: the first bucket that holds M and runs on this device, else the first
+// compiled non-library variant of the problem's dtype and B layout that runs here; -1 if none.
+WAVETUNE_API int32_t bucket_variant(const GemmProblem& problem);
 
 struct DeviceProperties {
   std::string name;

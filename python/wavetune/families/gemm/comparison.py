@@ -145,14 +145,13 @@ def kernel_seconds(m: int, n: int, k: int, us: float, l2_bytes: int) -> float:
 
 
 def bucket_choice(dtype: str, b_layout: str, m: int, n: int, k: int) -> str:
-    """Candidate key of the M-bucket heuristic's variant ([fallback] in cutlass_configs/: the first compiled bucket
-    that holds M), data-parallel with default micro parameters; without one, what wavetune.gemm launches without
-    a table (default_variant)."""
-    by_id = api.configs_by_id()
-    for bucket_dtype, bucket_layout, max_m, variant in _C.fallback_buckets():
-        if (bucket_dtype, bucket_layout) == (dtype, b_layout) and (max_m == 0 or m <= max_m):
-            return Candidate(by_id[variant]).key
-    return Candidate(by_id[_C.default_variant(dtype, b_layout, m, n, k)]).key
+    """Candidate key of the M-bucket heuristic's variant (``_C.bucket_variant``: the first compiled bucket of
+    [fallback] in cutlass_configs/ that holds M, else the first compiled non-library variant), data-parallel with
+    default micro parameters; without one, what wavetune.gemm launches without a table (default_variant)."""
+    variant = _C.bucket_variant(dtype, b_layout, m, n, k)
+    if variant < 0:
+        variant = _C.default_variant(dtype, b_layout, m, n, k)
+    return Candidate(api.configs_by_id()[variant]).key
 
 
 def default_choice(dtype: str, b_layout: str) -> str:
