@@ -200,9 +200,63 @@ def test_the_tuner_reads_the_occupancy_of_multistage_variants_only_on_a_gpu(monk
 
     monkeypatch.setattr(tuning._C, "gemm_ctas_per_sm", no_gpu)
     assert tuning.ctas_per_sm(variant("pingpong")) == 1
-    with pytest.raises(ValueError, match="v_multistage are read from its kernel on the GPU"):
+    with pytest.raises(ValueError, match="v_multistage are neither in the measurement log"):
         tuning.ctas_per_sm(variant("multistage"))
     monkeypatch.setattr(tuning._C, "gemm_ctas_per_sm", lambda variant_id: 3)
-    tuning.ctas_per_sm.cache_clear()
     assert tuning.ctas_per_sm(variant("multistage")) == 3
-    tuning.ctas_per_sm.cache_clear()
+
+
+def test_a_log_measured_here_records_the_occupancy_an_offline_refit_reads_without_the_gpu(tmp_path, monkeypatch):
+    """The log's header keeps each multistage variant's CTAs per SM; a log opened offline gives them to the
+    mapping and the table's occupancy records, with the GPU binding failing."""
+    import json
+
+    from wavetune import families
+    from wavetune.families.gemm import api, tuning
+    from wavetune.runtime import configs
+    from wavetune.tuning import log as log_module
+
+    ampere = logged_variant("multistage")
+    hopper = logged_variant("pingpong")
+    monkeypatch.setattr(configs, "RECORDED_CTAS", {})
+    monkeypatch.setattr(api, "configs", lambda: [ampere, hopper])
+    monkeypatch.setattr(log_module, "device_properties",
+                        lambda: {"name": "NVIDIA A100-SXM4-80GB", "sm_count": 108, "l2_bytes": 41943040})
+    monkeypatch.setattr(tuning._C, "gemm_ctas_per_sm", lambda variant_id: 3)
+    path = tmp_path / "log.jsonl"
+    tuning.GemmLog(path)  # measuring here: the header reads the GPU
+    header = json.loads(path.read_text().splitlines()[0])
+    assert header["ctas_per_sm"] == {ampere.name: 3}
+    assert header["config_space_hash"] == families.get("gemm").table_hash()
+
+    def no_gpu(variant_id):
+        raise RuntimeError("no CUDA device")
+
+    monkeypatch.setattr(tuning._C, "gemm_ctas_per_sm", no_gpu)
+    with pytest.raises(ValueError, match=f"{ampere.name} are neither in the measurement log .* re-measure"):
+        tuning.ctas_per_sm(ampere)
+    tuning.GemmLog(path, offline=True)
+    assert tuning.ctas_per_sm(ampere) == 3 and tuning.ctas_per_sm(hopper) == 1
+    assert tuning.occupancy_records([tuning.Candidate(hopper), tuning.Candidate(ampere)]) == {0: 1, 1: 3}
+
+
+def test_a_log_without_occupancy_still_reads_and_a_device_probed_elsewhere_records_none(tmp_path, monkeypatch):
+    import json
+
+    from wavetune.families.gemm import tuning
+    from wavetune.runtime import configs
+
+    monkeypatch.setattr(configs, "RECORDED_CTAS", {})
+    device = {"name": "NVIDIA A100-SXM4-80GB", "sm_count": 108, "l2_bytes": 41943040}
+    path = tmp_path / "log.jsonl"
+    tuning.GemmLog(path, device=device)  # a worker of a multi-GPU run: the device's properties only
+    assert "ctas_per_sm" not in json.loads(path.read_text().splitlines()[0])
+    assert tuning.GemmLog(path, offline=True).device == device
+    assert configs.RECORDED_CTAS == {}
+
+
+def logged_variant(schedule: str):
+    from wavetune.runtime.configs import KernelConfig
+
+    return KernelConfig(7, f"logged_{schedule}", "bf16", "col", False, schedule, (128, 128, 32), (1, 1),
+                        "data_parallel", "sm80" if schedule == "multistage" else "sm90a")

@@ -164,20 +164,17 @@ def test_the_tuner_reads_the_occupancy_of_multistage_variants_only_on_a_gpu(monk
         raise RuntimeError("no CUDA device")
 
     monkeypatch.setattr(tuning._C, "grouped_ctas_per_sm", no_gpu)
-    tuning.ctas_per_sm.cache_clear()
     assert tuning.ctas_per_sm(grouped_variant("pingpong")) == 1
-    with pytest.raises(ValueError, match="grouped_multistage are read from its kernel on the GPU"):
+    with pytest.raises(ValueError, match="grouped_multistage are neither in the measurement log nor readable from its kernel on a GPU: re-measure"):
         tuning.ctas_per_sm(grouped_variant("multistage"))
     monkeypatch.setattr(tuning._C, "grouped_ctas_per_sm", lambda variant_id: 0)
     with pytest.raises(ValueError, match="does not fit an SM of this GPU"):
         tuning.ctas_per_sm(grouped_variant("multistage"))
-    tuning.ctas_per_sm.cache_clear()
 
 
 def test_a_fitted_grouped_table_records_the_occupancy_it_was_mapped_with(monkeypatch):
     """The fit maps a multistage variant's cases with its CTAs per SM and writes them as the table's record."""
     monkeypatch.setattr(tuning._C, "grouped_ctas_per_sm", lambda variant_id: 3)
-    tuning.ctas_per_sm.cache_clear()
     ampere, hopper = grouped_variant("multistage"), grouped_variant("pingpong")
     case = {"rows": 8192, "experts": 8, "n": 4096, "k": 4096}
     assert tuning.grouped_coordinates(ampere, case, 132)[2] == 3 * 132
@@ -187,4 +184,37 @@ def test_a_fitted_grouped_table_records_the_occupancy_it_was_mapped_with(monkeyp
     table = tuning.fit_grouped(cases, [ampere, hopper], 132, calibrate=False)
     assert [c["variant"] for c in table["configs"]] == [ampere.name]
     assert table["occupancy"] == {0: 3}
-    tuning.ctas_per_sm.cache_clear()
+
+
+def test_a_grouped_refit_takes_the_occupancy_its_log_recorded_without_the_gpu(tmp_path, monkeypatch):
+    """A case log whose header records a multistage variant's CTAs per SM refits, offline, into a table whose
+    occupancy record is that count, the GPU binding failing."""
+    import json
+
+    from wavetune import families
+    from wavetune.families.grouped_gemm import api
+    from wavetune.runtime import configs
+
+    def no_gpu(variant_id):
+        raise RuntimeError("no CUDA device")
+
+    ampere, hopper = grouped_variant("multistage"), grouped_variant("pingpong")
+    monkeypatch.setattr(configs, "RECORDED_CTAS", {})
+    monkeypatch.setattr(tuning._C, "grouped_ctas_per_sm", no_gpu)
+    monkeypatch.setattr(api, "grouped_family_configs", lambda: [ampere, hopper])
+    header = {"gpu_name": "NVIDIA A100-SXM4-80GB", "sm_count": 108, "l2_bytes": 41943040,
+              "config_space_hash": families.get("grouped_gemm").table_hash(), "family": "grouped_gemm"}
+    case = {"experts": 8, "n": 4096, "k": 4096}
+    lines = [json.dumps({**case, "case_key": f"c{rows}", "rows": rows,
+                         "variants_us": {ampere.name: 10.0 + rows * 1e-3, hopper.name: 20.0 + rows * 1e-3}})
+             for rows in (16, 256, 4096, 8192, 30000)]
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join([json.dumps(header), *lines]) + "\n")
+    with pytest.raises(ValueError, match=f"{ampere.name} are neither in the measurement log .* re-measure"):
+        tuning.driver("").tune([old], tmp_path / "old")
+    logged = tmp_path / "log.jsonl"
+    logged.write_text("\n".join([json.dumps({**header, "ctas_per_sm": {ampere.name: 4}}), *lines]) + "\n")
+    path = tuning.driver("").tune([logged], tmp_path)
+    table = tablefile.read_table(path)
+    assert [c["variant"] for c in table["configs"]] == [ampere.name] and table["occupancy"] == {0: 4}
+    assert tuning.grouped_coordinates(ampere, {**case, "rows": 8192}, 108)[2] == 4 * 108

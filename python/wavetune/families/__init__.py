@@ -48,6 +48,9 @@ class Family:
     # The function of ``api`` checking a problem's sizes alone, as its entry point checks a call (``explain`` uses
     # it): (problem: ``SizeProblem``) -> the reason it does not run, or "". "": the family has none.
     size_check: str = ""
+    # The function of ``tuning`` giving a variant's CTAs resident per SM (``runtime.configs.resident_ctas``), which
+    # its tuning logs record for the multistage variants; "": every variant of the family has one.
+    occupancy: str = ""
 
     def module(self, role: str) -> ModuleType:
         """The family's module for ``role`` ("api", "torch_ops" or "tuning", as the descriptor names them; any

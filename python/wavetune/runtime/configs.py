@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 from .native import _C
 
@@ -55,22 +55,49 @@ class KernelConfig:
         return self.schedule in ("cublas", "decode")
 
 
+# CTAs per SM of multistage variants, by name, as the measurement log being fitted recorded them on its GPU
+# (``record_ctas``). NOTES: process-wide, as the current GPU is: a tuning run fits one GPU model's log, and the
+# mappings that read a variant's capacity (its family's coordinates) take no log.
+RECORDED_CTAS: dict[str, int] = {}
+
+
+def record_ctas(ctas: Mapping[str, int]) -> None:
+    """Take the CTAs per SM of variants (by name) that a measurement log recorded: ``resident_ctas`` gives them
+    without reading the kernel, so a table is refitted from the log on a machine without its GPU."""
+    RECORDED_CTAS.update({name: int(n) for name, n in ctas.items()})
+
+
+@functools.cache
+def kernel_ctas(variant: KernelConfig, read: Callable[[int], int]) -> int:
+    """CTAs of a variant resident per SM of the current GPU, read from its kernel by ``read(variant.id)``."""
+    try:
+        return read(variant.id)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"the CTAs per SM of {variant.name} are neither in the measurement log nor readable from "
+                         f"its kernel on a GPU: re-measure on the GPU the table is for, which records them in the "
+                         f"log ({exc})") from None
+
+
 def resident_ctas(variant: KernelConfig, read: Callable[[int], int]) -> int:
-    """CTAs of a variant resident per SM of the current GPU, which a wave of it holds (the mapping's capacity, a
-    table's ``occupancy`` record): a multistage kernel's from its registers and shared memory, read from the kernel
-    by ``read(variant.id)`` (its family's binding, ``_C.gemm_ctas_per_sm`` or ``_C.grouped_ctas_per_sm``); 1 for
-    the others (a Hopper kernel's stages fill the SM's shared memory, a library candidate is modeled as one)."""
+    """CTAs of a variant resident per SM of the GPU being tuned, which a wave of it holds (the mapping's capacity, a
+    table's ``occupancy`` record): a multistage kernel's from its registers and shared memory, as the measurement
+    log recorded it (``record_ctas``), else read from the kernel on the current GPU by ``read`` (its family's
+    binding, ``_C.gemm_ctas_per_sm`` or ``_C.grouped_ctas_per_sm``); 1 for the others (a Hopper kernel's stages
+    fill the SM's shared memory, a library candidate is modeled as one)."""
     if variant.schedule != "multistage":
         return 1
-    try:
-        ctas = read(variant.id)
-    except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"the CTAs per SM of {variant.name} are read from its kernel on the GPU: tune (or refit) a "
-                         f"table with multistage variants on the GPU it is for ({exc})") from None
+    ctas = RECORDED_CTAS.get(variant.name)
+    if ctas is None:
+        ctas = kernel_ctas(variant, read)
     if ctas < 1:
         raise ValueError(f"{variant.name} does not fit an SM of this GPU (no CTA of it is resident): leave it out of "
                          f"the tuned build (WAVETUNE_KERNEL_FILTER)")
     return ctas
+
+
+def multistage_ctas(variants: Iterable[KernelConfig], ctas_per_sm: Callable[[KernelConfig], int]) -> dict[str, int]:
+    """Variant name -> ``ctas_per_sm(variant)`` of the multistage ``variants`` (a log's ``ctas_per_sm`` record)."""
+    return {v.name: ctas_per_sm(v) for v in variants if v.schedule == "multistage"}
 
 
 def runnable(configs) -> list[KernelConfig]:

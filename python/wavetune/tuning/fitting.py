@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import families
+from ..runtime.configs import record_ctas
 from ..runtime.device import build_info, package_version
 from ..runtime import tables
 from . import tablefile
@@ -87,8 +88,10 @@ def measure_cases_and_fit(log, plan: list[dict], measure, what: str,
 def fit_case_table(family: str, header: dict, measured: list[dict], out: Path, source: str, fit, timing: str,
                    scales: str = "") -> Path:
     """Fit a case-measured family's table (of a scales mode, whose variants the cases timed) over its compiled
-    bf16 variants (``fit(cases, variants, sm_count)`` gives the table's records) and write it as
+    bf16 variants (``fit(cases, variants, sm_count)`` gives the table's records, mapping multistage variants with
+    the CTAs per SM the log's ``header`` recorded, if any) and write it as
     ``out/<gpu-slug>.<family>[.<scales>].wtt``."""
+    record_ctas(header.get("ctas_per_sm", {}))
     kind = families.get(family)
     variants = [v for v in kind.list_configs() if v.dtype == "bf16"]
     if not variants:

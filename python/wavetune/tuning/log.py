@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Hashable, Iterable
 
 from .. import families
+from ..runtime.configs import multistage_ctas, record_ctas
 from ..runtime.device import device_properties
 
 
@@ -44,7 +45,10 @@ class MeasurementLog:
                 self.records[self.key_of(record)] = self.value_of(record)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps({**self.header, "timing": timing}) + "\n")
+            measuring_here = not offline and device is None
+            ctas = self._gpu_ctas() if measuring_here else {}
+            self.path.write_text(json.dumps({**self.header, "timing": timing,
+                                             **({"ctas_per_sm": ctas} if ctas else {})}) + "\n")
 
     @staticmethod
     def key_of(record: dict) -> Hashable:
@@ -56,12 +60,22 @@ class MeasurementLog:
         """What ``records`` keeps of a record (default: the record)."""
         return record
 
+    def _gpu_ctas(self) -> dict[str, int]:
+        """The header's ``ctas_per_sm`` record: variant name -> CTAs per SM on the current GPU of the family's
+        multistage variants compiled here."""
+        family = families.get(self.family)
+        if not family.occupancy:
+            return {}
+        return multistage_ctas(family.list_configs(), family.function("tuning", family.occupancy))
+
     def _read(self, path: Path) -> list[dict]:
-        """The records of a log at ``path``, refused unless its header matches this log's."""
+        """The records of a log at ``path``, refused unless its header matches this log's; the CTAs per SM its
+        header recorded are taken for the mappings (``runtime.configs.record_ctas``)."""
         lines = path.read_text().splitlines()
         header = json.loads(lines[0]) if lines else {}
         if {k: header.get(k) for k in self.header} != self.header:
             raise ValueError(f"{path} was recorded on {header}, not {self.header}; use another file")
+        record_ctas(header.get("ctas_per_sm", {}))
         return [json.loads(line) for line in lines[1:] if line.strip()]
 
     def _logged_device(self) -> dict:

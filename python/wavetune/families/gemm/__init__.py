@@ -12,4 +12,5 @@ from .. import Family, register
 FAMILY = register(Family(
     name="gemm", config_space="sm90_gemm.toml", table_suffix=".wtt", table_env="WAVETUNE_TABLE",
     entry_points=("gemm",), configs="configs", config_space_hash="config_space_hash",
-    input_checks="check_operands", size_check="size_error", package=__name__, doc="docs/model.md"))
+    input_checks="check_operands", size_check="size_error", occupancy="ctas_per_sm", package=__name__,
+    doc="docs/model.md"))

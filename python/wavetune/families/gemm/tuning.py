@@ -87,9 +87,9 @@ class Candidate:
                 _C.RASTERS.index(raster), max_swizzle)
 
 
-@functools.cache
 def ctas_per_sm(variant: KernelConfig) -> int:
-    """CTAs of a variant resident per SM of the current GPU (``runtime.configs.resident_ctas``)."""
+    """CTAs of a variant resident per SM of the GPU being tuned: the log's record, else the current GPU's
+    (``runtime.configs.resident_ctas``)."""
     return resident_ctas(variant, _C.gemm_ctas_per_sm)
 
 

@@ -17,4 +17,4 @@ FAMILY = register(Family(
     table_env="WAVETUNE_GROUPED_TABLE",
     entry_points=("grouped_gemm", "scaled_grouped_gemm", "block_scaled_grouped_gemm"),
     configs="grouped_family_configs", config_space_hash="config_space_hash", input_checks="check_shapes",
-    size_check="size_error", package=__name__, doc="docs/grouped.md"))
+    size_check="size_error", occupancy="ctas_per_sm", package=__name__, doc="docs/grouped.md"))

@@ -12,7 +12,6 @@ from logs only, this tuning's or benchmarks/grouped.py's (``--suite tune``), mea
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 from typing import Iterable
@@ -45,9 +44,9 @@ GROUPED_TIMING = ("median of interleaved CUDA-graph replays (wavetune.families.g
                   "benchmarks/grouped.py times), weights cold; balanced, Zipf-skewed and hot-expert routings")
 
 
-@functools.cache
 def ctas_per_sm(variant: KernelConfig) -> int:
-    """CTAs of a variant resident per SM of the current GPU (``runtime.configs.resident_ctas``)."""
+    """CTAs of a variant resident per SM of the GPU being tuned: the log's record, else the current GPU's
+    (``runtime.configs.resident_ctas``)."""
     return resident_ctas(variant, _C.grouped_ctas_per_sm)
 
 
