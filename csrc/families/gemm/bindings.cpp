@@ -27,6 +27,12 @@ GemmProblem make_problem(int32_t m, int32_t n, int32_t k, uintptr_t a, int64_t l
           reinterpret_cast<void*>(d), ldd, static_cast<DType>(dtype), static_cast<BLayout>(b_layout)};
 }
 
+// A problem of names and sizes alone, for the built-in choices: they read its dtype, B layout and M, no pointers.
+GemmProblem named_problem(const std::string& dtype, const std::string& b_layout, int32_t m, int32_t n, int32_t k) {
+  return make_problem(m, n, k, 0, k, 0, k, 0, n, int32_t(parse_name<DType>(dtype, 2, "dtype")),
+                      int32_t(parse_name<BLayout>(b_layout, 2, "B layout")));
+}
+
 // `p` with an epilogue by name (types.h, Epilogue), its residual and that one's leading dimension.
 GemmProblem with_epilogue(GemmProblem p, const std::string& epilogue, uintptr_t residual, int64_t ldr) {
   p.epilogue = parse_name<Epilogue>(epilogue, 3, "epilogue");
@@ -88,9 +94,7 @@ void bind_gemm(py::module_& m, const FamilyBindings& registration) {
   m.def(
       "default_variant",
       [](const std::string& dtype, const std::string& b_layout, int32_t m_, int32_t n, int32_t k) {
-        // The choice reads the dtype, the B layout and M only: no data pointers are needed.
-        return default_variant(make_problem(m_, n, k, 0, k, 0, k, 0, n, int32_t(parse_name<DType>(dtype, 2, "dtype")),
-                                            int32_t(parse_name<BLayout>(b_layout, 2, "B layout"))));
+        return default_variant(named_problem(dtype, b_layout, m_, n, k));
       },
       py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"),
       "The variant id gemm launches where no table is loaded: cuBLAS where libcublas loads, else the built-in "
@@ -98,8 +102,7 @@ void bind_gemm(py::module_& m, const FamilyBindings& registration) {
   m.def(
       "bucket_variant",
       [](const std::string& dtype, const std::string& b_layout, int32_t m_, int32_t n, int32_t k) {
-        return bucket_variant(make_problem(m_, n, k, 0, k, 0, k, 0, n, int32_t(parse_name<DType>(dtype, 2, "dtype")),
-                                           int32_t(parse_name<BLayout>(b_layout, 2, "B layout"))));
+        return bucket_variant(named_problem(dtype, b_layout, m_, n, k));
       },
       py::arg("dtype"), py::arg("b_layout"), py::arg("m"), py::arg("n"), py::arg("k"),
       "The M-bucket heuristic's variant id for the problem (kernels.h, bucket_variant); -1 if none.");
