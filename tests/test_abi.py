@@ -27,7 +27,7 @@ DIGESTS = {1: "0789c750ace17363", 2: "e2629f9ccaddf0ca", 3: "ade3510a3d1da77e", 
            17: "e0c7302d480b957f", 18: "4a4843a1d2da4669",
            19: "8ca72b7db79740c4", 20: "f583af4289e5540f", 21: "7405b0f0bb490d5e",
            22: "98549651f733066a", 23: "f3e455c129115a45", 24: "2f9fddd2a7db0793",
-           25: "9cbad12f1971b2f4"}
+           25: "9cbad12f1971b2f4", 26: "f2ef10d5e01c9bdf"}
 
 
 # NOTES: the grouped GEMM's scales modes (grouped.h: GroupedScales' enumerators, kGroupedScales' layouts) are

@@ -32,7 +32,7 @@ from .families.attention.api import (  # attention forward; paged KV caches, var
 from .families.scaled_gemm.api import (  # FP8 (docs/scaled_gemm.md)
     dequantize_fp8, quantize_fp8, scaled_gemm, scaled_gemm_configs)
 from .families.layer_ops.api import (  # a decoder layer's element-wise parts, an MoE layer's routing
-    add_rms_norm, moe_align, moe_combine, moe_gather, rms_norm, rotary_embedding, silu_and_mul)
+    add_rms_norm, moe_align, moe_combine, moe_gather, rms_norm, rotary_cache_write, rotary_embedding, silu_and_mul)
 
 try:
     __version__ = version("wavetune")
@@ -45,7 +45,7 @@ __all__ = [
     "block_scaled_grouped_gemm", "build_info", "configs", "dequantize_fp8",
     "device_properties", "gemm", "grouped_configs", "grouped_gemm", "load_table", "moe_align", "moe_combine",
     "moe_gather", "paged_attention",
-    "paged_attention_configs", "patch", "quantize_fp8", "rms_norm", "rotary_embedding", "scaled_gemm", "scaled_gemm_configs", "scaled_grouped_configs",
+    "paged_attention_configs", "patch", "quantize_fp8", "rms_norm", "rotary_cache_write", "rotary_embedding", "scaled_gemm", "scaled_gemm_configs", "scaled_grouped_configs",
     "set_batch_invariant",
     "scaled_grouped_gemm", "silu_and_mul", "unpatch", "varlen_attention",
     "__version__",

@@ -5,6 +5,9 @@ addition after attention one kernel with the norm that follows it. Where the dec
 eager mode and CUDA graphs), the MLP's SiLU-and-multiply and the residual addition after it run in its GEMMs'
 epilogues.
 
+Where an attention's forward hands its rotated keys straight to a ``StaticLayer``'s update, the rotary embedding
+and the cache write are one kernel (``rotary_cache``).
+
 A module is swapped only where its code is transformers' Llama code: an RMSNorm or MLP class whose ``forward``
 compiles to the same bytecode as ``LlamaRMSNorm.forward`` / ``LlamaMLP.forward`` (their copies in Qwen2, Mistral,
 Mixtral, Qwen2-MoE, Qwen3, Qwen3-MoE, ...; not Gemma's norm, whose weight is offset by one), an MLP whose
@@ -28,7 +31,7 @@ import weakref
 
 import torch
 
-from . import torch_ops  # noqa: F401  (registers torch.ops.wavetune)
+from . import rotary_cache, torch_ops  # noqa: F401  (torch_ops registers torch.ops.wavetune)
 from .runtime import invariance
 
 DTYPES = (torch.bfloat16, torch.float16)
@@ -266,7 +269,7 @@ def rotary_embedding(original):
                 and k.dtype == cos.dtype == sin.dtype == q.dtype and q.dim() == 4 and k.dim() == 4
                 and cos.dim() == 3 and q.shape[-1] % 16 == 0 and cos.shape == sin.shape and cos.stride() == sin.stride()
                 and all(t.stride(-1) == 1 for t in (q, k, cos, sin))):
-            return torch.ops.wavetune.rotary_embedding(q, k, cos, sin)
+            return rotary_cache.wait_for_update(q, k, cos, sin) or torch.ops.wavetune.rotary_embedding(q, k, cos, sin)
         return original(q, k, cos, sin, unsqueeze_dim)
 
     return apply_rotary_pos_emb
@@ -354,9 +357,14 @@ def decoder_reason(module: torch.nn.Module) -> str | None:
 
 
 def patch_rotary(module: torch.nn.Module, name: str, skipped: dict[str, str]) -> None:
-    """Put wavetune's rotary embedding in an attention module's forward, and merge its projections where
-    ``projections_reason`` allows."""
-    module.forward = types.MethodType(_rotary_forward(type(module).forward), module)
+    """Put wavetune's rotary embedding in an attention module's forward, with a static cache's write where
+    ``rotary_cache.cache_write_reason`` allows, and merge its projections where ``projections_reason`` allows."""
+    forward = _rotary_forward(type(module).forward)
+    if (unfused := rotary_cache.cache_write_reason(forward, ROTARY)) is None:
+        forward = rotary_cache.cache_writing_forward(forward)
+    else:
+        skipped[f"{name}.rotary_cache_write"] = unfused
+    module.forward = types.MethodType(forward, module)
     module.__dict__[ROTARY_PATCHED] = True
     if (merge := projections_reason(module)) is None:
         merge_projections(module)

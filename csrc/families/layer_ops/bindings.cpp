@@ -24,9 +24,13 @@ HeadsView heads_view(const PyHeads& v) {
   return {reinterpret_cast<const void*>(std::get<0>(v)), std::get<1>(v), std::get<2>(v), std::get<3>(v)};
 }
 
+HeadsOut heads_out(const PyHeads& v) {
+  return {reinterpret_cast<void*>(std::get<0>(v)), std::get<1>(v), std::get<2>(v), std::get<3>(v)};
+}
+
 // (batch, seq, heads_q, heads_k, head_dim); q, k; (q_out, k_out); (cos, sin, cos batch stride, cos seq stride).
 RotaryProblem make_rotary(const std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>& sizes, const PyHeads& q,
-                          const PyHeads& k, const std::tuple<uintptr_t, uintptr_t>& out,
+                          const PyHeads& k, const std::tuple<PyHeads, PyHeads>& out,
                           const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables, int32_t dtype) {
   const auto& [batch, seq, heads_q, heads_k, head_dim] = sizes;
   return {batch,
@@ -36,13 +40,29 @@ RotaryProblem make_rotary(const std::tuple<int32_t, int32_t, int32_t, int32_t, i
           head_dim,
           heads_view(q),
           heads_view(k),
-          reinterpret_cast<void*>(std::get<0>(out)),
-          reinterpret_cast<void*>(std::get<1>(out)),
+          heads_out(std::get<0>(out)),
+          heads_out(std::get<1>(out)),
           reinterpret_cast<const void*>(std::get<0>(tables)),
           reinterpret_cast<const void*>(std::get<1>(tables)),
           std::get<2>(tables),
           std::get<3>(tables),
           static_cast<DType>(dtype)};
+}
+
+// (values, key cache, value cache, cache batch/head/seq strides, capacity, length, arrivals): values as PyHeads.
+using PyCache = std::tuple<PyHeads, uintptr_t, uintptr_t, int64_t, int64_t, int64_t, int32_t, uintptr_t, uintptr_t>;
+
+StaticCacheWrite make_cache(const PyCache& c) {
+  const auto& [values, keys, cache_values, batch_stride, head_stride, seq_stride, capacity, length, arrivals] = c;
+  return {heads_view(values),
+          reinterpret_cast<void*>(keys),
+          reinterpret_cast<void*>(cache_values),
+          batch_stride,
+          head_stride,
+          seq_stride,
+          capacity,
+          reinterpret_cast<int64_t*>(length),
+          reinterpret_cast<uint32_t*>(arrivals)};
 }
 
 MoeRouting make_routing(uintptr_t expert_ids, int32_t tokens, int32_t top_k, int32_t experts) {
@@ -81,7 +101,7 @@ void bind(py::module_& m) {
   m.def(
       "rotary_embedding",
       [](const std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>& sizes, const PyHeads& q, const PyHeads& k,
-         const std::tuple<uintptr_t, uintptr_t>& out, const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables,
+         const std::tuple<PyHeads, PyHeads>& out, const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables,
          int32_t dtype, uintptr_t stream) {
         rotary_embedding(make_rotary(sizes, q, k, out, tables, dtype), reinterpret_cast<Stream>(stream));
       },
@@ -89,9 +109,26 @@ void bind(py::module_& m) {
   m.def(
       "rotary_problem_error",
       [](const std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>& sizes, const PyHeads& q, const PyHeads& k,
-         const std::tuple<uintptr_t, uintptr_t>& out, const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables,
+         const std::tuple<PyHeads, PyHeads>& out, const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables,
          int32_t dtype) { return rotary_problem_error(make_rotary(sizes, q, k, out, tables, dtype)); },
       "Why rotary_embedding would refuse these arguments; empty when it would not. Needs no GPU.");
+  m.def(
+      "rotary_cache_write",
+      [](const std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>& sizes, const PyHeads& q, const PyHeads& k,
+         const PyHeads& q_out, const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables, const PyCache& cache,
+         int32_t dtype, uintptr_t stream) {
+        rotary_cache_write(make_rotary(sizes, q, k, {q_out, PyHeads{}}, tables, dtype), make_cache(cache),
+                           reinterpret_cast<Stream>(stream));
+      },
+      py::call_guard<py::gil_scoped_release>(),
+      "Rotary position embedding of q into q_out and of k into a static cache, the values beside them, on the given "
+      "stream.");
+  m.def(
+      "cache_write_error",
+      [](const std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>& sizes, const PyHeads& q, const PyHeads& k,
+         const PyHeads& q_out, const std::tuple<uintptr_t, uintptr_t, int64_t, int64_t>& tables, const PyCache& cache,
+         int32_t dtype) { return cache_write_error(make_rotary(sizes, q, k, {q_out, PyHeads{}}, tables, dtype), make_cache(cache)); },
+      "Why rotary_cache_write would refuse these arguments; empty when it would not. Needs no GPU.");
   m.attr("moe_max_experts") = kMoeMaxExperts;
   m.def(
       "moe_align",

@@ -173,7 +173,8 @@ cudaError_t launch_silu_and_mul(const void* x, int64_t ldx, void* out, int64_t l
                              args);
 }
 
-// --- Rotary embedding: one CTA per token, its threads over (head, 8 pairs of the two halves) ------------------
+// --- Rotary embedding: one CTA per token, its threads over (head, 8 pairs of the two halves), optionally into a
+// static cache ---------------------------------------------------------------------------------------------------
 
 // out = x * cos + rotate_half(x) * sin on 8 pairs (x1[j], x2[j]) of a head's halves, rounded as PyTorch does.
 template <typename T>
@@ -192,27 +193,80 @@ __device__ __forceinline__ void rotate(const T* x, T* out, const T* cos, const T
   store(out + half + pair, o2);
 }
 
+// One chunk pair (8 pairs of the two halves) of a value head copied into the cache.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) rotary_kernel(RotaryProblem p) {
-  release_dependents_and_wait();
-  const int b = blockIdx.x / p.seq, s = blockIdx.x % p.seq;
-  const int half = p.head_dim / 2, head_chunks = half / kChunk;
-  const T* cos = static_cast<const T*>(p.cos) + b * p.cos_batch_stride + s * p.cos_seq_stride;
-  const T* sin = static_cast<const T*>(p.sin) + b * p.cos_batch_stride + s * p.cos_seq_stride;
-  for (int c = threadIdx.x; c < (p.heads_q + p.heads_k) * head_chunks; c += kThreads) {
-    const bool is_q = c < p.heads_q * head_chunks;
-    const int head = is_q ? c / head_chunks : c / head_chunks - p.heads_q, pair = (c % head_chunks) * kChunk;
-    const HeadsView& v = is_q ? p.q : p.k;
-    const int64_t offset = b * v.batch_stride + head * v.head_stride + s * v.seq_stride;
-    rotate(static_cast<const T*>(v.data) + offset, static_cast<T*>(is_q ? p.q_out : p.k_out) + offset, cos, sin,
-           half, pair);
+__device__ __forceinline__ void copy_pair(const T* x, T* out, int half, int pair) {
+  store(out + pair, load(x + pair));
+  store(out + half + pair, load(x + half + pair));
+}
+
+// The cache's first free position for this CTA's tokens. Past the capacity the kernel fails a device assert, as
+// PyTorch's index_copy_ does (asserted even where NDEBUG leaves assert() out).
+__device__ __forceinline__ int64_t cache_start(const StaticCacheWrite& c, int seq) {
+  const int64_t start = *c.length;
+  if (start < 0 || start + seq > c.capacity) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+      printf("wavetune rotary_cache_write: %d new tokens after %lld cached overflow the cache's %d positions\n", seq,
+             static_cast<long long>(start), c.capacity);
+    }
+    __assert_fail("new tokens within the cache's capacity", __FILE__, __LINE__, __func__);
+  }
+  return start;
+}
+
+// NOTES: every CTA reads *length before it counts itself done, so the last CTA to arrive advances it and re-arms
+// the counter: one launch does what StaticLayer.update's arange, add_ and two index_copy_ do in four, in CUDA
+// graphs as well (the counter is the cache's, not the launch's).
+__device__ __forceinline__ void advance_length(const StaticCacheWrite& c, int64_t start, int seq) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(c.arrivals, 1u) == gridDim.x - 1) {
+      *c.length = start + seq;
+      *c.arrivals = 0;
+    }
   }
 }
 
+// With a cache (c.key_cache set) the rotated keys go to the cache at the token's position and the values are
+// copied beside them; k_out is unused.
 template <typename T>
-cudaError_t launch_rotary(const RotaryProblem& p, cudaStream_t stream) {
-  RotaryProblem copy = p;
-  void* args[] = {&copy};
+__global__ void __launch_bounds__(kThreads) rotary_kernel(RotaryProblem p, StaticCacheWrite c) {
+  release_dependents_and_wait();
+  const int b = blockIdx.x / p.seq, s = blockIdx.x % p.seq;
+  const int half = p.head_dim / 2, head_chunks = half / kChunk;
+  const bool caching = c.key_cache != nullptr;
+  const int64_t start = caching ? cache_start(c, p.seq) : 0;
+  const int64_t cached = b * c.cache_batch_stride + (start + s) * c.cache_seq_stride;
+  const T* cos = static_cast<const T*>(p.cos) + b * p.cos_batch_stride + s * p.cos_seq_stride;
+  const T* sin = static_cast<const T*>(p.sin) + b * p.cos_batch_stride + s * p.cos_seq_stride;
+  const int rotated = (p.heads_q + p.heads_k) * head_chunks;
+  for (int i = threadIdx.x; i < rotated + (caching ? p.heads_k * head_chunks : 0); i += kThreads) {
+    const int pair = (i % head_chunks) * kChunk;
+    if (i >= rotated) {  // a value chunk pair into the cache
+      const int head = i / head_chunks - p.heads_q - p.heads_k;
+      copy_pair(static_cast<const T*>(c.values.data) + b * c.values.batch_stride + head * c.values.head_stride +
+                    s * c.values.seq_stride,
+                static_cast<T*>(c.value_cache) + cached + head * c.cache_head_stride, half, pair);
+      continue;
+    }
+    const bool is_q = i < p.heads_q * head_chunks;
+    const int head = is_q ? i / head_chunks : i / head_chunks - p.heads_q;
+    const HeadsView& in = is_q ? p.q : p.k;
+    const HeadsOut& to = is_q ? p.q_out : p.k_out;
+    T* out = caching && !is_q ? static_cast<T*>(c.key_cache) + cached + head * c.cache_head_stride
+                              : static_cast<T*>(to.data) + b * to.batch_stride + head * to.head_stride + s * to.seq_stride;
+    rotate(static_cast<const T*>(in.data) + b * in.batch_stride + head * in.head_stride + s * in.seq_stride, out, cos,
+           sin, half, pair);
+  }
+  if (caching) advance_length(c, start, p.seq);
+}
+
+template <typename T>
+cudaError_t launch_rotary(const RotaryProblem& p, const StaticCacheWrite& c, cudaStream_t stream) {
+  RotaryProblem problem = p;
+  StaticCacheWrite cache = c;
+  void* args[] = {&problem, &cache};
   return launch_programmatic(reinterpret_cast<const void*>(rotary_kernel<T>), dim3(unsigned(p.batch * p.seq)),
                              dim3(kThreads), 0, stream, args);
 }
@@ -314,6 +368,14 @@ void run_norm(const NormRows& rows, DType dtype, Stream stream, const char* name
                name);
 }
 
+void run_rotary(const RotaryProblem& p, const StaticCacheWrite& cache, Stream stream, const char* name) {
+  if (p.batch == 0 || p.seq == 0) return;
+  check_device();
+  check_launch(p.dtype == DType::bf16 ? launch_rotary<__nv_bfloat16>(p, cache, stream)
+                                      : launch_rotary<__half>(p, cache, stream),
+               name);
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -363,11 +425,12 @@ void silu_and_mul(const void* x, int64_t x_row_stride, void* out, int64_t out_ro
 
 void rotary_embedding(const RotaryProblem& p, Stream stream) {
   if (std::string error = rotary_problem_error(p); !error.empty()) WAVETUNE_INVALID("rotary_embedding: ", error);
-  if (p.batch == 0 || p.seq == 0) return;
-  detail::check_device();
-  detail::check_launch(p.dtype == DType::bf16 ? detail::launch_rotary<__nv_bfloat16>(p, stream)
-                                              : detail::launch_rotary<__half>(p, stream),
-                       "rotary_embedding");
+  detail::run_rotary(p, StaticCacheWrite{}, stream, "rotary_embedding");
+}
+
+void rotary_cache_write(const RotaryProblem& p, const StaticCacheWrite& cache, Stream stream) {
+  if (std::string error = cache_write_error(p, cache); !error.empty()) WAVETUNE_INVALID("rotary_cache_write: ", error);
+  detail::run_rotary(p, cache, stream, "rotary_cache_write");
 }
 
 void moe_align(const MoeRouting& r, int32_t* offsets, int32_t* positions, Stream stream) {

@@ -20,6 +20,8 @@ void silu_and_mul(const void*, int64_t, void*, int64_t, int32_t, int32_t, DType,
 
 void rotary_embedding(const RotaryProblem&, Stream) { WAVETUNE_FAIL(detail::kNoKernels); }
 
+void rotary_cache_write(const RotaryProblem&, const StaticCacheWrite&, Stream) { WAVETUNE_FAIL(detail::kNoKernels); }
+
 void moe_align(const MoeRouting&, int32_t*, int32_t*, Stream) { WAVETUNE_FAIL(detail::kNoKernels); }
 
 void moe_gather(const void*, int64_t, const int32_t*, int32_t, int32_t, void*, int64_t, int32_t, DType, Stream) {

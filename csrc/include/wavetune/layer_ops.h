@@ -41,11 +41,16 @@ struct HeadsView {
   int64_t batch_stride, head_stride, seq_stride;
 };
 
+// An output laid out as HeadsView says.
+struct HeadsOut {
+  void* data;
+  int64_t batch_stride, head_stride, seq_stride;
+};
+
 struct RotaryProblem {
   int32_t batch, seq, heads_q, heads_k, head_dim;
   HeadsView q, k;
-  void* q_out;  // laid out as q (its strides)
-  void* k_out;  // laid out as k
+  HeadsOut q_out, k_out;
   const void* cos;  // [batch or 1, seq, head_dim], both halves (transformers' rotary embedding output)
   const void* sin;  // laid out as cos
   int64_t cos_batch_stride, cos_seq_stride;  // batch stride 0 broadcasts one row of positions to every sequence
@@ -55,6 +60,24 @@ struct RotaryProblem {
 // q_out = q * cos + rotate_half(q) * sin, and k_out from k, each product rounded to the dtype as transformers'
 // apply_rotary_pos_emb rounds it (rotate_half(x) = [-x2, x1] of x's two halves).
 WAVETUNE_API void rotary_embedding(const RotaryProblem& problem, Stream stream);
+
+// A static key/value cache (transformers' StaticLayer): keys and values [batch, heads_k, capacity, head_dim] with
+// a contiguous last dimension, one count of the tokens cached so far for every sequence.
+struct StaticCacheWrite {
+  HeadsView values;  // the new values, [batch, heads_k, seq, head_dim]
+  void* key_cache;
+  void* value_cache;  // laid out as key_cache
+  int64_t cache_batch_stride, cache_head_stride, cache_seq_stride;
+  int32_t capacity;
+  int64_t* length;  // tokens cached (int64, on the GPU); the new ones go to positions length .. length + seq - 1
+  uint32_t* arrivals;  // zero before a launch, and zero again after it (the CTAs count themselves done)
+};
+
+// rotary_embedding of q into q_out, with the rotated keys and the values written into the cache at positions
+// *length + s (k_out is not used), and *length advanced by seq: apply_rotary_pos_emb followed by
+// StaticLayer.update in one kernel. A position past the capacity stops the kernel with a device error, as
+// index_copy_ does.
+WAVETUNE_API void rotary_cache_write(const RotaryProblem& problem, const StaticCacheWrite& cache, Stream stream);
 
 // A mixture-of-experts layer's routing: pair p = token * top_k + j of top_k_index [tokens, top_k] (int64 expert
 // ids, as torch.topk returns them) sends token `token` to expert top_k_index[p]; ids outside [0, experts) (expert
@@ -86,6 +109,7 @@ WAVETUNE_API void moe_combine(const void* rows, int64_t rows_row_stride, const i
 WAVETUNE_API std::string rows_error(const void* x, int64_t x_row_stride, const void* out, int64_t out_row_stride,
                                     int32_t rows, int32_t width);
 WAVETUNE_API std::string rotary_problem_error(const RotaryProblem& problem);
+WAVETUNE_API std::string cache_write_error(const RotaryProblem& problem, const StaticCacheWrite& cache);
 WAVETUNE_API std::string moe_routing_error(const MoeRouting& routing);
 
 }  // namespace wavetune

@@ -4,4 +4,4 @@
 // of reading a struct laid out differently. tests/test_abi.py holds it to the headers' declarations.
 #pragma once
 
-#define WAVETUNE_ABI_VERSION 25
+#define WAVETUNE_ABI_VERSION 26

@@ -167,33 +167,100 @@ def check_rotary(torch, q, k, cos, sin) -> None:
         raise ValueError(f"head_dim must be a multiple of 16, got {head_dim}")
 
 
-def rotary_operands(torch, q, k) -> tuple:
-    """(q, k, q_out, k_out): outputs laid out as q and k, or all contiguous where q or k overlap or have gaps."""
-    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    if q_out.stride() != q.stride() or k_out.stride() != k.stride():
-        q, k = q.contiguous(), k.contiguous()
-        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    return q, k, q_out, k_out
+def rotary_output(torch, t):
+    """A new tensor for rotated t: laid out as t where t is dense, else as [batch, seq, heads, head_dim] memory
+    seen as [batch, heads, seq, head_dim] (the layout of transformers' rotary embedding of a projection's slice)."""
+    out = torch.empty_like(t)
+    if out.stride() != t.stride():
+        batch, heads, seq, head_dim = t.shape
+        out = t.new_empty((batch, seq, heads, head_dim)).transpose(1, 2)
+    return out
+
+
+def _chunked(t):
+    """t, or a contiguous copy where its strides or address do not fit 16-byte chunks."""
+    return t if t.data_ptr() % 16 == 0 and all(stride % 8 == 0 for stride in t.stride()[:3]) else t.contiguous()
+
+
+def _rotary_tables(cos) -> tuple:
+    """cos's (and sin's) batch and seq strides as the kernel takes them: a batch of one broadcasts (stride 0)."""
+    return cos.stride(0) if cos.shape[0] > 1 else 0, cos.stride(1)
 
 
 def rotary_embedding(q, k, cos, sin):
     """``(q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin)`` with cos and sin broadcast over
     the heads, as transformers' ``apply_rotary_pos_emb`` computes it: q [batch, heads_q, seq, head_dim], k
     [batch, heads_k, seq, head_dim] (any strides with a contiguous last dimension), cos and sin [batch or 1, seq,
-    head_dim]; the results are laid out as q and k."""
+    head_dim]; the results are laid out as ``rotary_output`` says."""
     torch = _torch()
     check_rotary(torch, q, k, cos, sin)
     device = _launch_device(q)
     if {t.device for t in (k, cos, sin)} != {q.device}:
         raise ValueError("q, k, cos and sin must be on one device")
-    q, k, q_out, k_out = rotary_operands(torch, q, k)
-    batch_stride = cos.stride(0) if cos.shape[0] > 1 else 0
-    sizes = (q.shape[0], q.shape[2], q.shape[1], k.shape[1], q.shape[3])
+    q, k = _chunked(q), _chunked(k)
+    q_out, k_out = rotary_output(torch, q), rotary_output(torch, k)
     with torch.cuda.device(device):
-        _C.rotary_embedding(sizes, _heads(q), _heads(k), (q_out.data_ptr(), k_out.data_ptr()),
-                            (cos.data_ptr(), sin.data_ptr(), batch_stride, cos.stride(1)),
-                            dtype_codes(torch)[q.dtype], stream_getter(torch)(device))
+        _C.rotary_embedding(_rotary_sizes(q, k), _heads(q), _heads(k), (_heads(q_out), _heads(k_out)),
+                            (cos.data_ptr(), sin.data_ptr(), *_rotary_tables(cos)), dtype_codes(torch)[q.dtype],
+                            stream_getter(torch)(device))
     return q_out, k_out
+
+
+def _rotary_sizes(q, k) -> tuple:
+    """(batch, seq, heads_q, heads_k, head_dim) of [batch, heads, seq, head_dim] q and k."""
+    return q.shape[0], q.shape[2], q.shape[1], k.shape[1], q.shape[3]
+
+
+def _check_counter(torch, name: str, t, dtype) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.numel() != 1:
+        raise ValueError(f"{name} must be a one-element {dtype} tensor, got {_describe(t)}")
+
+
+def check_cache_write(torch, q, k, v, cos, sin, out, key_cache, value_cache, length, arrivals) -> None:
+    """The checks of ``rotary_cache_write`` that need no GPU."""
+    check_rotary(torch, q, k, cos, sin)
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != q.dtype or out.shape != q.shape
+                            or out.stride(-1) != 1):
+        raise ValueError(f"out must be a {q.dtype} {tuple(q.shape)} tensor with a contiguous last dimension, got "
+                         f"{_describe(out)}")
+    for name, t in (("v", v), ("key_cache", key_cache), ("value_cache", value_cache)):
+        _check_tensor(torch, name, t, q.dtype)
+    if v.shape != k.shape:
+        raise ValueError(f"v {tuple(v.shape)} must be shaped as k {tuple(k.shape)}")
+    batch, heads_k, _, head_dim = k.shape
+    if key_cache.dim() != 4 or key_cache.shape[:2] != (batch, heads_k) or key_cache.shape[3] != head_dim:
+        raise ValueError(f"key_cache must be [batch, heads_k, capacity, head_dim] = [{batch}, {heads_k}, capacity, "
+                         f"{head_dim}], got {tuple(key_cache.shape)}")
+    if value_cache.shape != key_cache.shape or value_cache.stride() != key_cache.stride():
+        raise ValueError(f"value_cache must be laid out as key_cache, got {tuple(value_cache.shape)} strides "
+                         f"{value_cache.stride()} and {tuple(key_cache.shape)} strides {key_cache.stride()}")
+    _check_counter(torch, "length", length, torch.int64)
+    _check_counter(torch, "arrivals", arrivals, torch.int32)
+
+
+def rotary_cache_write(q, k, v, cos, sin, key_cache, value_cache, length, arrivals, out=None):
+    """``rotary_embedding`` of q into ``out`` (None: a new tensor, as ``rotary_output`` lays it out), returned,
+    with the rotated keys and the values written into a static cache, as transformers' ``apply_rotary_pos_emb``
+    followed by ``StaticLayer.update`` computes them, in one kernel: key_cache and value_cache [batch, heads_k,
+    capacity, head_dim] take token s of k and v at position ``length + s``, then ``length`` (an int64 one-element
+    tensor: the tokens cached) grows by seq. ``arrivals``: an int32 one-element tensor holding 0, the kernel's own
+    counter, 0 again after each launch; one per cache, since launches sharing one may not overlap. A position past
+    the capacity stops the kernel with a device error, as ``index_copy_`` does."""
+    torch = _torch()
+    check_cache_write(torch, q, k, v, cos, sin, out, key_cache, value_cache, length, arrivals)
+    device = _launch_device(q)
+    operands = (k, v, cos, sin, key_cache, value_cache, length, arrivals) + ((out,) if out is not None else ())
+    if {t.device for t in operands} != {q.device}:
+        raise ValueError("q, k, v, cos, sin, out, the caches, length and arrivals must be on one device")
+    q, k, v = _chunked(q), _chunked(k), _chunked(v)
+    out = rotary_output(torch, q) if out is None else out
+    cache = (_heads(v), key_cache.data_ptr(), value_cache.data_ptr(), *key_cache.stride()[:3], key_cache.shape[2],
+             length.data_ptr(), arrivals.data_ptr())
+    with torch.cuda.device(device):
+        _C.rotary_cache_write(_rotary_sizes(q, k), _heads(q), _heads(k), _heads(out),
+                              (cos.data_ptr(), sin.data_ptr(), *_rotary_tables(cos)), cache,
+                              dtype_codes(torch)[q.dtype], stream_getter(torch)(device))
+    return out
 
 
 def moe_max_experts() -> int:

@@ -4,6 +4,8 @@ them:
 - ``torch.ops.wavetune.rms_norm(x, weight, eps)``, ``add_rms_norm(x, residual, weight, eps) -> (sum, out)``
 - ``torch.ops.wavetune.silu_and_mul(x)``
 - ``torch.ops.wavetune.rotary_embedding(q, k, cos, sin) -> (q_out, k_out)``
+- ``torch.ops.wavetune.rotary_cache_write(q, k, v, cos, sin, q_out, key_cache, value_cache, length, arrivals)``
+  (writes q_out, the caches, ``length`` and ``arrivals`` in place)
 - ``torch.ops.wavetune.moe_align(top_k_index, experts) -> (offsets, positions)``, ``moe_gather(x, positions,
   top_k)``, ``moe_combine(rows, positions, top_k_index, experts, weights)``
 
@@ -21,6 +23,8 @@ LIBRARY.define("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor")
 LIBRARY.define("add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)")
 LIBRARY.define("silu_and_mul(Tensor x) -> Tensor")
 LIBRARY.define("rotary_embedding(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)")
+LIBRARY.define("rotary_cache_write(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, Tensor(a!) q_out, "
+               "Tensor(b!) key_cache, Tensor(c!) value_cache, Tensor(d!) length, Tensor(e!) arrivals) -> ()")
 LIBRARY.define("moe_align(Tensor top_k_index, int experts) -> (Tensor, Tensor)")
 LIBRARY.define("moe_gather(Tensor x, Tensor positions, int top_k) -> Tensor")
 LIBRARY.define("moe_combine(Tensor rows, Tensor positions, Tensor top_k_index, int experts, Tensor weights) -> Tensor")
@@ -46,6 +50,13 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                      sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel behind torch.ops.wavetune.rotary_embedding: ``wavetune.rotary_embedding``."""
     return api.rotary_embedding(q, k, cos, sin)
+
+
+def rotary_cache_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                       q_out: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, length: torch.Tensor,
+                       arrivals: torch.Tensor) -> None:
+    """The kernel behind torch.ops.wavetune.rotary_cache_write: ``wavetune.rotary_cache_write`` into q_out."""
+    api.rotary_cache_write(q, k, v, cos, sin, key_cache, value_cache, length, arrivals, out=q_out)
 
 
 def moe_align(top_k_index: torch.Tensor, experts: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,7 +115,12 @@ def _silu_and_mul_fake(x):
 @torch.library.register_fake("wavetune::rotary_embedding", lib=LIBRARY)
 def _rotary_embedding_fake(q, k, cos, sin):
     api.check_rotary(torch, q, k, cos, sin)
-    return api.rotary_operands(torch, q, k)[2:]
+    return api.rotary_output(torch, q), api.rotary_output(torch, k)
+
+
+@torch.library.register_fake("wavetune::rotary_cache_write", lib=LIBRARY)
+def _rotary_cache_write_fake(q, k, v, cos, sin, q_out, key_cache, value_cache, length, arrivals):
+    api.check_cache_write(torch, q, k, v, cos, sin, q_out, key_cache, value_cache, length, arrivals)
 
 
 # The CPU kernels refuse with wavetune's message instead of the dispatcher's.
@@ -113,6 +129,7 @@ for _backend in ("CUDA", "CPU"):
     LIBRARY.impl("add_rms_norm", add_rms_norm, _backend)
     LIBRARY.impl("silu_and_mul", silu_and_mul, _backend)
     LIBRARY.impl("rotary_embedding", rotary_embedding, _backend)
+    LIBRARY.impl("rotary_cache_write", rotary_cache_write, _backend)
     LIBRARY.impl("moe_align", moe_align, _backend)
     LIBRARY.impl("moe_gather", moe_gather, _backend)
     LIBRARY.impl("moe_combine", moe_combine, _backend)
