@@ -20,6 +20,10 @@
 #include "wavetune/kernels.h"
 #include "wavetune/layer_ops.h"
 
+// The device assert's handler (CUDA's, behind assert()), which <assert.h> leaves undeclared where NDEBUG is defined.
+extern "C" __host__ __device__ void __assert_fail(const char* assertion, const char* file, unsigned int line,
+                                                  const char* function) noexcept;
+
 namespace wavetune {
 namespace detail {
 namespace {
@@ -201,7 +205,7 @@ __device__ __forceinline__ void copy_pair(const T* x, T* out, int half, int pair
 }
 
 // The cache's first free position for this CTA's tokens. Past the capacity the kernel fails a device assert, as
-// PyTorch's index_copy_ does (asserted even where NDEBUG leaves assert() out).
+// PyTorch's index_copy_ does (in release builds too: __assert_fail is what assert() calls).
 __device__ __forceinline__ int64_t cache_start(const StaticCacheWrite& c, int seq) {
   const int64_t start = *c.length;
   if (start < 0 || start + seq > c.capacity) {
