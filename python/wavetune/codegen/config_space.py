@@ -256,7 +256,7 @@ class ConfigSpace:
 
         ``builtin``: none (the default install: the hand-written kernels and the vendor candidates only).
         ``tables``: the variants the tables in ``tables_dir`` can choose, plus the fallback's and the
-        heuristic's. ``allow_empty``: a set this file does not define, or one the filter empties, selects
+        heuristic's of the file's architecture. ``allow_empty``: a set this file does not define, or one the filter empties, selects
         nothing instead of raising (another family's file may define it).
         """
         if kernel_set == BUILTIN_SET:
@@ -264,7 +264,8 @@ class ConfigSpace:
         if kernel_set == "full":
             chosen = list(self.variants)
         elif kernel_set == "tables":
-            wanted = table_variant_names(tables_dir) | {v.name for v in self.heuristic_set()}
+            # the heuristic's of the file's architecture: another's compile on demand on its GPUs
+            wanted = table_variant_names(tables_dir) | {v.name for v in self.heuristic_set() if v.arch == self.arch}
             chosen = [v for v in self.variants if v.name in wanted]
         elif kernel_set in self.kernel_sets:
             chosen = [v for v in self.variants if _matches(v, self.kernel_sets[kernel_set])]

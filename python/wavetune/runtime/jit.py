@@ -428,13 +428,28 @@ def prepare_table(table: Path, family: str, scales: str = "") -> bool:
                    scales)
 
 
+def newest_architecture(variants: list[KernelConfig], gpu: GpuArch) -> list[KernelConfig]:
+    """Those of ``variants`` built for the newest architecture that ``gpu`` runs. NOTES: a built-in choice takes
+    that architecture's kernels alone (grouped_default_variant: its rates are theirs), so a Hopper GPU compiles
+    no Ampere-style variant for it, and an Ampere, Ada or Blackwell GPU the Ampere-style ones."""
+    runnable = [v for v in variants if gpu.runs(v)]
+    newest = max((_C.parse_compute_capability(v.arch) for v in runnable), default=None)
+    return [v for v in runnable if _C.parse_compute_capability(v.arch) == newest]
+
+
 def prepare_builtin_choice(family: str) -> bool:
     """As ``family`` starts without a table: its built-in choice's variants (its config space's fallback and
-    heuristic ones, ``ConfigSpace.heuristic_set``), as ``prepare_table`` does a table's working set."""
+    heuristic ones, ``ConfigSpace.heuristic_set``, of the newest architecture the GPU runs), as ``prepare_table``
+    does a table's working set."""
     space = config_space(family)
     if not _C.build_info()["kernels_compiled"] or space is None:
         return False
-    missing = missing_variants(family, space.heuristic_set)
+    try:
+        gpu = current_gpu_arch()
+    except JitUnavailable:
+        return False  # no GPU: its launches say why nothing runs
+    builtin = newest_architecture([v for v in space.variants if v.name in space.heuristic_set], gpu)
+    missing = missing_variants(family, {v.name for v in builtin})
     return prepare(family, missing, unavailable_reason() if missing else None,
                    f"the {family} family's built-in choice takes")
 
