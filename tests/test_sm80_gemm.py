@@ -240,7 +240,7 @@ def test_a_log_measured_here_records_the_occupancy_an_offline_refit_reads_withou
     assert tuning.occupancy_records([tuning.Candidate(hopper), tuning.Candidate(ampere)]) == {0: 1, 1: 3}
 
 
-def test_a_log_without_occupancy_still_reads_and_a_device_probed_elsewhere_records_none(tmp_path, monkeypatch):
+def test_a_log_without_occupancy_still_reads_and_a_device_probed_elsewhere_records_the_probes(tmp_path, monkeypatch):
     import json
 
     from wavetune.families.gemm import tuning
@@ -249,10 +249,16 @@ def test_a_log_without_occupancy_still_reads_and_a_device_probed_elsewhere_recor
     monkeypatch.setattr(configs, "RECORDED_CTAS", {})
     device = {"name": "NVIDIA A100-SXM4-80GB", "sm_count": 108, "l2_bytes": 41943040}
     path = tmp_path / "log.jsonl"
-    tuning.GemmLog(path, device=device)  # a worker of a multi-GPU run: the device's properties only
+    tuning.GemmLog(path, device=device)  # properties probed elsewhere, without occupancy
     assert "ctas_per_sm" not in json.loads(path.read_text().splitlines()[0])
     assert tuning.GemmLog(path, offline=True).device == device
     assert configs.RECORDED_CTAS == {}
+    probed = tmp_path / "probed.jsonl"
+    tuning.GemmLog(probed, device={**device, "ctas_per_sm": {"bf16_bcol_sm80_64x64x64_2x2warps_3stage": 4}})
+    assert json.loads(probed.read_text().splitlines()[0])["ctas_per_sm"] == {
+        "bf16_bcol_sm80_64x64x64_2x2warps_3stage": 4}
+    tuning.GemmLog(probed, offline=True)
+    assert configs.RECORDED_CTAS == {"bf16_bcol_sm80_64x64x64_2x2warps_3stage": 4}
 
 
 def logged_variant(schedule: str):

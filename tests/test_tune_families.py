@@ -172,14 +172,16 @@ def test_gpus_of_different_models_are_refused(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     def fake_run(command, env, **kwargs):
-        props = {**DEVICE, "name": models[env["CUDA_VISIBLE_DEVICES"]]}
+        assert command[-2:] == ["--properties", "gemm"]  # the family's occupancy is probed with the device
+        props = {**DEVICE, "name": models[env["CUDA_VISIBLE_DEVICES"]], "ctas_per_sm": {"v": 3}}
         return SimpleNamespace(returncode=0, stdout=json.dumps(props) + "\n", stderr="")
 
     monkeypatch.setattr(runner.subprocess, "run", fake_run)
     with pytest.raises(ValueError, match="GPUs of different models .*0: NVIDIA H100 80GB HBM3.*1: NVIDIA H200"):
-        runner.probe_devices([0, 1])
+        runner.probe_devices([0, 1], "gemm")
     models["1"] = models["0"]
-    assert runner.probe_devices([0, 1])[1]["name"] == "NVIDIA H100 80GB HBM3"
+    assert runner.probe_devices([0, 1], "gemm")[1]["name"] == "NVIDIA H100 80GB HBM3"
+    assert runner.measurer_for("gemm", [0, 1]).device["ctas_per_sm"] == {"v": 3}
 
 
 class Records(MeasurementLog):

@@ -18,6 +18,15 @@ from ..runtime.configs import multistage_ctas, record_ctas
 from ..runtime.device import device_properties
 
 
+def family_ctas(family_name: str) -> dict[str, int]:
+    """A log header's ``ctas_per_sm`` record: variant name -> CTAs per SM on the current GPU of the family's
+    multistage variants compiled here."""
+    family = families.get(family_name)
+    if not family.occupancy:
+        return {}
+    return multistage_ctas(family.list_configs(), family.function("tuning", family.occupancy))
+
+
 class MeasurementLog:
     """A family's measurements on one GPU model: ``records`` maps each record's key (``key_of``) to its value
     (``value_of``). Subclasses say what a record is; this class keeps the file."""
@@ -27,7 +36,8 @@ class MeasurementLog:
         self.path = Path(path)
         self.family = families.get(family).name
         self.offline = offline
-        # ``device``: properties measured elsewhere (the worker processes of a multi-GPU run).
+        # ``device``: properties measured elsewhere (a multi-GPU run's probe, ``runner.probe_devices``: with its
+        # ``ctas_per_sm``, family_ctas on that GPU).
         self.device = device or (self._logged_device() if offline else device_properties())
         self.header = {
             "gpu_name": self.device["name"], "sm_count": self.device["sm_count"],
@@ -46,7 +56,7 @@ class MeasurementLog:
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             measuring_here = not offline and device is None
-            ctas = self._gpu_ctas() if measuring_here else {}
+            ctas = family_ctas(self.family) if measuring_here else self.device.get("ctas_per_sm", {})
             self.path.write_text(json.dumps({**self.header, "timing": timing,
                                              **({"ctas_per_sm": ctas} if ctas else {})}) + "\n")
 
@@ -59,14 +69,6 @@ class MeasurementLog:
     def value_of(record: dict) -> object:
         """What ``records`` keeps of a record (default: the record)."""
         return record
-
-    def _gpu_ctas(self) -> dict[str, int]:
-        """The header's ``ctas_per_sm`` record: variant name -> CTAs per SM on the current GPU of the family's
-        multistage variants compiled here."""
-        family = families.get(self.family)
-        if not family.occupancy:
-            return {}
-        return multistage_ctas(family.list_configs(), family.function("tuning", family.occupancy))
 
     def _read(self, path: Path) -> list[dict]:
         """The records of a log at ``path``, refused unless its header matches this log's; the CTAs per SM its

@@ -61,13 +61,15 @@ def shard(jobs: list, count: int) -> list[list]:
     return [jobs[i::count] for i in range(count)]
 
 
-def probe_devices(devices: list[int]) -> dict:
-    """The properties of each device (a short process per device, so this one does not touch CUDA); a
-    ValueError unless all are one GPU model: a table is for one model."""
+def probe_devices(devices: list[int], family: str) -> dict:
+    """The properties of each device, with the family's multistage variants' CTAs per SM there (a short process
+    per device, so this one does not touch CUDA); a ValueError unless all are one GPU model: a table is for one
+    model."""
     found = {}
     for device in devices:
-        done = subprocess.run([sys.executable, "-m", "wavetune.tuning.worker", "--properties"], capture_output=True,
-                              text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": visible_device(device)})
+        done = subprocess.run([sys.executable, "-m", "wavetune.tuning.worker", "--properties", family],
+                              capture_output=True, text=True,
+                              env={**os.environ, "CUDA_VISIBLE_DEVICES": visible_device(device)})
         if done.returncode != 0:
             raise RuntimeError(f"device {device}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
         found[device] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -196,5 +198,5 @@ def measurer_for(family: str, devices: list[int] | None, time_budget_s: float | 
     GPU, measured here); several are probed to be one GPU model, then the jobs are sharded over them."""
     measurer = Measurer(family, devices, time_budget_s, dict(options or {}))
     if devices is not None and len(devices) > 1:
-        measurer.device = probe_devices(devices)[devices[0]]
+        measurer.device = probe_devices(devices, family)[devices[0]]
     return measurer

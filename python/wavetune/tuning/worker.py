@@ -2,7 +2,8 @@
 its one GPU:
 
     python -m wavetune.tuning.worker JOBS.json SHARD_LOG    measure the jobs into the shard log
-    python -m wavetune.tuning.worker --properties            print the GPU's properties as JSON
+    python -m wavetune.tuning.worker --properties FAMILY     print the GPU's properties as JSON, with the
+                                                             family's multistage variants' CTAs per SM
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ..runtime.device import device_properties
+from .log import family_ctas
 from .runner import confine_sms
 
 
 def main(argv: list[str]) -> int:
     confine_sms()
-    if argv == ["--properties"]:
-        print(json.dumps(device_properties()))
+    if argv[:1] == ["--properties"]:
+        print(json.dumps({**device_properties(), "ctas_per_sm": family_ctas(argv[1])}))
         return 0
     spec_path, log_path = map(Path, argv)
     spec = json.loads(spec_path.read_text())
