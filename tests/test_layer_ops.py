@@ -232,6 +232,33 @@ def test_the_rotary_forward_is_the_class_code_with_wavetune_rotary():
         assert torch.equal(ours, theirs)
 
 
+def test_each_decoder_layer_is_linked_to_the_norm_its_output_goes_to_next():
+    model = tiny("LlamaForCausalLM", "LlamaConfig", device="meta", num_hidden_layers=3)
+    wavetune.patch(model)
+    layers = model.model.layers
+    assert [layer.__dict__[fused.NEXT_NORM] for layer in layers] == [
+        layers[1].input_layernorm, layers[2].input_layernorm, model.model.norm]
+    wavetune.unpatch(model)
+    assert not any(fused.NEXT_NORM in layer.__dict__ for layer in layers)
+
+
+def test_a_norm_returns_what_was_computed_ahead_only_for_that_unchanged_tensor(monkeypatch):
+    norm = fused.RMSNorm(tiny("LlamaForCausalLM", "LlamaConfig").model.norm)
+    monkeypatch.setattr(fused.RMSNorm, "takes", lambda self, x: True)  # as on a GPU; the CPU kernel refuses
+    x, other, ahead = (torch.randn(2, 128, dtype=torch.bfloat16) for _ in range(3))
+    norm._ahead = (x, x._version, ahead)
+    assert norm(x) is ahead and norm._ahead is None
+    for changed in (other, x.mul_(2)):  # another tensor; the same one changed in place since
+        norm._ahead = (x, 0, ahead)
+        with pytest.raises(ValueError, match="CUDA"):  # computed now: the kernel runs (refusing CPU tensors)
+            norm(changed)
+        assert norm._ahead is None
+    residual = torch.randn_like(x)
+    assert torch.equal(fused.add_ahead(None, x, residual), residual + x)
+    monkeypatch.undo()
+    assert torch.equal(fused.add_ahead(norm, x, residual), residual + x) and norm._ahead is None  # CPU: apart
+
+
 # ---- GPU tier -------------------------------------------------------------------------------------------------
 
 def poisoned(shape, dtype, **kwargs):
@@ -296,6 +323,40 @@ def test_patched_decoder_layers_run_add_rms_norm(monkeypatch):
         logits, reference = patched(tokens).logits.float(), model(tokens).logits.float()
     assert calls == [True] * TINY["num_hidden_layers"]
     assert ((logits - reference).norm() / reference.norm()).item() < 2e-2
+
+
+@pytest.mark.gpu
+def test_the_next_norm_computed_ahead_is_what_the_norm_returns_and_changes_no_bit(monkeypatch):
+    model = tiny("LlamaForCausalLM", "LlamaConfig", device="cuda", num_hidden_layers=3)
+    patched = copy.deepcopy(model)
+    wavetune.patch(patched, attention=False)
+    tokens = torch.randint(0, TINY["vocab_size"], (2, 9), device="cuda")
+    with torch.no_grad():
+        before = patched(tokens).logits
+        for layer in patched.model.layers:  # unlinked: each norm computed by its own call
+            layer.__dict__["unlinked"] = layer.__dict__.pop(fused.NEXT_NORM)
+        unlinked = patched(tokens).logits
+        for layer in patched.model.layers:
+            layer.__dict__[fused.NEXT_NORM] = layer.__dict__.pop("unlinked")
+    assert torch.equal(before, unlinked)
+    served = []
+    original = fused.RMSNorm.forward
+
+    def counted(self, x):
+        ahead = self._ahead
+        result = original(self, x)
+        served.append(ahead is not None and result is ahead[2])
+        return result
+
+    monkeypatch.setattr(fused.RMSNorm, "forward", counted)
+    with torch.no_grad():
+        assert torch.equal(patched(tokens).logits, before)
+    # each layer's input norm (the first's computed then, the others' ahead) and the final norm; the
+    # post-attention norms run inside add_rms_norm (fused.add_norm), not through their forward
+    assert served == [False, True, True, True]
+    with torch.inference_mode():  # no version counters: the additions run apart
+        served.clear()
+        assert torch.equal(patched(tokens).logits, before) and not any(served)
 
 
 @pytest.mark.gpu

@@ -1,9 +1,9 @@
 """The layer ops in a model (``wavetune.patch``; docs/torch.md, "Layer ops"): per module, transformers' RMSNorm,
 its gated MLP and the rotary embedding of its attention each become one kernel, the MLP's gate and up
-projections one GEMM, the attention's query, key and value projections one GEMM, and a decoder layer's residual
-addition after attention one kernel with the norm that follows it. Where the decode GEMM runs (few tokens, in
-eager mode and CUDA graphs), the MLP's SiLU-and-multiply and the residual addition after it run in its GEMMs'
-epilogues.
+projections one GEMM, the attention's query, key and value projections one GEMM, and each of a decoder layer's
+residual additions one kernel with the norm that follows it (after attention, the post-attention norm; after
+the MLP, the next layer's input norm or the final norm, computed ahead). Where the decode GEMM runs (few tokens,
+in eager mode and CUDA graphs), the MLP's SiLU-and-multiply runs in its GEMM's epilogue.
 
 Where an attention's forward hands its rotated keys straight to a ``StaticLayer``'s update, the rotary embedding
 and the cache write are one kernel (``rotary_cache``).
@@ -39,6 +39,7 @@ ROTARY = "apply_rotary_pos_emb"  # the function transformers' attention forwards
 # Where a swapped attention module keeps what its forward was before (a class's function: its own globals).
 ROTARY_PATCHED = "_wavetune_rotary"
 RESIDUAL_PATCHED = "_wavetune_residual"  # marks a decoder layer running decoder_layer_forward
+NEXT_NORM = "_wavetune_next_norm"  # such a layer's: the norm its output goes to next (link_next_norms)
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")  # an attention's projections of the same hidden states
 
 
@@ -59,12 +60,15 @@ def _original(module: torch.nn.Module) -> torch.nn.Module:
 
 
 class RMSNorm(torch.nn.Module):
-    """A transformers RMSNorm on ``torch.ops.wavetune.rms_norm``, sharing its weight."""
+    """A transformers RMSNorm on ``torch.ops.wavetune.rms_norm``, sharing its weight. Where the previous decoder
+    layer computed this norm of its output ahead (``add_ahead``), a call on that very output, unchanged since,
+    returns it."""
 
     def __init__(self, norm: torch.nn.Module):
         super().__init__()
         self.weight, self.eps = norm.weight, float(norm.variance_epsilon)
         object.__setattr__(self, "_replaced", norm)  # not a submodule: its weight is this module's
+        self._ahead = None  # (x, x's version, this norm of x): computed with the addition that made x
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.eps}, kernel=wavetune"
@@ -76,40 +80,64 @@ class RMSNorm(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.takes(x):
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None and ahead[0] is x and x._version == ahead[1]:
+                return ahead[2]
             return torch.ops.wavetune.rms_norm(x, self.weight, self.eps)
         return _original(self)(x)
+
+
+def _adds_in_kernel(norm: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> bool:
+    """Whether ``torch.ops.wavetune.add_rms_norm`` takes residual + x for ``norm``."""
+    return (isinstance(norm, RMSNorm) and norm.takes(x) and residual.dtype == x.dtype and residual.shape == x.shape
+            and residual.stride(-1) == 1)
 
 
 def add_norm(norm: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(residual + x, norm(residual + x)): one ``torch.ops.wavetune.add_rms_norm`` where ``norm`` is an ``RMSNorm``
     whose kernel takes these rows, else PyTorch's addition and the norm."""
-    if (isinstance(norm, RMSNorm) and norm.takes(x) and residual.dtype == x.dtype and residual.shape == x.shape
-            and residual.stride(-1) == 1):
+    if _adds_in_kernel(norm, x, residual):
         return torch.ops.wavetune.add_rms_norm(x, residual, norm.weight, norm.eps)
     total = residual + x
     return total, norm(total)
 
 
+def add_ahead(norm: torch.nn.Module | None, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """residual + x, and where ``norm`` (the norm that sum goes to next: ``NEXT_NORM``) is an ``RMSNorm`` whose
+    kernel takes these rows, ``norm`` of the sum in the same kernel, kept for ``norm``'s call on the sum.
+
+    NOTES: the kept result is returned only for the sum itself, unchanged since (its version counter), so any
+    other use of the norm, or code between that changes the sum in place, gets the norm computed then. Inference
+    tensors count no versions: under torch.inference_mode the addition runs alone."""
+    if not _adds_in_kernel(norm, x, residual) or torch.is_inference(x) or torch.is_inference(residual):
+        return residual + x
+    total, normed = torch.ops.wavetune.add_rms_norm(x, residual, norm.weight, norm.eps)
+    norm._ahead = (total, total._version, normed)
+    return total
+
+
 def decoder_layer_forward(self, hidden_states: torch.Tensor, attention_mask=None, position_ids=None,
                           past_key_values=None, use_cache=False, position_embeddings=None, **kwargs) -> torch.Tensor:
     """``LlamaDecoderLayer.forward`` with the residual addition after attention and the post-attention norm in
-    one kernel (``add_norm``), and the addition after a ``GatedMLP`` in its down projection's epilogue.
+    one kernel (``add_norm``), and the addition after the MLP with the next layer's input norm (or the model's
+    final norm) in one kernel (``add_ahead``, where ``link_next_norms`` linked that norm).
 
     NOTES: which residual addition goes where. The one after attention meets the post-attention norm: fused with
     it (add_rms_norm), it costs no kernel whatever GEMM the output projection runs, so o_proj keeps its plain
     output; its residual epilogue would only move the addition and leave the norm a kernel of its own. The one
-    after the MLP meets no norm in this layer (the next layer's input norm is that layer's call), so it goes into
-    the down projection's GEMM (``GatedMLP.forward``'s ``residual``), which removes its kernel where the decode
-    GEMM runs; the MLP module's own call stays ``mlp(x)``. Under torch.compile the traced addition is left to
-    Inductor, which fuses it with the next layer's traced norm."""
+    after the MLP meets the next layer's input norm, a call of that layer: the norm is computed with the addition
+    and kept for that call, so it too costs no kernel and rounds as transformers does. Without a linked norm it
+    goes into the down projection's GEMM (``GatedMLP.forward``'s ``residual``), which removes its kernel where the
+    decode GEMM runs. The MLP module's own call stays ``mlp(x)``. Under torch.compile the traced addition is left
+    to Inductor, which fuses it with the next layer's traced norm."""
     residual = hidden_states
     hidden_states, _ = self.self_attn(
         hidden_states=self.input_layernorm(hidden_states), attention_mask=attention_mask, position_ids=position_ids,
         past_key_values=past_key_values, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
     residual, hidden_states = add_norm(self.post_attention_layernorm, hidden_states, residual)
     if isinstance(self.mlp, GatedMLP) and not torch.compiler.is_compiling():
-        return self.mlp(hidden_states, residual)
-    return residual + self.mlp(hidden_states)
+        return self.mlp(hidden_states, residual, self.__dict__.get(NEXT_NORM))
+    return add_ahead(self.__dict__.get(NEXT_NORM), self.mlp(hidden_states), residual)
 
 
 def merge_linears(layers: list[torch.nn.Linear]) -> torch.nn.Linear:
@@ -159,8 +187,10 @@ class GatedMLP(torch.nn.Module):
     def extra_repr(self) -> str:
         return f"intermediate={self.intermediate}, activation=silu_and_mul (wavetune)"
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """The MLP of ``x``, plus ``residual`` where one is given (``decoder_layer_forward``)."""
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None,
+                next_norm: torch.nn.Module | None = None) -> torch.Tensor:
+        """The MLP of ``x``, plus ``residual`` where one is given (``decoder_layer_forward``): with ``next_norm``
+        (the norm the sum goes to next), by ``add_ahead``; else in the down projection's epilogue."""
         if not (x.is_cuda and x.dtype in DTYPES and self.intermediate % 8 == 0):
             out = _original(self)(x)
         elif torch.compiler.is_compiling():
@@ -169,10 +199,10 @@ class GatedMLP(torch.nn.Module):
         else:
             hidden = (self.gate_up.forward_silu_and_mul(x) if isinstance(self.gate_up, _wavetune_linear())
                       else torch.ops.wavetune.silu_and_mul(self.gate_up(x)))
-            if residual is not None and self._down_proj_adds(hidden, residual):
+            if residual is not None and next_norm is None and self._down_proj_adds(hidden, residual):
                 return self.down_proj.forward_residual(hidden, residual)
             out = self.down_proj(hidden)
-        return out if residual is None else residual + out
+        return out if residual is None else add_ahead(next_norm, out, residual)
 
     def _down_proj_adds(self, hidden: torch.Tensor, residual: torch.Tensor) -> bool:
         """Whether the down projection takes ``residual`` into its GEMM (``wavetune.nn.Linear.forward_residual``)."""
@@ -418,7 +448,23 @@ def patch_layers(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
         else:  # a forward of its own on the model's module
             build(module, name, skipped)
         swapped.append(name)
+    link_next_norms(model)
     return swapped, skipped
+
+
+def link_next_norms(model: torch.nn.Module) -> None:
+    """Link each decoder layer running ``decoder_layer_forward`` to the norm its output goes to next
+    (``NEXT_NORM``): the input norm of the layer after it in its model's ``layers``, and after the last one the
+    model's final ``norm``, where those are ``RMSNorm``s. A link is what a layer computes ahead; what a norm
+    returns is checked against its input (``RMSNorm.forward``)."""
+    for owner in model.modules():
+        layers = getattr(owner, "layers", None)
+        if not isinstance(layers, torch.nn.ModuleList):
+            continue
+        following = [getattr(layer, "input_layernorm", None) for layer in list(layers)[1:]]
+        for layer, norm in zip(layers, following + [getattr(owner, "norm", None)]):
+            if RESIDUAL_PATCHED in layer.__dict__ and isinstance(norm, RMSNorm):
+                layer.__dict__[NEXT_NORM] = norm
 
 
 def unpatch_layers(model: torch.nn.Module) -> list[str]:
@@ -430,6 +476,7 @@ def unpatch_layers(model: torch.nn.Module) -> list[str]:
             parent, _, attribute = name.rpartition(".")
             setattr(model.get_submodule(parent), attribute, _original(module))
         elif module.__dict__.pop(ROTARY_PATCHED, False) or module.__dict__.pop(RESIDUAL_PATCHED, False):
+            module.__dict__.pop(NEXT_NORM, None)
             del module.forward
         else:
             continue
