@@ -236,10 +236,28 @@ def test_each_decoder_layer_is_linked_to_the_norm_its_output_goes_to_next():
     model = tiny("LlamaForCausalLM", "LlamaConfig", device="meta", num_hidden_layers=3)
     wavetune.patch(model)
     layers = model.model.layers
-    assert [layer.__dict__[fused.NEXT_NORM] for layer in layers] == [
-        layers[1].input_layernorm, layers[2].input_layernorm, model.model.norm]
+    links = [layer.__dict__[fused.NEXT_NORM] for layer in layers]
+    assert [link.norm for link in links] == [layers[1].input_layernorm, layers[2].input_layernorm, model.model.norm]
+    assert [link.consumer for link in links] == [layers[1], layers[2], None] and all(link.trusted for link in links)
     wavetune.unpatch(model)
     assert not any(fused.NEXT_NORM in layer.__dict__ for layer in layers)
+
+
+def _scales_in_place(self, hidden_states):
+    hidden_states *= 2
+    return hidden_states
+
+
+def _writes_out(self, hidden_states):
+    return [torch.add(hidden_states, 1, out=hidden_states) for _ in range(1)]
+
+
+@pytest.mark.parametrize("forward, writes", [(_scales_in_place, True), (_writes_out, True),
+                                             (transformers.LlamaModel.forward, False),
+                                             (transformers.Qwen3MoeModel.forward, False),
+                                             (transformers.MistralModel.forward, False)])
+def test_model_forwards_that_may_write_in_place_are_told_apart(forward, writes):
+    assert fused.writes_in_place(forward) is writes
 
 
 def test_a_norm_returns_what_was_computed_ahead_only_for_that_unchanged_tensor(monkeypatch):
@@ -253,10 +271,13 @@ def test_a_norm_returns_what_was_computed_ahead_only_for_that_unchanged_tensor(m
         with pytest.raises(ValueError, match="CUDA"):  # computed now: the kernel runs (refusing CPU tensors)
             norm(changed)
         assert norm._ahead is None
-    residual = torch.randn_like(x)
-    assert torch.equal(fused.add_ahead(None, x, residual), residual + x)
+    norm._ahead = (x, None, ahead)  # kept in inference mode: no version to check
+    assert norm(x) is ahead
+    residual, layer = torch.randn_like(x), torch.nn.Module()
+    assert torch.equal(fused.add_ahead(layer, x, residual), residual + x)  # not linked
     monkeypatch.undo()
-    assert torch.equal(fused.add_ahead(norm, x, residual), residual + x) and norm._ahead is None  # CPU: apart
+    layer.__dict__[fused.NEXT_NORM] = fused.NextNorm(norm, None, True)
+    assert torch.equal(fused.add_ahead(layer, x, residual), residual + x) and norm._ahead is None  # CPU: apart
 
 
 # ---- GPU tier -------------------------------------------------------------------------------------------------
@@ -354,9 +375,13 @@ def test_the_next_norm_computed_ahead_is_what_the_norm_returns_and_changes_no_bi
     # each layer's input norm (the first's computed then, the others' ahead) and the final norm; the
     # post-attention norms run inside add_rms_norm (fused.add_norm), not through their forward
     assert served == [False, True, True, True]
-    with torch.inference_mode():  # no version counters: the additions run apart
+    with torch.inference_mode():  # no version counters: kept where nothing between can write in place
         served.clear()
-        assert torch.equal(patched(tokens).logits, before) and not any(served)
+        assert torch.equal(patched(tokens).logits, before) and served == [False, True, True, True]
+        served.clear()
+        hook = patched.model.layers[1].register_forward_hook(lambda module, args, output: None)
+        assert torch.equal(patched(tokens).logits, before) and served == [False, True, False, True]
+        hook.remove()
 
 
 @pytest.mark.gpu

@@ -24,7 +24,10 @@ cache writes), which an opaque operator would leave as kernels of their own.
 
 from __future__ import annotations
 
+import dataclasses
+import dis
 import functools
+import inspect
 import sys
 import types
 import weakref
@@ -68,7 +71,7 @@ class RMSNorm(torch.nn.Module):
         super().__init__()
         self.weight, self.eps = norm.weight, float(norm.variance_epsilon)
         object.__setattr__(self, "_replaced", norm)  # not a submodule: its weight is this module's
-        self._ahead = None  # (x, x's version, this norm of x): computed with the addition that made x
+        self._ahead = None  # (x, x's version or None, this norm of x): computed with the addition that made x
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.eps}, kernel=wavetune"
@@ -81,7 +84,7 @@ class RMSNorm(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.takes(x):
             ahead, self._ahead = self._ahead, None
-            if ahead is not None and ahead[0] is x and x._version == ahead[1]:
+            if ahead is not None and ahead[0] is x and (ahead[1] is None or x._version == ahead[1]):
                 return ahead[2]
             return torch.ops.wavetune.rms_norm(x, self.weight, self.eps)
         return _original(self)(x)
@@ -102,18 +105,58 @@ def add_norm(norm: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> 
     return total, norm(total)
 
 
-def add_ahead(norm: torch.nn.Module | None, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """residual + x, and where ``norm`` (the norm that sum goes to next: ``NEXT_NORM``) is an ``RMSNorm`` whose
-    kernel takes these rows, ``norm`` of the sum in the same kernel, kept for ``norm``'s call on the sum.
+@dataclasses.dataclass(frozen=True)
+class NextNorm:
+    """Where a decoder layer's output goes next (``link_next_norms``): ``norm``, called by ``consumer`` (the next
+    layer; None: its model's forward, the final norm); ``trusted``: whether, but for hooks, nothing between can
+    change the output in place (the consumer runs ``decoder_layer_forward``, the model's forward writes nothing
+    in place)."""
 
-    NOTES: the kept result is returned only for the sum itself, unchanged since (its version counter), so any
-    other use of the norm, or code between that changes the sum in place, gets the norm computed then. Inference
-    tensors count no versions: under torch.inference_mode the addition runs alone."""
-    if not _adds_in_kernel(norm, x, residual) or torch.is_inference(x) or torch.is_inference(residual):
+    norm: RMSNorm
+    consumer: torch.nn.Module | None
+    trusted: bool
+
+
+def _hooks_between(producer: torch.nn.Module, link: NextNorm) -> bool:
+    """Whether a forward hook of ``producer``, a forward pre-hook of the consumer or the norm, or a global one,
+    runs between the layer's output and the norm's call."""
+    from torch.nn.modules import module
+
+    callers = [link.norm] + ([link.consumer] if link.consumer is not None else [])
+    return bool(producer._forward_hooks or any(m._forward_pre_hooks for m in callers)
+                or module._global_forward_hooks or module._global_forward_pre_hooks)
+
+
+def add_ahead(producer: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """residual + x for decoder layer ``producer``'s output, and where its ``NextNorm`` is an ``RMSNorm`` whose
+    kernel takes these rows, that norm of the sum in the same kernel, kept for the norm's call on the sum.
+
+    NOTES: the kept result is returned only for the sum itself (any other input is normed then), unchanged since:
+    checked by its version counter; inference tensors count none, so under torch.inference_mode it is kept only
+    where nothing between can change the sum in place (``NextNorm.trusted``, no hooks)."""
+    link = producer.__dict__.get(NEXT_NORM)
+    if link is None or not _adds_in_kernel(link.norm, x, residual):
         return residual + x
-    total, normed = torch.ops.wavetune.add_rms_norm(x, residual, norm.weight, norm.eps)
-    norm._ahead = (total, total._version, normed)
+    counted = not torch.is_inference_mode_enabled()
+    if not counted and (not link.trusted or _hooks_between(producer, link)):
+        return residual + x
+    total, normed = torch.ops.wavetune.add_rms_norm(x, residual, link.norm.weight, link.norm.eps)
+    link.norm._ahead = (total, total._version if counted else None, normed)
     return total
+
+
+def writes_in_place(function) -> bool:
+    """Whether ``function``'s code (decorators unwrapped, nested code included) may change a tensor in place: an
+    in-place method (``add_``), an augmented assignment, an ``out=`` argument."""
+    return _code_writes(inspect.unwrap(function).__code__)
+
+
+def _code_writes(code: types.CodeType) -> bool:
+    augmented = any(ins.opname.startswith("INPLACE_") or (ins.opname == "BINARY_OP" and ins.argrepr.endswith("="))
+                    for ins in dis.get_instructions(code))
+    return (augmented or any(name.endswith("_") and not name.endswith("__") for name in code.co_names)
+            or any(isinstance(const, tuple) and "out" in const for const in code.co_consts)
+            or any(_code_writes(const) for const in code.co_consts if isinstance(const, types.CodeType)))
 
 
 def decoder_layer_forward(self, hidden_states: torch.Tensor, attention_mask=None, position_ids=None,
@@ -136,8 +179,8 @@ def decoder_layer_forward(self, hidden_states: torch.Tensor, attention_mask=None
         past_key_values=past_key_values, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
     residual, hidden_states = add_norm(self.post_attention_layernorm, hidden_states, residual)
     if isinstance(self.mlp, GatedMLP) and not torch.compiler.is_compiling():
-        return self.mlp(hidden_states, residual, self.__dict__.get(NEXT_NORM))
-    return add_ahead(self.__dict__.get(NEXT_NORM), self.mlp(hidden_states), residual)
+        return self.mlp(hidden_states, residual, self)
+    return add_ahead(self, self.mlp(hidden_states), residual)
 
 
 def merge_linears(layers: list[torch.nn.Linear]) -> torch.nn.Linear:
@@ -188,9 +231,9 @@ class GatedMLP(torch.nn.Module):
         return f"intermediate={self.intermediate}, activation=silu_and_mul (wavetune)"
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None,
-                next_norm: torch.nn.Module | None = None) -> torch.Tensor:
-        """The MLP of ``x``, plus ``residual`` where one is given (``decoder_layer_forward``): with ``next_norm``
-        (the norm the sum goes to next), by ``add_ahead``; else in the down projection's epilogue."""
+                layer: torch.nn.Module | None = None) -> torch.Tensor:
+        """The MLP of ``x``, plus ``residual`` where one is given (``decoder_layer_forward`` of ``layer``): where
+        the layer is linked to its next norm, by ``add_ahead``; else in the down projection's epilogue."""
         if not (x.is_cuda and x.dtype in DTYPES and self.intermediate % 8 == 0):
             out = _original(self)(x)
         elif torch.compiler.is_compiling():
@@ -199,10 +242,13 @@ class GatedMLP(torch.nn.Module):
         else:
             hidden = (self.gate_up.forward_silu_and_mul(x) if isinstance(self.gate_up, _wavetune_linear())
                       else torch.ops.wavetune.silu_and_mul(self.gate_up(x)))
-            if residual is not None and next_norm is None and self._down_proj_adds(hidden, residual):
+            linked = layer is not None and NEXT_NORM in layer.__dict__
+            if residual is not None and not linked and self._down_proj_adds(hidden, residual):
                 return self.down_proj.forward_residual(hidden, residual)
             out = self.down_proj(hidden)
-        return out if residual is None else add_ahead(next_norm, out, residual)
+        if residual is None:
+            return out
+        return residual + out if layer is None else add_ahead(layer, out, residual)
 
     def _down_proj_adds(self, hidden: torch.Tensor, residual: torch.Tensor) -> bool:
         """Whether the down projection takes ``residual`` into its GEMM (``wavetune.nn.Linear.forward_residual``)."""
@@ -461,10 +507,14 @@ def link_next_norms(model: torch.nn.Module) -> None:
         layers = getattr(owner, "layers", None)
         if not isinstance(layers, torch.nn.ModuleList):
             continue
-        following = [getattr(layer, "input_layernorm", None) for layer in list(layers)[1:]]
-        for layer, norm in zip(layers, following + [getattr(owner, "norm", None)]):
+        loop_writes = writes_in_place(type(owner).forward)
+        consumers = list(layers)[1:] + [None]
+        for layer, consumer in zip(layers, consumers):
+            norm = getattr(owner if consumer is None else consumer, "norm" if consumer is None else "input_layernorm",
+                           None)
             if RESIDUAL_PATCHED in layer.__dict__ and isinstance(norm, RMSNorm):
-                layer.__dict__[NEXT_NORM] = norm
+                runs_ours = consumer is None or RESIDUAL_PATCHED in consumer.__dict__
+                layer.__dict__[NEXT_NORM] = NextNorm(norm, consumer, runs_ours and not loop_writes)
 
 
 def unpatch_layers(model: torch.nn.Module) -> list[str]:
