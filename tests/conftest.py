@@ -113,6 +113,26 @@ def run_served_as_sm80(script: str) -> None:
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
 
 
+def builtin_choice_compiles(monkeypatch, family: str, gpu: tuple[int, int] = (90, 90)) -> list:
+    """The variants ``jit.prepare_builtin_choice(family)`` queues for a background compile on a GPU of compute
+    capability ``gpu`` (its own, the one served) where nothing is compiled and nvcc works: nothing compiles."""
+    from wavetune.runtime import jit
+
+    queued = {}
+    arch = jit.GpuArch(*gpu)
+    monkeypatch.setattr(jit, "compiled_names", lambda name: set())
+    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(jit, "current_gpu_arch", lambda: arch)
+    monkeypatch.setattr(jit, "runnable", lambda variants: [v for v in variants if arch.runs(v)])
+    monkeypatch.setattr(jit, "load_cached", lambda name, variants, gpu: variants)
+    monkeypatch.setattr(jit, "compile_in_background",
+                        lambda name, variants, gpu, scales="": queued.update({name: variants}))
+    monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
+    monkeypatch.setenv("WAVETUNE_JIT", "1")
+    jit.prepare_builtin_choice(family)
+    return queued.get(family, [])
+
+
 def cpp_program(source: Path, target: str, root: Path) -> Path:
     """Builds the C++ project at `source` against the installed wavetune CMake package, as docs/cpp.md tells C++
     users (the package directory as the prefix); skips when there is no cmake or C++ compiler."""

@@ -14,7 +14,7 @@ from wavetune.families.grouped_gemm import mapping, tuning
 from wavetune.runtime.configs import KernelConfig
 from wavetune.tuning import tablefile
 
-from conftest import REPO, config_space_with
+from conftest import REPO, builtin_choice_compiles, config_space_with
 
 CONFIG_SPACE = REPO / "cutlass_configs" / "sm90_grouped_gemm.toml"
 SM80_GROUP = """
@@ -224,25 +224,11 @@ def test_a_grouped_refit_takes_the_occupancy_its_log_recorded_without_the_gpu(tm
                                        ((90, 90), "sm90a"), ((90, 80), "sm80")])
 def test_a_gpu_without_a_table_compiles_the_built_in_variants_of_the_newest_architecture_it_runs(gpu, arch, space,
                                                                                                 monkeypatch):
-    from wavetune.runtime import jit
-
-    queued = {}
-    monkeypatch.setattr(jit, "compiled_names", lambda family: set())
-    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(jit, "current_gpu_arch", lambda: jit.GpuArch(*gpu))
-    monkeypatch.setattr(jit, "runnable", lambda variants: [v for v in variants if jit.GpuArch(*gpu).runs(v)])
-    monkeypatch.setattr(jit, "load_cached", lambda family, variants, gpu: variants)
-    monkeypatch.setattr(jit, "compile_in_background",
-                        lambda family, variants, gpu, scales="": queued.update({family: variants}))
-    monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
-    monkeypatch.setenv("WAVETUNE_JIT", "1")
-    jit.prepare_builtin_choice("grouped_gemm")
-    assert queued["grouped_gemm"] and {v.arch for v in queued["grouped_gemm"]} == {arch}
-    expected = {v.name for v in space.heuristic_set() if v.arch == arch}
-    assert {v.name for v in queued["grouped_gemm"]} == expected
+    queued = builtin_choice_compiles(monkeypatch, "grouped_gemm", gpu)
+    assert queued and {v.arch for v in queued} == {arch}
+    assert {v.name for v in queued} == {v.name for v in space.heuristic_set() if v.arch == arch}
     if arch == "sm80":  # a decode tile and a prefill tile of each dtype
-        assert {(v.dtype, v.tile[0]) for v in queued["grouped_gemm"]} == {(d, m) for d in ("bf16", "fp16")
-                                                                           for m in (64, 128)}
+        assert {(v.dtype, v.tile[0]) for v in queued} == {(d, m) for d in ("bf16", "fp16") for m in (64, 128)}
 
 
 def test_the_tables_set_builds_the_hopper_heuristic_variants_only(space):

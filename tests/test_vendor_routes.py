@@ -14,7 +14,7 @@ from wavetune.codegen import config_space
 from wavetune.families.grouped_gemm.fp8 import SCALES
 from wavetune.runtime import jit, tables
 
-from conftest import REPO
+from conftest import REPO, builtin_choice_compiles
 
 
 @pytest.fixture
@@ -47,18 +47,9 @@ def test_the_builtin_kernel_set_compiles_no_variant():
 
 def test_a_family_without_a_table_queues_its_built_in_models_variants(monkeypatch):
     space = config_space.load(REPO / "cutlass_configs" / "sm90_scaled_gemm.toml")
-    queued = {}
-    monkeypatch.setattr(jit, "compiled_names", lambda family: set())
-    monkeypatch.setattr(jit, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(jit, "current_gpu_arch", lambda: jit.GpuArch(90, 90))
-    monkeypatch.setattr(jit, "load_cached", lambda family, variants, gpu: variants)
-    monkeypatch.setattr(jit, "compile_in_background",
-                        lambda family, variants, gpu, scales="": queued.update({family: variants}))
-    monkeypatch.setattr(jit._C, "build_info", lambda: {"kernels_compiled": True})
-    monkeypatch.setenv("WAVETUNE_JIT", "1")
-    jit.prepare_builtin_choice("scaled_gemm")
-    assert {v.name for v in queued["scaled_gemm"]} == {v.name for v in space.heuristic_set()}
-    assert queued["scaled_gemm"], "the FP8 family's built-in model takes its CUTLASS variants"
+    queued = builtin_choice_compiles(monkeypatch, "scaled_gemm")
+    assert {v.name for v in queued} == {v.name for v in space.heuristic_set()}
+    assert queued, "the FP8 family's built-in model takes its CUTLASS variants"
 
 
 def test_a_background_batch_counts_for_its_tables_scales_mode_alone(compiling, monkeypatch):
