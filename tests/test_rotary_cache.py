@@ -1,7 +1,9 @@
 """Rotary embedding and the static-cache write in one kernel (wavetune.rotary_cache_write, wavetune.rotary_cache).
 CPU tier: input checks, the native checks, which attention forwards can hand their rotation to the cache update
 (transformers' classes and forwards that read the rotated tensors first), which caches take it, the patched
-update without a waiting rotation, and a forward that returns with its rotation still waiting running again.
+update without a waiting rotation, a forward that returns with its rotation still waiting running again, and
+generate() over a static cache with transformers' arithmetic standing in for the kernels (the hand-overs and the
+next norms computed ahead give transformers' tokens and cache).
 GPU tier: the kernel against transformers' apply_rotary_pos_emb and StaticLayer.update (bit-identical) over
 batch, prompt and decode lengths and projection slices; a CUDA graph replaying decode steps; a patched model's
 static-cache generation identical to the unpatched model's; a write past the cache's end failing loudly."""
@@ -188,6 +190,62 @@ def test_a_forward_returning_with_its_rotation_waiting_runs_again_unfused():
     out = forward(types_module(layer_idx=0), x, past_key_values=static_cache())
     assert calls == [True, False] and torch.equal(out, x * 2)
     assert rotary_cache._WAITING.armed is None and rotary_cache._WAITING.pending is None
+
+
+def transformers_norm(x, weight, eps):
+    """LlamaRMSNorm's arithmetic."""
+    variance = x.float().pow(2).mean(-1, keepdim=True)
+    return weight * (x.float() * torch.rsqrt(variance + eps)).to(x.dtype)
+
+
+REFERENCE_KERNELS = {  # transformers' arithmetic standing in for the CUDA kernels on the CPU
+    "rms_norm": transformers_norm,
+    "add_rms_norm": lambda x, residual, weight, eps: (residual + x, transformers_norm(residual + x, weight, eps)),
+    "rotary_embedding": llama.apply_rotary_pos_emb,
+    "rotary_cache_write": lambda q, k, v, cos, sin, q_out, keys, values, length, arrivals: q_out.copy_(
+        transformers_write(q, k, v, cos, sin, keys, values, length)),
+}
+
+
+@pytest.mark.parametrize("name, config", [("LlamaForCausalLM", "LlamaConfig"), ("Qwen3ForCausalLM", "Qwen3Config")])
+def test_the_hand_overs_generate_what_transformers_does_with_reference_kernels(name, config, monkeypatch):
+    """The Python side of the fusions end to end on the CPU: transformers' arithmetic stands in for the kernels, so
+    the rotation handed to the static cache's update, the next norms computed ahead and the fallbacks must give
+    transformers' own tokens and cache."""
+    torch.manual_seed(0)
+    model = getattr(transformers, name)(getattr(transformers, config)(**{**CONFIG, "num_hidden_layers": 3})).eval()
+    prompt = torch.randint(0, CONFIG["vocab_size"], (2, 7))
+    options = dict(max_new_tokens=6, do_sample=False, attention_mask=torch.ones_like(prompt), disable_compile=True)
+    expected_cache = static_cache(config=model.config)
+    expected = model.generate(prompt, past_key_values=expected_cache, **options)
+    monkeypatch.setattr(fused, "device_reason", lambda module: None)
+    fused.patch_layers(model)
+    for op, kernel in REFERENCE_KERNELS.items():
+        monkeypatch.setattr(torch.ops.wavetune, op, kernel)
+    monkeypatch.setattr(fused, "rotary_takes", lambda q, k, cos, sin, unsqueeze_dim: unsqueeze_dim == 1)
+    monkeypatch.setattr(fused.RMSNorm, "takes", lambda self, x: True)
+    served, norm_forward = [], fused.RMSNorm.forward
+
+    def counted(self, x):
+        ahead = self._ahead
+        result = norm_forward(self, x)
+        served.append(ahead is not None and result is ahead[2])
+        return result
+
+    monkeypatch.setattr(fused.RMSNorm, "forward", counted)
+    cache = static_cache(config=model.config)
+    for mode in (torch.no_grad, torch.inference_mode):
+        cache.reset()
+        served.clear()
+        with mode():
+            assert torch.equal(model.generate(prompt, past_key_values=cache, **options), expected)
+        assert sum(served) == 3 * options["max_new_tokens"]  # per forward: layers 2 and 3's input norms, the final
+        assert all("_wavetune_arrivals" in layer.__dict__ for layer in cache.layers)  # the one kernel wrote them
+        for ours, theirs in zip(cache.layers, expected_cache.layers):
+            assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+            assert int(ours.cumulative_length) == int(theirs.cumulative_length)
+    dynamic = model.generate(prompt, **options)  # a dynamic cache: the rotation is not handed over
+    assert torch.equal(dynamic, expected)
 
 
 # ---- GPU tier -------------------------------------------------------------------------------------------------

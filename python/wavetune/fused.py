@@ -336,15 +336,20 @@ def merge_projections(attention: torch.nn.Module) -> None:
         setattr(attention, name, module)
 
 
+def rotary_takes(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int) -> bool:
+    """Whether the rotary kernel runs on these ``apply_rotary_pos_emb`` arguments (else transformers' code does)."""
+    return (not torch.compiler.is_compiling() and unsqueeze_dim == 1 and q.is_cuda and q.dtype in DTYPES
+            and k.dtype == cos.dtype == sin.dtype == q.dtype and q.dim() == 4 and k.dim() == 4 and cos.dim() == 3
+            and q.shape[-1] % 16 == 0 and cos.shape == sin.shape and cos.stride() == sin.stride()
+            and all(t.stride(-1) == 1 for t in (q, k, cos, sin)))
+
+
 def rotary_embedding(original):
     """transformers' ``apply_rotary_pos_emb`` on ``torch.ops.wavetune.rotary_embedding``; ``original`` for inputs
     the kernel does not take."""
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if (not torch.compiler.is_compiling() and unsqueeze_dim == 1 and q.is_cuda and q.dtype in DTYPES
-                and k.dtype == cos.dtype == sin.dtype == q.dtype and q.dim() == 4 and k.dim() == 4
-                and cos.dim() == 3 and q.shape[-1] % 16 == 0 and cos.shape == sin.shape and cos.stride() == sin.stride()
-                and all(t.stride(-1) == 1 for t in (q, k, cos, sin))):
+        if rotary_takes(q, k, cos, sin, unsqueeze_dim):
             return rotary_cache.wait_for_update(q, k, cos, sin) or torch.ops.wavetune.rotary_embedding(q, k, cos, sin)
         return original(q, k, cos, sin, unsqueeze_dim)
 
