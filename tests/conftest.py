@@ -133,6 +133,22 @@ def builtin_choice_compiles(monkeypatch, family: str, gpu: tuple[int, int] = (90
     return queued.get(family, [])
 
 
+def norms_served_ahead(monkeypatch) -> list[bool]:
+    """Per call of a ``wavetune.fused.RMSNorm`` from now on: whether it returned the norm computed ahead."""
+    from wavetune import fused
+
+    served, forward = [], fused.RMSNorm.forward
+
+    def counted(self, x):
+        ahead = self._ahead
+        result = forward(self, x)
+        served.append(ahead is not None and result is ahead[2])
+        return result
+
+    monkeypatch.setattr(fused.RMSNorm, "forward", counted)
+    return served
+
+
 def cpp_program(source: Path, target: str, root: Path) -> Path:
     """Builds the C++ project at `source` against the installed wavetune CMake package, as docs/cpp.md tells C++
     users (the package directory as the prefix); skips when there is no cmake or C++ compiler."""

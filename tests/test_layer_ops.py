@@ -20,7 +20,7 @@ from wavetune import fused  # noqa: E402
 from wavetune.families.layer_ops import api  # noqa: E402
 from transformers.models.llama import modeling_llama as llama  # noqa: E402
 
-from conftest import capture_graph  # noqa: E402
+from conftest import capture_graph, norms_served_ahead  # noqa: E402
 
 OPS = torch.ops.wavetune
 TINY = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -360,16 +360,7 @@ def test_the_next_norm_computed_ahead_is_what_the_norm_returns_and_changes_no_bi
         for layer in patched.model.layers:
             layer.__dict__[fused.NEXT_NORM] = layer.__dict__.pop("unlinked")
     assert torch.equal(before, unlinked)
-    served = []
-    original = fused.RMSNorm.forward
-
-    def counted(self, x):
-        ahead = self._ahead
-        result = original(self, x)
-        served.append(ahead is not None and result is ahead[2])
-        return result
-
-    monkeypatch.setattr(fused.RMSNorm, "forward", counted)
+    served = norms_served_ahead(monkeypatch)
     with torch.no_grad():
         assert torch.equal(patched(tokens).logits, before)
     # each layer's input norm (the first's computed then, the others' ahead) and the final norm; the

@@ -24,7 +24,7 @@ from wavetune.families.layer_ops import api  # noqa: E402
 from transformers import cache_utils  # noqa: E402
 from transformers.models.llama import modeling_llama as llama  # noqa: E402
 
-from conftest import capture_graph  # noqa: E402
+from conftest import capture_graph, norms_served_ahead  # noqa: E402
 
 ROTARY = fused.ROTARY
 CONFIG = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -224,15 +224,7 @@ def test_the_hand_overs_generate_what_transformers_does_with_reference_kernels(n
         monkeypatch.setattr(torch.ops.wavetune, op, kernel)
     monkeypatch.setattr(fused, "rotary_takes", lambda q, k, cos, sin, unsqueeze_dim: unsqueeze_dim == 1)
     monkeypatch.setattr(fused.RMSNorm, "takes", lambda self, x: True)
-    served, norm_forward = [], fused.RMSNorm.forward
-
-    def counted(self, x):
-        ahead = self._ahead
-        result = norm_forward(self, x)
-        served.append(ahead is not None and result is ahead[2])
-        return result
-
-    monkeypatch.setattr(fused.RMSNorm, "forward", counted)
+    served = norms_served_ahead(monkeypatch)
     cache = static_cache(config=model.config)
     for mode in (torch.no_grad, torch.inference_mode):
         cache.reset()
