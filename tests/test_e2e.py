@@ -381,3 +381,21 @@ def test_fp8_twins_of_an_moe_model_share_its_fp8_experts():
         error = (weight.float() * scale[..., None] - reference).norm() / reference.norm()
         assert error < 2 ** -4, (name, error)
     assert model.config._experts_implementation not in e2e.FP8_EXPERTS.values()
+
+
+def test_a_decode_steps_bytes_are_its_weights_and_its_cache():
+    transformers = pytest.importorskip("transformers")
+    generate_decode = load_benchmark(Path(__file__).resolve().parents[1] / "benchmarks" / "generate_decode.py")
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    weights = sum(p.numel() for p in model.parameters()) * 2
+    embedding_rows = 3 * 64 * 2  # one row per sequence, not the table
+    cache = 2 * 2 * 3 * 2 * 16 * 100 * 2  # keys and values, layers, batch, KV heads, head dim, tokens, bytes
+    assert generate_decode.step_bytes(model, 100, 3) == weights - 256 * 64 * 2 + embedding_rows + cache
+    moe = transformers.MixtralForCausalLM(transformers.MixtralConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2)).to(torch.bfloat16)
+    experts = sum(p.numel() for name, p in moe.named_parameters() if ".experts." in name) * 2
+    one, many = (generate_decode.step_bytes(moe, 10, batch) for batch in (1, 1000))
+    assert many - one == pytest.approx(experts * ((1 - 1 / 8) ** 2 - (1 - 1 / 8) ** 2000) + 999 * (64 * 2 + 2 * 2 * 16 * 10 * 2))
