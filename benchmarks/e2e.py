@@ -59,7 +59,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from wavetune.hf_models import MODELS
+from wavetune.hf_models import MODELS, decode_step_bytes
 
 # Method prefix -> torch.compile mode (None: eager). Inductor's CUDA graphs are off in both compiled
 # modes: every method is captured the same way, by this script.
@@ -719,6 +719,8 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
                                args.reps, stream, args.profile)
         record = {"type": "shape", "model": label, "source": source, "layers": args.layers, "phase": phase,
                   "batch": batch, "length": length, "reps": args.reps, **result}
+        if phase == "decode" and hasattr(model, "config"):  # the new token's key and value are read too
+            record["step_bytes"] = decode_step_bytes(model, length + 1, batch, args.lm_head)
         with path.open("a") as log:
             log.write(json.dumps(record) + "\n")
         print(f"{label} {phase} batch {batch} length {length}: " +
@@ -757,6 +759,7 @@ def merged(records: list[dict]) -> dict:
                                                 "kernel_ms": {}})
         entry["failed"].update(r.get("failed", {}))
         entry["kernel_ms"].update(r.get("kernel_ms", {}))
+        entry["step_bytes"] = r.get("step_bytes", entry.get("step_bytes"))
         for method, ms in r["ms"].items():
             entry["ms"][method], entry["error"][method] = ms, r["error"][method]
             if "eager" in r["ms"]:
@@ -803,8 +806,18 @@ def markdown(headers: list[dict], table: dict) -> str:
         lines += [f"## {model}, {layers} layers, {phase}", "",
                   f"| batch | {PHASES[phase]} | " + " | ".join(methods_) + " |", "|---|---|" + "---|" * len(methods_)]
         lines += [f"| {k[3]} | {k[4]} | " + " | ".join(cell(table[k], m) for m in methods_) + " |" for k in keys]
-        lines += ["", *wavetune_summary([table[k] for k in keys]), *gemm_shares([table[k] for k in keys]), ""]
+        lines += ["", *wavetune_summary([table[k] for k in keys]), *gemm_shares([table[k] for k in keys]),
+                  *bandwidths([(k[3], table[k]) for k in keys]), ""]
     return "\n".join(lines)
+
+
+def bandwidths(entries: list[tuple[int, dict]]) -> list[str]:
+    """Per decode batch, each method's effective bandwidth: the bytes a step must read (weights once, the routed
+    share of the experts, the keys and values cached: hf_models.decode_step_bytes) over its time."""
+    rows = [f"batch {batch}: " + ", ".join(f"{method} {e['step_bytes'] / (ms * 1e-3) / 1e12:.2f}"
+                                          for method, ms in e["ms"].items())
+            for batch, e in entries if e.get("step_bytes")]
+    return ["- effective bandwidth, TB/s (the bytes a step must read over its time): " + "; ".join(rows)] if rows else []
 
 
 def gemm_shares(entries: list[dict]) -> list[str]:

@@ -4,7 +4,8 @@ stepping eagerly (the graphs removed, ``disable_compile=True``), and whether the
 a real config (wavetune.hf_models), bf16, on one GPU. The time per token is the difference between a long and a
 short generation over the same prompt, divided by the extra tokens: the prefill and each call's capture cancel
 out. The two methods alternate within each repetition (the order rotating), and medians are kept. Each time is
-also given as the effective bandwidth of a step: the bytes a step must read (``step_bytes``) over its time.
+also given as the effective bandwidth of a step: the bytes a step must read (``decode_step_bytes``) over its
+time.
 
     python benchmarks/generate_decode.py --model llama3-8b --context 1024 --out results/generate_decode.json
 """
@@ -21,7 +22,7 @@ import transformers
 
 import wavetune
 from wavetune import decode_graphs
-from wavetune.hf_models import MODELS
+from wavetune.hf_models import MODELS, decode_step_bytes
 
 
 def build(name: str, layers: int | None) -> torch.nn.Module:
@@ -65,30 +66,6 @@ def ms_per_token(model, prompt, short: int, long: int, reps: int) -> dict[str, t
             for method in METHODS}
 
 
-def step_bytes(model: torch.nn.Module, cached: float, batch: int) -> float:
-    """The bytes one decode step must read from memory: every weight once (the input embedding's rows aside: one
-    per sequence; a mixture of experts' experts as many as ``batch`` random routings reach on average), and each
-    layer's keys and values of ``cached`` tokens per sequence. Count it on the unpatched model (patching merges
-    weights into new tensors)."""
-    config = model.config
-    embedding = model.get_input_embeddings().weight
-    experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
-    top_k = getattr(config, "num_experts_per_tok", 1)
-    reached = 1.0 if not experts else 1 - (1 - 1 / experts) ** (batch * top_k)  # share of experts read
-    total, seen = 0.0, set()
-    for name, parameter in model.named_parameters():
-        if parameter.data_ptr() in seen:
-            continue
-        seen.add(parameter.data_ptr())
-        size = parameter.numel() * parameter.element_size()
-        if parameter is embedding and model.get_output_embeddings().weight is not embedding:
-            size = batch * embedding.shape[1] * embedding.element_size()
-        total += size * (reached if ".experts." in name else 1.0)
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    cache = 2 * config.num_hidden_layers * batch * config.num_key_value_heads * head_dim * cached
-    return total + cache * embedding.element_size()
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
@@ -105,7 +82,7 @@ def main() -> None:
     results = {"device": torch.cuda.get_device_name(), "model": args.model, "context": args.context,
                "batch": args.batch, "transformers": transformers.__version__, "torch": torch.__version__,
                "wavetune": wavetune.__version__}
-    results["step_bytes"] = step_bytes(model, args.context + (short + long) / 2, args.batch)  # the timed steps' mean
+    results["step_bytes"] = decode_step_bytes(model, args.context + (short + long) / 2, args.batch)  # the timed steps' mean
     report = wavetune.patch(model, decode_graphs=True)
     assert report.decode_graphs, report
     measured = ms_per_token(model, prompt, short, long, args.reps)

@@ -189,7 +189,7 @@ def test_report_from_a_jsonl(tmp_path):
         record("decode", 16, 1024, {"eager": 1.0, "eager+wavetune": 0.9, "eager+wavetune-pdl": 0.99},
                failed={"compile": "RuntimeError: ..."},
                kernel_ms={"eager": {"gemm": 0.6, "attention": 0.1, "other": 0.3},
-                          "eager+wavetune": {"gemm": 0.5, "attention": 0.1, "other": 0.3}}),
+                          "eager+wavetune": {"gemm": 0.5, "attention": 0.1, "other": 0.3}}, step_bytes=2.7e9),
         # a later run adds compile at 2048, interleaved with its own eager
         record("prefill", 1, 2048, {"eager": 11.0, "compile": 10.0, "compile+wavetune": 5.5}),
     ]
@@ -213,6 +213,8 @@ def test_report_from_a_jsonl(tmp_path):
     assert "| 16 | 1024 | 1.000 | 0.900 (1.11x) | 0.990 (1.01x) | failed |  |" in markdown
     assert "- GEMMs' share of kernel time (one profiled replay per shape): eager 60%, eager+wavetune 56%" in markdown
     assert "- PDL in eager+wavetune: 1.100x geomean over eager+wavetune-pdl" in markdown
+    assert ("- effective bandwidth, TB/s (the bytes a step must read over its time): batch 16: eager 2.70, "
+            "eager+wavetune 3.00, eager+wavetune-pdl 2.73") in markdown
     shapes = json.loads(path.with_suffix(".json").read_text())["shapes"]
     assert [(s["phase"], s["length"]) for s in shapes] == [("decode", 1024), ("prefill", 128), ("prefill", 2048)]
     assert path.with_suffix(".png").exists() == (importlib.util.find_spec("matplotlib") is not None)
@@ -385,17 +387,19 @@ def test_fp8_twins_of_an_moe_model_share_its_fp8_experts():
 
 def test_a_decode_steps_bytes_are_its_weights_and_its_cache():
     transformers = pytest.importorskip("transformers")
-    generate_decode = load_benchmark(Path(__file__).resolve().parents[1] / "benchmarks" / "generate_decode.py")
+    from wavetune.hf_models import decode_step_bytes
+
     config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
     model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
     weights = sum(p.numel() for p in model.parameters()) * 2
     embedding_rows = 3 * 64 * 2  # one row per sequence, not the table
     cache = 2 * 2 * 3 * 2 * 16 * 100 * 2  # keys and values, layers, batch, KV heads, head dim, tokens, bytes
-    assert generate_decode.step_bytes(model, 100, 3) == weights - 256 * 64 * 2 + embedding_rows + cache
+    assert decode_step_bytes(model, 100, 3) == weights - 256 * 64 * 2 + embedding_rows + cache
+    assert decode_step_bytes(model, 100, 3, lm_head=False) == weights - 2 * 256 * 64 * 2 + embedding_rows + cache
     moe = transformers.MixtralForCausalLM(transformers.MixtralConfig(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
         num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2)).to(torch.bfloat16)
     experts = sum(p.numel() for name, p in moe.named_parameters() if ".experts." in name) * 2
-    one, many = (generate_decode.step_bytes(moe, 10, batch) for batch in (1, 1000))
+    one, many = (decode_step_bytes(moe, 10, batch) for batch in (1, 1000))
     assert many - one == pytest.approx(experts * ((1 - 1 / 8) ** 2 - (1 - 1 / 8) ** 2000) + 999 * (64 * 2 + 2 * 2 * 16 * 10 * 2))

@@ -2,7 +2,8 @@
 models benchmarks/e2e.py builds (random weights, fewer layers) and the tests patch at real sizes. Each entry:
 the transformers family (``<family>Config``, ``<family>ForCausalLM``), whether its attention projections
 have biases or it is a mixture of experts, and the config's sizes. The dense shapes match
-shared/benchmarks/llm_shapes.json. Standard library only.
+shared/benchmarks/llm_shapes.json. And what a decode step of such a model must read (``decode_step_bytes``), for
+the benchmarks' effective bandwidths. Standard library only.
 """
 
 MODELS = {
@@ -31,3 +32,26 @@ MODELS = {
         rope_theta=1000000.0, max_position_embeddings=8192, num_experts=60, num_experts_per_tok=4,
         decoder_sparse_step=1, mlp_only_layers=[])),
 }
+
+
+def decode_step_bytes(model, cached: float, batch: int, lm_head: bool = True) -> float:
+    """The bytes one decode step of a transformers causal LM must read from memory: every weight once (the input
+    embedding's rows aside: one per sequence; a mixture of experts' experts at the share ``batch`` random routings
+    reach on average; the LM head only with ``lm_head``), and each layer's keys and values of ``cached`` tokens per
+    sequence. Count it on the unpatched model (patching merges weights into new tensors)."""
+    config = model.config
+    embedding, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    reached = 1 - (1 - 1 / experts) ** (batch * getattr(config, "num_experts_per_tok", 1)) if experts else 1.0
+    total, seen = 0.0, set()
+    for name, parameter in model.named_parameters():
+        if parameter.data_ptr() in seen or (parameter is head and not lm_head and head is not embedding):
+            continue
+        seen.add(parameter.data_ptr())
+        size = parameter.numel() * parameter.element_size()
+        if parameter is embedding and not (lm_head and head is embedding):
+            size = batch * embedding.shape[1] * embedding.element_size()
+        total += size * (reached if ".experts." in name else 1.0)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    cache = 2 * config.num_hidden_layers * batch * config.num_key_value_heads * head_dim * cached
+    return total + cache * embedding.element_size()
