@@ -240,6 +240,24 @@ def test_the_hand_overs_generate_what_transformers_does_with_reference_kernels(n
     assert torch.equal(dynamic, expected)
 
 
+def test_a_patched_model_over_a_written_through_cache_traces_in_one_graph(monkeypatch):
+    """torch.compile(fullgraph=True) of a decode step after an eager prefill patched the cache layers' update: the
+    hand-over machinery (the forward wrapper, the layers' own update, the next norms) steps aside while tracing."""
+    monkeypatch.setattr(fused, "device_reason", lambda module: None)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
+    fused.patch_layers(model)
+    cache = static_cache(config=model.config)
+    with torch.no_grad():
+        model(torch.randint(0, CONFIG["vocab_size"], (2, 7)), past_key_values=cache)
+        assert all("update" in layer.__dict__ for layer in cache.layers)
+        torch._dynamo.reset()
+        step = torch.compile(model, backend="eager", fullgraph=True)
+        assert step(torch.randint(0, CONFIG["vocab_size"], (2, 1)), past_key_values=cache).logits.shape == (2, 1, 256)
+    assert int(cache.layers[0].cumulative_length) == 8
+    torch._dynamo.reset()
+
+
 # ---- GPU tier -------------------------------------------------------------------------------------------------
 
 def transformers_write(q, k, v, cos, sin, keys, values, length):

@@ -178,7 +178,9 @@ def decoder_layer_forward(self, hidden_states: torch.Tensor, attention_mask=None
         hidden_states=self.input_layernorm(hidden_states), attention_mask=attention_mask, position_ids=position_ids,
         past_key_values=past_key_values, use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
     residual, hidden_states = add_norm(self.post_attention_layernorm, hidden_states, residual)
-    if isinstance(self.mlp, GatedMLP) and not torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
+        return residual + self.mlp(hidden_states)
+    if isinstance(self.mlp, GatedMLP):
         return self.mlp(hidden_states, residual, self)
     return add_ahead(self, self.mlp(hidden_states), residual)
 

@@ -92,8 +92,10 @@ def cache_write_reason(forward, rotary: str) -> str | None:
 def _static_layer(cache, module: torch.nn.Module):
     """The StaticLayer ``module``'s forward updates in ``cache``, where it can take the rotary embedding; else
     None."""
+    if torch.compiler.is_compiling():  # the compiled model traces transformers' code
+        return None
     utils = _cache_utils()
-    if (torch.compiler.is_compiling() or not isinstance(cache, utils.Cache) or type(cache).update is not utils.Cache.update
+    if (not isinstance(cache, utils.Cache) or type(cache).update is not utils.Cache.update
             or getattr(cache, "offloading", True) or getattr(cache, "layer_class_to_replicate", 0) is not None):
         return None
     index, layers = getattr(module, "layer_idx", None), cache.layers
