@@ -177,6 +177,15 @@ def types_module(**attributes):
     return module
 
 
+def test_the_write_counter_is_never_made_inside_a_graph_capture(monkeypatch):
+    layer = static_cache().layers[0]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert rotary_cache._arrivals(layer, torch.device("cuda")) is None  # its memory would be the graph's
+    made = rotary_cache._arrivals(layer, torch.device("cpu"))
+    assert made.dtype == torch.int32 and int(made) == 0
+    assert rotary_cache._arrivals(layer, torch.device("cuda")) is made  # made before: used in captures too
+
+
 def test_a_forward_returning_with_its_rotation_waiting_runs_again_unfused():
     calls = []
 

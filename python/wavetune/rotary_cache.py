@@ -132,10 +132,11 @@ def _writes(layer, k: torch.Tensor, v: torch.Tensor) -> bool:
             and keys.stride(-1) == 1 and layer.cumulative_length.device == k.device)
 
 
-def _arrivals(layer, device: torch.device) -> torch.Tensor:
-    """The layer's counter for ``rotary_cache_write`` (zero between launches)."""
+def _arrivals(layer, device: torch.device) -> torch.Tensor | None:
+    """The layer's counter for ``rotary_cache_write`` (zero between launches); None where it would be made while
+    a CUDA graph is captured (in the graph's memory pool, outliving the graph: the write then runs apart)."""
     arrivals = layer.__dict__.get("_wavetune_arrivals")
-    if arrivals is None:
+    if arrivals is None and not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         arrivals = layer._wavetune_arrivals = torch.zeros(1, dtype=torch.int32, device=device)
     return arrivals
 
@@ -149,11 +150,12 @@ def static_layer_update(self, key_states: torch.Tensor, value_states: torch.Tens
         return update(self, key_states, value_states, *args, **kwargs)
     _WAITING.pending = None
     q, k, cos, sin, q_out = pending
-    if self is _WAITING.armed and _writes(self, k, value_states):
+    arrivals = _arrivals(self, k.device) if self is _WAITING.armed and _writes(self, k, value_states) else None
+    if arrivals is not None:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         torch.ops.wavetune.rotary_cache_write(q, k, value_states, cos, sin, q_out, self.keys, self.values,
-                                              self.cumulative_length, _arrivals(self, k.device))
+                                              self.cumulative_length, arrivals)
         return self.keys, self.values
     q_rotated, k_rotated = torch.ops.wavetune.rotary_embedding(q, k, cos, sin)
     q_out.copy_(q_rotated)
