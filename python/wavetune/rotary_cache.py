@@ -8,9 +8,10 @@ add_ and two index_copy_ apart.
 
 NOTES: the hand-over is checked twice. At patch time, the forward's bytecode must load neither the rotated
 queries nor the keys between the rotary call and the update call, but the keys as the update's argument; at run
-time, the update must receive the very key tensor the rotary embedding returned. Any other update (another
-layer's, a cache whose layers are not static) rotates what waits with the plain kernel first, and a forward that
-returns with the rotation still waiting runs again unfused: the queries are never read unfilled.
+time, the update must receive the very key tensor the rotary embedding returned. Any other update of the cache's
+static layers (another layer's, other keys, tensors the kernel does not take) rotates what waits with the plain
+kernel first, and a forward that returns with the rotation still waiting runs again unfused: the queries are
+never read unfilled.
 """
 
 from __future__ import annotations
