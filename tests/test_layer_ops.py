@@ -352,10 +352,11 @@ def test_the_next_norm_computed_ahead_is_what_the_norm_returns_and_changes_no_bi
     patched = copy.deepcopy(model)
     wavetune.patch(patched, attention=False)
     tokens = torch.randint(0, TINY["vocab_size"], (2, 9), device="cuda")
-    with torch.no_grad():
+    with torch.no_grad(), monkeypatch.context() as apart:
         before = patched(tokens).logits
-        for layer in patched.model.layers:  # unlinked: each norm computed by its own call
+        for layer in patched.model.layers:  # unlinked: PyTorch's addition, then each norm by its own call
             layer.__dict__["unlinked"] = layer.__dict__.pop(fused.NEXT_NORM)
+        apart.setattr(fused.GatedMLP, "_down_proj_adds", lambda self, hidden, residual: False)
         unlinked = patched(tokens).logits
         for layer in patched.model.layers:
             layer.__dict__[fused.NEXT_NORM] = layer.__dict__.pop("unlinked")
