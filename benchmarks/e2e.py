@@ -69,6 +69,8 @@ WAVETUNE, LAYERS, GROUPED, WAVETUNE_ATTENTION = "+wavetune", "+layers", "+groupe
 PARTS = {"gemm": WAVETUNE, "layers": LAYERS, "grouped": GROUPED, "attention": WAVETUNE_ATTENTION}
 SUFFIXES = tuple(PARTS.values())
 NO_PDL = "-pdl"  # --pdl-off: the fullest twin again, captured with programmatic dependent launch off
+INVARIANT = "-invariant"  # --batch-invariant: the fullest twin again, patched in batch-invariant mode
+RERUNS = (NO_PDL, INVARIANT)  # the fullest twin's reruns, each timed against the twin itself
 # --torch-routing: the +grouped twin with PyTorch's routing around its grouped GEMMs (what the MoE routing ops bring)
 TORCH_ROUTING, TORCH_ROUTING_EXPERTS = "-torch-routing", "wavetune_e2e_torch_routing"
 # --fp8: the model's linear layers (not the LM head) quantized to e4m3, run by PyTorch and by wavetune.
@@ -107,6 +109,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pdl-off", action="store_true",
                    help=f"also capture the fullest wavetune twin with programmatic dependent launch off (suffix "
                         f"{NO_PDL}): what PDL alone brings")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help=f"also the fullest wavetune twin patched in batch-invariant mode (suffix {INVARIANT}): what "
+                        "results that do not depend on the batch cost")
     p.add_argument("--torch-routing", action="store_true",
                    help=f"MoE models: also the {GROUPED} twin with PyTorch's routing (sort, histogram, gathers) around its "
                         f"grouped GEMMs instead of wavetune's routing kernels (suffix {GROUPED}{TORCH_ROUTING})")
@@ -299,18 +304,18 @@ def twin_of(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
 
 
-def patched_twin(model: torch.nn.Module, suffix: str = WAVETUNE):
-    """A twin of ``model`` with wavetune's parts up to ``suffix``'s (PARTS); and the patch report.
-    A model on this script's context_attention keeps it, on wavetune's kernels from ``+attention`` on (its
-    mark), since a decode step attends to the static context it is given; one on transformers' own attention
-    takes wavetune's implementation of it (``wavetune.hf``) from ``+attention`` on."""
+def patched_twin(model: torch.nn.Module, suffix: str = WAVETUNE, batch_invariant: bool = False):
+    """A twin of ``model`` with wavetune's parts up to ``suffix``'s (PARTS), in batch-invariant mode where asked;
+    and the patch report. A model on this script's context_attention keeps it, on wavetune's kernels from
+    ``+attention`` on (its mark), since a decode step attends to the static context it is given; one on
+    transformers' own attention takes wavetune's implementation of it (``wavetune.hf``) from ``+attention`` on."""
     import wavetune
 
     twin = twin_of(model)
     added = SUFFIXES[:SUFFIXES.index(suffix) + 1]
     own_attention = getattr(getattr(model, "config", None), "_attn_implementation", ATTENTION) == ATTENTION
     report = wavetune.patch(twin, attention=suffix == WAVETUNE_ATTENTION and not own_attention,
-                            experts=GROUPED in added, layers=LAYERS in added)
+                            experts=GROUPED in added, layers=LAYERS in added, batch_invariant=batch_invariant)
     if suffix == WAVETUNE_ATTENTION and own_attention:
         for module in twin.modules():
             if hasattr(module, "layer_idx"):
@@ -674,10 +679,11 @@ def shape_key(record: dict) -> tuple:
 
 def model_suffixes(args: argparse.Namespace, spec: dict) -> list[str]:
     """The twins a model gets of those asked for: +grouped only with experts (else it is +wavetune); with
-    --pdl-off, the last of them again without PDL."""
+    --pdl-off, the last of them again without PDL; with --batch-invariant, in batch-invariant mode."""
     suffixes = [suffix for suffix in args.suffixes if suffix != GROUPED or spec.get("moe")]
     suffixes += [GROUPED + TORCH_ROUTING] if args.torch_routing and spec.get("moe") else []
-    return suffixes + [suffixes[-1] + NO_PDL] if args.pdl_off and suffixes else suffixes
+    reruns = [rerun for rerun, asked in zip(RERUNS, (args.pdl_off, args.batch_invariant)) if asked]
+    return suffixes + [suffixes[-1] + rerun for rerun in reruns] if suffixes else suffixes
 
 
 def pending(args: argparse.Namespace, name: str, done: list[dict]) -> list[tuple[str, int, int]]:
@@ -700,6 +706,10 @@ def measure_model(args: argparse.Namespace, name: str, todo: list, path: Path, s
     for suffix in model_suffixes(args, spec):
         if suffix.endswith(NO_PDL):
             twins[suffix] = twins[suffix.removesuffix(NO_PDL)]  # the same twin; methods() turns PDL off
+            continue
+        if suffix.endswith(INVARIANT):
+            twins[suffix], report = patched_twin(model, suffix.removesuffix(INVARIANT), batch_invariant=True)
+            print(f"{label} ({source}, {args.layers} layers) {suffix}: {report}", flush=True)
             continue
         if suffix.endswith(TORCH_ROUTING):
             twins[suffix] = torch_routing_twin(model)
@@ -767,8 +777,9 @@ def merged(records: list[dict]) -> dict:
             for suffix in SUFFIXES:
                 if method.endswith(suffix) and (base := method.removesuffix(suffix)) in r["ms"]:
                     entry["gain"].setdefault(suffix, {})[base] = r["ms"][base] / ms
-            if method.endswith(NO_PDL) and (with_pdl := method.removesuffix(NO_PDL)) in r["ms"]:
-                entry["gain"].setdefault(NO_PDL, {})[with_pdl] = ms / r["ms"][with_pdl]
+            for rerun in RERUNS:  # the rerun's time over the twin's
+                if method.endswith(rerun) and (twin := method.removesuffix(rerun)) in r["ms"]:
+                    entry["gain"].setdefault(rerun, {})[twin] = ms / r["ms"][twin]
             if method.endswith(FP8) and (plain := method.removesuffix(FP8) + FP8_TORCH) in r["ms"]:
                 entry["gain"].setdefault(FP8, {})[method.removesuffix(FP8)] = r["ms"][plain] / ms
     return table
@@ -777,7 +788,8 @@ def merged(records: list[dict]) -> dict:
 def method_order(table: dict) -> list[str]:
     present = {m for entry in table.values() for m in (*entry["ms"], *entry["failed"])}
     return [m + s for m in MODES
-            for s in ("", *SUFFIXES, GROUPED + TORCH_ROUTING, *(x + NO_PDL for x in SUFFIXES), FP8_TORCH, FP8)
+            for s in ("", *SUFFIXES, GROUPED + TORCH_ROUTING, *(x + r for r in RERUNS for x in SUFFIXES), FP8_TORCH,
+                      FP8)
             if m + s in present]
 
 
@@ -795,6 +807,7 @@ def markdown(headers: list[dict], table: dict) -> str:
              "one token per sequence after `context` cached tokens. `+wavetune`: the same model with wavetune's "
              "GEMMs; `+layers`: and its layer ops (norms, gated MLPs, rotary embeddings); `+grouped`: and its "
              "experts; `+attention`: and its attention; `-pdl`: without programmatic dependent launch; "
+             "`-invariant`: patched in batch-invariant mode; "
              "`+fp8-torch` and `+fp8`: the "
              "model's linear layers in FP8 (e4m3), run by PyTorch and by wavetune. Errors: relative error of a "
              "method's logits against eager's; "
@@ -846,12 +859,22 @@ def wavetune_summary(entries: list[dict]) -> list[str]:
                 geomean = math.exp(statistics.fmean(map(math.log, ratios)))
                 lines.append(f"- {mode}{suffix} against {mode}{against}: {geomean:.3f}x geomean, from "
                              f"{min(ratios):.2f}x to {max(ratios):.2f}x over {len(ratios)} shapes ({meaning})")
-    for method in sorted({m for e in entries for m in e["gain"].get(NO_PDL, {})}):
-        ratios = [e["gain"][NO_PDL][method] for e in entries if method in e["gain"].get(NO_PDL, {})]
+    for method, ratios in rerun_ratios(entries, NO_PDL).items():
         geomean = math.exp(statistics.fmean(map(math.log, ratios)))
         lines.append(f"- PDL in {method}: {geomean:.3f}x geomean over {method}{NO_PDL}, from {min(ratios):.2f}x to "
                      f"{max(ratios):.2f}x over {len(ratios)} shapes")
+    for method, ratios in rerun_ratios(entries, INVARIANT).items():
+        geomean = math.exp(statistics.fmean(map(math.log, ratios)))
+        lines.append(f"- batch-invariant mode in {method}: {geomean:.3f}x geomean of its time ({method}{INVARIANT} "
+                     f"over {method}; above 1: slower), from {min(ratios):.2f}x to {max(ratios):.2f}x over "
+                     f"{len(ratios)} shapes")
     return lines
+
+
+def rerun_ratios(entries: list[dict], rerun: str) -> dict[str, list[float]]:
+    """Per twin with that rerun, the rerun's time over the twin's, per shape that has both."""
+    methods_ = sorted({m for e in entries for m in e["gain"].get(rerun, {})})
+    return {m: [e["gain"][rerun][m] for e in entries if m in e["gain"].get(rerun, {})] for m in methods_}
 
 
 def cell(entry: dict, method: str) -> str:

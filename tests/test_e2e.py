@@ -169,6 +169,9 @@ def test_options():
     pdl = e2e.parse_args(["--pdl-off"])
     assert e2e.model_suffixes(pdl, e2e.MODELS["mixtral-8x7b"]) == [e2e.WAVETUNE, e2e.GROUPED, e2e.GROUPED + e2e.NO_PDL]
     assert e2e.model_suffixes(pdl, e2e.MODELS["llama3-8b"]) == [e2e.WAVETUNE, e2e.WAVETUNE + e2e.NO_PDL]
+    both = e2e.parse_args(["--pdl-off", "--batch-invariant", "--wavetune", "gemm,layers"])
+    assert e2e.model_suffixes(both, e2e.MODELS["llama3-8b"]) == [e2e.WAVETUNE, e2e.LAYERS, e2e.LAYERS + e2e.NO_PDL,
+                                                                e2e.LAYERS + e2e.INVARIANT]
     assert e2e.parse_args(["--wavetune", "attention,gemm"]).suffixes == [e2e.WAVETUNE, e2e.WAVETUNE_ATTENTION]
     with pytest.raises(SystemExit):
         e2e.parse_args(["--wavetune", "fp8"])
@@ -186,7 +189,8 @@ def test_report_from_a_jsonl(tmp_path):
     records = [
         record("prefill", 1, 128, {"eager": 2.0, "eager+wavetune": 2.5}),
         record("prefill", 1, 2048, {"eager": 10.0, "eager+wavetune": 8.0}),
-        record("decode", 16, 1024, {"eager": 1.0, "eager+wavetune": 0.9, "eager+wavetune-pdl": 0.99},
+        record("decode", 16, 1024, {"eager": 1.0, "eager+wavetune": 0.9, "eager+wavetune-pdl": 0.99,
+                                    "eager+wavetune-invariant": 0.945},
                failed={"compile": "RuntimeError: ..."},
                kernel_ms={"eager": {"gemm": 0.6, "attention": 0.1, "other": 0.3},
                           "eager+wavetune": {"gemm": 0.5, "attention": 0.1, "other": 0.3}}, step_bytes=2.7e9),
@@ -204,17 +208,19 @@ def test_report_from_a_jsonl(tmp_path):
     assert at_2048["gain"] == {e2e.WAVETUNE: {"eager": 1.25, "compile": 10.0 / 5.5}}  # each within its own record
     markdown = path.with_suffix(".md").read_text()
     assert "NVIDIA H100 80GB HBM3" in markdown and "2026-11-23" in markdown
-    columns = "eager | eager+wavetune | eager+wavetune-pdl | compile | compile+wavetune"
+    columns = "eager | eager+wavetune | eager+wavetune-pdl | eager+wavetune-invariant | compile | compile+wavetune"
     assert f"| batch | prompt length | {columns} |" in markdown
     assert "| batch | context | eager |" in markdown
     assert "- eager+wavetune against eager: 1.000x geomean, from 0.80x to 1.25x over 2 shapes" in markdown
     assert "- compile+wavetune against compile: 1.818x geomean" in markdown
-    assert "| 1 | 128 | 2.000 | 2.500 (0.80x) (!) |  |  |  |" in markdown  # slower, and its error flagged
-    assert "| 16 | 1024 | 1.000 | 0.900 (1.11x) | 0.990 (1.01x) | failed |  |" in markdown
+    assert "| 1 | 128 | 2.000 | 2.500 (0.80x) (!) |  |  |  |  |" in markdown  # slower, and its error flagged
+    assert "| 16 | 1024 | 1.000 | 0.900 (1.11x) | 0.990 (1.01x) | 0.945 (1.06x) | failed |  |" in markdown
+    assert ("- batch-invariant mode in eager+wavetune: 1.050x geomean of its time (eager+wavetune-invariant over "
+            "eager+wavetune; above 1: slower)") in markdown
     assert "- GEMMs' share of kernel time (one profiled replay per shape): eager 60%, eager+wavetune 56%" in markdown
     assert "- PDL in eager+wavetune: 1.100x geomean over eager+wavetune-pdl" in markdown
     assert ("- effective bandwidth, TB/s (the bytes a step must read over its time): batch 16: eager 2.70, "
-            "eager+wavetune 3.00, eager+wavetune-pdl 2.73") in markdown
+            "eager+wavetune 3.00, eager+wavetune-pdl 2.73, eager+wavetune-invariant 2.86") in markdown
     shapes = json.loads(path.with_suffix(".json").read_text())["shapes"]
     assert [(s["phase"], s["length"]) for s in shapes] == [("decode", 1024), ("prefill", 128), ("prefill", 2048)]
     assert path.with_suffix(".png").exists() == (importlib.util.find_spec("matplotlib") is not None)
