@@ -149,6 +149,18 @@ def norms_served_ahead(monkeypatch) -> list[bool]:
     return served
 
 
+def load_benchmark(path: Path):
+    """The benchmark script at ``path``, loaded from its file: what a test of the script's own harness checks (the
+    script imports no other benchmark, so benchmarks/ stays off sys.path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import does (importlib's recipe): what looks it up by name finds it
+    spec.loader.exec_module(module)
+    return module
+
+
 def cpp_program(source: Path, target: str, root: Path) -> Path:
     """Builds the C++ project at `source` against the installed wavetune CMake package, as docs/cpp.md tells C++
     users (the package directory as the prefix); skips when there is no cmake or C++ compiler."""

@@ -12,18 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import load_benchmark
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("wavetune.nn")
-
-
-def load_benchmark(path: Path):
-    """The benchmark script at ``path``, loaded from its file: what these tests check is the script's own harness
-    (it imports no other benchmark, so benchmarks/ stays off sys.path)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # as an import does (importlib's recipe): what looks it up by name finds it
-    spec.loader.exec_module(module)
-    return module
 
 
 e2e = load_benchmark(Path(__file__).resolve().parents[1] / "benchmarks" / "e2e.py")
@@ -410,23 +402,3 @@ def test_a_decode_steps_bytes_are_its_weights_and_its_cache():
     one, many = (decode_step_bytes(moe, 10, batch) for batch in (1, 1000))
     assert many - one == pytest.approx(experts * ((1 - 1 / 8) ** 2 - (1 - 1 / 8) ** 2000) + 999 * (64 * 2 + 2 * 2 * 16 * 10 * 2))
 
-
-def test_the_logits_error_harness_teacher_forces_and_reports(tmp_path, monkeypatch):
-    """benchmarks/logits_error.py on the CPU (wavetune leaves a CPU model as it is): both runs see the fp32 run's
-    tokens, the errors are measured against it, and the report flags a ratio over the bound."""
-    pytest.importorskip("transformers")
-    logits_error = load_benchmark(Path(__file__).resolve().parents[1] / "benchmarks" / "logits_error.py")
-    monkeypatch.setitem(logits_error.MODELS, "tiny", tiny_spec("Llama"))
-    model = logits_error.build("tiny", 2, "cpu")
-    prompt = torch.randint(0, 256, (2, 5))
-    logits, tokens = logits_error.logits_run(model, prompt, None, 3, 8)
-    assert len(logits) == 4 and [t.shape for t in tokens] == [(2, 1)] * 3
-    again, fed = logits_error.logits_run(model, prompt, tokens, 3, 8)
-    assert fed == tokens and logits_error.relative_error(again, logits) == 0.0
-    result = logits_error.measure("tiny", 2, 2, 5, 3, device="cpu")
-    assert 0 < result["eager_error"] < 0.05 and result["wavetune_error"] == result["eager_error"]  # CPU: unpatched
-    logits_error.main(["--models", "tiny", "--layers", "1", "--prompt", "4", "--steps", "2", "--device", "cpu",
-                       "--out", str(tmp_path)])
-    assert json.loads((tmp_path / "logits_error.json").read_text())["results"][0]["model"] == "tiny"
-    over = logits_error.markdown([{**result, "ratio": 1.2}], "test GPU", "2026-12-08")
-    assert "| tiny | 2 | 2 | 5 | 3 |" in over and "1.200 (over)" in over

@@ -204,7 +204,7 @@ BENCHMARK_SCRIPTS = {path.stem for path in (REPO / "benchmarks").glob("*.py")}
 # The tests whose subject is a benchmark script's own harness, and that script: each may load it from its file
 # (never with benchmarks/ on sys.path). e2e.py's model twins, options, runs and report are a torch and
 # transformers benchmark's, no part of the package.
-TESTS_OF_A_BENCHMARK = {"test_e2e.py": "e2e"}
+TESTS_OF_A_BENCHMARK = {"test_e2e.py": "e2e", "test_logits_error.py": "logits_error"}
 FILE_LOADERS = ("spec_from_file_location", "SourceFileLoader", "run_path")
 
 
