@@ -156,6 +156,9 @@ def test_only_static_layers_of_a_plain_cache_take_the_rotation():
     assert rotary_cache._static_layer(None, attention) is None
     cache.offloading = True
     assert rotary_cache._static_layer(cache, attention) is None
+    foreign = static_cache()
+    foreign.layers[1].update = lambda *args, **kwargs: None  # someone else's: the rotation must not wait for it
+    assert rotary_cache._static_layer(foreign, attention) is None
     sliding = static_cache(config=transformers.MistralConfig(**CONFIG, sliding_window=8))
     assert type(sliding.layers[1]) is not cache_utils.StaticLayer
     assert rotary_cache._static_layer(sliding, attention) is None

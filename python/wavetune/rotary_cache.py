@@ -24,7 +24,6 @@ import types
 
 import torch
 
-UPDATE_PATCHED = "update"  # a StaticLayer instance's own ``update`` (static_layer_update): the layer writes through
 
 
 @functools.cache
@@ -102,10 +101,13 @@ def _static_layer(cache, module: torch.nn.Module):
     index, layers = getattr(module, "layer_idx", None), cache.layers
     if not isinstance(index, int) or not 0 <= index < len(layers) or type(layers[index]) is not utils.StaticLayer:
         return None
-    if UPDATE_PATCHED not in layers[index].__dict__:
+    own = layers[index].__dict__.get("update")  # an instance's own update: ours, or someone else's
+    if own is None:
         for layer in layers:
-            if type(layer) is utils.StaticLayer:
+            if type(layer) is utils.StaticLayer and "update" not in layer.__dict__:
                 layer.update = types.MethodType(static_layer_update, layer)
+    elif getattr(own, "__func__", None) is not static_layer_update:
+        return None
     return layers[index]
 
 
